@@ -1,0 +1,40 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+# Both create .venv, install the pinned stack (constraints.txt) and ffmpeg when missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.aasp-installed
+
+.PHONY: setup demo test test-fast ffmpeg clean
+
+setup: $(STAMP) ffmpeg
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -r constraints.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+# ffmpeg decodes audio files for `datasets` (torchcodec) and the pipeline. Install it when we can.
+ffmpeg:
+	@if command -v ffmpeg >/dev/null 2>&1; then :; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = "0" ]; then \
+		echo "installing ffmpeg with apt-get"; \
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends ffmpeg >/dev/null) || \
+		echo "WARNING: could not install ffmpeg; decoding audio files will fail (install ffmpeg yourself)"; \
+	else \
+		echo "WARNING: ffmpeg not found. Install it (e.g. 'sudo apt-get install ffmpeg' or 'brew install ffmpeg') to decode audio files."; \
+	fi
+
+demo: setup
+	$(PY) examples/demo.py
+
+test: setup
+	$(PY) -m pytest -q -ra tests
+
+test-fast: setup
+	$(PY) -m pytest -q -ra -m "not slow" tests
+
+clean:
+	rm -rf $(VENV) demo_output .pytest_cache

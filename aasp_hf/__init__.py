@@ -1,0 +1,38 @@
+"""aasp_hf: AaSP (Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers) for transformers.
+
+Importing the package registers the classes with the transformers Auto* factories, and marks them for
+`save_pretrained` to ship their code (`auto_map`), so a saved checkpoint loads with `trust_remote_code=True`
+where this package is not installed.
+"""
+
+from transformers import (
+    AutoConfig,
+    AutoFeatureExtractor,
+    AutoModel,
+    AutoModelForAudioClassification,
+)
+
+from .configuration_aasp import AaspConfig
+from .feature_extraction_aasp import AaspFeatureExtractor
+from .modeling_aasp import AaspForAudioClassification, AaspModel, AaspModelOutput, AaspPreTrainedModel
+
+__version__ = "0.1.0"
+
+AutoConfig.register(AaspConfig.model_type, AaspConfig, exist_ok=True)
+AutoModel.register(AaspConfig, AaspModel, exist_ok=True)
+AutoModelForAudioClassification.register(AaspConfig, AaspForAudioClassification, exist_ok=True)
+AutoFeatureExtractor.register(AaspConfig, AaspFeatureExtractor, exist_ok=True)
+
+AaspConfig.register_for_auto_class()
+AaspModel.register_for_auto_class("AutoModel")
+AaspForAudioClassification.register_for_auto_class("AutoModelForAudioClassification")
+AaspFeatureExtractor.register_for_auto_class("AutoFeatureExtractor")
+
+__all__ = [
+    "AaspConfig",
+    "AaspFeatureExtractor",
+    "AaspModel",
+    "AaspModelOutput",
+    "AaspPreTrainedModel",
+    "AaspForAudioClassification",
+]

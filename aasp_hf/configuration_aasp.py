@@ -1,0 +1,210 @@
+"""AaSP model configuration.
+
+Defaults are the paper's (ViT-B encoder, AaPE stem) as pinned down in SPEC_NOTES §1–3:
+ViT-B (768, 12 layers, 12 heads, 3072), 128 mel bins, 608 frames, 16×16 patches, SBLU K=63, H=128,
+C=1024, ε=0.01, Δ=0.01, Lambda encoder r=6, L=3.
+"""
+
+from transformers import PreTrainedConfig
+
+_PATCH_EMBEDDINGS = ("aape", "spe")
+_SBLU_PHASES = ("symmetric", "analytic")
+_POOLINGS = ("cls", "mean")
+_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
+
+
+class AaspConfig(PreTrainedConfig):
+    r"""Configuration of an AaSP audio spectrogram transformer (`AaspModel` and its heads).
+
+    Encoder (ViT-B by default):
+        hidden_size (`int`, 768): D, width of the encoder.
+        num_hidden_layers (`int`, 12), num_attention_heads (`int`, 12), intermediate_size (`int`, 3072).
+        hidden_act (`str`, "gelu"), hidden_dropout_prob (`float`, 0.0), attention_probs_dropout_prob (`float`, 0.0).
+        drop_path_rate (`float`, 0.0): stochastic depth, increasing linearly over the layers up to this value.
+        layer_norm_eps (`float`, 1e-6), initializer_range (`float`, 0.02), qkv_bias (`bool`, True).
+        layer_norm_first (`bool`, False): False = EAT's post-norm blocks without a final norm;
+            True = pre-norm ViT blocks with a final LayerNorm.
+
+    Input grid:
+        num_mel_bins (`int`, 128): F. num_frames (`int`, 608): T at pre-training (6 s), the length of the
+        position table. frequency_patch_size / time_patch_size (`int`, 16): P_freq, P_time (non-overlapping).
+
+    Patch embedding (paper Sec. AaPE):
+        patch_embedding (`str`, "aape"): "aape" (aliasing-aware) or "spe" (standard 16×16 conv).
+        sblu_kernel_size (`int`, 63): K, odd. sblu_hidden_size (`int`, 128): H. sblu_output_size (`int`, 1024): C.
+        sblu_epsilon (`float`, 0.01): ε, edge attenuation that sets α_min. sblu_step (`float`, 0.01): Δ in seconds.
+        sblu_adaptive (`bool`, True): Lambda-encoder-driven (α, β) per frame; False = learnable static (α, β)
+            per hidden channel. sblu_phase (`str`, "symmetric"): kernel phase, "symmetric" (Eq. 5 as written)
+            or "analytic" (one-sided phase). sblu_highpass_num_taps (`int`, 63): taps of the zero-phase FIR.
+        lambda_encoder_reduction (`int`, 6): r, width D/r. lambda_encoder_num_layers (`int`, 3): L.
+        lambda_encoder_num_attention_heads (`int`, 2). lambda_encoder_mlp_ratio (`float`, 4.0).
+
+    Classification head:
+        classifier_pooling (`str`, "cls"): "cls" or "mean" (mean of the valid patch tokens).
+    """
+
+    model_type = "aasp"
+
+    def __init__(
+        self,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        hidden_act="gelu",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        drop_path_rate=0.0,
+        layer_norm_eps=1e-6,
+        initializer_range=0.02,
+        qkv_bias=True,
+        layer_norm_first=False,
+        num_mel_bins=128,
+        num_frames=608,
+        frequency_patch_size=16,
+        time_patch_size=16,
+        patch_embedding="aape",
+        sblu_kernel_size=63,
+        sblu_hidden_size=128,
+        sblu_output_size=1024,
+        sblu_epsilon=0.01,
+        sblu_step=0.01,
+        sblu_adaptive=True,
+        sblu_phase="symmetric",
+        sblu_highpass_num_taps=63,
+        lambda_encoder_reduction=6,
+        lambda_encoder_num_layers=3,
+        lambda_encoder_num_attention_heads=2,
+        lambda_encoder_mlp_ratio=4.0,
+        classifier_pooling="cls",
+        **kwargs,
+    ):
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.drop_path_rate = drop_path_rate
+        self.layer_norm_eps = layer_norm_eps
+        self.initializer_range = initializer_range
+        self.qkv_bias = qkv_bias
+        self.layer_norm_first = layer_norm_first
+        self.num_mel_bins = num_mel_bins
+        self.num_frames = num_frames
+        self.frequency_patch_size = frequency_patch_size
+        self.time_patch_size = time_patch_size
+        self.patch_embedding = patch_embedding
+        self.sblu_kernel_size = sblu_kernel_size
+        self.sblu_hidden_size = sblu_hidden_size
+        self.sblu_output_size = sblu_output_size
+        self.sblu_epsilon = sblu_epsilon
+        self.sblu_step = sblu_step
+        self.sblu_adaptive = sblu_adaptive
+        self.sblu_phase = sblu_phase
+        self.sblu_highpass_num_taps = sblu_highpass_num_taps
+        self.lambda_encoder_reduction = lambda_encoder_reduction
+        self.lambda_encoder_num_layers = lambda_encoder_num_layers
+        self.lambda_encoder_num_attention_heads = lambda_encoder_num_attention_heads
+        self.lambda_encoder_mlp_ratio = lambda_encoder_mlp_ratio
+        self.classifier_pooling = classifier_pooling
+        super().__init__(**kwargs)
+        self._validate()
+
+    # ------------------------------------------------------------------ derived sizes
+    @property
+    def num_frequency_patches(self) -> int:
+        """F̃ = F / P_freq."""
+        return self.num_mel_bins // self.frequency_patch_size
+
+    @property
+    def num_time_patches(self) -> int:
+        """T̃ = T / P_time at the pre-training length."""
+        return self.num_frames // self.time_patch_size
+
+    @property
+    def num_patches(self) -> int:
+        """N = F̃ · T̃ (304 for the defaults)."""
+        return self.num_frequency_patches * self.num_time_patches
+
+    @property
+    def lambda_encoder_hidden_size(self) -> int:
+        """D / r (128 for the defaults)."""
+        return self.hidden_size // self.lambda_encoder_reduction
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self):
+        def fail(field, message):
+            raise ValueError(f"AaspConfig.{field}={getattr(self, field)!r}: {message}")
+
+        for field in (
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "num_mel_bins",
+            "num_frames",
+            "frequency_patch_size",
+            "time_patch_size",
+            "sblu_hidden_size",
+            "sblu_output_size",
+            "sblu_highpass_num_taps",
+            "lambda_encoder_reduction",
+            "lambda_encoder_num_layers",
+            "lambda_encoder_num_attention_heads",
+        ):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                fail(field, "must be a positive integer")
+        for field in ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate"):
+            value = getattr(self, field)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                fail(field, "must be a probability in [0, 1)")
+        for field in ("layer_norm_eps", "initializer_range", "sblu_step", "lambda_encoder_mlp_ratio"):
+            value = getattr(self, field)
+            if not isinstance(value, (int, float)) or not value > 0:
+                fail(field, "must be a positive number")
+        for field in ("qkv_bias", "layer_norm_first", "sblu_adaptive"):
+            if not isinstance(getattr(self, field), bool):
+                fail(field, "must be True or False")
+
+        if self.hidden_act not in _ACTIVATIONS:
+            fail("hidden_act", f"must be one of {_ACTIVATIONS}")
+        if self.hidden_size % 4:
+            fail("hidden_size", "must be a multiple of 4 (2-D sin-cos positions use D/4 frequencies per axis)")
+        if self.hidden_size % self.num_attention_heads:
+            fail("num_attention_heads", f"must divide hidden_size={self.hidden_size}")
+        if self.num_mel_bins % self.frequency_patch_size:
+            fail("frequency_patch_size", f"must divide num_mel_bins={self.num_mel_bins}")
+        if self.num_frames % self.time_patch_size:
+            fail("num_frames", f"must be a multiple of time_patch_size={self.time_patch_size}")
+        if self.patch_embedding not in _PATCH_EMBEDDINGS:
+            fail("patch_embedding", f"must be one of {_PATCH_EMBEDDINGS}")
+        if self.classifier_pooling not in _POOLINGS:
+            fail("classifier_pooling", f"must be one of {_POOLINGS}")
+        if self.sblu_phase not in _SBLU_PHASES:
+            fail("sblu_phase", f"must be one of {_SBLU_PHASES}")
+
+        k = self.sblu_kernel_size
+        if isinstance(k, bool) or not isinstance(k, int) or k < 3 or k % 2 == 0:
+            fail("sblu_kernel_size", "must be an odd integer >= 3 (the kernel is centred)")
+        if self.sblu_highpass_num_taps % 2 == 0:
+            fail("sblu_highpass_num_taps", "must be odd (a type-I linear-phase high-pass FIR)")
+        if not isinstance(self.sblu_epsilon, (int, float)) or not 0.0 < self.sblu_epsilon < 1.0:
+            fail("sblu_epsilon", "must be in (0, 1): the window's edge attenuation")
+        f_groups = self.num_frequency_patches
+        if self.sblu_hidden_size % f_groups:
+            fail("sblu_hidden_size", f"must be a multiple of the number of frequency patches ({f_groups})")
+        if self.sblu_output_size % f_groups:
+            fail("sblu_output_size", f"must be a multiple of the number of frequency patches ({f_groups})")
+        if self.hidden_size % self.lambda_encoder_reduction:
+            fail("lambda_encoder_reduction", f"must divide hidden_size={self.hidden_size}")
+        if self.lambda_encoder_hidden_size % self.lambda_encoder_num_attention_heads:
+            fail(
+                "lambda_encoder_num_attention_heads",
+                f"must divide the Lambda encoder width hidden_size/reduction={self.lambda_encoder_hidden_size}",
+            )
+
+
+__all__ = ["AaspConfig"]

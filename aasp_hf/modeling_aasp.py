@@ -1,0 +1,646 @@
+"""AaSP audio spectrogram transformer: the SPE/AaPE patch embedding, the ViT encoder and the heads.
+
+Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers".
+Symbols -> names: Λ = α + jβ -> (decay, frequency); Δ -> sblu_step; K -> sblu_kernel_size; H -> sblu_hidden_size;
+C -> sblu_output_size; B̄ -> input_projection; C̄ -> output_projection; Γ -> sblu_gamma.
+
+Dimensions: B batch, T frames, F mel bins, F̃/T̃ frequency/time patches, N = T̃·F̃ tokens (time-major: token
+t·F̃ + f), D hidden size, H SBLU hidden channels, C SBLU output channels, C̃ = C/F̃, K SBLU taps.
+
+This file is shipped to the Hub as remote code: it imports only torch, transformers and its sibling files.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import SequenceClassifierOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import ModelOutput
+from transformers.utils.generic import can_return_tuple
+
+from .configuration_aasp import AaspConfig
+from .sblu import (
+    highpass_fir_taps,
+    sblu_decay_min,
+    sblu_frequency_range,
+    sblu_gamma,
+    sblu_magnitude,
+    zero_phase_highpass,
+    zero_phase_kernel,
+)
+
+
+# ----------------------------------------------------------------------------------------------- outputs
+@dataclass
+class AaspModelOutput(ModelOutput):
+    """
+    last_hidden_state (`torch.FloatTensor` of shape `(B, 1 + N, D)`): CLS token then the N patch tokens (time-major).
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*): embedding output and each layer's output, each `(B, 1 + N, D)`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*): each layer's attention weights `(B, heads, 1 + N, 1 + N)`.
+    token_mask (`torch.BoolTensor` of shape `(B, 1 + N)`, *optional*): True for real tokens (CLS and patches that hold
+        at least one real frame); None when no attention mask was given (all tokens real).
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    token_mask: torch.BoolTensor | None = None
+
+
+# ----------------------------------------------------------------------------------------------- positions
+def sincos_position_embeddings(hidden_size: int, num_frequency_patches: int, num_time_patches: int) -> torch.Tensor:
+    """Fixed 2-D sin-cos positions (MAE/EAT), float64 `(N, D)` in time-major token order.
+
+    The first D/2 dimensions encode the frequency-patch index, the last D/2 the time-patch index (as EAT does);
+    each half is [sin(p·ω), cos(p·ω)] with ω_i = 10000^(−i/(D/4)).
+    """
+    quarter = hidden_size // 4
+    omega = 1.0 / 10000 ** (np.arange(quarter, dtype=np.float64) / quarter)  # (D/4,)
+
+    def one_axis(positions):
+        angles = np.outer(positions, omega)  # (P, D/4)
+        return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)  # (P, D/2)
+
+    time_index, freq_index = np.meshgrid(
+        np.arange(num_time_patches), np.arange(num_frequency_patches), indexing="ij"
+    )  # each (T̃, F̃)
+    table = np.concatenate([one_axis(freq_index.reshape(-1)), one_axis(time_index.reshape(-1))], axis=1)  # (N, D)
+    return torch.from_numpy(table)
+
+
+def _frame_mask_to_token_mask(frame_mask: torch.Tensor, time_patch_size: int, num_frequency_patches: int):
+    """(B, T) frame mask -> (B, N) token mask: a patch is real when any of its frames is real."""
+    batch_size, num_frames = frame_mask.shape
+    patch_mask = frame_mask.reshape(batch_size, num_frames // time_patch_size, time_patch_size).any(-1)  # (B, T̃)
+    return patch_mask.repeat_interleave(num_frequency_patches, dim=1)  # (B, T̃) -> (B, N), time-major
+
+
+# ----------------------------------------------------------------------------------------------- transformer block
+def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """Reference attention. query/key/value: (B, heads, N, d); attention_mask: bool (B, 1, 1, N), True = attend."""
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, heads, N, N)
+    if attention_mask is not None:
+        attn_weights = attn_weights.masked_fill(~attention_mask, torch.finfo(attn_weights.dtype).min)
+    attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    attn_weights = F.dropout(attn_weights, p=dropout, training=module.training)
+    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()  # (B, N, heads, d)
+    return attn_output, attn_weights
+
+
+class AaspSelfAttention(nn.Module):
+    """Multi-head self-attention; runs through transformers' attention interface (SDPA by default)."""
+
+    def __init__(self, config: AaspConfig, hidden_size: int, num_heads: int):
+        super().__init__()
+        self.config = config
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.scaling = self.head_dim**-0.5
+        self.dropout = config.attention_probs_dropout_prob
+        self.is_causal = False
+        self.query = nn.Linear(hidden_size, hidden_size, bias=config.qkv_bias)
+        self.key = nn.Linear(hidden_size, hidden_size, bias=config.qkv_bias)
+        self.value = nn.Linear(hidden_size, hidden_size, bias=config.qkv_bias)
+        self.output = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+        batch_size, seq_len, _ = hidden_states.shape
+        head_shape = (batch_size, seq_len, self.num_heads, self.head_dim)
+        query = self.query(hidden_states).view(head_shape).transpose(1, 2)  # (B, N, D) -> (B, heads, N, d)
+        key = self.key(hidden_states).view(head_shape).transpose(1, 2)  # (B, N, D) -> (B, heads, N, d)
+        value = self.value(hidden_states).view(head_shape).transpose(1, 2)  # (B, N, D) -> (B, heads, N, d)
+
+        attention_interface = eager_attention_forward
+        if self.config._attn_implementation != "eager" and not output_attentions:
+            attention_interface = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
+        attn_output, attn_weights = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            is_causal=False,
+        )
+        attn_output = attn_output.reshape(batch_size, seq_len, -1)  # (B, N, heads, d) -> (B, N, D)
+        return self.output(attn_output), attn_weights
+
+
+class AaspMLP(nn.Module):
+    def __init__(self, config: AaspConfig, hidden_size: int, intermediate_size: int):
+        super().__init__()
+        self.fc1 = nn.Linear(hidden_size, intermediate_size)
+        self.act = ACT2FN[config.hidden_act]
+        self.fc2 = nn.Linear(intermediate_size, hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states):
+        return self.dropout(self.fc2(self.dropout(self.act(self.fc1(hidden_states)))))
+
+
+class AaspDropPath(nn.Module):
+    """Stochastic depth per sample (identity at eval or rate 0)."""
+
+    def __init__(self, drop_prob: float):
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, x):
+        if self.drop_prob == 0.0 or not self.training:
+            return x
+        keep = 1.0 - self.drop_prob
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
+        return x * mask / keep
+
+
+class AaspLayer(GradientCheckpointingLayer):
+    """A ViT block. `layer_norm_first=False` is EAT's post-norm block (x = LN(x + attn(x)); x = LN(x + mlp(x)));
+    True is the pre-norm ViT block (x = x + attn(LN(x)); x = x + mlp(LN(x)))."""
+
+    def __init__(self, config, hidden_size, num_heads, intermediate_size, layer_norm_first, drop_path):
+        super().__init__()
+        self.layer_norm_first = layer_norm_first
+        self.attention = AaspSelfAttention(config, hidden_size, num_heads)
+        self.norm1 = nn.LayerNorm(hidden_size, eps=config.layer_norm_eps)
+        self.mlp = AaspMLP(config, hidden_size, intermediate_size)
+        self.norm2 = nn.LayerNorm(hidden_size, eps=config.layer_norm_eps)
+        self.drop_path = AaspDropPath(drop_path)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+        if self.layer_norm_first:
+            attn_output, attn_weights = self.attention(self.norm1(hidden_states), attention_mask, output_attentions)
+            hidden_states = hidden_states + self.drop_path(self.dropout(attn_output))
+            hidden_states = hidden_states + self.drop_path(self.mlp(self.norm2(hidden_states)))
+        else:
+            attn_output, attn_weights = self.attention(hidden_states, attention_mask, output_attentions)
+            hidden_states = self.norm1(hidden_states + self.drop_path(self.dropout(attn_output)))
+            hidden_states = self.norm2(hidden_states + self.drop_path(self.mlp(hidden_states)))
+        return hidden_states, attn_weights
+
+
+# ----------------------------------------------------------------------------------------------- AaPE parts
+class AaspLambdaEncoder(nn.Module):
+    """Lambda encoder (paper Sec. AaPE (1)): estimates the SBLU decay α and frequency β for every token.
+
+    X_spec + positions -> Linear(D -> D/r) -> L pre-norm ViT blocks -> LayerNorm -> Linear(D/r -> 2H/F̃), split into
+    α, β (H/F̃ each per token), bounded as α = softplus(·) + α_min, β = (β_max − β_min)·σ(·) + β_min.
+    Attention is restricted to the real tokens given by `attention_mask`, so in masked pre-training it attends
+    only among visible tokens.
+    """
+
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        width = config.lambda_encoder_hidden_size
+        self.input_projection = nn.Linear(config.hidden_size, width)
+        self.layers = nn.ModuleList(
+            [
+                AaspLayer(
+                    config,
+                    width,
+                    config.lambda_encoder_num_attention_heads,
+                    int(width * config.lambda_encoder_mlp_ratio),
+                    layer_norm_first=True,
+                    drop_path=0.0,
+                )
+                for _ in range(config.lambda_encoder_num_layers)
+            ]
+        )
+        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.output_projection = nn.Linear(width, 2 * config.sblu_hidden_size // config.num_frequency_patches)
+        self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
+        self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
+
+    def forward(self, tokens, attention_mask=None):
+        """tokens: (B, N, D) with positions; attention_mask: bool (B, 1, 1, N) or None.
+        Returns decay α and frequency β, each float32 (B, N, H/F̃)."""
+        hidden_states = self.input_projection(tokens)  # (B, N, D) -> (B, N, D/r)
+        for layer in self.layers:
+            hidden_states, _ = layer(hidden_states, attention_mask)
+        lambdas = self.output_projection(self.norm(hidden_states)).float()  # (B, N, 2H/F̃)
+        decay, frequency = lambdas.chunk(2, dim=-1)  # (B, N, H/F̃) each
+        decay = F.softplus(decay) + self.decay_min
+        frequency = (self.frequency_max - self.frequency_min) * torch.sigmoid(frequency) + self.frequency_min
+        return decay, frequency
+
+
+def _masked_group_norm(x, norm: nn.GroupNorm, frame_mask):
+    """GroupNorm over (channels of a group × real frames). x: (B, C, T); frame_mask: (B, T) bool or None."""
+    if frame_mask is None:
+        return norm(x)
+    batch_size, channels, num_frames = x.shape
+    groups = x.reshape(batch_size, norm.num_groups, channels // norm.num_groups, num_frames)  # (B, C, T) -> (B, G, C/G, T)
+    weight = frame_mask[:, None, None, :].to(x.dtype)  # (B, 1, 1, T)
+    count = weight.sum(-1, keepdim=True) * groups.shape[2]  # (B, 1, 1, 1)
+    mean = (groups * weight).sum((2, 3), keepdim=True) / count
+    var = ((groups - mean).square() * weight).sum((2, 3), keepdim=True) / count
+    groups = (groups - mean) * torch.rsqrt(var + norm.eps)
+    x = groups.reshape(batch_size, channels, num_frames)  # (B, G, C/G, T) -> (B, C, T)
+    return x * norm.weight[:, None] + norm.bias[:, None]
+
+
+class AaspSBLU(nn.Module):
+    """Adaptive SBLU branch (paper Sec. SBLU, Eq. 5–6, and Sec. AaPE (2) a–d): log-mel -> X_alias tokens.
+
+    (a) zero-phase FIR high-pass along time (cut-off β_min), (b) B̄: grouped 1×1 conv F -> H (F̃ groups),
+    (c) y = 2·Γ·|Σ_k exp(−ΔΛ|k−c|) v[n+k−c]| with per-frame Λ = α + jβ (taps generated on the fly),
+    then C̄: grouped 1×1 conv H -> C, (d) GroupNorm (F̃ groups), depthwise time conv (kernel = stride = P_time),
+    reshape to C̃ features per (time, frequency) patch. Non-adaptive: Λ is a learnable static (α, β) per channel.
+    """
+
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        self.config = config
+        groups = config.num_frequency_patches
+        self.step = config.sblu_step
+        self.kernel_size = config.sblu_kernel_size
+        self.phase = config.sblu_phase
+        self.input_projection = nn.Conv1d(config.num_mel_bins, config.sblu_hidden_size, 1, groups=groups)  # B̄
+        self.output_projection = nn.Conv1d(config.sblu_hidden_size, config.sblu_output_size, 1, groups=groups)  # C̄
+        self.norm = nn.GroupNorm(groups, config.sblu_output_size)
+        self.time_patchify = nn.Conv1d(
+            config.sblu_output_size,
+            config.sblu_output_size,
+            kernel_size=config.time_patch_size,
+            stride=config.time_patch_size,
+            groups=config.sblu_output_size,
+        )
+        self.register_buffer("highpass_kernel", self.compute_highpass_kernel(config), persistent=False)
+        self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
+        self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
+        if config.sblu_adaptive:
+            self.static_decay = self.static_frequency = None
+        else:  # unbounded parameters, mapped like the Lambda encoder's outputs
+            self.static_decay = nn.Parameter(torch.zeros(config.sblu_hidden_size))
+            self.static_frequency = nn.Parameter(torch.zeros(config.sblu_hidden_size))
+
+    @staticmethod
+    def compute_highpass_kernel(config) -> torch.Tensor:
+        """Combined forward–backward (zero-phase) kernel of the 63-tap Hamming high-pass at β_min, float32 (2K'−1,)."""
+        frame_rate = 1.0 / config.sblu_step
+        cutoff_hz = frame_rate / (2.0 * config.time_patch_size)  # β_min / 2π = 1/(2·Δ·S_time)
+        taps = highpass_fir_taps(config.sblu_highpass_num_taps, cutoff_hz, frame_rate)
+        return torch.from_numpy(zero_phase_kernel(taps)).float()
+
+    def static_parameters(self):
+        """Bounded static (α, β), each (H,), for the non-adaptive SBLU."""
+        decay = F.softplus(self.static_decay.float()) + self.decay_min
+        frequency = (self.frequency_max - self.frequency_min) * torch.sigmoid(self.static_frequency.float())
+        return decay, frequency + self.frequency_min
+
+    def forward(self, mel, decay, frequency, frame_mask=None):
+        """mel: (B, F, T); decay, frequency: float32 (B, H, T) or None (non-adaptive); frame_mask: (B, T) bool or None.
+        Returns X_alias tokens (B, N, C̃)."""
+        batch_size, _, num_frames = mel.shape
+        if decay is None:
+            static_decay, static_frequency = self.static_parameters()
+            decay = static_decay[None, :, None].expand(batch_size, -1, num_frames)  # (H,) -> (B, H, T)
+            frequency = static_frequency[None, :, None].expand(batch_size, -1, num_frames)  # (H,) -> (B, H, T)
+
+        # The SBLU itself stays in float32/complex64 under autocast (SPEC_NOTES §2).
+        with torch.autocast(device_type=mel.device.type, enabled=False):
+            mel = mel.float()
+            frame_weight = None if frame_mask is None else frame_mask[:, None, :].float()  # (B, 1, T)
+            if frame_weight is not None:  # padded frames are zero, exactly like the zero padding at a clip's end
+                mel = mel * frame_weight
+            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B, F, T)
+            values = self.input_projection(highpassed)  # (b) B̄: (B, F, T) -> (B, H, T)
+            if frame_weight is not None:
+                values = values * frame_weight
+            magnitude = sblu_magnitude(values, decay, frequency, self.step, self.kernel_size, self.phase)  # (c)
+            response = 2.0 * sblu_gamma(decay, frequency, self.step) * magnitude  # 2Γ|r|, (B, H, T)
+
+        features = self.output_projection(response)  # C̄: (B, H, T) -> (B, C, T)
+        features = _masked_group_norm(features, self.norm, frame_mask)  # (d)
+        features = self.time_patchify(features)  # (B, C, T) -> (B, C, T̃)
+        num_groups = self.config.num_frequency_patches
+        num_time_patches = features.shape[-1]
+        features = features.reshape(batch_size, num_groups, -1, num_time_patches)  # (B, C, T̃) -> (B, F̃, C̃, T̃)
+        features = features.permute(0, 3, 1, 2)  # (B, F̃, C̃, T̃) -> (B, T̃, F̃, C̃)
+        return features.reshape(batch_size, num_time_patches * num_groups, -1)  # (B, T̃, F̃, C̃) -> (B, N, C̃)
+
+
+class AaspEmbeddings(nn.Module):
+    """Patch embedding stage: SPE (16×16 conv + fixed positions) or AaPE (SPE + Lambda encoder + SBLU + fusion).
+
+    Input (B, T, F) normalised log-mel; output (B, N, D) patch tokens with positions, time-major.
+    The position table covers `num_frames` (608); shorter inputs truncate it, longer ones interpolate it linearly
+    along time only (paper Sec. Training Setup).
+    """
+
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        self.config = config
+        # X_spec: the input is (B, 1, T, F), so the kernel is (P_time, P_freq) as in EAT.
+        self.projection = nn.Conv2d(
+            1,
+            config.hidden_size,
+            kernel_size=(config.time_patch_size, config.frequency_patch_size),
+            stride=(config.time_patch_size, config.frequency_patch_size),
+        )
+        # Fixed sin-cos positions with a zero row for CLS, a non-trainable parameter as in AudioMAE.
+        self.position_embeddings = nn.Parameter(
+            torch.zeros(1, 1 + config.num_patches, config.hidden_size), requires_grad=False
+        )
+        if config.patch_embedding == "aape":
+            self.lambda_encoder = AaspLambdaEncoder(config) if config.sblu_adaptive else None
+            self.sblu = AaspSBLU(config)
+            alias_size = config.sblu_output_size // config.num_frequency_patches  # C̃
+            self.spec_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+            self.alias_norm = nn.LayerNorm(alias_size, eps=config.layer_norm_eps)
+            self.fusion = nn.Linear(config.hidden_size + alias_size, config.hidden_size)  # f_fuse
+
+    def compute_position_embeddings(self) -> torch.Tensor:
+        """Float32 (1, 1 + N, D): zero row for CLS, then the sin-cos table."""
+        c = self.config
+        table = sincos_position_embeddings(c.hidden_size, c.num_frequency_patches, c.num_time_patches)  # (N, D)
+        return torch.cat([torch.zeros(1, c.hidden_size, dtype=table.dtype), table])[None].float()
+
+    def patch_positions(self, num_time_patches: int) -> torch.Tensor:
+        """(1, T̃'·F̃, D) positions for an input with T̃' time patches."""
+        c = self.config
+        positions = self.position_embeddings[:, 1:]  # (1, N, D)
+        if num_time_patches == c.num_time_patches:
+            return positions
+        grid = positions.reshape(1, c.num_time_patches, c.num_frequency_patches, c.hidden_size)  # (1, T̃, F̃, D)
+        if num_time_patches < c.num_time_patches:
+            grid = grid[:, :num_time_patches]
+        else:
+            grid = grid.permute(0, 2, 3, 1).reshape(1, -1, c.num_time_patches)  # (1, T̃, F̃, D) -> (1, F̃·D, T̃)
+            grid = F.interpolate(grid, size=num_time_patches, mode="linear", align_corners=False)  # (1, F̃·D, T̃')
+            grid = grid.reshape(1, c.num_frequency_patches, c.hidden_size, num_time_patches)  # (1, F̃, D, T̃')
+            grid = grid.permute(0, 3, 1, 2)  # (1, F̃, D, T̃') -> (1, T̃', F̃, D)
+        return grid.reshape(1, -1, c.hidden_size)  # (1, T̃', F̃, D) -> (1, N', D)
+
+    def forward(self, input_values, frame_mask=None, attention_mask=None):
+        """input_values: (B, T, F), T a multiple of P_time; frame_mask: (B, T) bool or None;
+        attention_mask: bool (B, 1, 1, N) for the Lambda encoder or None. Returns (B, N, D)."""
+        c = self.config
+        batch_size, num_frames, _ = input_values.shape
+        num_time_patches = num_frames // c.time_patch_size
+        positions = self.patch_positions(num_time_patches).to(input_values.dtype)  # (1, N, D)
+
+        spec = self.projection(input_values.unsqueeze(1))  # (B, T, F) -> (B, 1, T, F) -> (B, D, T̃, F̃)
+        spec = spec.flatten(2).transpose(1, 2)  # (B, D, T̃, F̃) -> (B, N, D), time-major
+        if c.patch_embedding == "spe":
+            return spec + positions
+
+        decay = frequency = None
+        if self.lambda_encoder is not None:
+            decay, frequency = self.lambda_encoder(spec + positions, attention_mask)  # (B, N, H/F̃) each
+            decay = self._lambda_to_frames(decay)  # (B, H, T)
+            frequency = self._lambda_to_frames(frequency)  # (B, H, T)
+        mel = input_values.transpose(1, 2)  # (B, T, F) -> (B, F, T)
+        alias = self.sblu(mel, decay, frequency, frame_mask)  # (B, N, C̃)
+        fused = self.fusion(torch.cat([self.spec_norm(spec), self.alias_norm(alias.to(spec.dtype))], dim=-1))
+        return fused + positions  # (B, N, D)
+
+    def _lambda_to_frames(self, per_token):
+        """(B, N, H/F̃) per-token parameters -> (B, H, T): token (t, f) drives hidden channels f·H/F̃ ... (f+1)·H/F̃−1
+        (the channels B̄ fills from frequency patch f) for the P_time frames of time patch t."""
+        c = self.config
+        batch_size, num_tokens, per_group = per_token.shape
+        num_time_patches = num_tokens // c.num_frequency_patches
+        grid = per_token.reshape(batch_size, num_time_patches, c.num_frequency_patches, per_group)  # (B, T̃, F̃, H/F̃)
+        grid = grid.permute(0, 2, 3, 1)  # (B, T̃, F̃, H/F̃) -> (B, F̃, H/F̃, T̃)
+        grid = grid.reshape(batch_size, c.num_frequency_patches * per_group, num_time_patches)  # -> (B, H, T̃)
+        return grid.repeat_interleave(c.time_patch_size, dim=-1)  # (B, H, T̃) -> (B, H, T)
+
+
+# ----------------------------------------------------------------------------------------------- models
+class AaspPreTrainedModel(PreTrainedModel):
+    config_class = AaspConfig
+    config: AaspConfig
+    base_model_prefix = "aasp"
+    main_input_name = "input_values"
+    input_modalities = ("audio",)
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["AaspEmbeddings", "AaspLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _supports_attention_backend = False
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        std = self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d)):
+            init.trunc_normal_(module.weight, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, (nn.LayerNorm, nn.GroupNorm)):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        if isinstance(module, AaspEmbeddings):  # fixed tensors are recomputed (models are built on meta devices)
+            init.copy_(module.position_embeddings, module.compute_position_embeddings())
+        elif isinstance(module, AaspSBLU):
+            init.copy_(module.highpass_kernel, module.compute_highpass_kernel(self.config))
+            if module.static_decay is not None:
+                init.zeros_(module.static_decay)
+                # spread the static frequencies over the alias-prone band within each frequency group
+                per_group = self.config.sblu_hidden_size // self.config.num_frequency_patches
+                targets = torch.linspace(0.05, 0.95, per_group).repeat(self.config.num_frequency_patches)
+                init.copy_(module.static_frequency, torch.logit(targets))
+        elif isinstance(module, AaspModel):
+            init.trunc_normal_(module.cls_token, std=std)
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameter names excluded from weight decay besides biases and norms: CLS and positions (SPEC_NOTES §4)."""
+        return {name for name, _ in self.named_parameters() if "cls_token" in name or "position_embeddings" in name}
+
+
+class AaspModel(AaspPreTrainedModel):
+    """AaSP encoder: patch embedding (SPE/AaPE) -> prepend CLS -> LayerNorm -> ViT blocks (SPEC_NOTES §3)."""
+
+    def __init__(self, config: AaspConfig):
+        super().__init__(config)
+        self.config = config
+        self.embeddings = AaspEmbeddings(config)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
+        self.embedding_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.embedding_dropout = nn.Dropout(config.hidden_dropout_prob)
+        drop_path_rates = np.linspace(0.0, config.drop_path_rate, config.num_hidden_layers).tolist()
+        self.layers = nn.ModuleList(
+            [
+                AaspLayer(
+                    config,
+                    config.hidden_size,
+                    config.num_attention_heads,
+                    config.intermediate_size,
+                    config.layer_norm_first,
+                    drop_path_rates[i],
+                )
+                for i in range(config.num_hidden_layers)
+            ]
+        )
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.layer_norm_first else None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.projection
+
+    def _check_and_pad(self, input_values, attention_mask):
+        """Validates (B, T, F) input and pads T to a multiple of P_time. Returns input and a bool frame mask or None."""
+        c = self.config
+        if input_values.ndim != 3 or input_values.shape[-1] != c.num_mel_bins:
+            raise ValueError(
+                f"AaspModel expects input_values of shape (batch, frames, {c.num_mel_bins}) (log-mel from "
+                f"AaspFeatureExtractor), got {tuple(input_values.shape)}."
+            )
+        batch_size, num_frames, _ = input_values.shape
+        if num_frames < 1:
+            raise ValueError("AaspModel got input_values with 0 frames; the clip is empty.")
+        frame_mask = None
+        if attention_mask is not None:
+            if attention_mask.shape != (batch_size, num_frames):
+                raise ValueError(
+                    f"attention_mask must have shape (batch, frames) = {(batch_size, num_frames)}, "
+                    f"got {tuple(attention_mask.shape)}."
+                )
+            frame_mask = attention_mask.bool()
+        remainder = num_frames % c.time_patch_size
+        if remainder:
+            pad = c.time_patch_size - remainder
+            input_values = F.pad(input_values, (0, 0, 0, pad))  # (B, T, F) -> (B, T + pad, F), zeros
+            if frame_mask is None:
+                frame_mask = torch.ones(batch_size, num_frames, dtype=torch.bool, device=input_values.device)
+            frame_mask = F.pad(frame_mask, (0, pad), value=False)
+        return input_values, frame_mask
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_values: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> AaspModelOutput:
+        r"""
+        input_values (`torch.FloatTensor` of shape `(B, T, F)`): normalised log-mel from `AaspFeatureExtractor`.
+            T need not be a multiple of 16: the input is zero-padded and the padding masked out.
+        attention_mask (`torch.LongTensor` of shape `(B, T)`, *optional*): 1 for real frames, 0 for padding.
+        """
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        c = self.config
+        input_values, frame_mask = self._check_and_pad(input_values, attention_mask)
+        input_values = input_values.to(self.embeddings.projection.weight.dtype)
+
+        token_mask = attn_mask = None
+        if frame_mask is not None:
+            patch_mask = _frame_mask_to_token_mask(frame_mask, c.time_patch_size, c.num_frequency_patches)  # (B, N)
+            attn_mask = patch_mask[:, None, None, :]  # (B, N) -> (B, 1, 1, N)
+            token_mask = F.pad(patch_mask, (1, 0), value=True)  # CLS first: (B, 1 + N)
+
+        patches = self.embeddings(input_values, frame_mask, attn_mask)  # (B, N, D)
+        cls = self.cls_token.expand(patches.shape[0], -1, -1).to(patches.dtype)  # (B, 1, D), no position
+        hidden_states = self.embedding_dropout(self.embedding_norm(torch.cat([cls, patches], dim=1)))  # (B, 1 + N, D)
+
+        attn_mask = None if token_mask is None else token_mask[:, None, None, :]  # (B, 1, 1, 1 + N)
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            hidden_states, attn_weights = layer(hidden_states, attn_mask, output_attentions)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_attentions += (attn_weights,)
+        if self.norm is not None:
+            hidden_states = self.norm(hidden_states)
+
+        return AaspModelOutput(
+            last_hidden_state=hidden_states,
+            hidden_states=all_hidden_states,
+            attentions=all_attentions,
+            token_mask=token_mask,
+        )
+
+
+class AaspForAudioClassification(AaspPreTrainedModel):
+    """AaSP encoder with LayerNorm + Linear on the CLS token (or the mean of the real patch tokens)."""
+
+    def __init__(self, config: AaspConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.aasp = AaspModel(config)
+        self.classifier_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def freeze_feature_encoder(self):
+        """Freezes the patch-embedding stem (SPE/AaPE), as `run_audio_classification.py`-style scripts expect."""
+        for parameter in self.aasp.embeddings.parameters():
+            parameter.requires_grad = False
+
+    def pool(self, last_hidden_state, token_mask=None):
+        """(B, 1 + N, D) -> (B, D): the CLS token, or the mean of the real patch tokens."""
+        if self.config.classifier_pooling == "cls":
+            return last_hidden_state[:, 0]
+        patches = last_hidden_state[:, 1:]  # (B, N, D)
+        if token_mask is None:
+            return patches.mean(dim=1)
+        weight = token_mask[:, 1:, None].to(patches.dtype)  # (B, N, 1)
+        return (patches * weight).sum(dim=1) / weight.sum(dim=1).clamp(min=1.0)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_values: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(B,)` or `torch.FloatTensor` of shape `(B, num_labels)`, *optional*):
+            class indices (cross-entropy), multi-hot / soft targets (BCE with logits), or values (MSE, 1 label).
+            The loss follows `config.problem_type`; when unset it is inferred as in transformers.
+        """
+        outputs = self.aasp(
+            input_values,
+            attention_mask=attention_mask,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        pooled = self.pool(outputs.last_hidden_state, outputs.token_mask)  # (B, D)
+        logits = self.classifier(self.classifier_norm(pooled))  # (B, num_labels)
+
+        loss = None
+        if labels is not None:
+            loss = self.classification_loss(logits, labels)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+    def classification_loss(self, logits, labels):
+        """Cross-entropy for single-label, BCE-with-logits for multi-label (and mixup targets), MSE for regression."""
+        problem_type = self.config.problem_type
+        if problem_type is None:
+            if self.num_labels == 1:
+                problem_type = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                problem_type = "single_label_classification"
+            else:
+                problem_type = "multi_label_classification"
+        if problem_type == "regression":
+            return F.mse_loss(logits.squeeze(-1).float(), labels.float())
+        if problem_type == "single_label_classification":
+            return F.cross_entropy(logits.float(), labels.long())
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+__all__ = ["AaspModel", "AaspForAudioClassification", "AaspPreTrainedModel", "AaspModelOutput"]

@@ -1,0 +1,305 @@
+"""AaspConfig, the SPE/AaPE stem and the encoder: parameter counts, shapes, masks, gradients, round trips."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aasp_hf import AaspConfig, AaspForAudioClassification, AaspModel
+from aasp_hf.modeling_aasp import AaspEmbeddings, sincos_position_embeddings
+
+
+def count(module):
+    return sum(p.numel() for p in module.parameters())
+
+
+def paper_model(**overrides):
+    with torch.device("meta"):  # counts only: no memory, no init cost
+        return AaspModel(AaspConfig(**overrides))
+
+
+# ----------------------------------------------------------------------------------------------- parameter counts
+@pytest.mark.parametrize(
+    "overrides, part, expected",
+    [
+        ({}, "encoder", 86.9e6),  # SPEC_NOTES §1: ViT-B 85.06 M + AaPE 1.86 M (paper: 87 M)
+        ({"patch_embedding": "spe"}, "stem", 0.43e6),
+        ({}, "stem", 1.86e6),
+        ({"sblu_adaptive": False}, "stem", 1.16e6),
+    ],
+)
+def test_parameter_counts_match_the_paper(overrides, part, expected):
+    model = paper_model(**overrides)
+    n = count(model) if part == "encoder" else count(model.embeddings)
+    assert abs(n - expected) / expected < 0.01, f"{part} {overrides}: {n:,} parameters, paper {expected:,.0f}"
+
+
+def test_aape_stem_breakdown():
+    """SPEC_NOTES §1: Lambda encoder ≈0.70 M, fusion ≈0.69 M, SBLU convs/GroupNorm ≈0.04 M."""
+    stem = paper_model().embeddings
+    assert abs(count(stem.lambda_encoder) - 0.70e6) < 0.01e6
+    assert abs(count(stem.fusion) - 0.69e6) < 0.01e6
+    assert abs(count(stem.sblu) - 0.04e6) < 0.005e6
+    assert not stem.position_embeddings.requires_grad
+    assert stem.position_embeddings.shape == (1, 305, 768)
+
+
+# ----------------------------------------------------------------------------------------------- config
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("patch_embedding", "conv"),
+        ("sblu_phase", "causal"),
+        ("sblu_kernel_size", 64),
+        ("sblu_epsilon", 0.0),
+        ("num_attention_heads", 5),
+        ("num_frames", 600),
+        ("frequency_patch_size", 12),
+        ("sblu_hidden_size", 100),
+        ("drop_path_rate", 1.5),
+        ("classifier_pooling", "max"),
+        ("lambda_encoder_reduction", 5),
+        ("hidden_size", -8),
+        ("layer_norm_first", "yes"),
+    ],
+)
+def test_config_rejects_bad_fields_naming_them(field, value):
+    with pytest.raises(ValueError, match=field):
+        AaspConfig(**{field: value})
+
+
+def test_config_defaults_and_round_trip(tmp_path):
+    config = AaspConfig()
+    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads, config.intermediate_size) == (
+        768,
+        12,
+        12,
+        3072,
+    )
+    assert (config.num_frequency_patches, config.num_time_patches, config.num_patches) == (8, 38, 304)
+    assert config.lambda_encoder_hidden_size == 128
+    config.save_pretrained(tmp_path)
+    again = AaspConfig.from_pretrained(tmp_path)
+    assert again.to_dict() == config.to_dict()
+
+
+# ----------------------------------------------------------------------------------------------- positions
+def test_sincos_positions_against_an_independent_formula():
+    table = sincos_position_embeddings(16, 3, 5).numpy()  # (N = 15, D = 16)
+    omega = 1.0 / 10000 ** (np.arange(4) / 4)
+    for t in range(5):
+        for f in range(3):
+            row = table[t * 3 + f]  # time-major tokens
+            np.testing.assert_allclose(row[:4], np.sin(f * omega), atol=1e-12)  # frequency in the first half
+            np.testing.assert_allclose(row[4:8], np.cos(f * omega), atol=1e-12)
+            np.testing.assert_allclose(row[8:12], np.sin(t * omega), atol=1e-12)
+            np.testing.assert_allclose(row[12:], np.cos(t * omega), atol=1e-12)
+
+
+def test_positions_truncate_and_interpolate_along_time_only(tiny_config):
+    config = tiny_config()
+    emb = AaspEmbeddings(config)
+    emb.position_embeddings.data.copy_(emb.compute_position_embeddings())
+    table = emb.position_embeddings[0, 1:].reshape(4, 2, 32).numpy()  # (T̃, F̃, D)
+    short = emb.patch_positions(3).reshape(3, 2, 32).numpy()
+    np.testing.assert_array_equal(short, table[:3])
+    long = emb.patch_positions(10).reshape(10, 2, 32).numpy()
+    source = np.clip((np.arange(10) + 0.5) * 4 / 10 - 0.5, 0, 3)  # linear, align_corners=False
+    for f in range(2):
+        for d in range(0, 32, 7):
+            np.testing.assert_allclose(long[:, f, d], np.interp(source, np.arange(4), table[:, f, d]), atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------- forward
+STEMS = [
+    dict(patch_embedding="spe"),
+    dict(patch_embedding="aape"),
+    dict(patch_embedding="aape", sblu_adaptive=False),
+    dict(patch_embedding="aape", sblu_phase="analytic", layer_norm_first=True),
+]
+
+
+@pytest.mark.parametrize("overrides", STEMS)
+def test_forward_shapes_and_outputs(tiny_config, overrides):
+    torch.manual_seed(0)
+    model = AaspModel(tiny_config(**overrides)).eval()
+    x = torch.randn(2, 64, 32)
+    out = model(x, output_hidden_states=True, output_attentions=True)
+    assert out.last_hidden_state.shape == (2, 1 + 8, 32)
+    assert len(out.hidden_states) == 3 and len(out.attentions) == 2
+    assert out.attentions[0].shape == (2, 2, 9, 9)
+    torch.testing.assert_close(out.attentions[0].sum(-1), torch.ones(2, 2, 9))
+    assert torch.isfinite(out.last_hidden_state).all()
+    as_tuple = model(x, return_dict=False)
+    torch.testing.assert_close(as_tuple[0], out.last_hidden_state)
+
+
+@pytest.mark.parametrize("overrides", STEMS)
+def test_every_trainable_parameter_gets_a_gradient(tiny_config, overrides):
+    torch.manual_seed(0)
+    model = AaspForAudioClassification(tiny_config(num_labels=3, **overrides)).train()
+    out = model(torch.randn(3, 64, 32), labels=torch.tensor([0, 1, 2]))
+    out.loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or p.grad.abs().sum() == 0)]
+    assert not missing, f"no gradient reaches {missing}"
+    assert not model.aasp.embeddings.position_embeddings.requires_grad
+
+
+def test_sdpa_equals_eager(tiny_config):
+    torch.manual_seed(0)
+    x, mask = torch.randn(2, 64, 32), torch.ones(2, 64, dtype=torch.long)
+    mask[1, 40:] = 0
+    eager = AaspModel(tiny_config(attn_implementation="eager")).eval()
+    sdpa = AaspModel(tiny_config(attn_implementation="sdpa")).eval()
+    sdpa.load_state_dict(eager.state_dict())
+    torch.testing.assert_close(sdpa(x, mask).last_hidden_state, eager(x, mask).last_hidden_state, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", STEMS[:3])
+def test_padded_batch_equals_one_by_one(tiny_config, overrides):
+    """Padding + attention mask gives the same real-token outputs as the unpadded clip (incl. the SBLU branch)."""
+    torch.manual_seed(0)
+    model = AaspModel(tiny_config(**overrides)).eval()
+    # (lengths within the 64-frame position table: longer inputs interpolate it, which changes positions)
+    short, long = torch.randn(1, 32, 32), torch.randn(1, 64, 32)
+    batch = torch.cat([F.pad(short, (0, 0, 0, 32)), long])  # (2, 64, 32)
+    mask = torch.ones(2, 64, dtype=torch.long)
+    mask[0, 32:] = 0
+    out = model(batch, mask)
+    alone_short = model(short, torch.ones(1, 32, dtype=torch.long)).last_hidden_state
+    alone_long = model(long).last_hidden_state
+    torch.testing.assert_close(out.last_hidden_state[0, : 1 + 2 * 2], alone_short[0], atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(out.last_hidden_state[1], alone_long[0], atol=2e-5, rtol=1e-4)
+    assert out.token_mask[0].sum() == 1 + 2 * 2
+
+
+def test_input_not_a_multiple_of_16_is_padded_and_masked(tiny_config):
+    torch.manual_seed(0)
+    model = AaspModel(tiny_config()).eval()
+    x = torch.randn(1, 50, 32)
+    out = model(x)
+    padded = F.pad(x, (0, 0, 0, 14))
+    mask = torch.ones(1, 64, dtype=torch.long)
+    mask[:, 50:] = 0
+    torch.testing.assert_close(out.last_hidden_state, model(padded, mask).last_hidden_state)
+    assert out.last_hidden_state.shape == (1, 1 + 4 * 2, 32)
+
+
+def test_longer_and_shorter_inputs_than_the_position_table(tiny_config):
+    model = AaspModel(tiny_config()).eval()
+    assert model(torch.randn(1, 160, 32)).last_hidden_state.shape == (1, 1 + 10 * 2, 32)
+    assert model(torch.randn(1, 16, 32)).last_hidden_state.shape == (1, 1 + 2, 32)
+
+
+@pytest.mark.parametrize(
+    "shape, match",
+    [((2, 64, 31), "input_values of shape"), ((64, 32), "input_values of shape"), ((2, 0, 32), "0 frames")],
+)
+def test_bad_input_shapes_raise(tiny_config, shape, match):
+    model = AaspModel(tiny_config()).eval()
+    with pytest.raises(ValueError, match=match):
+        model(torch.randn(*shape))
+
+
+def test_bad_attention_mask_shape_raises(tiny_config):
+    with pytest.raises(ValueError, match="attention_mask"):
+        AaspModel(tiny_config())(torch.randn(2, 64, 32), torch.ones(2, 63))
+
+
+def test_lambda_parameters_drive_their_frequency_group_and_time_patch(tiny_config):
+    """Token (t, f)'s H/F̃ pairs drive hidden channels f·H/F̃ + i for the 16 frames of time patch t."""
+    emb = AaspEmbeddings(tiny_config())
+    per_token = torch.arange(2 * 8 * 4, dtype=torch.float32).reshape(2, 8, 4)  # (B, N = 4·2, H/F̃ = 4)
+    frames = emb._lambda_to_frames(per_token)  # (B, H = 8, T = 64)
+    assert frames.shape == (2, 8, 64)
+    for b in range(2):
+        for h in range(8):
+            for t in range(0, 64, 5):
+                assert frames[b, h, t] == per_token[b, (t // 16) * 2 + h // 4, h % 4]
+
+
+def test_adaptive_frequency_estimates_are_bounded(tiny_config):
+    model = AaspModel(tiny_config()).eval()
+    emb = model.embeddings
+    spec = emb.projection(torch.randn(2, 1, 64, 32) * 50).flatten(2).transpose(1, 2)
+    decay, frequency = emb.lambda_encoder(spec)
+    assert (decay >= -2 * np.log(0.01) / (0.01 * (15 - 1)) - 1e-4).all()  # α_min for K = 15
+    assert (frequency >= np.pi / (0.01 * 16) - 1e-4).all() and (frequency <= np.pi / 0.01 + 1e-4).all()
+
+
+def test_sblu_branch_runs_in_float32_under_bf16_autocast(tiny_config):
+    torch.manual_seed(0)
+    model = AaspModel(tiny_config()).eval()
+    seen = {}
+
+    def record_input_dtype(module, inputs, output):
+        seen["dtype"] = inputs[0].dtype
+
+    model.embeddings.sblu.output_projection.register_forward_hook(record_input_dtype)
+    x = torch.randn(2, 64, 32)
+    reference = model(x).last_hidden_state
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x).last_hidden_state
+    assert seen["dtype"] == torch.float32  # 2Γ|r| leaves the SBLU in float32
+    assert torch.isfinite(out).all()
+    assert (out.float() - reference).abs().max() < 0.2  # bf16 matmuls elsewhere
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_config):
+    torch.manual_seed(0)
+    model = AaspForAudioClassification(tiny_config(num_labels=2)).train()
+    x, y = torch.randn(2, 64, 32), torch.tensor([0, 1])
+    model(x, labels=y).loss.backward()
+    reference = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    model.activation_checkpointing_enable()  # transformers >= 5.x name of gradient_checkpointing_enable
+    assert model.aasp.layers[0].gradient_checkpointing
+    model(x, labels=y).loss.backward()
+    for name, grad in reference.items():
+        torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, msg=name)
+
+
+# ----------------------------------------------------------------------------------------------- classification head
+def test_classification_losses_follow_problem_type(tiny_config):
+    torch.manual_seed(0)
+    x = torch.randn(2, 64, 32)
+    model = AaspForAudioClassification(tiny_config(num_labels=3)).eval()
+    out = model(x, labels=torch.tensor([2, 0]))
+    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits, torch.tensor([2, 0])))
+    multi = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    model.config.problem_type = "multi_label_classification"
+    out = model(x, labels=multi)
+    torch.testing.assert_close(out.loss, F.binary_cross_entropy_with_logits(out.logits, multi))
+
+
+def test_mean_pooling_ignores_padding(tiny_config):
+    torch.manual_seed(0)
+    model = AaspForAudioClassification(tiny_config(num_labels=2, classifier_pooling="mean")).eval()
+    x = torch.randn(1, 32, 32)
+    padded, mask = F.pad(x, (0, 0, 0, 32)), torch.zeros(1, 64, dtype=torch.long)
+    mask[:, :32] = 1
+    torch.testing.assert_close(model(padded, mask).logits, model(x).logits, atol=2e-5, rtol=1e-4)
+
+
+def test_freeze_feature_encoder_freezes_only_the_stem(tiny_config):
+    model = AaspForAudioClassification(tiny_config(num_labels=2))
+    model.freeze_feature_encoder()
+    assert not any(p.requires_grad for p in model.aasp.embeddings.parameters())
+    assert all(p.requires_grad for p in model.aasp.layers.parameters())
+    assert model.classifier.weight.requires_grad
+
+
+def test_save_and_load_round_trip_keeps_outputs_and_fixed_tensors(tiny_config, tmp_path):
+    torch.manual_seed(0)
+    model = AaspForAudioClassification(tiny_config(num_labels=2)).eval()
+    x = torch.randn(2, 64, 32)
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").exists() and not list(tmp_path.glob("*.bin"))
+    again = AaspForAudioClassification.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(again(x).logits, model(x).logits)
+    emb = again.aasp.embeddings
+    torch.testing.assert_close(emb.position_embeddings.data, emb.compute_position_embeddings())
+    torch.testing.assert_close(emb.sblu.highpass_kernel, emb.sblu.compute_highpass_kernel(again.config))
+    # a base checkpoint loads into the head (encoder under `aasp`)
+    base = AaspModel.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(base(x).last_hidden_state, model.aasp(x).last_hidden_state)
