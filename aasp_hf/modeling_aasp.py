@@ -364,21 +364,28 @@ class AaspEmbeddings(nn.Module):
         table = sincos_position_embeddings(c.hidden_size, c.num_frequency_patches, c.num_time_patches)  # (N, D)
         return torch.cat([torch.zeros(1, c.hidden_size, dtype=table.dtype), table])[None].float()
 
-    def patch_positions(self, num_time_patches: int) -> torch.Tensor:
-        """(1, T̃'·F̃, D) positions for an input with T̃' time patches."""
+    def patch_positions(self, num_time_patches: int, valid_time_patches: torch.Tensor | None = None) -> torch.Tensor:
+        """Positions (B or 1, T̃'·F̃, D) for an input with T̃' time patches.
+
+        Each clip uses its own length (`valid_time_patches`, (B,), default T̃'): a clip that fits the table takes its
+        first rows; a longer clip gets the table linearly interpolated along time (F.interpolate's "linear",
+        align_corners=False, mapping). Per-clip lengths make a padded batch give every clip the positions it gets
+        alone. Rows past a clip's length (padding) are clamped copies.
+        """
         c = self.config
-        positions = self.position_embeddings[:, 1:]  # (1, N, D)
-        if num_time_patches == c.num_time_patches:
-            return positions
-        grid = positions.reshape(1, c.num_time_patches, c.num_frequency_patches, c.hidden_size)  # (1, T̃, F̃, D)
-        if num_time_patches < c.num_time_patches:
-            grid = grid[:, :num_time_patches]
+        table = self.position_embeddings[0, 1:].reshape(c.num_time_patches, -1)  # (N, D) -> (T̃, F̃·D)
+        target = torch.arange(num_time_patches, device=table.device, dtype=torch.float32)[None]  # (1, T̃')
+        if valid_time_patches is None:
+            length = torch.full((1, 1), num_time_patches, device=table.device, dtype=torch.float32)
         else:
-            grid = grid.permute(0, 2, 3, 1).reshape(1, -1, c.num_time_patches)  # (1, T̃, F̃, D) -> (1, F̃·D, T̃)
-            grid = F.interpolate(grid, size=num_time_patches, mode="linear", align_corners=False)  # (1, F̃·D, T̃')
-            grid = grid.reshape(1, c.num_frequency_patches, c.hidden_size, num_time_patches)  # (1, F̃, D, T̃')
-            grid = grid.permute(0, 3, 1, 2)  # (1, F̃, D, T̃') -> (1, T̃', F̃, D)
-        return grid.reshape(1, -1, c.hidden_size)  # (1, T̃', F̃, D) -> (1, N', D)
+            length = valid_time_patches.to(device=table.device, dtype=torch.float32)[:, None]  # (B, 1)
+        stretched = (target + 0.5) * (c.num_time_patches / length) - 0.5
+        source = torch.where(length > c.num_time_patches, stretched, target).clamp(0, c.num_time_patches - 1)
+        low = source.floor().long()  # (B, T̃')
+        high = (low + 1).clamp(max=c.num_time_patches - 1)
+        weight = (source - low)[..., None].to(table.dtype)  # (B, T̃', 1)
+        rows = table[low] * (1 - weight) + table[high] * weight  # (B, T̃', F̃·D)
+        return rows.reshape(rows.shape[0], -1, c.hidden_size)  # (B, T̃', F̃·D) -> (B, T̃'·F̃, D)
 
     def forward(self, input_values, frame_mask=None, attention_mask=None):
         """input_values: (B, T, F), T a multiple of P_time; frame_mask: (B, T) bool or None;
@@ -386,7 +393,10 @@ class AaspEmbeddings(nn.Module):
         c = self.config
         batch_size, num_frames, _ = input_values.shape
         num_time_patches = num_frames // c.time_patch_size
-        positions = self.patch_positions(num_time_patches).to(input_values.dtype)  # (1, N, D)
+        valid_time_patches = None
+        if frame_mask is not None:  # (B, T) -> (B, T̃, P_time) -> (B,)
+            valid_time_patches = frame_mask.reshape(batch_size, num_time_patches, -1).any(-1).sum(-1)
+        positions = self.patch_positions(num_time_patches, valid_time_patches).to(input_values.dtype)  # (B|1, N, D)
 
         spec = self.projection(input_values.unsqueeze(1))  # (B, T, F) -> (B, 1, T, F) -> (B, D, T̃, F̃)
         spec = spec.flatten(2).transpose(1, 2)  # (B, D, T̃, F̃) -> (B, N, D), time-major
@@ -451,6 +461,15 @@ class AaspPreTrainedModel(PreTrainedModel):
                 init.copy_(module.static_frequency, torch.logit(targets))
         elif isinstance(module, AaspModel):
             init.trunc_normal_(module.cls_token, std=std)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """As transformers', and when the code ships with the weights (`auto_map`), a head's checkpoint also maps
+        `AutoModel` to the bare encoder, so `AutoModel.from_pretrained(..., trust_remote_code=True)` loads it."""
+        if self._auto_class is not None:
+            auto_map = dict(getattr(self.config, "auto_map", None) or {})
+            auto_map.setdefault("AutoModel", f"{AaspModel.__module__.split('.')[-1]}.{AaspModel.__name__}")
+            self.config.auto_map = auto_map
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names excluded from weight decay besides biases and norms: CLS and positions (SPEC_NOTES §4)."""

@@ -108,6 +108,14 @@ def test_positions_truncate_and_interpolate_along_time_only(tiny_config):
     for f in range(2):
         for d in range(0, 32, 7):
             np.testing.assert_allclose(long[:, f, d], np.interp(source, np.arange(4), table[:, f, d]), atol=1e-6)
+    # the interpolation equals torch's own linear resampling of the table along time
+    grid = torch.from_numpy(table).permute(1, 2, 0).reshape(1, 64, 4)  # (T̃, F̃, D) -> (1, F̃·D, T̃)
+    resampled = F.interpolate(grid, size=10, mode="linear", align_corners=False).reshape(2, 32, 10).permute(2, 0, 1)
+    np.testing.assert_allclose(long, resampled.numpy(), atol=1e-6)
+    # in a padded batch every clip gets the positions of its own length
+    batch = emb.patch_positions(10, torch.tensor([10, 3])).reshape(2, 10, 2, 32).numpy()
+    np.testing.assert_allclose(batch[0], long, atol=1e-6)
+    np.testing.assert_array_equal(batch[1, :3], table[:3])
 
 
 # ----------------------------------------------------------------------------------------------- forward
@@ -160,10 +168,10 @@ def test_padded_batch_equals_one_by_one(tiny_config, overrides):
     """Padding + attention mask gives the same real-token outputs as the unpadded clip (incl. the SBLU branch)."""
     torch.manual_seed(0)
     model = AaspModel(tiny_config(**overrides)).eval()
-    # (lengths within the 64-frame position table: longer inputs interpolate it, which changes positions)
-    short, long = torch.randn(1, 32, 32), torch.randn(1, 64, 32)
-    batch = torch.cat([F.pad(short, (0, 0, 0, 32)), long])  # (2, 64, 32)
-    mask = torch.ones(2, 64, dtype=torch.long)
+    # the long clip exceeds the 64-frame position table (interpolated), the short one does not (truncated)
+    short, long = torch.randn(1, 32, 32), torch.randn(1, 96, 32)
+    batch = torch.cat([F.pad(short, (0, 0, 0, 64)), long])  # (2, 96, 32)
+    mask = torch.ones(2, 96, dtype=torch.long)
     mask[0, 32:] = 0
     out = model(batch, mask)
     alone_short = model(short, torch.ones(1, 32, dtype=torch.long)).last_hidden_state

@@ -1,0 +1,181 @@
+"""The transformers ecosystem: Auto* classes, remote code in a fresh process, and the audio-classification pipeline."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+import torchaudio
+from transformers import (
+    AutoConfig,
+    AutoFeatureExtractor,
+    AutoModel,
+    AutoModelForAudioClassification,
+    pipeline,
+)
+
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
+from conftest import tiny_config_kwargs
+
+LABELS = ["dog", "rain", "siren"]
+
+
+def tone(seconds, freq, sr=16000, seed=0):
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * sr)) / sr
+    return (0.5 * np.sin(2 * np.pi * freq * t) + 0.05 * rng.standard_normal(t.shape)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def saved_classifier(tmp_path_factory):
+    """A tiny AaPE classifier with 128 mel bins (the feature extractor's), saved with its feature extractor."""
+    torch.manual_seed(0)
+    config = AaspConfig(
+        **tiny_config_kwargs(num_mel_bins=128, sblu_hidden_size=16, sblu_output_size=64),
+        num_labels=3,
+        id2label=dict(enumerate(LABELS)),
+        label2id={name: i for i, name in enumerate(LABELS)},
+    )
+    model = AaspForAudioClassification(config).eval()
+    path = tmp_path_factory.mktemp("classifier")
+    model.save_pretrained(path)
+    AaspFeatureExtractor().save_pretrained(path)
+    return path, model
+
+
+def direct_probabilities(model, audio, function="softmax"):
+    features = AaspFeatureExtractor()(audio, sampling_rate=16000, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**features).logits[0]
+    return logits.softmax(-1) if function == "softmax" else logits.sigmoid()
+
+
+def as_dict(predictions):
+    return {p["label"]: p["score"] for p in predictions}
+
+
+def test_auto_classes_resolve_to_aasp(saved_classifier):
+    path, _ = saved_classifier
+    assert isinstance(AutoConfig.from_pretrained(path), AaspConfig)
+    assert type(AutoModel.from_pretrained(path)) is AaspModel
+    assert type(AutoModelForAudioClassification.from_pretrained(path)) is AaspForAudioClassification
+    assert isinstance(AutoFeatureExtractor.from_pretrained(path), AaspFeatureExtractor)
+
+
+def test_saved_folder_ships_code_auto_map_and_safetensors(saved_classifier):
+    path, _ = saved_classifier
+    config = json.loads((path / "config.json").read_text())
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration_aasp.AaspConfig",
+        "AutoModel": "modeling_aasp.AaspModel",
+        "AutoModelForAudioClassification": "modeling_aasp.AaspForAudioClassification",
+    }
+    preprocessor = json.loads((path / "preprocessor_config.json").read_text())
+    assert preprocessor["auto_map"] == {"AutoFeatureExtractor": "feature_extraction_aasp.AaspFeatureExtractor"}
+    for name in ("configuration_aasp.py", "modeling_aasp.py", "sblu.py", "feature_extraction_aasp.py"):
+        assert (path / name).exists(), name
+    assert (path / "model.safetensors").exists()
+    assert not list(path.glob("*.bin")) and not list(path.glob("*.pt"))
+
+
+def test_remote_code_loads_in_a_fresh_process_without_the_package(saved_classifier, tmp_path):
+    """`trust_remote_code=True`, offline, `aasp_hf` unimportable: same logits as the in-process model."""
+    path, model = saved_classifier
+    audio = tone(1.3, 440.0)
+    expected = direct_probabilities(model, audio).numpy()
+    np.save(tmp_path / "audio.npy", audio)
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["aasp_hf"] = None  # any import of our package now raises ImportError
+        import numpy as np, torch
+        from transformers import AutoFeatureExtractor, AutoModel, AutoModelForAudioClassification
+        path = {str(path)!r}
+        fe = AutoFeatureExtractor.from_pretrained(path, trust_remote_code=True)
+        model = AutoModelForAudioClassification.from_pretrained(path, trust_remote_code=True).eval()
+        base = AutoModel.from_pretrained(path, trust_remote_code=True)
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        assert type(base).__name__ == "AaspModel"
+        audio = np.load({str(tmp_path / "audio.npy")!r})
+        features = fe(audio, sampling_rate=16000, return_tensors="pt")
+        with torch.no_grad():
+            probs = model(**features).logits[0].softmax(-1).numpy()
+        np.save({str(tmp_path / "remote.npy")!r}, probs)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    np.testing.assert_allclose(np.load(tmp_path / "remote.npy"), expected, atol=1e-6)
+
+
+def test_pipeline_on_a_16khz_array(saved_classifier):
+    path, model = saved_classifier
+    classifier = pipeline("audio-classification", model=str(path))
+    audio = tone(1.0, 440.0)
+    predictions = classifier(audio, top_k=3)
+    assert {p["label"] for p in predictions} == set(LABELS)
+    expected = direct_probabilities(model, audio)
+    for i, name in enumerate(LABELS):
+        assert as_dict(predictions)[name] == pytest.approx(expected[i].item(), abs=1e-5)
+
+
+def test_pipeline_resamples_a_22050_hz_dict(saved_classifier):
+    path, model = saved_classifier
+    classifier = pipeline("audio-classification", model=str(path))
+    audio_22k = tone(1.0, 440.0, sr=22050)
+    predictions = as_dict(classifier({"raw": audio_22k, "sampling_rate": 22050}, top_k=3))
+    resampled = torchaudio.functional.resample(torch.from_numpy(audio_22k), 22050, 16000).numpy()
+    expected = direct_probabilities(model, resampled)
+    for i, name in enumerate(LABELS):
+        assert predictions[name] == pytest.approx(expected[i].item(), abs=1e-5)
+
+
+def test_pipeline_on_a_wav_path(saved_classifier, tmp_path):
+    path, model = saved_classifier
+    audio = tone(0.8, 880.0)
+    wav = tmp_path / "clip.wav"
+    sf.write(wav, audio, 16000, subtype="FLOAT")  # float WAV: ffmpeg decodes it without quantisation
+    predictions = as_dict(pipeline("audio-classification", model=str(path))(str(wav), top_k=3))
+    expected = direct_probabilities(model, audio)
+    for i, name in enumerate(LABELS):
+        assert predictions[name] == pytest.approx(expected[i].item(), abs=1e-5)
+
+
+def test_pipeline_on_a_batch_equals_single_calls(saved_classifier):
+    path, _ = saved_classifier
+    classifier = pipeline("audio-classification", model=str(path))
+    clips = [tone(0.5, 300.0), tone(1.7, 1200.0, seed=1), tone(1.0, 3000.0, seed=2)]
+    batched = classifier(clips, top_k=3, batch_size=3)
+    for clip, predictions in zip(clips, batched):
+        single = as_dict(classifier(clip, top_k=3))
+        for p in predictions:
+            assert p["score"] == pytest.approx(single[p["label"]], abs=1e-5)
+
+
+def test_multi_label_checkpoint_makes_the_pipeline_use_a_sigmoid(tmp_path):
+    torch.manual_seed(0)
+    config = AaspConfig(
+        **tiny_config_kwargs(num_mel_bins=128, sblu_hidden_size=16, sblu_output_size=64, patch_embedding="spe"),
+        num_labels=3,
+        id2label=dict(enumerate(LABELS)),
+        label2id={name: i for i, name in enumerate(LABELS)},
+        problem_type="multi_label_classification",
+    )
+    model = AaspForAudioClassification(config).eval()
+    model.save_pretrained(tmp_path)
+    AaspFeatureExtractor().save_pretrained(tmp_path)
+    audio = tone(1.0, 500.0)
+    predictions = as_dict(pipeline("audio-classification", model=str(tmp_path))(audio, top_k=3))
+    expected = direct_probabilities(model, audio, function="sigmoid")
+    for i, name in enumerate(LABELS):
+        assert predictions[name] == pytest.approx(expected[i].item(), abs=1e-5)
+    assert sum(predictions.values()) != pytest.approx(1.0, abs=1e-3)  # not a softmax
