@@ -11,6 +11,7 @@ Steps: 1. make the data, 2. build the model and feature extractor, 3. train for 
 """
 
 import argparse
+import json
 import math
 import time
 from pathlib import Path
@@ -90,14 +91,15 @@ def evaluate(model, features, labels, batch_size=64) -> float:
     return correct / len(labels)
 
 
-def main():
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=60.0, help="training time budget on this machine")
     parser.add_argument("--output-dir", default="demo_output")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-per-class", type=int, default=120)
     parser.add_argument("--test-per-class", type=int, default=40)
-    args = parser.parse_args()
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args(argv)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
 
@@ -115,7 +117,7 @@ def main():
 
     print(f"3. training for {args.seconds:.0f} s")
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    batch_size, step, start = 32, 0, time.monotonic()
+    batch_size, step, start = min(args.batch_size, len(train_y)), 0, time.monotonic()
     while time.monotonic() - start < args.seconds:
         model.train()
         order = torch.randperm(len(train_y))
@@ -132,6 +134,7 @@ def main():
             if time.monotonic() - start >= args.seconds:
                 break
 
+    train_seconds = time.monotonic() - start
     accuracy = evaluate(model, test, test_y)
     print(f"4. held-out accuracy after {step} steps: {accuracy:.3f} ({len(test_y)} clips, chance {1 / len(LABELS):.2f})")
 
@@ -149,6 +152,16 @@ def main():
         top = classifier(clip, top_k=2)
         shown = ", ".join(f"{p['label']} {p['score']:.2f}" for p in top)
         print(f"   true {LABELS[label]:>13s} -> {shown}")
+
+    results = {
+        "train_steps": step,
+        "train_seconds": round(train_seconds, 1),
+        "test_clips": len(test_labels),
+        "test_accuracy": accuracy,
+        "pipeline_test_accuracy": float(pipeline_accuracy),
+    }
+    (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
+    return results
 
 
 if __name__ == "__main__":
