@@ -1,0 +1,369 @@
+"""The Structured Bilateral Laplace Unit (SBLU) operator of AaSP, and the helpers around it.
+
+Paper: "Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers", Sec. "Structured
+Bilateral Laplace Unit (SBLU)", Sec. "Aliasing-aware Patch Embedding (AaPE)" (a)-(c), Appendices A-C.
+
+Symbols and names used throughout this file:
+
+    Δ  -> ``step``          spectrogram hop in seconds (0.01 s in the paper)
+    α  -> ``decay``         real part of λ = α + jβ, in 1/s (window decay), bounded below by ``sblu_decay_min``
+    β  -> ``frequency``     imaginary part of λ, angular modulation frequency in rad/s, see ``sblu_frequency_range``
+    K  -> ``kernel_size``   number of taps k = 0..K-1 (odd, > 1); centre c = (K-1)/2
+    v  -> ``values``        the high-passed, B̄-projected subband signals (B, H, T)
+    r  ->                   the complex SBLU response of Eq. (5); the model uses |r|
+
+Shapes: B batch, H SBLU hidden channels, T frames, C channels of ``zero_phase_highpass`` (mel bins).
+
+What lives here (the rest of AaPE, i.e. B̄, C̄, Γ scaling, GroupNorm and the time patchifier, is in the model):
+
+    sblu_decay_min, sblu_frequency_range   band and stability bounds (Sec. SBLU, "Band focusing")
+    sblu_gamma                             γ of Eq. (6), the per-channel normalisation Γ
+    highpass_fir_taps, zero_phase_kernel,  the zero-phase high-pass filter of AaPE (a)
+    zero_phase_highpass
+    sblu_magnitude                         |r| of Eq. (5): memory-efficient custom autograd Function (AaPE (c))
+    sblu_magnitude_reference               float64 oracle that evaluates Eq. (5) literally (for tests)
+
+This file ships to the Hub as remote code: it imports only ``math``, ``numpy`` and ``torch``.
+"""
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+
+SBLU_PHASES = ("symmetric", "analytic")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Argument checks (ValueError naming the argument and its value)
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _check_step(step: float) -> None:
+    if not step > 0:
+        raise ValueError(f"step must be > 0 (seconds per frame), got step={step!r}")
+
+
+def _check_kernel_size(kernel_size: int) -> None:
+    is_integer = isinstance(kernel_size, (int, np.integer)) and not isinstance(kernel_size, bool)
+    if not is_integer or kernel_size < 3 or kernel_size % 2 == 0:
+        raise ValueError(f"kernel_size must be an odd integer > 1, got kernel_size={kernel_size!r}")
+
+
+def _check_phase(phase: str) -> None:
+    if phase not in SBLU_PHASES:
+        raise ValueError(f"phase must be one of {SBLU_PHASES}, got phase={phase!r}")
+
+
+def _check_sblu_inputs(values, decay, frequency, step, kernel_size, phase) -> None:
+    _check_phase(phase)
+    _check_kernel_size(kernel_size)
+    _check_step(step)
+    if values.dim() != 3:
+        raise ValueError(f"values must have shape (B, H, T), got values.shape={tuple(values.shape)}")
+    if decay.shape != values.shape or frequency.shape != values.shape:
+        raise ValueError(
+            "values, decay and frequency must have the same shape (B, H, T) (expand the per-frame parameters first), "
+            f"got values.shape={tuple(values.shape)}, decay.shape={tuple(decay.shape)}, "
+            f"frequency.shape={tuple(frequency.shape)}"
+        )
+
+
+def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """float32 for half/bfloat16/float32 inputs, float64 if any input is float64."""
+    dtype = torch.float32
+    for tensor in tensors:
+        dtype = torch.promote_types(dtype, tensor.dtype)
+    return dtype
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Band and stability bounds (Sec. SBLU, "Band focusing and stability constraints")
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def sblu_decay_min(epsilon: float, step: float, kernel_size: int) -> float:
+    """α_min = −2·ln(ε) / (Δ·(K−1)), the smallest decay whose window edge exp(−Δα(K−1)/2) is at most ε.
+
+    Defaults of the paper (ε = 0.01, Δ = 0.01 s, K = 63) give 14.855 1/s.
+    """
+    if not 0 < epsilon < 1:
+        raise ValueError(f"epsilon must lie in (0, 1) (window edge attenuation), got epsilon={epsilon!r}")
+    _check_step(step)
+    _check_kernel_size(kernel_size)
+    return -2.0 * math.log(epsilon) / (step * (kernel_size - 1))
+
+
+def sblu_frequency_range(step: float, time_patch_size: int) -> tuple[float, float]:
+    """(β_min, β_max) = (π/(Δ·S_time), π/Δ): the post- and pre-patching modulation Nyquist limits in rad/s.
+
+    Defaults (Δ = 0.01 s, S_time = P_time = 16) give (19.635, 314.159).
+    """
+    _check_step(step)
+    if isinstance(time_patch_size, bool) or not isinstance(time_patch_size, int) or time_patch_size < 2:
+        raise ValueError(f"time_patch_size must be an integer >= 2, got time_patch_size={time_patch_size!r}")
+    return math.pi / (step * time_patch_size), math.pi / step
+
+
+def sblu_gamma(decay: torch.Tensor, frequency: torch.Tensor, step: float) -> torch.Tensor:
+    """γ = |λ⁻¹·sinh(Δλ/2)| with λ = α + jβ, Eq. (6) / Appendix B. Elementwise, any (broadcastable) shapes.
+
+    The paper writes γ = sqrt((cosh²(Δα/2) − cos²(Δβ/2)) / (α² + β²)); we evaluate the identical
+    sqrt((sinh²(Δα/2) + sin²(Δβ/2)) / (α² + β²)), which has no cancellation for small Δα and Δβ.
+    Computed in float32 for half/bfloat16/float32 inputs and in float64 for float64 inputs.
+    """
+    _check_step(step)
+    dtype = _compute_dtype(decay, frequency)
+    decay, frequency = decay.to(dtype), frequency.to(dtype)
+    numerator = torch.sinh(0.5 * step * decay).square() + torch.sin(0.5 * step * frequency).square()
+    return torch.sqrt(numerator / (decay.square() + frequency.square()))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Zero-phase high-pass filter (AaPE (a))
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def highpass_fir_taps(num_taps: int, cutoff_hz: float, sample_rate_hz: float) -> np.ndarray:
+    """Hamming-window FIR high-pass taps (float64, length ``num_taps``), unit gain at Nyquist.
+
+    Equal to ``scipy.signal.firwin(num_taps, cutoff_hz, window="hamming", pass_zero=False, fs=sample_rate_hz)``:
+    an ideal high-pass (sinc at Nyquist minus sinc at the cutoff) times a symmetric Hamming window, then scaled
+    so that the response at Nyquist is exactly 1. ``num_taps`` must be odd (a high-pass needs a tap at the centre).
+    In AaPE the cutoff is β_min/(2π) = 3.125 Hz at a 100 Hz frame rate, with 63 taps.
+    """
+    if isinstance(num_taps, bool) or not isinstance(num_taps, int) or num_taps < 3 or num_taps % 2 == 0:
+        raise ValueError(f"num_taps must be an odd integer >= 3 for a high-pass FIR, got num_taps={num_taps!r}")
+    nyquist_hz = 0.5 * sample_rate_hz
+    if not 0 < cutoff_hz < nyquist_hz:
+        raise ValueError(
+            f"cutoff_hz must lie in (0, sample_rate_hz/2) = (0, {nyquist_hz!r}), got cutoff_hz={cutoff_hz!r}"
+        )
+    cutoff = cutoff_hz / nyquist_hz  # in units of Nyquist
+    m = np.arange(num_taps, dtype=np.float64) - 0.5 * (num_taps - 1)  # tap offsets from the centre
+    taps = np.sinc(m) - cutoff * np.sinc(cutoff * m)  # ideal high-pass = all-pass minus low-pass at the cutoff
+    window = 0.54 + 0.46 * np.cos(np.linspace(-np.pi, np.pi, num_taps))  # symmetric Hamming, as scipy builds it
+    taps = taps * window
+    nyquist_gain = np.sum(taps * np.cos(np.pi * m))  # response at Nyquist
+    return taps / nyquist_gain
+
+
+def zero_phase_kernel(taps: np.ndarray) -> np.ndarray:
+    """The centred kernel equivalent to forward–backward (filtfilt) filtering with ``taps``.
+
+    Filtering forward with h and then backward with h equals one convolution with h ⋆ h[::-1], which is symmetric
+    (zero phase) and has length 2·len(taps) − 1.
+    """
+    taps = np.asarray(taps, dtype=np.float64)
+    if taps.ndim != 1 or taps.size == 0:
+        raise ValueError(f"taps must be a non-empty 1-D array, got taps.shape={taps.shape}")
+    return np.convolve(taps, taps[::-1])
+
+
+def zero_phase_highpass(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+    """Filter every row of ``x`` (B, C, T) along time with the centred zero-phase ``kernel`` (odd length L).
+
+    ``kernel`` is ``zero_phase_kernel(highpass_fir_taps(...))`` as a tensor. Output (B, C, T): out[..., n] =
+    Σ_i kernel[i] · x[..., n + L//2 − i], i.e. ``np.convolve(row, kernel, "full")[L//2 : L//2 + T]``.
+
+    Edges: the signal is ZERO-padded at both ends (not the odd extension of ``scipy.signal.filtfilt``). This is
+    deliberate: the model pads clips with zeros, so a zero-padded clip filters exactly like the unpadded one.
+    At least L//2 = num_taps − 1 frames away from both edges the result equals ``filtfilt(taps, [1], x)``.
+    Works for any T >= 1, also T < L. Arithmetic in float32 (float64 for float64 input), autocast disabled.
+    """
+    if x.dim() != 3:
+        raise ValueError(f"x must have shape (B, C, T), got x.shape={tuple(x.shape)}")
+    if kernel.dim() != 1 or kernel.shape[0] % 2 == 0:
+        raise ValueError(f"kernel must be 1-D with an odd length, got kernel.shape={tuple(kernel.shape)}")
+    batch, channels, frames = x.shape
+    dtype = _compute_dtype(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        weight = kernel.to(device=x.device, dtype=dtype).flip(0).view(1, 1, -1)  # (L,) -> (1, 1, L); flip: conv1d
+        # correlates, and we want a convolution (a no-op for the symmetric zero-phase kernel)
+        rows = x.to(dtype).reshape(batch * channels, 1, frames)  # (B, C, T) -> (B·C, 1, T)
+        out = F.conv1d(rows, weight, padding=kernel.shape[0] // 2)  # (B·C, 1, T), zero padding
+    return out.view(batch, channels, frames)  # (B·C, 1, T) -> (B, C, T)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# SBLU response magnitude |r| (Eq. 5, AaPE (c)) — memory-efficient autograd Function
+# ----------------------------------------------------------------------------------------------------------------------
+#
+# r[n] = Σ_k w_n[k−c] · v[n+k−c] with the per-frame kernel (α_n, β_n belong to OUTPUT frame n, zero padding)
+#     symmetric (Eq. 5 as written):  w_n[j] = exp(−Δ(α_n + jβ_n)|j|)
+#     analytic (one-sided phase):    w_n[j] = exp(−Δα_n|j|) · exp(−jΔβ_n j)
+# With z_n = exp(−Δ(α_n + jβ_n)) and the distance d = |j| = 0..c, split the sum at the centre:
+#     r[n] = Σ_d z_f[n]^d v[n+d] + Σ_d z_b[n]^d v[n−d] − v[n],   z_f = z;  z_b = z (symmetric) or conj(z) (analytic).
+# With a = v[n+d], b = v[n−d] and p = z^d = p_re + j p_im this is, in real arithmetic,
+#     Re r = Σ_d p_re (a + b) − v,     Im r = Σ_d p_im (a + b)  [symmetric]   or   Σ_d p_im (a − b)  [analytic].
+# The powers p = z^d are kept as a running product (one complex multiply per tap instead of exp/cos/sin), so forward
+# and backward are c+1 passes over (B, H, T) slices and never hold a (B, H, T, K) kernel.
+#
+# Backward, upstream g = ∂L/∂|r| (real, (B, H, T)); Gc = g·conj(r)/|r| (|r| clamped away from 0), so dL = Re(Gc·dr):
+#     ∂L/∂v[m] = Σ_d Re(Gc[m−d] z_f[m−d]^d) + Σ_d Re(Gc[m+d] z_b[m+d]^d) − Re(Gc[m])  (shifted accumulation)
+#     D_f = Σ_d d z_f^d v[n+d],  D_b = Σ_d d z_b^d v[n−d]
+#     ∂r/∂α = −Δ(D_f + D_b),   ∂r/∂β = −jΔ(D_f + D_b) [symmetric]  or  −jΔ(D_f − D_b) [analytic]
+#     ∂L/∂α = −Δ·Re(Gc·(D_f + D_b)),   ∂L/∂β = Δ·Im(Gc·(D_f ± D_b)).
+# In real arithmetic D_f + D_b = Σ d p_re (a+b) + j Σ d p_im (a±b) and, for the analytic phase,
+# D_f − D_b = Σ d p_re (a−b) + j Σ d p_im (a+b): the same tap sums serve both parameter gradients (Appendix C).
+
+
+def _sblu_base(decay: torch.Tensor, frequency: torch.Tensor, step: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Re z, Im z) of z = exp(−Δ(α + jβ)), each (B, H, T)."""
+    magnitude = torch.exp(-step * decay)
+    angle = step * frequency
+    return magnitude * torch.cos(angle), -magnitude * torch.sin(angle)
+
+
+def _complex_mul(a_re, a_im, b_re, b_im) -> tuple[torch.Tensor, torch.Tensor]:
+    return a_re * b_re - a_im * b_im, a_re * b_im + a_im * b_re
+
+
+class SbluMagnitudeFunction(torch.autograd.Function):
+    """|r| of Eq. (5) with taps generated on the fly; saves only v, α, β, Re r, Im r (each (B, H, T))."""
+
+    @staticmethod
+    def forward(ctx, values, decay, frequency, step, kernel_size, phase):
+        analytic = phase == "analytic"
+        half = (kernel_size - 1) // 2  # c
+        frames = values.shape[-1]
+        padded = F.pad(values, (half, half))  # (B, H, T) -> (B, H, T + 2c), zero padding
+        z_re, z_im = _sblu_base(decay, frequency, step)
+
+        response_re = values.clone(memory_format=torch.contiguous_format)  # d = 0 tap: 2·v[n] − v[n] = v[n]
+        response_im = torch.zeros_like(response_re)
+        power_re, power_im = z_re, z_im  # p = z^d, here d = 1
+        for d in range(1, half + 1):
+            ahead = padded[..., half + d : half + d + frames]  # v[n+d], (B, H, T)
+            behind = padded[..., half - d : half - d + frames]  # v[n−d], (B, H, T)
+            both = ahead + behind
+            response_re.addcmul_(power_re, both)
+            response_im.addcmul_(power_im, ahead - behind if analytic else both)
+            if d < half:
+                power_re, power_im = _complex_mul(power_re, power_im, z_re, z_im)
+
+        ctx.save_for_backward(values, decay, frequency, response_re, response_im)
+        ctx.step, ctx.kernel_size, ctx.analytic = step, kernel_size, analytic
+        return torch.hypot(response_re, response_im)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_magnitude):
+        values, decay, frequency, response_re, response_im = ctx.saved_tensors
+        step, analytic = ctx.step, ctx.analytic
+        half = (ctx.kernel_size - 1) // 2
+        frames = values.shape[-1]
+        with torch.autocast(device_type=values.device.type, enabled=False):
+            grad_magnitude = grad_magnitude.to(response_re.dtype)
+            magnitude = torch.hypot(response_re, response_im).clamp_min(torch.finfo(response_re.dtype).tiny)
+            scale = grad_magnitude / magnitude
+            gc_re, gc_im = scale * response_re, -scale * response_im  # Gc = g·conj(r)/|r|
+
+            padded = F.pad(values, (half, half))  # (B, H, T) -> (B, H, T + 2c)
+            z_re, z_im = _sblu_base(decay, frequency, step)
+
+            grad_padded = torch.zeros_like(padded)  # ∂L/∂v on the padded grid, (B, H, T + 2c)
+            grad_padded[..., half : half + frames] = gc_re  # d = 0 tap: Re(Gc·1), counted once
+            sum_plus_re = torch.zeros_like(gc_re)  # Re(D_f + D_b)
+            sum_plus_im = torch.zeros_like(gc_re)  # Im(D_f + D_b)
+            if analytic:
+                sum_minus_re = torch.zeros_like(gc_re)  # Re(D_f − D_b)
+                sum_minus_im = torch.zeros_like(gc_re)  # Im(D_f − D_b)
+            power_re, power_im = z_re, z_im
+            for d in range(1, half + 1):
+                ahead = padded[..., half + d : half + d + frames]  # v[n+d]
+                behind = padded[..., half - d : half - d + frames]  # v[n−d]
+                # ∂L/∂v: frame n sends Re(Gc·z_f^d) to v[n+d] and Re(Gc·z_b^d) to v[n−d]
+                real_part, imag_part = gc_re * power_re, gc_im * power_im
+                grad_padded[..., half + d : half + d + frames] += real_part - imag_part
+                backward_part = real_part + imag_part if analytic else real_part - imag_part  # conj(z)^d or z^d
+                grad_padded[..., half - d : half - d + frames] += backward_part
+                # D sums, weighted by the distance d
+                both = ahead + behind
+                sum_plus_re.add_(power_re * both, alpha=d)
+                if analytic:
+                    apart = ahead - behind
+                    sum_plus_im.add_(power_im * apart, alpha=d)
+                    sum_minus_re.add_(power_re * apart, alpha=d)
+                    sum_minus_im.add_(power_im * both, alpha=d)
+                else:
+                    sum_plus_im.add_(power_im * both, alpha=d)
+                if d < half:
+                    power_re, power_im = _complex_mul(power_re, power_im, z_re, z_im)
+
+            grad_values = grad_padded[..., half : half + frames]  # (B, H, T + 2c) -> (B, H, T)
+            grad_decay = -step * (gc_re * sum_plus_re - gc_im * sum_plus_im)  # −Δ·Re(Gc·(D_f + D_b))
+            if analytic:
+                grad_frequency = step * (gc_re * sum_minus_im + gc_im * sum_minus_re)  # Δ·Im(Gc·(D_f − D_b))
+            else:
+                grad_frequency = step * (gc_re * sum_plus_im + gc_im * sum_plus_re)  # Δ·Im(Gc·(D_f + D_b))
+        return grad_values, grad_decay, grad_frequency, None, None, None
+
+
+def sblu_magnitude(
+    values: torch.Tensor,
+    decay: torch.Tensor,
+    frequency: torch.Tensor,
+    step: float,
+    kernel_size: int,
+    phase: str = "symmetric",
+) -> torch.Tensor:
+    """|r| of Eq. (5): the magnitude of the adaptive bilateral complex-sinusoid convolution (AaPE (c)).
+
+    Args:
+        values: v (B, H, T), the high-passed subband signals after B̄.
+        decay: α (B, H, T) in 1/s, the decay of OUTPUT frame n's kernel (Re λ; expanded views are fine).
+        frequency: β (B, H, T) in rad/s, the frequency of OUTPUT frame n's kernel (Im λ).
+        step: Δ in seconds.
+        kernel_size: K, odd and > 1; centre c = (K−1)/2.
+        phase: ``"symmetric"`` — the paper's Eq. (5) as written, r[n] = Σ_k exp(−Δ(α_n + jβ_n)|k−c|)·v[n+k−c];
+            ``"analytic"`` — r[n] = Σ_k exp(−Δα_n|k−c|)·exp(−jΔβ_n(k−c))·v[n+k−c], the one-sided-phase kernel
+            of the paper's window analysis (steady envelope on a pure modulation, see SPEC_NOTES §2).
+
+    Returns:
+        |r| (B, H, T), float32 (float64 when any input is float64). v is zero outside [0, T).
+
+    The Γ and 2·C̄ factors of Eq. (5) are applied by the caller (see ``sblu_gamma``). Memory: autograd keeps
+    v, α, β, Re r, Im r — O(B·H·T) — and the backward pass regenerates the taps; no (B, H, T, K) tensor is ever
+    built. Under ``torch.autocast`` the inputs are cast to float32 and autocast is disabled inside.
+    """
+    _check_sblu_inputs(values, decay, frequency, step, kernel_size, phase)
+    dtype = _compute_dtype(values, decay, frequency)
+    with torch.autocast(device_type=values.device.type, enabled=False):
+        return SbluMagnitudeFunction.apply(
+            values.to(dtype), decay.to(dtype), frequency.to(dtype), float(step), kernel_size, phase
+        )
+
+
+def sblu_magnitude_reference(
+    values: torch.Tensor,
+    decay: torch.Tensor,
+    frequency: torch.Tensor,
+    step: float,
+    kernel_size: int,
+    phase: str = "symmetric",
+) -> torch.Tensor:
+    """float64 oracle for ``sblu_magnitude``: Eq. (5) evaluated literally, tap by tap (tests only).
+
+    Each tap k builds its complex weight directly, w = exp(−Δα|k−c|)·(cos(Δβ s) − j·sin(Δβ s)) with s = |k−c|
+    (symmetric) or s = k−c (analytic), and multiplies it with the zero-padded, shifted v[n+k−c]. Same arguments
+    and result as ``sblu_magnitude``; plain autograd differentiates it.
+    """
+    _check_sblu_inputs(values, decay, frequency, step, kernel_size, phase)
+    values, decay, frequency = values.double(), decay.double(), frequency.double()
+    center = (kernel_size - 1) // 2
+    frames = values.shape[-1]
+    padded = F.pad(values, (center, center))  # (B, H, T) -> (B, H, T + 2c), zero padding
+    response = torch.zeros(values.shape, dtype=torch.complex128, device=values.device)
+    for k in range(kernel_size):
+        offset = k - center
+        distance = abs(offset)
+        signed = distance if phase == "symmetric" else offset
+        weight = torch.exp(-step * decay * distance) * torch.complex(
+            torch.cos(step * frequency * signed), -torch.sin(step * frequency * signed)
+        )  # (B, H, T) complex
+        response = response + weight * padded[..., k : k + frames]  # v[n+k−c], (B, H, T)
+    return response.abs()
