@@ -1,0 +1,591 @@
+# Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
+"""AaSP front end: waveform (16 kHz) -> normalised log-mel spectrogram (B, T, F).
+
+Two modes (SPEC_NOTES §3):
+
+- ``"m2d"`` (default, the paper's front end, following M2D): centred STFT with reflect padding,
+  periodic Hann window of 400 samples inside a 1024-point FFT, hop 160, power 2, 128 Slaney mel bins
+  (Slaney norm) from 50 Hz to 8 kHz, ``log(x + eps_float32)``, then ``(x - (-7.1)) / 4.1``.
+- ``"kaldi"`` (for converted EAT checkpoints): EAT's front end, i.e. the waveform minus its own mean,
+  then ``torchaudio.compliance.kaldi.fbank(wav, htk_compat=True, sample_frequency=16000, use_energy=False,
+  window_type="hanning", num_mel_bins=128, dither=0.0, frame_shift=10)`` reimplemented in torch, then
+  ``(x - (-4.268)) / (2 * 4.569)``.
+
+Both modes run batched in torch (no per-clip loop in the compute) and give, for every clip of a batch,
+the same frames as that clip processed alone. Frames are padded to a multiple of ``frame_multiple`` (16,
+the patch size) with ``padding_value`` and an ``attention_mask`` marks the real frames.
+
+This file is shipped to the Hub as remote code: it imports only the standard library, numpy, torch and
+transformers. Dimension legend: B clips, L samples, T frames, F mel bins, K FFT bins, W window samples.
+"""
+
+import copy
+import math
+
+import numpy as np
+import torch
+
+from transformers.audio_utils import mel_filter_bank
+from transformers.feature_extraction_sequence_utils import SequenceFeatureExtractor
+from transformers.feature_extraction_utils import BatchFeature
+from transformers.utils import PaddingStrategy, TensorType, logging
+
+
+logger = logging.get_logger(__name__)
+
+# Defaults that depend on the mode; a `None` argument in `__init__` resolves to these.
+_MODE_DEFAULTS = {
+    # M2D: Slaney mel 50 Hz - 8 kHz inside a 1024-point FFT; statistics (-7.1, 4.1).
+    "m2d": {"n_fft": 1024, "f_min": 50.0, "f_max": 8000.0, "mean": -7.1, "std": 4.1},
+    # EAT / Kaldi fbank: FFT of the next power of two above the window (512), mel 20 Hz - Nyquist
+    # (f_max None -> sampling_rate / 2); EAT normalises with (x + 4.268) / (2 * 4.569).
+    "kaldi": {"n_fft": 512, "f_min": 20.0, "f_max": None, "mean": -4.268, "std": 2 * 4.569},
+}
+_KALDI_PREEMPHASIS = 0.97  # torchaudio.compliance.kaldi.fbank default
+_PCM_SCALE = {  # integer PCM -> float in [-1, 1): (x - offset) / scale
+    torch.int16: (0.0, 32768.0),
+    torch.int32: (0.0, 2147483648.0),
+    torch.uint8: (128.0, 128.0),
+    torch.int8: (0.0, 128.0),
+}
+
+
+class AaspFeatureExtractor(SequenceFeatureExtractor):
+    r"""
+    Turns raw 16 kHz mono audio into the normalised log-mel spectrogram an AaSP model takes.
+
+    Args:
+        feature_size (`int`, defaults to 128): number of mel bins F.
+        sampling_rate (`int`, defaults to 16000): the rate audio must have; other rates raise an error.
+        padding_value (`float`, defaults to 0.0): value of padding frames, in the normalised domain.
+        mode (`str`, defaults to `"m2d"`): `"m2d"` (the paper's front end) or `"kaldi"` (EAT's front end, for
+            converted EAT checkpoints).
+        n_fft (`int`, *optional*): FFT size. Default 1024 (m2d) or 512 (kaldi).
+        win_length (`int`, defaults to 400): window length in samples (25 ms).
+        hop_length (`int`, defaults to 160): hop in samples (10 ms, the step Δ of the paper).
+        f_min, f_max (`float`, *optional*): mel range in Hz. Defaults 50 / 8000 (m2d), 20 / Nyquist (kaldi).
+        mean, std (`float`, *optional*): normalisation `(x - mean) / std`. Defaults -7.1 / 4.1 (m2d),
+            -4.268 / 9.138 (kaldi, EAT's `(x + 4.268) / (2 * 4.569)`). Stored resolved.
+        do_normalize (`bool`, defaults to `True`): apply the normalisation above.
+        frame_multiple (`int`, defaults to 16): output frame counts are rounded up to a multiple of this.
+        max_frames (`int`, *optional*): default for `__call__(max_frames=...)`; a multiple of `frame_multiple`.
+        return_attention_mask (`bool`, defaults to `True`): return the frame-level attention mask.
+    """
+
+    model_input_names = ["input_values", "attention_mask"]
+
+    def __init__(
+        self,
+        feature_size=128,
+        sampling_rate=16000,
+        padding_value=0.0,
+        mode="m2d",
+        n_fft=None,
+        win_length=400,
+        hop_length=160,
+        f_min=None,
+        f_max=None,
+        mean=None,
+        std=None,
+        do_normalize=True,
+        frame_multiple=16,
+        max_frames=None,
+        return_attention_mask=True,
+        **kwargs,
+    ):
+        super().__init__(
+            feature_size=feature_size,
+            sampling_rate=sampling_rate,
+            padding_value=padding_value,
+            return_attention_mask=return_attention_mask,
+            **kwargs,
+        )
+        if mode not in _MODE_DEFAULTS:
+            raise ValueError(f"mode={mode!r} is not supported: use 'm2d' (the paper's front end) or 'kaldi' (EAT's).")
+        defaults = _MODE_DEFAULTS[mode]
+        self.mode = mode
+        self.n_fft = int(defaults["n_fft"] if n_fft is None else n_fft)
+        self.win_length = int(win_length)
+        self.hop_length = int(hop_length)
+        self.f_min = float(defaults["f_min"] if f_min is None else f_min)
+        f_max = defaults["f_max"] if f_max is None else f_max
+        self.f_max = float(sampling_rate / 2 if f_max is None else f_max)
+        self.mean = float(defaults["mean"] if mean is None else mean)
+        self.std = float(defaults["std"] if std is None else std)
+        self.do_normalize = bool(do_normalize)
+        self.frame_multiple = int(frame_multiple)
+        self.max_frames = max_frames
+        self._validate_fields()
+        self.max_frames = None if max_frames is None else int(max_frames)  # numpy int -> int, for the JSON
+        # Filter banks and windows, built on first use per device; private, so `to_dict` leaves them out.
+        self._tensor_cache = {}
+
+    def _validate_fields(self):
+        """Raise a ValueError naming the first field that cannot work."""
+        if self.padding_side != "right":
+            raise ValueError(f"padding_side={self.padding_side!r}: only 'right' padding is supported.")
+        if not (0 < self.win_length <= self.n_fft):
+            raise ValueError(f"win_length={self.win_length} must be in [1, n_fft={self.n_fft}].")
+        if self.hop_length <= 0:
+            raise ValueError(f"hop_length={self.hop_length} must be positive.")
+        if self.mode == "kaldi" and self.n_fft % 2:
+            raise ValueError(f"n_fft={self.n_fft} must be even in kaldi mode.")
+        if not (0.0 <= self.f_min < self.f_max <= self.sampling_rate / 2):
+            raise ValueError(
+                f"f_min={self.f_min}, f_max={self.f_max}: need 0 <= f_min < f_max <= sampling_rate / 2 "
+                f"= {self.sampling_rate / 2}."
+            )
+        if self.std <= 0:
+            raise ValueError(f"std={self.std} must be positive.")
+        if self.frame_multiple <= 0:
+            raise ValueError(f"frame_multiple={self.frame_multiple} must be a positive integer.")
+        self._check_max_frames(self.max_frames, "max_frames")
+
+    def _check_max_frames(self, max_frames, where):
+        if max_frames is None:
+            return
+        if isinstance(max_frames, bool) or not isinstance(max_frames, (int, np.integer)) or max_frames <= 0:
+            raise ValueError(f"{where}={max_frames!r} must be a positive integer (a number of frames).")
+        if max_frames % self.frame_multiple:
+            raise ValueError(
+                f"{where}={max_frames} must be a multiple of frame_multiple={self.frame_multiple} (the patch size), "
+                f"e.g. {math.ceil(max_frames / self.frame_multiple) * self.frame_multiple}."
+            )
+
+    def to_dict(self):
+        """The constructor arguments only: cached filter banks and windows (private attributes) are dropped."""
+        output = {k: copy.deepcopy(v) for k, v in self.__dict__.items() if not k.startswith("_")}
+        output["feature_extractor_type"] = self.__class__.__name__
+        return output
+
+    # ------------------------------------------------------------------------------------------------
+    # Frame counts
+    # ------------------------------------------------------------------------------------------------
+
+    def num_frames(self, num_samples: int) -> int:
+        """Frames of one clip of `num_samples` samples, before truncation, rounding and padding.
+
+        m2d: centred frames, ``1 + (L + 2 * (n_fft // 2) - n_fft) // hop`` (= ``1 + L // hop`` for even n_fft).
+        kaldi: frames that fit entirely (snip_edges), ``1 + (L - win_length) // hop``.
+        """
+        num_samples = int(num_samples)
+        if num_samples <= 0:
+            raise ValueError(f"num_samples={num_samples}: a clip needs at least one sample.")
+        if self.mode == "kaldi":
+            if num_samples < self.win_length:
+                raise ValueError(
+                    f"num_samples={num_samples}: kaldi mode needs at least win_length={self.win_length} samples "
+                    f"({1000 * self.win_length / self.sampling_rate:g} ms)."
+                )
+            return 1 + (num_samples - self.win_length) // self.hop_length
+        return 1 + (num_samples + 2 * (self.n_fft // 2) - self.n_fft) // self.hop_length
+
+    def _samples_for_frames(self, num_frames: int) -> int:
+        """Fewest leading samples from which the first `num_frames` frames come out as from the whole clip."""
+        if self.mode == "kaldi":
+            return (num_frames - 1) * self.hop_length + self.win_length
+        # Frame t reads padded samples [t*hop, t*hop + n_fft), i.e. original samples < t*hop + n_fft - n_fft//2.
+        return (num_frames - 1) * self.hop_length + self.n_fft - self.n_fft // 2
+
+    # ------------------------------------------------------------------------------------------------
+    # Call
+    # ------------------------------------------------------------------------------------------------
+
+    def __call__(
+        self,
+        raw_speech,
+        sampling_rate=None,
+        return_tensors=None,
+        padding="longest",
+        max_frames=None,
+        truncation=True,
+        return_attention_mask=None,
+        device=None,
+        mono=False,
+        **kwargs,
+    ) -> BatchFeature:
+        r"""
+        Featurise one clip or a batch of clips.
+
+        Args:
+            raw_speech: one clip (1-D numpy array, torch tensor or list of floats), a list of clips of any
+                lengths, or a 2-D `(B, L)` array/tensor of equal-length clips. Integer PCM (int16, int32, uint8)
+                is scaled to [-1, 1); float64 is cast to float32.
+            sampling_rate (`int`): the rate of `raw_speech`; must equal `self.sampling_rate` (16000).
+            return_tensors (`str`, *optional*): `"pt"` for torch tensors (left on the compute device),
+                `"np"` or `None` for numpy arrays.
+            padding (`str`, defaults to `"longest"`): `"longest"` pads to the longest clip of the batch,
+                `"max_length"` to `max_frames`. The frame count is then rounded up to a multiple of
+                `frame_multiple`.
+            max_frames (`int`, *optional*): defaults to `self.max_frames`; a multiple of `frame_multiple`.
+            truncation (`bool`, defaults to `True`): with `max_frames`, keep only the first `max_frames` frames
+                of longer clips (the frames the whole clip would give; kaldi mode still removes the mean of
+                the whole clip).
+            return_attention_mask (`bool`, *optional*): defaults to `self.return_attention_mask`.
+            device (`str` or `torch.device`, *optional*): compute there (e.g. `"cuda"`); by default the device
+                of the input tensors (CPU for numpy).
+            mono (`bool`, defaults to `False`): a 2-D input (or each 2-D list element) is ONE multi-channel clip,
+                averaged over its smaller axis.
+
+        Returns:
+            [`BatchFeature`] with `input_values` float32 `(B, T, F)` and `attention_mask` int64 `(B, T)`
+            (1 = real frame, 0 = padding), T a multiple of `frame_multiple`.
+        """
+        # 1. Check the call's options before touching the audio.
+        self._check_sampling_rate(sampling_rate)
+        if kwargs:
+            logger.warning(f"AaspFeatureExtractor ignores unknown arguments: {sorted(kwargs)}")
+        pad_to_max = self._padding_to_max_length(padding)
+        max_frames = self.max_frames if max_frames is None else max_frames
+        self._check_max_frames(max_frames, "max_frames")
+        if pad_to_max and max_frames is None:
+            raise ValueError("padding='max_length' needs max_frames (pass it here or to the constructor).")
+        return_type = self._resolve_return_tensors(return_tensors)
+        if return_attention_mask is None:
+            return_attention_mask = self.return_attention_mask
+
+        # 2. Waveforms: one float32 1-D tensor per clip, validated, zero-padded into one batch.
+        clips = self._to_clips(raw_speech, mono)
+        if device is None:
+            device = clips[0].device
+        clips = [clip.to(device) for clip in clips]
+        lengths = [int(clip.shape[0]) for clip in clips]
+        for index, length in enumerate(lengths):
+            if self.mode == "kaldi" and length < self.win_length:
+                raise ValueError(
+                    f"Clip {index} has {length} samples; kaldi mode needs at least win_length={self.win_length} "
+                    f"({1000 * self.win_length / self.sampling_rate:g} ms). Pad it with zeros or drop it."
+                )
+        waveforms = torch.nn.utils.rnn.pad_sequence(clips, batch_first=True)  # B x (L_i,) -> (B, L_max)
+        finite = torch.isfinite(waveforms.sum(dim=1))  # NaN/inf in a clip make its sum non-finite: (B,)
+        if not finite.all():
+            bad = (~finite).nonzero().flatten().tolist()
+            raise ValueError(
+                f"Clip(s) {bad} contain NaN or inf samples (or values so large that their sum overflows float32); "
+                f"clean or drop them before featurising."
+            )
+        lengths_t = torch.tensor(lengths, device=device)  # (B,)
+
+        # 3. Kaldi mode removes each clip's own mean, over the whole clip (before any truncation), as EAT does.
+        if self.mode == "kaldi":
+            waveforms = self._subtract_clip_means(waveforms, lengths_t)
+
+        # 4. Truncation: keep only the samples the first `max_frames` frames read.
+        clip_frames = [self.num_frames(length) for length in lengths]
+        if max_frames is not None and truncation:
+            clip_frames = [min(n, max_frames) for n in clip_frames]
+            keep = self._samples_for_frames(max_frames)
+            if waveforms.shape[1] > keep:
+                waveforms = waveforms[:, :keep]  # (B, L_max) -> (B, keep)
+                lengths_t = lengths_t.clamp(max=keep)
+
+        # 5. Features for the whole batch at once: (B, L) -> (B, T_max, F).
+        if self.mode == "m2d":
+            features = self._m2d_log_mel(waveforms, lengths_t)
+        else:
+            features = self._kaldi_log_fbank(waveforms)
+        if self.do_normalize:
+            features = (features - self.mean) / self.std
+
+        # 6. Output length: longest clip (or max_frames), rounded up to a multiple of frame_multiple.
+        target = max(clip_frames)
+        if pad_to_max:
+            target = max(target, max_frames)
+        target = math.ceil(target / self.frame_multiple) * self.frame_multiple
+        if features.shape[1] >= target:
+            features = features[:, :target]  # (B, T_max, F) -> (B, T, F)
+        else:
+            features = torch.nn.functional.pad(features, (0, 0, 0, target - features.shape[1]))  # -> (B, T, F)
+        frames_t = torch.tensor(clip_frames, device=device)  # (B,)
+        attention_mask = (torch.arange(target, device=device)[None, :] < frames_t[:, None]).long()  # (B, T)
+        padding_value = torch.tensor(self.padding_value, dtype=features.dtype, device=device)
+        features = torch.where(attention_mask[:, :, None].bool(), features, padding_value)  # (B, T, F)
+
+        # 7. Package.
+        data = {"input_values": features}
+        if return_attention_mask:
+            data["attention_mask"] = attention_mask
+        if return_type != "pt":
+            data = {key: value.cpu().numpy() for key, value in data.items()}
+        return BatchFeature(data, tensor_type=return_type)
+
+    # ------------------------------------------------------------------------------------------------
+    # Argument checks
+    # ------------------------------------------------------------------------------------------------
+
+    def _check_sampling_rate(self, sampling_rate):
+        sr = self.sampling_rate
+        if sampling_rate is None:
+            raise ValueError(
+                f"AaspFeatureExtractor expects audio sampled at {sr} Hz, but no `sampling_rate` was passed. "
+                f"Resample your audio to {sr} Hz and call the extractor with sampling_rate={sr}, so that "
+                f"audio at another rate is caught instead of silently giving wrong features."
+            )
+        if int(sampling_rate) != sr:
+            raise ValueError(
+                f"The audio was passed with sampling_rate={sampling_rate} Hz, but this feature extractor expects "
+                f"{sr} Hz. Resample it first, e.g. `torchaudio.functional.resample(x, {sampling_rate}, {sr})`, or "
+                f"with datasets `ds = ds.cast_column('audio', Audio(sampling_rate={sr}))`; the audio-classification "
+                f"pipeline resamples for you when given {{'raw': x, 'sampling_rate': {sampling_rate}}}."
+            )
+
+    @staticmethod
+    def _padding_to_max_length(padding) -> bool:
+        """True for 'max_length', False for 'longest' (or True); anything else is an error."""
+        value = padding.value if isinstance(padding, PaddingStrategy) else padding
+        if value is True or value == "longest":
+            return False
+        if value == "max_length":
+            return True
+        raise ValueError(
+            f"padding={padding!r} is not supported: use 'longest' (pad to the longest clip) or 'max_length' "
+            f"(pad to max_frames). A batch is always padded, to a multiple of frame_multiple frames."
+        )
+
+    @staticmethod
+    def _resolve_return_tensors(return_tensors):
+        if return_tensors is None:
+            return None
+        value = return_tensors.value if isinstance(return_tensors, TensorType) else return_tensors
+        if value not in ("pt", "np"):
+            raise ValueError(f"return_tensors={return_tensors!r} is not supported: use 'pt', 'np' or None.")
+        return value
+
+    # ------------------------------------------------------------------------------------------------
+    # Input conversion: anything accepted -> list of 1-D float32 tensors
+    # ------------------------------------------------------------------------------------------------
+
+    def _to_clips(self, raw_speech, mono):
+        """Split the input into clips and convert each to a 1-D float32 tensor.
+
+        - 1-D array/tensor or list of numbers: one clip.
+        - 2-D array/tensor: a (B, L) batch; with `mono=True` one multi-channel clip.
+        - list/tuple of arrays/tensors: one clip each (2-D elements need `mono=True`).
+        """
+        if isinstance(raw_speech, (list, tuple)):
+            if len(raw_speech) == 0:
+                raise ValueError("Got an empty list of clips: pass at least one waveform.")
+            if all(isinstance(x, (int, float, np.number)) for x in raw_speech):
+                raw_list = [np.asarray(raw_speech, dtype=np.float32)]  # a single clip given as a list of numbers
+            else:
+                raw_list = list(raw_speech)
+            clips = [self._to_float_tensor(x, index) for index, x in enumerate(raw_list)]
+            return [self._as_mono_clip(clip, index, mono) for index, clip in enumerate(clips)]
+
+        array = self._to_float_tensor(raw_speech, 0)
+        if array.ndim == 1:
+            clips = [array]
+        elif array.ndim == 2:
+            if mono:
+                clips = [self._downmix(array)]
+            else:
+                rows, cols = array.shape
+                if cols <= 8 and cols < rows:
+                    raise ValueError(
+                        f"Got a 2-D input of shape {tuple(array.shape)}, which looks like (samples, channels) "
+                        f"multi-channel audio. Downmix it first (`x.mean(axis=1)`) or pass mono=True. "
+                        f"A 2-D input is otherwise read as a (batch, samples) batch of clips."
+                    )
+                clips = list(array)  # (B, L) -> B x (L,)
+        else:
+            raise ValueError(
+                f"Got an input with {array.ndim} dimensions (shape {tuple(array.shape)}): pass a 1-D waveform, "
+                f"a (batch, samples) array, or a list of 1-D waveforms."
+            )
+        for index, clip in enumerate(clips):
+            self._check_not_empty(clip, index)
+        return clips
+
+    def _as_mono_clip(self, clip, index, mono):
+        """One list element -> a 1-D clip (a 2-D element is downmixed when `mono=True`)."""
+        if clip.ndim == 2 and mono:
+            clip = self._downmix(clip)
+        elif clip.ndim == 2:
+            raise ValueError(
+                f"Clip {index} is 2-D (shape {tuple(clip.shape)}): pass mono=True to average its channels, or "
+                f"downmix it yourself (`x.mean(axis=1)` for (samples, channels))."
+            )
+        elif clip.ndim != 1:
+            raise ValueError(f"Clip {index} has {clip.ndim} dimensions (shape {tuple(clip.shape)}): expected 1-D.")
+        self._check_not_empty(clip, index)
+        return clip
+
+    @staticmethod
+    def _downmix(array):
+        """Average a 2-D multi-channel clip over its smaller axis (the channels): (C, L) or (L, C) -> (L,)."""
+        channel_axis = 0 if array.shape[0] <= array.shape[1] else 1
+        return array.mean(dim=channel_axis)
+
+    @staticmethod
+    def _check_not_empty(clip, index):
+        if clip.numel() == 0:
+            raise ValueError(f"Clip {index} is empty (0 samples): drop it or pass audio.")
+
+    @staticmethod
+    def _to_float_tensor(x, index):
+        """numpy / torch / list -> float32 tensor (same device for torch); integer PCM is scaled to [-1, 1)."""
+        if isinstance(x, (list, tuple)):
+            x = np.asarray(x, dtype=np.float32)
+        elif isinstance(x, np.generic):
+            x = np.asarray(x)
+        if isinstance(x, np.ndarray):
+            if x.dtype == np.uint8 or x.dtype == np.int8 or x.dtype == np.int16 or x.dtype == np.int32:
+                x = torch.tensor(x)  # copy: keeps the caller's array untouched (and allows read-only arrays)
+            elif np.issubdtype(x.dtype, np.floating):
+                x = torch.tensor(x.astype(np.float32, copy=False))
+            else:
+                raise ValueError(
+                    f"Clip {index} has dtype {x.dtype}: pass float audio in [-1, 1] or int16/int32/uint8 PCM."
+                )
+        elif not isinstance(x, torch.Tensor):
+            raise ValueError(
+                f"Clip {index} is a {type(x).__name__}: pass decoded audio (numpy array, torch tensor or list of "
+                f"floats), e.g. from soundfile.read or a datasets Audio column."
+            )
+        if x.dtype in _PCM_SCALE:
+            offset, scale = _PCM_SCALE[x.dtype]
+            return (x.float() - offset) / scale
+        if x.is_floating_point():
+            return x.float()
+        raise ValueError(f"Clip {index} has dtype {x.dtype}: pass float audio in [-1, 1] or int16/int32/uint8 PCM.")
+
+    # ------------------------------------------------------------------------------------------------
+    # Cached filter banks and windows
+    # ------------------------------------------------------------------------------------------------
+
+    def _cached(self, name, device, build):
+        """Build a fixed tensor once per device; kept in a private attribute that `to_dict` drops."""
+        if not hasattr(self, "_tensor_cache"):
+            self._tensor_cache = {}
+        key = (name, str(device))
+        if key not in self._tensor_cache:
+            self._tensor_cache[key] = build().to(device)
+        return self._tensor_cache[key]
+
+    def _slaney_mel_filters(self) -> np.ndarray:
+        """M2D filters: Slaney-scale, Slaney-normalised triangles, float64 (K, F) with K = n_fft // 2 + 1."""
+        return mel_filter_bank(
+            num_frequency_bins=self.n_fft // 2 + 1,
+            num_mel_filters=self.feature_size,
+            min_frequency=self.f_min,
+            max_frequency=self.f_max,
+            sampling_rate=self.sampling_rate,
+            norm="slaney",
+            mel_scale="slaney",
+        )
+
+    def _kaldi_mel_filters(self) -> np.ndarray:
+        """Kaldi's filters (torchaudio.compliance.kaldi.get_mel_banks without VTLN), float64 (K, F).
+
+        Triangles equally spaced on mel = 1127 ln(1 + f / 700) between f_min and f_max, evaluated at FFT bins
+        0 .. n_fft/2 - 1; the Nyquist bin gets weight 0.
+        """
+        mel = lambda f: 1127.0 * np.log1p(np.asarray(f, dtype=np.float64) / 700.0)  # noqa: E731
+        mel_low, mel_high = mel(self.f_min), mel(self.f_max)
+        delta = (mel_high - mel_low) / (self.feature_size + 1)
+        edges = mel_low + delta * np.arange(self.feature_size + 2)  # (F + 2,): left, centre, right mels
+        left, centre, right = edges[:-2, None], edges[1:-1, None], edges[2:, None]  # (F, 1) each
+        bin_mel = mel(self.sampling_rate / self.n_fft * np.arange(self.n_fft // 2))[None, :]  # (1, K - 1)
+        up = (bin_mel - left) / (centre - left)
+        down = (right - bin_mel) / (right - centre)
+        banks = np.maximum(0.0, np.minimum(up, down))  # (F, K - 1)
+        banks = np.pad(banks, ((0, 0), (0, 1)))  # Nyquist column = 0: (F, K - 1) -> (F, K)
+        return banks.T  # (K, F)
+
+    def _power_to_mel(self, spectrum):
+        """|X|^2 @ M for a complex spectrum (B, T, K) and this mode's filters M (K, F) -> (B, T, F).
+
+        Computed as [Re^2, Im^2] @ [M; M] (rows interleaved): one in-place square of the freshly made
+        spectrum and one matmul, about twice as fast on CPU as ``spectrum.abs().pow(2) @ M``.
+        """
+        filters = self._slaney_mel_filters if self.mode == "m2d" else self._kaldi_mel_filters
+        stacked = self._cached(
+            "mel_interleaved",
+            spectrum.device,
+            lambda: torch.from_numpy(filters()).float().repeat_interleave(2, dim=0),
+        )  # (K, F) -> (2K, F): rows M[0], M[0], M[1], M[1], ...
+        squares = torch.view_as_real(spectrum).square_()  # (B, T, K) complex -> (B, T, K, 2) real
+        return squares.flatten(2) @ stacked  # (B, T, K, 2) -> (B, T, 2K) @ (2K, F) -> (B, T, F)
+
+    # ------------------------------------------------------------------------------------------------
+    # The two front ends, batched
+    # ------------------------------------------------------------------------------------------------
+
+    def _reflect_pad(self, waveforms, lengths):
+        """Centre padding as torch.stft(center=True, pad_mode="reflect") does, but at each clip's own edges.
+
+        Clip i (length L_i, zero beyond) becomes ``reflect(clip_i)`` of length L_i + 2P (P = n_fft // 2), then
+        zeros up to L_max + 2P. Out-of-range sample positions j fold into [0, L_i) with period 2(L_i - 1)
+        (repeated reflection, so clips shorter than P + 1 also work; L_i = 1 repeats its one sample).
+        (B, L_max) -> (B, L_max + 2P).
+        """
+        batch = waveforms.shape[0]
+        pad = self.n_fft // 2
+        lengths = lengths[:, None]  # (B, 1)
+        period = (2 * (lengths - 1)).clamp(min=1)  # (B, 1)
+
+        def fold(j):  # j: (B, P) sample positions, possibly outside [0, L_i) -> indices inside
+            j = torch.remainder(j, period)
+            return torch.where(j < lengths, j, period - j).clamp(min=0)
+
+        offsets = torch.arange(pad, device=waveforms.device)[None, :]  # (1, P)
+        left = torch.gather(waveforms, 1, fold(offsets - pad).expand(batch, pad))  # samples -P .. -1: (B, P)
+        right = torch.gather(waveforms, 1, fold(lengths + offsets))  # samples L_i .. L_i + P - 1: (B, P)
+        padded = torch.cat([left, waveforms, waveforms.new_zeros(batch, pad)], dim=1)  # (B, L_max + 2P)
+        return padded.scatter(1, pad + lengths + offsets, right)  # right edge of clip i at P + L_i + k
+
+    def _m2d_log_mel(self, waveforms, lengths):
+        """M2D log-mel: (B, L_max) -> (B, T_max, F), T_max = frames of the longest clip.
+
+        1. reflect-pad each clip at its own edges; 2. one STFT over the batch (periodic Hann of win_length
+        centred in n_fft, hop); 3. power |X|^2; 4. Slaney mel filters (one matmul); 5. log(x + eps).
+        """
+        padded = self._reflect_pad(waveforms, lengths)  # (B, L_max + 2P)
+        window = self._cached("hann_periodic", waveforms.device, lambda: torch.hann_window(self.win_length))
+        spectrum = torch.stft(
+            padded,
+            n_fft=self.n_fft,
+            hop_length=self.hop_length,
+            win_length=self.win_length,
+            window=window,
+            center=False,
+            return_complex=True,
+        )  # (B, K, T_max)
+        spectrum = spectrum.transpose(1, 2)  # (B, K, T_max) -> (B, T_max, K) (contiguous: stft's own layout)
+        mel = self._power_to_mel(spectrum)  # (B, T_max, F)
+        return torch.log(mel + torch.finfo(torch.float32).eps)
+
+    def _subtract_clip_means(self, waveforms, lengths):
+        """Subtract each clip's mean over its own L_i samples; padding stays zero. (B, L_max) -> (B, L_max).
+
+        The sum runs in float64 so that the mean does not depend on the batch's padded length: kaldi features
+        are sensitive to it (a one-ulp change of a 0.2 DC offset moves low mel bins by ~2e-5).
+        """
+        accumulate = torch.float32 if waveforms.device.type == "mps" else torch.float64  # MPS has no float64
+        means = (waveforms.to(accumulate).sum(dim=1) / lengths).to(waveforms.dtype)  # (B,)
+        valid = torch.arange(waveforms.shape[1], device=waveforms.device)[None, :] < lengths[:, None]  # (B, L_max)
+        return torch.where(valid, waveforms - means[:, None], 0.0)
+
+    def _kaldi_log_fbank(self, waveforms):
+        """Kaldi fbank (torchaudio.compliance.kaldi.fbank with EAT's options): (B, L_max) -> (B, T_max, F).
+
+        1. frames of win_length every hop that fit entirely (snip_edges); 2. remove each frame's mean;
+        3. pre-emphasis x[n] - 0.97 x[n-1] (first sample replicated); 4. symmetric Hann window;
+        5. zero-pad to n_fft, power |rfft|^2; 6. Kaldi mel filters (one matmul); 7. log(max(x, eps)).
+        """
+        frames = waveforms.unfold(1, self.win_length, self.hop_length)  # (B, L_max) -> (B, T_max, W)
+        frames = frames - frames.mean(dim=-1, keepdim=True)  # (B, T_max, W)
+        emphasised = torch.empty_like(frames)  # (B, T_max, W), filled in place (no concatenated copy)
+        emphasised[..., 0] = frames[..., 0] - _KALDI_PREEMPHASIS * frames[..., 0]  # x[-1] := x[0]
+        torch.mul(frames[..., :-1], _KALDI_PREEMPHASIS, out=emphasised[..., 1:])  # 0.97 x[n-1], n >= 1
+        torch.sub(frames[..., 1:], emphasised[..., 1:], out=emphasised[..., 1:])  # x[n] - 0.97 x[n-1]
+        window = self._cached(
+            "hann_symmetric", waveforms.device, lambda: torch.hann_window(self.win_length, periodic=False)
+        )
+        frames = emphasised.mul_(window)  # (B, T_max, W)
+        spectrum = torch.fft.rfft(frames, n=self.n_fft)  # zero-pad W -> n_fft: (B, T_max, K) complex
+        mel = self._power_to_mel(spectrum)  # (B, T_max, F)
+        return torch.log(mel.clamp(min=torch.finfo(torch.float32).eps))
+
+
+__all__ = ["AaspFeatureExtractor"]
