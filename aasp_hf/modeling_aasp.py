@@ -232,14 +232,17 @@ class AaspLambdaEncoder(nn.Module):
         return decay, frequency
 
 
-def _masked_group_norm(x, norm: nn.GroupNorm, frame_mask):
-    """GroupNorm over (channels of a group × real frames). x: (B, C, T); frame_mask: (B, T) bool or None."""
-    if frame_mask is None:
+def _masked_group_norm(x, norm: nn.GroupNorm, visibility):
+    """GroupNorm whose statistics cover only the visible frames of each group.
+
+    x: (B, C, T); visibility: float (B, G or 1, T) with G = norm.num_groups, 1 = real/visible, or None (plain GroupNorm).
+    """
+    if visibility is None:
         return norm(x)
     batch_size, channels, num_frames = x.shape
     groups = x.reshape(batch_size, norm.num_groups, channels // norm.num_groups, num_frames)  # (B, C, T) -> (B, G, C/G, T)
-    weight = frame_mask[:, None, None, :].to(x.dtype)  # (B, 1, 1, T)
-    count = weight.sum(-1, keepdim=True) * groups.shape[2]  # (B, 1, 1, 1)
+    weight = visibility[:, :, None, :].to(x.dtype)  # (B, G|1, 1, T)
+    count = weight.sum(-1, keepdim=True).clamp(min=1.0) * groups.shape[2]  # (B, G|1, 1, 1)
     mean = (groups * weight).sum((2, 3), keepdim=True) / count
     var = ((groups - mean).square() * weight).sum((2, 3), keepdim=True) / count
     groups = (groups - mean) * torch.rsqrt(var + norm.eps)
@@ -296,9 +299,15 @@ class AaspSBLU(nn.Module):
         frequency = (self.frequency_max - self.frequency_min) * torch.sigmoid(self.static_frequency.float())
         return decay, frequency + self.frequency_min
 
-    def forward(self, mel, decay, frequency, frame_mask=None):
-        """mel: (B, F, T); decay, frequency: float32 (B, H, T) or None (non-adaptive); frame_mask: (B, T) bool or None.
+    def forward(self, mel, decay, frequency, visibility=None):
+        """mel: (B, F, T); decay, frequency: float32 (B, H, T) or None (non-adaptive);
+        visibility: float (B, F̃ or 1, T) or None — 1 where a frequency group's frame is real and visible.
+
+        Hidden or padded (group, frame) positions are zeroed at the input and after B̄, exactly like the zero padding
+        at a clip's end, and left out of the GroupNorm statistics: a padded clip gives the same features as the
+        unpadded one, and in masked pre-training a visible token's features carry nothing from hidden patches.
         Returns X_alias tokens (B, N, C̃)."""
+        c = self.config
         batch_size, _, num_frames = mel.shape
         if decay is None:
             static_decay, static_frequency = self.static_parameters()
@@ -308,20 +317,22 @@ class AaspSBLU(nn.Module):
         # The SBLU itself stays in float32/complex64 under autocast (SPEC_NOTES §2).
         with torch.autocast(device_type=mel.device.type, enabled=False):
             mel = mel.float()
-            frame_weight = None if frame_mask is None else frame_mask[:, None, :].float()  # (B, 1, T)
-            if frame_weight is not None:  # padded frames are zero, exactly like the zero padding at a clip's end
-                mel = mel * frame_weight
+            if visibility is not None:
+                visibility = visibility.float()
+                bins_per_group = c.frequency_patch_size if visibility.shape[1] > 1 else 1
+                mel = mel * visibility.repeat_interleave(bins_per_group, dim=1)  # (B, F̃|1, T) -> (B, F|1, T)
             highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B, F, T)
             values = self.input_projection(highpassed)  # (b) B̄: (B, F, T) -> (B, H, T)
-            if frame_weight is not None:
-                values = values * frame_weight
+            if visibility is not None:
+                channels_per_group = c.sblu_hidden_size // c.num_frequency_patches if visibility.shape[1] > 1 else 1
+                values = values * visibility.repeat_interleave(channels_per_group, dim=1)  # -> (B, H|1, T)
             magnitude = sblu_magnitude(values, decay, frequency, self.step, self.kernel_size, self.phase)  # (c)
             response = 2.0 * sblu_gamma(decay, frequency, self.step) * magnitude  # 2Γ|r|, (B, H, T)
 
         features = self.output_projection(response)  # C̄: (B, H, T) -> (B, C, T)
-        features = _masked_group_norm(features, self.norm, frame_mask)  # (d)
+        features = _masked_group_norm(features, self.norm, visibility)  # (d)
         features = self.time_patchify(features)  # (B, C, T) -> (B, C, T̃)
-        num_groups = self.config.num_frequency_patches
+        num_groups = c.num_frequency_patches
         num_time_patches = features.shape[-1]
         features = features.reshape(batch_size, num_groups, -1, num_time_patches)  # (B, C, T̃) -> (B, F̃, C̃, T̃)
         features = features.permute(0, 3, 1, 2)  # (B, F̃, C̃, T̃) -> (B, T̃, F̃, C̃)
@@ -387,31 +398,66 @@ class AaspEmbeddings(nn.Module):
         rows = table[low] * (1 - weight) + table[high] * weight  # (B, T̃', F̃·D)
         return rows.reshape(rows.shape[0], -1, c.hidden_size)  # (B, T̃', F̃·D) -> (B, T̃'·F̃, D)
 
-    def forward(self, input_values, frame_mask=None, attention_mask=None):
+    def forward(self, input_values, frame_mask=None, attention_mask=None, visible_indices=None):
         """input_values: (B, T, F), T a multiple of P_time; frame_mask: (B, T) bool or None;
-        attention_mask: bool (B, 1, 1, N) for the Lambda encoder or None. Returns (B, N, D)."""
+        attention_mask: bool (B', 1, 1, N') for the Lambda encoder or None;
+        visible_indices: (B, M, V) long or None — masked pre-training: embed only the V visible tokens of each of
+        M views per clip (the Lambda encoder attends among them only).
+        Returns (B, N, D) patch tokens with positions, or (B·M, V, D) with `visible_indices`."""
         c = self.config
         batch_size, num_frames, _ = input_values.shape
         num_time_patches = num_frames // c.time_patch_size
+        num_tokens = num_time_patches * c.num_frequency_patches
         valid_time_patches = None
         if frame_mask is not None:  # (B, T) -> (B, T̃, P_time) -> (B,)
             valid_time_patches = frame_mask.reshape(batch_size, num_time_patches, -1).any(-1).sum(-1)
         positions = self.patch_positions(num_time_patches, valid_time_patches).to(input_values.dtype)  # (B|1, N, D)
+        positions = positions.expand(batch_size, -1, -1)  # (B, N, D)
 
         spec = self.projection(input_values.unsqueeze(1))  # (B, T, F) -> (B, 1, T, F) -> (B, D, T̃, F̃)
         spec = spec.flatten(2).transpose(1, 2)  # (B, D, T̃, F̃) -> (B, N, D), time-major
+        mel = input_values.transpose(1, 2)  # (B, T, F) -> (B, F, T)
+        visibility = None if frame_mask is None else frame_mask[:, None, :]  # (B, 1, T)
+
+        views = None
+        if visible_indices is not None:
+            num_views = visible_indices.shape[1]
+            views = visible_indices.reshape(batch_size * num_views, -1)  # (B, M, V) -> (B·M, V)
+            spec = self._take(spec.repeat_interleave(num_views, dim=0), views)  # (B·M, V, D)
+            positions = self._take(positions.repeat_interleave(num_views, dim=0), views)  # (B·M, V, D)
         if c.patch_embedding == "spe":
             return spec + positions
 
         decay = frequency = None
         if self.lambda_encoder is not None:
-            decay, frequency = self.lambda_encoder(spec + positions, attention_mask)  # (B, N, H/F̃) each
-            decay = self._lambda_to_frames(decay)  # (B, H, T)
-            frequency = self._lambda_to_frames(frequency)  # (B, H, T)
-        mel = input_values.transpose(1, 2)  # (B, T, F) -> (B, F, T)
-        alias = self.sblu(mel, decay, frequency, frame_mask)  # (B, N, C̃)
+            decay, frequency = self.lambda_encoder(spec + positions, attention_mask)  # (B', N|V, H/F̃) each
+            if views is not None:  # hidden tokens get placeholder parameters; their SBLU outputs are never used
+                decay = self._scatter(decay, views, num_tokens, self.lambda_encoder.decay_min)  # (B·M, N, H/F̃)
+                frequency = self._scatter(frequency, views, num_tokens, self.lambda_encoder.frequency_min)
+            decay = self._lambda_to_frames(decay)  # (B', H, T)
+            frequency = self._lambda_to_frames(frequency)  # (B', H, T)
+        if views is not None:
+            token_visible = torch.zeros(views.shape[0], num_tokens, dtype=torch.bool, device=views.device)
+            token_visible = token_visible.scatter(1, views, True)  # (B·M, N)
+            token_visible = token_visible.reshape(-1, num_time_patches, c.num_frequency_patches)  # (B·M, T̃, F̃)
+            visibility = token_visible.transpose(1, 2).repeat_interleave(c.time_patch_size, dim=-1)  # (B·M, F̃, T)
+            mel = mel.repeat_interleave(views.shape[0] // batch_size, dim=0)  # (B, F, T) -> (B·M, F, T)
+        alias = self.sblu(mel, decay, frequency, visibility)  # (B', N, C̃)
+        if views is not None:
+            alias = self._take(alias, views)  # (B·M, N, C̃) -> (B·M, V, C̃)
         fused = self.fusion(torch.cat([self.spec_norm(spec), self.alias_norm(alias.to(spec.dtype))], dim=-1))
-        return fused + positions  # (B, N, D)
+        return fused + positions  # (B', N|V, D)
+
+    @staticmethod
+    def _take(tokens, indices):
+        """(B', N, X) gathered at (B', V) token indices -> (B', V, X)."""
+        return tokens.gather(1, indices[..., None].expand(-1, -1, tokens.shape[-1]))
+
+    @staticmethod
+    def _scatter(values, indices, num_tokens, fill):
+        """(B', V, X) values at (B', V) token indices -> (B', N, X), `fill` elsewhere."""
+        full = values.new_full((values.shape[0], num_tokens, values.shape[-1]), fill)
+        return full.scatter(1, indices[..., None].expand(-1, -1, values.shape[-1]), values)
 
     def _lambda_to_frames(self, per_token):
         """(B, N, H/F̃) per-token parameters -> (B, H, T): token (t, f) drives hidden channels f·H/F̃ ... (f+1)·H/F̃−1
@@ -506,6 +552,21 @@ class AaspModel(AaspPreTrainedModel):
     def get_input_embeddings(self):
         return self.embeddings.projection
 
+    def _check_views(self, input_values, attention_mask, visible_indices):
+        c = self.config
+        if attention_mask is not None:
+            raise ValueError("visible_indices (masked pre-training) cannot be combined with attention_mask.")
+        if input_values.ndim == 3 and input_values.shape[1] % c.time_patch_size:
+            raise ValueError(
+                f"With visible_indices the input length must be a multiple of {c.time_patch_size} frames, "
+                f"got {input_values.shape[1]}: pad or crop the clips (pre-training uses {c.num_frames} frames)."
+            )
+        if visible_indices.ndim != 3 or visible_indices.shape[0] != input_values.shape[0]:
+            raise ValueError(
+                f"visible_indices must have shape (batch, views, visible tokens) with batch={input_values.shape[0]}, "
+                f"got {tuple(visible_indices.shape)}."
+            )
+
     def _check_and_pad(self, input_values, attention_mask):
         """Validates (B, T, F) input and pads T to a multiple of P_time. Returns input and a bool frame mask or None."""
         c = self.config
@@ -539,6 +600,7 @@ class AaspModel(AaspPreTrainedModel):
         self,
         input_values: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
+        visible_indices: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
@@ -548,12 +610,17 @@ class AaspModel(AaspPreTrainedModel):
         input_values (`torch.FloatTensor` of shape `(B, T, F)`): normalised log-mel from `AaspFeatureExtractor`.
             T need not be a multiple of 16: the input is zero-padded and the padding masked out.
         attention_mask (`torch.LongTensor` of shape `(B, T)`, *optional*): 1 for real frames, 0 for padding.
+        visible_indices (`torch.LongTensor` of shape `(B, M, V)`, *optional*): masked pre-training — encode only
+            these patch tokens (time-major indices) of M views of each clip; the output batch is then B·M and
+            `last_hidden_state` is `(B·M, 1 + V, D)`. Not combinable with `attention_mask`.
         """
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         c = self.config
+        if visible_indices is not None:
+            self._check_views(input_values, attention_mask, visible_indices)
         input_values, frame_mask = self._check_and_pad(input_values, attention_mask)
         input_values = input_values.to(self.embeddings.projection.weight.dtype)
 
@@ -563,7 +630,7 @@ class AaspModel(AaspPreTrainedModel):
             attn_mask = patch_mask[:, None, None, :]  # (B, N) -> (B, 1, 1, N)
             token_mask = F.pad(patch_mask, (1, 0), value=True)  # CLS first: (B, 1 + N)
 
-        patches = self.embeddings(input_values, frame_mask, attn_mask)  # (B, N, D)
+        patches = self.embeddings(input_values, frame_mask, attn_mask, visible_indices)  # (B, N, D) or (B·M, V, D)
         cls = self.cls_token.expand(patches.shape[0], -1, -1).to(patches.dtype)  # (B, 1, D), no position
         hidden_states = self.embedding_dropout(self.embedding_norm(torch.cat([cls, patches], dim=1)))  # (B, 1 + N, D)
 

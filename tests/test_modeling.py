@@ -311,3 +311,60 @@ def test_save_and_load_round_trip_keeps_outputs_and_fixed_tensors(tiny_config, t
     # a base checkpoint loads into the head (encoder under `aasp`)
     base = AaspModel.from_pretrained(tmp_path).eval()
     torch.testing.assert_close(base(x).last_hidden_state, model.aasp(x).last_hidden_state)
+
+
+# ----------------------------------------------------------------------------------------------- masked views
+def random_views(batch_size, num_views, num_tokens, num_visible, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.rand(batch_size, num_views, num_tokens, generator=g)
+    return scores.argsort(-1)[..., :num_visible].sort(-1).values  # (B, M, V)
+
+
+@pytest.mark.parametrize("overrides", STEMS[:3])
+def test_all_tokens_visible_equals_the_plain_forward(tiny_config, overrides):
+    torch.manual_seed(0)
+    model = AaspModel(tiny_config(**overrides)).eval()
+    x = torch.randn(2, 64, 32)
+    every = torch.arange(8).expand(2, 1, 8)  # (B, M = 1, V = N)
+    torch.testing.assert_close(model(x, visible_indices=every).last_hidden_state, model(x).last_hidden_state)
+
+
+@pytest.mark.parametrize("overrides", STEMS[:3])
+def test_hidden_patches_do_not_leak_into_visible_tokens(tiny_config, overrides):
+    """Changing the content of hidden patches leaves every view's outputs unchanged (incl. the SBLU's ±c taps)."""
+    torch.manual_seed(0)
+    config = tiny_config(**overrides)
+    model = AaspModel(config).eval()
+    x = torch.randn(1, 64, 32)
+    views = torch.tensor([[[0, 3, 5]]])  # tokens (t, f) = (0, 0), (1, 1), (2, 1)
+    changed = x.clone()
+    for token in set(range(8)) - {0, 3, 5}:
+        t, f = divmod(token, 2)
+        changed[0, t * 16 : (t + 1) * 16, f * 16 : (f + 1) * 16] = 10 * torch.randn(16, 16)
+    out = model(x, visible_indices=views).last_hidden_state
+    torch.testing.assert_close(model(changed, visible_indices=views).last_hidden_state, out, atol=1e-5, rtol=1e-5)
+    assert out.shape == (1, 1 + 3, 32)
+
+
+def test_views_are_encoded_independently(tiny_config):
+    torch.manual_seed(0)
+    model = AaspModel(tiny_config()).eval()
+    x = torch.randn(2, 64, 32)
+    views = random_views(2, 3, 8, 4)
+    together = model(x, visible_indices=views).last_hidden_state  # (B·M, 1 + V, D)
+    assert together.shape == (6, 5, 32)
+    for b in range(2):
+        for m in range(3):
+            alone = model(x[b : b + 1], visible_indices=views[b : b + 1, m : m + 1]).last_hidden_state
+            torch.testing.assert_close(together[b * 3 + m], alone[0], atol=1e-5, rtol=1e-5)
+
+
+def test_visible_indices_input_errors(tiny_config):
+    model = AaspModel(tiny_config())
+    views = random_views(2, 2, 8, 4)
+    with pytest.raises(ValueError, match="attention_mask"):
+        model(torch.randn(2, 64, 32), torch.ones(2, 64), visible_indices=views)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        model(torch.randn(2, 60, 32), visible_indices=views)
+    with pytest.raises(ValueError, match="visible_indices must have shape"):
+        model(torch.randn(3, 64, 32), visible_indices=views)
