@@ -10,22 +10,32 @@ from transformers import (
     AutoFeatureExtractor,
     AutoModel,
     AutoModelForAudioClassification,
+    AutoModelForPreTraining,
 )
 
 from .configuration_aasp import AaspConfig
 from .feature_extraction_aasp import AaspFeatureExtractor
-from .modeling_aasp import AaspForAudioClassification, AaspModel, AaspModelOutput, AaspPreTrainedModel
+from .modeling_aasp import (
+    AaspForAudioClassification,
+    AaspForPreTraining,
+    AaspForPreTrainingOutput,
+    AaspModel,
+    AaspModelOutput,
+    AaspPreTrainedModel,
+)
 
 __version__ = "0.1.0"
 
 AutoConfig.register(AaspConfig.model_type, AaspConfig, exist_ok=True)
 AutoModel.register(AaspConfig, AaspModel, exist_ok=True)
 AutoModelForAudioClassification.register(AaspConfig, AaspForAudioClassification, exist_ok=True)
+AutoModelForPreTraining.register(AaspConfig, AaspForPreTraining, exist_ok=True)
 AutoFeatureExtractor.register(AaspConfig, AaspFeatureExtractor, exist_ok=True)
 
 AaspConfig.register_for_auto_class()
 AaspModel.register_for_auto_class("AutoModel")
 AaspForAudioClassification.register_for_auto_class("AutoModelForAudioClassification")
+AaspForPreTraining.register_for_auto_class("AutoModelForPreTraining")
 AaspFeatureExtractor.register_for_auto_class("AutoFeatureExtractor")
 
 __all__ = [
@@ -35,4 +45,6 @@ __all__ = [
     "AaspModelOutput",
     "AaspPreTrainedModel",
     "AaspForAudioClassification",
+    "AaspForPreTraining",
+    "AaspForPreTrainingOutput",
 ]

@@ -10,6 +10,7 @@ from transformers import PreTrainedConfig
 _PATCH_EMBEDDINGS = ("aape", "spe")
 _SBLU_PHASES = ("symmetric", "analytic")
 _POOLINGS = ("cls", "mean")
+_TARGET_NORM_AXES = ("tokens", "channels")
 _ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 
 
@@ -41,6 +42,16 @@ class AaspConfig(PreTrainedConfig):
 
     Classification head:
         classifier_pooling (`str`, "cls"): "cls" or "mean" (mean of the valid patch tokens).
+
+    Pre-training (`AaspForPreTraining`, paper Sec. Predictor and Pre-training Objectives, SPEC_NOTES §4):
+        predictor_hidden_size (`int`, 512), predictor_num_layers (`int`, 3), predictor_num_attention_heads (`int`, 16),
+        predictor_mlp_ratio (`float`, 4.0): the CrossMAE cross-attention predictor.
+        mask_ratio (`float`, 0.8), mask_num_views (`int`, 4): M, mask_query_ratio (`float`, 0.75),
+        mask_block_sizes (`list`, [[3, 8], [4, 6], [5, 5]]): inverse block masking, (frequency × time) patches.
+        target_norm_axis (`str`, "tokens"): instance norm of each teacher layer across tokens per channel (EAT)
+            or "channels" (per token across the embedding, the paper's wording).
+        clip_loss_weight (`float`, 1.0): η_u. contrastive_loss_weight (`float`, 0.1): η_c.
+        contrastive_temperature (`float`, 0.2): τ.
     """
 
     model_type = "aasp"
@@ -77,6 +88,18 @@ class AaspConfig(PreTrainedConfig):
         lambda_encoder_num_attention_heads=2,
         lambda_encoder_mlp_ratio=4.0,
         classifier_pooling="cls",
+        predictor_hidden_size=512,
+        predictor_num_layers=3,
+        predictor_num_attention_heads=16,
+        predictor_mlp_ratio=4.0,
+        mask_ratio=0.8,
+        mask_num_views=4,
+        mask_query_ratio=0.75,
+        mask_block_sizes=((3, 8), (4, 6), (5, 5)),
+        target_norm_axis="tokens",
+        clip_loss_weight=1.0,
+        contrastive_loss_weight=0.1,
+        contrastive_temperature=0.2,
         **kwargs,
     ):
         self.hidden_size = hidden_size
@@ -109,6 +132,18 @@ class AaspConfig(PreTrainedConfig):
         self.lambda_encoder_num_attention_heads = lambda_encoder_num_attention_heads
         self.lambda_encoder_mlp_ratio = lambda_encoder_mlp_ratio
         self.classifier_pooling = classifier_pooling
+        self.predictor_hidden_size = predictor_hidden_size
+        self.predictor_num_layers = predictor_num_layers
+        self.predictor_num_attention_heads = predictor_num_attention_heads
+        self.predictor_mlp_ratio = predictor_mlp_ratio
+        self.mask_ratio = mask_ratio
+        self.mask_num_views = mask_num_views
+        self.mask_query_ratio = mask_query_ratio
+        self.mask_block_sizes = [list(size) for size in mask_block_sizes]
+        self.target_norm_axis = target_norm_axis
+        self.clip_loss_weight = clip_loss_weight
+        self.contrastive_loss_weight = contrastive_loss_weight
+        self.contrastive_temperature = contrastive_temperature
         super().__init__(**kwargs)
         self._validate()
 
@@ -153,6 +188,10 @@ class AaspConfig(PreTrainedConfig):
             "lambda_encoder_reduction",
             "lambda_encoder_num_layers",
             "lambda_encoder_num_attention_heads",
+            "predictor_hidden_size",
+            "predictor_num_layers",
+            "predictor_num_attention_heads",
+            "mask_num_views",
         ):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -161,7 +200,14 @@ class AaspConfig(PreTrainedConfig):
             value = getattr(self, field)
             if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 fail(field, "must be a probability in [0, 1)")
-        for field in ("layer_norm_eps", "initializer_range", "sblu_step", "lambda_encoder_mlp_ratio"):
+        for field in (
+            "layer_norm_eps",
+            "initializer_range",
+            "sblu_step",
+            "lambda_encoder_mlp_ratio",
+            "predictor_mlp_ratio",
+            "contrastive_temperature",
+        ):
             value = getattr(self, field)
             if not isinstance(value, (int, float)) or not value > 0:
                 fail(field, "must be a positive number")
@@ -198,6 +244,25 @@ class AaspConfig(PreTrainedConfig):
             fail("sblu_hidden_size", f"must be a multiple of the number of frequency patches ({f_groups})")
         if self.sblu_output_size % f_groups:
             fail("sblu_output_size", f"must be a multiple of the number of frequency patches ({f_groups})")
+        if self.predictor_hidden_size % self.predictor_num_attention_heads:
+            fail("predictor_num_attention_heads", f"must divide predictor_hidden_size={self.predictor_hidden_size}")
+        for field in ("mask_ratio", "mask_query_ratio"):
+            value = getattr(self, field)
+            if not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
+                fail(field, "must be in (0, 1)")
+        if self.mask_num_views < 2 and self.contrastive_loss_weight > 0:
+            fail("mask_num_views", "must be >= 2 for the multi-view contrastive loss (or set contrastive_loss_weight=0)")
+        if not self.mask_block_sizes or any(
+            len(size) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in size)
+            for size in self.mask_block_sizes
+        ):
+            fail("mask_block_sizes", "must be a non-empty list of (frequency, time) pairs of positive integers")
+        if self.target_norm_axis not in _TARGET_NORM_AXES:
+            fail("target_norm_axis", f"must be one of {_TARGET_NORM_AXES}")
+        for field in ("clip_loss_weight", "contrastive_loss_weight"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                fail(field, "must be a non-negative number")
         if self.hidden_size % self.lambda_encoder_reduction:
             fail("lambda_encoder_reduction", f"must divide hidden_size={self.hidden_size}")
         if self.lambda_encoder_hidden_size % self.lambda_encoder_num_attention_heads:

@@ -1,0 +1,120 @@
+"""AaspForPreTraining: predictor size, teacher/EMA, gradients, loss composition, round trip."""
+
+import pytest
+import torch
+
+from aasp_hf import AaspConfig, AaspForPreTraining, AaspModel
+from aasp_hf.masking import sample_query_indices, sample_view_masks, visible_indices
+from aasp_hf.objectives import masked_prediction_loss, teacher_targets
+from conftest import tiny_config_kwargs
+
+
+def tiny_pretraining_config(**overrides):
+    kwargs = tiny_config_kwargs(
+        predictor_hidden_size=16, predictor_num_attention_heads=2, predictor_num_layers=2, mask_block_sizes=[[1, 2]]
+    )
+    kwargs.update(overrides)
+    return AaspConfig(**kwargs)
+
+
+def make_batch(config, batch_size=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch_size, config.num_frames, config.num_mel_bins, generator=g)
+    mask = sample_view_masks(
+        batch_size,
+        config.mask_num_views,
+        config.num_frequency_patches,
+        config.num_time_patches,
+        config.mask_ratio,
+        config.mask_block_sizes,
+        generator=g,
+    )
+    return x, visible_indices(mask), sample_query_indices(mask, config.mask_query_ratio, generator=g)
+
+
+def test_predictor_has_the_papers_size():
+    with torch.device("meta"):
+        model = AaspForPreTraining(AaspConfig())
+    n = sum(p.numel() for p in model.predictor.parameters())
+    assert abs(n - 10.63e6) / 10.63e6 < 0.01, n  # SPEC_NOTES §1: 10.63 M
+
+
+def test_teacher_starts_as_the_student_and_stays_in_eval_mode_without_gradients():
+    model = AaspForPreTraining(tiny_pretraining_config()).train()
+    for (name, t), s in zip(model.teacher.named_parameters(), model.aasp.parameters()):
+        assert torch.equal(t, s), name
+        assert not t.requires_grad
+    assert model.aasp.training and not model.teacher.training
+    assert not any(m.training for m in model.teacher.modules())
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"patch_embedding": "spe"}, {"sblu_adaptive": False}, {"sblu_phase": "analytic", "layer_norm_first": True}],
+)
+def test_gradients_reach_every_student_predictor_and_head_parameter_and_never_the_teacher(overrides):
+    torch.manual_seed(0)
+    config = tiny_pretraining_config(**overrides)
+    model = AaspForPreTraining(config).train()
+    out = model(*make_batch(config))
+    out.loss.backward()
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    missing = [n for n, p in trainable if p.grad is None or p.grad.abs().sum() == 0]
+    assert not missing, missing
+    assert all(p.grad is None for p in model.teacher.parameters())
+    assert {n.split(".")[0] for n, _ in trainable} == {"aasp", "predictor", "contrastive_head"}
+
+
+def test_loss_is_the_weighted_sum_of_its_parts_and_targets_come_from_every_teacher_block():
+    torch.manual_seed(0)
+    config = tiny_pretraining_config(clip_loss_weight=0.7, contrastive_loss_weight=0.3)
+    model = AaspForPreTraining(config).eval()
+    x, visible, queries = make_batch(config)
+    out = model(x, visible, queries)
+    expected = out.masked_prediction_loss + 0.7 * out.clip_loss + 0.3 * out.contrastive_loss
+    torch.testing.assert_close(out.loss, expected)
+    with torch.no_grad():
+        hidden = model.teacher(x, output_hidden_states=True).hidden_states
+    targets = teacher_targets([h[:, 1:] for h in hidden[1:]], "tokens")
+    torch.testing.assert_close(out.targets, targets)
+    b, m, q = queries.shape
+    gathered = torch.stack([targets[i, queries[i, j]] for i in range(b) for j in range(m)]).reshape(b, m, q, -1)
+    torch.testing.assert_close(out.masked_prediction_loss, masked_prediction_loss(out.predictions, gathered))
+    assert out.predictions.shape == (b, m, q, config.hidden_size)
+
+
+def test_teacher_update_is_the_exponential_moving_average():
+    torch.manual_seed(0)
+    config = tiny_pretraining_config()
+    model = AaspForPreTraining(config).train()
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    model(*make_batch(config)).loss.backward()
+    optimizer.step()
+    old = [t.detach().clone() for t in model.teacher.parameters()]
+    model.update_teacher(0.9)
+    for (name, t), before, s in zip(model.teacher.named_parameters(), old, model.aasp.parameters()):
+        torch.testing.assert_close(t, 0.9 * before + 0.1 * s.detach(), msg=name)
+    assert any(not torch.equal(t, s) for t, s in zip(model.teacher.parameters(), model.aasp.parameters()))
+
+
+def test_round_trip_keeps_student_and_teacher_and_the_encoder_loads_alone(tmp_path):
+    torch.manual_seed(0)
+    config = tiny_pretraining_config()
+    model = AaspForPreTraining(config)
+    with torch.no_grad():  # make the teacher differ from the student
+        for p in model.aasp.parameters():
+            p.add_(0.01)
+    model.save_pretrained(tmp_path)
+    again = AaspForPreTraining.from_pretrained(tmp_path)
+    for (name, a), b in zip(again.state_dict().items(), model.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=name)
+    encoder = AaspModel.from_pretrained(tmp_path).eval()  # the student, under `aasp.`
+    x = torch.randn(1, 64, 32)
+    torch.testing.assert_close(encoder(x).last_hidden_state, model.aasp.eval()(x).last_hidden_state)
+
+
+def test_bad_query_shape_raises():
+    config = tiny_pretraining_config()
+    x, visible, queries = make_batch(config)
+    with pytest.raises(ValueError, match="query_indices"):
+        AaspForPreTraining(config)(x, visible, queries[:, :2])
