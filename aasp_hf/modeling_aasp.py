@@ -342,14 +342,17 @@ class AaspSBLU(nn.Module):
                 bins_per_group = c.frequency_patch_size if visibility.shape[1] > 1 else 1
                 mel = mel * visibility.repeat_interleave(bins_per_group, dim=1)  # (B, F̃|1, T) -> (B, F|1, T)
             highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B, F, T)
-            values = self.input_projection(highpassed)  # (b) B̄: (B, F, T) -> (B, H, T)
+            projection = self.input_projection  # (b) B̄ in float32 even in a bf16/fp16 model
+            values = F.conv1d(
+                highpassed, projection.weight.float(), projection.bias.float(), groups=projection.groups
+            )  # (B, F, T) -> (B, H, T)
             if visibility is not None:
                 channels_per_group = c.sblu_hidden_size // c.num_frequency_patches if visibility.shape[1] > 1 else 1
                 values = values * visibility.repeat_interleave(channels_per_group, dim=1)  # -> (B, H|1, T)
             magnitude = sblu_magnitude(values, decay, frequency, self.step, self.kernel_size, self.phase)  # (c)
             response = 2.0 * sblu_gamma(decay, frequency, self.step) * magnitude  # 2Γ|r|, (B, H, T)
 
-        features = self.output_projection(response)  # C̄: (B, H, T) -> (B, C, T)
+        features = self.output_projection(response.to(self.output_projection.weight.dtype))  # C̄: (B, H, T) -> (B, C, T)
         features = _masked_group_norm(features, self.norm, visibility)  # (d)
         features = self.time_patchify(features)  # (B, C, T) -> (B, C, T̃)
         num_groups = c.num_frequency_patches
@@ -500,6 +503,7 @@ class AaspPreTrainedModel(PreTrainedModel):
     input_modalities = ("audio",)
     supports_gradient_checkpointing = True
     _no_split_modules = ["AaspEmbeddings", "AaspLayer"]
+    _keep_in_fp32_modules_strict = ["sblu"]  # the SBLU branch's small convs and norm stay float32 in bf16/fp16 checkpoints
     _supports_sdpa = True
     _supports_flash_attn = False
     _supports_flex_attn = False

@@ -368,3 +368,18 @@ def test_visible_indices_input_errors(tiny_config):
         model(torch.randn(2, 60, 32), visible_indices=views)
     with pytest.raises(ValueError, match="visible_indices must have shape"):
         model(torch.randn(3, 64, 32), visible_indices=views)
+
+
+def test_bf16_models_run_and_keep_the_sblu_branch_in_float32(tiny_config, tmp_path):
+    torch.manual_seed(0)
+    model = AaspForAudioClassification(tiny_config(num_labels=2)).eval()
+    model.save_pretrained(tmp_path)
+    x = torch.randn(2, 64, 32)
+    reference = model(x).logits
+    loaded = AaspForAudioClassification.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    sblu_dtypes = {p.dtype for n, p in loaded.named_parameters() if ".sblu." in n}
+    assert sblu_dtypes == {torch.float32}
+    assert loaded.classifier.weight.dtype == torch.bfloat16
+    assert (loaded(x).logits.float() - reference).abs().max() < 0.1
+    cast = model.to(torch.bfloat16)  # a plain .to() casts everything; the branch computes in float32 anyway
+    assert (cast(x).logits.float() - reference).abs().max() < 0.1
