@@ -383,3 +383,13 @@ def test_bf16_models_run_and_keep_the_sblu_branch_in_float32(tiny_config, tmp_pa
     assert (loaded(x).logits.float() - reference).abs().max() < 0.1
     cast = model.to(torch.bfloat16)  # a plain .to() casts everything; the branch computes in float32 anyway
     assert (cast(x).logits.float() - reference).abs().max() < 0.1
+
+
+def test_encoder_traces_without_graph_breaks(tiny_config):
+    """torch.compile readiness: dynamo captures the whole forward (SBLU autograd Function included) in one graph."""
+    model = AaspModel(tiny_config()).eval()
+    mask = torch.ones(2, 64)
+    mask[1, 40:] = 0
+    explanation = torch._dynamo.explain(model)(torch.randn(2, 64, 32), mask)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1

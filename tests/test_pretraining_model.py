@@ -118,3 +118,9 @@ def test_bad_query_shape_raises():
     x, visible, queries = make_batch(config)
     with pytest.raises(ValueError, match="query_indices"):
         AaspForPreTraining(config)(x, visible, queries[:, :2])
+
+
+def test_pretraining_step_traces_without_graph_breaks():
+    config = tiny_pretraining_config()
+    explanation = torch._dynamo.explain(AaspForPreTraining(config).train())(*make_batch(config))
+    assert explanation.graph_break_count == 0, explanation.break_reasons
