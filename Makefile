@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.aasp-installed
 
-.PHONY: setup demo test test-fast ffmpeg clean
+.PHONY: setup demo test test-fast bench ffmpeg clean
 
 setup: $(STAMP) ffmpeg
 
@@ -35,6 +35,10 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -ra -m "not slow" tests
+
+# Speed/memory ratios against baselines timed in the same run -> benchmarks/results.{json,md}
+bench: setup
+	$(PY) benchmarks/run.py
 
 clean:
 	rm -rf $(VENV) demo_output .pytest_cache
