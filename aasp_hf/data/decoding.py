@@ -1,0 +1,131 @@
+# Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
+"""Training-side audio decoding: a clip that fails to decode is logged, counted and skipped, not fatal.
+
+With datasets 5.x an `Audio(decode=True)` column opens the file when the row is read, so a corrupt clip
+raises inside the DataLoader before any collator sees it. For training, cast the column to
+`Audio(decode=False)` with `for_safe_decoding(ds)` (rows then carry only `{"path", "bytes"}`) and let the
+collator decode with a `SafeAudioDecoder`, which returns None for a bad clip and counts it.
+"""
+
+import io
+import logging
+import math
+
+import numpy as np
+from datasets import Audio, DatasetDict, IterableDatasetDict
+
+from ._common import SAMPLING_RATE
+
+
+logger = logging.getLogger(__name__)
+
+
+def for_safe_decoding(dataset, audio_column: str = "audio"):
+    """Cast `audio_column` to `Audio(sampling_rate=16000, decode=False)` (paths only) on a (Iterable)Dataset(Dict)."""
+    feature = Audio(sampling_rate=SAMPLING_RATE, decode=False)
+    if isinstance(dataset, (DatasetDict, IterableDatasetDict)):
+        return type(dataset)({k: v.cast_column(audio_column, feature) for k, v in dataset.items()})
+    return dataset.cast_column(audio_column, feature)
+
+
+def _resample(array: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
+    if orig_sr == target_sr:
+        return array
+    from scipy.signal import resample_poly
+
+    g = math.gcd(int(orig_sr), int(target_sr))
+    return resample_poly(array, target_sr // g, orig_sr // g).astype(np.float32)
+
+
+def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
+    """Any form an `audio` cell takes -> mono float32 waveform (L,) at `sampling_rate`. Raises on failure.
+
+    Accepts a torchcodec `AudioDecoder` (datasets' decoded cell), a `{"array", "sampling_rate"}` dict, a
+    `{"path", "bytes"}` dict (`Audio(decode=False)`) or a path. Files are decoded by torchcodec (resampled
+    by it); when torchcodec is not importable, by soundfile + scipy's polyphase resampler.
+    """
+    if hasattr(audio, "get_all_samples"):  # torchcodec AudioDecoder
+        samples = audio.get_all_samples()
+        array, sr = samples.data.mean(dim=0).numpy(), samples.sample_rate  # (C, L) -> (L,)
+        return _resample(array.astype(np.float32, copy=False), sr, sampling_rate)
+    if isinstance(audio, dict) and audio.get("array") is not None:
+        array = np.asarray(audio["array"], dtype=np.float32)
+        if array.ndim == 2:  # (C, L) -> (L,)
+            array = array.mean(axis=0)
+        return _resample(array, audio["sampling_rate"], sampling_rate)
+    if isinstance(audio, dict):
+        source = audio.get("bytes") or audio.get("path")
+    else:
+        source = audio
+    if source is None:
+        raise ValueError(f"Nothing to decode in {audio!r}: no array, bytes or path.")
+    try:
+        from torchcodec.decoders import AudioDecoder
+    except ImportError:  # fallback: soundfile (ENV.md trap 3)
+        import soundfile as sf
+
+        data, sr = sf.read(io.BytesIO(source) if isinstance(source, bytes) else source, dtype="float32", always_2d=True)
+        return _resample(data.mean(axis=1), sr, sampling_rate)  # (L, C) -> (L,)
+    samples = AudioDecoder(source, sample_rate=sampling_rate, num_channels=1).get_all_samples()
+    return samples.data[0].numpy().astype(np.float32, copy=False)  # (1, L) -> (L,)
+
+
+def _describe(audio) -> str:
+    if isinstance(audio, dict):
+        return str(audio.get("path") or "<bytes>")
+    if hasattr(audio, "metadata"):
+        return str(getattr(audio.metadata, "path", None) or "<AudioDecoder>")
+    return str(audio)
+
+
+class SafeAudioDecoder:
+    """Callable: audio cell -> waveform (L,) at 16 kHz, or None when it fails to decode (logged and counted).
+
+    Attributes:
+        num_failures (`int`): clips that failed so far.
+        failures (`list[str]`): their paths (the first `keep` of them).
+    """
+
+    def __init__(self, sampling_rate: int = SAMPLING_RATE, max_logged: int = 20, keep: int = 1000):
+        self.sampling_rate = sampling_rate
+        self.max_logged = max_logged
+        self.keep = keep
+        self.num_failures = 0
+        self.failures = []
+
+    def __call__(self, audio):
+        try:
+            array = decode_audio(audio, self.sampling_rate)
+            if array.size == 0:
+                raise ValueError("decoded to 0 samples")
+            if not np.isfinite(array).all():
+                raise ValueError("contains NaN or infinite samples")
+            return array
+        except Exception as error:  # any decoder error: skip the clip, keep training
+            self.num_failures += 1
+            name = _describe(audio)
+            if len(self.failures) < self.keep:
+                self.failures.append(name)
+            if self.num_failures <= self.max_logged:
+                logger.warning(f"Skipping a clip that failed to decode ({self.num_failures} so far): {name}: {error}")
+            return None
+
+
+def filter_decodable(dataset, audio_column: str = "audio", num_proc=None, decoder: SafeAudioDecoder = None):
+    """Drop rows whose audio fails to decode (reads every clip: for small datasets, before evaluation).
+
+    Returns `(filtered_dataset, num_dropped)`. Works on a Dataset with a decoded or undecoded audio column.
+    """
+    undecoded = for_safe_decoding(dataset, audio_column)
+    decoder = decoder or SafeAudioDecoder()
+    keep = undecoded.map(
+        lambda example: {"_ok": decoder(example[audio_column]) is not None},
+        num_proc=num_proc,
+        desc="checking audio",
+        load_from_cache_file=False,
+    )["_ok"]
+    indices = [i for i, ok in enumerate(keep) if ok]
+    dropped = len(keep) - len(indices)
+    if dropped:
+        logger.warning(f"filter_decodable dropped {dropped} of {len(keep)} clips that failed to decode.")
+    return dataset.select(indices), dropped
