@@ -545,6 +545,16 @@ class AaspPreTrainedModel(PreTrainedModel):
             self.config.auto_map = auto_map
         return super().save_pretrained(save_directory, *args, **kwargs)
 
+    def layer_id(self, parameter_name: str) -> int:
+        """Depth of a parameter for layer-wise learning-rate decay: 0 = patch embedding (SPE/AaPE), CLS and the
+        embedding norm; i + 1 = encoder block i; num_hidden_layers + 1 = everything after the blocks (heads)."""
+        name = parameter_name.removeprefix(f"{self.base_model_prefix}.")
+        if name.startswith(("embeddings.", "cls_token", "embedding_norm.")):
+            return 0
+        if name.startswith("layers."):
+            return int(name.split(".")[1]) + 1
+        return self.config.num_hidden_layers + 1
+
     def no_weight_decay(self) -> set[str]:
         """Parameter names excluded from weight decay besides biases and norms: CLS and positions (SPEC_NOTES §4)."""
         return {name for name, _ in self.named_parameters() if "cls_token" in name or "position_embeddings" in name}
