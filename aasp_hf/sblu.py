@@ -183,6 +183,12 @@ def zero_phase_highpass(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"kernel must be 1-D with an odd length, got kernel.shape={tuple(kernel.shape)}")
     frames, length = x.shape[-1], kernel.shape[0]
     dtype = _compute_dtype(x)
+    if torch.compiler.is_exporting():  # torch.export/ONNX: a direct convolution keeps the length dynamic
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            weight = kernel.to(device=x.device, dtype=dtype).flip(0).view(1, 1, -1)  # (L,) -> (1, 1, L)
+            rows = x.to(dtype).reshape(-1, 1, frames)  # (B, C, T) -> (B·C, 1, T)
+            out = F.conv1d(rows, weight, padding=length // 2)  # (B·C, 1, T), zero padding
+        return out.reshape(x.shape)  # (B·C, 1, T) -> (B, C, T)
     fft_size = 1 << (frames + length - 2).bit_length()  # a power of two >= T + L − 1
     with torch.autocast(device_type=x.device.type, enabled=False):
         spectrum = torch.fft.rfft(x.to(dtype), n=fft_size)  # (B, C, T) -> (B, C, S/2 + 1)
@@ -250,7 +256,7 @@ class SbluMagnitudeFunction(torch.autograd.Function):
 
         ctx.save_for_backward(values, decay, frequency, response_re, response_im)
         ctx.step, ctx.kernel_size, ctx.analytic = step, kernel_size, analytic
-        return torch.hypot(response_re, response_im)
+        return torch.sqrt(response_re.square() + response_im.square())  # |r| (hypot has no ONNX export)
 
     @staticmethod
     @once_differentiable
@@ -261,7 +267,7 @@ class SbluMagnitudeFunction(torch.autograd.Function):
         frames = values.shape[-1]
         with torch.autocast(device_type=values.device.type, enabled=False):
             grad_magnitude = grad_magnitude.to(response_re.dtype)
-            magnitude = torch.hypot(response_re, response_im).clamp_min(torch.finfo(response_re.dtype).tiny)
+            magnitude = torch.sqrt(response_re.square() + response_im.square()).clamp_min(torch.finfo(response_re.dtype).tiny)
             scale = grad_magnitude / magnitude
             gc_re, gc_im = scale * response_re, -scale * response_im  # Gc = g·conj(r)/|r|
 

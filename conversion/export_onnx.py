@@ -1,0 +1,55 @@
+"""Export a saved AaSP model (classifier or encoder) to ONNX with dynamic batch and length, and check it.
+
+    python conversion/export_onnx.py MODEL_DIR model.onnx [--check]
+
+`--check` runs onnxruntime on random inputs of two shapes (with padding) and prints the largest difference from
+PyTorch. Frames fed to the ONNX model must be a multiple of 16 (the feature extractor already pads to that).
+"""
+
+import argparse
+
+import numpy as np
+import torch
+from transformers import AutoConfig
+
+import aasp_hf  # noqa: F401  (registers the Auto classes)
+from aasp_hf import AaspForAudioClassification, AaspModel
+from aasp_hf.export import export_onnx
+
+
+def check(model, path, shapes=((1, 64), (3, 160))) -> float:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for batch, frames in shapes:
+        x = torch.randn(batch, frames, model.config.num_mel_bins)
+        mask = torch.ones(batch, frames, dtype=torch.long)
+        mask[0, frames // 2 :] = 0
+        (onnx_out,) = session.run(None, {"input_values": x.numpy(), "attention_mask": mask.numpy()})
+        with torch.no_grad():
+            out = model(x, mask)
+        reference = out.logits if isinstance(model, AaspForAudioClassification) else out.last_hidden_state
+        worst = max(worst, float(np.abs(onnx_out - reference.numpy()).max()))
+    return worst
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model_dir")
+    parser.add_argument("output")
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    config = AutoConfig.from_pretrained(args.model_dir)
+    has_head = any("ForAudioClassification" in name for name in (config.architectures or []))
+    model_class = AaspForAudioClassification if has_head else AaspModel
+    model = model_class.from_pretrained(args.model_dir).eval()
+    path = export_onnx(model, args.output)
+    print(f"wrote {path} ({model_class.__name__})")
+    if args.check:
+        print(f"max |onnxruntime - torch| = {check(model, path):.3g}")
+    return path
+
+
+if __name__ == "__main__":
+    main()
