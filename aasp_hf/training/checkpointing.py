@@ -1,0 +1,115 @@
+"""Crash-safe checkpoints around ``accelerator.save_state``.
+
+Layout of ``output_dir``::
+
+    checkpoint-<step>/          a complete ``accelerator.save_state`` + ``trainer_state.json`` (+ per-process files)
+    checkpoint-<step>.tmp/      a save in progress (or a crash mid-save): never read
+    latest                      text file naming the last complete checkpoint directory
+
+A save writes into ``checkpoint-<step>.tmp``, then renames it atomically (``os.replace``) to ``checkpoint-<step>``,
+then rewrites ``latest`` through a temporary file and ``os.replace``. A crash at any point leaves the previous
+``latest`` pointing to a complete checkpoint. Multi-process runs need ``output_dir`` on a filesystem all processes
+see (the main process renames; every process writes its own RNG / collator state into the ``.tmp`` directory).
+"""
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+LATEST = "latest"
+TRAINER_STATE = "trainer_state.json"
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def _atomic_write_text(path: Path, text: str):
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def list_checkpoints(output_dir) -> list[Path]:
+    """Complete checkpoint directories (``checkpoint-<step>``, no ``.tmp``), oldest first."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := _CHECKPOINT_RE.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def save_checkpoint(accelerator, output_dir, step: int, extra_state: dict | None = None, process_state=None,
+                    save_total_limit: int | None = None) -> Path:
+    """Save the training state at optimiser step ``step``; every process must call this.
+
+    Args:
+        accelerator: the run's ``Accelerator`` (model, optimiser and RNG states go through ``save_state``).
+        output_dir: the run directory.
+        step: optimiser steps completed.
+        extra_state: JSON-serialisable state of the main process (data position, ...) -> ``trainer_state.json``.
+        process_state: optional picklable per-process state (e.g. the collator generator) ->
+            ``process_state_<rank>.pt``; returned by ``load_process_state``.
+        save_total_limit: keep only the newest K complete checkpoints (None keeps all).
+
+    Returns: the final checkpoint directory.
+    """
+    import torch
+
+    output_dir = Path(output_dir)
+    final = output_dir / f"checkpoint-{step}"
+    tmp = output_dir / f"checkpoint-{step}.tmp"
+    if accelerator.is_main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():  # leftover of a crash mid-save
+            shutil.rmtree(tmp)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp))
+    if process_state is not None:
+        torch.save(process_state, tmp / f"process_state_{accelerator.process_index}.pt")
+    if accelerator.is_main_process:
+        state = {"step": step, **(extra_state or {})}
+        _atomic_write_text(tmp / TRAINER_STATE, json.dumps(state, indent=2))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        if final.exists():  # re-saving the same step (e.g. the final save): replace the old one
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _atomic_write_text(output_dir / LATEST, final.name + "\n")
+        if save_total_limit is not None and save_total_limit > 0:
+            for old in list_checkpoints(output_dir)[:-save_total_limit]:
+                if old != final:
+                    shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def find_latest_checkpoint(output_dir) -> Path | None:
+    """The checkpoint that ``latest`` names; ``.tmp`` directories are never returned.
+
+    Falls back to the newest complete ``checkpoint-<step>`` holding a ``trainer_state.json`` when ``latest`` is
+    missing or names a directory that no longer exists. None when there is nothing to resume from.
+    """
+    output_dir = Path(output_dir)
+    pointer = output_dir / LATEST
+    if pointer.is_file():
+        name = pointer.read_text().strip()
+        candidate = output_dir / name
+        if _CHECKPOINT_RE.match(name) and (candidate / TRAINER_STATE).is_file():
+            return candidate
+    complete = [p for p in list_checkpoints(output_dir) if (p / TRAINER_STATE).is_file()]
+    return complete[-1] if complete else None
+
+
+def load_trainer_state(checkpoint_dir) -> dict:
+    return json.loads((Path(checkpoint_dir) / TRAINER_STATE).read_text())
+
+
+def load_process_state(checkpoint_dir, process_index: int):
+    """What ``save_checkpoint(process_state=...)`` stored for this process (None if absent)."""
+    import torch
+
+    path = Path(checkpoint_dir) / f"process_state_{process_index}.pt"
+    return torch.load(path, weights_only=False) if path.exists() else None

@@ -1,0 +1,411 @@
+"""AaSP pre-training: multi-mask EMA teacher-student training of an AaSP encoder (paper Sec. Training Setup).
+
+    accelerate launch examples/pretrain.py --config examples/configs/pretrain_tiny_cpu.json
+    accelerate launch --config_file examples/accelerate_configs/four_h100.yaml examples/pretrain.py \
+        --config examples/configs/pretrain_paper.json --train_dir /data/audioset/wav
+    python examples/pretrain.py --synthetic_clips 64 --max_steps 20 --output_dir runs/try   # one process
+
+Arguments come from the dataclasses below: on the command line, from one JSON file (`pretrain.py preset.json`),
+or from `--config preset.json` followed by command-line overrides.
+
+Steps: 1. data (audio folder, any `datasets` dataset, or synthetic clips), 2. model, 3. optimiser and schedules
+(pure functions of the step), 4. `accelerator.prepare`, 5. training loop (the EMA teacher update in plain sight
+after `optimizer.step()`), 6. logging (TensorBoard + progress bar), 7. crash-safe checkpoints and exact `--resume`,
+8. export of the student encoder (and on request the teacher) for `AutoModel.from_pretrained`.
+
+Data order: each epoch is a seeded permutation of the dataset (seed + epoch); global micro-batch g of an epoch is
+positions [g·B·W, (g+1)·B·W) of it, process r taking its r-th slice of B clips (W processes, the incomplete last
+global batch is dropped). The data position is therefore a pure function of the step, and so are the learning
+rate and the teacher momentum; RNG states (accelerate) and the collator's generator are saved with each
+checkpoint, so a resumed run repeats exactly what the uninterrupted run would have done.
+"""
+
+import hashlib
+import json
+import os
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+from transformers import HfArgumentParser
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel  # noqa: E402
+from aasp_hf.training import (  # noqa: E402
+    PretrainingCollator,
+    find_latest_checkpoint,
+    learning_rate,
+    param_groups,
+    save_checkpoint,
+    teacher_momentum,
+)
+from aasp_hf.training.checkpointing import load_process_state, load_trainer_state  # noqa: E402
+from aasp_hf.data.decoding import decode_audio  # noqa: E402
+
+SAMPLE_RATE = 16000
+
+
+# ----------------------------------------------------------------------------------------------- arguments
+@dataclass
+class DataArguments:
+    train_dir: str | None = field(default=None, metadata={"help": "folder of audio files (datasets' audiofolder)"})
+    dataset_name: str | None = field(default=None, metadata={"help": "any `datasets.load_dataset` name or path"})
+    dataset_config: str | None = field(default=None, metadata={"help": "its configuration name"})
+    dataset_split: str = field(default="train")
+    audio_column: str = field(default="audio")
+    synthetic_clips: int = field(default=0, metadata={"help": "N > 0: synthesise N clips (no files needed)"})
+    synthetic_seconds: float = field(default=2.0, metadata={"help": "length of each synthetic clip"})
+    crop_seconds: float = field(default=6.0, metadata={"help": "random crop per clip (6 s = 601 frames -> 608)"})
+    dataloader_num_workers: int = field(default=0, metadata={"help": "worker processes that decode audio"})
+    features_on_device: bool = field(default=False, metadata={"help": "log-mel on the accelerator, not the CPU"})
+
+
+@dataclass
+class ModelArguments:
+    model_config: str | None = field(
+        default=None,
+        metadata={"help": "AaspConfig fields: a JSON file, an inline JSON object, or (in a JSON preset) an object; "
+                  "unset fields keep the paper's defaults"},
+    )
+    init_from: str | None = field(
+        default=None, metadata={"help": "a saved AaspForPreTraining, or an AaspModel encoder (student and teacher)"}
+    )
+
+
+@dataclass
+class PretrainingArguments:
+    output_dir: str = field(default="pretrain_output")
+    seed: int = field(default=0)
+    per_device_train_batch_size: int = field(default=8)
+    gradient_accumulation_steps: int = field(default=1)
+    max_steps: int = field(default=1000, metadata={"help": "total optimiser steps (sets the schedules)"})
+    stop_after_steps: int | None = field(
+        default=None, metadata={"help": "leave after this many steps in total (time-limited jobs; go on with --resume)"}
+    )
+    warmup_steps: int = field(default=0)
+    learning_rate: float = field(default=5e-4, metadata={"help": "peak learning rate"})
+    min_learning_rate: float = field(default=0.0, metadata={"help": "end of the cosine decay"})
+    weight_decay: float = field(default=0.05)
+    adam_beta1: float = field(default=0.9)
+    adam_beta2: float = field(default=0.95)
+    adam_epsilon: float = field(default=1e-8)
+    max_grad_norm: float = field(default=4.0, metadata={"help": "gradient clipping (EAT's 4.0); <= 0 disables"})
+    teacher_momentum_base: float = field(default=0.994)
+    teacher_momentum_final: float = field(default=1.0)
+    mixed_precision: str | None = field(
+        default=None, metadata={"help": "'no' | 'bf16' | 'fp16'; unset: what `accelerate launch` was given"}
+    )
+    torch_compile: bool = field(default=False)
+    gradient_checkpointing: bool = field(default=False)
+    logging_steps: int = field(default=10)
+    save_steps: int = field(default=1000)
+    save_total_limit: int | None = field(default=3)
+    resume: bool = field(default=False, metadata={"help": "continue from output_dir's latest complete checkpoint"})
+    export_teacher: bool = field(default=False, metadata={"help": "also export the EMA teacher encoder"})
+    export_with_checkpoints: bool = field(default=False, metadata={"help": "export the encoder at every checkpoint"})
+    report_to: str = field(default="tensorboard", metadata={"help": "accelerate tracker ('none' to disable)"})
+
+
+def parse_args(argv=None):
+    """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
+    parser = HfArgumentParser((DataArguments, ModelArguments, PretrainingArguments))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return parser.parse_json_file(os.path.abspath(argv[0]))
+    if "--config" in argv:
+        i = argv.index("--config")
+        preset = json.loads(Path(argv[i + 1]).read_text())
+        parser.set_defaults(**preset)
+        argv = argv[:i] + argv[i + 2 :]
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+# ----------------------------------------------------------------------------------------------- 1. data
+class AudioClips(torch.utils.data.Dataset):
+    """Mono float32 waveforms at 16 kHz from a list of arrays or a `datasets.Dataset` with an Audio column.
+
+    A clip that fails to decode comes back as None (counted and replaced in the loop), never as an exception.
+    """
+
+    def __init__(self, source, audio_column: str = "audio"):
+        self.source = source
+        self.audio_column = audio_column
+
+    def __len__(self):
+        return len(self.source)
+
+    def __getitem__(self, index):
+        try:
+            item = self.source[index]  # with datasets' Audio(decode=True) a corrupt file raises here
+            if isinstance(item, np.ndarray):
+                waveform = torch.from_numpy(item.astype(np.float32, copy=False))
+            else:
+                waveform = torch.from_numpy(decode_audio(item[self.audio_column], SAMPLE_RATE))
+            if waveform.numel() == 0 or not torch.isfinite(waveform).all():
+                raise ValueError(f"bad clip: {waveform.numel()} samples")
+            return {"waveform": waveform, "index": index}
+        except Exception:  # noqa: BLE001 - any decoding failure skips the clip
+            return None
+
+
+def load_clips(data_args: DataArguments, seed: int) -> AudioClips:
+    if data_args.synthetic_clips > 0:
+        from demo import LABELS, synth_clip
+
+        rng = np.random.default_rng(seed)
+        clips = [synth_clip(LABELS[i % len(LABELS)], rng, data_args.synthetic_seconds)
+                 for i in range(data_args.synthetic_clips)]
+        return AudioClips(clips)
+    import datasets
+
+    if data_args.train_dir is not None:
+        ds = datasets.load_dataset("audiofolder", data_dir=data_args.train_dir, drop_labels=True,
+                                   split=data_args.dataset_split)
+    elif data_args.dataset_name is not None:
+        ds = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config, split=data_args.dataset_split)
+    else:
+        raise ValueError("give one of --train_dir, --dataset_name or --synthetic_clips N")
+    ds = ds.cast_column(data_args.audio_column, datasets.Audio(sampling_rate=SAMPLE_RATE))
+    return AudioClips(ds, data_args.audio_column)
+
+
+def epoch_order(num_clips: int, seed: int, epoch: int) -> torch.Tensor:
+    """The seeded permutation of epoch `epoch` (the same on every process)."""
+    return torch.randperm(num_clips, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+
+
+def micro_batches(dataset, batch_size, num_processes, process_index, seed, start, num_workers):
+    """Yields (epoch, lists of examples) for this process from global micro-batch `start` on, forever."""
+    per_epoch = len(dataset) // (batch_size * num_processes)
+    if per_epoch == 0:
+        raise ValueError(f"{len(dataset)} clips cannot fill one global batch of {batch_size}x{num_processes}")
+    epoch, offset = divmod(start, per_epoch)
+    while True:
+        order = epoch_order(len(dataset), seed, epoch)[: per_epoch * batch_size * num_processes]
+        order = order.reshape(per_epoch, num_processes, batch_size)[offset:, process_index]  # (G, W, B) -> (G', B)
+        # its own generator: creating an iterator must not draw from the global RNG (exact resume mid-epoch)
+        loader = DataLoader(dataset, batch_sampler=order.tolist(), collate_fn=list, num_workers=num_workers,
+                            generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+        for examples in loader:
+            yield epoch, examples
+        epoch, offset = epoch + 1, 0
+
+
+def replace_failed(examples):
+    """Clips that failed to decode are replaced by copies of decoded ones from the same micro-batch, so every process
+    keeps the same batch shape (the gathered contrastive loss needs it). Returns (examples, number replaced)."""
+    good = [e for e in examples if e is not None]
+    if not good:
+        raise RuntimeError(f"none of the {len(examples)} clips of a micro-batch could be decoded")
+    failed = len(examples) - len(good)
+    return good + [good[i % len(good)] for i in range(failed)], failed
+
+
+# ----------------------------------------------------------------------------------------------- 2. model
+def build_model(model_args: ModelArguments) -> AaspForPreTraining:
+    if model_args.init_from is not None:
+        config = AaspConfig.from_pretrained(model_args.init_from)
+        if "AaspForPreTraining" in (config.architectures or []):
+            return AaspForPreTraining.from_pretrained(model_args.init_from)
+        model = AaspForPreTraining(config)
+        encoder = AaspModel.from_pretrained(model_args.init_from)
+        model.aasp.load_state_dict(encoder.state_dict())
+        model.teacher.load_state_dict(encoder.state_dict())
+        return model
+    fields = model_args.model_config or {}
+    if isinstance(fields, str):
+        fields = json.loads(fields) if fields.lstrip().startswith("{") else json.loads(Path(fields).read_text())
+    return AaspForPreTraining(AaspConfig(**fields))
+
+
+def checksum(module: torch.nn.Module) -> str:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def export(model: AaspForPreTraining, feature_extractor, output_dir: Path, export_teacher: bool):
+    """`AutoModel.from_pretrained(output_dir / "encoder")` then loads the student encoder (after `import aasp_hf`,
+    or with `trust_remote_code=True`)."""
+    model.aasp.save_pretrained(output_dir / "encoder")
+    feature_extractor.save_pretrained(output_dir / "encoder")
+    if export_teacher:
+        model.teacher.save_pretrained(output_dir / "teacher_encoder")
+        feature_extractor.save_pretrained(output_dir / "teacher_encoder")
+
+
+# ----------------------------------------------------------------------------------------------- main
+def main(argv=None) -> dict:
+    data_args, model_args, args = parse_args(argv)
+    output_dir = Path(args.output_dir)
+    trackers = None if args.report_to in ("none", "", None) else args.report_to
+    accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=trackers, project_dir=str(output_dir))
+    set_seed(args.seed)  # python, numpy, torch: the model initialisation, identical on every process
+    rank, world = accelerator.process_index, accelerator.num_processes
+
+    # 1. Data: decoding in DataLoader workers; cropping, features and masks in the collator, called in the loop.
+    dataset = load_clips(data_args, args.seed)
+    accelerator.print(f"{len(dataset)} clips, {world} process(es)")
+
+    # 2. Model and feature extractor.
+    model = build_model(model_args)
+    config = model.config
+    set_seed(args.seed, device_specific=True)  # from here on (dropout, drop path) each process has its own stream
+    if args.gradient_checkpointing:  # transformers >= 5 renamed it
+        getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins, max_frames=config.num_frames)
+    collator = PretrainingCollator(
+        feature_extractor,
+        config,
+        crop_seconds=data_args.crop_seconds,
+        generator=torch.Generator().manual_seed(args.seed * 1_000 + 1 + rank),  # its own stream per process
+        device=accelerator.device if data_args.features_on_device else None,
+    )
+
+    # 3. Optimiser: AdamW without decay on biases, norms, CLS and positions; the teacher is frozen and not in it.
+    #    lr and momentum are pure functions of the step (set by hand each step; no scheduler object).
+    optimizer = torch.optim.AdamW(
+        param_groups(model, args.weight_decay),
+        lr=learning_rate(0, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate),
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+    )
+
+    # 4. Distribute: DDP/FSDP, device placement and mixed-precision autocast come from accelerate.
+    model, optimizer = accelerator.prepare(model, optimizer)
+    if args.torch_compile:
+        model = torch.compile(model)
+
+    # 7a. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
+    start_step = 0
+    if args.resume:
+        checkpoint = find_latest_checkpoint(output_dir)
+        if checkpoint is None:
+            accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
+        else:
+            trainer_state = load_trainer_state(checkpoint)
+            if trainer_state.get("num_processes", world) != world:  # the data order is sharded by process count
+                raise ValueError(f"{checkpoint} was written by {trainer_state['num_processes']} processes; exact "
+                                 f"resume needs the same number, got {world}")
+            accelerator.load_state(str(checkpoint))
+            collator.load_state_dict(load_process_state(checkpoint, rank)["collator"])
+            start_step = trainer_state["step"]
+            accelerator.print(f"resumed from {checkpoint} at step {start_step}")
+    if trackers is not None:
+        hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v)
+                   for k, v in {**asdict(data_args), **asdict(args)}.items()}
+        accelerator.init_trackers("tensorboard", config=hparams)
+
+    # 5. Training loop.
+    accum = args.gradient_accumulation_steps
+    stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
+    batches = micro_batches(dataset, args.per_device_train_batch_size, world, rank, args.seed,
+                            start=start_step * accum, num_workers=data_args.dataloader_num_workers)
+    clips_per_step = args.per_device_train_batch_size * world * accum
+    unwrapped = accelerator.unwrap_model(model)
+    history_path = output_dir / "log_history.jsonl"
+    progress = tqdm(total=args.max_steps, initial=start_step, disable=not accelerator.is_local_main_process)
+    sums, num_summed, decode_failures, seen = {}, 0, 0, hashlib.sha256()
+    last_logs, t_start, t_log, step_of_last_log = {}, time.time(), time.time(), start_step
+    model.train()
+    step = start_step  # optimiser steps completed
+    while step < stop_step:
+        lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        for micro in range(accum):
+            epoch, examples = next(batches)
+            examples, failed = replace_failed(examples)
+            decode_failures += failed
+            seen.update(str([e["index"] for e in examples]).encode())
+            batch = collator(examples)
+            batch = {k: v.to(accelerator.device) for k, v in batch.items()}
+            # no gradient all-reduce until the last micro-batch of the step
+            with accelerator.no_sync(model) if micro < accum - 1 else nullcontext():
+                outputs = model(**batch)
+                accelerator.backward(outputs.loss / accum)
+            for name in ("loss", "masked_prediction_loss", "clip_loss", "contrastive_loss"):
+                sums[name] = sums.get(name, 0.0) + getattr(outputs, name).detach().float() / accum
+        max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
+        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        momentum = teacher_momentum(step, args.max_steps, args.teacher_momentum_base, args.teacher_momentum_final)
+        unwrapped.update_teacher(momentum)  # θ_teacher ← m·θ_teacher + (1 − m)·θ_student
+        step += 1
+        num_summed += 1
+        progress.update(1)
+
+        # 6. Logging: loss parts (mean over steps since the last log and over processes), lr, momentum, grad norm,
+        #    throughput and the visible-token ratio.
+        if step % args.logging_steps == 0 or step == stop_step:
+            means = {k: accelerator.reduce(v / num_summed, reduction="mean").item() for k, v in sums.items()}
+            now = time.time()
+            logs = {
+                **{f"train/{k}": v for k, v in means.items()},
+                "train/learning_rate": lr,
+                "train/teacher_momentum": momentum,
+                "train/grad_norm": float(grad_norm),
+                "train/clips_per_second": clips_per_step * (step - step_of_last_log) / max(now - t_log, 1e-9),
+                "train/visible_token_ratio": batch["visible_indices"].shape[-1] / config.num_patches,
+                "train/epoch": epoch,
+            }
+            accelerator.log(logs, step=step)
+            if accelerator.is_main_process:
+                output_dir.mkdir(parents=True, exist_ok=True)
+                with open(history_path, "a") as f:
+                    f.write(json.dumps({"step": step, **logs}) + "\n")
+            progress.set_postfix(loss=f"{means['loss']:.4f}", lr=f"{lr:.2e}")
+            sums, num_summed, t_log, step_of_last_log, last_logs = {}, 0, now, step, logs
+
+        # 7b. Checkpoint: state + data position (the step) + this process's collator generator.
+        if step % args.save_steps == 0 or step == stop_step:
+            save_checkpoint(accelerator, output_dir, step,
+                            extra_state={"micro_batches": step * accum, "num_processes": world},
+                            process_state={"collator": collator.state_dict()},
+                            save_total_limit=args.save_total_limit)
+            if args.export_with_checkpoints and accelerator.is_main_process:
+                export(unwrapped, feature_extractor, output_dir / f"checkpoint-{step}", args.export_teacher)
+    progress.close()
+    elapsed = time.time() - t_start
+
+    # 8. Export and results. Every process writes a summary (parameter checksums, data seen) to check the sync.
+    decode_failures = int(accelerator.reduce(torch.tensor(decode_failures, device=accelerator.device), "sum"))
+    ranks_dir = output_dir / "ranks"
+    ranks_dir.mkdir(parents=True, exist_ok=True)
+    (ranks_dir / f"rank{rank}.json").write_text(json.dumps({
+        "student_checksum": checksum(unwrapped.aasp),
+        "teacher_checksum": checksum(unwrapped.teacher),
+        "data_checksum": seen.hexdigest(),
+    }))
+    results = {
+        **{k.removeprefix("train/"): v for k, v in last_logs.items()},
+        "step": step,
+        "max_steps": args.max_steps,
+        "start_step": start_step,
+        "num_processes": world,
+        "clips_per_second_overall": clips_per_step * (step - start_step) / max(elapsed, 1e-9),
+        "decode_failures": decode_failures,
+    }
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        if decode_failures:
+            print(f"skipped {decode_failures} clip(s) that failed to decode (replaced by other clips of their batch)")
+        export(unwrapped, feature_extractor, output_dir, args.export_teacher)
+        (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
+    accelerator.end_training()
+    return results
+
+
+if __name__ == "__main__":
+    main()

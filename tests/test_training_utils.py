@@ -1,0 +1,171 @@
+"""aasp_hf.training: schedules vs hand-computed values, AdamW groups, the collator, crash-safe checkpoints."""
+
+import math
+
+import pytest
+import torch
+
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining
+from aasp_hf.training import (
+    PretrainingCollator,
+    find_latest_checkpoint,
+    learning_rate,
+    param_groups,
+    save_checkpoint,
+    teacher_momentum,
+)
+from aasp_hf.training.checkpointing import load_process_state, load_trainer_state
+from conftest import tiny_config_kwargs
+
+
+# ----------------------------------------------------------------------------------------------- schedules
+def test_learning_rate_warmup_then_cosine():
+    # total 10, warm-up 4, peak 1: linear (s + 1) / 4, then 0.5 (1 + cos(pi (s - 4) / 6))
+    assert [learning_rate(s, 10, 4, 1.0) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert learning_rate(4, 10, 4, 1.0) == 1.0
+    assert learning_rate(7, 10, 4, 1.0) == pytest.approx(0.5)
+    assert learning_rate(5, 10, 4, 1.0) == pytest.approx(0.5 * (1 + math.cos(math.pi / 6)))
+    assert learning_rate(10, 10, 4, 1.0) == pytest.approx(0.0)
+    assert learning_rate(12, 10, 4, 1.0) == pytest.approx(0.0)  # past the end: stays at final
+    assert learning_rate(7, 10, 4, 1.0, final=0.1) == pytest.approx(0.55)
+    # the paper: peak 5e-4 reached at the end of the 80k warm-up, half of it half-way through the decay
+    assert learning_rate(79_999, 600_000, 80_000, 5e-4) == pytest.approx(5e-4)
+    assert learning_rate(340_000, 600_000, 80_000, 5e-4) == pytest.approx(2.5e-4)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        learning_rate(0, 10, 11, 1.0)
+
+
+def test_teacher_momentum_dinov2_cosine():
+    assert teacher_momentum(0, 100) == pytest.approx(0.994)
+    assert teacher_momentum(50, 100) == pytest.approx(0.997)
+    assert teacher_momentum(25, 100) == pytest.approx(0.9948786797, abs=1e-10)  # 1 - 0.006 (1 + cos(pi/4)) / 2
+    assert teacher_momentum(100, 100) == 1.0
+    assert teacher_momentum(150, 100) == 1.0
+    assert teacher_momentum(10, 100, base=0.9, final=0.99) == pytest.approx(
+        0.99 - 0.09 * (math.cos(math.pi * 0.1) + 1) / 2
+    )
+    values = [teacher_momentum(s, 600_000) for s in range(0, 600_001, 50_000)]
+    assert values == sorted(values)
+
+
+# ----------------------------------------------------------------------------------------------- optimiser
+def tiny_pretraining_config(**overrides):
+    return AaspConfig(**tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1,
+                                           predictor_num_attention_heads=2, **overrides))
+
+
+def test_param_groups_cover_every_trainable_parameter_once_and_never_the_teacher():
+    torch.manual_seed(0)
+    model = AaspForPreTraining(tiny_pretraining_config())
+    decay, no_decay = param_groups(model, 0.05)
+    assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
+    grouped = [id(p) for p in decay["params"] + no_decay["params"]]
+    trainable = {id(p) for p in model.parameters() if p.requires_grad}
+    assert len(grouped) == len(set(grouped)) == len(trainable) and set(grouped) == trainable
+    teacher = {id(p) for p in model.teacher.parameters()}
+    assert teacher and not teacher & set(grouped)
+    # no decay on biases, norms (1-D), CLS and positions; decay on every matrix of the student/predictor/head
+    assert all(p.ndim >= 2 for p in decay["params"])
+    assert not any(n.endswith(".bias") or "cls_token" in n or "position_embeddings" in n for n in decay["names"])
+    assert "aasp.cls_token" in no_decay["names"]
+    assert any("norm" in n and n.endswith(".weight") for n in no_decay["names"])
+    assert "aasp.layers.0.attention.query.weight" in decay["names"] or any(
+        n.startswith("aasp.layers.0.") and n.endswith(".weight") for n in decay["names"]
+    )
+    optimizer = torch.optim.AdamW(param_groups(model, 0.05), lr=1e-3, betas=(0.9, 0.95))  # torch accepts the groups
+    assert len(optimizer.param_groups) == 2
+
+
+# ----------------------------------------------------------------------------------------------- collator
+@pytest.fixture
+def collator_parts():
+    config = tiny_pretraining_config(mask_num_views=3, mask_block_sizes=[[1, 2], [2, 1]])
+    return config, AaspFeatureExtractor(feature_size=config.num_mel_bins, max_frames=config.num_frames)
+
+
+def test_collator_shapes_masks_and_crops(collator_parts):
+    config, extractor = collator_parts
+    collator = PretrainingCollator(extractor, config, crop_seconds=0.5, generator=torch.Generator().manual_seed(1))
+    rng = torch.Generator().manual_seed(0)
+    clips = [torch.randn(48_000, generator=rng), torch.randn(4_000, generator=rng).numpy(),
+             {"waveform": torch.randn(9_000, generator=rng)}]
+    state = collator.state_dict()
+    batch = collator(clips)
+    B, M, N = 3, config.mask_num_views, config.num_patches  # N = 2 x 4 = 8
+    V = round(0.2 * N)
+    Q = round(0.75 * (N - V))
+    assert batch["input_values"].shape == (B, config.num_frames, config.num_mel_bins)
+    assert batch["visible_indices"].shape == (B, M, V) and batch["query_indices"].shape == (B, M, Q)
+    visible, queries = batch["visible_indices"], batch["query_indices"]
+    assert visible.min() >= 0 and visible.max() < N and queries.min() >= 0 and queries.max() < N
+    for b in range(B):
+        for m in range(M):
+            v, q = set(visible[b, m].tolist()), set(queries[b, m].tolist())
+            assert len(v) == V and len(q) == Q and not v & q  # queries are masked tokens, never visible ones
+
+    # the features are those of a 0.5-s crop (8000 samples) of each long clip and of the whole short clip:
+    # replay the generator and cut the same crops by hand
+    collator.load_state_dict(state)
+    crops = [collator.random_crop(torch.as_tensor(c["waveform"] if isinstance(c, dict) else c)) for c in clips]
+    assert [len(c) for c in crops] == [8000, 4000, 8000]
+    assert torch.equal(crops[0], clips[0][int(torch.nonzero(clips[0] == crops[0][0])[0]):][:8000])
+    expected = extractor(crops, sampling_rate=16000, return_tensors="pt", padding="max_length",
+                         max_frames=config.num_frames)["input_values"]
+    assert torch.allclose(batch["input_values"], expected, atol=1e-6)
+
+
+def test_collator_state_dict_replays_exactly(collator_parts):
+    config, extractor = collator_parts
+    clips = [torch.randn(40_000) for _ in range(4)]
+    collator = PretrainingCollator(extractor, config, crop_seconds=0.5, generator=torch.Generator().manual_seed(7))
+    collator(clips)
+    state = collator.state_dict()
+    first, second = collator(clips), collator(clips)
+    assert not torch.equal(first["visible_indices"], second["visible_indices"])  # fresh masks every call
+    # a new collator with another seed, restored from the saved state, continues identically
+    other = PretrainingCollator(extractor, config, crop_seconds=0.5, generator=torch.Generator().manual_seed(99))
+    other.load_state_dict(state)
+    replay = other(clips)
+    assert all(torch.equal(first[k], replay[k]) for k in first)
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+def test_checkpoints_are_atomic_and_latest_skips_a_crash_mid_save(tmp_path, monkeypatch):
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model, optimizer = accelerator.prepare(model, optimizer)
+    assert find_latest_checkpoint(tmp_path) is None
+
+    final = save_checkpoint(accelerator, tmp_path, 5, extra_state={"micro_batches": 10},
+                            process_state={"collator": {"x": 1}})
+    assert final == tmp_path / "checkpoint-5" and find_latest_checkpoint(tmp_path) == final
+    assert load_trainer_state(final) == {"step": 5, "micro_batches": 10}
+    assert load_process_state(final, 0) == {"collator": {"x": 1}}
+    assert (tmp_path / "latest").read_text().strip() == "checkpoint-5"
+
+    # a crash while writing checkpoint-8: the state is half written into checkpoint-8.tmp, nothing is renamed
+    real_save_state = accelerator.save_state
+
+    def crash(output_dir, **kwargs):
+        real_save_state(output_dir, **kwargs)
+        (tmp_path / "checkpoint-8.tmp" / "model.safetensors").write_bytes(b"half")  # torn write
+        raise KeyboardInterrupt("killed mid-save")
+
+    monkeypatch.setattr(accelerator, "save_state", crash)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(accelerator, tmp_path, 8)
+    monkeypatch.undo()
+    assert (tmp_path / "checkpoint-8.tmp").is_dir() and not (tmp_path / "checkpoint-8").exists()
+    assert find_latest_checkpoint(tmp_path) == final  # the last complete one
+    # even with `latest` lost, a .tmp directory is never chosen
+    (tmp_path / "latest").unlink()
+    assert find_latest_checkpoint(tmp_path) == final
+
+    # the next save of step 8 replaces the leftover and keeps only the newest 1
+    again = save_checkpoint(accelerator, tmp_path, 8, save_total_limit=1)
+    assert find_latest_checkpoint(tmp_path) == again == tmp_path / "checkpoint-8"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("checkpoint")) == ["checkpoint-8"]
+    assert (again / "model.safetensors").stat().st_size > 100
