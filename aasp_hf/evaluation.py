@@ -1,0 +1,124 @@
+# Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
+"""Frozen-encoder evaluation helpers shared by the examples (SPEC_NOTES §5, paper Sec. Training Setup / Analysis).
+
+- `pool_features`/`extract_features`: the linear-evaluation feature [CLS ; time-averaged patch tokens concatenated
+  over the F̃ frequency rows] = D + F̃·D values per clip (768 + 8·768 = 6912 for ViT-B), averaging only the real
+  (non-padding) tokens given by `token_mask`.
+- `standardize`: z-scoring with statistics of the TRAIN features only.
+- `circular_shift`, `representation_drift`: the shift-consistency measure 1 − cos(z(x), z(x_δ)).
+- `classification_score`: accuracy / mAP for model selection in the loop (the same numbers as the shipped
+  `evaluate` modules in `aasp_hf.metrics`, which report the final scores).
+
+Dimensions: B batch, N = T̃·F̃ patch tokens (time-major: token t·F̃ + f), D hidden size.
+"""
+
+import numpy as np
+import torch
+from sklearn.metrics import average_precision_score
+
+
+def pool_features(last_hidden_state: torch.Tensor, token_mask, num_frequency_patches: int) -> torch.Tensor:
+    """(B, 1 + N, D) encoder output -> (B, D + F̃·D): [CLS ; mean over real time patches of each frequency row].
+
+    token_mask: bool (B, 1 + N) (True = real token, CLS first) or None (all real).
+    """
+    batch_size, num_tokens, hidden_size = last_hidden_state.shape
+    num_patches = num_tokens - 1
+    if num_patches % num_frequency_patches:
+        raise ValueError(f"{num_patches} patch tokens are not a whole number of rows of {num_frequency_patches}.")
+    cls = last_hidden_state[:, 0]  # (B, D)
+    grid = last_hidden_state[:, 1:].reshape(batch_size, -1, num_frequency_patches, hidden_size)  # (B, T̃, F̃, D)
+    if token_mask is None:
+        pooled = grid.mean(dim=1)  # (B, F̃, D)
+    else:
+        real = token_mask[:, 1:].reshape(batch_size, -1, num_frequency_patches)  # (B, N) -> (B, T̃, F̃)
+        weight = real[..., None].to(grid.dtype)  # (B, T̃, F̃, 1)
+        pooled = (grid * weight).sum(1) / weight.sum(1).clamp(min=1.0)  # (B, F̃, D)
+    return torch.cat([cls, pooled.reshape(batch_size, -1)], dim=-1)  # (B, D + F̃·D)
+
+
+@torch.no_grad()
+def extract_features(model, batches, device=None, progress=None):
+    """Frozen features of every clip: `model` an `AaspModel` (put in eval mode here), `batches` an iterable of
+    dicts with `input_values` (B, T, F), optional `attention_mask` (B, T) and optional `labels`.
+
+    Returns (features float32 (N, D + F̃·D), labels (N,) or (N, C) or None). Batches that are None (every clip
+    failed to decode, see `AaspFineTuningCollator`) are skipped. `progress`: an optional tqdm to update by B.
+    """
+    model.eval()
+    device = device or next(model.parameters()).device
+    num_frequency_patches = model.config.num_frequency_patches
+    features, labels = [], []
+    for batch in batches:
+        if batch is None:
+            continue
+        mask = batch.get("attention_mask")
+        outputs = model(
+            input_values=batch["input_values"].to(device),
+            attention_mask=None if mask is None else mask.to(device),
+        )
+        pooled = pool_features(outputs.last_hidden_state, outputs.token_mask, num_frequency_patches)
+        features.append(pooled.float().cpu().numpy())
+        if batch.get("labels") is not None:
+            labels.append(np.asarray(batch["labels"]))
+        if progress is not None:
+            progress.update(len(pooled))
+    if not features:
+        raise ValueError("extract_features got no clips (every batch was empty or failed to decode).")
+    return np.concatenate(features), (np.concatenate(labels) if labels else None)
+
+
+def standardization_stats(train_features: np.ndarray, eps: float = 1e-8):
+    """Per-dimension mean and std (N, d) -> (d,), (d,) of the TRAIN features; constant dimensions get std 1."""
+    mean = train_features.mean(axis=0, dtype=np.float64)
+    std = train_features.std(axis=0, dtype=np.float64)
+    std = np.where(std < eps, 1.0, std)
+    return mean.astype(np.float32), std.astype(np.float32)
+
+
+def standardize(features: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """(features − train mean) / train std, float32."""
+    return ((features - mean) / std).astype(np.float32)
+
+
+def classification_score(logits: np.ndarray, labels: np.ndarray, multi_label: bool) -> float:
+    """Accuracy (single-label, labels (N,)) or macro mAP over classes with positives (multi-label, (N, C))."""
+    if not multi_label:
+        return float((logits.argmax(-1) == labels).mean())
+    with_positives = np.flatnonzero(labels.sum(0) > 0)
+    return float(np.mean([average_precision_score(labels[:, c], logits[:, c]) for c in with_positives]))
+
+
+# ----------------------------------------------------------------------------------------------- shift consistency
+def circular_shift(waveform: np.ndarray, shift_ms: float, sampling_rate: int = 16000) -> np.ndarray:
+    """x_δ: the waveform rotated right by δ = shift_ms (np.roll, so nothing is lost or padded)."""
+    return np.roll(waveform, int(round(shift_ms * sampling_rate / 1000.0)), axis=-1)
+
+
+def representation_drift(z: torch.Tensor, z_shifted: torch.Tensor) -> torch.Tensor:
+    """1 − cos(z, z_δ) per row: (B, D), (B, D) -> (B,), in [0, 2]. Computed in float64."""
+    z, z_shifted = z.double(), z_shifted.double()
+    cosine = torch.nn.functional.cosine_similarity(z, z_shifted, dim=-1, eps=1e-12)
+    return (1.0 - cosine).clamp(0.0, 2.0)
+
+
+@torch.no_grad()
+def cls_embeddings(model, feature_extractor, waveforms, sampling_rate: int = 16000, device=None) -> torch.Tensor:
+    """Frozen CLS z(x) of a list of waveforms: (B, D) float32 on the CPU."""
+    model.eval()
+    device = device or next(model.parameters()).device
+    inputs = feature_extractor(list(waveforms), sampling_rate=sampling_rate, return_tensors="pt")
+    outputs = model(input_values=inputs["input_values"].to(device), attention_mask=inputs["attention_mask"].to(device))
+    return outputs.last_hidden_state[:, 0].float().cpu()  # (B, 1 + N, D) -> (B, D)
+
+
+__all__ = [
+    "circular_shift",
+    "classification_score",
+    "cls_embeddings",
+    "extract_features",
+    "pool_features",
+    "representation_drift",
+    "standardization_stats",
+    "standardize",
+]

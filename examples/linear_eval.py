@@ -1,0 +1,451 @@
+"""Linear evaluation of a frozen AaSP encoder (EVAR protocol; paper Sec. Training Setup, Table hyperparams 2).
+
+    python examples/linear_eval.py --config examples/configs/linear_eval/esc50.json \
+        --model_name_or_path runs/aasp_base --data_root /data/ESC-50-master --output_dir runs/lin_esc50
+    python examples/linear_eval.py --model_name_or_path runs/aasp_base --synthetic_per_class 20 --max_steps 200
+
+Arguments come from the dataclass below: on the command line, from one JSON file (`linear_eval.py preset.json`),
+or from `--config preset.json` followed by command-line overrides.
+
+Steps: 1. encoder (AutoModel, frozen, eval mode) and feature extractor, 2. data (a dataset of `aasp_hf.data.load`
+or synthetic demo clips) split into evaluation parts (one per test fold for ESC-50/US8K), 3. frozen features
+[CLS ; frequency-concatenated time-averaged patch tokens] (D + F̃·D, 6912 for ViT-B) of every split, cached
+on disk (`features/<part>/features_<split>.npy`, `labels_<split>.npy`), with EVAR clip lengths and cropping
+(a random crop for train/validation, the first segment for test; no augmentation), 4. standardisation with the
+TRAIN statistics, 5. for each part and seed, one Linear layer per learning rate, all learning rates trained in
+one pass over the cached features (Adam, cosine schedule to `min_learning_rate`, CE or BCE for multi-label),
+evaluated on validation every `eval_steps`; each learning rate's test score is taken at its best validation
+step ("the best result within the budget"), and the learning rate with the best validation score is chosen,
+6. results: mean over folds per seed, then mean ± std (ddof=1) over seeds -> `all_results.json`, `results.md`.
+
+Resume: cached features are reused, and each finished (part, seed) result (`runs/<part>_seed<k>.json`) is
+loaded instead of retrained; a cache made with another model or data setting raises an error.
+
+Protocol choices not fixed by the paper: for K-fold tasks the validation fold
+is the fold after the test fold (cyclically); datasets without a validation split (AudioSet) hold out
+`validation_fraction` of train, seeded.
+"""
+
+import json
+import logging
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoFeatureExtractor, AutoModel, HfArgumentParser
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
+import aasp_hf  # noqa: E402,F401  (registers the Auto* classes)
+from aasp_hf import AaspFeatureExtractor  # noqa: E402
+from aasp_hf.evaluation import (  # noqa: E402
+    classification_score,
+    extract_features,
+    standardization_stats,
+    standardize,
+)
+
+logger = logging.getLogger(__name__)
+SAMPLE_RATE = 16000
+SPLITS = ("train", "validation", "test")
+
+
+# ----------------------------------------------------------------------------------------------- arguments
+@dataclass
+class LinearEvalArguments:
+    model_name_or_path: str = field(metadata={"help": "a saved AaspModel (or a checkpoint AutoModel can load)"})
+    dataset: str | None = field(default=None, metadata={"help": "a name for aasp_hf.data.load (esc50, us8k, ...)"})
+    data_root: str | None = field(default=None, metadata={"help": "the dataset's folder in its official layout"})
+    dataset_kwargs: str | None = field(
+        default=None, metadata={"help": "JSON object of extra loader arguments, e.g. '{\"metadata_csv\": \"...\"}'"}
+    )
+    synthetic_per_class: int = field(default=0, metadata={"help": "N > 0: demo clips (N train per class), no files"})
+    task: str | None = field(default=None, metadata={"help": "EVAR clip-length key (default: the dataset name)"})
+    clip_seconds: float | None = field(default=None, metadata={"help": "overrides the task's EVAR clip length"})
+    folds: list[int] | None = field(default=None, metadata={"help": "test folds of a K-fold task (default: all)"})
+    validation_fraction: float = field(default=0.1, metadata={"help": "held out of train when there is no validation"})
+    learning_rates: list[float] = field(default_factory=lambda: [1e-4], metadata={"help": "peak lrs, one pass"})
+    min_learning_rate: float = field(default=0.0, metadata={"help": "end of the cosine schedule"})
+    weight_decay: float = field(default=0.0)
+    adam_beta1: float = field(default=0.9)
+    adam_beta2: float = field(default=0.999)
+    batch_size: int = field(default=128)
+    max_steps: int = field(default=1000, metadata={"help": "the training-step budget"})
+    eval_steps: int = field(default=100, metadata={"help": "validate every N steps (and at the last step)"})
+    early_stopping_patience: int = field(
+        default=0, metadata={"help": "stop after N validations without improvement for any lr (0: use the budget)"}
+    )
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    feature_batch_size: int = field(default=32)
+    feature_seed: int = field(default=0, metadata={"help": "seeds the train/validation random crops"})
+    dataloader_num_workers: int = field(default=0)
+    device: str | None = field(default=None, metadata={"help": "default: cuda when available, else cpu"})
+    output_dir: str = field(default="linear_eval_output")
+
+
+def parse_args(argv=None) -> LinearEvalArguments:
+    """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
+    parser = HfArgumentParser(LinearEvalArguments)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return parser.parse_json_file(os.path.abspath(argv[0]))[0]
+    if "--config" in argv:
+        i = argv.index("--config")
+        parser.set_defaults(**json.loads(Path(argv[i + 1]).read_text()))
+        argv = argv[:i] + argv[i + 2 :]
+    return parser.parse_args_into_dataclasses(args=argv)[0]
+
+
+# ----------------------------------------------------------------------------------------------- 2. data
+def synthetic_dataset(per_class: int, seed: int, seconds: float = 1.25) -> dict:
+    """{split: list of {"audio": {"array", "sampling_rate"}, "label"}} of the demo's labelled clips; clips are a
+    bit longer than the 1-s EVAR length so that train/validation crops are random and test takes the start."""
+    from demo import LABELS, synth_clip
+
+    rng = np.random.default_rng(seed)
+    counts = {"train": per_class, "validation": max(2, per_class // 2), "test": max(2, per_class // 2)}
+    splits = {}
+    for split, count in counts.items():
+        rows = [
+            {"audio": {"array": synth_clip(label, rng, seconds), "sampling_rate": SAMPLE_RATE}, "label": label_id}
+            for label_id, label in enumerate(LABELS)
+            for _ in range(count)
+        ]
+        splits[split] = [rows[i] for i in rng.permutation(len(rows))]
+    return splits
+
+
+def label_info(dataset) -> tuple[bool, int]:
+    """(multi_label, num_classes) from a datasets.Dataset's `labels` (AudioSet) or `label` ClassLabel column."""
+    features = dataset.features
+    if "labels" in features:
+        feature = features["labels"]
+        inner = getattr(feature, "feature", None) or feature[0]
+        return True, inner.num_classes
+    return False, features["label"].num_classes
+
+
+def evaluation_parts(args) -> tuple[dict, bool, int, float]:
+    """-> ({part name: {split: rows}}, multi_label, num_classes, clip_seconds). A K-fold dataset gives one part
+    per test fold (validation: the next fold); a dataset without validation holds out `validation_fraction`."""
+    from aasp_hf import data
+
+    if args.synthetic_per_class > 0:
+        from demo import LABELS
+
+        return {"synthetic": synthetic_dataset(args.synthetic_per_class, args.feature_seed)}, False, len(LABELS), (
+            args.clip_seconds or 1.0
+        )
+    if args.dataset is None:
+        raise ValueError("Pass --dataset (with --data_root) or --synthetic_per_class N.")
+    task = args.task or args.dataset.lower().replace("-", "")
+    task = {"as20k": "audioset", "as2m": "audioset", "urbansound8k": "us8k", "speech_commands": "scv2"}.get(task, task)
+    clip_seconds = args.clip_seconds or data.EVAR_CLIP_SECONDS.get(task)
+    if clip_seconds is None:
+        raise ValueError(f"No EVAR clip length for task {task!r}: pass --clip_seconds or one of "
+                         f"{sorted(data.EVAR_CLIP_SECONDS)} as --task.")
+    kwargs = json.loads(args.dataset_kwargs) if args.dataset_kwargs else {}
+    loaded = data.for_safe_decoding(data.load(args.dataset, root=args.data_root, **kwargs))
+    first = next(iter(loaded.values()))
+    multi_label, num_classes = label_info(first)
+    parts = {}
+    if "fold" in first.column_names and set(loaded) == {"train"}:
+        folds = sorted(set(first["fold"]))
+        for test_fold in args.folds or folds:
+            valid_fold = folds[(folds.index(test_fold) + 1) % len(folds)]
+            split = data.fold_split(first, test_fold=test_fold, valid_fold=valid_fold)
+            parts[f"fold{test_fold}"] = dict(split)
+    else:
+        splits = dict(loaded)
+        if "validation" not in splits:
+            held = splits["train"].train_test_split(test_size=args.validation_fraction, seed=args.feature_seed)
+            splits["train"], splits["validation"] = held["train"], held["test"]
+        parts["official"] = {name: splits[name] for name in SPLITS}
+    return parts, multi_label, num_classes, clip_seconds
+
+
+# ----------------------------------------------------------------------------------------------- 3. features
+def cached_features(args, model, feature_extractor, part, rows, split, clip_seconds, num_labels, device):
+    """Features and labels of one split, from `features/<part>/` when cached there, else extracted and saved."""
+    from aasp_hf.data import AaspFineTuningCollator
+
+    folder = Path(args.output_dir) / "features" / part
+    feature_file, label_file = folder / f"features_{split}.npy", folder / f"labels_{split}.npy"
+    if feature_file.is_file() and label_file.is_file():
+        return np.load(feature_file), np.load(label_file)
+    collator = AaspFineTuningCollator(
+        feature_extractor, clip_seconds=clip_seconds, split=split, num_labels=num_labels,
+        seed=args.feature_seed + SPLITS.index(split),
+    )
+    loader = torch.utils.data.DataLoader(
+        rows, batch_size=args.feature_batch_size, shuffle=False, collate_fn=collator,
+        num_workers=args.dataloader_num_workers,
+    )
+    with tqdm(total=len(rows), desc=f"features {part}/{split}", unit="clip") as progress:
+        features, labels = extract_features(model, loader, device=device, progress=progress)
+    if collator.num_skipped:
+        logger.warning(f"{part}/{split}: {collator.num_skipped} clips failed to decode and were skipped.")
+    folder.mkdir(parents=True, exist_ok=True)
+    for path, array in ((feature_file, features), (label_file, labels)):  # write-then-rename: no partial cache
+        tmp = path.with_suffix(".tmp.npy")
+        np.save(tmp, array)
+        os.replace(tmp, path)
+    return features, labels
+
+
+def check_cache_identity(args, clip_seconds):
+    """The feature cache belongs to one model and data setting; reusing it for another raises a ValueError."""
+    identity = {
+        "model_name_or_path": str(args.model_name_or_path), "dataset": args.dataset, "data_root": args.data_root,
+        "dataset_kwargs": args.dataset_kwargs, "synthetic_per_class": args.synthetic_per_class,
+        "clip_seconds": clip_seconds, "feature_seed": args.feature_seed,
+        "validation_fraction": args.validation_fraction,
+    }
+    path = Path(args.output_dir) / "features" / "identity.json"
+    if path.is_file():
+        cached = json.loads(path.read_text())
+        if cached != identity:
+            changed = sorted(k for k in identity if cached.get(k) != identity[k])
+            raise ValueError(f"{path.parent} holds features of another setting (differs in {changed}); "
+                             f"use a new --output_dir or delete that folder.")
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(identity, indent=2))
+
+
+# ----------------------------------------------------------------------------------------------- 5. linear heads
+def cosine_learning_rate(step: int, total_steps: int, peak: float, minimum: float = 0.0) -> float:
+    """Cosine annealing from `peak` at step 0 to `minimum` at `total_steps` (the lr of optimiser step `step`)."""
+    return minimum + (peak - minimum) * 0.5 * (1.0 + math.cos(math.pi * min(step, total_steps) / total_steps))
+
+
+def train_linear_heads(train, valid, test, learning_rates, *, multi_label, num_classes, max_steps, batch_size,
+                       eval_steps, seed, min_learning_rate=0.0, weight_decay=0.0, betas=(0.9, 0.999),
+                       early_stopping_patience=0, device="cpu"):
+    """One Linear layer per learning rate, all trained in one pass over standardised features.
+
+    train/valid/test: (features float32 (N, d), labels (N,) int or (N, C) multi-hot). The heads share their
+    initialisation (nn.Linear's, from `seed`) and the batch order; head l has its own Adam parameter group with
+    peak lr `learning_rates[l]`, so each head follows exactly the run it would have alone. Returns a dict with,
+    per lr, the best validation score, the step it was reached and the test score there; the chosen lr (best
+    validation); its test logits at that step; the final weights (L, d, C) and biases (L, C); the steps run.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    to_tensor = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
+    train_x, valid_x, test_x = (to_tensor(s[0]).float() for s in (train, valid, test))
+    train_y = to_tensor(train[1]).float() if multi_label else to_tensor(train[1]).long()
+    num_heads, dim = len(learning_rates), train_x.shape[1]
+
+    bound = 1.0 / math.sqrt(dim)  # nn.Linear's default initialisation, identical for every head
+    weight0 = (torch.rand(dim, num_classes, generator=generator) * 2 - 1) * bound  # (d, C)
+    bias0 = (torch.rand(num_classes, generator=generator) * 2 - 1) * bound  # (C,)
+    weights = [torch.nn.Parameter(weight0.clone().to(device)) for _ in learning_rates]
+    biases = [torch.nn.Parameter(bias0.clone().to(device)) for _ in learning_rates]
+    optimizer = torch.optim.Adam(
+        [{"params": [w, b], "lr": lr} for w, b, lr in zip(weights, biases, learning_rates)],
+        betas=betas, weight_decay=weight_decay,
+    )
+
+    def logits_of(x):  # (N, d) -> (L, N, C)
+        return torch.einsum("nd,ldc->lnc", x, torch.stack(weights)) + torch.stack(biases)[:, None]
+
+    def scores_of(x, labels):
+        with torch.no_grad():
+            logits = logits_of(x).cpu().numpy()
+        return [classification_score(logits[l], labels, multi_label) for l in range(num_heads)], logits
+
+    best_valid = [-math.inf] * num_heads
+    best_step = [0] * num_heads
+    test_at_best = [float("nan")] * num_heads
+    best_test_logits = [None] * num_heads
+    num_train = len(train_x)
+    batch_size = min(batch_size, num_train)
+    order, cursor, stale, step = None, num_train, 0, 0
+    while step < max_steps:
+        if cursor + batch_size > num_train:  # a new seeded epoch permutation; the incomplete tail is dropped
+            order, cursor = torch.randperm(num_train, generator=generator).to(device), 0
+        index = order[cursor : cursor + batch_size]
+        cursor += batch_size
+        for group, peak in zip(optimizer.param_groups, learning_rates):
+            group["lr"] = cosine_learning_rate(step, max_steps, peak, min_learning_rate)
+        logits = logits_of(train_x[index])  # (L, B, C)
+        targets = train_y[index]
+        if multi_label:
+            losses = torch.nn.functional.binary_cross_entropy_with_logits(
+                logits, targets.expand(num_heads, -1, -1), reduction="none").mean(dim=(1, 2))  # (L,)
+        else:
+            losses = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, num_classes), targets.repeat(num_heads), reduction="none"
+            ).reshape(num_heads, -1).mean(1)  # (L,)
+        optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()  # heads share nothing, so each gets the gradient of its own loss
+        optimizer.step()
+        step += 1
+
+        if step % eval_steps == 0 or step == max_steps:
+            valid_scores, _ = scores_of(valid_x, valid[1])
+            test_scores, test_logits = scores_of(test_x, test[1])
+            improved = False
+            for l in range(num_heads):
+                if valid_scores[l] > best_valid[l]:
+                    best_valid[l], best_step[l], test_at_best[l] = valid_scores[l], step, test_scores[l]
+                    best_test_logits[l] = test_logits[l]
+                    improved = True
+            stale = 0 if improved else stale + 1
+            if early_stopping_patience and stale >= early_stopping_patience:
+                break
+
+    chosen = int(np.argmax(best_valid))
+    return {
+        "learning_rates": list(learning_rates),
+        "valid_scores": best_valid,
+        "test_scores": test_at_best,
+        "best_steps": best_step,
+        "chosen_index": chosen,
+        "chosen_learning_rate": learning_rates[chosen],
+        "valid_score": best_valid[chosen],
+        "test_score": test_at_best[chosen],
+        "steps": step,
+        "test_logits": best_test_logits[chosen],
+        "weights": torch.stack(weights).detach().cpu(),
+        "biases": torch.stack(biases).detach().cpu(),
+    }
+
+
+def final_test_score(metric, logits: np.ndarray, labels: np.ndarray, multi_label: bool) -> float:
+    """The reported score, by the shipped `evaluate` module: accuracy of argmax, or macro mAP of the logits."""
+    if multi_label:
+        return metric.compute(predictions=logits.tolist(), references=labels.astype(int).tolist())["mAP"]
+    return metric.compute(predictions=logits.argmax(-1).tolist(), references=labels.tolist())["accuracy"]
+
+
+# ----------------------------------------------------------------------------------------------- 6. results
+def mean_std(values) -> tuple[float, float]:
+    values = np.asarray(values, dtype=np.float64)
+    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+def write_markdown(path: Path, results: dict):
+    metric = results["metric"]
+    lines = [
+        f"# Linear evaluation: {results['task']} ({results['model_name_or_path']})",
+        "",
+        f"{metric} (×100), mean ± std over seeds {results['seeds']}; per seed the mean over parts "
+        f"{results['parts']}. Learning rates {results['learning_rates']}, {results['max_steps']} steps.",
+        "",
+        "| part | seed | chosen lr | best step | valid | test |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in results["runs"]:
+        lines.append(f"| {run['part']} | {run['seed']} | {run['chosen_learning_rate']:g} | "
+                     f"{run['best_steps'][run['chosen_index']]} | {100 * run['valid_score']:.2f} | "
+                     f"{100 * run['test_score']:.2f} |")
+    lines += ["", f"**{results['task']} {metric}: {100 * results['test_mean']:.2f} ± {100 * results['test_std']:.2f}**",
+              ""]
+    path.write_text("\n".join(lines))
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+    print(f"1. frozen encoder from {args.model_name_or_path} on {device}")
+    model = AutoModel.from_pretrained(args.model_name_or_path).to(device).eval().requires_grad_(False)
+    try:
+        feature_extractor = AutoFeatureExtractor.from_pretrained(args.model_name_or_path)
+    except (OSError, ValueError):
+        logger.warning(f"No feature extractor saved with {args.model_name_or_path}: using AaspFeatureExtractor() "
+                       f"(the paper's m2d front end, mean -7.1, std 4.1). Save yours with the model to be sure.")
+        feature_extractor = AaspFeatureExtractor()
+
+    print("2. data")
+    parts, multi_label, num_classes, clip_seconds = evaluation_parts(args)
+    task = "synthetic" if args.synthetic_per_class else (args.task or args.dataset)
+    print(f"   {task}: {num_classes} classes, {'multi' if multi_label else 'single'}-label, clips {clip_seconds} s, "
+          f"parts {list(parts)}")
+    check_cache_identity(args, clip_seconds)
+
+    print("3. frozen features (cached under features/)")
+    features = {}
+    for part, splits in parts.items():
+        features[part] = {
+            split: cached_features(args, model, feature_extractor, part, splits[split], split, clip_seconds,
+                                   num_classes if multi_label else None, device)
+            for split in SPLITS
+        }
+    dim = next(iter(features.values()))["train"][0].shape[1]
+    print(f"   feature dimension {dim} = D + F̃·D = {model.config.hidden_size} + "
+          f"{model.config.num_frequency_patches}·{model.config.hidden_size}")
+
+    print(f"4-5. standardised features, {len(args.learning_rates)} lr(s) per pass, seeds {args.seeds}")
+    from aasp_hf.metrics import load_metric
+
+    metric = load_metric("mean_average_precision" if multi_label else "accuracy")
+    runs_dir = output_dir / "runs"
+    runs_dir.mkdir(exist_ok=True)
+    runs = []
+    jobs = [(part, seed) for part in parts for seed in args.seeds]
+    for part, seed in tqdm(jobs, desc="linear heads", unit="run"):
+        run_file = runs_dir / f"{part}_seed{seed}.json"
+        settings = {k: getattr(args, k) for k in ("learning_rates", "min_learning_rate", "weight_decay", "adam_beta1",
+                                                  "adam_beta2", "batch_size", "max_steps", "eval_steps",
+                                                  "early_stopping_patience")}
+        if run_file.is_file():
+            stored = json.loads(run_file.read_text())
+            if stored["settings"] == settings:
+                runs.append(stored)
+                continue
+        (train_x, train_y), (valid_x, valid_y), (test_x, test_y) = (features[part][s] for s in SPLITS)
+        mean, std = standardization_stats(train_x)
+        result = train_linear_heads(
+            (standardize(train_x, mean, std), train_y), (standardize(valid_x, mean, std), valid_y),
+            (standardize(test_x, mean, std), test_y), args.learning_rates, multi_label=multi_label,
+            num_classes=num_classes, max_steps=args.max_steps, batch_size=args.batch_size, eval_steps=args.eval_steps,
+            seed=seed, min_learning_rate=args.min_learning_rate, weight_decay=args.weight_decay,
+            betas=(args.adam_beta1, args.adam_beta2), early_stopping_patience=args.early_stopping_patience,
+            device=device,
+        )
+        result["test_score"] = final_test_score(metric, result["test_logits"], test_y, multi_label)
+        for key in ("test_logits", "weights", "biases"):
+            del result[key]
+        record = {"part": part, "seed": seed, "settings": settings, **result}
+        tmp = run_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=2))
+        os.replace(tmp, run_file)
+        runs.append(record)
+
+    print("6. results")
+    per_seed = {seed: float(np.mean([r["test_score"] for r in runs if r["seed"] == seed])) for seed in args.seeds}
+    test_mean, test_std = mean_std(list(per_seed.values()))
+    results = {
+        "task": task,
+        "model_name_or_path": str(args.model_name_or_path),
+        "metric": "mAP" if multi_label else "accuracy",
+        "num_classes": num_classes,
+        "feature_dim": int(dim),
+        "clip_seconds": clip_seconds,
+        "parts": list(parts),
+        "seeds": list(args.seeds),
+        "learning_rates": list(args.learning_rates),
+        "max_steps": args.max_steps,
+        "test_per_seed": {str(k): v for k, v in per_seed.items()},
+        "test_mean": test_mean,
+        "test_std": test_std,
+        "runs": runs,
+        "arguments": asdict(args),
+    }
+    (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
+    write_markdown(output_dir / "results.md", results)
+    print(f"   {task} {results['metric']}: {100 * test_mean:.2f} ± {100 * test_std:.2f} -> {output_dir}/results.md")
+    return results
+
+
+if __name__ == "__main__":
+    main()

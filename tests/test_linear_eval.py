@@ -1,0 +1,184 @@
+"""examples/linear_eval.py and the frozen-feature helpers: pooling, padding, standardisation, the one-pass lr grid,
+an end-to-end run on a tiny saved encoder with synthetic clips, and resume."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_config_kwargs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import linear_eval  # noqa: E402
+
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel  # noqa: E402
+from aasp_hf.evaluation import extract_features, pool_features, standardization_stats, standardize  # noqa: E402
+
+TINY_128 = tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1, sblu_hidden_size=16, sblu_output_size=16)
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("encoder")
+    AaspModel(AaspConfig(**TINY_128)).save_pretrained(path)
+    AaspFeatureExtractor().save_pretrained(path)
+    return path
+
+
+def test_pooled_features_are_cls_then_time_averaged_frequency_rows():
+    hidden = torch.randn(2, 1 + 3 * 4, 5)  # (B, 1 + T̃·F̃, D) with T̃=3, F̃=4
+    pooled = pool_features(hidden, None, num_frequency_patches=4)
+    assert pooled.shape == (2, 5 + 4 * 5)
+    assert torch.equal(pooled[:, :5], hidden[:, 0])
+    for f in range(4):  # token t·F̃ + f, averaged over t
+        expected = hidden[:, 1 + f :: 4].mean(1)
+        torch.testing.assert_close(pooled[:, 5 + 5 * f : 5 + 5 * (f + 1)], expected)
+    mask = torch.ones(2, 13, dtype=torch.bool)
+    mask[1, 1 + 2 * 4 :] = False  # clip 1: only the first 2 time patches are real
+    masked = pool_features(hidden, mask, 4)
+    torch.testing.assert_close(masked[1, 5:10], hidden[1, [1, 5]].mean(0))
+
+
+def test_extract_features_dimension_and_padding_tokens_excluded(encoder_dir):
+    model = AaspModel.from_pretrained(encoder_dir)
+    c = model.config
+    rng = np.random.default_rng(0)
+    short, long = rng.normal(0, 0.1, 8000).astype(np.float32), rng.normal(0, 0.1, 16000).astype(np.float32)
+    fe = AaspFeatureExtractor()
+    together, _ = extract_features(model, [dict(fe([short, long], sampling_rate=16000, return_tensors="pt"))])
+    alone, _ = extract_features(model, [dict(fe([short], sampling_rate=16000, return_tensors="pt"))])
+    assert together.shape == (2, c.hidden_size + c.num_frequency_patches * c.hidden_size)  # D + F̃·D = 32 + 8·32
+    np.testing.assert_allclose(together[0], alone[0], atol=2e-5)  # padding tokens do not leak into the average
+
+
+def test_standardisation_uses_train_statistics_only():
+    rng = np.random.default_rng(0)
+    train = rng.normal(3.0, 2.0, (500, 4)).astype(np.float32)
+    train[:, 3] = 7.0  # a constant dimension
+    test = rng.normal(5.0, 2.0, (300, 4)).astype(np.float32)
+    mean, std = standardization_stats(train)
+    z_train, z_test = standardize(train, mean, std), standardize(test, mean, std)
+    np.testing.assert_allclose(z_train[:, :3].mean(0), 0, atol=1e-5)
+    np.testing.assert_allclose(z_train[:, :3].std(0), 1, atol=1e-4)
+    assert np.all(np.isfinite(z_test)) and std[3] == 1.0
+    np.testing.assert_allclose(z_test, (test - train.mean(0)) / np.where(train.std(0) > 0, train.std(0), 1), atol=1e-4)
+    assert z_test[:, :3].mean() > 0.7  # test statistics were NOT used (that would centre it at 0)
+
+
+def separable(seed, n, dim=16, num_classes=3):
+    rng = np.random.default_rng(seed)
+    centres = np.random.default_rng(99).normal(0, 1.5, (num_classes, dim))
+    y = rng.integers(0, num_classes, n)
+    return (centres[y] + rng.normal(0, 1, (n, dim))).astype(np.float32), y
+
+
+def test_several_learning_rates_in_one_pass_equal_separate_runs():
+    train, valid, test = separable(0, 200), separable(1, 60), separable(2, 60)
+    lrs = [1e-3, 1e-2, 5e-2]
+    common = dict(multi_label=False, num_classes=3, max_steps=40, batch_size=32, eval_steps=5, seed=7)
+    joint = linear_eval.train_linear_heads(train, valid, test, lrs, **common)
+    for l, lr in enumerate(lrs):
+        alone = linear_eval.train_linear_heads(train, valid, test, [lr], **common)
+        torch.testing.assert_close(joint["weights"][l], alone["weights"][0], atol=1e-6, rtol=0)
+        torch.testing.assert_close(joint["biases"][l], alone["biases"][0], atol=1e-6, rtol=0)
+        assert joint["valid_scores"][l] == alone["valid_scores"][0]
+        assert joint["test_scores"][l] == alone["test_scores"][0]
+        assert joint["best_steps"][l] == alone["best_steps"][0]
+    assert joint["chosen_index"] == int(np.argmax(joint["valid_scores"]))
+    assert joint["test_score"] > 0.9  # the data are separable: the probe learns
+    assert not torch.equal(joint["weights"][0], joint["weights"][2])  # different lrs really differ
+
+
+def test_multi_label_heads_use_bce_and_report_map():
+    rng = np.random.default_rng(0)
+
+    def split(n):
+        y = (rng.random((n, 4)) < 0.4).astype(np.float32)
+        return (y.repeat(3, axis=1) + rng.normal(0, 0.5, (n, 12))).astype(np.float32), y  # 3 noisy copies per label
+    train, valid, test = split(200), split(50), split(50)
+    result = linear_eval.train_linear_heads(train, valid, test, [1e-2], multi_label=True, num_classes=4,
+                                            max_steps=60, batch_size=32, eval_steps=10, seed=0)
+    assert result["test_logits"].shape == (50, 4)
+    from aasp_hf.metrics import load_metric
+    score = linear_eval.final_test_score(load_metric("mean_average_precision"), result["test_logits"], test[1], True)
+    assert score == pytest.approx(result["test_score"], abs=1e-6) and score > 0.8
+
+
+def test_cosine_schedule():
+    assert linear_eval.cosine_learning_rate(0, 100, 1e-3) == pytest.approx(1e-3)
+    assert linear_eval.cosine_learning_rate(50, 100, 1e-3) == pytest.approx(5e-4)
+    assert linear_eval.cosine_learning_rate(100, 100, 1e-3) == pytest.approx(0.0)
+
+
+def test_end_to_end_on_synthetic_clips_and_resume(encoder_dir, tmp_path):
+    out = tmp_path / "run"
+    argv = ["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--max_steps", "12",
+            "--eval_steps", "4", "--batch_size", "8", "--learning_rates", "1e-3", "3e-2", "--seeds", "0", "1",
+            "--feature_batch_size", "10", "--output_dir", str(out)]
+    results = linear_eval.main(argv)
+    assert results["feature_dim"] == 32 + 8 * 32 and results["num_classes"] == 5 and results["metric"] == "accuracy"
+    stored = json.loads((out / "all_results.json").read_text())
+    assert stored == json.loads(json.dumps(results))
+    assert len(stored["runs"]) == 2
+    for run in stored["runs"]:  # the chosen lr is the best on validation, and its test score is reported
+        assert run["chosen_learning_rate"] == run["learning_rates"][int(np.argmax(run["valid_scores"]))]
+        assert run["test_score"] == pytest.approx(run["test_scores"][run["chosen_index"]], abs=1e-9)
+        assert 0.0 <= run["test_score"] <= 1.0 and run["best_steps"][run["chosen_index"]] in (4, 8, 12)
+    per_seed = [r["test_score"] for r in stored["runs"]]
+    assert stored["test_mean"] == pytest.approx(np.mean(per_seed))
+    assert stored["test_std"] == pytest.approx(np.std(per_seed, ddof=1))
+    assert f"{100 * stored['test_mean']:.2f} ± {100 * stored['test_std']:.2f}" in (out / "results.md").read_text()
+    feats = out / "features" / "synthetic"
+    assert np.load(feats / "features_train.npy").shape == (20, 288)
+    assert np.load(feats / "labels_test.npy").shape == (10,)
+
+    # resume: nothing is recomputed — neither the cached features nor the finished runs
+    cached = {p: p.stat().st_mtime_ns for p in list(feats.iterdir()) + list((out / "runs").iterdir())}
+    calls = []
+    original = linear_eval.extract_features
+    linear_eval.extract_features = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        again = linear_eval.main(argv)
+    finally:
+        linear_eval.extract_features = original
+    assert calls == [] and {p: p.stat().st_mtime_ns for p in cached} == cached
+    assert again["runs"] == results["runs"] and again["test_mean"] == results["test_mean"]
+
+    # a third seed trains only that seed; features of another data setting in the same cache are refused
+    third = linear_eval.main(argv[:-6] + ["0", "1", "2"] + argv[-4:])
+    assert [r["seed"] for r in third["runs"]] == [0, 1, 2] and third["runs"][:2] == results["runs"]
+    with pytest.raises(ValueError, match="another setting"):
+        linear_eval.main(argv + ["--feature_seed", "1"])
+
+
+def test_k_fold_dataset_from_the_loader(encoder_dir, tmp_path):
+    """A fake ESC-50 (official layout, 44.1 kHz WAVs): one part per test fold, validation = the next fold,
+    each clip padded to the EVAR length (5 s here shortened to 1 s), scores averaged over the folds."""
+    import soundfile as sf
+
+    root = tmp_path / "ESC-50-master"
+    (root / "audio").mkdir(parents=True)
+    (root / "meta").mkdir()
+    lines = ["filename,fold,target,category,esc10,src_file,take"]
+    rng = np.random.default_rng(0)
+    for fold in range(1, 6):
+        for target, category in enumerate(["dog", "rooster"]):
+            name = f"{fold}-{100 + target}-A-{target}.wav"
+            lines.append(f"{name},{fold},{target},{category},False,{100 + target},A")
+            t = np.arange(int(0.4 * 44100)) / 44100
+            sf.write(root / "audio" / name, (0.3 * np.sin(2 * np.pi * (300 + 2000 * target) * t)
+                                             + 0.01 * rng.normal(size=t.shape)).astype(np.float32), 44100)
+    (root / "meta" / "esc50.csv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "esc"
+    results = linear_eval.main(["--model_name_or_path", str(encoder_dir), "--dataset", "esc50", "--data_root",
+                                str(root), "--clip_seconds", "1.0", "--folds", "1", "4", "--max_steps", "6",
+                                "--eval_steps", "3", "--batch_size", "4", "--seeds", "0", "--output_dir", str(out)])
+    assert results["parts"] == ["fold1", "fold4"] and results["num_classes"] == 2
+    for part in ("fold1", "fold4"):  # 3 training folds, 1 validation fold, 1 test fold of 2 clips each
+        sizes = [len(np.load(out / "features" / part / f"labels_{s}.npy")) for s in ("train", "validation", "test")]
+        assert sizes == [6, 2, 2]
+    assert results["test_per_seed"]["0"] == pytest.approx(np.mean([r["test_score"] for r in results["runs"]]))
