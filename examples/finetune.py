@@ -1,0 +1,574 @@
+"""Fine-tuning of a pre-trained AaSP encoder for audio classification (paper Sec. Training Setup, Fine-tuning Setup;
+Table hyperparams 1; SPEC_NOTES §5-6).
+
+    accelerate launch examples/finetune.py --config examples/configs/finetune/as20k.json \
+        --model_name_or_path runs/aasp_base/encoder --data_root /data/audioset --output_dir runs/ft_as20k
+    python examples/finetune.py --config examples/configs/finetune/esc50.json --model_name_or_path runs/aasp_base \
+        --data_root /data/ESC-50-master --all_folds --seeds 0 1 2 --output_dir runs/ft_esc50
+    python examples/finetune.py --model_name_or_path runs/aasp_base --synthetic_per_class 20 --max_steps 100
+
+Arguments come from the dataclass below: on the command line, from one JSON file (`finetune.py preset.json`), or
+from `--config preset.json` followed by command-line overrides. The presets copy Table hyperparams 1 column by
+column; the paper's batch size is the total over its GPUs (4 for AS-2M / AS-20K), so their per-device batch is 32.
+
+Steps: 1. data (`aasp_hf.data.load`, one test fold of a K-fold task, or synthetic demo clips), 2. model
+(`AaspForAudioClassification`: LayerNorm + Linear on CLS over a pre-trained encoder, drop path), 3. AdamW with
+layer-wise lr decay (lr · decay^(L+1 − layer_id)), no weight decay on biases / norms / CLS / positions, warm-up +
+cosine by step (pure functions), 4. `accelerator.prepare`, 5. loop: mixup (then BCE on soft targets), SpecAugment
+(one time and one frequency mask of at most 1/5 of the input), gradient clipping, weight EMA updated right after
+`optimizer.step()`, 6. evaluation every `eval_steps` on validation with the EMA weights (accuracy or mAP): the best
+validation score within the budget, its step and the test score there, 7. atomic checkpoints and exact `--resume`
+(step, RNG states, data position, EMA weights, best-so-far), 8. the best model saved with `save_pretrained` (+ the
+feature extractor and `id2label`) for `pipeline("audio-classification", model=output_dir)`, `all_results.json`,
+`results.md`. `--seeds 0 1 2` and `--all_folds` run one sub-run per (fold, seed) and report mean ± std over seeds
+of the mean over folds (the paper's protocol: 3 seeds).
+
+Data order: each epoch is a seeded permutation of train (AS-2M: 200K class-balanced draws with replacement,
+seeded by epoch); global micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W), process r taking its r-th
+slice of B clips; the incomplete last global batch is dropped. The data position is a pure function of the number
+of micro-batches consumed, which the checkpoint stores with the crop and augmentation generators.
+
+Protocol choices the paper leaves open (documented, changeable): datasets without a validation split (AudioSet)
+hold out `validation_fraction` of train, seeded; for K-fold tasks `--kfold_validation next` validates on the
+next fold (as examples/linear_eval.py), `test` trains on all other folds and selects on the test fold (EAT's
+ESC-50 protocol, "the best result within the budget"; the ESC-50 preset uses it); the validation crop is random
+but the same at every evaluation; gradient clipping at `max_grad_norm` (not in the paper; EAT's 4.0 by default).
+"""
+
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+from transformers import AutoFeatureExtractor, HfArgumentParser
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
+import aasp_hf  # noqa: E402,F401  (registers the Auto* classes)
+from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification  # noqa: E402
+from aasp_hf.evaluation import classification_score  # noqa: E402
+from aasp_hf.training import find_latest_checkpoint, learning_rate, param_groups, save_checkpoint  # noqa: E402
+from aasp_hf.training.augment import mixup, spec_augment  # noqa: E402
+from aasp_hf.training.checkpointing import load_process_state, load_trainer_state  # noqa: E402
+from aasp_hf.training.model_ema import create_ema, ema_update_  # noqa: E402
+
+logger = logging.getLogger(__name__)
+SAMPLE_RATE = 16000
+SPLITS = ("train", "validation", "test")
+
+
+# ----------------------------------------------------------------------------------------------- arguments
+@dataclass
+class FinetuneArguments:
+    model_name_or_path: str = field(metadata={"help": "a pre-trained AaspModel encoder (or a saved classifier)"})
+    # data
+    dataset: str | None = field(default=None, metadata={"help": "a name for aasp_hf.data.load (as20k, esc50, ...)"})
+    data_root: str | None = field(default=None, metadata={"help": "the dataset's folder in its official layout"})
+    dataset_kwargs: str | None = field(default=None, metadata={"help": "JSON object of extra loader arguments"})
+    synthetic_per_class: int = field(default=0, metadata={"help": "N > 0: demo clips (N train per class), no files"})
+    synthetic_multi_label: bool = field(default=False, metadata={"help": "synthetic clips = sums of 1-2 classes"})
+    task: str | None = field(default=None, metadata={"help": "EVAR clip-length key (default: from the dataset)"})
+    clip_seconds: float | None = field(default=None, metadata={"help": "overrides the task's EVAR clip length"})
+    test_fold: int | None = field(default=None, metadata={"help": "K-fold task: the test fold (default: the first)"})
+    all_folds: bool = field(default=False, metadata={"help": "K-fold task: one run per test fold, averaged"})
+    kfold_validation: str = field(default="next", metadata={"help": "K-fold validation: 'next' fold or the 'test' fold"})
+    validation_fraction: float = field(default=0.1, metadata={"help": "held out of train when there is no validation"})
+    dataloader_num_workers: int = field(default=0)
+    # model
+    drop_path_rate: float = field(default=0.1)
+    freeze_feature_encoder: bool = field(default=False, metadata={"help": "freeze the SPE/AaPE patch embedding"})
+    # optimisation (Table hyperparams 1)
+    output_dir: str = field(default="finetune_output")
+    seed: int = field(default=0)
+    seeds: list[int] | None = field(default=None, metadata={"help": "several seeds: one sub-run each, mean ± std"})
+    per_device_train_batch_size: int = field(default=128)
+    per_device_eval_batch_size: int = field(default=64)
+    gradient_accumulation_steps: int = field(default=1)
+    max_steps: int = field(default=1000, metadata={"help": "the training-step budget (sets the schedule)"})
+    stop_after_steps: int | None = field(default=None, metadata={"help": "leave after this many steps (then --resume)"})
+    warmup_steps: int = field(default=100)
+    learning_rate: float = field(default=5e-5, metadata={"help": "peak lr (of the head; layer l gets lr·decay^(L+1-l))"})
+    min_learning_rate: float = field(default=1e-7)
+    layer_decay: float = field(default=0.65)
+    weight_decay: float = field(default=0.05)
+    adam_beta1: float = field(default=0.9)
+    adam_beta2: float = field(default=0.95)
+    adam_epsilon: float = field(default=1e-8)
+    max_grad_norm: float = field(default=4.0, metadata={"help": "gradient clipping; <= 0 disables"})
+    # augmentation, sampling, EMA
+    mixup_alpha: float = field(default=0.0, metadata={"help": "Beta(α, α) mixup; 0 disables (then CE if single-label)"})
+    spec_augment: bool = field(default=True, metadata={"help": "one time + one frequency mask per clip"})
+    spec_augment_fraction: float = field(default=0.2, metadata={"help": "maximum mask size / input size (1/5)"})
+    class_balanced_sampling: bool = field(default=False, metadata={"help": "AS-2M: weighted draws with replacement"})
+    samples_per_epoch: int = field(default=200_000, metadata={"help": "draws per epoch of class-balanced sampling"})
+    ema_decay: float = field(default=0.995, metadata={"help": "weight EMA for evaluation; 0 disables (ESC-50)"})
+    # evaluation, logging, checkpoints
+    eval_steps: int = field(default=500, metadata={"help": "validate every N steps (and at the last step)"})
+    logging_steps: int = field(default=50)
+    save_steps: int = field(default=1000)
+    save_total_limit: int | None = field(default=2)
+    resume: bool = field(default=False, metadata={"help": "continue from output_dir's latest complete checkpoint"})
+    mixed_precision: str | None = field(default=None, metadata={"help": "'no' | 'bf16' | 'fp16'"})
+
+
+def parse_args(argv=None) -> FinetuneArguments:
+    """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
+    parser = HfArgumentParser(FinetuneArguments)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return parser.parse_json_file(os.path.abspath(argv[0]))[0]
+    if "--config" in argv:
+        i = argv.index("--config")
+        parser.set_defaults(**json.loads(Path(argv[i + 1]).read_text()))
+        argv = argv[:i] + argv[i + 2 :]
+    args = parser.parse_args_into_dataclasses(args=argv)[0]
+    if args.kfold_validation not in ("next", "test"):
+        raise ValueError(f"kfold_validation={args.kfold_validation!r}: use 'next' or 'test'")
+    return args
+
+
+# ----------------------------------------------------------------------------------------------- 1. data
+def synthetic_splits(per_class: int, seed: int, multi_label: bool, clip_seconds: float) -> dict:
+    """{split: rows {"audio": {"array", "sampling_rate"}, "label" | "labels"}} of the demo's clips. Train and
+    validation clips are 25 % longer than `clip_seconds` (random crops); test clips are exactly `clip_seconds`, so
+    the pipeline on a raw test clip sees what the evaluation saw. Multi-label: the sum of one or two classes."""
+    from demo import LABELS, synth_clip
+
+    rng = np.random.default_rng(seed)
+    counts = {"train": per_class, "validation": max(2, per_class // 2), "test": max(2, per_class // 2)}
+    splits = {}
+    for split, count in counts.items():
+        seconds = clip_seconds if split == "test" else 1.25 * clip_seconds
+        rows = []
+        for label_id, label in enumerate(LABELS):
+            for _ in range(count):
+                if not multi_label:
+                    audio = synth_clip(label, rng, seconds)
+                    rows.append({"audio": {"array": audio, "sampling_rate": SAMPLE_RATE}, "label": label_id})
+                    continue
+                ids = sorted({label_id, int(rng.integers(len(LABELS)))})
+                audio = sum(synth_clip(LABELS[i], rng, seconds) for i in ids) / len(ids)
+                rows.append({"audio": {"array": audio.astype(np.float32), "sampling_rate": SAMPLE_RATE},
+                             "labels": ids})
+        splits[split] = [rows[i] for i in rng.permutation(len(rows))]
+    return splits
+
+
+def label_info(dataset) -> tuple[bool, list[str]]:
+    """(multi_label, class names) from a datasets.Dataset's `labels` (AudioSet) or `label` ClassLabel column."""
+    features = dataset.features
+    if "labels" in features:
+        feature = features["labels"]
+        inner = getattr(feature, "feature", None) or feature[0]
+        return True, list(inner.names)
+    return False, list(features["label"].names)
+
+
+def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
+    """-> ({part: {split: rows}}, multi_label, class names, clip seconds, task). A K-fold dataset gives one part
+    per test fold (all of them with --all_folds); a dataset without validation holds out `validation_fraction`."""
+    from aasp_hf import data
+
+    if args.synthetic_per_class > 0:
+        from demo import LABELS
+
+        clip_seconds = args.clip_seconds or 1.0
+        splits = synthetic_splits(args.synthetic_per_class, 1234, args.synthetic_multi_label, clip_seconds)
+        return {"synthetic": splits}, args.synthetic_multi_label, list(LABELS), clip_seconds, "synthetic"
+    if args.dataset is None:
+        raise ValueError("Pass --dataset (with --data_root) or --synthetic_per_class N.")
+    task = args.task or args.dataset.lower().replace("-", "")
+    task = {"as20k": "audioset", "as2m": "audioset", "urbansound8k": "us8k", "speech_commands": "scv2",
+            "crema_d": "cremad"}.get(task, task)
+    clip_seconds = args.clip_seconds or data.EVAR_CLIP_SECONDS.get(task)
+    if clip_seconds is None:
+        raise ValueError(f"No EVAR clip length for task {task!r}: pass --clip_seconds or one of "
+                         f"{sorted(data.EVAR_CLIP_SECONDS)} as --task.")
+    kwargs = json.loads(args.dataset_kwargs) if args.dataset_kwargs else {}
+    loaded = data.for_safe_decoding(data.load(args.dataset, root=args.data_root, **kwargs))
+    first = next(iter(loaded.values()))
+    multi_label, names = label_info(first)
+    parts = {}
+    if "fold" in first.column_names and set(loaded) == {"train"}:
+        folds = sorted(set(first["fold"]))
+        chosen = folds if args.all_folds else [args.test_fold if args.test_fold is not None else folds[0]]
+        for test_fold in chosen:
+            if args.kfold_validation == "next":
+                split = dict(data.fold_split(first, test_fold=test_fold,
+                                             valid_fold=folds[(folds.index(test_fold) + 1) % len(folds)]))
+            else:  # EAT's protocol: train on the other folds, select on the test fold
+                split = dict(data.fold_split(first, test_fold=test_fold))
+                split["validation"] = split["test"]
+            parts[f"fold{test_fold}"] = split
+    else:
+        splits = dict(loaded)
+        if "validation" not in splits:
+            held = splits["train"].train_test_split(test_size=args.validation_fraction, seed=0)
+            splits["train"], splits["validation"] = held["train"], held["test"]
+        parts["official"] = {name: splits[name] for name in SPLITS}
+    return parts, multi_label, names, clip_seconds, task
+
+
+def clip_labels(rows, multi_label: bool) -> list[list[int]]:
+    """Per-clip label lists, read from the label column only (no audio decoding)."""
+    column = "labels" if multi_label else "label"
+    values = rows[column] if hasattr(rows, "column_names") else [row[column] for row in rows]
+    return [list(v) if multi_label else [int(v)] for v in values]
+
+
+def epoch_order(num_rows: int, seed: int, epoch: int, sampler=None) -> torch.Tensor:
+    """Train indices of epoch `epoch`: a seeded permutation, or the class-balanced sampler's draws."""
+    if sampler is not None:
+        sampler.set_epoch(seed * 100_003 + epoch)
+        return torch.tensor(list(iter(sampler)), dtype=torch.long)
+    return torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+
+
+def micro_batches(rows, batch_size, num_processes, process_index, seed, start, num_workers, sampler=None):
+    """Yields lists of train rows for this process from global micro-batch `start` on, forever."""
+    per_epoch_draws = len(sampler) if sampler is not None else len(rows)
+    per_epoch = per_epoch_draws // (batch_size * num_processes)
+    if per_epoch == 0:
+        raise ValueError(f"{per_epoch_draws} clips cannot fill one global batch of {batch_size}x{num_processes}")
+    epoch, offset = divmod(start, per_epoch)
+    while True:
+        order = epoch_order(len(rows), seed, epoch, sampler)[: per_epoch * batch_size * num_processes]
+        order = order.reshape(per_epoch, num_processes, batch_size)[offset:, process_index]  # (G, W, B) -> (G', B)
+        loader = DataLoader(rows, batch_sampler=order.tolist(), collate_fn=list, num_workers=num_workers,
+                            generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+        yield from loader
+        epoch, offset = epoch + 1, 0
+
+
+# ----------------------------------------------------------------------------------------------- 3. optimiser
+def layer_decay_param_groups(model, weight_decay: float, layer_decay: float) -> list[dict]:
+    """AdamW groups per (depth, decay / no decay): `param_groups`' split (no weight decay on biases, norms, CLS
+    and positions), then per `model.layer_id(name)` with ``lr_scale = layer_decay ** (L + 1 - layer_id)``
+    (BEiT's layer decay: the head gets the full lr, the patch embedding the smallest)."""
+    num_layers = model.config.num_hidden_layers
+    groups = {}
+    for base in param_groups(model, weight_decay):
+        for name, param in zip(base["names"], base["params"]):
+            depth = model.layer_id(name)
+            key = (depth, base["weight_decay"])
+            group = groups.setdefault(key, {"params": [], "names": [], "weight_decay": base["weight_decay"],
+                                            "layer_id": depth, "lr_scale": layer_decay ** (num_layers + 1 - depth)})
+            group["params"].append(param)
+            group["names"].append(name)
+    return [groups[k] for k in sorted(groups)]
+
+
+def set_learning_rates(optimizer, lr: float):
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group["lr_scale"]
+
+
+# ----------------------------------------------------------------------------------------------- 5./6. loss, eval
+def soft_targets(labels: torch.Tensor, num_labels: int) -> torch.Tensor:
+    """(B,) class ids -> (B, C) one-hot float; (B, C) multi-hot stays (as float)."""
+    return F.one_hot(labels, num_labels).float() if labels.ndim == 1 else labels.float()
+
+
+@torch.no_grad()
+def predict(model, rows, make_collator, batch_size, accelerator) -> tuple[np.ndarray, np.ndarray]:
+    """Logits (N, C) and labels of `rows` (clips that fail to decode are skipped); each process takes every W-th
+    clip and the results are gathered on every process."""
+    was_training = model.training
+    model.eval()
+    collator = make_collator()
+    mine = list(range(accelerator.process_index, len(rows), accelerator.num_processes))
+    logits, labels = [], []
+    for start in range(0, len(mine), batch_size):
+        batch = collator([rows[i] for i in mine[start : start + batch_size]])
+        if batch is None:
+            continue
+        with accelerator.autocast():
+            out = model(input_values=batch["input_values"].to(accelerator.device),
+                        attention_mask=batch["attention_mask"].to(accelerator.device)).logits
+        logits.append(out.float().cpu().numpy())
+        labels.append(batch["labels"].numpy())
+    model.train(was_training)
+    pieces = [(np.concatenate(logits), np.concatenate(labels))] if logits else []
+    if accelerator.num_processes > 1:
+        from accelerate.utils import gather_object
+
+        pieces = gather_object(pieces)
+    return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
+
+
+def save_best_model(model, feature_extractor, directory: Path):
+    """`save_pretrained` into a temporary folder, then an atomic rename (a crash never leaves half a model)."""
+    tmp = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    feature_extractor.save_pretrained(tmp)
+    old = directory.with_name(directory.name + ".old")
+    if directory.exists():
+        os.replace(directory, old)
+    os.replace(tmp, directory)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------- one run
+def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[str], clip_seconds: float) -> dict:
+    """Fine-tunes once (one seed, one test fold) into `args.output_dir`; returns its results."""
+    from aasp_hf.data import AaspFineTuningCollator, ClassBalancedSampler
+
+    output_dir = Path(args.output_dir)
+    accelerator = Accelerator(mixed_precision=args.mixed_precision, project_dir=str(output_dir))
+    rank, world = accelerator.process_index, accelerator.num_processes
+    num_labels = len(names)
+    set_seed(args.seed)  # the head's initialisation, identical on every process
+
+    # 2. Model: the encoder's weights load under `aasp`; LayerNorm + Linear on CLS are new.
+    model = AaspForAudioClassification.from_pretrained(
+        args.model_name_or_path,
+        num_labels=num_labels,
+        id2label=dict(enumerate(names)),
+        label2id={n: i for i, n in enumerate(names)},
+        problem_type="multi_label_classification" if multi_label else "single_label_classification",
+        drop_path_rate=args.drop_path_rate,
+    )
+    if args.freeze_feature_encoder:
+        model.freeze_feature_encoder()
+    config = model.config
+    try:
+        feature_extractor = AutoFeatureExtractor.from_pretrained(args.model_name_or_path)
+    except (OSError, ValueError):
+        logger.warning(f"No feature extractor saved with {args.model_name_or_path}: using AaspFeatureExtractor() "
+                       f"(the paper's m2d front end, mean -7.1, std 4.1).")
+        feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins)
+    ema = create_ema(model) if args.ema_decay > 0 else None
+    set_seed(args.seed, device_specific=True)  # dropout / drop path: one stream per process
+
+    # 1. Data: crops and features in the collator (called in the loop, so its generator is checkpointed).
+    collator = AaspFineTuningCollator(feature_extractor, clip_seconds=clip_seconds, split="train",
+                                      num_labels=num_labels if multi_label else None, seed=args.seed * 1000 + 1 + rank)
+    augment_rng = np.random.default_rng(args.seed * 1000 + 2 + rank)
+
+    def eval_collator(split):
+        return lambda: AaspFineTuningCollator(feature_extractor, clip_seconds=clip_seconds, split=split,
+                                              num_labels=num_labels if multi_label else None, seed=7 + SPLITS.index(split))
+
+    sampler = None
+    if args.class_balanced_sampling:
+        sampler = ClassBalancedSampler(clip_labels(splits["train"], multi_label), num_classes=num_labels,
+                                       num_samples=args.samples_per_epoch, seed=0)
+
+    # 3. Optimiser: layer-wise lr decay on top of the decay / no-decay split; lr a pure function of the step.
+    optimizer = torch.optim.AdamW(layer_decay_param_groups(model, args.weight_decay, args.layer_decay),
+                                  lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
+
+    # 4. Distribute.
+    model, optimizer = accelerator.prepare(model, optimizer)
+    unwrapped = accelerator.unwrap_model(model)
+    if ema is not None:
+        ema.to(accelerator.device)
+
+    # 7a. Resume: model, optimiser and RNG states, generators, EMA weights, data position and best-so-far.
+    step, micro_position, decode_failures_before = 0, 0, 0
+    best = {"valid_score": -math.inf, "step": 0, "test_score": float("nan")}
+    history = []
+    if args.resume and (checkpoint := find_latest_checkpoint(output_dir)) is not None:
+        state = load_trainer_state(checkpoint)
+        if state["num_processes"] != world:
+            raise ValueError(f"{checkpoint} was written by {state['num_processes']} processes; exact resume needs "
+                             f"the same number, got {world}")
+        accelerator.load_state(str(checkpoint))
+        mine = load_process_state(checkpoint, rank)
+        collator.rng.bit_generator.state = mine["collator_rng"]
+        augment_rng.bit_generator.state = mine["augment_rng"]
+        decode_failures_before = mine["decode_failures"]
+        if ema is not None:
+            ema.load_state_dict(load_process_state(checkpoint, 0)["ema"])
+        step, micro_position = state["step"], state["micro_batches"]
+        best, history = state["best"], state["history"]
+        accelerator.print(f"resumed from {checkpoint} at step {step}")
+
+    # 5. Training loop.
+    accum = args.gradient_accumulation_steps
+    stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
+    batches = micro_batches(splits["train"], args.per_device_train_batch_size, world, rank, args.seed,
+                            start=micro_position, num_workers=args.dataloader_num_workers, sampler=sampler)
+    soft = multi_label or args.mixup_alpha > 0  # BCE (on soft targets with mixup), else cross-entropy
+    history_path = output_dir / "log_history.jsonl"
+    progress = tqdm(total=args.max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="finetune")
+    loss_sum, num_summed, t_log, step_of_log = 0.0, 0, time.time(), step
+    model.train()
+    while step < stop_step:
+        lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
+        set_learning_rates(optimizer, lr)
+        for micro in range(accum):
+            batch = None
+            while batch is None:  # a micro-batch where every clip failed to decode is skipped
+                batch = collator(next(batches))
+                micro_position += 1
+                if batch is None and world > 1:
+                    raise RuntimeError("every clip of a micro-batch failed to decode (multi-process runs stop)")
+            inputs, mask, labels = batch["input_values"], batch["attention_mask"], batch["labels"]
+            targets = soft_targets(labels, num_labels) if soft else labels
+            if args.mixup_alpha > 0:
+                inputs, targets, mask, _, _ = mixup(inputs, targets, args.mixup_alpha, augment_rng, mask)
+            if args.spec_augment:
+                inputs, _, _ = spec_augment(inputs, augment_rng, args.spec_augment_fraction, args.spec_augment_fraction)
+            inputs, mask, targets = (t.to(accelerator.device) for t in (inputs, mask, targets))
+            with accelerator.no_sync(model) if micro < accum - 1 else nullcontext():
+                logits = model(input_values=inputs, attention_mask=mask).logits
+                if soft:
+                    loss = F.binary_cross_entropy_with_logits(logits.float(), targets)
+                else:
+                    loss = unwrapped.classification_loss(logits, targets)  # cross-entropy
+                accelerator.backward(loss / accum)
+            loss_sum += loss.detach().float().item() / accum
+        max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
+        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if ema is not None:
+            ema_update_(ema, unwrapped, args.ema_decay)  # θ_ema ← m·θ_ema + (1 − m)·θ
+        step += 1
+        num_summed += 1
+        progress.update(1)
+
+        if step % args.logging_steps == 0 or step == stop_step:
+            now = time.time()
+            logs = {"step": step, "loss": loss_sum / num_summed, "learning_rate": lr, "grad_norm": float(grad_norm),
+                    "steps_per_second": (step - step_of_log) / max(now - t_log, 1e-9)}
+            if accelerator.is_main_process:
+                output_dir.mkdir(parents=True, exist_ok=True)
+                with open(history_path, "a") as f:
+                    f.write(json.dumps(logs) + "\n")
+            progress.set_postfix(loss=f"{logs['loss']:.4f}", lr=f"{lr:.2e}")
+            loss_sum, num_summed, t_log, step_of_log = 0.0, 0, now, step
+
+        # 6. Evaluation with the EMA weights (the trained weights when the EMA is off).
+        if step % args.eval_steps == 0 or step == args.max_steps:
+            evaluated = ema if ema is not None else unwrapped
+            logits, labels = predict(evaluated, splits["validation"], eval_collator("validation"),
+                                     args.per_device_eval_batch_size, accelerator)
+            record = {"step": step, "valid_score": classification_score(logits, labels, multi_label)}
+            if record["valid_score"] > best["valid_score"]:
+                logits, labels = predict(evaluated, splits["test"], eval_collator("test"),
+                                         args.per_device_eval_batch_size, accelerator)
+                record["test_score"] = classification_score(logits, labels, multi_label)
+                best = {"valid_score": record["valid_score"], "step": step, "test_score": record["test_score"]}
+                if accelerator.is_main_process:
+                    save_best_model(evaluated, feature_extractor, output_dir / "best_model")
+            history.append(record)
+            accelerator.print(f"step {step}: valid {record['valid_score']:.4f} (best {best['valid_score']:.4f} "
+                              f"at step {best['step']}, test there {best['test_score']:.4f})")
+
+        # 7b. Checkpoint.
+        if step % args.save_steps == 0 or step == stop_step:
+            process_state = {"collator_rng": collator.rng.bit_generator.state,
+                             "augment_rng": augment_rng.bit_generator.state,
+                             "decode_failures": decode_failures_before + collator.num_skipped}
+            if rank == 0 and ema is not None:
+                process_state["ema"] = ema.state_dict()
+            save_checkpoint(accelerator, output_dir, step, process_state=process_state,
+                            extra_state={"micro_batches": micro_position, "num_processes": world, "best": best,
+                                         "history": history},
+                            save_total_limit=args.save_total_limit)
+    progress.close()
+
+    # 8. The best model (EMA weights at the best validation step) for the pipeline and the Hub; results.
+    decode_failures = decode_failures_before + collator.num_skipped
+    decode_failures = int(accelerator.reduce(torch.tensor(decode_failures, device=accelerator.device), "sum"))
+    results = {
+        "metric": "mAP" if multi_label else "accuracy",
+        "best_valid_score": best["valid_score"],
+        "best_step": best["step"],
+        "test_score": best["test_score"],
+        "step": step,
+        "max_steps": args.max_steps,
+        "finished": step >= args.max_steps,
+        "num_processes": world,
+        "decode_failures": decode_failures,
+        "ema_decay": args.ema_decay,
+        "eval_history": history,
+    }
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        if step >= args.max_steps and (output_dir / "best_model").is_dir():
+            for item in (output_dir / "best_model").iterdir():
+                shutil.copy2(item, output_dir / item.name)
+        (output_dir / "all_results.json").write_text(json.dumps({**results, "arguments": asdict(args)}, indent=2))
+    accelerator.wait_for_everyone()
+    return results
+
+
+# ----------------------------------------------------------------------------------------------- main
+def mean_std(values) -> tuple[float, float]:
+    values = np.asarray(values, dtype=np.float64)
+    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+def write_markdown(path: Path, summary: dict):
+    metric = summary["metric"]
+    lines = [f"# Fine-tuning: {summary['task']} ({summary['model_name_or_path']})", "",
+             f"{metric} (×100) on test at the best validation step within {summary['max_steps']} steps; "
+             f"mean ± std over seeds {summary['seeds']} of the mean over parts {summary['parts']}.", "",
+             "| part | seed | best step | valid | test |", "|---|---|---|---|---|"]
+    for r in summary["runs"]:
+        lines.append(f"| {r['part']} | {r['seed']} | {r['best_step']} | {100 * r['best_valid_score']:.2f} | "
+                     f"{100 * r['test_score']:.2f} |")
+    lines += ["", f"**{summary['task']} {metric}: {100 * summary['test_mean']:.2f} ± {100 * summary['test_std']:.2f}**",
+              ""]
+    path.write_text("\n".join(lines))
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    output_dir = Path(args.output_dir)
+    parts, multi_label, names, clip_seconds, task = load_parts(args)
+    seeds = args.seeds or [args.seed]
+    single = len(parts) == 1 and len(seeds) == 1
+    print(f"{task}: {len(names)} classes, {'multi' if multi_label else 'single'}-label, clips {clip_seconds} s, "
+          f"parts {list(parts)}, seeds {seeds}")
+
+    runs = []
+    for part, splits in parts.items():
+        for seed in seeds:
+            run_dir = output_dir if single else output_dir / f"{part}_seed{seed}"
+            done = run_dir / "all_results.json"
+            if args.resume and not single and done.is_file() and json.loads(done.read_text()).get("finished"):
+                result = json.loads(done.read_text())  # a finished sub-run of an interrupted sweep
+            else:
+                result = run(replace(args, seed=seed, output_dir=str(run_dir)), splits, multi_label, names,
+                             clip_seconds)
+            runs.append({"part": part, "seed": seed, **{k: v for k, v in result.items() if k != "arguments"}})
+
+    per_seed = [float(np.mean([r["test_score"] for r in runs if r["seed"] == s])) for s in seeds]
+    test_mean, test_std = mean_std(per_seed)
+    summary = {
+        "task": task, "model_name_or_path": str(args.model_name_or_path), "metric": runs[0]["metric"],
+        "num_classes": len(names), "clip_seconds": clip_seconds, "parts": list(parts), "seeds": seeds,
+        "max_steps": args.max_steps, "test_per_seed": dict(zip(map(str, seeds), per_seed)),
+        "test_mean": test_mean, "test_std": test_std, "runs": runs,
+        **({k: runs[0][k] for k in ("best_valid_score", "best_step", "test_score", "step", "finished",
+                                    "decode_failures", "eval_history")} if single else {}),
+        "arguments": asdict(args),
+    }
+    if int(os.environ.get("RANK", "0")) == 0:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "all_results.json").write_text(json.dumps(summary, indent=2))
+        write_markdown(output_dir / "results.md", summary)
+        print(f"{task} {summary['metric']}: {100 * test_mean:.2f} ± {100 * test_std:.2f} -> {output_dir}/results.md")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""examples/finetune.py: layer-wise lr decay groups, the weight EMA, an end-to-end run on a tiny saved encoder with
+synthetic clips (best-within-budget bookkeeping, the saved model in the audio-classification pipeline), the
+multi-label path and exact resume."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import tiny_config_kwargs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import finetune  # noqa: E402
+
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel  # noqa: E402
+from aasp_hf.training.model_ema import create_ema, ema_update_  # noqa: E402
+
+# 128 mel bins (the feature extractor's), the standard conv patch embedding (fast on CPU), 0.5-s clips.
+TINY_128 = tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1, patch_embedding="spe")
+CLIP = ["--clip_seconds", "0.5", "--per_device_train_batch_size", "10", "--per_device_eval_batch_size", "32",
+        "--learning_rate", "3e-3", "--warmup_steps", "2", "--logging_steps", "2", "--layer_decay", "0.75"]
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("encoder")
+    AaspModel(AaspConfig(**TINY_128)).save_pretrained(path)
+    AaspFeatureExtractor().save_pretrained(path)
+    return path
+
+
+def test_layer_decay_groups_scale_lr_by_depth_and_skip_decay_on_biases_norms_cls_positions():
+    model = AaspForAudioClassification(AaspConfig(**tiny_config_kwargs(num_hidden_layers=2), num_labels=3))
+    groups = finetune.layer_decay_param_groups(model, weight_decay=0.05, layer_decay=0.7)
+    optimizer = torch.optim.AdamW(groups, lr=1.0)
+    finetune.set_learning_rates(optimizer, 5e-5)
+    lr_of, wd_of = {}, {}
+    for group in optimizer.param_groups:
+        for name in group["names"]:
+            assert name not in lr_of
+            lr_of[name], wd_of[name] = group["lr"], group["weight_decay"]
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert set(lr_of) == trainable
+    L = 2
+    expected_depth = lambda n: (0 if n.startswith(("aasp.embeddings.", "aasp.cls_token", "aasp.embedding_norm."))  # noqa: E731
+                                else int(n.split(".")[2]) + 1 if n.startswith("aasp.layers.") else L + 1)
+    for name in trainable:
+        assert lr_of[name] == pytest.approx(5e-5 * 0.7 ** (L + 1 - expected_depth(name))), name
+    assert lr_of["classifier.weight"] == pytest.approx(5e-5) and lr_of["aasp.cls_token"] == pytest.approx(5e-5 * 0.7**3)
+    params = dict(model.named_parameters())
+    no_decay = {n for n in trainable if wd_of[n] == 0.0}
+    assert no_decay == {n for n in trainable if params[n].ndim < 2 or n.endswith(".bias") or "cls_token" in n
+                        or "position_embeddings" in n}
+    assert {"aasp.cls_token", "classifier.bias", "classifier_norm.weight"} <= no_decay
+    matrices = {n for n in trainable if params[n].ndim == 2 and "position_embeddings" not in n}
+    assert "classifier.weight" in matrices and not matrices & no_decay
+    assert all(wd_of[n] == 0.05 for n in trainable - no_decay) and len(trainable - no_decay) > 0
+
+
+def test_model_ema_is_m_old_plus_one_minus_m_new():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    ema = create_ema(model)
+    assert not any(p.requires_grad for p in ema.parameters()) and not ema.training
+    old = {k: v.clone() for k, v in ema.state_dict().items()}
+    model.train()(torch.randn(8, 4)).sum().backward()  # BatchNorm running stats and its int counter move
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+    ema_update_(ema, model, decay=0.9)
+    new = model.state_dict()
+    for key, value in ema.state_dict().items():
+        if value.is_floating_point():
+            torch.testing.assert_close(value, 0.9 * old[key] + 0.1 * new[key])
+        else:
+            assert torch.equal(value, new[key])  # num_batches_tracked copied
+    with pytest.raises(ValueError):
+        ema_update_(ema, model, decay=1.5)
+
+
+@pytest.fixture(scope="module")
+def single_label_run(encoder_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ft_single")
+    argv = ["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "6", "--max_steps", "18",
+            "--eval_steps", "6", "--mixup_alpha", "0.8", "--ema_decay", "0.6", "--output_dir", str(out), *CLIP]
+    return finetune.main(argv), out
+
+
+def test_best_validation_score_and_its_step_are_recorded_consistently(single_label_run):
+    results, out = single_label_run
+    stored = json.loads((out / "all_results.json").read_text())
+    history = stored["eval_history"]
+    assert [h["step"] for h in history] == [6, 12, 18] and stored["step"] == 18 and stored["finished"]
+    best = max(h["valid_score"] for h in history)
+    first_best = next(h for h in history if h["valid_score"] == best)
+    assert stored["best_valid_score"] == best and stored["best_step"] == first_best["step"]
+    assert stored["test_score"] == first_best["test_score"] == results["test_mean"]
+    assert stored["metric"] == "accuracy" and stored["decode_failures"] == 0
+    losses = [json.loads(line)["loss"] for line in (out / "log_history.jsonl").read_text().splitlines()]
+    assert len(losses) == 9 and all(np.isfinite(losses))
+    assert "synthetic accuracy" in (out / "results.md").read_text()
+
+
+def test_saved_model_in_the_pipeline_reproduces_the_reported_test_accuracy(single_label_run):
+    from transformers import pipeline
+
+    from demo import LABELS
+
+    results, out = single_label_run
+    config = json.loads((out / "config.json").read_text())
+    assert config["id2label"] == {str(i): n for i, n in enumerate(LABELS)}
+    assert config["problem_type"] == "single_label_classification" and config["drop_path_rate"] == 0.1
+    test_rows = finetune.synthetic_splits(6, 1234, False, 0.5)["test"]  # the run's test clips (fixed data seed)
+    classifier = pipeline("audio-classification", model=str(out))
+    predicted = [classifier(row["audio"]["array"], top_k=1)[0]["label"] for row in test_rows]
+    accuracy = np.mean([p == LABELS[row["label"]] for p, row in zip(predicted, test_rows)])
+    assert accuracy == pytest.approx(results["test_score"])
+
+
+def test_multi_label_path_uses_bce_and_reports_map(encoder_dir, tmp_path):
+    from sklearn.metrics import average_precision_score
+    from transformers import pipeline
+
+    argv = ["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--synthetic_multi_label",
+            "--max_steps", "4", "--eval_steps", "4", "--ema_decay", "0", "--no_spec_augment",
+            "--output_dir", str(tmp_path), *CLIP]
+    results = finetune.main(argv)
+    assert results["metric"] == "mAP" and 0.0 < results["test_score"] <= 1.0
+    assert json.loads((tmp_path / "config.json").read_text())["problem_type"] == "multi_label_classification"
+    rows = finetune.synthetic_splits(4, 1234, True, 0.5)["test"]
+    classifier = pipeline("audio-classification", model=str(tmp_path))
+    names = classifier.model.config.id2label
+    scores = np.array([[{p["label"]: p["score"] for p in classifier(r["audio"]["array"], top_k=None)}[names[c]]
+                        for c in range(len(names))] for r in rows])  # sigmoid scores (multi-label)
+    labels = np.zeros_like(scores)
+    for i, r in enumerate(rows):
+        labels[i, r["labels"]] = 1
+    expected = np.mean([average_precision_score(labels[:, c], scores[:, c]) for c in range(labels.shape[1])])
+    assert expected == pytest.approx(results["test_score"], abs=1e-6)
+
+
+def test_resume_n_plus_n_equals_2n_including_ema(encoder_dir, tmp_path):
+    common = ["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--max_steps", "8",
+              "--eval_steps", "4", "--save_steps", "4", "--mixup_alpha", "0.8", "--ema_decay", "0.7", *CLIP]
+    finetune.main(common + ["--output_dir", str(tmp_path / "straight")])
+    finetune.main(common + ["--output_dir", str(tmp_path / "split"), "--stop_after_steps", "4"])
+    assert (tmp_path / "split" / "checkpoint-4").is_dir() and not (tmp_path / "split" / "checkpoint-8").exists()
+    finetune.main(common + ["--output_dir", str(tmp_path / "split"), "--resume"])
+    a, b = (tmp_path / "straight" / "checkpoint-8", tmp_path / "split" / "checkpoint-8")
+    weights_a, weights_b = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert weights_a.keys() == weights_b.keys()
+    for key in weights_a:
+        assert torch.equal(weights_a[key], weights_b[key]), key
+    ema_a, ema_b = (torch.load(c / "process_state_0.pt", weights_only=False)["ema"] for c in (a, b))
+    assert not torch.equal(ema_a["classifier.weight"], weights_a["classifier.weight"])  # the EMA is its own state
+    for key in ema_a:
+        assert torch.equal(ema_a[key], ema_b[key]), key
+    results_a, results_b = (json.loads((d / "all_results.json").read_text()) for d in (tmp_path / "straight",
+                                                                                      tmp_path / "split"))
+    assert results_a["eval_history"] == results_b["eval_history"]
+    assert (results_a["best_step"], results_a["test_score"]) == (results_b["best_step"], results_b["test_score"])
+
+
+@pytest.mark.parametrize("name, layer_decay, steps, warmup, min_lr, mixup", [
+    ("as2m", 0.70, 300_000, 30_000, 1e-6, 0.8), ("as20k", 0.70, 40_000, 4_000, 1e-6, 0.8),
+    ("esc50", 0.65, 8_000, 800, 1e-7, 0.0), ("scv2", 0.75, 160_000, 16_000, 1e-7, 0.8),
+    ("cremad", 0.65, 8_000, 800, 1e-7, 0.0), ("nsynth", 0.65, 443_000, 44_000, 1e-7, 0.0),
+    ("surge", 0.65, 233_000, 23_000, 1e-7, 0.0)])
+def test_presets_copy_table_hyperparams_1(name, layer_decay, steps, warmup, min_lr, mixup):
+    preset = Path(__file__).resolve().parents[1] / "examples" / "configs" / "finetune" / f"{name}.json"
+    args = finetune.parse_args(["--config", str(preset), "--model_name_or_path", "x", "--max_steps", "7"])
+    assert args.max_steps == 7  # the command line overrides the preset
+    args = finetune.parse_args(["--config", str(preset), "--model_name_or_path", "x"])
+    assert (args.layer_decay, args.max_steps, args.warmup_steps, args.min_learning_rate, args.mixup_alpha) == (
+        layer_decay, steps, warmup, min_lr, mixup)
+    assert (args.learning_rate, args.weight_decay, args.adam_beta2, args.drop_path_rate) == (5e-5, 0.05, 0.95, 0.1)
+    gpus = 4 if name in ("as2m", "as20k") else 1
+    assert args.per_device_train_batch_size * gpus == 128 and args.seeds == [0, 1, 2]
+    assert (args.ema_decay, args.spec_augment) == ((0.0, False) if name == "esc50" else (0.995, True))
+    assert args.class_balanced_sampling == (name == "as2m")
