@@ -1,29 +1,38 @@
-"""`make demo`: fine-tune a tiny AaSP classifier on synthetic audio, save it, reload it through the pipeline.
+"""`make demo`: AaSP end to end on the CPU in a few minutes — pre-train, linear-probe, fine-tune, share.
 
-The task is built so that the aliasing-aware stem matters: besides a steady tone, a chirp and noise bursts, two
-classes are the same carrier amplitude-modulated at 4 Hz and at 30 Hz. 30 Hz lies in the alias-prone modulation
-band (3.125–50 Hz at a 10 ms hop and 16-frame patches) that a 16×16 patch embedding folds down.
+Built-in synthetic audio (no downloads) whose classes differ in modulation and spectral content: a steady tone,
+the same carrier amplitude-modulated at 4 Hz and at 30 Hz (30 Hz lies in the alias-prone band, 3.125–50 Hz at
+a 10 ms hop and 16-frame patches, that a 16×16 patch embedding folds down), a chirp and noise bursts.
 
-Steps: 1. make the data, 2. build the model and feature extractor, 3. train for a time budget on the CPU,
-4. evaluate on held-out clips, 5. save_pretrained, 6. reload with pipeline("audio-classification") and predict.
+Steps:
+1. synthesise labelled train/test clips (and unlabelled pre-training clips, made by examples/pretrain.py)
+2. pre-train the tiny preset (examples/configs/pretrain_tiny_cpu.json) with examples/pretrain.py, export the encoder
+3. linear probe of frozen features ([CLS ; time-averaged tokens per frequency row]): random init vs pre-trained
+4. fine-tune AaspForAudioClassification from scratch and from the pre-trained encoder, same time budget each
+5. save_pretrained the fine-tuned model, reload it with pipeline("audio-classification"), predict
 
-    python examples/demo.py [--seconds 60] [--patch-embedding aape|spe] [--output-dir demo_output] [--seed 0]
+    python examples/demo.py [--pretrain-steps 1500] [--seconds 30] [--output-dir demo_output] [--seed 0]
 """
 
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from sklearn.linear_model import LogisticRegression
 from transformers import pipeline
 
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
+from aasp_hf.evaluation import extract_features, standardization_stats, standardize
 
+HERE = Path(__file__).resolve().parent
 SAMPLE_RATE = 16000
 LABELS = ["tone", "am_4hz", "am_30hz", "chirp", "noise_bursts"]
+TINY_PRESET = HERE / "configs" / "pretrain_tiny_cpu.json"
 
 
 # ----------------------------------------------------------------------------------------------- 1. data
@@ -65,112 +74,155 @@ def make_split(num_per_class: int, rng: np.random.Generator):
     return [clips[i] for i in order], np.asarray(labels)[order]
 
 
-# ----------------------------------------------------------------------------------------------- 2. model
-def tiny_config(patch_embedding: str = "aape") -> AaspConfig:
-    """A 2-layer, 96-wide encoder for 1-s clips (112 frames); AaPE with the paper's K = 63 and a 4× narrower
-    SBLU (H = 32, C = 256) so that the stem does not dominate such a small encoder on the CPU."""
-    return AaspConfig(
-        patch_embedding=patch_embedding,
-        sblu_hidden_size=32,
-        sblu_output_size=256,
-        hidden_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=192,
-        num_frames=112,
-        lambda_encoder_num_layers=1,
-        num_labels=len(LABELS),
-        id2label=dict(enumerate(LABELS)),
-        label2id={label: i for i, label in enumerate(LABELS)},
-    )
+# ----------------------------------------------------------------------------------------------- 2. pre-training
+def tiny_model_config() -> dict:
+    """The encoder of the tiny pre-training preset (64 wide, 2 layers, AaPE with a narrow SBLU)."""
+    return json.loads(TINY_PRESET.read_text())["model_config"]
+
+
+def pretrain(output_dir: Path, steps: int, clips: int, seed: int) -> Path:
+    """Runs examples/pretrain.py (one process) on synthetic clips; returns the exported student encoder folder."""
+    sys.path.insert(0, str(HERE))
+    import pretrain as pretrain_script
+
+    warmup = max(1, steps // 15)
+    pretrain_script.main(
+        ["--config", str(TINY_PRESET), "--output_dir", str(output_dir), "--max_steps", str(steps),
+         "--warmup_steps", str(warmup), "--synthetic_clips", str(clips), "--save_steps", str(steps),
+         "--seed", str(seed)]
+    )  # fmt: skip
+    return output_dir / "encoder"
+
+
+# ----------------------------------------------------------------------------------------------- 3. linear probe
+def batches(features, labels, batch_size=64):
+    for i in range(0, len(labels), batch_size):
+        yield {
+            "input_values": features["input_values"][i : i + batch_size],
+            "attention_mask": features["attention_mask"][i : i + batch_size],
+            "labels": labels[i : i + batch_size],
+        }
 
 
 @torch.no_grad()
-def evaluate(model, features, labels, batch_size=64) -> float:
+def linear_probe(encoder: AaspModel, train, train_y, test, test_y) -> float:
+    """Held-out accuracy of a logistic regression on standardised frozen features."""
+    train_x, _ = extract_features(encoder, batches(train, train_y))
+    test_x, _ = extract_features(encoder, batches(test, test_y))
+    mean, std = standardization_stats(train_x)
+    probe = LogisticRegression(max_iter=3000).fit(standardize(train_x, mean, std), train_y)
+    return float(probe.score(standardize(test_x, mean, std), test_y))
+
+
+# ----------------------------------------------------------------------------------------------- 4. fine-tuning
+@torch.no_grad()
+def accuracy(model, features, labels) -> float:
     model.eval()
     correct = 0
-    for i in range(0, len(labels), batch_size):
-        logits = model(features["input_values"][i : i + batch_size], features["attention_mask"][i : i + batch_size])
-        correct += (logits.logits.argmax(-1) == labels[i : i + batch_size]).sum().item()
+    for batch in batches(features, torch.as_tensor(labels)):
+        logits = model(batch["input_values"], batch["attention_mask"]).logits
+        correct += (logits.argmax(-1) == batch["labels"]).sum().item()
     return correct / len(labels)
+
+
+def finetune(model, train, train_y, seconds, batch_size, learning_rate, log_prefix) -> int:
+    """AdamW with warm-up + cosine over a time budget (the demo trains for seconds, not steps). Returns steps."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
+    labels = torch.as_tensor(train_y)
+    batch_size, step, start = min(batch_size, len(labels)), 0, time.monotonic()
+    while time.monotonic() - start < seconds:
+        model.train()
+        order = torch.randperm(len(labels))
+        for i in range(0, len(order) - batch_size + 1, batch_size):
+            idx = order[i : i + batch_size]
+            progress = min((time.monotonic() - start) / seconds, 1.0)
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate * min(1.0, 10 * progress) * 0.5 * (1 + math.cos(math.pi * progress))
+            out = model(train["input_values"][idx], train["attention_mask"][idx], labels=labels[idx])
+            optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            step += 1
+            if step % 200 == 0:
+                print(f"   {log_prefix} step {step:5d}  loss {out.loss.item():.3f}  ({time.monotonic() - start:.0f} s)")
+            if time.monotonic() - start >= seconds:
+                break
+    return step
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=60.0, help="training time budget on this machine")
+    parser.add_argument("--pretrain-steps", type=int, default=1500, help="0 skips pre-training")
+    parser.add_argument("--pretrain-clips", type=int, default=1024)
+    parser.add_argument("--seconds", type=float, default=30.0, help="fine-tuning time budget, per model")
     parser.add_argument("--output-dir", default="demo_output")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-per-class", type=int, default=400)
     parser.add_argument("--test-per-class", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--patch-embedding", choices=["aape", "spe"], default="aape")
     args = parser.parse_args(argv)
+    output_dir = Path(args.output_dir)
     torch.manual_seed(args.seed)
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(args.seed + 1)  # the pre-training clips come from `seed`, these from seed + 1
+    id2label = dict(enumerate(LABELS))
+    results = {}
 
     print(f"1. synthesising {args.train_per_class} train / {args.test_per_class} test clips per class: {LABELS}")
-    train_clips, train_labels = make_split(args.train_per_class, rng)
-    test_clips, test_labels = make_split(args.test_per_class, rng)
-
-    print(f"2. feature extraction (16 kHz log-mel, 128 bins) and a tiny AaSP classifier ({args.patch_embedding})")
+    train_clips, train_y = make_split(args.train_per_class, rng)
+    test_clips, test_y = make_split(args.test_per_class, rng)
     feature_extractor = AaspFeatureExtractor()
     train = feature_extractor(train_clips, sampling_rate=SAMPLE_RATE, return_tensors="pt")
     test = feature_extractor(test_clips, sampling_rate=SAMPLE_RATE, return_tensors="pt")
-    train_y, test_y = torch.from_numpy(train_labels), torch.from_numpy(test_labels)
-    model = AaspForAudioClassification(tiny_config(args.patch_embedding))
-    print(f"   input {tuple(train['input_values'].shape)}, {model.num_parameters() / 1e6:.2f} M parameters")
+    config = AaspConfig(**tiny_model_config())
+    print(f"   log-mel input {tuple(train['input_values'].shape)}")
 
-    print(f"3. training for {args.seconds:.0f} s")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=0.01)
-    batch_size, step, start = min(args.batch_size, len(train_y)), 0, time.monotonic()
-    while time.monotonic() - start < args.seconds:
-        model.train()
-        order = torch.randperm(len(train_y))
-        for i in range(0, len(order) - batch_size + 1, batch_size):
-            idx = order[i : i + batch_size]
-            # warm-up then cosine decay over the time budget (the demo trains for seconds, not steps)
-            progress = min((time.monotonic() - start) / args.seconds, 1.0)
-            for group in optimizer.param_groups:
-                group["lr"] = args.learning_rate * min(1.0, 10 * progress) * 0.5 * (1 + math.cos(math.pi * progress))
-            out = model(train["input_values"][idx], train["attention_mask"][idx], labels=train_y[idx])
-            optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            step += 1
-            if step % 10 == 0:
-                print(f"   step {step:4d}  loss {out.loss.item():.3f}  ({time.monotonic() - start:.0f} s)")
-            if time.monotonic() - start >= args.seconds:
-                break
+    encoder_dir = None
+    if args.pretrain_steps > 0:
+        print(f"2. pre-training the tiny preset for {args.pretrain_steps} steps on {args.pretrain_clips} unlabelled clips")
+        start = time.monotonic()
+        encoder_dir = pretrain(output_dir / "pretrain", args.pretrain_steps, args.pretrain_clips, args.seed)
+        results["pretrain_seconds"] = round(time.monotonic() - start, 1)
+        results["pretrain_steps"] = args.pretrain_steps
 
-    train_seconds = time.monotonic() - start
-    accuracy = evaluate(model, test, test_y)
-    print(f"4. held-out accuracy after {step} steps: {accuracy:.3f} ({len(test_y)} clips, chance {1 / len(LABELS):.2f})")
+    print("3. linear probe on frozen features")
+    torch.manual_seed(args.seed)
+    results["probe_accuracy_random_init"] = linear_probe(AaspModel(config).eval(), train, train_y, test, test_y)
+    print(f"   random init : {results['probe_accuracy_random_init']:.3f}")
+    if encoder_dir is not None:
+        encoder = AaspModel.from_pretrained(encoder_dir).eval()
+        results["probe_accuracy_pretrained"] = linear_probe(encoder, train, train_y, test, test_y)
+        print(f"   pre-trained : {results['probe_accuracy_pretrained']:.3f}")
 
-    output_dir = Path(args.output_dir)
-    model.save_pretrained(output_dir)
-    feature_extractor.save_pretrained(output_dir)
-    print(f"5. saved to {output_dir}/: {sorted(p.name for p in output_dir.iterdir())}")
+    print(f"4. fine-tuning for {args.seconds:.0f} s each (chance {1 / len(LABELS):.2f})")
+    head_kwargs = dict(num_labels=len(LABELS), id2label=id2label, label2id={v: k for k, v in id2label.items()})
+    torch.manual_seed(args.seed)
+    candidates = {"scratch": AaspForAudioClassification(AaspConfig(**tiny_model_config(), **head_kwargs))}
+    if encoder_dir is not None:
+        candidates["pretrained"] = AaspForAudioClassification.from_pretrained(encoder_dir, **head_kwargs)
+    for name, model in candidates.items():
+        steps = finetune(model, train, train_y, args.seconds, args.batch_size, args.learning_rate, name)
+        results[f"finetune_steps_{name}"] = steps
+        results[f"finetune_accuracy_{name}"] = accuracy(model, test, test_y)
+        print(f"   from {name:10s}: {results[f'finetune_accuracy_{name}']:.3f} held-out accuracy after {steps} steps")
 
-    print("6. reloading through pipeline('audio-classification')")
-    classifier = pipeline("audio-classification", model=str(output_dir), device="cpu")
-    predictions = classifier([clip for clip in test_clips], top_k=1, batch_size=16)
-    pipeline_accuracy = np.mean([p[0]["label"] == LABELS[y] for p, y in zip(predictions, test_labels)])
-    print(f"   pipeline held-out accuracy: {pipeline_accuracy:.3f}")
-    for clip, label in list(zip(test_clips, test_labels))[:5]:
-        top = classifier(clip, top_k=2)
-        shown = ", ".join(f"{p['label']} {p['score']:.2f}" for p in top)
+    best_name = "pretrained" if "pretrained" in candidates else "scratch"
+    classifier_dir = output_dir / "classifier"
+    candidates[best_name].save_pretrained(classifier_dir)
+    feature_extractor.save_pretrained(classifier_dir)
+    print(f"5. saved the model fine-tuned from {best_name} to {classifier_dir}/; reloading with the pipeline")
+    classifier = pipeline("audio-classification", model=str(classifier_dir), device="cpu")
+    predictions = classifier(list(test_clips), top_k=1, batch_size=16)
+    results["pipeline_accuracy"] = float(np.mean([p[0]["label"] == LABELS[y] for p, y in zip(predictions, test_y)]))
+    results["finetuned_from"] = best_name
+    print(f"   pipeline held-out accuracy: {results['pipeline_accuracy']:.3f} ({len(test_y)} clips)")
+    for clip, label in list(zip(test_clips, test_y))[:5]:
+        shown = ", ".join(f"{p['label']} {p['score']:.2f}" for p in classifier(clip, top_k=2))
         print(f"   true {LABELS[label]:>13s} -> {shown}")
 
-    results = {
-        "train_steps": step,
-        "train_seconds": round(train_seconds, 1),
-        "test_clips": len(test_labels),
-        "test_accuracy": accuracy,
-        "pipeline_test_accuracy": float(pipeline_accuracy),
-    }
     (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
+    print(f"results: {output_dir / 'all_results.json'}")
     return results
 
 

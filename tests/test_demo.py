@@ -1,4 +1,4 @@
-"""`make demo` end to end, shortened: data, training, save, reload through the pipeline."""
+"""`make demo` end to end, shortened: data, pre-training, probe, fine-tuning, save, reload through the pipeline."""
 
 import json
 import sys
@@ -24,13 +24,17 @@ def test_synthetic_classes_differ_where_they_should():
     assert abs(envelope_spectrum_peak(clips["am_30hz"]) - 30) <= 4.0
 
 
-def test_demo_main_trains_saves_and_the_pipeline_agrees(tmp_path):
+def test_demo_main_pretrains_probes_finetunes_and_the_pipeline_agrees(tmp_path):
     results = demo.main(
-        ["--seconds", "4", "--train-per-class", "6", "--test-per-class", "4", "--output-dir", str(tmp_path)]
-    )
-    assert results["train_steps"] >= 1
-    assert 0.0 <= results["test_accuracy"] <= 1.0
+        ["--pretrain-steps", "3", "--pretrain-clips", "32", "--seconds", "2", "--train-per-class", "6",
+         "--test-per-class", "4", "--output-dir", str(tmp_path)]
+    )  # fmt: skip
+    for key in ("probe_accuracy_random_init", "probe_accuracy_pretrained", "finetune_accuracy_scratch",
+                "finetune_accuracy_pretrained"):  # fmt: skip
+        assert 0.0 <= results[key] <= 1.0, key
+    assert results["finetune_steps_pretrained"] >= 1 and results["finetuned_from"] == "pretrained"
     # the reloaded pipeline sees the same model: same held-out accuracy as the in-memory model
-    assert results["pipeline_test_accuracy"] == results["test_accuracy"]
+    assert results["pipeline_accuracy"] == results["finetune_accuracy_pretrained"]
     assert json.loads((tmp_path / "all_results.json").read_text()) == results
-    assert (tmp_path / "model.safetensors").exists() and (tmp_path / "preprocessor_config.json").exists()
+    assert (tmp_path / "pretrain" / "encoder" / "model.safetensors").exists()
+    assert (tmp_path / "classifier" / "preprocessor_config.json").exists()
