@@ -11,6 +11,7 @@ _PATCH_EMBEDDINGS = ("aape", "spe")
 _SBLU_PHASES = ("symmetric", "analytic")
 _POOLINGS = ("cls", "mean")
 _TARGET_NORM_AXES = ("tokens", "channels")
+_PREDICTOR_TYPES = ("cross_attention", "cnn")
 _ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 
 
@@ -44,8 +45,11 @@ class AaspConfig(PreTrainedConfig):
         classifier_pooling (`str`, "cls"): "cls" or "mean" (mean of the valid patch tokens).
 
     Pre-training (`AaspForPreTraining`, paper Sec. Predictor and Pre-training Objectives, SPEC_NOTES §4):
+        predictor_type (`str`, "cross_attention"): the paper's CrossMAE predictor, or "cnn" (EAT's, for the ablation).
         predictor_hidden_size (`int`, 512), predictor_num_layers (`int`, 3), predictor_num_attention_heads (`int`, 16),
         predictor_mlp_ratio (`float`, 4.0): the CrossMAE cross-attention predictor.
+        predictor_cnn_hidden_size (`int`, 768), predictor_cnn_num_layers (`int`, 6), predictor_cnn_kernel_size
+        (`int`, 3), predictor_cnn_groups (`int`, 16): EAT's CNN predictor.
         mask_ratio (`float`, 0.8), mask_num_views (`int`, 4): M, mask_query_ratio (`float`, 0.75),
         mask_block_sizes (`list`, [[3, 8], [4, 6], [5, 5]]): inverse block masking, (frequency × time) patches.
         target_norm_axis (`str`, "tokens"): instance norm of each teacher layer across tokens per channel (EAT)
@@ -88,10 +92,15 @@ class AaspConfig(PreTrainedConfig):
         lambda_encoder_num_attention_heads=2,
         lambda_encoder_mlp_ratio=4.0,
         classifier_pooling="cls",
+        predictor_type="cross_attention",
         predictor_hidden_size=512,
         predictor_num_layers=3,
         predictor_num_attention_heads=16,
         predictor_mlp_ratio=4.0,
+        predictor_cnn_hidden_size=768,
+        predictor_cnn_num_layers=6,
+        predictor_cnn_kernel_size=3,
+        predictor_cnn_groups=16,
         mask_ratio=0.8,
         mask_num_views=4,
         mask_query_ratio=0.75,
@@ -132,10 +141,15 @@ class AaspConfig(PreTrainedConfig):
         self.lambda_encoder_num_attention_heads = lambda_encoder_num_attention_heads
         self.lambda_encoder_mlp_ratio = lambda_encoder_mlp_ratio
         self.classifier_pooling = classifier_pooling
+        self.predictor_type = predictor_type
         self.predictor_hidden_size = predictor_hidden_size
         self.predictor_num_layers = predictor_num_layers
         self.predictor_num_attention_heads = predictor_num_attention_heads
         self.predictor_mlp_ratio = predictor_mlp_ratio
+        self.predictor_cnn_hidden_size = predictor_cnn_hidden_size
+        self.predictor_cnn_num_layers = predictor_cnn_num_layers
+        self.predictor_cnn_kernel_size = predictor_cnn_kernel_size
+        self.predictor_cnn_groups = predictor_cnn_groups
         self.mask_ratio = mask_ratio
         self.mask_num_views = mask_num_views
         self.mask_query_ratio = mask_query_ratio
@@ -191,6 +205,10 @@ class AaspConfig(PreTrainedConfig):
             "predictor_hidden_size",
             "predictor_num_layers",
             "predictor_num_attention_heads",
+            "predictor_cnn_hidden_size",
+            "predictor_cnn_num_layers",
+            "predictor_cnn_kernel_size",
+            "predictor_cnn_groups",
             "mask_num_views",
         ):
             value = getattr(self, field)
@@ -244,6 +262,14 @@ class AaspConfig(PreTrainedConfig):
             fail("sblu_hidden_size", f"must be a multiple of the number of frequency patches ({f_groups})")
         if self.sblu_output_size % f_groups:
             fail("sblu_output_size", f"must be a multiple of the number of frequency patches ({f_groups})")
+        if self.predictor_type not in _PREDICTOR_TYPES:
+            fail("predictor_type", f"must be one of {_PREDICTOR_TYPES}")
+        if self.predictor_type == "cnn" and self.predictor_cnn_kernel_size % 2 == 0:
+            fail("predictor_cnn_kernel_size", "must be odd (same-size padding)")
+        if self.predictor_type == "cnn" and (
+            self.predictor_cnn_hidden_size % self.predictor_cnn_groups or self.hidden_size % self.predictor_cnn_groups
+        ):
+            fail("predictor_cnn_groups", "must divide predictor_cnn_hidden_size and hidden_size")
         if self.predictor_hidden_size % self.predictor_num_attention_heads:
             fail("predictor_num_attention_heads", f"must divide predictor_hidden_size={self.predictor_hidden_size}")
         for field in ("mask_ratio", "mask_query_ratio"):

@@ -834,8 +834,9 @@ class AaspPredictor(nn.Module):
         c = config
         return sincos_position_embeddings(c.predictor_hidden_size, c.num_frequency_patches, c.num_time_patches).float()
 
-    def forward(self, encoder_output, query_indices):
-        """encoder_output: (B', 1 + V, D) student output; query_indices: (B', Q) token indices. Returns (B', Q, D)."""
+    def forward(self, encoder_output, visible_indices, query_indices):
+        """encoder_output: (B', 1 + V, D) student output (CLS first); visible_indices: (B', V) (unused: keys carry
+        their own positions); query_indices: (B', Q) token indices. Returns (B', Q, D)."""
         if not torch.compiler.is_compiling() and int(query_indices.max()) >= self.position_embeddings.shape[0]:
             raise ValueError(
                 f"query index {int(query_indices.max())} is outside the pre-training grid of "
@@ -846,6 +847,54 @@ class AaspPredictor(nn.Module):
         for layer in self.layers:
             queries = layer(queries, encoder_output)
         return self.output_projection(self.norm(queries))  # (B', Q, P) -> (B', Q, D)
+
+
+class AaspCNNPredictor(nn.Module):
+    """EAT's CNN predictor (data2vec 2.0's 2-D decoder), for the paper's predictor ablation.
+
+    The student's visible tokens are put back on the (T̃, F̃) grid with zeros at hidden positions (EAT fills them
+    with N(0, 0.01) noise; zeros keep the forward deterministic), then `predictor_cnn_num_layers` blocks of
+    [grouped k×k Conv2d -> LayerNorm over channels (no affine) -> GELU] with residual connections from the second
+    block on, then Linear -> D; the outputs at the query positions are returned.
+    """
+
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        self.config = config
+        width, kernel = config.predictor_cnn_hidden_size, config.predictor_cnn_kernel_size
+        self.convs = nn.ModuleList(
+            [
+                nn.Conv2d(
+                    config.hidden_size if i == 0 else width,
+                    width,
+                    kernel_size=kernel,
+                    padding=kernel // 2,
+                    groups=config.predictor_cnn_groups,
+                )
+                for i in range(config.predictor_cnn_num_layers)
+            ]
+        )
+        self.output_projection = nn.Linear(width, config.hidden_size)
+
+    def forward(self, encoder_output, visible_indices, query_indices):
+        """encoder_output: (B', 1 + V, D); visible_indices: (B', V); query_indices: (B', Q). Returns (B', Q, D)."""
+        c = self.config
+        batch_size, _, hidden = encoder_output.shape
+        grid = encoder_output.new_zeros(batch_size, c.num_patches, hidden)  # (B', N, D), zeros at hidden tokens
+        grid = grid.scatter(1, visible_indices[..., None].expand(-1, -1, hidden), encoder_output[:, 1:])
+        x = grid.transpose(1, 2).reshape(batch_size, hidden, c.num_time_patches, c.num_frequency_patches)
+        # (B', N, D) -> (B', D, T̃, F̃), time-major tokens
+        residual = None
+        for conv in self.convs:
+            x = conv(x)
+            x = F.layer_norm(x.permute(0, 2, 3, 1), x.shape[1:2]).permute(0, 3, 1, 2)  # norm over channels
+            x = F.gelu(x)
+            if residual is not None:
+                x = x + residual
+            residual = x
+        x = x.flatten(2).transpose(1, 2)  # (B', C, T̃, F̃) -> (B', N, C)
+        predictions = self.output_projection(x)  # (B', N, D)
+        return predictions.gather(1, query_indices[..., None].expand(-1, -1, hidden))  # (B', Q, D)
 
 
 class AaspContrastiveHead(nn.Module):
@@ -876,7 +925,7 @@ class AaspForPreTraining(AaspPreTrainedModel):
         self.aasp = AaspModel(config)
         self.teacher = AaspModel(config)
         self.teacher.requires_grad_(False)
-        self.predictor = AaspPredictor(config)
+        self.predictor = AaspPredictor(config) if config.predictor_type == "cross_attention" else AaspCNNPredictor(config)
         self.contrastive_head = AaspContrastiveHead(config)
         self.post_init()
         with torch.no_grad():  # the teacher starts as an exact copy of the student (from_pretrained then loads both)
@@ -927,7 +976,8 @@ class AaspForPreTraining(AaspPreTrainedModel):
         # Student: only the visible tokens of each view.
         student = self.aasp(input_values, visible_indices=visible_indices).last_hidden_state  # (B·M, 1 + V, D)
         queries = query_indices.reshape(batch_size * num_views, -1)  # (B, M, Q) -> (B·M, Q)
-        predictions = self.predictor(student, queries)  # (B·M, Q, D)
+        visible = visible_indices.reshape(batch_size * num_views, -1)  # (B, M, V) -> (B·M, V)
+        predictions = self.predictor(student, visible, queries)  # (B·M, Q, D)
         view_targets = targets.repeat_interleave(num_views, dim=0)  # (B, N, D) -> (B·M, N, D)
         query_targets = view_targets.gather(1, queries[..., None].expand(-1, -1, targets.shape[-1]))  # (B·M, Q, D)
 

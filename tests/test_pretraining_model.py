@@ -50,7 +50,13 @@ def test_teacher_starts_as_the_student_and_stays_in_eval_mode_without_gradients(
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"patch_embedding": "spe"}, {"sblu_adaptive": False}, {"sblu_phase": "analytic", "layer_norm_first": True}],
+    [
+        {},
+        {"patch_embedding": "spe"},
+        {"sblu_adaptive": False},
+        {"sblu_phase": "analytic", "layer_norm_first": True},
+        {"predictor_type": "cnn", "predictor_cnn_hidden_size": 32, "predictor_cnn_groups": 4, "predictor_cnn_num_layers": 2},
+    ],
 )
 def test_gradients_reach_every_student_predictor_and_head_parameter_and_never_the_teacher(overrides):
     torch.manual_seed(0)
@@ -124,3 +130,23 @@ def test_pretraining_step_traces_without_graph_breaks():
     config = tiny_pretraining_config()
     explanation = torch._dynamo.explain(AaspForPreTraining(config).train())(*make_batch(config))
     assert explanation.graph_break_count == 0, explanation.break_reasons
+
+
+def test_cnn_predictor_sees_only_visible_tokens_and_keeps_the_grid():
+    """EAT's CNN predictor: hidden positions start from zeros, so changing the student's output only at visible
+    tokens changes predictions, and the output at each query comes from its own grid position."""
+    torch.manual_seed(0)
+    config = tiny_pretraining_config(
+        predictor_type="cnn", predictor_cnn_hidden_size=32, predictor_cnn_groups=4, predictor_cnn_num_layers=2,
+        predictor_cnn_kernel_size=1,
+    )  # fmt: skip
+    predictor = AaspForPreTraining(config).predictor
+    encoder_output = torch.randn(2, 1 + 3, 32)
+    visible = torch.tensor([[0, 2, 5], [1, 3, 4]])
+    queries = torch.tensor([[1, 7], [0, 6]])
+    out = predictor(encoder_output, visible, queries)
+    assert out.shape == (2, 2, 32)
+    # with 1×1 convolutions a query far from every visible token sees only zeros: the same for both clips
+    torch.testing.assert_close(out[0, 1], out[1, 1])
+    assert ((predictor(encoder_output * 2, visible, torch.tensor([[2, 5], [3, 4]])) - predictor(
+        encoder_output, visible, torch.tensor([[2, 5], [3, 4]]))).abs() > 0).any()
