@@ -53,7 +53,7 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
-from transformers import AutoFeatureExtractor, HfArgumentParser
+from transformers import AutoFeatureExtractor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
 import aasp_hf  # noqa: E402,F401  (registers the Auto* classes)
@@ -63,6 +63,7 @@ from aasp_hf.training import find_latest_checkpoint, learning_rate, param_groups
 from aasp_hf.training.augment import mixup, spec_augment  # noqa: E402
 from aasp_hf.training.checkpointing import load_process_state, load_trainer_state  # noqa: E402
 from aasp_hf.training.model_ema import create_ema, ema_update_  # noqa: E402
+from aasp_hf.training.arguments import parse_arguments  # noqa: E402
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -125,15 +126,7 @@ class FinetuneArguments:
 
 def parse_args(argv=None) -> FinetuneArguments:
     """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
-    parser = HfArgumentParser(FinetuneArguments)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(os.path.abspath(argv[0]))[0]
-    if "--config" in argv:
-        i = argv.index("--config")
-        parser.set_defaults(**json.loads(Path(argv[i + 1]).read_text()))
-        argv = argv[:i] + argv[i + 2 :]
-    args = parser.parse_args_into_dataclasses(args=argv)[0]
+    (args,) = parse_arguments(FinetuneArguments, argv)
     if args.kfold_validation not in ("next", "test"):
         raise ValueError(f"kfold_validation={args.kfold_validation!r}: use 'next' or 'test'")
     return args

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoFeatureExtractor, AutoModel, HfArgumentParser
+from transformers import AutoFeatureExtractor, AutoModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
 import aasp_hf  # noqa: E402,F401  (registers the Auto* classes)
@@ -48,6 +48,7 @@ from aasp_hf.evaluation import (  # noqa: E402
     standardization_stats,
     standardize,
 )
+from aasp_hf.training.arguments import parse_arguments  # noqa: E402
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -89,15 +90,8 @@ class LinearEvalArguments:
 
 def parse_args(argv=None) -> LinearEvalArguments:
     """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
-    parser = HfArgumentParser(LinearEvalArguments)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(os.path.abspath(argv[0]))[0]
-    if "--config" in argv:
-        i = argv.index("--config")
-        parser.set_defaults(**json.loads(Path(argv[i + 1]).read_text()))
-        argv = argv[:i] + argv[i + 2 :]
-    return parser.parse_args_into_dataclasses(args=argv)[0]
+    (args,) = parse_arguments(LinearEvalArguments, argv)
+    return args
 
 
 # ----------------------------------------------------------------------------------------------- 2. data

@@ -24,12 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoFeatureExtractor, AutoModel, HfArgumentParser
+from transformers import AutoFeatureExtractor, AutoModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
 import aasp_hf  # noqa: E402,F401  (registers the Auto* classes)
 from aasp_hf import AaspFeatureExtractor  # noqa: E402
 from aasp_hf.evaluation import circular_shift, cls_embeddings, representation_drift  # noqa: E402
+from aasp_hf.training.arguments import parse_arguments  # noqa: E402
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -55,15 +56,9 @@ class ShiftConsistencyArguments:
 
 
 def parse_args(argv=None) -> ShiftConsistencyArguments:
-    parser = HfArgumentParser(ShiftConsistencyArguments)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(os.path.abspath(argv[0]))[0]
-    if "--config" in argv:
-        i = argv.index("--config")
-        parser.set_defaults(**json.loads(Path(argv[i + 1]).read_text()))
-        argv = argv[:i] + argv[i + 2 :]
-    return parser.parse_args_into_dataclasses(args=argv)[0]
+    """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
+    (args,) = parse_arguments(ShiftConsistencyArguments, argv)
+    return args
 
 
 # ----------------------------------------------------------------------------------------------- 2. clips

@@ -1,7 +1,5 @@
 """Fine-tuning collator (crop/pad, labels, skipped clips) and mel statistics against a direct computation."""
 
-import os
-
 import numpy as np
 import pytest
 import soundfile as sf
