@@ -37,3 +37,50 @@ def tiny_config():
         return AaspConfig(**tiny_config_kwargs(**overrides))
 
     return make
+
+
+def run_without_aasp_hf(script: str, workdir):
+    """Runs `script` in a fresh interpreter where any import of `aasp_hf` fails, offline, with its own HF modules
+    cache (remote code must work from the files saved next to the weights alone). Returns the finished process."""
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    prelude = 'import sys\nsys.modules["aasp_hf"] = None  # any import of our package now raises ImportError\n'
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_MODULES_CACHE=str(Path(workdir) / "modules"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    result = subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(script)],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def remote_code_logits(folder, audio, workdir):
+    """Logits of the classifier saved in `folder` for `audio`, loaded with `trust_remote_code=True` by
+    `run_without_aasp_hf`; also checks that `AutoModel` resolves to the remote `AaspModel`."""
+    import numpy as np
+
+    np.save(f"{workdir}/audio.npy", audio)
+    run_without_aasp_hf(
+        f"""
+        import numpy as np, torch
+        from transformers import AutoFeatureExtractor, AutoModel, AutoModelForAudioClassification
+        path = {str(folder)!r}
+        fe = AutoFeatureExtractor.from_pretrained(path, trust_remote_code=True)
+        model = AutoModelForAudioClassification.from_pretrained(path, trust_remote_code=True).eval()
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        assert type(AutoModel.from_pretrained(path, trust_remote_code=True)).__name__ == "AaspModel"
+        features = fe(np.load({f"{workdir}/audio.npy"!r}), sampling_rate=16000, return_tensors="pt")
+        with torch.no_grad():
+            np.save({f"{workdir}/remote.npy"!r}, model(**features).logits.numpy())
+        """,
+        workdir,
+    )
+    return np.load(f"{workdir}/remote.npy")

@@ -2,10 +2,6 @@
 `HfApi.create_repo` and `HfApi.upload_folder` (mocked: no network)."""
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from unittest import mock
 
 import numpy as np
@@ -16,7 +12,7 @@ from huggingface_hub import HfApi
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification
 from aasp_hf.hub import evaluation_table, fill_model_card, push_folder, write_hub_folder
-from conftest import tiny_config_kwargs
+from conftest import remote_code_logits, tiny_config_kwargs
 
 LABELS = ["dog", "rain", "siren"]
 ALL_RESULTS = {
@@ -98,30 +94,7 @@ def test_remote_code_loads_in_a_fresh_process_without_the_package(hub_folder, tm
     features = AaspFeatureExtractor()(audio, sampling_rate=16000, return_tensors="pt")
     with torch.no_grad():
         expected = model(**features).logits.numpy()
-    np.save(tmp_path / "audio.npy", audio)
-    script = textwrap.dedent(
-        f"""
-        import sys
-        sys.modules["aasp_hf"] = None  # any import of our package now raises ImportError
-        import numpy as np, torch
-        from transformers import AutoFeatureExtractor, AutoModel, AutoModelForAudioClassification
-        path = {str(folder)!r}
-        fe = AutoFeatureExtractor.from_pretrained(path, trust_remote_code=True)
-        model = AutoModelForAudioClassification.from_pretrained(path, trust_remote_code=True).eval()
-        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-        assert type(AutoModel.from_pretrained(path, trust_remote_code=True)).__name__ == "AaspModel"
-        features = fe(np.load({str(tmp_path / "audio.npy")!r}), sampling_rate=16000, return_tensors="pt")
-        with torch.no_grad():
-            np.save({str(tmp_path / "remote.npy")!r}, model(**features).logits.numpy())
-        """
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    np.testing.assert_allclose(np.load(tmp_path / "remote.npy"), expected, atol=1e-6)
+    np.testing.assert_allclose(remote_code_logits(folder, audio, tmp_path), expected, atol=1e-6)
 
 
 def test_push_folder_calls_create_repo_then_upload_folder(hub_folder):
