@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ._common import SAMPLING_RATE
 from .decoding import SafeAudioDecoder, for_safe_decoding
 
 
