@@ -129,6 +129,24 @@ def test_collator_state_dict_replays_exactly(collator_parts):
     assert all(torch.equal(first[k], replay[k]) for k in first)
 
 
+def test_collator_takes_cached_log_mel_like_waveforms(collator_parts):
+    """Items of a LogMelCache (unnormalised log-mel) give the waveform path's features (float16 storage aside) and,
+    for clips no longer than the crop (no crop draw), exactly the same masks."""
+    config, extractor = collator_parts
+    clips = [torch.randn(6_000, generator=torch.Generator().manual_seed(i)) for i in range(3)]  # shorter than 0.5 s
+    raw = AaspFeatureExtractor(feature_size=config.num_mel_bins, do_normalize=False)
+    cached = [
+        {"log_mel": raw(c, sampling_rate=16000)["input_values"][0, : raw.num_frames(len(c))].astype("float16")}
+        for c in clips
+    ]  # what build_log_mel_cache stores: (T_i, F) float16, unnormalised, unpadded
+    from_waves = PretrainingCollator(extractor, config, crop_seconds=0.5, generator=torch.Generator().manual_seed(3))
+    from_cache = PretrainingCollator(extractor, config, crop_seconds=0.5, generator=torch.Generator().manual_seed(3))
+    a, b = from_waves(clips), from_cache(cached)
+    assert b["input_values"].shape == a["input_values"].shape
+    assert (a["input_values"] - b["input_values"]).abs().max() < 5e-3  # float16 rounding, normalised units
+    assert torch.equal(a["visible_indices"], b["visible_indices"]) and torch.equal(a["query_indices"], b["query_indices"])
+
+
 # ----------------------------------------------------------------------------------------------- checkpoints
 def test_checkpoints_are_atomic_and_latest_skips_a_crash_mid_save(tmp_path, monkeypatch):
     from accelerate import Accelerator

@@ -25,7 +25,9 @@ class PretrainingCollator:
             seeded with 0 when omitted.
         device (*optional*): where features are computed and tensors returned (e.g. the GPU); CPU by default.
 
-    Each example is a 1-D float waveform (numpy array or tensor) or a dict holding one under ``"waveform"``.
+    Each example is a 1-D float waveform (numpy array or tensor) or a dict holding one under ``"waveform"`` — or,
+    from a precomputed cache (``aasp_hf.data.cache.LogMelCache``), a dict with an unnormalised ``"log_mel"`` (T_i, F),
+    cropped in the frame domain instead (same generator, one draw per long clip, then the masks).
     Returns ``input_values`` float32 (B, T, F), ``visible_indices`` int64 (B, M, V), ``query_indices`` int64 (B, M, Q).
     """
 
@@ -57,31 +59,17 @@ class PretrainingCollator:
 
     def __call__(self, examples, device=None) -> dict:
         device = device if device is not None else self.device
+        if examples and isinstance(examples[0], dict) and "log_mel" in examples[0]:
+            features = self.cropped_log_mel(examples)  # (B, T, F)
+            if device is not None:
+                features = features.to(device)
+        else:
+            features = self.waveform_features(examples, device)  # (B, T, F)
         c = self.config
-        waveforms = []
-        for example in examples:
-            waveform = example["waveform"] if isinstance(example, dict) else example
-            waveform = torch.as_tensor(np.asarray(waveform, dtype=np.float32) if not torch.is_tensor(waveform)
-                                       else waveform.float())
-            if waveform.dim() != 1:
-                raise ValueError(f"each example must be a 1-D waveform, got shape {tuple(waveform.shape)}")
-            waveforms.append(self.random_crop(waveform))
-
-        # 1. Features for the whole batch at once, padded/truncated to T = num_frames: (B, T, F).
-        features = self.feature_extractor(
-            waveforms,
-            sampling_rate=self.sampling_rate,
-            return_tensors="pt",
-            padding="max_length",
-            max_frames=c.num_frames,
-            truncation=True,
-            return_attention_mask=False,
-            device=device,
-        )["input_values"]
 
         # 2. M independent inverse block masks per clip, their visible tokens and the predictor's queries.
         mask = sample_view_masks(
-            len(waveforms),
+            features.shape[0],
             c.mask_num_views,
             c.num_frequency_patches,
             c.num_time_patches,
@@ -96,3 +84,35 @@ class PretrainingCollator:
             "visible_indices": visible.to(features.device),
             "query_indices": queries.to(features.device),
         }
+
+    def cropped_log_mel(self, examples) -> torch.Tensor:
+        """1. (cache) random crops of cached log-mel in the frame domain, normalised, padded to T: (B, T, F)."""
+        from ..data.cache import crop_log_mel_batch
+
+        crop_frames = self.feature_extractor.num_frames(self.crop_samples)
+        return crop_log_mel_batch(
+            examples, crop_frames, self.generator, self.feature_extractor, target_frames=self.config.num_frames
+        )
+
+    def waveform_features(self, examples, device) -> torch.Tensor:
+        """1. random waveform crops -> features for the whole batch at once, padded/truncated to T: (B, T, F)."""
+        c = self.config
+        waveforms = []
+        for example in examples:
+            waveform = example["waveform"] if isinstance(example, dict) else example
+            waveform = torch.as_tensor(np.asarray(waveform, dtype=np.float32) if not torch.is_tensor(waveform)
+                                       else waveform.float())
+            if waveform.dim() != 1:
+                raise ValueError(f"each example must be a 1-D waveform, got shape {tuple(waveform.shape)}")
+            waveforms.append(self.random_crop(waveform))
+
+        return self.feature_extractor(
+            waveforms,
+            sampling_rate=self.sampling_rate,
+            return_tensors="pt",
+            padding="max_length",
+            max_frames=c.num_frames,
+            truncation=True,
+            return_attention_mask=False,
+            device=device,
+        )["input_values"]
