@@ -535,6 +535,44 @@ class AaspPreTrainedModel(PreTrainedModel):
             init.copy_(module.position_embeddings, module.compute_position_embeddings(self.config))
             init.trunc_normal_(module.mask_token, std=std)
 
+    # Fields that define the trained network (its weights' shapes or what they compute). An explicit `config=`
+    # passed to `from_pretrained` must agree with the checkpoint on these; heads, dropout and pooling may differ.
+    _checkpoint_fields = (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act", "qkv_bias",
+        "layer_norm_first", "num_mel_bins", "num_frames", "frequency_patch_size", "time_patch_size",
+        "patch_embedding", "sblu_kernel_size", "sblu_hidden_size", "sblu_output_size", "sblu_epsilon", "sblu_step",
+        "sblu_adaptive", "sblu_phase", "sblu_highpass_num_taps", "lambda_encoder_reduction",
+        "lambda_encoder_num_layers", "lambda_encoder_num_attention_heads", "lambda_encoder_mlp_ratio",
+    )
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
+        """As transformers', and an explicit `config=` (an `AaspConfig`) that disagrees with the checkpoint's own
+        config on a field of `_checkpoint_fields` raises a ValueError naming the field, before any weight is read
+        (transformers alone reports only tensor shapes, or loads an SPE config over AaPE weights with a warning).
+        `ignore_mismatched_sizes=True` skips the check (deliberate re-initialisation)."""
+        if isinstance(config, AaspConfig) and not kwargs.get("ignore_mismatched_sizes", False):
+            hub_kwargs = {k: kwargs[k] for k in ("cache_dir", "force_download", "local_files_only", "token",
+                                                 "revision", "subfolder", "proxies") if k in kwargs}
+            try:
+                saved, _ = AaspConfig.get_config_dict(pretrained_model_name_or_path, **hub_kwargs)
+            except (OSError, ValueError, TypeError):  # no config.json next to the weights: nothing to compare with
+                saved = {}
+            if saved.get("model_type") == config.model_type:
+                saved = AaspConfig.from_dict(saved)
+                differ = [
+                    f"{name}={getattr(config, name)!r} (checkpoint: {getattr(saved, name)!r})"
+                    for name in cls._checkpoint_fields
+                    if getattr(config, name) != getattr(saved, name)
+                ]
+                if differ:
+                    raise ValueError(
+                        f"The config passed to {cls.__name__}.from_pretrained does not match the checkpoint "
+                        f"{pretrained_model_name_or_path}: {', '.join(differ)}. Leave out `config=` to use the "
+                        f"checkpoint's own, or set these fields to the checkpoint's values; pass "
+                        f"ignore_mismatched_sizes=True only to re-initialise the mismatching weights on purpose."
+                    )
+        return super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """As transformers', and when the code ships with the weights (`auto_map`), a head's checkpoint also maps

@@ -98,6 +98,10 @@ class PretrainingArguments:
     adam_beta2: float = field(default=0.95)
     adam_epsilon: float = field(default=1e-8)
     max_grad_norm: float = field(default=4.0, metadata={"help": "gradient clipping (EAT's 4.0); <= 0 disables"})
+    max_nonfinite_steps: int = field(
+        default=10, metadata={"help": "steps with a NaN/inf loss (or gradient) are skipped and counted; one more than "
+                              "this stops the run"}
+    )
     teacher_momentum_base: float = field(default=0.994)
     teacher_momentum_final: float = field(default=1.0)
     mixed_precision: str | None = field(
@@ -287,7 +291,7 @@ def main(argv=None) -> dict:
         model = torch.compile(model)
 
     # 7a. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
-    start_step = 0
+    start_step, nonfinite_steps = 0, 0
     if args.resume:
         checkpoint = find_latest_checkpoint(output_dir)
         if checkpoint is None:
@@ -300,6 +304,7 @@ def main(argv=None) -> dict:
             accelerator.load_state(str(checkpoint))
             collator.load_state_dict(load_process_state(checkpoint, rank)["collator"])
             start_step = trainer_state["step"]
+            nonfinite_steps = trainer_state.get("nonfinite_steps", 0)
             accelerator.print(f"resumed from {checkpoint} at step {start_step}")
     if trackers is not None:
         hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v)
@@ -323,6 +328,7 @@ def main(argv=None) -> dict:
         lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
         for group in optimizer.param_groups:
             group["lr"] = lr
+        step_sums, step_finite = {}, True
         for micro in range(accum):
             epoch, examples = next(batches)
             examples, failed = replace_failed(examples)
@@ -333,22 +339,46 @@ def main(argv=None) -> dict:
             # no gradient all-reduce until the last micro-batch of the step
             with accelerator.no_sync(model) if micro < accum - 1 else nullcontext():
                 outputs = model(**batch)
+                # backward runs even on a non-finite loss, so that every process joins the gradient all-reduce
                 accelerator.backward(outputs.loss / accum)
+            step_finite = step_finite and bool(torch.isfinite(outputs.loss.detach()))
             for name in ("loss", "masked_prediction_loss", "clip_loss", "contrastive_loss"):
-                sums[name] = sums.get(name, 0.0) + getattr(outputs, name).detach().float() / accum
+                step_sums[name] = step_sums.get(name, 0.0) + getattr(outputs, name).detach().float() / accum
         max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
         grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        # 5a. A NaN/inf loss on any process (or a non-finite gradient norm; under fp16 the grad scaler handles
+        #     overflow itself) skips the update on every process: no optimiser step, no EMA update. The step still
+        #     counts, so the data position and the schedules stay pure functions of the step (exact resume).
+        bad = accelerator.reduce(torch.tensor(float(not step_finite), device=accelerator.device), "sum").item() > 0
+        bad = bad or (accelerator.scaler is None and not torch.isfinite(torch.as_tensor(grad_norm)).item())
         momentum = teacher_momentum(step, args.max_steps, args.teacher_momentum_base, args.teacher_momentum_final)
-        unwrapped.update_teacher(momentum)  # θ_teacher ← m·θ_teacher + (1 − m)·θ_student
+        if bad:
+            optimizer.zero_grad(set_to_none=True)
+            nonfinite_steps += 1
+            accelerator.print(f"step {step + 1}: non-finite loss or gradient, update skipped "
+                              f"({nonfinite_steps} skipped so far, at most {args.max_nonfinite_steps} allowed)")
+            if nonfinite_steps > args.max_nonfinite_steps:
+                last = find_latest_checkpoint(output_dir)
+                raise RuntimeError(
+                    f"Stopping at step {step + 1}: {nonfinite_steps} steps had a non-finite (NaN/inf) loss or gradient, "
+                    f"more than --max_nonfinite_steps={args.max_nonfinite_steps}. The weights were not updated by "
+                    f"those steps; the last complete checkpoint is {last}. Lower --learning_rate, check --max_grad_norm "
+                    f"and the data (clips that are silent or contain NaN), then continue with --resume, or raise "
+                    f"--max_nonfinite_steps."
+                )
+        else:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            unwrapped.update_teacher(momentum)  # θ_teacher ← m·θ_teacher + (1 − m)·θ_student
+            for name, value in step_sums.items():
+                sums[name] = sums.get(name, 0.0) + value
+            num_summed += 1
         step += 1
-        num_summed += 1
         progress.update(1)
 
         # 6. Logging: loss parts (mean over steps since the last log and over processes), lr, momentum, grad norm,
         #    throughput and the visible-token ratio.
-        if step % args.logging_steps == 0 or step == stop_step:
+        if (step % args.logging_steps == 0 or step == stop_step) and num_summed > 0:  # the same on every process
             means = {k: accelerator.reduce(v / num_summed, reduction="mean").item() for k, v in sums.items()}
             now = time.time()
             logs = {
@@ -359,6 +389,7 @@ def main(argv=None) -> dict:
                 "train/clips_per_second": clips_per_step * (step - step_of_last_log) / max(now - t_log, 1e-9),
                 "train/visible_token_ratio": batch["visible_indices"].shape[-1] / config.num_patches,
                 "train/epoch": epoch,
+                "train/nonfinite_steps": nonfinite_steps,
             }
             accelerator.log(logs, step=step)
             if accelerator.is_main_process:
@@ -371,7 +402,8 @@ def main(argv=None) -> dict:
         # 7b. Checkpoint: state + data position (the step) + this process's collator generator.
         if step % args.save_steps == 0 or step == stop_step:
             save_checkpoint(accelerator, output_dir, step,
-                            extra_state={"micro_batches": step * accum, "num_processes": world},
+                            extra_state={"micro_batches": step * accum, "num_processes": world,
+                                         "nonfinite_steps": nonfinite_steps},
                             process_state={"collator": collator.state_dict()},
                             save_total_limit=args.save_total_limit)
             if args.export_with_checkpoints and accelerator.is_main_process:
@@ -396,6 +428,7 @@ def main(argv=None) -> dict:
         "num_processes": world,
         "clips_per_second_overall": clips_per_step * (step - start_step) / max(elapsed, 1e-9),
         "decode_failures": decode_failures,
+        "nonfinite_steps": nonfinite_steps,
     }
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:

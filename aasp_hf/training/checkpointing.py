@@ -108,8 +108,11 @@ def load_trainer_state(checkpoint_dir) -> dict:
 
 
 def load_process_state(checkpoint_dir, process_index: int):
-    """What ``save_checkpoint(process_state=...)`` stored for this process (None if absent)."""
+    """What ``save_checkpoint(process_state=...)`` stored for this process (None if absent).
+
+    Read with ``weights_only=True``: tensors, dicts, lists and numbers only (generator states, EMA weights, numpy
+    bit-generator states), so a checkpoint directory from elsewhere cannot run code when resumed from."""
     import torch
 
     path = Path(checkpoint_dir) / f"process_state_{process_index}.pt"
-    return torch.load(path, weights_only=False) if path.exists() else None
+    return torch.load(path, weights_only=True) if path.exists() else None
