@@ -22,7 +22,6 @@ checkpoint, so a resumed run repeats exactly what the uninterrupted run would ha
 
 import hashlib
 import json
-import os
 import sys
 import time
 from contextlib import nullcontext
@@ -35,7 +34,6 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
-from transformers import HfArgumentParser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel  # noqa: E402
@@ -48,7 +46,9 @@ from aasp_hf.training import (  # noqa: E402
     teacher_momentum,
 )
 from aasp_hf.training.checkpointing import load_process_state, load_trainer_state  # noqa: E402
+from aasp_hf.data.cache import LogMelCache  # noqa: E402
 from aasp_hf.data.decoding import decode_audio  # noqa: E402
+from aasp_hf.training.arguments import parse_arguments  # noqa: E402
 
 SAMPLE_RATE = 16000
 
@@ -63,6 +63,9 @@ class DataArguments:
     audio_column: str = field(default="audio")
     synthetic_clips: int = field(default=0, metadata={"help": "N > 0: synthesise N clips (no files needed)"})
     synthetic_seconds: float = field(default=2.0, metadata={"help": "length of each synthetic clip"})
+    log_mel_cache: str | None = field(
+        default=None, metadata={"help": "a cache from aasp_hf.data.cache.build_log_mel_cache (no audio decoding)"}
+    )
     crop_seconds: float = field(default=6.0, metadata={"help": "random crop per clip (6 s = 601 frames -> 608)"})
     dataloader_num_workers: int = field(default=0, metadata={"help": "worker processes that decode audio"})
     features_on_device: bool = field(default=False, metadata={"help": "log-mel on the accelerator, not the CPU"})
@@ -120,16 +123,7 @@ class PretrainingArguments:
 
 def parse_args(argv=None):
     """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
-    parser = HfArgumentParser((DataArguments, ModelArguments, PretrainingArguments))
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(os.path.abspath(argv[0]))
-    if "--config" in argv:
-        i = argv.index("--config")
-        preset = json.loads(Path(argv[i + 1]).read_text())
-        parser.set_defaults(**preset)
-        argv = argv[:i] + argv[i + 2 :]
-    return parser.parse_args_into_dataclasses(args=argv)
+    return parse_arguments((DataArguments, ModelArguments, PretrainingArguments), argv)
 
 
 # ----------------------------------------------------------------------------------------------- 1. data
@@ -257,17 +251,19 @@ def main(argv=None) -> dict:
     set_seed(args.seed)  # python, numpy, torch: the model initialisation, identical on every process
     rank, world = accelerator.process_index, accelerator.num_processes
 
-    # 1. Data: decoding in DataLoader workers; cropping, features and masks in the collator, called in the loop.
-    dataset = load_clips(data_args, args.seed)
-    accelerator.print(f"{len(dataset)} clips, {world} process(es)")
-
-    # 2. Model and feature extractor.
+    # 1./2. Model, feature extractor and data: decoding (or reading cached log-mel) in DataLoader workers;
+    #       cropping, features and masks in the collator, called in the loop.
     model = build_model(model_args)
     config = model.config
+    feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins, max_frames=config.num_frames)
+    if data_args.log_mel_cache is not None:
+        dataset = LogMelCache(data_args.log_mel_cache, feature_extractor)  # refuses a cache of other settings
+    else:
+        dataset = load_clips(data_args, args.seed)
+    accelerator.print(f"{len(dataset)} clips, {world} process(es)")
     set_seed(args.seed, device_specific=True)  # from here on (dropout, drop path) each process has its own stream
     if args.gradient_checkpointing:  # transformers >= 5 renamed it
         getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
-    feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins, max_frames=config.num_frames)
     collator = PretrainingCollator(
         feature_extractor,
         config,

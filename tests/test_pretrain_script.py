@@ -201,3 +201,21 @@ def test_two_real_processes_stay_in_sync(tmp_path):
     checkpoint = tmp_path / "checkpoint-2"
     assert {p.name for p in checkpoint.glob("process_state_*.pt")} == {"process_state_0.pt", "process_state_1.pt"}
     assert len(list(checkpoint.glob("random_states_*.pkl"))) == 2
+
+
+def test_pretraining_from_a_log_mel_cache(tmp_path):
+    """--log_mel_cache: no audio decoding in the loop; cached clips feed the same collator and model."""
+    import numpy as np
+
+    from aasp_hf import AaspFeatureExtractor
+    from aasp_hf.data.cache import build_log_mel_cache
+
+    rng = np.random.default_rng(0)
+    clips = [{"array": (0.1 * rng.standard_normal(16000)).astype(np.float32), "sampling_rate": 16000}
+             for _ in range(8)]
+    report = build_log_mel_cache(clips, tmp_path / "cache", AaspFeatureExtractor(feature_size=32))
+    assert report["num_written"] == 8 and report["num_failed"] == 0
+    results = pretrain.main(argv(tmp_path / "run", synthetic_clips=0, log_mel_cache=str(tmp_path / "cache"),
+                                 max_steps=2, save_steps=100))
+    assert results["step"] == 2 and results["decode_failures"] == 0
+    assert torch.isfinite(torch.tensor(results["loss"]))
