@@ -4,7 +4,7 @@ Each benchmark times the candidate and its baseline interleaved (median of repea
 holds even when the absolute numbers drift with the machine's load. Results go to benchmarks/results.json and
 benchmarks/results.md (the README links the latter). Nothing here is asserted in the unit tests.
 
-    python benchmarks/run.py [--only sblu,features,encoder,ast,pretrain] [--repeats 7]
+    python benchmarks/run.py [--only sblu,features,pipeline,flops,encoder,ast,pretrain] [--repeats 7]
 """
 
 import argparse
@@ -60,6 +60,21 @@ def peak_memory_growth_mib(code: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def live_tensor_peak_mib(f) -> float:
+    """torch's own view of the peak: the largest sum of live CPU allocations (MiB) while running f(), from the
+    profiler's memory events (allocations made and freed inside f; what existed before is not counted)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        f()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    current = peak = 0
+    for _, nbytes in events:
+        current += nbytes
+        peak = max(peak, current)
+    return peak / 2**20
+
+
 def saved_for_backward_bytes(f) -> int:
     """Bytes autograd keeps for backward while running f() (tensors saved by every op, counted once each)."""
     seen = {}
@@ -95,6 +110,10 @@ def bench_sblu(repeats):
     error = (ours() - base()).abs().max().item() / base().abs().max().item()
     times = median_times({"ours": lambda: ours().sum().backward(), "materialised": lambda: base().sum().backward()}, repeats)
     memory = {"ours": saved_for_backward_bytes(ours), "materialised": saved_for_backward_bytes(base)}
+    live = {}
+    for name, f in (("ours", ours), ("materialised", base)):
+        v.grad = alpha.grad = beta.grad = None
+        live[name] = live_tensor_peak_mib(lambda f=f: f().sum().backward())
     setup = (
         "import sys; sys.path.insert(0, %r)\n"
         "from run import materialised_sblu\n"
@@ -117,9 +136,11 @@ def bench_sblu(repeats):
         "ms": times,
         "saved_for_backward_MiB": {k: v / 2**20 for k, v in memory.items()},
         "peak_memory_growth_MiB": peak,
+        "live_tensor_peak_MiB (torch profiler)": live,
         "time_ratio": times["ours"] / times["materialised"],
         "memory_ratio": peak["ours"] / peak["materialised"],
         "saved_for_backward_ratio": memory["ours"] / memory["materialised"],
+        "live_tensor_peak_ratio": live["ours"] / live["materialised"],
         "max_relative_difference": error,
         "targets": {"time_ratio": "<= 0.2", "memory_ratio (peak)": "<= 0.05"},
     }
@@ -229,9 +250,135 @@ def bench_pretrain(repeats):
     return {"what": "pre-training step (M=4 views, fwd+bwd, float32)", **results, "targets": {"aape_over_spe": "<= 1.15"}}
 
 
+# ----------------------------------------------------------------------------------------------- 5. FLOPs of the stems
+def sblu_tap_flops(config, num_sequences: int) -> dict:
+    """FLOPs of the SBLU arithmetic that FlopCounterMode does not see (it counts matmuls/convolutions only), per clip.
+
+    Counted from the implementation (aasp_hf/sblu.py, forward): per (sequence, hidden channel, frame) element, with
+    c = (K−1)/2 taps per side, every tap d = 1..c costs a + b (1) and two addcmul (2 each) [analytic phase: + a − b
+    (1)], and every d < c the running power p ← p·z, one complex multiply (6 real FLOPs); set-up z = exp(−Δα)·(cos,
+    −sin)(Δβ) ≈ 8 (transcendentals counted as 1), |r| = sqrt(re² + im²) 4, 2·Γ·|r| with Γ of Eq. (6) ≈ 14.
+    The zero-phase high-pass is an FFT convolution; counted here as its direct equivalent, 2·L per output sample.
+    """
+    half = (config.sblu_kernel_size - 1) // 2
+    per_tap = 6 if config.sblu_phase == "analytic" else 5
+    per_element = per_tap * half + 6 * (half - 1) + 8 + 4 + 14
+    elements = num_sequences * config.sblu_hidden_size * config.num_frames
+    highpass_length = 2 * config.sblu_highpass_num_taps - 1
+    return {
+        "sblu_taps": per_element * elements,
+        "sblu_taps_per_element": per_element,
+        "highpass_direct_equivalent": 2 * highpass_length * num_sequences * config.num_mel_bins * config.num_frames,
+    }
+
+
+def bench_flops(repeats):
+    """FLOPs per clip (one 6-s clip, 608 frames, 304 tokens) of the AaPE and SPE stems vs the paper's Appendix D."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    paper = {"aape": 0.55e9, "spe": 0.12e9}
+    results = {}
+    for stem in ("spe", "aape"):
+        torch.manual_seed(0)
+        config = AaspConfig(patch_embedding=stem)
+        embeddings = AaspModel(config).eval().embeddings
+        x = torch.randn(1, config.num_frames, config.num_mel_bins)
+        g = torch.Generator().manual_seed(0)
+        mask = sample_view_masks(1, 1, config.num_frequency_patches, config.num_time_patches,
+                                 mask_ratio=config.mask_ratio, block_sizes=config.mask_block_sizes, generator=g)
+        regimes = {"masked_pretraining (20% visible)": visible_indices(mask), "all_tokens (inference)": None}
+        for regime, views in regimes.items():
+            counter = FlopCounterMode(display=False)
+            with torch.no_grad(), counter:
+                embeddings(x, visible_indices=views)
+            per_module = {}
+            for name, ops in counter.get_flop_counts().items():
+                parts = name.split(".")
+                if len(parts) == 2:  # direct children of AaspEmbeddings
+                    per_module[parts[1]] = sum(ops.values())
+            entry = {"flop_counter": counter.get_total_flops(), "flop_counter_by_module": per_module}
+            if stem == "aape":
+                entry.update(sblu_tap_flops(config, 1))
+            analytic = entry.get("sblu_taps", 0) + entry.get("highpass_direct_equivalent", 0)
+            entry["total"] = entry["flop_counter"] + analytic
+            entry["total_GFLOPs"] = entry["total"] / 1e9
+            entry["paper_GFLOPs"] = paper[stem] / 1e9
+            entry["relative_to_paper"] = entry["total"] / paper[stem]
+            entry["visible_tokens"] = None if views is None else views.shape[-1]
+            results.setdefault(stem, {})[regime] = entry
+    return {
+        "what": "FLOPs per clip of the patch-embedding stems (forward; 6-s clip, 304 tokens); a FLOP = one multiply "
+        "or add (2 per MAC), as the paper's 0.12 GFLOPs for SPE implies",
+        **results,
+        "note": "flop_counter = torch.utils.flop_counter.FlopCounterMode (matmuls, convolutions, SDPA); sblu_taps and "
+        "highpass_direct_equivalent are counted analytically (see sblu_tap_flops); norms, activations, gathers "
+        "are not counted",
+        "targets": {"relative_to_paper (masked_pretraining)": "within 0.85 .. 1.15"},
+    }
+
+
+# ----------------------------------------------------------------------------------------------- 7. data pipeline
+def bench_pipeline(repeats):
+    """Decode (WAV files in a temp dir) + random 6-s crop + features, clips/s on ONE core (torch threads = 1)."""
+    import tempfile
+
+    import soundfile as sf
+
+    from aasp_hf.data.decoding import decode_audio
+    from aasp_hf.training.collators import PretrainingCollator
+
+    num_clips, seconds, batch_size = 32, 10, 16
+    rng = np.random.default_rng(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = []
+            for i in range(num_clips):
+                path = Path(tmp) / f"clip{i:03d}.wav"
+                sf.write(path, (rng.standard_normal(16000 * seconds) * 0.1).astype(np.float32), 16000, subtype="PCM_16")
+                paths.append(str(path))
+            config = AaspConfig()
+            collator = PretrainingCollator(AaspFeatureExtractor(), config, crop_seconds=6.0)
+
+            def decode_torchcodec():
+                return [decode_audio(p) for p in paths]
+
+            def decode_soundfile():
+                return [sf.read(p, dtype="float32")[0] for p in paths]
+
+            waveforms = decode_soundfile()
+
+            def features():
+                for start in range(0, num_clips, batch_size):
+                    collator.waveform_features(waveforms[start : start + batch_size], None)
+
+            def pipeline():
+                clips = decode_soundfile()
+                for start in range(0, num_clips, batch_size):
+                    collator(clips[start : start + batch_size])  # crops, features, masks
+
+            times = median_times(
+                {"decode_torchcodec": decode_torchcodec, "decode_soundfile": decode_soundfile,
+                 "crop_and_features": features, "decode_crop_features_masks": pipeline},
+                max(3, repeats // 2),
+            )
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "what": f"{num_clips} WAV files (16-bit, 16 kHz, {seconds} s) from a temp dir -> random 6-s crop -> "
+        f"normalised log-mel (608 frames) in batches of {batch_size}, pre-training collator (+ masks); 1 thread",
+        "ms": times,
+        "clips_per_s_per_core": {name: num_clips / (ms / 1e3) for name, ms in times.items()},
+        "targets": {"clips_per_s_per_core": "reported"},
+    }
+
+
 BENCHMARKS = {
     "sblu": bench_sblu,
     "features": bench_features,
+    "pipeline": bench_pipeline,
+    "flops": bench_flops,
     "encoder": bench_encoder,
     "ast": bench_ast,
     "pretrain": bench_pretrain,

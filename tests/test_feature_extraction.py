@@ -423,3 +423,19 @@ def test_cuda_matches_cpu(mode):
     assert gpu["input_values"].device.type == "cuda" and gpu["attention_mask"].device.type == "cuda"
     torch.testing.assert_close(gpu["input_values"].cpu(), cpu["input_values"], atol=1e-4, rtol=0)
     torch.testing.assert_close(gpu["attention_mask"].cpu(), cpu["attention_mask"])
+
+
+@pytest.mark.parametrize("block_frames", [7, 64, 300])
+def test_m2d_blocks_do_not_change_the_features(block_frames, monkeypatch):
+    """The CPU m2d path works in blocks of frames (a range of one clip's frames, or several whole short clips):
+    any block size gives the one-block result, for a batch of unequal clips."""
+    import aasp_hf.feature_extraction_aasp as module
+
+    waves = [make_audio(n, seed=i) for i, n in enumerate((16000, 23457, 300, 4000))]
+    extractor = AaspFeatureExtractor()
+    monkeypatch.setattr(module, "_CPU_BLOCK_FRAMES", 10**9)
+    whole = extractor(waves, sampling_rate=SR, return_tensors="pt")
+    monkeypatch.setattr(module, "_CPU_BLOCK_FRAMES", block_frames)
+    blocked = extractor(waves, sampling_rate=SR, return_tensors="pt")
+    torch.testing.assert_close(blocked["attention_mask"], whole["attention_mask"])
+    torch.testing.assert_close(blocked["input_values"], whole["input_values"], atol=1e-5, rtol=0)

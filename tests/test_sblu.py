@@ -293,3 +293,31 @@ def test_bad_arguments_raise_value_error_naming_the_argument():
         highpass_fir_taps(63, 60.0, 100.0)
     with pytest.raises(ValueError, match=r"kernel.shape=\(124,\)"):
         zero_phase_highpass(torch.zeros(1, 2, 10), torch.zeros(124))
+
+
+@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("blocks", ["small", "whole"])
+def test_blockwise_evaluation_matches_reference(phase, blocks, monkeypatch):
+    """Eager CPU calls run block by block over (batch, channel-range) rows: many small blocks (and blocks that cut
+    through the channels unevenly) give the reference values and gradients, with expanded parameters too; so does
+    the one whole-tensor block that accelerators and torch.compile/export use."""
+    import aasp_hf.sblu as sblu_module
+
+    if blocks == "small":  # 2 padded rows (37 + 2·7 frames) per block, H = 5
+        monkeypatch.setattr(sblu_module, "_SBLU_BLOCK_ELEMENTS", 2 * (37 + 14))
+    else:
+        monkeypatch.setattr(sblu_module, "_blocks", lambda values, half: [(Ellipsis,)])
+    values, decay, frequency = random_sblu_inputs((3, 5, 37), 15, seed=4)
+    decay_small = decay[:1].clone().requires_grad_()
+    leaves = [values.clone().requires_grad_(), decay_small, frequency.clone().requires_grad_()]
+    inputs = (leaves[0], decay_small.expand(3, -1, -1), leaves[2])
+    reference_leaves = [t.detach().clone().requires_grad_() for t in leaves]
+    reference_inputs = (reference_leaves[0], reference_leaves[1].expand(3, -1, -1), reference_leaves[2])
+    upstream = torch.randn(3, 5, 37, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    out = sblu_magnitude(*inputs, STEP, 15, phase)
+    expected = sblu_magnitude_reference(*reference_inputs, STEP, 15, phase)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-10)
+    grads = torch.autograd.grad(out, leaves, upstream)
+    expected_grads = torch.autograd.grad(expected, reference_leaves, upstream)
+    for grad, reference in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, reference, rtol=1e-9, atol=1e-10 * max(reference.abs().max().item(), 1.0))
