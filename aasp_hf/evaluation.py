@@ -12,9 +12,13 @@
 Dimensions: B batch, N = T̃·F̃ patch tokens (time-major: token t·F̃ + f), D hidden size.
 """
 
+import logging
+
 import numpy as np
 import torch
 from sklearn.metrics import average_precision_score
+
+logger = logging.getLogger(__name__)
 
 
 def pool_features(last_hidden_state: torch.Tensor, token_mask, num_frequency_patches: int) -> torch.Tensor:
@@ -122,3 +126,25 @@ __all__ = [
     "standardization_stats",
     "standardize",
 ]
+
+
+def load_frozen_encoder(model_name_or_path, device="cpu"):
+    """(encoder in eval mode without gradients, feature extractor) from a saved model folder or Hub id.
+
+    Falls back to `AaspFeatureExtractor()` (the paper's front end) with a warning when none was saved with the model.
+    """
+    from transformers import AutoFeatureExtractor, AutoModel
+
+    from .feature_extraction_aasp import AaspFeatureExtractor
+
+    model = AutoModel.from_pretrained(model_name_or_path).to(device).eval().requires_grad_(False)
+    try:
+        feature_extractor = AutoFeatureExtractor.from_pretrained(model_name_or_path)
+    except (OSError, ValueError):
+        logger.warning(
+            f"No feature extractor saved with {model_name_or_path}: using AaspFeatureExtractor() (the paper's m2d "
+            "front end, mean -7.1, std 4.1). Save yours with the model to be sure."
+        )
+        feature_extractor = AaspFeatureExtractor()
+    return model, feature_extractor
+

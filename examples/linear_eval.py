@@ -37,14 +37,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoFeatureExtractor, AutoModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
 import aasp_hf  # noqa: E402,F401  (registers the Auto* classes)
-from aasp_hf import AaspFeatureExtractor  # noqa: E402
 from aasp_hf.evaluation import (  # noqa: E402
     classification_score,
     extract_features,
+    load_frozen_encoder,
     standardization_stats,
     standardize,
 )
@@ -351,13 +350,7 @@ def main(argv=None) -> dict:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
     print(f"1. frozen encoder from {args.model_name_or_path} on {device}")
-    model = AutoModel.from_pretrained(args.model_name_or_path).to(device).eval().requires_grad_(False)
-    try:
-        feature_extractor = AutoFeatureExtractor.from_pretrained(args.model_name_or_path)
-    except (OSError, ValueError):
-        logger.warning(f"No feature extractor saved with {args.model_name_or_path}: using AaspFeatureExtractor() "
-                       f"(the paper's m2d front end, mean -7.1, std 4.1). Save yours with the model to be sure.")
-        feature_extractor = AaspFeatureExtractor()
+    model, feature_extractor = load_frozen_encoder(args.model_name_or_path, device)
 
     print("2. data")
     parts, multi_label, num_classes, clip_seconds = evaluation_parts(args)

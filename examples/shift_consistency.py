@@ -24,12 +24,11 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoFeatureExtractor, AutoModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
 import aasp_hf  # noqa: E402,F401  (registers the Auto* classes)
-from aasp_hf import AaspFeatureExtractor  # noqa: E402
 from aasp_hf.evaluation import circular_shift, cls_embeddings, representation_drift  # noqa: E402
+from aasp_hf.evaluation import load_frozen_encoder  # noqa: E402
 from aasp_hf.training.arguments import parse_arguments  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -138,12 +137,7 @@ def main(argv=None) -> dict:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
     print(f"1. frozen encoder from {args.model_name_or_path} on {device}")
-    model = AutoModel.from_pretrained(args.model_name_or_path).to(device).eval().requires_grad_(False)
-    try:
-        feature_extractor = AutoFeatureExtractor.from_pretrained(args.model_name_or_path)
-    except (OSError, ValueError):
-        logger.warning(f"No feature extractor saved with {args.model_name_or_path}: using AaspFeatureExtractor().")
-        feature_extractor = AaspFeatureExtractor()
+    model, feature_extractor = load_frozen_encoder(args.model_name_or_path, device)
 
     clips = Clips(args)
     print(f"2. {len(clips)} clips ({'synthetic' if args.synthetic_clips else f'{args.dataset}/{args.split}'}), "

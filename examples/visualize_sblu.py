@@ -27,11 +27,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoFeatureExtractor, AutoModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
 import aasp_hf  # noqa: E402,F401  (registers the Auto* classes)
-from aasp_hf import AaspFeatureExtractor  # noqa: E402
+from aasp_hf.evaluation import load_frozen_encoder  # noqa: E402
 from aasp_hf.training.arguments import parse_arguments  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -152,12 +151,7 @@ def main(argv=None) -> dict:
     progress = tqdm(total=4, desc="visualize SBLU", unit="step")
 
     print(f"1. encoder from {args.model_name_or_path}")
-    model = AutoModel.from_pretrained(args.model_name_or_path).to(device).eval()
-    try:
-        feature_extractor = AutoFeatureExtractor.from_pretrained(args.model_name_or_path)
-    except (OSError, ValueError):
-        logger.warning(f"No feature extractor saved with {args.model_name_or_path}: using AaspFeatureExtractor().")
-        feature_extractor = AaspFeatureExtractor()
+    model, feature_extractor = load_frozen_encoder(args.model_name_or_path, device)
     config = model.config
     if config.patch_embedding != "aape":
         raise ValueError(f"{args.model_name_or_path} uses the {config.patch_embedding!r} stem: it has no SBLU / "
