@@ -84,3 +84,14 @@ def remote_code_logits(folder, audio, workdir):
         workdir,
     )
     return np.load(f"{workdir}/remote.npy")
+
+
+def cli_args(**options) -> list:
+    """{"max_steps": 6, "resume": True, "x": None} -> ["--max_steps", "6", "--resume"] (None is left out)."""
+    out = []
+    for key, value in options.items():
+        if value is True:
+            out.append(f"--{key}")
+        elif value is not None:
+            out += [f"--{key}", str(value)]
+    return out

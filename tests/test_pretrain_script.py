@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import tiny_config_kwargs
+from conftest import cli_args, tiny_config_kwargs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -31,13 +31,7 @@ def argv(output_dir, **overrides):
         logging_steps=1, save_steps=3, report_to="none", seed=3,
     )
     args.update(overrides)
-    out = []
-    for key, value in args.items():
-        if value is True:
-            out.append(f"--{key}")
-        elif value is not None:
-            out += [f"--{key}", str(value)]
-    return out
+    return cli_args(**args)
 
 
 def history(output_dir):

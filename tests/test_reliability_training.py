@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config_kwargs
+from conftest import cli_args, tiny_config_kwargs
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,13 +36,7 @@ def argv(output_dir, **overrides):
         logging_steps=1, save_steps=1, save_total_limit=0, report_to="none", seed=5,  # 0: keep all
     )
     args.update(overrides)
-    out = []
-    for key, value in args.items():
-        if value is True:
-            out.append(f"--{key}")
-        elif value is not None:
-            out += [f"--{key}", str(value)]
-    return out
+    return cli_args(**args)
 
 
 def logged_steps(output_dir):
