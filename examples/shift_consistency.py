@@ -27,8 +27,12 @@ from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
 import aasp_hf  # noqa: E402,F401  (registers the Auto* classes)
-from aasp_hf.evaluation import circular_shift, cls_embeddings, representation_drift  # noqa: E402
-from aasp_hf.evaluation import load_frozen_encoder  # noqa: E402
+from aasp_hf.evaluation import (  # noqa: E402
+    circular_shift,
+    cls_embeddings,
+    load_frozen_encoder,
+    representation_drift,
+)
 from aasp_hf.training.arguments import parse_arguments  # noqa: E402
 
 logger = logging.getLogger(__name__)
