@@ -33,6 +33,7 @@ from .sblu import (
     sblu_frequency_range,
     sblu_gamma,
     sblu_magnitude,
+    sblu_token_magnitude,
     zero_phase_highpass,
     zero_phase_kernel,
 )
@@ -314,9 +315,10 @@ class AaspSBLU(nn.Module):
         return torch.from_numpy(zero_phase_kernel(taps)).float()
 
     def static_parameters(self):
-        """Bounded static (α, β), each (H,), for the non-adaptive SBLU."""
-        decay = F.softplus(self.static_decay.float()) + self.decay_min
-        frequency = (self.frequency_max - self.frequency_min) * torch.sigmoid(self.static_frequency.float())
+        """Bounded static (α, β), each (H,), for the non-adaptive SBLU; float32 (float64 in a float64 model)."""
+        dtype = torch.promote_types(self.static_decay.dtype, torch.float32)
+        decay = F.softplus(self.static_decay.to(dtype)) + self.decay_min
+        frequency = (self.frequency_max - self.frequency_min) * torch.sigmoid(self.static_frequency.to(dtype))
         return decay, frequency + self.frequency_min
 
     def forward(self, mel, decay, frequency, visibility=None):
@@ -325,7 +327,8 @@ class AaspSBLU(nn.Module):
 
         Hidden or padded (group, frame) positions are zeroed at the input and after B̄, exactly like the zero padding
         at a clip's end, and left out of the GroupNorm statistics: a padded clip gives the same features as the
-        unpadded one, and in masked pre-training a visible token's features carry nothing from hidden patches.
+        unpadded one, and with per-group visibility a visible token's features carry nothing from hidden patches.
+        (Masked pre-training computes that per-group case token by token in ``forward_visible``.)
         Returns X_alias tokens (B, N, C̃)."""
         c = self.config
         batch_size, _, num_frames = mel.shape
@@ -360,6 +363,94 @@ class AaspSBLU(nn.Module):
         features = features.reshape(batch_size, num_groups, -1, num_time_patches)  # (B, C, T̃) -> (B, F̃, C̃, T̃)
         features = features.permute(0, 3, 1, 2)  # (B, F̃, C̃, T̃) -> (B, T̃, F̃, C̃)
         return features.reshape(batch_size, num_time_patches * num_groups, -1)  # (B, T̃, F̃, C̃) -> (B, N, C̃)
+
+
+    def forward_visible(self, mel, views, decay=None, frequency=None):
+        """Masked pre-training: X_alias of each view's visible tokens only.
+
+        mel: (B, F, T); views: (B·M, V) visible token indices (time-major, t·F̃ + f) of M views per clip;
+        decay, frequency: float32 (B·M, V, H/F̃), each visible token's (α, β), or None (non-adaptive).
+        Returns (B·M, V, C̃).
+
+        The result is ``forward`` on each view's mel with per-group visibility, taken at the visible tokens (a test
+        checks this): the high-pass and B̄ run on the whole masked view (they are cheap and view-dependent), and from
+        there on everything is token-local — |r| at a token's own P_time frames from a window of ±c frames of v
+        (sblu_token_magnitude, one kernel per token and hidden channel), C̄ with the token's group weights, GroupNorm
+        statistics gathered over each (view, group)'s visible tokens, and the time patchifier. Hidden tokens cost
+        nothing past B̄: with 80 % masking this is about a fifth of the dense stem per view.
+        """
+        c = self.config
+        num_groups = c.num_frequency_patches
+        channels = c.sblu_hidden_size // num_groups  # H/F̃ hidden channels per frequency group
+        outputs = c.sblu_output_size // num_groups  # C/F̃ = C̃ output channels per frequency group
+        patch = c.time_patch_size
+        half = (self.kernel_size - 1) // 2  # c
+        batch_views, num_visible = views.shape
+        num_frames = mel.shape[-1]
+        num_time_patches = num_frames // patch
+        time_index, group_index = views // num_groups, views % num_groups  # (B·M, V) each
+
+        token_visible = torch.zeros(batch_views, num_time_patches * num_groups, dtype=torch.bool, device=views.device)
+        token_visible = token_visible.scatter(1, views, True)  # (B·M, N)
+        token_visible = token_visible.reshape(batch_views, num_time_patches, num_groups)  # (B·M, N) -> (B·M, T̃, F̃)
+        visibility = token_visible.transpose(1, 2).repeat_interleave(patch, dim=-1).float()  # (B·M, F̃, T)
+        if decay is None:  # non-adaptive: the static (α, β) of each token's group channels
+            static_decay, static_frequency = self.static_parameters()
+            decay = static_decay.reshape(num_groups, channels)[group_index]  # (H,) -> (F̃, H/F̃) -> (B·M, V, H/F̃)
+            frequency = static_frequency.reshape(num_groups, channels)[group_index]  # (B·M, V, H/F̃)
+
+        with torch.autocast(device_type=mel.device.type, enabled=False):
+            mel = mel.float().repeat_interleave(batch_views // mel.shape[0], dim=0)  # (B, F, T) -> (B·M, F, T)
+            mel = mel * visibility.repeat_interleave(c.frequency_patch_size, dim=1)  # hidden patches zeroed
+            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B·M, F, T)
+            projection = self.input_projection  # (b) B̄ in float32
+            values = F.conv1d(
+                highpassed, projection.weight.float(), projection.bias.float(), groups=projection.groups
+            )  # (B·M, F, T) -> (B·M, H, T)
+            values = values * visibility.repeat_interleave(channels, dim=1)  # (B·M, H, T)
+
+            # (c) windows of ±c frames of v around each visible token's P_time frames, zeros outside the clip
+            padded = F.pad(values, (half, half))  # (B·M, H, T) -> (B·M, H, T + 2c)
+            padded = padded.reshape(batch_views, num_groups, channels, -1)  # -> (B·M, F̃, H/F̃, T + 2c)
+            padded = padded.transpose(2, 3)  # (B·M, F̃, H/F̃, T + 2c) -> (B·M, F̃, T + 2c, H/F̃)
+            offsets = torch.arange(patch + 2 * half, device=views.device)  # (P + 2c,)
+            frames = time_index[..., None] * patch + offsets  # (B·M, V, P + 2c) on the padded grid
+            rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (B·M, 1, 1)
+            windows = padded[rows, group_index[..., None], frames]  # (B·M, V, P + 2c, H/F̃)
+            windows = windows.permute(0, 1, 3, 2).reshape(-1, patch + 2 * half)  # -> (B·M·V·H/F̃, P + 2c)
+            decay, frequency = decay.reshape(-1), frequency.reshape(-1)  # (B·M, V, H/F̃) -> (B·M·V·H/F̃,)
+            magnitude = sblu_token_magnitude(windows, decay, frequency, self.step, self.kernel_size, self.phase)
+            response = 2.0 * sblu_gamma(decay, frequency, self.step)[:, None] * magnitude  # 2Γ|r|, (B·M·V·H/F̃, P)
+        response = response.reshape(batch_views, num_visible, channels, patch)  # -> (B·M, V, H/F̃, P)
+
+        # Each token's rows of the grouped C̄, GroupNorm affine and time patchifier: a matmul with its one-hot group
+        # (B·M, V, F̃), whose backward is a matmul too (an indexed gather's backward is a slow scatter-add).
+        one_hot = F.one_hot(group_index, num_groups).to(self.output_projection.weight.dtype)  # (B·M, V, F̃)
+
+        def per_token(table):  # (F̃, ...) -> (B·M, V, ...)
+            return (one_hot @ table.reshape(num_groups, -1)).reshape(*one_hot.shape[:2], *table.shape[1:])
+
+        weight = per_token(self.output_projection.weight.reshape(num_groups, outputs, channels))  # (B·M, V, C̃, H/F̃)
+        bias = per_token(self.output_projection.bias.reshape(num_groups, outputs, 1))  # (B·M, V, C̃, 1)
+        features = weight @ response.to(weight.dtype) + bias  # C̄: (B·M, V, H/F̃, P) -> (B·M, V, C̃, P)
+
+        # (d) GroupNorm: statistics of each (view, group) over its visible tokens' C̃·P values (biased variance)
+        group_id = (torch.arange(batch_views, device=views.device)[:, None] * num_groups + group_index).reshape(-1)
+        count = torch.zeros(batch_views * num_groups, dtype=features.dtype, device=features.device)
+        count = count.index_add(0, group_id, torch.ones_like(group_id, dtype=features.dtype)) * (outputs * patch)
+        count = count.clamp(min=1.0)  # (B·M·F̃,); groups without visible tokens are never read
+        mean = torch.zeros_like(count).index_add(0, group_id, features.sum((2, 3)).reshape(-1)) / count
+        centred = features - mean[group_id].reshape(batch_views, num_visible, 1, 1)  # (B·M, V, C̃, P)
+        variance = torch.zeros_like(count).index_add(0, group_id, centred.square().sum((2, 3)).reshape(-1)) / count
+        scale = torch.rsqrt(variance + self.norm.eps)[group_id].reshape(batch_views, num_visible, 1, 1)
+        norm_weight = per_token(self.norm.weight.reshape(num_groups, outputs, 1))  # (B·M, V, C̃, 1)
+        norm_bias = per_token(self.norm.bias.reshape(num_groups, outputs, 1))  # (B·M, V, C̃, 1)
+        features = centred * scale * norm_weight + norm_bias  # (B·M, V, C̃, P)
+
+        # time patchifier (depthwise, kernel = stride = P): Σ_p w[ch, p]·x[ch, p] + b[ch] per token
+        time_weight = per_token(self.time_patchify.weight.reshape(num_groups, outputs, patch))  # (B·M, V, C̃, P)
+        time_bias = per_token(self.time_patchify.bias.reshape(num_groups, outputs))  # (B·M, V, C̃)
+        return (features * time_weight).sum(-1) + time_bias  # (B·M, V, C̃)
 
 
 class AaspEmbeddings(nn.Module):
@@ -430,7 +521,6 @@ class AaspEmbeddings(nn.Module):
         c = self.config
         batch_size, num_frames, _ = input_values.shape
         num_time_patches = num_frames // c.time_patch_size
-        num_tokens = num_time_patches * c.num_frequency_patches
         valid_time_patches = None
         if frame_mask is not None:  # (B, T) -> (B, T̃, P_time) -> (B,)
             valid_time_patches = frame_mask.reshape(batch_size, num_time_patches, -1).any(-1).sum(-1)
@@ -454,20 +544,13 @@ class AaspEmbeddings(nn.Module):
         decay = frequency = None
         if self.lambda_encoder is not None:
             decay, frequency = self.lambda_encoder(spec + positions, attention_mask)  # (B', N|V, H/F̃) each
-            if views is not None:  # hidden tokens get placeholder parameters; their SBLU outputs are never used
-                decay = self._scatter(decay, views, num_tokens, self.lambda_encoder.decay_min)  # (B·M, N, H/F̃)
-                frequency = self._scatter(frequency, views, num_tokens, self.lambda_encoder.frequency_min)
-            decay = self._lambda_to_frames(decay)  # (B', H, T)
-            frequency = self._lambda_to_frames(frequency)  # (B', H, T)
-        if views is not None:
-            token_visible = torch.zeros(views.shape[0], num_tokens, dtype=torch.bool, device=views.device)
-            token_visible = token_visible.scatter(1, views, True)  # (B·M, N)
-            token_visible = token_visible.reshape(-1, num_time_patches, c.num_frequency_patches)  # (B·M, T̃, F̃)
-            visibility = token_visible.transpose(1, 2).repeat_interleave(c.time_patch_size, dim=-1)  # (B·M, F̃, T)
-            mel = mel.repeat_interleave(views.shape[0] // batch_size, dim=0)  # (B, F, T) -> (B·M, F, T)
-        alias = self.sblu(mel, decay, frequency, visibility)  # (B', N, C̃)
-        if views is not None:
-            alias = self._take(alias, views)  # (B·M, N, C̃) -> (B·M, V, C̃)
+        if views is not None:  # masked pre-training: only the visible tokens' SBLU features are computed
+            alias = self.sblu.forward_visible(mel, views, decay, frequency)  # (B·M, V, C̃)
+        else:
+            if decay is not None:
+                decay = self._lambda_to_frames(decay)  # (B, N, H/F̃) -> (B, H, T)
+                frequency = self._lambda_to_frames(frequency)  # (B, H, T)
+            alias = self.sblu(mel, decay, frequency, visibility)  # (B, N, C̃)
         fused = self.fusion(torch.cat([self.spec_norm(spec), self.alias_norm(alias.to(spec.dtype))], dim=-1))
         return fused + positions  # (B', N|V, D)
 
@@ -475,12 +558,6 @@ class AaspEmbeddings(nn.Module):
     def _take(tokens, indices):
         """(B', N, X) gathered at (B', V) token indices -> (B', V, X)."""
         return tokens.gather(1, indices[..., None].expand(-1, -1, tokens.shape[-1]))
-
-    @staticmethod
-    def _scatter(values, indices, num_tokens, fill):
-        """(B', V, X) values at (B', V) token indices -> (B', N, X), `fill` elsewhere."""
-        full = values.new_full((values.shape[0], num_tokens, values.shape[-1]), fill)
-        return full.scatter(1, indices[..., None].expand(-1, -1, values.shape[-1]), values)
 
     def _lambda_to_frames(self, per_token):
         """(B, N, H/F̃) per-token parameters -> (B, H, T): token (t, f) drives hidden channels f·H/F̃ ... (f+1)·H/F̃−1

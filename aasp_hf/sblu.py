@@ -21,6 +21,7 @@ What lives here (the rest of AaPE, i.e. B̄, C̄, Γ scaling, GroupNorm and the 
     highpass_fir_taps, zero_phase_kernel,  the zero-phase high-pass filter of AaPE (a)
     zero_phase_highpass
     sblu_magnitude                         |r| of Eq. (5): memory-efficient custom autograd Function (AaPE (c))
+    sblu_token_magnitude                   |r| of Eq. (5) at one token's frames, (α, β) fixed per row (pre-training)
     sblu_magnitude_reference               float64 oracle that evaluates Eq. (5) literally (for tests)
 
 This file ships to the Hub as remote code: it imports only ``math``, ``numpy`` and ``torch``.
@@ -408,6 +409,61 @@ def sblu_magnitude(
         return SbluMagnitudeFunction.apply(
             values.to(dtype), decay.to(dtype), frequency.to(dtype), float(step), kernel_size, phase
         )
+
+
+def sblu_token_magnitude(
+    windows: torch.Tensor,
+    decay: torch.Tensor,
+    frequency: torch.Tensor,
+    step: float,
+    kernel_size: int,
+    phase: str = "symmetric",
+) -> torch.Tensor:
+    """|r| of Eq. (5) for rows whose (α, β) stay constant over the output frames (masked pre-training, per token).
+
+    Args:
+        windows: (G, P + K − 1) — row g holds v[n0 − c .. n0 + P − 1 + c] (zeros outside the clip) around the P output
+            frames n0 .. n0 + P − 1 it is asked for.
+        decay, frequency: (G,) — the one (α, β) of row g (a token's Lambda-encoder output for one hidden channel).
+        step, kernel_size, phase: as in ``sblu_magnitude``.
+
+    Returns:
+        |r| (G, P), float32 (float64 for float64 inputs): exactly ``sblu_magnitude`` at those P frames.
+
+    A token's (α, β) do not change within its P_time frames, so each row needs one K-tap complex kernel: the kernel
+    (G, K) is built tap by tap as in Eq. (5) (O(G·K) memory, not O(G·P·K)) and applied as one depthwise conv1d with two
+    output channels (Re, Im) per row; plain autograd differentiates it. |r| is clamped away from 0 under the square
+    root so that an all-zero window has a zero (not NaN) gradient, as in ``SbluMagnitudeFunction``.
+    """
+    _check_phase(phase)
+    _check_kernel_size(kernel_size)
+    _check_step(step)
+    if windows.dim() != 2 or windows.shape[-1] < kernel_size:
+        raise ValueError(
+            f"windows must have shape (G, P + K − 1) with P >= 1, got windows.shape={tuple(windows.shape)} "
+            f"for kernel_size={kernel_size}"
+        )
+    if decay.shape != windows.shape[:1] or frequency.shape != windows.shape[:1]:
+        raise ValueError(
+            f"decay and frequency must have shape (G,) = ({windows.shape[0]},), got decay.shape={tuple(decay.shape)}, "
+            f"frequency.shape={tuple(frequency.shape)}"
+        )
+    dtype = _compute_dtype(windows, decay, frequency)
+    with torch.autocast(device_type=windows.device.type, enabled=False):
+        windows, decay, frequency = windows.to(dtype), decay.to(dtype), frequency.to(dtype)
+        center = (kernel_size - 1) // 2
+        offset = torch.arange(kernel_size, device=windows.device, dtype=dtype) - center  # k − c, (K,)
+        signed = offset.abs() if phase == "symmetric" else offset
+        envelope = torch.exp(-step * decay[:, None] * offset.abs())  # exp(−Δα|k−c|), (G, K)
+        angle = step * frequency[:, None] * signed  # Δβ|k−c| or Δβ(k−c), (G, K)
+        kernel = torch.stack([envelope * torch.cos(angle), -envelope * torch.sin(angle)], dim=1)  # (G, 2, K)
+        rows = windows.shape[0]
+        response = F.conv1d(
+            windows[None], kernel.reshape(2 * rows, 1, kernel_size), groups=rows
+        )  # (1, G, P + K − 1) -> (1, 2G, P): Σ_k w[k]·v[n + k − c]
+        response = response.reshape(rows, 2, -1)  # (1, 2G, P) -> (G, 2, P): Re r, Im r
+        power = response.square().sum(1)  # |r|², (G, P)
+        return power.clamp_min(torch.finfo(dtype).tiny).sqrt()
 
 
 def sblu_magnitude_reference(

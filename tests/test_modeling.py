@@ -346,6 +346,58 @@ def test_hidden_patches_do_not_leak_into_visible_tokens(tiny_config, overrides):
     assert out.shape == (1, 1 + 3, 32)
 
 
+@pytest.mark.parametrize("adaptive", [True, False])
+@pytest.mark.parametrize("phase", ["symmetric", "analytic"])
+def test_visible_token_path_equals_the_dense_masked_view(phase, adaptive):
+    """AaspSBLU.forward_visible (token-local, pre-training) against the dense AaspSBLU.forward run on each view with
+    per-group visibility and taken at the visible tokens: float64 values and gradients for every SBLU parameter and
+    the per-token (α, β). Paper-size groups (128 mel bins, F̃ = 8, K = 63), 8 time patches, 3 views per clip."""
+    torch.manual_seed(0)
+    config = AaspConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                        num_frames=128, lambda_encoder_reduction=4, sblu_phase=phase, sblu_adaptive=adaptive)
+    sblu = AaspModel(config).double().embeddings.sblu
+    with torch.no_grad():
+        for parameter in sblu.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))  # non-trivial GroupNorm affine, biases, statics
+    batch_size, num_views, groups, channels = 2, 3, 8, 16
+    mel = torch.randn(batch_size, 128, 128, dtype=torch.float64)  # (B, F, T)
+    views = random_views(batch_size, num_views, 64, 13).reshape(batch_size * num_views, 13)  # (B·M, V)
+    if adaptive:
+        decay = (15.0 + 100.0 * torch.rand(6, 13, channels, dtype=torch.float64)).requires_grad_()  # (B·M, V, H/F̃)
+        frequency = (20.0 + 290.0 * torch.rand(6, 13, channels, dtype=torch.float64)).requires_grad_()
+    else:
+        decay = frequency = None
+
+    def dense():
+        visible = torch.zeros(6, 64, dtype=torch.bool).scatter(1, views, True).reshape(6, 8, groups)  # (B·M, T̃, F̃)
+        visibility = visible.transpose(1, 2).repeat_interleave(16, dim=-1)  # (B·M, F̃, T)
+        frames = None, None
+        if adaptive:  # per-token (α, β) -> (B·M, H, T); hidden tokens get placeholders their outputs never use
+            def to_frames(per_token, fill):
+                grid = per_token.new_full((6, 64, channels), fill).scatter(1, views[..., None].expand(-1, -1, channels),
+                                                                          per_token)  # (B·M, N, H/F̃)
+                grid = grid.reshape(6, 8, groups, channels).permute(0, 2, 3, 1).reshape(6, groups * channels, 8)
+                return grid.repeat_interleave(16, dim=-1)  # (B·M, H, T̃) -> (B·M, H, T)
+
+            frames = to_frames(decay, 100.0), to_frames(frequency, 50.0)
+        out = sblu(mel.repeat_interleave(num_views, dim=0), *frames, visibility)  # (B·M, N, C̃)
+        return out.gather(1, views[..., None].expand(-1, -1, out.shape[-1]))  # (B·M, V, C̃)
+
+    leaves = list(sblu.parameters()) + ([decay, frequency] if adaptive else [])
+    expected = dense()
+    out = sblu.forward_visible(mel, views, decay, frequency)
+    assert out.shape == expected.shape == (6, 13, 128)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+    upstream = torch.randn_like(out)
+    grads = torch.autograd.grad(out, leaves, upstream)
+    expected_grads = torch.autograd.grad(expected, leaves, upstream)
+    names = [name for name, _ in sblu.named_parameters()] + ["decay", "frequency"]
+    for name, grad, reference in zip(names, grads, expected_grads):
+        # B̄ runs in float32 by design (SPEC_NOTES §2) in both paths, summed in a different order
+        tolerance = 1e-5 if name.startswith("input_projection") else 1e-10
+        assert (grad - reference).abs().max() <= tolerance * reference.abs().max(), name
+
+
 def test_views_are_encoded_independently(tiny_config):
     torch.manual_seed(0)
     model = AaspModel(tiny_config()).eval()

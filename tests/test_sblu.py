@@ -15,6 +15,7 @@ from aasp_hf.sblu import (
     sblu_gamma,
     sblu_magnitude,
     sblu_magnitude_reference,
+    sblu_token_magnitude,
     zero_phase_highpass,
     zero_phase_kernel,
 )
@@ -321,3 +322,60 @@ def test_blockwise_evaluation_matches_reference(phase, blocks, monkeypatch):
     expected_grads = torch.autograd.grad(expected, reference_leaves, upstream)
     for grad, reference in zip(grads, expected_grads):
         torch.testing.assert_close(grad, reference, rtol=1e-9, atol=1e-10 * max(reference.abs().max().item(), 1.0))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# 13. the per-token form used in masked pre-training (α, β fixed along each row)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def random_token_inputs(rows, outputs, kernel_size, seed=0, requires_grad=False):
+    """windows (G, P + K − 1) ~ N(0, 1) and one (α, β) per row, float64."""
+    values, decay, frequency = random_sblu_inputs((1, rows, outputs + kernel_size - 1), kernel_size, seed=seed)
+    return [t.requires_grad_(requires_grad) for t in (values[0], decay[0, :, 0].clone(), frequency[0, :, 0].clone())]
+
+
+@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("rows, outputs, kernel_size", [(6, 16, 63), (5, 3, 7)])
+def test_token_magnitude_equals_reference_at_the_window_centre(phase, rows, outputs, kernel_size):
+    """Row g: the reference on the whole window with α, β constant along it, read at the P frames whose ±c taps lie
+    inside the window — values and gradients (plain autograd through the literal loop)."""
+    windows, decay, frequency = random_token_inputs(rows, outputs, kernel_size, seed=outputs, requires_grad=True)
+    half = (kernel_size - 1) // 2
+    width = windows.shape[-1]
+    leaves = [t.detach().clone().requires_grad_() for t in (windows, decay, frequency)]
+    expected = sblu_magnitude_reference(
+        leaves[0][None], leaves[1][None, :, None].expand(1, rows, width),
+        leaves[2][None, :, None].expand(1, rows, width), STEP, kernel_size, phase,
+    )[0, :, half : half + outputs]  # (G, P)
+    out = sblu_token_magnitude(windows, decay, frequency, STEP, kernel_size, phase)
+    assert out.shape == (rows, outputs) and out.dtype == torch.float64
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-10)
+    upstream = torch.randn(rows, outputs, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    grads = torch.autograd.grad(out, [windows, decay, frequency], upstream)
+    expected_grads = torch.autograd.grad(expected, leaves, upstream)
+    for name, grad, reference in zip(("windows", "decay", "frequency"), grads, expected_grads):
+        assert (grad - reference).abs().max().item() <= 1e-10 * max(reference.abs().max().item(), 1.0), name
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_token_magnitude_gradcheck_and_zero_windows(phase):
+    inputs = random_token_inputs(3, 4, 7, seed=7, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda w, a, b: sblu_token_magnitude(w, a, b, STEP, 7, phase), inputs, eps=1e-6,
+                                    atol=1e-7)
+    windows = torch.zeros(3, 10, requires_grad=True)  # all-zero windows: |r| = 0 (to 1e-19), finite zero gradients
+    _, decay, frequency = random_token_inputs(3, 4, 7, seed=8, requires_grad=True)
+    out = sblu_token_magnitude(windows, decay.float(), frequency.float(), STEP, 7, phase)
+    assert out.dtype == torch.float32 and out.max().item() < 1e-18
+    out.sum().backward()
+    assert torch.equal(windows.grad, torch.zeros_like(windows))
+
+
+def test_token_magnitude_bad_shapes_name_them():
+    windows, decay, frequency = random_token_inputs(3, 4, 7)
+    with pytest.raises(ValueError, match=r"windows.shape=\(3, 6\)"):
+        sblu_token_magnitude(windows[:, :6], decay, frequency, STEP, 7)
+    with pytest.raises(ValueError, match=r"decay.shape=\(2,\)"):
+        sblu_token_magnitude(windows, decay[:2], frequency, STEP, 7)
+    with pytest.raises(ValueError, match="phase='causal'"):
+        sblu_token_magnitude(windows, decay, frequency, STEP, 7, "causal")
