@@ -373,11 +373,11 @@ class AaspSBLU(nn.Module):
         Returns (B·M, V, C̃).
 
         The result is ``forward`` on each view's mel with per-group visibility, taken at the visible tokens (a test
-        checks this): the high-pass and B̄ run on the whole masked view (they are cheap and view-dependent), and from
-        there on everything is token-local — |r| at a token's own P_time frames from a window of ±c frames of v
-        (sblu_token_magnitude, one kernel per token and hidden channel), C̄ with the token's group weights, GroupNorm
-        statistics gathered over each (view, group)'s visible tokens, and the time patchifier. Hidden tokens cost
-        nothing past B̄: with 80 % masking this is about a fifth of the dense stem per view.
+        checks this). Only the high-pass runs on the whole masked view (one FFT, no gradient); from there on
+        everything is token-local: B̄ on a window of ±c frames around the token's P_time frames, |r| at those P_time
+        frames (sblu_token_magnitude, one kernel per token and hidden channel), C̄ with the token's group weights,
+        GroupNorm statistics gathered over each (view, group)'s visible tokens, and the time patchifier. Hidden
+        tokens cost nothing past the high-pass: with 80 % masking, about a fifth of the dense stem per view.
         """
         c = self.config
         num_groups = c.num_frequency_patches
@@ -390,46 +390,55 @@ class AaspSBLU(nn.Module):
         num_time_patches = num_frames // patch
         time_index, group_index = views // num_groups, views % num_groups  # (B·M, V) each
 
+        one_hot = F.one_hot(group_index, num_groups)  # (B·M, V, F̃)
+
+        def per_token(table):
+            """(F̃, ...) per-group table -> (B·M, V, ...), each token's group row, as a matmul with its one-hot group
+            (whose backward is a matmul too; an indexed gather's backward is a slow scatter-add)."""
+            rows = one_hot.to(table.dtype) @ table.reshape(num_groups, -1)  # (B·M, V, F̃) @ (F̃, X) -> (B·M, V, X)
+            return rows.reshape(*one_hot.shape[:2], *table.shape[1:])
+
         token_visible = torch.zeros(batch_views, num_time_patches * num_groups, dtype=torch.bool, device=views.device)
         token_visible = token_visible.scatter(1, views, True)  # (B·M, N)
         token_visible = token_visible.reshape(batch_views, num_time_patches, num_groups)  # (B·M, N) -> (B·M, T̃, F̃)
         visibility = token_visible.transpose(1, 2).repeat_interleave(patch, dim=-1).float()  # (B·M, F̃, T)
         if decay is None:  # non-adaptive: the static (α, β) of each token's group channels
             static_decay, static_frequency = self.static_parameters()
-            decay = static_decay.reshape(num_groups, channels)[group_index]  # (H,) -> (F̃, H/F̃) -> (B·M, V, H/F̃)
-            frequency = static_frequency.reshape(num_groups, channels)[group_index]  # (B·M, V, H/F̃)
+            decay = per_token(static_decay.reshape(num_groups, channels))  # (H,) -> (F̃, H/F̃) -> (B·M, V, H/F̃)
+            frequency = per_token(static_frequency.reshape(num_groups, channels))  # (B·M, V, H/F̃)
 
         with torch.autocast(device_type=mel.device.type, enabled=False):
+            bins = c.frequency_patch_size  # F/F̃ mel bins per frequency group
             mel = mel.float().repeat_interleave(batch_views // mel.shape[0], dim=0)  # (B, F, T) -> (B·M, F, T)
-            mel = mel * visibility.repeat_interleave(c.frequency_patch_size, dim=1)  # hidden patches zeroed
-            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B·M, F, T)
-            projection = self.input_projection  # (b) B̄ in float32
-            values = F.conv1d(
-                highpassed, projection.weight.float(), projection.bias.float(), groups=projection.groups
-            )  # (B·M, F, T) -> (B·M, H, T)
-            values = values * visibility.repeat_interleave(channels, dim=1)  # (B·M, H, T)
+            mel = mel.reshape(batch_views, num_groups, bins, num_frames)  # -> (B·M, F̃, F/F̃, T)
+            mel = (mel * visibility[:, :, None, :]).reshape(batch_views, -1, num_frames)  # hidden zeroed, (B·M, F, T)
+            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B·M, F, T); no gradient needed
 
-            # (c) windows of ±c frames of v around each visible token's P_time frames, zeros outside the clip
-            padded = F.pad(values, (half, half))  # (B·M, H, T) -> (B·M, H, T + 2c)
-            padded = padded.reshape(batch_views, num_groups, channels, -1)  # -> (B·M, F̃, H/F̃, T + 2c)
-            padded = padded.transpose(2, 3)  # (B·M, F̃, H/F̃, T + 2c) -> (B·M, F̃, T + 2c, H/F̃)
-            offsets = torch.arange(patch + 2 * half, device=views.device)  # (P + 2c,)
-            frames = time_index[..., None] * patch + offsets  # (B·M, V, P + 2c) on the padded grid
+            # Windows of ±c frames around each visible token's P_time frames (zeros outside the clip), of the
+            # high-passed mel of its group's bins and of the visibility of its group's frames.
+            width = patch + 2 * half
+            frames = time_index[..., None] * patch + torch.arange(width, device=views.device)  # (B·M, V, P + 2c)
             rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (B·M, 1, 1)
-            windows = padded[rows, group_index[..., None], frames]  # (B·M, V, P + 2c, H/F̃)
-            windows = windows.permute(0, 1, 3, 2).reshape(-1, patch + 2 * half)  # -> (B·M·V·H/F̃, P + 2c)
+            padded = F.pad(highpassed, (half, half))  # (B·M, F, T) -> (B·M, F, T + 2c)
+            padded = padded.reshape(batch_views, num_groups, bins, -1).transpose(2, 3)  # -> (B·M, F̃, T + 2c, F/F̃)
+            mel_windows = padded[rows, group_index[..., None], frames]  # (B·M, V, P + 2c, F/F̃)
+            window_visible = F.pad(visibility, (half, half))[rows, group_index[..., None], frames]  # (B·M, V, P + 2c)
+
+            # (b) B̄ with the token's group block, in float32; hidden and outside-the-clip frames zeroed: v
+            projection = self.input_projection  # weight (H, F/F̃, 1) -> (F̃, H/F̃, F/F̃)
+            weight = per_token(projection.weight.float().reshape(num_groups, channels, bins))  # (B·M, V, H/F̃, F/F̃)
+            bias = per_token(projection.bias.float().reshape(num_groups, 1, channels))  # (B·M, V, 1, H/F̃)
+            values = mel_windows @ weight.transpose(-1, -2) + bias  # (B·M, V, P + 2c, H/F̃)
+            values = values * window_visible[..., None]  # (B·M, V, P + 2c, H/F̃)
+
+            # (c) |r| at the token's P_time frames, one kernel per (token, hidden channel)
+            windows = values.permute(0, 1, 3, 2).reshape(-1, width)  # -> (B·M·V·H/F̃, P + 2c)
             decay, frequency = decay.reshape(-1), frequency.reshape(-1)  # (B·M, V, H/F̃) -> (B·M·V·H/F̃,)
             magnitude = sblu_token_magnitude(windows, decay, frequency, self.step, self.kernel_size, self.phase)
             response = 2.0 * sblu_gamma(decay, frequency, self.step)[:, None] * magnitude  # 2Γ|r|, (B·M·V·H/F̃, P)
         response = response.reshape(batch_views, num_visible, channels, patch)  # -> (B·M, V, H/F̃, P)
 
-        # Each token's rows of the grouped C̄, GroupNorm affine and time patchifier: a matmul with its one-hot group
-        # (B·M, V, F̃), whose backward is a matmul too (an indexed gather's backward is a slow scatter-add).
-        one_hot = F.one_hot(group_index, num_groups).to(self.output_projection.weight.dtype)  # (B·M, V, F̃)
-
-        def per_token(table):  # (F̃, ...) -> (B·M, V, ...)
-            return (one_hot @ table.reshape(num_groups, -1)).reshape(*one_hot.shape[:2], *table.shape[1:])
-
+        # C̄, GroupNorm affine and time patchifier with each token's group rows
         weight = per_token(self.output_projection.weight.reshape(num_groups, outputs, channels))  # (B·M, V, C̃, H/F̃)
         bias = per_token(self.output_projection.bias.reshape(num_groups, outputs, 1))  # (B·M, V, C̃, 1)
         features = weight @ response.to(weight.dtype) + bias  # C̄: (B·M, V, H/F̃, P) -> (B·M, V, C̃, P)
@@ -443,14 +452,16 @@ class AaspSBLU(nn.Module):
         centred = features - mean[group_id].reshape(batch_views, num_visible, 1, 1)  # (B·M, V, C̃, P)
         variance = torch.zeros_like(count).index_add(0, group_id, centred.square().sum((2, 3)).reshape(-1)) / count
         scale = torch.rsqrt(variance + self.norm.eps)[group_id].reshape(batch_views, num_visible, 1, 1)
-        norm_weight = per_token(self.norm.weight.reshape(num_groups, outputs, 1))  # (B·M, V, C̃, 1)
-        norm_bias = per_token(self.norm.bias.reshape(num_groups, outputs, 1))  # (B·M, V, C̃, 1)
-        features = centred * scale * norm_weight + norm_bias  # (B·M, V, C̃, P)
-
-        # time patchifier (depthwise, kernel = stride = P): Σ_p w[ch, p]·x[ch, p] + b[ch] per token
-        time_weight = per_token(self.time_patchify.weight.reshape(num_groups, outputs, patch))  # (B·M, V, C̃, P)
-        time_bias = per_token(self.time_patchify.bias.reshape(num_groups, outputs))  # (B·M, V, C̃)
-        return (features * time_weight).sum(-1) + time_bias  # (B·M, V, C̃)
+        # GroupNorm's affine (γ, b) and the time patchifier (depthwise, kernel = stride = P: weights w, bias b') are
+        # both per channel and linear, so they fold into one weighted sum over each token's P frames:
+        #   Σ_p w[ch, p]·(γ[ch]·x̂[ch, p] + b[ch]) + b'[ch] = Σ_p (γ[ch]·w[ch, p])·x̂[ch, p] + (b[ch]·Σ_p w[ch, p] + b'[ch])
+        time_weight = self.time_patchify.weight.reshape(num_groups, outputs, patch)  # (C, 1, P) -> (F̃, C̃, P)
+        gamma = self.norm.weight.reshape(num_groups, outputs, 1)  # (C,) -> (F̃, C̃, 1)
+        beta = self.norm.bias.reshape(num_groups, outputs)  # (C,) -> (F̃, C̃)
+        time_bias = self.time_patchify.bias.reshape(num_groups, outputs)  # (C,) -> (F̃, C̃)
+        folded_weight = per_token(gamma * time_weight)  # (B·M, V, C̃, P)
+        folded_bias = per_token(beta * time_weight.sum(-1) + time_bias)  # (B·M, V, C̃)
+        return scale[..., 0] * (centred * folded_weight).sum(-1) + folded_bias  # (B·M, V, C̃)
 
 
 class AaspEmbeddings(nn.Module):

@@ -431,8 +431,8 @@ def sblu_token_magnitude(
         |r| (G, P), float32 (float64 for float64 inputs): exactly ``sblu_magnitude`` at those P frames.
 
     A token's (α, β) do not change within its P_time frames, so each row needs one K-tap complex kernel: the kernel
-    (G, K) is built tap by tap as in Eq. (5) (O(G·K) memory, not O(G·P·K)) and applied as one depthwise conv1d with two
-    output channels (Re, Im) per row; plain autograd differentiates it. |r| is clamped away from 0 under the square
+    (G, K) is built tap by tap as in Eq. (5) (O(G·K) memory, not O(G·P·K)) and applied as depthwise conv1d (Re and
+    Im kernels); plain autograd differentiates it. |r| is clamped away from 0 under the square
     root so that an all-zero window has a zero (not NaN) gradient, as in ``SbluMagnitudeFunction``.
     """
     _check_phase(phase)
@@ -456,13 +456,14 @@ def sblu_token_magnitude(
         signed = offset.abs() if phase == "symmetric" else offset
         envelope = torch.exp(-step * decay[:, None] * offset.abs())  # exp(−Δα|k−c|), (G, K)
         angle = step * frequency[:, None] * signed  # Δβ|k−c| or Δβ(k−c), (G, K)
-        kernel = torch.stack([envelope * torch.cos(angle), -envelope * torch.sin(angle)], dim=1)  # (G, 2, K)
+        kernel_re = (envelope * torch.cos(angle))[:, None]  # (G, 1, K)
+        kernel_im = (-envelope * torch.sin(angle))[:, None]  # (G, 1, K)
         rows = windows.shape[0]
-        response = F.conv1d(
-            windows[None], kernel.reshape(2 * rows, 1, kernel_size), groups=rows
-        )  # (1, G, P + K − 1) -> (1, 2G, P): Σ_k w[k]·v[n + k − c]
-        response = response.reshape(rows, 2, -1)  # (1, 2G, P) -> (G, 2, P): Re r, Im r
-        power = response.square().sum(1)  # |r|², (G, P)
+        # Σ_k w[k]·v[n + k − c], (1, G, P + K − 1) -> (1, G, P) for Re and Im; two depthwise convs (one output
+        # channel per group) run about 2× faster on the CPU than one conv with two output channels per group
+        response_re = F.conv1d(windows[None], kernel_re, groups=rows)[0]  # (G, P)
+        response_im = F.conv1d(windows[None], kernel_im, groups=rows)[0]  # (G, P)
+        power = response_re.square() + response_im.square()  # |r|², (G, P)
         return power.clamp_min(torch.finfo(dtype).tiny).sqrt()
 
 
