@@ -264,7 +264,7 @@ def bench_pretrain(repeats):
                 model(*inputs).loss.backward()
 
             steps[stem] = step
-        times = median_times(steps, max(3, repeats // 2) if name != "vit_b" else max(2, repeats // 3))
+        times = median_times(steps, max(3, repeats // 2 + 1))
         results[name] = {
             "what": what,
             "batch_size": batch_size,
