@@ -45,7 +45,11 @@ from aasp_hf.training import (  # noqa: E402
     save_checkpoint,
     teacher_momentum,
 )
-from aasp_hf.training.checkpointing import load_process_state, load_trainer_state  # noqa: E402
+from aasp_hf.training.checkpointing import (  # noqa: E402
+    check_random_states,
+    load_process_state,
+    load_trainer_state,
+)
 from aasp_hf.data.cache import LogMelCache  # noqa: E402
 from aasp_hf.data.decoding import decode_audio  # noqa: E402
 from aasp_hf.training.arguments import parse_arguments  # noqa: E402
@@ -297,6 +301,7 @@ def main(argv=None) -> dict:
             if trainer_state.get("num_processes", world) != world:  # the data order is sharded by process count
                 raise ValueError(f"{checkpoint} was written by {trainer_state['num_processes']} processes; exact "
                                  f"resume needs the same number, got {world}")
+            check_random_states(checkpoint, rank)  # load_state would skip an unreadable RNG file silently
             accelerator.load_state(str(checkpoint))
             collator.load_state_dict(load_process_state(checkpoint, rank)["collator"])
             start_step = trainer_state["step"]

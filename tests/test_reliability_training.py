@@ -267,6 +267,21 @@ def test_a_pickled_bin_from_elsewhere_is_read_with_weights_only(saved_encoder, t
     assert load_process_state(checkpoint, 0)["rng"]["state"]["key"] == 2**70
 
 
+@pytest.mark.parametrize("victim", ["optimizer.bin", "random_states_0.pkl"])
+def test_resume_refuses_a_pickle_payload_in_the_accelerate_files_of_a_checkpoint(tmp_path, victim):
+    """accelerate writes the optimizer and RNG states as pickles; --resume reads them through
+    accelerate.utils.load, i.e. torch.load(weights_only=True) with numpy's safe globals: a payload never runs."""
+    out = tmp_path / "run"
+    pretrain.main(argv(out, max_steps=2))
+    checkpoint = out / "checkpoint-2"
+    assert (checkpoint / victim).is_file(), sorted(p.name for p in checkpoint.iterdir())
+    marker = tmp_path / "code_ran"
+    torch.save({"state": _Payload(str(marker))}, checkpoint / victim)
+    with pytest.raises(Exception, match=r"(?i)weights_only|unpickl|unsupported global"):
+        pretrain.main(argv(out, max_steps=4, resume=True))
+    assert not marker.exists()
+
+
 REMOTE_CODE = ["configuration_aasp.py", "modeling_aasp.py", "sblu.py", "feature_extraction_aasp.py", "objectives.py",
                "masking.py"]
 FORBIDDEN_MODULES = {"requests", "urllib", "urllib3", "http", "socket", "subprocess", "importlib", "httpx", "aiohttp",

@@ -116,3 +116,26 @@ def load_process_state(checkpoint_dir, process_index: int):
 
     path = Path(checkpoint_dir) / f"process_state_{process_index}.pt"
     return torch.load(path, weights_only=True) if path.exists() else None
+
+
+def check_random_states(checkpoint_dir, process_index: int) -> None:
+    """Raise a clear error if this process's accelerate RNG file in ``checkpoint_dir`` cannot be read safely.
+
+    ``accelerator.load_state`` reads ``random_states_<rank>.pkl`` with ``torch.load(weights_only=True)`` (a pickled
+    payload never runs) but swallows any failure with an info log and trains on with the current RNG state, so
+    dropout and drop-path would silently differ from the uninterrupted run. Resuming calls this first."""
+    from accelerate.utils import load
+
+    path = Path(checkpoint_dir) / f"random_states_{process_index}.pkl"
+    try:
+        states = load(path)
+    except Exception as error:
+        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        raise ValueError(
+            f"{path} cannot be read with torch.load(weights_only=True) ({type(error).__name__}: {reason}): the "
+            "checkpoint is corrupt or was not written by a run of this code. Resume from an earlier checkpoint "
+            "(delete this one) or start afresh."
+        ) from error
+    if not isinstance(states, dict) or "torch_manual_seed" not in states:
+        raise ValueError(f"{path} does not hold accelerate's RNG states (no 'torch_manual_seed'): the checkpoint is "
+                         "corrupt; resume from an earlier checkpoint (delete this one) or start afresh.")
