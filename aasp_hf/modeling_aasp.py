@@ -260,15 +260,16 @@ def _masked_group_norm(x, norm: nn.GroupNorm, visibility):
     """
     if visibility is None:
         return norm(x)
+    dtype = torch.promote_types(x.dtype, torch.float32)  # statistics in float32 also under autocast
     batch_size, channels, num_frames = x.shape
-    groups = x.reshape(batch_size, norm.num_groups, channels // norm.num_groups, num_frames)  # (B, C, T) -> (B, G, C/G, T)
-    weight = visibility[:, :, None, :].to(x.dtype)  # (B, G|1, 1, T)
+    groups = x.to(dtype).reshape(batch_size, norm.num_groups, channels // norm.num_groups, num_frames)  # -> (B, G, C/G, T)
+    weight = visibility[:, :, None, :].to(dtype)  # (B, G|1, 1, T)
     count = weight.sum(-1, keepdim=True).clamp(min=1.0) * groups.shape[2]  # (B, G|1, 1, 1)
     mean = (groups * weight).sum((2, 3), keepdim=True) / count
     var = ((groups - mean).square() * weight).sum((2, 3), keepdim=True) / count
     groups = (groups - mean) * torch.rsqrt(var + norm.eps)
     x = groups.reshape(batch_size, channels, num_frames)  # (B, G, C/G, T) -> (B, C, T)
-    return x * norm.weight[:, None] + norm.bias[:, None]
+    return x * norm.weight.to(dtype)[:, None] + norm.bias.to(dtype)[:, None]
 
 
 class AaspSBLU(nn.Module):
@@ -370,7 +371,7 @@ class AaspSBLU(nn.Module):
 
         mel: (B, F, T); views: (B·M, V) visible token indices (time-major, t·F̃ + f) of M views per clip;
         decay, frequency: float32 (B·M, V, H/F̃), each visible token's (α, β), or None (non-adaptive).
-        Returns (B·M, V, C̃).
+        Returns float32 (B·M, V, C̃).
 
         The result is ``forward`` on each view's mel with per-group visibility, taken at the visible tokens (a test
         checks this). Only the high-pass runs on the whole masked view (one FFT, no gradient); from there on
@@ -378,45 +379,47 @@ class AaspSBLU(nn.Module):
         frames (sblu_token_magnitude, one kernel per token and hidden channel), C̄ with the token's group weights,
         GroupNorm statistics gathered over each (view, group)'s visible tokens, and the time patchifier. Hidden
         tokens cost nothing past the high-pass: with 80 % masking, about a fifth of the dense stem per view.
+        All of it runs with autocast off: B̄ and |r| in float32 as in ``forward``, C̄ and the statistics in float32
+        (float64 in a float64 model).
         """
         c = self.config
         num_groups = c.num_frequency_patches
+        bins = c.frequency_patch_size  # F/F̃ mel bins per frequency group
         channels = c.sblu_hidden_size // num_groups  # H/F̃ hidden channels per frequency group
         outputs = c.sblu_output_size // num_groups  # C/F̃ = C̃ output channels per frequency group
         patch = c.time_patch_size
         half = (self.kernel_size - 1) // 2  # c
+        width = patch + 2 * half  # window length P + 2c
         batch_views, num_visible = views.shape
         num_frames = mel.shape[-1]
         num_time_patches = num_frames // patch
         time_index, group_index = views // num_groups, views % num_groups  # (B·M, V) each
 
-        one_hot = F.one_hot(group_index, num_groups)  # (B·M, V, F̃)
-
         def per_token(table):
-            """(F̃, ...) per-group table -> (B·M, V, ...), each token's group row, as a matmul with its one-hot group
-            (whose backward is a matmul too; an indexed gather's backward is a slow scatter-add)."""
-            rows = one_hot.to(table.dtype) @ table.reshape(num_groups, -1)  # (B·M, V, F̃) @ (F̃, X) -> (B·M, V, X)
-            return rows.reshape(*one_hot.shape[:2], *table.shape[1:])
+            """(F̃, ...) per-group table -> (B·M, V, ...): each token's group row. F.embedding is an exact gather whose
+            backward is a fast segment sum (plain indexing's backward is a slow scatter-add on the CPU)."""
+            rows = F.embedding(group_index, table.reshape(num_groups, -1))  # (B·M, V, X)
+            return rows.reshape(*group_index.shape, *table.shape[1:])
 
         token_visible = torch.zeros(batch_views, num_time_patches * num_groups, dtype=torch.bool, device=views.device)
         token_visible = token_visible.scatter(1, views, True)  # (B·M, N)
         token_visible = token_visible.reshape(batch_views, num_time_patches, num_groups)  # (B·M, N) -> (B·M, T̃, F̃)
         visibility = token_visible.transpose(1, 2).repeat_interleave(patch, dim=-1).float()  # (B·M, F̃, T)
-        if decay is None:  # non-adaptive: the static (α, β) of each token's group channels
-            static_decay, static_frequency = self.static_parameters()
-            decay = per_token(static_decay.reshape(num_groups, channels))  # (H,) -> (F̃, H/F̃) -> (B·M, V, H/F̃)
-            frequency = per_token(static_frequency.reshape(num_groups, channels))  # (B·M, V, H/F̃)
 
         with torch.autocast(device_type=mel.device.type, enabled=False):
-            bins = c.frequency_patch_size  # F/F̃ mel bins per frequency group
+            if decay is None:  # non-adaptive: the static (α, β) of each token's group channels
+                static_decay, static_frequency = self.static_parameters()
+                decay = per_token(static_decay.reshape(num_groups, channels))  # (H,) -> (F̃, H/F̃) -> (B·M, V, H/F̃)
+                frequency = per_token(static_frequency.reshape(num_groups, channels))  # (B·M, V, H/F̃)
+
+            # (a) each view's mel with its hidden patches zeroed, high-passed along time
             mel = mel.float().repeat_interleave(batch_views // mel.shape[0], dim=0)  # (B, F, T) -> (B·M, F, T)
             mel = mel.reshape(batch_views, num_groups, bins, num_frames)  # -> (B·M, F̃, F/F̃, T)
-            mel = (mel * visibility[:, :, None, :]).reshape(batch_views, -1, num_frames)  # hidden zeroed, (B·M, F, T)
-            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B·M, F, T); no gradient needed
+            mel = (mel * visibility[:, :, None, :]).reshape(batch_views, -1, num_frames)  # (B·M, F, T)
+            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (B·M, F, T); no gradient needed
 
             # Windows of ±c frames around each visible token's P_time frames (zeros outside the clip), of the
             # high-passed mel of its group's bins and of the visibility of its group's frames.
-            width = patch + 2 * half
             frames = time_index[..., None] * patch + torch.arange(width, device=views.device)  # (B·M, V, P + 2c)
             rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (B·M, 1, 1)
             padded = F.pad(highpassed, (half, half))  # (B·M, F, T) -> (B·M, F, T + 2c)
@@ -424,44 +427,44 @@ class AaspSBLU(nn.Module):
             mel_windows = padded[rows, group_index[..., None], frames]  # (B·M, V, P + 2c, F/F̃)
             window_visible = F.pad(visibility, (half, half))[rows, group_index[..., None], frames]  # (B·M, V, P + 2c)
 
-            # (b) B̄ with the token's group block, in float32; hidden and outside-the-clip frames zeroed: v
-            projection = self.input_projection  # weight (H, F/F̃, 1) -> (F̃, H/F̃, F/F̃)
-            weight = per_token(projection.weight.float().reshape(num_groups, channels, bins))  # (B·M, V, H/F̃, F/F̃)
-            bias = per_token(projection.bias.float().reshape(num_groups, 1, channels))  # (B·M, V, 1, H/F̃)
-            values = mel_windows @ weight.transpose(-1, -2) + bias  # (B·M, V, P + 2c, H/F̃)
+            # (b) B̄ with the token's group block; hidden and outside-the-clip frames zeroed: v
+            weight = per_token(self.input_projection.weight.float().reshape(num_groups, channels, bins))
+            bias = per_token(self.input_projection.bias.float().reshape(num_groups, 1, channels))  # (B·M, V, 1, H/F̃)
+            values = mel_windows @ weight.transpose(-1, -2) + bias  # (B·M, V, P + 2c, F/F̃) -> (B·M, V, P + 2c, H/F̃)
             values = values * window_visible[..., None]  # (B·M, V, P + 2c, H/F̃)
 
-            # (c) |r| at the token's P_time frames, one kernel per (token, hidden channel)
+            # (c) 2Γ|r| at the token's P_time frames, one kernel per (token, hidden channel)
             windows = values.permute(0, 1, 3, 2).reshape(-1, width)  # -> (B·M·V·H/F̃, P + 2c)
             decay, frequency = decay.reshape(-1), frequency.reshape(-1)  # (B·M, V, H/F̃) -> (B·M·V·H/F̃,)
             magnitude = sblu_token_magnitude(windows, decay, frequency, self.step, self.kernel_size, self.phase)
-            response = 2.0 * sblu_gamma(decay, frequency, self.step)[:, None] * magnitude  # 2Γ|r|, (B·M·V·H/F̃, P)
-        response = response.reshape(batch_views, num_visible, channels, patch)  # -> (B·M, V, H/F̃, P)
+            response = 2.0 * sblu_gamma(decay, frequency, self.step)[:, None] * magnitude  # (B·M·V·H/F̃, P)
+            response = response.reshape(batch_views, num_visible, channels, patch)  # -> (B·M, V, H/F̃, P)
 
-        # C̄, GroupNorm affine and time patchifier with each token's group rows
-        weight = per_token(self.output_projection.weight.reshape(num_groups, outputs, channels))  # (B·M, V, C̃, H/F̃)
-        bias = per_token(self.output_projection.bias.reshape(num_groups, outputs, 1))  # (B·M, V, C̃, 1)
-        features = weight @ response.to(weight.dtype) + bias  # C̄: (B·M, V, H/F̃, P) -> (B·M, V, C̃, P)
+            # C̄ with the token's group block: weight (C, H/F̃, 1) -> (F̃, C̃, H/F̃) -> (B·M, V, C̃, H/F̃)
+            dtype = torch.promote_types(self.output_projection.weight.dtype, torch.float32)
+            weight = per_token(self.output_projection.weight.to(dtype).reshape(num_groups, outputs, channels))
+            bias = per_token(self.output_projection.bias.to(dtype).reshape(num_groups, outputs, 1))  # (B·M, V, C̃, 1)
+            features = weight @ response.to(dtype) + bias  # (B·M, V, H/F̃, P) -> (B·M, V, C̃, P)
 
-        # (d) GroupNorm: statistics of each (view, group) over its visible tokens' C̃·P values (biased variance)
-        group_id = (torch.arange(batch_views, device=views.device)[:, None] * num_groups + group_index).reshape(-1)
-        count = torch.zeros(batch_views * num_groups, dtype=features.dtype, device=features.device)
-        count = count.index_add(0, group_id, torch.ones_like(group_id, dtype=features.dtype)) * (outputs * patch)
-        count = count.clamp(min=1.0)  # (B·M·F̃,); groups without visible tokens are never read
-        mean = torch.zeros_like(count).index_add(0, group_id, features.sum((2, 3)).reshape(-1)) / count
-        centred = features - mean[group_id].reshape(batch_views, num_visible, 1, 1)  # (B·M, V, C̃, P)
-        variance = torch.zeros_like(count).index_add(0, group_id, centred.square().sum((2, 3)).reshape(-1)) / count
-        scale = torch.rsqrt(variance + self.norm.eps)[group_id].reshape(batch_views, num_visible, 1, 1)
-        # GroupNorm's affine (γ, b) and the time patchifier (depthwise, kernel = stride = P: weights w, bias b') are
-        # both per channel and linear, so they fold into one weighted sum over each token's P frames:
-        #   Σ_p w[ch, p]·(γ[ch]·x̂[ch, p] + b[ch]) + b'[ch] = Σ_p (γ[ch]·w[ch, p])·x̂[ch, p] + (b[ch]·Σ_p w[ch, p] + b'[ch])
-        time_weight = self.time_patchify.weight.reshape(num_groups, outputs, patch)  # (C, 1, P) -> (F̃, C̃, P)
-        gamma = self.norm.weight.reshape(num_groups, outputs, 1)  # (C,) -> (F̃, C̃, 1)
-        beta = self.norm.bias.reshape(num_groups, outputs)  # (C,) -> (F̃, C̃)
-        time_bias = self.time_patchify.bias.reshape(num_groups, outputs)  # (C,) -> (F̃, C̃)
-        folded_weight = per_token(gamma * time_weight)  # (B·M, V, C̃, P)
-        folded_bias = per_token(beta * time_weight.sum(-1) + time_bias)  # (B·M, V, C̃)
-        return scale[..., 0] * (centred * folded_weight).sum(-1) + folded_bias  # (B·M, V, C̃)
+            # (d) GroupNorm: statistics of each (view, group) over its visible tokens' C̃·P values (biased variance)
+            group_id = (torch.arange(batch_views, device=views.device)[:, None] * num_groups + group_index).flatten()
+            count = features.new_zeros(batch_views * num_groups)  # (B·M·F̃,) values per (view, group)
+            count = count.index_add(0, group_id, features.new_ones(group_id.shape)).clamp(min=1.0) * (outputs * patch)
+            mean = features.new_zeros(count.shape).index_add(0, group_id, features.sum((2, 3)).flatten()) / count
+            centred = features - mean[group_id].reshape(batch_views, num_visible, 1, 1)  # (B·M, V, C̃, P)
+            variance = features.new_zeros(count.shape).index_add(0, group_id, centred.square().sum((2, 3)).flatten())
+            scale = torch.rsqrt(variance / count + self.norm.eps)[group_id].reshape(batch_views, num_visible, 1)
+
+            # GroupNorm's affine (γ, b) and the time patchifier (depthwise, kernel = stride = P: weights w, bias b')
+            # are both per channel and linear, so they fold into one weighted sum over each token's P frames:
+            #   Σ_p w[p]·(γ·x̂[p] + b) + b' = Σ_p (γ·w[p])·x̂[p] + (b·Σ_p w[p] + b'), for every channel
+            time_weight = self.time_patchify.weight.to(dtype).reshape(num_groups, outputs, patch)  # -> (F̃, C̃, P)
+            gamma = self.norm.weight.to(dtype).reshape(num_groups, outputs, 1)  # (C,) -> (F̃, C̃, 1)
+            beta = self.norm.bias.to(dtype).reshape(num_groups, outputs)  # (C,) -> (F̃, C̃)
+            time_bias = self.time_patchify.bias.to(dtype).reshape(num_groups, outputs)  # (C,) -> (F̃, C̃)
+            folded_weight = per_token(gamma * time_weight)  # (B·M, V, C̃, P)
+            folded_bias = per_token(beta * time_weight.sum(-1) + time_bias)  # (B·M, V, C̃)
+            return scale * (centred * folded_weight).sum(-1) + folded_bias  # (B·M, V, C̃)
 
 
 class AaspEmbeddings(nn.Module):

@@ -398,6 +398,30 @@ def test_visible_token_path_equals_the_dense_masked_view(phase, adaptive):
         assert (grad - reference).abs().max() <= tolerance * reference.abs().max(), name
 
 
+def test_visible_token_path_and_masked_group_norm_keep_float32_under_bf16_autocast(tiny_config):
+    """forward_visible runs with autocast off (same result as without autocast, bit for bit); the padded dense
+    path's masked GroupNorm computes its statistics in float32 from a bf16 input."""
+    from aasp_hf.modeling_aasp import _masked_group_norm
+
+    torch.manual_seed(0)
+    sblu = AaspModel(tiny_config()).embeddings.sblu
+    mel = torch.randn(2, 32, 64)  # (B, F, T)
+    views = random_views(2, 2, 8, 3).reshape(4, 3)  # (B·M, V)
+    decay, frequency = 20.0 + 50.0 * torch.rand(4, 3, 4), 30.0 + 200.0 * torch.rand(4, 3, 4)  # (B·M, V, H/F̃)
+    reference = sblu.forward_visible(mel, views, decay, frequency)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = sblu.forward_visible(mel, views, decay, frequency)
+    assert out.dtype == torch.float32 and torch.equal(out, reference)
+
+    x = (3.0 + torch.randn(2, 16, 64)).bfloat16()  # (B, C, T), bf16 as a C̄ output under autocast
+    visibility = (torch.rand(2, 2, 64) > 0.3).float()  # (B, G, T)
+    expected = _masked_group_norm(x.float(), sblu.norm, visibility)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        normed = _masked_group_norm(x, sblu.norm, visibility)
+    assert normed.dtype == torch.float32
+    torch.testing.assert_close(normed, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_views_are_encoded_independently(tiny_config):
     torch.manual_seed(0)
     model = AaspModel(tiny_config()).eval()
