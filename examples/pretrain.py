@@ -2,13 +2,14 @@
 
     accelerate launch examples/pretrain.py --config examples/configs/pretrain_tiny_cpu.json
     accelerate launch --config_file examples/accelerate_configs/four_h100.yaml examples/pretrain.py \
-        --config examples/configs/pretrain_paper.json --train_dir /data/audioset/wav
+        --config examples/configs/pretrain_paper.json --dataset as2m --data_root /data/audioset
     python examples/pretrain.py --synthetic_clips 64 --max_steps 20 --output_dir runs/try   # one process
 
 Arguments come from the dataclasses below: on the command line, from one JSON file (`pretrain.py preset.json`),
 or from `--config preset.json` followed by command-line overrides.
 
-Steps: 1. data (audio folder, any `datasets` dataset, or synthetic clips), 2. model, 3. optimiser and schedules
+Steps: 1. data (a dataset of `aasp_hf.data` in its official layout — AS-2M's train split leaves the eval segments
+out —, an audio folder, any `datasets` dataset, or synthetic clips), 2. model, 3. optimiser and schedules
 (pure functions of the step), 4. `accelerator.prepare`, 5. training loop (the EMA teacher update in plain sight
 after `optimizer.step()`), 6. logging (TensorBoard + progress bar), 7. crash-safe checkpoints and exact `--resume`,
 8. export of the student encoder (and on request the teacher) for `AutoModel.from_pretrained`.
@@ -60,6 +61,10 @@ SAMPLE_RATE = 16000
 # ----------------------------------------------------------------------------------------------- arguments
 @dataclass
 class DataArguments:
+    dataset: str | None = field(
+        default=None, metadata={"help": "a name for aasp_hf.data.load (as2m, as20k, esc50, ...) with --data_root"}
+    )
+    data_root: str | None = field(default=None, metadata={"help": "that dataset's folder in its official layout"})
     train_dir: str | None = field(default=None, metadata={"help": "folder of audio files (datasets' audiofolder)"})
     dataset_name: str | None = field(default=None, metadata={"help": "any `datasets.load_dataset` name or path"})
     dataset_config: str | None = field(default=None, metadata={"help": "its configuration name"})
@@ -159,6 +164,10 @@ class AudioClips(torch.utils.data.Dataset):
 
 
 def load_clips(data_args: DataArguments, seed: int) -> AudioClips:
+    sources = [f"--{name}" for name in ("dataset", "train_dir", "dataset_name") if getattr(data_args, name) is not None]
+    sources += ["--synthetic_clips"] if data_args.synthetic_clips > 0 else []
+    if len(sources) > 1:
+        raise ValueError(f"give one data source, got {', '.join(sources)}")
     if data_args.synthetic_clips > 0:
         from demo import LABELS, synth_clip
 
@@ -168,13 +177,21 @@ def load_clips(data_args: DataArguments, seed: int) -> AudioClips:
         return AudioClips(clips)
     import datasets
 
+    if data_args.dataset is not None:
+        from aasp_hf import data
+
+        splits = data.load(data_args.dataset, root=data_args.data_root)
+        if data_args.dataset_split not in splits:
+            raise ValueError(f"--dataset {data_args.dataset} has the splits {sorted(splits)}, not "
+                             f"--dataset_split {data_args.dataset_split!r}")
+        return AudioClips(splits[data_args.dataset_split], "audio")  # our loaders: a 16 kHz `audio` column
     if data_args.train_dir is not None:
         ds = datasets.load_dataset("audiofolder", data_dir=data_args.train_dir, drop_labels=True,
                                    split=data_args.dataset_split)
     elif data_args.dataset_name is not None:
         ds = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config, split=data_args.dataset_split)
     else:
-        raise ValueError("give one of --train_dir, --dataset_name or --synthetic_clips N")
+        raise ValueError("give one of --dataset (with --data_root), --train_dir, --dataset_name or --synthetic_clips N")
     ds = ds.cast_column(data_args.audio_column, datasets.Audio(sampling_rate=SAMPLE_RATE))
     return AudioClips(ds, data_args.audio_column)
 
@@ -427,6 +444,7 @@ def main(argv=None) -> dict:
         "max_steps": args.max_steps,
         "start_step": start_step,
         "num_processes": world,
+        "num_clips": len(dataset),
         "clips_per_second_overall": clips_per_step * (step - start_step) / max(elapsed, 1e-9),
         "decode_failures": decode_failures,
         "nonfinite_steps": nonfinite_steps,

@@ -147,6 +147,33 @@ def test_audio_folder_with_a_broken_file_and_init_from_an_exported_encoder(tmp_p
     assert not torch.equal(teacher["teacher.cls_token"], first["cls_token"])
 
 
+def test_audioset_official_layout_pretrains_on_its_train_split_only(tmp_path):
+    """--dataset as2m --data_root: the balanced + unbalanced training segments, never the eval segments."""
+    import numpy as np
+    import soundfile as sf
+
+    root = tmp_path / "audioset"
+    (root / "audio").mkdir(parents=True)
+    (root / "class_labels_indices.csv").write_text('index,mid,display_name\n0,/m/09x0r,"Speech"\n1,/m/04rlf,"Music"\n')
+    header = "# created by the test\n# num_ytids=?\n# YTID, start_seconds, end_seconds, positive_labels\n"
+    segments = {"balanced_train_segments": ["bal0000000a", "bal0000000b", "bal0000000c"],
+                "unbalanced_train_segments": ["unbal000000"], "eval_segments": ["eval0000000", "eval0000001"]}
+    rng = np.random.default_rng(0)
+    for name, ytids in segments.items():
+        (root / f"{name}.csv").write_text(header + "".join(f'{y}, 0.000, 10.000, "/m/09x0r"\n' for y in ytids))
+        for ytid in ytids:
+            sf.write(root / "audio" / f"{ytid}.wav", (0.1 * rng.standard_normal(12_000)).astype("float32"), 16000)
+    results = pretrain.main(argv(tmp_path / "run", synthetic_clips=0, dataset="as2m", data_root=str(root),
+                                 max_steps=2, save_steps=100))
+    assert results["num_clips"] == 4 and results["step"] == 2 and results["decode_failures"] == 0
+    with pytest.raises(ValueError, match="has the splits.*'train'.*not --dataset_split 'validation'"):
+        pretrain.main(argv(tmp_path / "bad", synthetic_clips=0, dataset="as2m", data_root=str(root),
+                           dataset_split="validation"))
+    with pytest.raises(ValueError, match="give one data source, got --dataset, --train_dir"):
+        pretrain.main(argv(tmp_path / "bad", synthetic_clips=0, dataset="as2m", data_root=str(root),
+                           train_dir=str(root / "audio")))
+
+
 def test_a_json_file_alone_is_the_whole_configuration(tmp_path):
     preset = {k.removeprefix("--"): v for k, v in zip(argv(tmp_path)[::2], argv(tmp_path)[1::2])}
     preset.update(model_config=MODEL, max_steps=1, per_device_train_batch_size=4, synthetic_clips=4)
