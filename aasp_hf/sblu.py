@@ -250,10 +250,16 @@ _SBLU_BLOCK_ELEMENTS = 1 << 15
 
 
 def _row_blocks(shape, width):
-    """Index tuples (b, slice of rows) that cut a (B, H, T) tensor into blocks of at most
-    _SBLU_BLOCK_ELEMENTS // width rows (at least one), ``width`` = the padded row length T + 2c."""
+    """Index tuples that cut a (B, H, T) tensor into blocks of at most _SBLU_BLOCK_ELEMENTS // width rows (at least
+    one), ``width`` = the padded row length T + 2c: (slice of clips, all rows) when whole clips fit, else
+    (clip, slice of rows)."""
     batch, rows, _ = shape
     per_block = max(1, _SBLU_BLOCK_ELEMENTS // max(width, 1))
+    if per_block >= rows:  # several whole clips per block (few ops for small inputs)
+        clips = per_block // rows
+        for start in range(0, batch, clips):
+            yield slice(start, min(start + clips, batch)), slice(None)
+        return
     for b in range(batch):
         for start in range(0, rows, per_block):
             yield b, slice(start, min(start + per_block, rows))

@@ -297,7 +297,7 @@ def test_bad_arguments_raise_value_error_naming_the_argument():
 
 
 @pytest.mark.parametrize("phase", PHASES)
-@pytest.mark.parametrize("blocks", ["small", "whole"])
+@pytest.mark.parametrize("blocks", ["small", "two_clips", "whole"])
 def test_blockwise_evaluation_matches_reference(phase, blocks, monkeypatch):
     """Eager CPU calls run block by block over (batch, channel-range) rows: many small blocks (and blocks that cut
     through the channels unevenly) give the reference values and gradients, with expanded parameters too; so does
@@ -306,6 +306,10 @@ def test_blockwise_evaluation_matches_reference(phase, blocks, monkeypatch):
 
     if blocks == "small":  # 2 padded rows (37 + 2·7 frames) per block, H = 5
         monkeypatch.setattr(sblu_module, "_SBLU_BLOCK_ELEMENTS", 2 * (37 + 14))
+    elif blocks == "two_clips":  # whole clips, two per block: clips 0-1, then clip 2
+        monkeypatch.setattr(sblu_module, "_SBLU_BLOCK_ELEMENTS", 2 * 5 * (37 + 14))
+        assert list(sblu_module._row_blocks((3, 5, 37), 37 + 14)) == [(slice(0, 2), slice(None)),
+                                                                       (slice(2, 3), slice(None))]
     else:
         monkeypatch.setattr(sblu_module, "_blocks", lambda values, half: [(Ellipsis,)])
     values, decay, frequency = random_sblu_inputs((3, 5, 37), 15, seed=4)
