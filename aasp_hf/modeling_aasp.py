@@ -365,7 +365,6 @@ class AaspSBLU(nn.Module):
         features = features.permute(0, 3, 1, 2)  # (B, F̃, C̃, T̃) -> (B, T̃, F̃, C̃)
         return features.reshape(batch_size, num_time_patches * num_groups, -1)  # (B, T̃, F̃, C̃) -> (B, N, C̃)
 
-
     def forward_visible(self, mel, views, decay=None, frequency=None):
         """Masked pre-training: X_alias of each view's visible tokens only.
 
