@@ -174,6 +174,36 @@ def test_audioset_official_layout_pretrains_on_its_train_split_only(tmp_path):
                            train_dir=str(root / "audio")))
 
 
+def test_bf16_mixed_precision_autocasts_the_encoder_and_keeps_float32_weights(tmp_path, monkeypatch):
+    """--mixed_precision bf16 (accelerate's autocast; on the CPU here): the encoder's matmuls run in bf16, the student's
+    token-local SBLU stem in float32, the step stays finite, and the exported weights are float32."""
+    seen = {}
+    build = pretrain.build_model
+
+    def build_and_watch(model_args):
+        model = build(model_args)
+        def record_encoder_dtype(module, inputs, out):
+            seen["encoder"] = out.dtype
+
+        model.aasp.layers[0].mlp.fc1.register_forward_hook(record_encoder_dtype)
+        sblu = model.aasp.embeddings.sblu
+        forward_visible = sblu.forward_visible
+
+        def watched_forward_visible(*args, **kwargs):
+            out = forward_visible(*args, **kwargs)
+            seen["stem"] = out.dtype
+            return out
+
+        sblu.forward_visible = watched_forward_visible
+        return model
+
+    monkeypatch.setattr(pretrain, "build_model", build_and_watch)
+    results = pretrain.main(argv(tmp_path, mixed_precision="bf16", max_steps=2, save_steps=100))
+    assert seen == {"encoder": torch.bfloat16, "stem": torch.float32}
+    assert results["nonfinite_steps"] == 0 and torch.isfinite(torch.tensor(results["loss"]))
+    assert {t.dtype for t in load_file(tmp_path / "encoder" / "model.safetensors").values()} == {torch.float32}
+
+
 def test_a_json_file_alone_is_the_whole_configuration(tmp_path):
     preset = {k.removeprefix("--"): v for k, v in zip(argv(tmp_path)[::2], argv(tmp_path)[1::2])}
     preset.update(model_config=MODEL, max_steps=1, per_device_train_batch_size=4, synthetic_clips=4)
