@@ -198,7 +198,13 @@ def test_bf16_mixed_precision_autocasts_the_encoder_and_keeps_float32_weights(tm
         return model
 
     monkeypatch.setattr(pretrain, "build_model", build_and_watch)
-    results = pretrain.main(argv(tmp_path, mixed_precision="bf16", max_steps=2, save_steps=100))
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)  # earlier runs in this process fixed "no"
+    try:
+        results = pretrain.main(argv(tmp_path, mixed_precision="bf16", max_steps=2, save_steps=100))
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)  # later runs get their own precision
     assert seen == {"encoder": torch.bfloat16, "stem": torch.float32}
     assert results["nonfinite_steps"] == 0 and torch.isfinite(torch.tensor(results["loss"]))
     assert {t.dtype for t in load_file(tmp_path / "encoder" / "model.safetensors").values()} == {torch.float32}
