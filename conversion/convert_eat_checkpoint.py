@@ -7,8 +7,11 @@ Sources (SPEC_NOTES §3: AaSP's SPE encoder is EAT's encoder, so the conversion 
   `model.`, plus `fc_norm` and `head`).
 - The EAT Hub port (`worstchan/EAT-*`, `EATModel` wrapping `EAT` as `self.model`): keys `model.local_encoder.proj.*`,
   `model.extra_tokens`, `model.fixed_positional_encoder.positions`, `model.pre_norm.*`, `model.blocks.N.*`,
-  `model.fc_norm.*`, `model.head.*`. This table is written from the port's published modeling code and is NOT
-  tested against a real downloaded file (there is no network here); the tests only run it on synthetic dicts.
+  `model.fc_norm.*`, `model.head.*`; a port folder's `config.json` (EATConfig) gives the head count, mel bins,
+  LayerNorm eps and input length (`img_size[0]`). The key names were checked against the port's published code
+  (`eat_model.py`: `local_encoder`, `extra_tokens`, `fixed_positional_encoder.positions`, `pre_norm`, `blocks` of
+  `AltBlock` with `attn.qkv`/`attn.proj`/`norm1`/`norm2`/`mlp.fc1`/`mlp.fc2`, `fc_norm`, `head`), but NOT against a
+  downloaded checkpoint (there is no network here); the tests run it on synthetic dicts.
 
 The EAT encoder: Conv2d(1, D, 16, stride 16) on (B, 1, T, F), flattened time-major -> + fixed 2-D sin-cos positions ->
 prepend CLS (no position) -> LayerNorm -> post-norm blocks (x = LN1(x + attn(x)); x = LN2(x + mlp(x))) with fused
@@ -83,8 +86,8 @@ FAIRSEQ = EatLayout(
     ),
 )
 
-# UNTESTED against a real file: written from the port's `EAT` module (`local_encoder`, `extra_tokens`,
-# `fixed_positional_encoder`, `pre_norm`, `blocks`, `fc_norm`, `head`) wrapped as `EATModel.model`.
+# Checked against the port's published `EAT` module (`local_encoder`, `extra_tokens`, `fixed_positional_encoder`,
+# `pre_norm`, `blocks`, `fc_norm`, `head`) wrapped as `EATModel.model`; not against a downloaded checkpoint.
 HUB_PORT = EatLayout(
     name="hub-port",
     patch_projection="model.local_encoder.proj",
@@ -165,6 +168,29 @@ def load_checkpoint(path: str | Path, trust_pickle: bool = False) -> dict:
     if isinstance(checkpoint, dict):
         return checkpoint
     raise ConversionError(f"{path} holds a {type(checkpoint).__name__}, not a state dict")
+
+
+def hub_port_settings(path: str | Path) -> dict:
+    """`convert` arguments from a Hub-port folder's `config.json` (EAT's `EATConfig`, model_type "eat"): the head
+    count, mel bins, LayerNorm eps and input length (`img_size[0]`, EAT's 1024-frame target length) that the weights
+    alone do not give. {} for anything else (a file, or a folder without such a config)."""
+    config_path = Path(path) / "config.json"
+    if not config_path.is_file():
+        return {}
+    config = json.loads(config_path.read_text())
+    if config.get("model_type") != "eat":
+        return {}
+    if config.get("layer_norm_first", False):
+        raise ConversionError(
+            f"{config_path}: layer_norm_first=true (pre-norm blocks); EAT's released models are post-norm and that is "
+            "the only variant this converter maps."
+        )
+    settings = {"num_attention_heads": config.get("num_heads"), "num_mel_bins": config.get("mel_bins"),
+                "layer_norm_eps": config.get("norm_eps")}
+    img_size = config.get("img_size")
+    if isinstance(img_size, (list, tuple)) and img_size:
+        settings["num_frames"] = int(img_size[0])
+    return {k: v for k, v in settings.items() if v is not None}
 
 
 # ----------------------------------------------------------------------------------------------- mapping
@@ -440,10 +466,12 @@ def main(argv=None):
     parser.add_argument("output_dir")
     parser.add_argument("--ema", action="store_true", help="convert the EMA teacher (`_ema`) of a pre-training run")
     parser.add_argument("--task", choices=("auto", "base", "classification"), default="auto")
-    parser.add_argument("--num-frames", type=int, default=None, help="position-table length (default: EAT's)")
-    parser.add_argument("--num-mel-bins", type=int, default=128)
-    parser.add_argument("--num-attention-heads", type=int, default=None, help="default: hidden size / 64")
-    parser.add_argument("--layer-norm-eps", type=float, default=1e-6)
+    parser.add_argument("--num-frames", type=int, default=None,
+                        help="position-table length (default: a Hub-port config's img_size[0], else EAT's table)")
+    parser.add_argument("--num-mel-bins", type=int, default=None, help="default: a Hub-port config's, else 128")
+    parser.add_argument("--num-attention-heads", type=int, default=None,
+                        help="default: a Hub-port config's num_heads, else hidden size / 64")
+    parser.add_argument("--layer-norm-eps", type=float, default=None, help="default: a Hub-port config's, else 1e-6")
     parser.add_argument("--num-labels", type=int, default=None, help="new head size when the checkpoint has none")
     parser.add_argument("--id2label-json", default=None, help='JSON file {"0": "Speech", ...} or a list of names')
     parser.add_argument(
@@ -460,10 +488,13 @@ def main(argv=None):
         labels = json.loads(Path(args.id2label_json).read_text())
         id2label = dict(enumerate(labels)) if isinstance(labels, list) else {int(k): v for k, v in labels.items()}
     state = load_checkpoint(args.checkpoint, trust_pickle=args.trust_pickle)
+    settings = {"num_mel_bins": 128, "layer_norm_eps": 1e-6, **hub_port_settings(args.checkpoint)}
+    given = {"num_frames": args.num_frames, "num_mel_bins": args.num_mel_bins,
+             "num_attention_heads": args.num_attention_heads, "layer_norm_eps": args.layer_norm_eps}
+    settings.update({k: v for k, v in given.items() if v is not None})  # the command line wins
     model, report = convert(
-        state, ema=args.ema, task=args.task, num_mel_bins=args.num_mel_bins, num_frames=args.num_frames,
-        num_attention_heads=args.num_attention_heads, layer_norm_eps=args.layer_norm_eps, num_labels=args.num_labels,
-        id2label=id2label, problem_type=args.problem_type, return_report=True,
+        state, ema=args.ema, task=args.task, num_labels=args.num_labels, id2label=id2label,
+        problem_type=args.problem_type, return_report=True, **settings,
     )
     logger.info("%s layout: %d keys consumed, %d dropped", report.layout, len(report.consumed), len(report.dropped))
     for key in report.dropped:

@@ -191,28 +191,63 @@ def test_finetuned_head_maps_to_classifier(spectrogram):
     torch.testing.assert_close(base.layers[0].mlp.fc1.weight, model.aasp.layers[0].mlp.fc1.weight)
 
 
-def test_hub_port_layout_gives_the_same_model(spectrogram):
-    """The Hub-port key table (untested against a real file) on a synthetic dict renamed from the fairseq layout."""
-    fairseq = eat_finetuned_state()
-    renames = {
-        "model.modality_encoders.IMAGE.local_encoder.": "model.local_encoder.",
-        "model.modality_encoders.IMAGE.extra_tokens": "model.extra_tokens",
-        "model.modality_encoders.IMAGE.fixed_positional_encoder.": "model.fixed_positional_encoder.",
-        "model.modality_encoders.IMAGE.context_encoder.norm.": "model.pre_norm.",
-        "fc_norm.": "model.fc_norm.",
-        "head.": "model.head.",
-    }
+HUB_PORT_RENAMES = {  # the port's `EAT` module (wrapped as `EATModel.model`) against fairseq's fine-tuned layout
+    "model.modality_encoders.IMAGE.local_encoder.": "model.local_encoder.",
+    "model.modality_encoders.IMAGE.extra_tokens": "model.extra_tokens",
+    "model.modality_encoders.IMAGE.fixed_positional_encoder.": "model.fixed_positional_encoder.",
+    "model.modality_encoders.IMAGE.context_encoder.norm.": "model.pre_norm.",
+    "fc_norm.": "model.fc_norm.",
+    "head.": "model.head.",
+}
+
+
+def hub_port_state(fairseq):
     hub = {}
     for key, value in fairseq.items():
-        for old, new in renames.items():
+        for old, new in HUB_PORT_RENAMES.items():
             if key.startswith(old):
                 key = new + key[len(old) :]
                 break
         hub[key] = value
+    return hub
+
+
+def test_hub_port_layout_gives_the_same_model(spectrogram):
+    """The Hub-port key table (names checked against the port's published code, not against a downloaded file) on
+    a synthetic dict renamed from the fairseq layout."""
+    fairseq = eat_finetuned_state()
     with torch.no_grad():
         expected = convert(fairseq)(spectrogram).logits
-        got = convert(hub)(spectrogram).logits
+        got = convert(hub_port_state(fairseq))(spectrogram).logits
     torch.testing.assert_close(got, expected, atol=0, rtol=0)
+
+
+def test_hub_port_folder_config_gives_heads_mel_bins_and_input_length(spectrogram, tmp_path):
+    """A port folder: config.json (EATConfig) supplies num_heads (D/64 would give 1 here), mel_bins, norm_eps and
+    img_size[0] as the input length, although its position table is longer (max_length time patches)."""
+    fairseq = eat_finetuned_state()
+    hub = hub_port_state(fairseq)
+    hub["model.fixed_positional_encoder.positions"] = eat_sincos_positions(D, 6, MELS // 16)  # max_length = 6
+    folder, out = tmp_path / "port", tmp_path / "converted"
+    folder.mkdir()
+    save_file(hub, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "eat", "embed_dim": D, "depth": LAYERS, "num_heads": HEADS, "mel_bins": MELS, "max_length": 6,
+        "img_size": [FRAMES, MELS], "norm_eps": EPS, "model_variant": "finetune", "num_classes": 5,
+        "layer_norm_first": False,
+    }))
+    eat_conv.main([str(folder), str(out)])
+    from transformers import AutoModelForAudioClassification
+
+    loaded = AutoModelForAudioClassification.from_pretrained(out).eval()
+    assert (loaded.config.num_attention_heads, loaded.config.num_mel_bins, loaded.config.num_frames) == (HEADS, MELS,
+                                                                                                        FRAMES)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(spectrogram).logits, convert(fairseq)(spectrogram).logits, atol=1e-6, rtol=0)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "layer_norm_first": True}))
+    with pytest.raises(eat_conv.ConversionError, match="layer_norm_first=true"):
+        eat_conv.main([str(folder), str(tmp_path / "refused")])
 
 
 def test_unknown_key_raises_with_its_name():
