@@ -5,6 +5,11 @@ holds even when the absolute numbers drift with the machine's load. Results go t
 benchmarks/results.md (the README links the latter). Nothing here is asserted in the unit tests.
 
     python benchmarks/run.py [--only sblu,features,pipeline,flops,encoder,ast,pretrain] [--repeats 7]
+    python benchmarks/run.py --device cuda     # on a GPU: -> results_cuda.json / .md, with the GPU's name
+
+With --device cuda the timed work runs on the GPU (the clock is read after torch.cuda.synchronize), memory is
+torch.cuda.max_memory_allocated growth, and the pre-training batches are larger; `flops` and `pipeline` stay on
+the CPU (they do not depend on the device / are CPU work by nature).
 """
 
 import argparse
@@ -23,6 +28,13 @@ from aasp_hf.masking import sample_query_indices, sample_view_masks, visible_ind
 from aasp_hf.sblu import sblu_magnitude
 
 HERE = Path(__file__).resolve().parent
+DEVICE = torch.device("cpu")  # set by --device
+
+
+def synchronize():
+    """Wait for the work queued on the device (CUDA kernels run asynchronously) before the clock is read."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
 
 
 def median_times(functions: dict, repeats: int) -> dict:
@@ -32,10 +44,22 @@ def median_times(functions: dict, repeats: int) -> dict:
     samples = {name: [] for name in functions}
     for _ in range(repeats):
         for name, f in functions.items():
+            synchronize()
             start = time.perf_counter()
             f()
+            synchronize()
             samples[name].append((time.perf_counter() - start) * 1e3)
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def device_peak_growth_mib(f) -> float:
+    """CUDA: growth of torch.cuda.max_memory_allocated over what was allocated before f() (MiB)."""
+    synchronize()
+    torch.cuda.reset_peak_memory_stats(DEVICE)
+    base = torch.cuda.memory_allocated(DEVICE)
+    f()
+    synchronize()
+    return (torch.cuda.max_memory_allocated(DEVICE) - base) / 2**20
 
 
 def peak_memory_growth_mib(code: str) -> float:
@@ -93,7 +117,7 @@ def saved_for_backward_bytes(f) -> int:
 def materialised_sblu(values, decay, frequency, step, kernel_size):
     """The straightforward version: build the (B, H, T, K) complex kernel, unfold v, sum, take |·| (Eq. 5)."""
     half = (kernel_size - 1) // 2
-    distance = step * (torch.arange(kernel_size, dtype=values.dtype) - half).abs()  # (K,)
+    distance = step * (torch.arange(kernel_size, dtype=values.dtype, device=values.device) - half).abs()  # (K,)
     kernel = torch.exp(-(decay[..., None] + 1j * frequency[..., None]) * distance)  # (B, H, T, K) complex
     windows = torch.nn.functional.pad(values, (half, half)).unfold(-1, kernel_size, 1)  # (B, H, T, K)
     return (kernel * windows).sum(-1).abs()
@@ -102,14 +126,29 @@ def materialised_sblu(values, decay, frequency, step, kernel_size):
 def bench_sblu(repeats):
     B, H, T, K, step = 4, 128, 608, 63, 0.01
     g = torch.Generator().manual_seed(0)
-    v = torch.randn(B, H, T, generator=g, requires_grad=True)
-    alpha = (15 + 100 * torch.rand(B, H, T, generator=g)).requires_grad_()
-    beta = (20 + 290 * torch.rand(B, H, T, generator=g)).requires_grad_()
+    v = torch.randn(B, H, T, generator=g).to(DEVICE).requires_grad_()
+    alpha = (15 + 100 * torch.rand(B, H, T, generator=g)).to(DEVICE).requires_grad_()
+    beta = (20 + 290 * torch.rand(B, H, T, generator=g)).to(DEVICE).requires_grad_()
     ours = lambda: sblu_magnitude(v, alpha, beta, step, K)  # noqa: E731
     base = lambda: materialised_sblu(v, alpha, beta, step, K)  # noqa: E731
     error = (ours() - base()).abs().max().item() / base().abs().max().item()
     times = median_times({"ours": lambda: ours().sum().backward(), "materialised": lambda: base().sum().backward()}, repeats)
     memory = {"ours": saved_for_backward_bytes(ours), "materialised": saved_for_backward_bytes(base)}
+    if DEVICE.type == "cuda":
+        peak = {}
+        for name, f in (("ours", ours), ("materialised", base)):
+            v.grad = alpha.grad = beta.grad = None
+            peak[name] = device_peak_growth_mib(lambda f=f: f().sum().backward())
+        return {
+            "what": f"SBLU forward+backward, B=4 H=128 T=608 K=63, float32, on {DEVICE}",
+            "ms": times,
+            "saved_for_backward_MiB": {k: v / 2**20 for k, v in memory.items()},
+            "peak_memory_growth_MiB (torch.cuda.max_memory_allocated)": peak,
+            "time_ratio": times["ours"] / times["materialised"],
+            "memory_ratio": peak["ours"] / peak["materialised"],
+            "max_relative_difference": error,
+            "targets": {"time_ratio": "<= 0.2", "memory_ratio (peak)": "<= 0.05"},
+        }
     live = {}
     for name, f in (("ours", ours), ("materialised", base)):
         v.grad = alpha.grad = beta.grad = None
@@ -152,27 +191,31 @@ def bench_features(repeats):
 
     rng = np.random.default_rng(0)
     clips = [rng.standard_normal(160000).astype(np.float32) * 0.1 for _ in range(32)]
-    batch = torch.from_numpy(np.stack(clips))
+    batch = torch.from_numpy(np.stack(clips)).to(DEVICE)
     extractor = AaspFeatureExtractor()
     mel = torchaudio.transforms.MelSpectrogram(
         sample_rate=16000, n_fft=1024, win_length=400, hop_length=160, f_min=50, f_max=8000, n_mels=128,
         power=2.0, norm="slaney", mel_scale="slaney",
-    )
-    window = torch.hann_window(400)
+    ).to(DEVICE)
+    window = torch.hann_window(400, device=DEVICE)
+    device = None if DEVICE.type == "cpu" else DEVICE  # ours: numpy clips in, features computed on DEVICE
     functions = {
-        "ours": lambda: extractor(clips, sampling_rate=16000, return_tensors="pt"),
+        "ours": lambda: extractor(clips, sampling_rate=16000, return_tensors="pt", device=device),
         "bare_stft": lambda: torch.stft(batch, 1024, 160, 400, window, center=True, return_complex=True),
         "torchaudio": lambda: ((mel(batch) + 1.1920929e-07).log() + 7.1) / 4.1,
     }
     times = median_times(functions, repeats)
     result = {
-        "what": "32 clips of 10 s -> normalised log-mel (128 bins)",
+        "what": f"32 clips of 10 s -> normalised log-mel (128 bins), on {DEVICE} (ours includes the copy of the "
+        "numpy clips to the device; the baselines start from a device tensor)",
         "ms": times,
         "ratio_to_bare_stft": times["ours"] / times["bare_stft"],
         "speedup_vs_torchaudio": times["torchaudio"] / times["ours"],
         "targets": {"ratio_to_bare_stft": "<= 1.3", "speedup_vs_torchaudio": ">= 2"},
     }
     try:
+        if DEVICE.type != "cpu":
+            raise RuntimeError("ASTFeatureExtractor runs on the CPU only")
         from transformers import ASTFeatureExtractor
 
         ast = ASTFeatureExtractor()
@@ -186,15 +229,15 @@ def bench_features(repeats):
 
 # ----------------------------------------------------------------------------------------------- 3./4. encoder
 def bench_encoder(repeats):
-    x = torch.randn(1, 608, 128)
+    x = torch.randn(1, 608, 128).to(DEVICE)
     models = {}
     for stem in ("aape", "spe"):
         torch.manual_seed(0)
-        models[stem] = AaspModel(AaspConfig(patch_embedding=stem)).eval()
+        models[stem] = AaspModel(AaspConfig(patch_embedding=stem)).eval().to(DEVICE)
     with torch.inference_mode():
         times = median_times({stem: (lambda m=m: m(x)) for stem, m in models.items()}, repeats)
     return {
-        "what": "AaspModel ViT-B inference, one 6-s clip (608 frames, 304 tokens), float32",
+        "what": f"AaspModel ViT-B inference, one 6-s clip (608 frames, 304 tokens), float32, on {DEVICE}",
         "ms": times,
         "aape_over_spe": times["aape"] / times["spe"],
         "targets": {"aape_over_spe": "<= 1.10"},
@@ -205,13 +248,13 @@ def bench_ast(repeats):
     from transformers import ASTConfig, ASTModel
 
     # AST with non-overlapping 16×16 patches on 128 × 608: 8 × 38 = 304 tokens (+2 for its CLS/distillation tokens)
-    ast = ASTModel(ASTConfig(max_length=608, frequency_stride=16, time_stride=16)).eval()
-    ours = AaspModel(AaspConfig(patch_embedding="spe")).eval()
-    x = torch.randn(1, 608, 128)
+    ast = ASTModel(ASTConfig(max_length=608, frequency_stride=16, time_stride=16)).eval().to(DEVICE)
+    ours = AaspModel(AaspConfig(patch_embedding="spe")).eval().to(DEVICE)
+    x = torch.randn(1, 608, 128).to(DEVICE)
     with torch.inference_mode():
         times = median_times({"aasp_spe": lambda: ours(x), "transformers_AST": lambda: ast(x)}, repeats)
     return {
-        "what": "encoder inference at the same token count vs transformers' ASTModel (ViT-B)",
+        "what": f"encoder inference at the same token count vs transformers' ASTModel (ViT-B), on {DEVICE}",
         "ms": times,
         "aasp_over_ast": times["aasp_spe"] / times["transformers_AST"],
         "targets": {"aasp_over_ast": "<= 1.05"},
@@ -230,6 +273,7 @@ PRETRAIN_CASES = {
                                      predictor_num_attention_heads=4), 8),
     "vit_b": ("the paper's configuration (ViT-B, 608 frames)", {}, 2),
 }
+CUDA_BATCH_SIZES = {"tiny_preset": 256, "tiny_encoder_paper_stem": 64, "vit_b": 32}  # a GPU needs more work per step
 
 
 def pretrain_case_config(name: str, stem: str) -> AaspConfig:
@@ -251,13 +295,16 @@ def pretrain_inputs(config: AaspConfig, batch_size: int):
 
 def bench_pretrain(repeats):
     results = {}
+    models = {}
     for name, (what, _, batch_size) in PRETRAIN_CASES.items():
+        batch_size = CUDA_BATCH_SIZES[name] if DEVICE.type == "cuda" else batch_size
         steps = {}
         for stem in ("aape", "spe"):
             torch.manual_seed(0)
             config = pretrain_case_config(name, stem)
-            model = AaspForPreTraining(config).train()
-            inputs = pretrain_inputs(config, batch_size)
+            model = AaspForPreTraining(config).train().to(DEVICE)
+            inputs = [t.to(DEVICE) for t in pretrain_inputs(config, batch_size)]
+            models[name, stem] = model, inputs
 
             def step(model=model, inputs=inputs):
                 model.zero_grad(set_to_none=True)
@@ -272,6 +319,19 @@ def bench_pretrain(repeats):
             "clips_per_s": {k: batch_size / (v / 1e3) for k, v in times.items()},
             "aape_over_spe": times["aape"] / times["spe"],
         }
+        if DEVICE.type == "cuda":  # memory of one step on the GPU, per stem
+            memory = {}
+            for stem in ("aape", "spe"):
+                model, inputs = models.pop((name, stem))
+                model.zero_grad(set_to_none=True)
+                memory[stem] = device_peak_growth_mib(lambda: model(*inputs).loss.backward())
+                del model, inputs
+            results[name]["step_peak_memory_growth_MiB (fwd+bwd, torch.cuda.max_memory_allocated)"] = memory
+            results[name]["memory_aape_over_spe"] = memory["aape"] / memory["spe"]
+        models.clear()
+    if DEVICE.type == "cuda":
+        return {"what": f"pre-training step (M=4 views, fwd+bwd, float32) on {DEVICE}", **results,
+                "targets": {"aape_over_spe": "<= 1.15"}}
     # Memory at ViT-B scale: peak RSS growth of one step (forward + backward) in a fresh interpreter, per stem.
     setup = (
         "import sys; sys.path.insert(0, %r)\n"
@@ -476,20 +536,24 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(BENCHMARKS))
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--output", default=str(HERE / "results"))
+    parser.add_argument("--output", default=None, help="default: benchmarks/results (CPU), results_cuda (GPU)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     args = parser.parse_args(argv)
+    global DEVICE
+    DEVICE = torch.device(args.device)
+    output = args.output or str(HERE / ("results" if DEVICE.type == "cpu" else f"results_{DEVICE.type}"))
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    results = {
-        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
-        f"torch {torch.__version__}, python {sys.version.split()[0]}",
-        "benchmarks": {},
-    }
+    machine = (f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+               f"torch {torch.__version__}, python {sys.version.split()[0]}")
+    if DEVICE.type == "cuda":
+        machine += f"; GPU: {torch.cuda.get_device_name(DEVICE)}, CUDA {torch.version.cuda}"
+    results = {"machine": machine, "device": str(DEVICE), "benchmarks": {}}
     for name in args.only.split(","):
         print(f"== {name}", flush=True)
         results["benchmarks"][name] = BENCHMARKS[name](args.repeats)
         print(json.dumps(results["benchmarks"][name], indent=2), flush=True)
-    Path(args.output + ".json").write_text(json.dumps(results, indent=2))
-    Path(args.output + ".md").write_text(to_markdown(results))
+    Path(output + ".json").write_text(json.dumps(results, indent=2))
+    Path(output + ".md").write_text(to_markdown(results))
     return results
 
 
