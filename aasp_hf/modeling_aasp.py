@@ -398,7 +398,7 @@ class AaspSBLU(nn.Module):
             """(F̃, ...) per-group table -> (B·M, V, ...): each token's group row. F.embedding is an exact gather whose
             backward is a fast segment sum (plain indexing's backward is a slow scatter-add on the CPU)."""
             rows = F.embedding(group_index, table.reshape(num_groups, -1))  # (B·M, V, X)
-            return rows.reshape(*group_index.shape, *table.shape[1:])
+            return rows.reshape(*group_index.shape, *table.shape[1:])  # (B·M, V, X) -> (B·M, V, ...)
 
         token_visible = torch.zeros(batch_views, num_time_patches * num_groups, dtype=torch.bool, device=views.device)
         token_visible = token_visible.scatter(1, views, True)  # (B·M, N)
@@ -427,7 +427,8 @@ class AaspSBLU(nn.Module):
             window_visible = F.pad(visibility, (half, half))[rows, group_index[..., None], frames]  # (B·M, V, P + 2c)
 
             # (b) B̄ with the token's group block; hidden and outside-the-clip frames zeroed: v
-            weight = per_token(self.input_projection.weight.float().reshape(num_groups, channels, bins))
+            weight = self.input_projection.weight.float()  # (H, F/F̃, 1)
+            weight = per_token(weight.reshape(num_groups, channels, bins))  # (F̃, H/F̃, F/F̃) -> (B·M, V, H/F̃, F/F̃)
             bias = per_token(self.input_projection.bias.float().reshape(num_groups, 1, channels))  # (B·M, V, 1, H/F̃)
             values = mel_windows @ weight.transpose(-1, -2) + bias  # (B·M, V, P + 2c, F/F̃) -> (B·M, V, P + 2c, H/F̃)
             values = values * window_visible[..., None]  # (B·M, V, P + 2c, H/F̃)
@@ -439,9 +440,10 @@ class AaspSBLU(nn.Module):
             response = 2.0 * sblu_gamma(decay, frequency, self.step)[:, None] * magnitude  # (B·M·V·H/F̃, P)
             response = response.reshape(batch_views, num_visible, channels, patch)  # -> (B·M, V, H/F̃, P)
 
-            # C̄ with the token's group block: weight (C, H/F̃, 1) -> (F̃, C̃, H/F̃) -> (B·M, V, C̃, H/F̃)
+            # C̄ with the token's group block
             dtype = torch.promote_types(self.output_projection.weight.dtype, torch.float32)
-            weight = per_token(self.output_projection.weight.to(dtype).reshape(num_groups, outputs, channels))
+            weight = self.output_projection.weight.to(dtype)  # (C, H/F̃, 1)
+            weight = per_token(weight.reshape(num_groups, outputs, channels))  # (F̃, C̃, H/F̃) -> (B·M, V, C̃, H/F̃)
             bias = per_token(self.output_projection.bias.to(dtype).reshape(num_groups, outputs, 1))  # (B·M, V, C̃, 1)
             features = weight @ response.to(dtype) + bias  # (B·M, V, H/F̃, P) -> (B·M, V, C̃, P)
 
@@ -452,7 +454,8 @@ class AaspSBLU(nn.Module):
             mean = features.new_zeros(count.shape).index_add(0, group_id, features.sum((2, 3)).flatten()) / count
             centred = features - mean[group_id].reshape(batch_views, num_visible, 1, 1)  # (B·M, V, C̃, P)
             variance = features.new_zeros(count.shape).index_add(0, group_id, centred.square().sum((2, 3)).flatten())
-            scale = torch.rsqrt(variance / count + self.norm.eps)[group_id].reshape(batch_views, num_visible, 1)
+            scale = torch.rsqrt(variance / count + self.norm.eps)[group_id]  # (B·M·F̃,) -> (B·M·V,)
+            scale = scale.reshape(batch_views, num_visible, 1)  # (B·M·V,) -> (B·M, V, 1)
 
             # GroupNorm's affine (γ, b) and the time patchifier (depthwise, kernel = stride = P: weights w, bias b')
             # are both per channel and linear, so they fold into one weighted sum over each token's P frames:
