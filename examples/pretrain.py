@@ -18,10 +18,13 @@ Data order: each epoch is a seeded permutation of the dataset (seed + epoch); gl
 positions [g·B·W, (g+1)·B·W) of it, process r taking its r-th slice of B clips (W processes, the incomplete last
 global batch is dropped). The data position is therefore a pure function of the step, and so are the learning
 rate and the teacher momentum; RNG states (accelerate) and the collator's generator are saved with each
-checkpoint, so a resumed run repeats exactly what the uninterrupted run would have done.
+checkpoint, so a resumed run repeats exactly what the uninterrupted run would have done. With `--streaming` the
+data is a `datasets` IterableDataset: each process reads its shard, reshuffled every epoch, and the stream position
+(epoch, micro-batches taken) is saved per process with each checkpoint instead (see `AudioStream`).
 """
 
 import hashlib
+import itertools
 import json
 import sys
 import time
@@ -77,6 +80,11 @@ class DataArguments:
     )
     crop_seconds: float = field(default=6.0, metadata={"help": "random crop per clip (6 s = 601 frames -> 608)"})
     dataloader_num_workers: int = field(default=0, metadata={"help": "worker processes that decode audio"})
+    streaming: bool = field(
+        default=False, metadata={"help": "read the dataset as a stream (datasets' IterableDataset): each process its "
+                                 "shard, reshuffled per epoch in a buffer, decoded in the main process"}
+    )
+    shuffle_buffer_size: int = field(default=1000, metadata={"help": "--streaming: examples in the shuffle buffer"})
     features_on_device: bool = field(default=False, metadata={"help": "log-mel on the accelerator, not the CPU"})
 
 
@@ -152,22 +160,72 @@ class AudioClips(torch.utils.data.Dataset):
     def __getitem__(self, index):
         try:
             item = self.source[index]  # with datasets' Audio(decode=True) a corrupt file raises here
-            if isinstance(item, np.ndarray):
-                waveform = torch.from_numpy(item.astype(np.float32, copy=False))
-            else:
-                waveform = torch.from_numpy(decode_audio(item[self.audio_column], SAMPLE_RATE))
-            if waveform.numel() == 0 or not torch.isfinite(waveform).all():
-                raise ValueError(f"bad clip: {waveform.numel()} samples")
-            return {"waveform": waveform, "index": index}
         except Exception:  # noqa: BLE001 - any decoding failure skips the clip
             return None
+        return decode_clip(item, self.audio_column, index)
+
+
+def decode_clip(item, audio_column: str, index):
+    """{"waveform": float32 (samples,), "index": index} from an array or a dataset row, or None if it cannot be
+    decoded, is empty or holds NaN/inf (the loop counts it and replaces it by another clip of its micro-batch)."""
+    try:
+        if isinstance(item, np.ndarray):
+            waveform = torch.from_numpy(item.astype(np.float32, copy=False))
+        else:
+            waveform = torch.from_numpy(decode_audio(item[audio_column], SAMPLE_RATE))
+        if waveform.numel() == 0 or not torch.isfinite(waveform).all():
+            raise ValueError(f"bad clip: {waveform.numel()} samples")
+        return {"waveform": waveform, "index": index}
+    except Exception:  # noqa: BLE001 - any decoding failure skips the clip
+        return None
+
+
+class AudioStream:
+    """A streamed `datasets` dataset (IterableDataset) for pre-training, read in the main process.
+
+    Each process reads its own shard (`split_dataset_by_node`), reshuffled every epoch (shard order and a buffer of
+    `buffer_size` examples, seeded with seed + epoch by `datasets`), in micro-batches of `batch_size` (an incomplete
+    last one is dropped). Shards may differ in length, so each process counts its own epochs. `position` (epoch and
+    micro-batches taken in it) is saved with every checkpoint; `--resume` restores it and skips to exactly there.
+    """
+
+    def __init__(self, dataset, audio_column, batch_size, num_processes, process_index, seed, buffer_size):
+        from datasets.distributed import split_dataset_by_node
+
+        shard = split_dataset_by_node(dataset, rank=process_index, world_size=num_processes)
+        self.shard = shard.shuffle(seed=seed, buffer_size=buffer_size)
+        self.audio_column, self.batch_size = audio_column, batch_size
+        self.position = {"epoch": 0, "micro_batches": 0}
+
+    def micro_batches(self):
+        """Yields (epoch, list of `batch_size` examples) from `position` on, forever."""
+        while True:
+            epoch, taken = self.position["epoch"], self.position["micro_batches"]
+            self.shard.set_epoch(epoch)
+            examples = []
+            # skipped by reading past them, not with IterableDataset.skip, which turns off the per-epoch shard-order
+            # shuffle and would not replay the uninterrupted order; skipped clips are not decoded
+            start = taken * self.batch_size
+            for number, item in itertools.islice(enumerate(self.shard), start, None):
+                examples.append(decode_clip(item, self.audio_column, index=f"{epoch}:{number}"))
+                if len(examples) == self.batch_size:
+                    self.position = {"epoch": epoch, "micro_batches": self.position["micro_batches"] + 1}
+                    yield epoch, examples
+                    examples = []
+            if self.position == {"epoch": epoch, "micro_batches": 0}:
+                raise ValueError(f"this process's shard of the stream cannot fill one micro-batch of {self.batch_size}")
+            self.position = {"epoch": epoch + 1, "micro_batches": 0}
 
 
 def load_clips(data_args: DataArguments, seed: int) -> AudioClips:
+    """The map-style dataset of `--synthetic_clips`, `--dataset`, `--train_dir` or `--dataset_name`; with
+    `--streaming` the same sources as a `datasets` IterableDataset (wrapped in `AudioStream` by the caller)."""
     sources = [f"--{name}" for name in ("dataset", "train_dir", "dataset_name") if getattr(data_args, name) is not None]
     sources += ["--synthetic_clips"] if data_args.synthetic_clips > 0 else []
     if len(sources) > 1:
         raise ValueError(f"give one data source, got {', '.join(sources)}")
+    if data_args.streaming and data_args.synthetic_clips > 0:
+        raise ValueError("--streaming reads --dataset, --train_dir or --dataset_name, not --synthetic_clips")
     if data_args.synthetic_clips > 0:
         from demo import LABELS, synth_clip
 
@@ -180,20 +238,22 @@ def load_clips(data_args: DataArguments, seed: int) -> AudioClips:
     if data_args.dataset is not None:
         from aasp_hf import data
 
-        splits = data.load(data_args.dataset, root=data_args.data_root)
+        splits = data.load(data_args.dataset, root=data_args.data_root, streaming=data_args.streaming)
         if data_args.dataset_split not in splits:
             raise ValueError(f"--dataset {data_args.dataset} has the splits {sorted(splits)}, not "
                              f"--dataset_split {data_args.dataset_split!r}")
-        return AudioClips(splits[data_args.dataset_split], "audio")  # our loaders: a 16 kHz `audio` column
+        ds = splits[data_args.dataset_split]  # our loaders: a 16 kHz `audio` column
+        return ds if data_args.streaming else AudioClips(ds, "audio")
     if data_args.train_dir is not None:
         ds = datasets.load_dataset("audiofolder", data_dir=data_args.train_dir, drop_labels=True,
-                                   split=data_args.dataset_split)
+                                   split=data_args.dataset_split, streaming=data_args.streaming)
     elif data_args.dataset_name is not None:
-        ds = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config, split=data_args.dataset_split)
+        ds = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config, split=data_args.dataset_split,
+                                   streaming=data_args.streaming)
     else:
         raise ValueError("give one of --dataset (with --data_root), --train_dir, --dataset_name or --synthetic_clips N")
     ds = ds.cast_column(data_args.audio_column, datasets.Audio(sampling_rate=SAMPLE_RATE))
-    return AudioClips(ds, data_args.audio_column)
+    return ds if data_args.streaming else AudioClips(ds, data_args.audio_column)
 
 
 def epoch_order(num_clips: int, seed: int, epoch: int) -> torch.Tensor:
@@ -277,11 +337,22 @@ def main(argv=None) -> dict:
     model = build_model(model_args)
     config = model.config
     feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins, max_frames=config.num_frames)
+    stream = None
     if data_args.log_mel_cache is not None:
+        if data_args.streaming:
+            raise ValueError("--streaming reads audio; a --log_mel_cache is read as a map-style dataset")
         dataset = LogMelCache(data_args.log_mel_cache, feature_extractor)  # refuses a cache of other settings
     else:
         dataset = load_clips(data_args, args.seed)
-    accelerator.print(f"{len(dataset)} clips, {world} process(es)")
+    if data_args.streaming:
+        if data_args.dataloader_num_workers:
+            raise ValueError("--streaming decodes in the main process: leave --dataloader_num_workers at 0")
+        audio_column = "audio" if data_args.dataset is not None else data_args.audio_column
+        stream = AudioStream(dataset, audio_column, args.per_device_train_batch_size, world, rank, args.seed,
+                             data_args.shuffle_buffer_size)
+        accelerator.print(f"streaming, {world} process(es)")
+    else:
+        accelerator.print(f"{len(dataset)} clips, {world} process(es)")
     set_seed(args.seed, device_specific=True)  # from here on (dropout, drop path) each process has its own stream
     if args.gradient_checkpointing:  # transformers >= 5 renamed it
         getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
@@ -320,7 +391,13 @@ def main(argv=None) -> dict:
                                  f"resume needs the same number, got {world}")
             check_random_states(checkpoint, rank)  # load_state would skip an unreadable RNG file silently
             accelerator.load_state(str(checkpoint))
-            collator.load_state_dict(load_process_state(checkpoint, rank)["collator"])
+            process_state = load_process_state(checkpoint, rank)
+            collator.load_state_dict(process_state["collator"])
+            if stream is not None:
+                if "stream" not in process_state:
+                    raise ValueError(f"{checkpoint} was not written by a --streaming run: resume it without "
+                                     "--streaming, or start a streaming run afresh")
+                stream.position = dict(process_state["stream"])
             start_step = trainer_state["step"]
             nonfinite_steps = trainer_state.get("nonfinite_steps", 0)
             accelerator.print(f"resumed from {checkpoint} at step {start_step}")
@@ -332,8 +409,11 @@ def main(argv=None) -> dict:
     # 5. Training loop.
     accum = args.gradient_accumulation_steps
     stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
-    batches = micro_batches(dataset, args.per_device_train_batch_size, world, rank, args.seed,
-                            start=start_step * accum, num_workers=data_args.dataloader_num_workers)
+    if stream is not None:  # its position came with the checkpoint
+        batches = stream.micro_batches()
+    else:  # the position is a pure function of the step
+        batches = micro_batches(dataset, args.per_device_train_batch_size, world, rank, args.seed,
+                                start=start_step * accum, num_workers=data_args.dataloader_num_workers)
     clips_per_step = args.per_device_train_batch_size * world * accum
     unwrapped = accelerator.unwrap_model(model)
     history_path = output_dir / "log_history.jsonl"
@@ -422,7 +502,8 @@ def main(argv=None) -> dict:
             save_checkpoint(accelerator, output_dir, step,
                             extra_state={"micro_batches": step * accum, "num_processes": world,
                                          "nonfinite_steps": nonfinite_steps},
-                            process_state={"collator": collator.state_dict()},
+                            process_state={"collator": collator.state_dict(),
+                                           **({"stream": dict(stream.position)} if stream is not None else {})},
                             save_total_limit=args.save_total_limit)
             if args.export_with_checkpoints and accelerator.is_main_process:
                 export(unwrapped, feature_extractor, output_dir / f"checkpoint-{step}", args.export_teacher)
@@ -444,7 +525,7 @@ def main(argv=None) -> dict:
         "max_steps": args.max_steps,
         "start_step": start_step,
         "num_processes": world,
-        "num_clips": len(dataset),
+        "num_clips": None if stream is not None else len(dataset),
         "clips_per_second_overall": clips_per_step * (step - start_step) / max(elapsed, 1e-9),
         "decode_failures": decode_failures,
         "nonfinite_steps": nonfinite_steps,

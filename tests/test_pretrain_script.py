@@ -147,12 +147,11 @@ def test_audio_folder_with_a_broken_file_and_init_from_an_exported_encoder(tmp_p
     assert not torch.equal(teacher["teacher.cls_token"], first["cls_token"])
 
 
-def test_audioset_official_layout_pretrains_on_its_train_split_only(tmp_path):
-    """--dataset as2m --data_root: the balanced + unbalanced training segments, never the eval segments."""
+def write_audioset_layout(root):
+    """A fake AudioSet in its official layout: 3 balanced + 1 unbalanced training segments, 2 eval segments."""
     import numpy as np
     import soundfile as sf
 
-    root = tmp_path / "audioset"
     (root / "audio").mkdir(parents=True)
     (root / "class_labels_indices.csv").write_text('index,mid,display_name\n0,/m/09x0r,"Speech"\n1,/m/04rlf,"Music"\n')
     header = "# created by the test\n# num_ytids=?\n# YTID, start_seconds, end_seconds, positive_labels\n"
@@ -163,6 +162,12 @@ def test_audioset_official_layout_pretrains_on_its_train_split_only(tmp_path):
         (root / f"{name}.csv").write_text(header + "".join(f'{y}, 0.000, 10.000, "/m/09x0r"\n' for y in ytids))
         for ytid in ytids:
             sf.write(root / "audio" / f"{ytid}.wav", (0.1 * rng.standard_normal(12_000)).astype("float32"), 16000)
+    return root
+
+
+def test_audioset_official_layout_pretrains_on_its_train_split_only(tmp_path):
+    """--dataset as2m --data_root: the balanced + unbalanced training segments, never the eval segments."""
+    root = write_audioset_layout(tmp_path / "audioset")
     results = pretrain.main(argv(tmp_path / "run", synthetic_clips=0, dataset="as2m", data_root=str(root),
                                  max_steps=2, save_steps=100))
     assert results["num_clips"] == 4 and results["step"] == 2 and results["decode_failures"] == 0
@@ -172,6 +177,29 @@ def test_audioset_official_layout_pretrains_on_its_train_split_only(tmp_path):
     with pytest.raises(ValueError, match="give one data source, got --dataset, --train_dir"):
         pretrain.main(argv(tmp_path / "bad", synthetic_clips=0, dataset="as2m", data_root=str(root),
                            train_dir=str(root / "audio")))
+
+
+def test_streaming_run_crosses_epochs_and_resumes_exactly(tmp_path):
+    """--streaming: the 4 training clips in micro-batches of 2 (2 per epoch), 4 steps, so the run crosses epoch
+    boundaries; stopped after 1 step (mid-epoch) and resumed, it ends bit for bit where the uninterrupted run ends."""
+    root = write_audioset_layout(tmp_path / "audioset")
+    common = dict(synthetic_clips=0, dataset="as2m", data_root=str(root), streaming=True, shuffle_buffer_size=3,
+                  per_device_train_batch_size=2, max_steps=4, save_steps=2)
+    full = pretrain.main(argv(tmp_path / "full", **common))
+    assert full["step"] == 4 and full["num_clips"] is None and full["decode_failures"] == 0
+    assert [h["train/epoch"] for h in history(tmp_path / "full")] == [0, 0, 1, 1]
+    first = pretrain.main(argv(tmp_path / "split", stop_after_steps=1, **common))
+    assert first["step"] == 1
+    resumed = pretrain.main(argv(tmp_path / "split", resume=True, **common))
+    assert resumed["start_step"] == 1 and resumed["step"] == 4
+    reference = load_file(tmp_path / "full" / "checkpoint-4" / "model.safetensors")
+    state = load_file(tmp_path / "split" / "checkpoint-4" / "model.safetensors")
+    assert [k for k in reference if not torch.equal(state[k], reference[k])] == []
+    with pytest.raises(ValueError, match="not --synthetic_clips"):
+        pretrain.main(argv(tmp_path / "bad", streaming=True))
+    pretrain.main(argv(tmp_path / "map_style", max_steps=2, save_steps=2))  # synthetic clips, no stream position
+    with pytest.raises(ValueError, match="not written by a --streaming run"):
+        pretrain.main(argv(tmp_path / "map_style", resume=True, **common))
 
 
 def test_bf16_mixed_precision_autocasts_the_encoder_and_keeps_float32_weights(tmp_path, monkeypatch):
