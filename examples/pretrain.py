@@ -205,27 +205,29 @@ class AudioStream:
             examples = []
             # skipped by reading past them, not with IterableDataset.skip, which turns off the per-epoch shard-order
             # shuffle and would not replay the uninterrupted order; skipped clips are not decoded
-            start = taken * self.batch_size
-            for number, item in itertools.islice(enumerate(self.shard), start, None):
+            for number, item in itertools.islice(enumerate(self.shard), taken * self.batch_size, None):
                 examples.append(decode_clip(item, self.audio_column, index=f"{epoch}:{number}"))
                 if len(examples) == self.batch_size:
-                    self.position = {"epoch": epoch, "micro_batches": self.position["micro_batches"] + 1}
+                    taken += 1
+                    self.position = {"epoch": epoch, "micro_batches": taken}
                     yield epoch, examples
                     examples = []
-            if self.position == {"epoch": epoch, "micro_batches": 0}:
+            if taken == 0:
                 raise ValueError(f"this process's shard of the stream cannot fill one micro-batch of {self.batch_size}")
             self.position = {"epoch": epoch + 1, "micro_batches": 0}
 
 
-def load_clips(data_args: DataArguments, seed: int) -> AudioClips:
-    """The map-style dataset of `--synthetic_clips`, `--dataset`, `--train_dir` or `--dataset_name`; with
-    `--streaming` the same sources as a `datasets` IterableDataset (wrapped in `AudioStream` by the caller)."""
+def load_clips(data_args: DataArguments, seed: int, batch_size: int, num_processes: int, process_index: int):
+    """`AudioClips` (map-style) of `--synthetic_clips`, `--dataset`, `--train_dir` or `--dataset_name`; with
+    `--streaming` the same sources read as an `AudioStream` of this process's shard."""
     sources = [f"--{name}" for name in ("dataset", "train_dir", "dataset_name") if getattr(data_args, name) is not None]
     sources += ["--synthetic_clips"] if data_args.synthetic_clips > 0 else []
     if len(sources) > 1:
         raise ValueError(f"give one data source, got {', '.join(sources)}")
     if data_args.streaming and data_args.synthetic_clips > 0:
         raise ValueError("--streaming reads --dataset, --train_dir or --dataset_name, not --synthetic_clips")
+    if data_args.streaming and data_args.dataloader_num_workers:
+        raise ValueError("--streaming decodes in the main process: leave --dataloader_num_workers at 0")
     if data_args.synthetic_clips > 0:
         from demo import LABELS, synth_clip
 
@@ -242,18 +244,24 @@ def load_clips(data_args: DataArguments, seed: int) -> AudioClips:
         if data_args.dataset_split not in splits:
             raise ValueError(f"--dataset {data_args.dataset} has the splits {sorted(splits)}, not "
                              f"--dataset_split {data_args.dataset_split!r}")
-        ds = splits[data_args.dataset_split]  # our loaders: a 16 kHz `audio` column
-        return ds if data_args.streaming else AudioClips(ds, "audio")
-    if data_args.train_dir is not None:
-        ds = datasets.load_dataset("audiofolder", data_dir=data_args.train_dir, drop_labels=True,
-                                   split=data_args.dataset_split, streaming=data_args.streaming)
-    elif data_args.dataset_name is not None:
-        ds = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config, split=data_args.dataset_split,
-                                   streaming=data_args.streaming)
+        ds, audio_column = splits[data_args.dataset_split], "audio"  # our loaders: a 16 kHz `audio` column
     else:
-        raise ValueError("give one of --dataset (with --data_root), --train_dir, --dataset_name or --synthetic_clips N")
-    ds = ds.cast_column(data_args.audio_column, datasets.Audio(sampling_rate=SAMPLE_RATE))
-    return ds if data_args.streaming else AudioClips(ds, data_args.audio_column)
+        if data_args.train_dir is not None:
+            ds = datasets.load_dataset("audiofolder", data_dir=data_args.train_dir, drop_labels=True,
+                                       split=data_args.dataset_split, streaming=data_args.streaming)
+        elif data_args.dataset_name is not None:
+            ds = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config,
+                                       split=data_args.dataset_split, streaming=data_args.streaming)
+        else:
+            raise ValueError(
+                "give one of --dataset (with --data_root), --train_dir, --dataset_name or --synthetic_clips N"
+            )
+        audio_column = data_args.audio_column
+        ds = ds.cast_column(audio_column, datasets.Audio(sampling_rate=SAMPLE_RATE))
+    if data_args.streaming:
+        return AudioStream(ds, audio_column, batch_size, num_processes, process_index, seed,
+                           data_args.shuffle_buffer_size)
+    return AudioClips(ds, audio_column)
 
 
 def epoch_order(num_clips: int, seed: int, epoch: int) -> torch.Tensor:
@@ -337,22 +345,15 @@ def main(argv=None) -> dict:
     model = build_model(model_args)
     config = model.config
     feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins, max_frames=config.num_frames)
-    stream = None
     if data_args.log_mel_cache is not None:
         if data_args.streaming:
             raise ValueError("--streaming reads audio; a --log_mel_cache is read as a map-style dataset")
         dataset = LogMelCache(data_args.log_mel_cache, feature_extractor)  # refuses a cache of other settings
     else:
-        dataset = load_clips(data_args, args.seed)
-    if data_args.streaming:
-        if data_args.dataloader_num_workers:
-            raise ValueError("--streaming decodes in the main process: leave --dataloader_num_workers at 0")
-        audio_column = "audio" if data_args.dataset is not None else data_args.audio_column
-        stream = AudioStream(dataset, audio_column, args.per_device_train_batch_size, world, rank, args.seed,
-                             data_args.shuffle_buffer_size)
-        accelerator.print(f"streaming, {world} process(es)")
-    else:
-        accelerator.print(f"{len(dataset)} clips, {world} process(es)")
+        dataset = load_clips(data_args, args.seed, args.per_device_train_batch_size, world, rank)
+    stream = dataset if isinstance(dataset, AudioStream) else None
+    described = "a stream" if stream is not None else f"{len(dataset)} clips"
+    accelerator.print(f"{described}, {world} process(es)")
     set_seed(args.seed, device_specific=True)  # from here on (dropout, drop path) each process has its own stream
     if args.gradient_checkpointing:  # transformers >= 5 renamed it
         getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
