@@ -488,7 +488,7 @@ def main(argv=None):
         labels = json.loads(Path(args.id2label_json).read_text())
         id2label = dict(enumerate(labels)) if isinstance(labels, list) else {int(k): v for k, v in labels.items()}
     state = load_checkpoint(args.checkpoint, trust_pickle=args.trust_pickle)
-    settings = {"num_mel_bins": 128, "layer_norm_eps": 1e-6, **hub_port_settings(args.checkpoint)}
+    settings = hub_port_settings(args.checkpoint)  # unset fields keep convert()'s defaults
     given = {"num_frames": args.num_frames, "num_mel_bins": args.num_mel_bins,
              "num_attention_heads": args.num_attention_heads, "layer_norm_eps": args.layer_norm_eps}
     settings.update({k: v for k, v in given.items() if v is not None})  # the command line wins
