@@ -375,13 +375,14 @@ def highpass_flops(config, num_sequences: int) -> int:
 def appendix_d_terms(config, num_visible: int) -> dict:
     """The paper's Appendix D formulas (FLOPs = 2 per MAC), evaluated with the default configuration as printed."""
     n, d, c_tilde = config.num_patches, config.hidden_size, config.sblu_output_size // config.num_frequency_patches
-    f, t, h, c, k = config.num_mel_bins, config.num_frames, config.sblu_hidden_size, config.sblu_output_size, 63
+    f, t, h, c = config.num_mel_bins, config.num_frames, config.sblu_hidden_size, config.sblu_output_size
+    taps, k = config.sblu_highpass_num_taps, config.sblu_kernel_size  # both 63 by default
     width = config.lambda_encoder_hidden_size  # D/r
     block = 24 * num_visible * width**2 + 4 * num_visible**2 * width  # QKV + out (8 N d²), MLP ×4 (16 N d²), scores
     terms = {
         "spe (D.1): 2·N·D·16·16": 2 * n * d * 16 * 16,
         "fuse (D.2): 2·N·D·(D+C̃), N = all 304 tokens": 2 * n * d * (d + c_tilde),
-        "hpf (D.3): 4·F·T·63": 4 * f * t * k,
+        "hpf (D.3): 4·F·T·63": 4 * f * t * taps,
         "sblu depthwise conv (D.4): 2·H·T·K": 2 * h * t * k,
         "sblu projections (D.4): 2·T·(H·F + C·H), dense": 2 * t * (h * f + c * h),
         "lambda encoder (iii): L = 3 standard blocks at D/r = 128 on N_vis tokens": 3 * block,
