@@ -125,6 +125,7 @@ __all__ = [
     "representation_drift",
     "standardization_stats",
     "standardize",
+    "without_truncation",
 ]
 
 
@@ -146,5 +147,20 @@ def load_frozen_encoder(model_name_or_path, device="cpu"):
             "front end, mean -7.1, std 4.1). Save yours with the model to be sure."
         )
         feature_extractor = AaspFeatureExtractor()
-    return model, feature_extractor
+    return model, without_truncation(feature_extractor, model_name_or_path)
+
+
+def without_truncation(feature_extractor, source=None):
+    """The extractor with its stored `max_frames` dropped (with a warning), so that whole clips are featurised.
+
+    Encoders exported by earlier versions of examples/pretrain.py saved `max_frames` = the pre-training crop (64
+    frames for the tiny preset, 608 for the paper's), which silently cut every later input to that length; the
+    model itself takes any length (its position table is interpolated)."""
+    if getattr(feature_extractor, "max_frames", None) is not None:
+        logger.warning(
+            f"The feature extractor saved with {source} truncates inputs to max_frames={feature_extractor.max_frames} "
+            f"frames; using whole clips instead (save it again to remove the limit)."
+        )
+        feature_extractor.max_frames = None
+    return feature_extractor
 

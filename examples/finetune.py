@@ -58,7 +58,7 @@ from transformers import AutoFeatureExtractor
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
 import aasp_hf  # noqa: E402,F401  (registers the Auto* classes)
 from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification  # noqa: E402
-from aasp_hf.evaluation import classification_score  # noqa: E402
+from aasp_hf.evaluation import classification_score, without_truncation  # noqa: E402
 from aasp_hf.training import find_latest_checkpoint, learning_rate, param_groups, save_checkpoint  # noqa: E402
 from aasp_hf.training.augment import mixup, spec_augment  # noqa: E402
 from aasp_hf.training.checkpointing import load_process_state, load_trainer_state  # noqa: E402
@@ -338,7 +338,8 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         model.freeze_feature_encoder()
     config = model.config
     try:
-        feature_extractor = AutoFeatureExtractor.from_pretrained(args.model_name_or_path)
+        feature_extractor = without_truncation(AutoFeatureExtractor.from_pretrained(args.model_name_or_path),
+                                               args.model_name_or_path)  # the saved model takes whole clips
     except (OSError, ValueError):
         logger.warning(f"No feature extractor saved with {args.model_name_or_path}: using AaspFeatureExtractor() "
                        f"(the paper's m2d front end, mean -7.1, std 4.1).")

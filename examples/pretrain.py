@@ -344,7 +344,9 @@ def main(argv=None) -> dict:
     #       cropping, features and masks in the collator, called in the loop.
     model = build_model(model_args)
     config = model.config
-    feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins, max_frames=config.num_frames)
+    # No max_frames: the exported extractor must featurise whole clips (the model interpolates its positions); the
+    # pre-training crop to config.num_frames is the collator's (crop_seconds, max_frames=num_frames).
+    feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins)
     if data_args.log_mel_cache is not None:
         if data_args.streaming:
             raise ValueError("--streaming reads audio; a --log_mel_cache is read as a map-style dataset")

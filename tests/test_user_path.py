@@ -1,0 +1,132 @@
+"""The paths a new user walks (issue 14): what pre-training exports takes whole clips, exported encoders fine-tune
+through transformers' own Auto classes and Trainer as remote code, scripts refuse to overwrite a run, audiofolders
+without split folders work, and the pipeline / extractor take the inputs the docs promise."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import cli_args, run_without_aasp_hf, tiny_config_kwargs
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+import pretrain  # noqa: E402
+
+import aasp_hf  # noqa: E402,F401  (registers the Auto classes)
+from aasp_hf import AaspFeatureExtractor  # noqa: E402
+
+MODEL = tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1, predictor_num_attention_heads=2,
+                           mask_num_views=2, mask_block_sizes=[[1, 2], [2, 1]])
+SR = 16000
+
+
+def pretrain_argv(output_dir, **overrides):
+    args = dict(synthetic_clips=4, synthetic_seconds=1.0, crop_seconds=0.5, model_config=json.dumps(MODEL),
+                output_dir=str(output_dir), per_device_train_batch_size=4, max_steps=2, warmup_steps=1,
+                logging_steps=1, save_steps=100, report_to="none", seed=0)
+    args.update(overrides)
+    return cli_args(**args)
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A 2-step pre-training run of examples/pretrain.py; its folder (encoder/ inside)."""
+    output_dir = tmp_path_factory.mktemp("user_path") / "pt"
+    pretrain.main(pretrain_argv(output_dir))
+    return output_dir
+
+
+# ----------------------------------------------------------------------------------------------- 1. no truncation
+def test_exported_encoder_gives_tokens_for_the_whole_of_a_60_second_clip(pretrained):
+    from transformers import AutoFeatureExtractor, AutoModel
+
+    encoder_dir = pretrained / "encoder"
+    assert json.loads((encoder_dir / "preprocessor_config.json").read_text())["max_frames"] is None
+    features = AutoFeatureExtractor.from_pretrained(encoder_dir)
+    model = AutoModel.from_pretrained(encoder_dir).eval()
+    clip = np.random.default_rng(0).uniform(-0.5, 0.5, 60 * SR).astype(np.float32)
+    inputs = features(clip, sampling_rate=SR, return_tensors="pt")
+    assert int(inputs["attention_mask"].sum()) == 1 + 60 * SR // 160  # 6001 frames: 60 s at a 10 ms hop
+    with torch.no_grad():
+        tokens = model(**inputs).last_hidden_state
+    time_patches = inputs["input_values"].shape[1] // 16  # 6016 frames -> 376 time patches
+    assert tokens.shape[1] == 1 + time_patches * (MODEL["num_mel_bins"] // 16)
+    assert time_patches * 16 * 160 >= 60 * SR  # the tokens cover the whole minute
+
+
+def test_downstream_loading_drops_the_limit_an_older_export_saved(tmp_path, caplog):
+    from aasp_hf.evaluation import load_frozen_encoder
+
+    config = aasp_hf.AaspConfig(**MODEL)
+    aasp_hf.AaspModel(config).save_pretrained(tmp_path)
+    AaspFeatureExtractor(feature_size=32, max_frames=64).save_pretrained(tmp_path)  # what pretrain.py used to save
+    with caplog.at_level("WARNING"):
+        _, features = load_frozen_encoder(tmp_path)
+    assert features.max_frames is None and "max_frames=64" in caplog.text
+    inputs = features(np.zeros(5 * SR, np.float32), sampling_rate=SR)
+    assert inputs["attention_mask"].sum() == 1 + 5 * SR // 160
+
+
+# ----------------------------------------------------------------------------------------------- 2. Hub ecosystem
+def test_exported_encoder_maps_the_classifier_for_remote_code(pretrained):
+    auto_map = json.loads((pretrained / "encoder" / "config.json").read_text())["auto_map"]
+    assert auto_map["AutoModel"] == "modeling_aasp.AaspModel"
+    assert auto_map["AutoModelForAudioClassification"] == "modeling_aasp.AaspForAudioClassification"
+
+
+def test_trainer_fine_tunes_an_exported_encoder_through_remote_code(pretrained, tmp_path):
+    """What `run_audio_classification.py --trust_remote_code True --model_name_or_path <encoder>` does, in a
+    fresh process where `aasp_hf` cannot be imported: Auto classes, Trainer, save, reload."""
+    encoder_dir = pretrained / "encoder"
+    run_without_aasp_hf(
+        f"""
+        import json
+        import numpy as np, torch
+        from safetensors.torch import load_file
+        from transformers import (AutoConfig, AutoFeatureExtractor, AutoModelForAudioClassification, Trainer,
+                                  TrainingArguments)
+        path = {str(encoder_dir)!r}
+        labels = ["low", "high"]
+        config = AutoConfig.from_pretrained(path, num_labels=2, id2label=dict(enumerate(labels)),
+                                            label2id={{n: i for i, n in enumerate(labels)}}, trust_remote_code=True)
+        model = AutoModelForAudioClassification.from_pretrained(path, config=config, trust_remote_code=True)
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        assert type(model).__name__ == "AaspForAudioClassification"
+        # the encoder's weights arrived (copies: exact), the head is new
+        saved = load_file(path + "/model.safetensors")
+        state = model.aasp.state_dict()
+        assert all(torch.equal(state[k], v) for k, v in saved.items()), "encoder weights not loaded"
+        fe = AutoFeatureExtractor.from_pretrained(path, trust_remote_code=True)
+        rng = np.random.default_rng(0)
+        SR = 16000
+        t = np.arange(SR) / SR
+        clips = [np.sin(2 * np.pi * (300 if i % 2 == 0 else 3000) * t).astype(np.float32) * rng.uniform(0.2, 0.8)
+                 for i in range(8)]
+        inputs = fe(clips, sampling_rate=SR)
+        rows = [{{"input_values": x, "attention_mask": m, "labels": i % 2}}
+                for i, (x, m) in enumerate(zip(inputs["input_values"], inputs["attention_mask"]))]
+        args = TrainingArguments(output_dir="trainer_out", max_steps=3, per_device_train_batch_size=4,
+                                 learning_rate=1e-3, report_to=[], save_strategy="no", use_cpu=True,
+                                 logging_steps=1, dataloader_num_workers=0)
+        trainer = Trainer(model=model, args=args, train_dataset=rows)
+        result = trainer.train()
+        assert np.isfinite(result.training_loss), result
+        trainer.save_model("fine_tuned")
+        fe.save_pretrained("fine_tuned")
+        saved_config = json.load(open("fine_tuned/config.json"))
+        assert saved_config["auto_map"]["AutoModelForAudioClassification"].endswith("AaspForAudioClassification")
+        reloaded = AutoModelForAudioClassification.from_pretrained("fine_tuned", trust_remote_code=True).eval()
+        model.eval()
+        batch = fe(clips[:2], sampling_rate=SR, return_tensors="pt")
+        with torch.no_grad():
+            torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits, rtol=1e-4, atol=1e-5)
+        assert reloaded.config.id2label == {{0: "low", 1: "high"}}
+        print("TRAINED", result.training_loss)
+        """,
+        tmp_path,
+    )
