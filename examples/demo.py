@@ -89,7 +89,7 @@ def pretrain(output_dir: Path, steps: int, clips: int, seed: int) -> Path:
     pretrain_script.main(
         ["--config", str(TINY_PRESET), "--output_dir", str(output_dir), "--max_steps", str(steps),
          "--warmup_steps", str(warmup), "--synthetic_clips", str(clips), "--save_steps", str(steps),
-         "--seed", str(seed)]
+         "--seed", str(seed), "--overwrite_output_dir"]
     )  # fmt: skip
     return output_dir / "encoder"
 

@@ -61,13 +61,22 @@ from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification  # noqa: E4
 from aasp_hf.evaluation import classification_score, without_truncation  # noqa: E402
 from aasp_hf.training import find_latest_checkpoint, learning_rate, param_groups, save_checkpoint  # noqa: E402
 from aasp_hf.training.augment import mixup, spec_augment  # noqa: E402
-from aasp_hf.training.checkpointing import load_process_state, load_trainer_state  # noqa: E402
+from aasp_hf.training.checkpointing import (  # noqa: E402
+    RUN_ARTEFACTS,
+    check_output_dir,
+    load_process_state,
+    load_trainer_state,
+    remove_artefacts,
+)
 from aasp_hf.training.model_ema import create_ema, ema_update_  # noqa: E402
 from aasp_hf.training.arguments import parse_arguments  # noqa: E402
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
 SPLITS = ("train", "validation", "test")
+# What a run leaves in output_dir (sub-runs of --seeds / --all_folds in <part>_seed<k>/; the best model copied in).
+FINETUNE_ARTEFACTS = RUN_ARTEFACTS + ("best_model*", "results.md", "*_seed*", "model.safetensors", "config.json",
+                                      "preprocessor_config.json")
 
 
 # ----------------------------------------------------------------------------------------------- arguments
@@ -121,6 +130,10 @@ class FinetuneArguments:
     save_steps: int = field(default=1000)
     save_total_limit: int | None = field(default=2)
     resume: bool = field(default=False, metadata={"help": "continue from output_dir's latest complete checkpoint"})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "start over in an output_dir that holds a run (its checkpoints, log, results "
+                                 "and saved model are deleted first); without it or --resume such a folder is refused"}
+    )
     mixed_precision: str | None = field(default=None, metadata={"help": "'no' | 'bf16' | 'fp16'"})
 
 
@@ -527,6 +540,10 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     output_dir = Path(args.output_dir)
+    # a folder holding a run is refused without --resume / --overwrite_output_dir (before anything is written)
+    stale = check_output_dir(output_dir, args.resume, args.overwrite_output_dir, FINETUNE_ARTEFACTS)
+    if stale and int(os.environ.get("RANK", "0")) == 0:
+        remove_artefacts(stale)
     parts, multi_label, names, clip_seconds, task = load_parts(args)
     seeds = args.seeds or [args.seed]
     single = len(parts) == 1 and len(seeds) == 1

@@ -50,9 +50,12 @@ from aasp_hf.training import (  # noqa: E402
     teacher_momentum,
 )
 from aasp_hf.training.checkpointing import (  # noqa: E402
+    RUN_ARTEFACTS,
+    check_output_dir,
     check_random_states,
     load_process_state,
     load_trainer_state,
+    remove_artefacts,
 )
 from aasp_hf.data.cache import LogMelCache  # noqa: E402
 from aasp_hf.data.decoding import decode_audio  # noqa: E402
@@ -133,6 +136,10 @@ class PretrainingArguments:
     save_steps: int = field(default=1000)
     save_total_limit: int | None = field(default=3)
     resume: bool = field(default=False, metadata={"help": "continue from output_dir's latest complete checkpoint"})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "start over in an output_dir that holds a run (its checkpoints, log and "
+                                 "exports are deleted first); without it or --resume such a folder is refused"}
+    )
     export_teacher: bool = field(default=False, metadata={"help": "also export the EMA teacher encoder"})
     export_with_checkpoints: bool = field(default=False, metadata={"help": "export the encoder at every checkpoint"})
     report_to: str = field(default="tensorboard", metadata={"help": "accelerate tracker ('none' to disable)"})
@@ -335,10 +342,16 @@ def export(model: AaspForPreTraining, feature_extractor, output_dir: Path, expor
 def main(argv=None) -> dict:
     data_args, model_args, args = parse_args(argv)
     output_dir = Path(args.output_dir)
+    # a folder holding a run is refused without --resume / --overwrite_output_dir (before anything is written)
+    stale = check_output_dir(output_dir, args.resume, args.overwrite_output_dir,
+                             RUN_ARTEFACTS + ("encoder", "teacher_encoder", "ranks", "tensorboard"))
     trackers = None if args.report_to in ("none", "", None) else args.report_to
     accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=trackers, project_dir=str(output_dir))
     set_seed(args.seed)  # python, numpy, torch: the model initialisation, identical on every process
     rank, world = accelerator.process_index, accelerator.num_processes
+    if stale and accelerator.is_main_process:
+        remove_artefacts(stale)
+    accelerator.wait_for_everyone()
 
     # 1./2. Model, feature extractor and data: decoding (or reading cached log-mel) in DataLoader workers;
     #       cropping, features and masks in the collator, called in the loop.

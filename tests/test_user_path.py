@@ -130,3 +130,40 @@ def test_trainer_fine_tunes_an_exported_encoder_through_remote_code(pretrained, 
         """,
         tmp_path,
     )
+
+
+# ----------------------------------------------------------------------------------------------- 4. no silent overwrite
+def test_pretrain_refuses_an_output_dir_that_holds_a_run_and_overwrites_only_when_told(tmp_path):
+    out = tmp_path / "pt"
+    pretrain.main(pretrain_argv(out, max_steps=2, save_steps=1))
+    log_before = (out / "log_history.jsonl").read_text()
+    weights_before = (out / "encoder" / "model.safetensors").read_bytes()
+    with pytest.raises(ValueError, match=r"already holds a run.*--resume.*--overwrite_output_dir"):
+        pretrain.main(pretrain_argv(out, max_steps=1, save_steps=1, seed=1))
+    assert (out / "log_history.jsonl").read_text() == log_before  # nothing was touched
+    assert (out / "encoder" / "model.safetensors").read_bytes() == weights_before
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+
+    pretrain.main(pretrain_argv(out, max_steps=1, save_steps=1, seed=1, overwrite_output_dir=True))
+    assert [json.loads(line)["step"] for line in (out / "log_history.jsonl").read_text().splitlines()] == [1]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]  # the old run's are gone
+    assert json.loads((out / "all_results.json").read_text())["max_steps"] == 1
+    assert (out / "latest").read_text().strip() == "checkpoint-1"
+
+
+def test_finetune_refuses_an_output_dir_that_holds_a_run_and_overwrites_only_when_told(pretrained, tmp_path):
+    import finetune
+
+    out = tmp_path / "ft"
+    common = ["--model_name_or_path", str(pretrained / "encoder"), "--synthetic_per_class", "2",
+              "--clip_seconds", "0.5", "--per_device_train_batch_size", "5", "--warmup_steps", "1",
+              "--eval_steps", "2", "--logging_steps", "1", "--output_dir", str(out)]
+    finetune.main(common + ["--max_steps", "2"])
+    results_before = (out / "all_results.json").read_text()
+    with pytest.raises(ValueError, match=r"already holds a run.*--resume.*--overwrite_output_dir"):
+        finetune.main(common + ["--max_steps", "1"])
+    assert (out / "all_results.json").read_text() == results_before
+    finetune.main(common + ["--max_steps", "1", "--overwrite_output_dir"])
+    assert [json.loads(line)["step"] for line in (out / "log_history.jsonl").read_text().splitlines()] == [1]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]
+    assert json.loads((out / "all_results.json").read_text())["max_steps"] == 1

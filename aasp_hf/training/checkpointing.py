@@ -139,3 +139,39 @@ def check_random_states(checkpoint_dir, process_index: int) -> None:
     if not isinstance(states, dict) or "torch_manual_seed" not in states:
         raise ValueError(f"{path} does not hold accelerate's RNG states (no 'torch_manual_seed'): the checkpoint is "
                          "corrupt; resume from an earlier checkpoint (delete this one) or start afresh.")
+
+
+# What a training script leaves in its output directory; `check_output_dir` looks for these.
+RUN_ARTEFACTS = ("checkpoint-*", LATEST, "log_history.jsonl", "all_results.json")
+
+
+def check_output_dir(output_dir, resume: bool, overwrite: bool, artefacts=RUN_ARTEFACTS) -> list[Path]:
+    """Refuse to start a run over another one, as transformers' example scripts do.
+
+    Without `resume` and `overwrite`, an `output_dir` holding any of `artefacts` (glob patterns: checkpoints, the
+    log, results, exports) raises a ValueError naming `--resume` and `--overwrite_output_dir`: starting over there
+    would replace the exports, append duplicate steps to the log and leave old checkpoints beside new ones. With
+    `overwrite` (and not `resume`) those artefacts are returned, for the main process to delete
+    (`remove_artefacts`); other files in the folder are left alone.
+    """
+    output_dir = Path(output_dir)
+    if resume or not output_dir.is_dir():
+        return []
+    found = sorted({path for pattern in artefacts for path in output_dir.glob(pattern)})
+    if found and not overwrite:
+        names = ", ".join(p.name for p in found[:5]) + (", ..." if len(found) > 5 else "")
+        raise ValueError(
+            f"Output directory {output_dir} already holds a run ({names}). Pass --resume to continue it from its "
+            f"latest checkpoint, --overwrite_output_dir to start over (its checkpoints, log and exports are deleted "
+            f"first), or choose another --output_dir."
+        )
+    return found
+
+
+def remove_artefacts(paths) -> None:
+    """Deletes the files and folders `check_output_dir` returned (on the main process only)."""
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
