@@ -95,6 +95,10 @@ class FinetuneArguments:
     all_folds: bool = field(default=False, metadata={"help": "K-fold task: one run per test fold, averaged"})
     kfold_validation: str = field(default="next", metadata={"help": "K-fold validation: 'next' fold or the 'test' fold"})
     validation_fraction: float = field(default=0.1, metadata={"help": "held out of train when there is no validation"})
+    test_fraction: float = field(
+        default=0.2, metadata={"help": "held out of train (stratified by class, seeded) when there is no test split, "
+                               "e.g. an audiofolder without train/test sub-folders"}
+    )
     dataloader_num_workers: int = field(default=0)
     # model
     drop_path_rate: float = field(default=0.1)
@@ -219,7 +223,7 @@ def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
                 split["validation"] = split["test"]
             parts[f"fold{test_fold}"] = split
     else:
-        splits = dict(loaded)
+        splits = data.hold_out_test(dict(loaded), args.test_fraction, seed=0)  # no test split: a stated rule
         if "validation" not in splits:
             held = splits["train"].train_test_split(test_size=args.validation_fraction, seed=0)
             splits["train"], splits["validation"] = held["train"], held["test"]

@@ -68,6 +68,10 @@ class LinearEvalArguments:
     clip_seconds: float | None = field(default=None, metadata={"help": "overrides the task's EVAR clip length"})
     folds: list[int] | None = field(default=None, metadata={"help": "test folds of a K-fold task (default: all)"})
     validation_fraction: float = field(default=0.1, metadata={"help": "held out of train when there is no validation"})
+    test_fraction: float = field(
+        default=0.2, metadata={"help": "held out of train (stratified by class, seeded) when there is no test split, "
+                               "e.g. an audiofolder without train/test sub-folders"}
+    )
     learning_rates: list[float] = field(default_factory=lambda: [1e-4], metadata={"help": "peak lrs, one pass"})
     min_learning_rate: float = field(default=0.0, metadata={"help": "end of the cosine schedule"})
     weight_decay: float = field(default=0.0)
@@ -153,7 +157,7 @@ def evaluation_parts(args) -> tuple[dict, bool, int, float]:
             split = data.fold_split(first, test_fold=test_fold, valid_fold=valid_fold)
             parts[f"fold{test_fold}"] = dict(split)
     else:
-        splits = dict(loaded)
+        splits = data.hold_out_test(dict(loaded), args.test_fraction, seed=args.feature_seed)  # a stated rule
         if "validation" not in splits:
             held = splits["train"].train_test_split(test_size=args.validation_fraction, seed=args.feature_seed)
             splits["train"], splits["validation"] = held["train"], held["test"]
@@ -196,7 +200,7 @@ def check_cache_identity(args, clip_seconds):
         "model_name_or_path": str(args.model_name_or_path), "dataset": args.dataset, "data_root": args.data_root,
         "dataset_kwargs": args.dataset_kwargs, "synthetic_per_class": args.synthetic_per_class,
         "clip_seconds": clip_seconds, "feature_seed": args.feature_seed,
-        "validation_fraction": args.validation_fraction,
+        "validation_fraction": args.validation_fraction, "test_fraction": args.test_fraction,
     }
     path = Path(args.output_dir) / "features" / "identity.json"
     if path.is_file():

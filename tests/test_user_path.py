@@ -167,3 +167,52 @@ def test_finetune_refuses_an_output_dir_that_holds_a_run_and_overwrites_only_whe
     assert [json.loads(line)["step"] for line in (out / "log_history.jsonl").read_text().splitlines()] == [1]
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]
     assert json.loads((out / "all_results.json").read_text())["max_steps"] == 1
+
+
+# ----------------------------------------------------------------------------------------------- 5. audiofolder
+@pytest.fixture(scope="module")
+def class_folders(tmp_path_factory):
+    """The layout docs/datasets.md documents: <label>/<clip>.wav, no train/test folders (2 classes x 10 clips)."""
+    import soundfile as sf
+
+    root = tmp_path_factory.mktemp("audiofolder")
+    rng = np.random.default_rng(0)
+    t = np.arange(SR // 2) / SR
+    for label, freq in (("low", 300.0), ("high", 3000.0)):
+        (root / label).mkdir()
+        for i in range(10):
+            sf.write(root / label / f"{label}_{i}.wav", (0.5 * np.sin(2 * np.pi * freq * t + rng.uniform(0, 6))), SR)
+    return root
+
+
+def test_finetune_on_an_audiofolder_without_split_folders_holds_out_a_stated_test_fraction(pretrained, class_folders,
+                                                                                            tmp_path):
+    import finetune
+    from datasets import Audio
+
+    parts, multi_label, names, _, _ = finetune.load_parts(finetune.parse_args(
+        ["--model_name_or_path", "unused", "--dataset", "audiofolder", "--data_root", str(class_folders),
+         "--clip_seconds", "0.5"]))
+    splits = parts["official"]
+    assert not multi_label and sorted(names) == ["high", "low"]
+    assert {k: len(v) for k, v in splits.items()} == {"train": 14, "validation": 2, "test": 4}  # 20 % test, then 10 %
+    assert sorted(splits["test"]["label"]) == [0, 0, 1, 1]  # stratified by class
+    paths = [{r["audio"]["path"] for r in splits[s].cast_column("audio", Audio(decode=False))}
+             for s in ("train", "validation", "test")]
+    assert not (paths[0] & paths[2]) and not (paths[1] & paths[2]) and not (paths[0] & paths[1])
+
+    results = finetune.main(["--model_name_or_path", str(pretrained / "encoder"), "--dataset", "audiofolder",
+                             "--data_root", str(class_folders), "--clip_seconds", "0.5", "--max_steps", "1",
+                             "--per_device_train_batch_size", "4", "--warmup_steps", "1",
+                             "--output_dir", str(tmp_path / "ft")])
+    assert 0.0 <= results["test_score"] <= 1.0 and results["step"] == 1
+
+
+def test_linear_eval_on_an_audiofolder_without_split_folders(pretrained, class_folders, tmp_path):
+    import linear_eval
+
+    results = linear_eval.main(["--model_name_or_path", str(pretrained / "encoder"), "--dataset", "audiofolder",
+                                "--data_root", str(class_folders), "--clip_seconds", "0.5", "--max_steps", "2",
+                                "--eval_steps", "1", "--batch_size", "4", "--seeds", "0",
+                                "--output_dir", str(tmp_path / "lin")])
+    assert 0.0 <= results["test_mean"] <= 1.0 and results["num_classes"] == 2

@@ -8,7 +8,7 @@ surge, voxceleb1, audiofolder; any other name is passed to `load_audio_dataset` 
 See docs/datasets.md. The model files never import this package.
 """
 
-from ._common import EVAR_CLIP_SECONDS, SAMPLING_RATE, fold_split, split_for_node, to_streaming
+from ._common import EVAR_CLIP_SECONDS, SAMPLING_RATE, fold_split, hold_out_test, split_for_node, to_streaming
 from .audioset import load_audioset
 from .collators import AaspFineTuningCollator, crop_or_pad
 from .decoding import SafeAudioDecoder, decode_audio, filter_decodable, for_safe_decoding
@@ -78,6 +78,7 @@ __all__ = [
     "decode_audio",
     "filter_decodable",
     "fold_split",
+    "hold_out_test",
     "for_safe_decoding",
     "load",
     "load_audio_dataset",

@@ -153,3 +153,37 @@ def fold_split(dataset, test_fold: int, valid_fold=None, fold_column: str = "fol
         splits["validation"] = [i for i, f in enumerate(folds) if f == valid_fold]
     splits["test"] = [i for i, f in enumerate(folds) if f == test_fold]
     return DatasetDict({name: dataset.select(indices) for name, indices in splits.items()})
+
+
+def hold_out_test(splits: dict, test_fraction: float, seed: int = 0, label_column: str = "label") -> dict:
+    """`splits` with a "test" split: the dataset's own, or else `test_fraction` of "train" held out.
+
+    The rule for a dataset without a test split (an audiofolder of class sub-folders without train/test folders,
+    a Hub dataset with only "train"): a seeded draw (`seed`) of `test_fraction` of the train clips, stratified by
+    `label_column` when it is a `ClassLabel` and every class can be represented (else a plain random draw).
+    """
+    splits = dict(splits)
+    if "test" in splits:
+        return splits
+    if "train" not in splits:
+        raise ValueError(f"The dataset has the splits {sorted(splits)}: it needs a 'train' split (and optionally "
+                         f"'validation' and 'test'), e.g. an audiofolder with train/ and test/ sub-folders.")
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction={test_fraction}: the dataset has no test split, so a fraction in (0, 1) of "
+                         f"its train split is held out as test.")
+    from datasets import ClassLabel
+
+    train = splits["train"]
+    feature = (train.features or {}).get(label_column)
+    held = None
+    if isinstance(feature, ClassLabel):
+        try:
+            held = train.train_test_split(test_size=test_fraction, seed=seed, stratify_by_column=label_column)
+        except ValueError:  # too few clips in a class to stratify
+            held = None
+    if held is None:
+        held = train.train_test_split(test_size=test_fraction, seed=seed)
+    logger.info(f"No test split: {len(held['test'])} of {len(train)} train clips ({test_fraction:.0%}, seed {seed}) "
+                f"are held out as test.")
+    splits["train"], splits["test"] = held["train"], held["test"]
+    return splits
