@@ -197,7 +197,8 @@ def test_list_input_worker_processes_and_id_column(fake_dataset, tmp_path):
     a, b = LogMelCache(tmp_path / "a"), LogMelCache(tmp_path / "b")
     assert a.ids == b.ids == ["c0", "c1", "c3"]
     for i in range(3):
-        assert torch.equal(a[i]["log_mel"], b[i]["log_mel"])
+        # two processes compute it: equal up to one float16 rounding step of the stored values
+        torch.testing.assert_close(a[i]["log_mel"].float(), b[i]["log_mel"].float(), rtol=2e-3, atol=1e-3)
     # a plain list of in-memory clips (no paths: ids row-<i>)
     summary = build_log_mel_cache([{"array": w, "sampling_rate": 16000} for w in waveforms], tmp_path / "c", extractor)
     assert summary["num_written"] == 3 and LogMelCache(tmp_path / "c").ids == ["row-0", "row-1", "row-2"]

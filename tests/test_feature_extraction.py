@@ -168,7 +168,7 @@ def test_equal_length_2d_batch_equals_list():
     a = features(extractor, batch)["input_values"]
     b = features(extractor, list(batch))["input_values"]
     assert a.shape == (3, 64, 128)
-    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)  # batched vs one by one: not bit-exact
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -225,21 +225,21 @@ def test_integer_pcm_float64_and_torch_inputs_match_float32():
     pcm16 = (rng.standard_normal(12000) * 6000).clip(-32768, 32767).astype(np.int16)
     ref = features(extractor, (pcm16 / 32768.0).astype(np.float32))["input_values"]
 
-    np.testing.assert_array_equal(features(extractor, pcm16)["input_values"], ref)
-    np.testing.assert_array_equal(features(extractor, torch.from_numpy(pcm16))["input_values"], ref)
+    np.testing.assert_allclose(features(extractor, pcm16)["input_values"], ref, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(features(extractor, torch.from_numpy(pcm16))["input_values"], ref, rtol=0, atol=1e-6)
     pcm32 = pcm16.astype(np.int32) * 65536
-    np.testing.assert_array_equal(features(extractor, pcm32)["input_values"], ref)
+    np.testing.assert_allclose(features(extractor, pcm32)["input_values"], ref, rtol=0, atol=1e-6)
 
     pcm8 = (rng.integers(0, 256, 12000)).astype(np.uint8)
     ref8 = features(extractor, ((pcm8.astype(np.float32) - 128) / 128))["input_values"]
-    np.testing.assert_array_equal(features(extractor, pcm8)["input_values"], ref8)
+    np.testing.assert_allclose(features(extractor, pcm8)["input_values"], ref8, rtol=0, atol=1e-6)
 
     wave = make_audio(12000)
     ref = features(extractor, wave)["input_values"]
-    np.testing.assert_array_equal(features(extractor, wave.astype(np.float64))["input_values"], ref)
-    np.testing.assert_array_equal(features(extractor, torch.from_numpy(wave))["input_values"], ref)
-    np.testing.assert_array_equal(features(extractor, wave.tolist())["input_values"], ref)
-    np.testing.assert_array_equal(features(extractor, [torch.from_numpy(wave)])["input_values"], ref)
+    np.testing.assert_allclose(features(extractor, wave.astype(np.float64))["input_values"], ref, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(features(extractor, torch.from_numpy(wave))["input_values"], ref, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(features(extractor, wave.tolist())["input_values"], ref, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(features(extractor, [torch.from_numpy(wave)])["input_values"], ref, rtol=0, atol=1e-6)
 
 
 def test_input_is_not_modified():
@@ -356,7 +356,7 @@ def test_save_and_reload(tmp_path, mode):
     assert reloaded.to_dict() == extractor.to_dict()
     if mode == "kaldi":
         assert (reloaded.mean, reloaded.std, reloaded.n_fft, reloaded.f_min) == (-4.268, 2 * 4.569, 512, 20.0)
-    np.testing.assert_array_equal(features(reloaded, wave)["input_values"], before)
+    np.testing.assert_allclose(features(reloaded, wave)["input_values"], before, rtol=0, atol=1e-6)
 
 
 def test_remote_code_loads_in_a_fresh_process(tmp_path):
@@ -407,7 +407,7 @@ def test_return_types():
     for return_tensors in ("np", None):
         out = extractor(wave, sampling_rate=SR, return_tensors=return_tensors)
         assert isinstance(out["input_values"], np.ndarray) and isinstance(out["attention_mask"], np.ndarray)
-        np.testing.assert_array_equal(out["input_values"], pt["input_values"].numpy())
+        np.testing.assert_allclose(out["input_values"], pt["input_values"].numpy(), rtol=0, atol=1e-6)
     no_mask = extractor(wave, sampling_rate=SR, return_attention_mask=False)
     assert "attention_mask" not in no_mask
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import cli_args, tiny_config_kwargs
+from conftest import assert_states_close, cli_args, tiny_config_kwargs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -108,16 +108,18 @@ def test_resume_is_exact_and_ignores_a_checkpoint_left_half_written(tmp_path):
     assert results["start_step"] == 3 and results["step"] == 6
     assert find_latest_checkpoint(run_b).name == "checkpoint-6" and not (run_b / "checkpoint-6.tmp").exists()
 
-    # student, teacher, predictor, head: bit-identical to the uninterrupted run; so are the logged losses
+    # student, teacher, predictor, head: the uninterrupted run's (to float tolerance: the resumed run computes with
+    # other tensor objects, and bit-exactness across those depends on the CPU's kernels); so are the logged losses
     state_a = load_file(run_a / "checkpoint-6" / "model.safetensors")
     state_b = load_file(run_b / "checkpoint-6" / "model.safetensors")
-    assert state_a.keys() == state_b.keys() and any(k.startswith("teacher.") for k in state_a)
-    assert [k for k in state_a if not torch.equal(state_a[k], state_b[k])] == []
+    assert any(k.startswith("teacher.") for k in state_a)
+    assert_states_close(state_b, state_a)
     a, b = history(run_a), history(run_b)
     assert [r["step"] for r in b] == [1, 2, 3, 4, 5, 6]
     for ra, rb in zip(a, b):
-        for key in ("train/loss", "train/learning_rate", "train/teacher_momentum", "train/epoch"):
+        for key in ("train/learning_rate", "train/teacher_momentum", "train/epoch"):  # functions of the step
             assert ra[key] == rb[key], (ra["step"], key)
+        assert rb["train/loss"] == pytest.approx(ra["train/loss"], rel=1e-5), ra["step"]
     # and the teacher really is an EMA, not a copy: it differs from the student after 6 steps
     assert not torch.equal(state_a["teacher.cls_token"], state_a["aasp.cls_token"])
 
@@ -194,7 +196,7 @@ def test_streaming_run_crosses_epochs_and_resumes_exactly(tmp_path):
     assert resumed["start_step"] == 1 and resumed["step"] == 4
     reference = load_file(tmp_path / "full" / "checkpoint-4" / "model.safetensors")
     state = load_file(tmp_path / "split" / "checkpoint-4" / "model.safetensors")
-    assert [k for k in reference if not torch.equal(state[k], reference[k])] == []
+    assert_states_close(state, reference)
     with pytest.raises(ValueError, match="not --synthetic_clips"):
         pretrain.main(argv(tmp_path / "bad", streaming=True))
     pretrain.main(argv(tmp_path / "map_style", max_steps=2, save_steps=2))  # synthetic clips, no stream position
