@@ -212,7 +212,9 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         Args:
             raw_speech: one clip (1-D numpy array, torch tensor or list of floats), a list of clips of any
                 lengths, or a 2-D `(B, L)` array/tensor of equal-length clips. Integer PCM (int16, int32, uint8)
-                is scaled to [-1, 1); float64 is cast to float32.
+                is scaled to [-1, 1); float64 is cast to float32. A dict `{"array", "sampling_rate"}` (a datasets
+                Audio cell; `"raw"` for `"array"` as the pipeline takes it) or a list of them brings its own rate, and
+                its multi-channel array is downmixed.
             sampling_rate (`int`): the rate of `raw_speech`; must equal `self.sampling_rate` (16000).
             return_tensors (`str`, *optional*): `"pt"` for torch tensors (left on the compute device),
                 `"np"` or `None` for numpy arrays.
@@ -233,7 +235,9 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             [`BatchFeature`] with `input_values` float32 `(B, T, F)` and `attention_mask` int64 `(B, T)`
             (1 = real frame, 0 = padding), T a multiple of `frame_multiple`.
         """
-        # 1. Check the call's options before touching the audio.
+        # 1. Check the call's options before touching the audio. A datasets row {"array", "sampling_rate"} (or a list
+        #    of them) brings its own rate; its multi-channel array is one clip.
+        raw_speech, sampling_rate, mono = self._unpack_rows(raw_speech, sampling_rate, mono)
         self._check_sampling_rate(sampling_rate)
         if kwargs:
             logger.warning(f"AaspFeatureExtractor ignores unknown arguments: {sorted(kwargs)}")
@@ -316,6 +320,30 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
     # Argument checks
     # ------------------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _unpack_rows(raw_speech, sampling_rate, mono):
+        """A dict {"array" or "raw", "sampling_rate"} (a datasets Audio cell, the pipeline's input form), or a list of
+        them -> (its array(s), their common rate, mono=True); anything else is returned unchanged."""
+        rows = raw_speech if isinstance(raw_speech, (list, tuple)) else [raw_speech]
+        if not rows or not all(isinstance(row, dict) for row in rows):
+            return raw_speech, sampling_rate, mono
+        arrays, rates = [], set()
+        for index, row in enumerate(rows):
+            array = row.get("array", row.get("raw"))
+            if array is None or row.get("sampling_rate") is None:
+                raise ValueError(
+                    f"Clip {index} is a dict with the keys {sorted(row)}: pass {{'array': waveform, "
+                    f"'sampling_rate': rate}} (a datasets Audio cell) or {{'raw': waveform, 'sampling_rate': rate}}."
+                )
+            arrays.append(array)
+            rates.add(int(row["sampling_rate"]))
+        if len(rates) > 1:
+            raise ValueError(f"The clips have different sampling rates {sorted(rates)}: resample them to one rate.")
+        rate = rates.pop()
+        if sampling_rate is not None and int(sampling_rate) != rate:
+            raise ValueError(f"sampling_rate={sampling_rate} was passed, but the clips say sampling_rate={rate}.")
+        return (arrays if isinstance(raw_speech, (list, tuple)) else arrays[0]), rate, True
+
     def _check_sampling_rate(self, sampling_rate):
         sr = self.sampling_rate
         if sampling_rate is None:
@@ -328,8 +356,10 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             raise ValueError(
                 f"The audio was passed with sampling_rate={sampling_rate} Hz, but this feature extractor expects "
                 f"{sr} Hz. Resample it first, e.g. `torchaudio.functional.resample(x, {sampling_rate}, {sr})`, or "
-                f"with datasets `ds = ds.cast_column('audio', Audio(sampling_rate={sr}))`; the audio-classification "
-                f"pipeline resamples for you when given {{'raw': x, 'sampling_rate': {sampling_rate}}}."
+                f"with datasets `ds = ds.cast_column('audio', Audio(sampling_rate={sr}))`. The audio-classification "
+                f"pipeline resamples a 1-D float array given as {{'raw': x, 'sampling_rate': {sampling_rate}}}: convert "
+                f"integer PCM to float first (`x.astype(np.float32) / 32768` for int16) and downmix multi-channel "
+                f"audio (`x.mean(axis=1)` for (samples, channels))."
             )
 
     @staticmethod

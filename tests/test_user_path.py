@@ -216,3 +216,57 @@ def test_linear_eval_on_an_audiofolder_without_split_folders(pretrained, class_f
                                 "--eval_steps", "1", "--batch_size", "4", "--seeds", "0",
                                 "--output_dir", str(tmp_path / "lin")])
     assert 0.0 <= results["test_mean"] <= 1.0 and results["num_classes"] == 2
+
+
+# ----------------------------------------------------------------------------------------------- 6. inputs
+def test_extractor_takes_datasets_rows_with_their_own_sampling_rate():
+    extractor = AaspFeatureExtractor(feature_size=32)
+    rng = np.random.default_rng(0)
+    a, b = (rng.uniform(-0.5, 0.5, n).astype(np.float32) for n in (SR, SR // 2))
+    expected = extractor([a, b], sampling_rate=SR)["input_values"]
+    rows = [{"array": a, "sampling_rate": SR, "path": None}, {"array": b, "sampling_rate": SR}]
+    np.testing.assert_allclose(extractor(rows)["input_values"], expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(extractor(rows[0])["input_values"], extractor(a, sampling_rate=SR)["input_values"],
+                               rtol=1e-6, atol=1e-6)
+    # a stereo cell (datasets' mono=False: (channels, samples)) is one clip, its channels averaged
+    stereo = np.stack([a, 0.5 * a])
+    np.testing.assert_allclose(extractor({"raw": stereo, "sampling_rate": SR})["input_values"],
+                               extractor(0.75 * a, sampling_rate=SR)["input_values"], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="8000.*astype\\(np.float32\\) / 32768"):
+        extractor({"array": a, "sampling_rate": 8000})
+    with pytest.raises(ValueError, match="sampling_rate=22050 was passed.*16000"):
+        extractor(rows, sampling_rate=22050)
+    with pytest.raises(ValueError, match="different sampling rates"):
+        extractor([rows[0], {"array": b, "sampling_rate": 8000}])
+
+
+def test_int16_at_8_khz_and_stereo_reach_the_pipeline_through_decode_audio(tmp_path):
+    from transformers import pipeline
+
+    from aasp_hf.data import decode_audio
+
+    torch.manual_seed(0)
+    config = aasp_hf.AaspConfig(**MODEL, num_labels=2, id2label={0: "a", 1: "b"}, label2id={"a": 0, "b": 1})
+    aasp_hf.AaspForAudioClassification(config).save_pretrained(tmp_path)
+    AaspFeatureExtractor(feature_size=32).save_pretrained(tmp_path)
+    classifier = pipeline("audio-classification", model=str(tmp_path), device="cpu")
+
+    t = np.arange(8000) / 8000
+    floats = (0.6 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    pcm = np.round(floats * 32767).astype(np.int16)
+    with pytest.raises(Exception):  # what transformers itself does with it (torchaudio cannot resample int16)
+        classifier({"raw": pcm, "sampling_rate": 8000})
+    from_pcm = decode_audio({"array": pcm, "sampling_rate": 8000})
+    from_float = decode_audio({"array": floats, "sampling_rate": 8000})
+    assert from_pcm.dtype == np.float32 and from_pcm.shape == (SR,)
+    np.testing.assert_allclose(from_pcm, from_float, atol=1e-4)  # scaled to [-1, 1), not left at 32767
+    scores = {p["label"]: p["score"] for p in classifier(from_pcm, top_k=2)}
+    reference = {p["label"]: p["score"] for p in classifier(from_float, top_k=2)}
+    assert scores.keys() == reference.keys()
+    for label in scores:
+        assert scores[label] == pytest.approx(reference[label], abs=1e-3)
+
+    stereo = np.stack([from_float, from_float], axis=1)  # (samples, channels), as soundfile reads it
+    mixed = decode_audio({"array": stereo, "sampling_rate": SR})
+    assert mixed.shape == (SR,)
+    np.testing.assert_allclose(mixed, from_float, atol=1e-6)

@@ -40,18 +40,26 @@ def _resample(array: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
 def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
     """Any form an `audio` cell takes -> mono float32 waveform (L,) at `sampling_rate`. Raises on failure.
 
-    Accepts a torchcodec `AudioDecoder` (datasets' decoded cell), a `{"array", "sampling_rate"}` dict, a
-    `{"path", "bytes"}` dict (`Audio(decode=False)`) or a path. Files are decoded by torchcodec (resampled
+    Accepts a torchcodec `AudioDecoder` (datasets' decoded cell), a `{"array" (or "raw"), "sampling_rate"}` dict
+    (float, or integer PCM scaled to [-1, 1); (C, L) or (L, C) channels averaged), a `{"path", "bytes"}` dict
+    (`Audio(decode=False)`) or a path. Its output is what `pipeline("audio-classification")` takes at 16 kHz, which
+    itself resamples only 1-D float arrays and rejects integer PCM at other rates and multi-channel arrays. Files are decoded by torchcodec (resampled
     by it); when torchcodec is not importable, by soundfile + scipy's polyphase resampler.
     """
     if hasattr(audio, "get_all_samples"):  # torchcodec AudioDecoder
         samples = audio.get_all_samples()
         array, sr = samples.data.mean(dim=0).numpy(), samples.sample_rate  # (C, L) -> (L,)
         return _resample(array.astype(np.float32, copy=False), sr, sampling_rate)
-    if isinstance(audio, dict) and audio.get("array") is not None:
-        array = np.asarray(audio["array"], dtype=np.float32)
-        if array.ndim == 2:  # (C, L) -> (L,)
-            array = array.mean(axis=0)
+    if isinstance(audio, dict) and (audio.get("array") is not None or audio.get("raw") is not None):
+        array = audio["array"] if audio.get("array") is not None else audio["raw"]
+        array = np.asarray(array.numpy() if hasattr(array, "numpy") else array)
+        if np.issubdtype(array.dtype, np.integer):  # integer PCM -> [-1, 1)
+            info = np.iinfo(array.dtype)
+            offset = (int(info.max) + 1) // 2 if info.min == 0 else 0  # unsigned (uint8): centred on 128
+            array = (array.astype(np.float64) - offset) / (int(info.max) + 1 - offset)
+        array = array.astype(np.float32)
+        if array.ndim == 2:  # (C, L) or (L, C): channels are the shorter axis -> (L,)
+            array = array.mean(axis=0 if array.shape[0] <= array.shape[1] else 1)
         return _resample(array, audio["sampling_rate"], sampling_rate)
     if isinstance(audio, dict):
         source = audio.get("bytes") or audio.get("path")
