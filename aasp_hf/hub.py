@@ -3,7 +3,8 @@
 Training/tooling side (not shipped as remote code). A written folder holds `model.safetensors`, `config.json` with
 `auto_map`, the code files (`configuration_aasp.py`, `modeling_aasp.py`, ... copied by `save_pretrained` because
 `import aasp_hf` registers the classes for their Auto classes), `preprocessor_config.json` and a `README.md` model
-card filled from the template `MODEL_CARD.md` at the repository root, so it loads with
+card generated from the model (`model_card`: its config, real parameter count, the training the caller documents and
+the results it measured; `fill_model_card` still fills the ViT-B template `MODEL_CARD.md`), so it loads with
 `AutoModel.from_pretrained(repo, trust_remote_code=True)` where `aasp_hf` is not installed.
 """
 
@@ -78,6 +79,19 @@ def _format_value(value) -> str:
     return str(value)
 
 
+def _is_result(value) -> bool:
+    """A number, a {"mean", "std"} dict or a list of numbers (per-seed values); not a raw dict or a history."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return isinstance(value.get("mean"), (int, float))
+    return isinstance(value, (list, tuple)) and bool(value) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    )
+
+
 def evaluation_table(all_results: dict, protocol: str | None = None) -> str:
     """A Markdown table of the evaluation entries of a transformers-style `all_results.json`.
 
@@ -87,6 +101,8 @@ def evaluation_table(all_results: dict, protocol: str | None = None) -> str:
     for key, value in all_results.items():
         split, _, metric = key.partition("_")
         if split not in ("eval", "test", "predict") or not metric or metric.endswith(_NOT_METRICS):
+            continue
+        if not _is_result(value):  # histories, argument dicts, ...: not a result to print
             continue
         rows.append((split, metric, _format_value(value)))
     if not rows:
@@ -145,6 +161,120 @@ def fill_model_card(fields: dict | None = None, all_results: dict | None = None,
     return f"---\n{front}---\n{body}"
 
 
+def _architecture(model, feature_extractor=None) -> str:
+    """One paragraph describing this model from its config, its real parameter count and its front end."""
+    c = model.config
+    count = sum(p.numel() for p in model.parameters())
+    if c.patch_embedding == "aape":
+        stem = (f"AaPE patch embedding ({c.frequency_patch_size}×{c.time_patch_size} patches fused with the "
+                f"features of a{'n adaptive' if c.sblu_adaptive else ' static'} Structured Bilateral Laplace Unit: "
+                f"{c.sblu_hidden_size} channels, {c.sblu_kernel_size} taps)")
+    else:
+        stem = f"standard {c.frequency_patch_size}×{c.time_patch_size} patch embedding (SPE)"
+    kind = {"AaspModel": "encoder", "AaspForAudioClassification": "audio classifier",
+            "AaspForPreTraining": "pre-training model (student, EMA teacher, predictor)"}.get(type(model).__name__,
+                                                                                              type(model).__name__)
+    text = (f"`{type(model).__name__}`, an AaSP {kind}: {c.num_hidden_layers} transformer blocks, hidden size "
+            f"{c.hidden_size}, {c.num_attention_heads} attention heads, MLP {c.intermediate_size}; {stem}. "
+            f"**{count:,} parameters ({count / 1e6:.3g} M).** Input: 16 kHz mono audio → {c.num_mel_bins}-bin "
+            f"log-mel")
+    if feature_extractor is not None:
+        text += f" (`AaspFeatureExtractor`, mode `{getattr(feature_extractor, 'mode', '?')}`)"
+    text += (f"; the position table covers {c.num_frames} frames ({c.num_frames / 100:g} s), longer inputs get it "
+             f"interpolated.")
+    if type(model).__name__.endswith("ForAudioClassification"):
+        names = [str(v) for _, v in sorted((c.id2label or {}).items())]
+        shown = ", ".join(names[:12]) + (f", … ({len(names)} in all)" if len(names) > 12 else "")
+        multi = c.problem_type == "multi_label_classification"
+        text += f" Head: {c.num_labels} classes ({'multi' if multi else 'single'}-label): {shown}."
+    return text
+
+
+def _markdown(value) -> str:
+    """Markdown of a `training` field: text as is, a dict as a bullet list ("- key: value")."""
+    if isinstance(value, dict):
+        return "\n".join(f"- {key}: {_format_value(v) if _is_result(v) else v}" for key, v in value.items())
+    return str(value)
+
+
+def model_card(model, feature_extractor=None, fields: dict | None = None, all_results: dict | None = None) -> str:
+    """A model card generated from this model: its config, real parameter count and front end, the data and
+    training the caller documents and the results actually measured (nothing is copied from a template).
+
+    fields: YAML keys (`license`, `tags`, `datasets`, `base_model`, ...), `extra_tags`, and `title`, `repo_id`,
+    `description` (Markdown replacing the generated Model paragraph), `training` (Markdown, or a dict shown as a
+    list: data, steps, batch, ...), `evaluation_protocol`, `evaluation` (Markdown replacing the results table).
+    all_results: a transformers-style dict whose eval_/test_ entries (numbers, mean ± std) fill the results table.
+    """
+    fields = dict(fields or {})
+    classifier = type(model).__name__.endswith("ForAudioClassification")
+    metadata = {"library_name": "transformers",
+                "pipeline_tag": "audio-classification" if classifier else "feature-extraction",
+                "license": "apache-2.0"}
+    for key in YAML_FIELDS:
+        if fields.get(key) is not None:
+            metadata[key] = fields[key]
+    tags = ["audio", "aasp", "custom_code"] + (["audio-classification"] if classifier else [])
+    metadata["tags"] = list(dict.fromkeys(list(metadata.get("tags") or tags) + list(fields.get("extra_tags") or [])))
+
+    c = model.config
+    title = fields.get("title") or (f"AaSP {'audio classifier' if classifier else 'encoder'} "
+                                    f"({c.num_hidden_layers} layers, hidden {c.hidden_size})")
+    where = json.dumps(str(fields.get("repo_id") or fields.get("path") or "."))  # quoted for the snippet
+    uses = ["from transformers import AutoFeatureExtractor, AutoModel, AutoModelForAudioClassification, pipeline", "",
+            f"features = AutoFeatureExtractor.from_pretrained({where}, trust_remote_code=True)",
+            "inputs = features([waveform], sampling_rate=16000, return_tensors=\"pt\")  # 1-D float32 at 16 kHz",
+            f"encoder = AutoModel.from_pretrained({where}, trust_remote_code=True)",
+            f"embedding = encoder(**inputs).last_hidden_state[:, 0]  # CLS: (B, {c.hidden_size})"]
+    if classifier:
+        uses += [f"model = AutoModelForAudioClassification.from_pretrained({where}, trust_remote_code=True)",
+                 "probabilities = model(**inputs).logits.softmax(-1)",
+                 f"classifier = pipeline(\"audio-classification\", model={where}, trust_remote_code=True)",
+                 "classifier(\"clip.wav\", top_k=3)"]
+    else:
+        uses += ["# fine-tuning (a new head; transformers' Trainer or run_audio_classification.py work as well):",
+                 f"model = AutoModelForAudioClassification.from_pretrained({where}, num_labels=10, "
+                 "trust_remote_code=True)"]
+    uses_text = "```python\n" + "\n".join(uses) + "\n```"
+
+    training = fields.get("training")
+    training_text = _markdown(training) if training else "Not documented for this checkpoint."
+    if fields.get("evaluation"):
+        evaluation = fields["evaluation"]
+    else:
+        table = evaluation_table(all_results, fields.get("evaluation_protocol")) if all_results else ""
+        evaluation = table if table.startswith("|") else "No evaluation results were measured for this checkpoint."
+    limitations = [
+        "Relies on log-mel input at 16 kHz (other rates must be resampled); the SBLU emphasises amplitude-modulation "
+        "cues.",
+        "AaSP's gains are smaller on very short utterances and on pitch-dominated tasks (the paper's finding).",
+    ]
+    if fields.get("datasets"):
+        limitations.append(f"Trained on {', '.join(map(str, fields['datasets']))}: its label and recording biases "
+                           f"carry over.")
+    else:
+        limitations.append("Check the Training section for the data it saw; it carries that data's biases.")
+    body = "\n\n".join([
+        f"# {title}",
+        "## Model", (fields.get("description") or _architecture(model, feature_extractor)).strip(),
+        "## Uses", uses_text,
+        "## Limitations", "\n".join(f"- {item}" for item in limitations),
+        "## Training", training_text.strip(),
+        "## Evaluation", evaluation.strip(),
+        "## Citation", "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers.",
+    ])
+    front = yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True)
+    return f"---\n{front}---\n\n{body}\n"
+
+
+def write_model_card(folder, model, feature_extractor=None, fields: dict | None = None,
+                     all_results: dict | None = None) -> Path:
+    """Writes `model_card(...)` as `folder/README.md` (the Hub's model card) and returns its path."""
+    path = Path(folder) / "README.md"
+    path.write_text(model_card(model, feature_extractor, fields, all_results))
+    return path
+
+
 # ----------------------------------------------------------------------------------------------- folder and push
 def write_hub_folder(
     model,
@@ -177,12 +307,7 @@ def write_hub_folder(
 
     if isinstance(all_results, (str, Path)):
         all_results = json.loads(Path(all_results).read_text())
-    fields = dict(model_card_fields or {})
-    if getattr(model.config, "num_labels", None) and type(model).__name__.endswith("ForAudioClassification"):
-        fields.setdefault("pipeline_tag", "audio-classification")
-    else:
-        fields.setdefault("pipeline_tag", "feature-extraction")
-    (folder / "README.md").write_text(fill_model_card(fields, all_results))
+    write_model_card(folder, model, feature_extractor, model_card_fields, all_results)
     return folder
 
 
@@ -206,4 +331,4 @@ def push_folder(
     )
 
 
-__all__ = ["evaluation_table", "fill_model_card", "push_folder", "write_hub_folder"]
+__all__ = ["evaluation_table", "fill_model_card", "model_card", "push_folder", "write_hub_folder", "write_model_card"]

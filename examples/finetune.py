@@ -331,6 +331,35 @@ def save_best_model(model, feature_extractor, directory: Path):
     shutil.rmtree(old, ignore_errors=True)
 
 
+def write_card(output_dir: Path, model, feature_extractor, args, splits, results: dict, clip_seconds: float):
+    """The saved classifier's model card, generated from the model, the data and the scores this run measured."""
+    from aasp_hf.hub import write_model_card
+
+    if args.synthetic_per_class > 0:
+        data = f"synthetic clips of examples/demo.py's classes ({args.synthetic_per_class} train per class)"
+    else:
+        data = f"`{args.dataset}` from {args.data_root}"
+    sizes = ", ".join(f"{split} {len(splits[split])}" for split in SPLITS)
+    metric = results["metric"]
+    training = {
+        "base model": f"{args.model_name_or_path} (pre-trained AaSP encoder; the head is new)",
+        "data": f"{data}; clips: {sizes}; {clip_seconds:g}-s crops",
+        "steps": f"{results['step']} ({args.warmup_steps} warm-up), batch {args.per_device_train_batch_size} × "
+                 f"{results['num_processes']} process(es) × {args.gradient_accumulation_steps} accumulation",
+        "optimiser": f"AdamW, peak lr {args.learning_rate:g}, layer decay {args.layer_decay:g}, weight decay "
+                     f"{args.weight_decay:g}",
+        "augmentation": f"mixup α {args.mixup_alpha:g}, SpecAugment {'on' if args.spec_augment else 'off'}",
+        "saved weights": f"{'EMA (decay ' + format(args.ema_decay, 'g') + ')' if args.ema_decay > 0 else 'trained'} "
+                         f"weights at the best validation step, {results['best_step']}",
+    }
+    write_model_card(output_dir, model, feature_extractor, {
+        "title": f"AaSP audio classifier ({model.config.num_labels} classes)",
+        "path": str(output_dir),
+        "training": training,
+        "evaluation_protocol": f"fine-tuning, best validation step {results['best_step']}",
+    }, {f"eval_{metric}": results["best_valid_score"], f"test_{metric}": results["test_score"]})
+
+
 # ----------------------------------------------------------------------------------------------- one run
 def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[str], clip_seconds: float) -> dict:
     """Fine-tunes once (one seed, one test fold) into `args.output_dir`; returns its results."""
@@ -515,6 +544,7 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         if step >= args.max_steps and (output_dir / "best_model").is_dir():
             for item in (output_dir / "best_model").iterdir():
                 shutil.copy2(item, output_dir / item.name)
+            write_card(output_dir, unwrapped, feature_extractor, args, splits, results, clip_seconds)
         (output_dir / "all_results.json").write_text(json.dumps({**results, "arguments": asdict(args)}, indent=2))
     accelerator.wait_for_everyone()
     return results

@@ -270,3 +270,57 @@ def test_int16_at_8_khz_and_stereo_reach_the_pipeline_through_decode_audio(tmp_p
     mixed = decode_audio({"array": stereo, "sampling_rate": SR})
     assert mixed.shape == (SR,)
     np.testing.assert_allclose(mixed, from_float, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------- 7. model cards
+TEMPLATE_CLAIMS = ("ViT-B", "86.9", "AudioSet", "REPO_ID", "FILL", "template", "{'")
+
+
+def card_parts(folder):
+    import yaml
+
+    front, body = (Path(folder) / "README.md").read_text().split("---\n", 2)[1:]
+    return yaml.safe_load(front), body
+
+
+def test_pretraining_export_has_a_card_of_this_model_and_run(pretrained):
+    from transformers import AutoModel
+
+    metadata, body = card_parts(pretrained / "encoder")
+    count = sum(p.numel() for p in AutoModel.from_pretrained(pretrained / "encoder").parameters())
+    assert f"{count:,} parameters" in body
+    assert f"{MODEL['num_hidden_layers']} transformer blocks, hidden size {MODEL['hidden_size']}" in body
+    assert "4 synthetic clips" in body and "steps: 2 of 2" in body and "final pre-training loss" in body
+    assert metadata["pipeline_tag"] == "feature-extraction" and "custom_code" in metadata["tags"]
+    assert not [claim for claim in TEMPLATE_CLAIMS if claim in body]
+
+
+def test_finetuned_folder_has_a_card_with_the_measured_scores(pretrained, tmp_path):
+    import finetune
+
+    out = tmp_path / "ft"
+    results = finetune.main(["--model_name_or_path", str(pretrained / "encoder"), "--synthetic_per_class", "2",
+                             "--clip_seconds", "0.5", "--per_device_train_batch_size", "5", "--warmup_steps", "1",
+                             "--max_steps", "2", "--eval_steps", "2", "--output_dir", str(out)])
+    metadata, body = card_parts(out)
+    assert metadata["pipeline_tag"] == "audio-classification"
+    assert f"| test | accuracy | {results['test_score']:.4f} |" in body
+    assert f"| eval | accuracy | {results['best_valid_score']:.4f} |" in body
+    assert "Head: 5 classes (single-label): tone, am_4hz" in body and str(pretrained / "encoder") in body
+    assert not [claim for claim in TEMPLATE_CLAIMS if claim in body]
+
+
+def test_hub_folder_card_is_generated_from_the_model(tmp_path):
+    from aasp_hf.hub import write_hub_folder
+
+    model = aasp_hf.AaspModel(aasp_hf.AaspConfig(**MODEL))
+    write_hub_folder(model, AaspFeatureExtractor(feature_size=32), tmp_path / "repo",
+                     model_card_fields={"repo_id": "me/tiny", "datasets": ["esc50"]},
+                     all_results={"eval_history": [{"step": 1, "valid_score": 0.5}], "test_accuracy": 0.75,
+                                  "eval_arguments": {"lr": 1}})
+    metadata, body = card_parts(tmp_path / "repo")
+    count = sum(p.numel() for p in model.parameters())
+    assert f"{count:,} parameters" in body and 'AutoModel.from_pretrained("me/tiny"' in body
+    assert "| test | accuracy | 0.7500 |" in body and "valid_score" not in body and "'lr'" not in body
+    assert metadata["datasets"] == ["esc50"] and "Trained on esc50" in body
+    assert not [claim for claim in TEMPLATE_CLAIMS if claim in body]
