@@ -12,6 +12,9 @@ _SBLU_PHASES = ("symmetric", "analytic")
 _POOLINGS = ("cls", "mean")
 _TARGET_NORM_AXES = ("tokens", "channels")
 _PREDICTOR_TYPES = ("cross_attention", "cnn")
+_TARGET_LAYERS = ("block", "ffn")
+_LOSS_SCALINGS = ("mean", "eat")
+_STUDENT_STEM_INPUTS = ("masked", "full")
 _ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 
 
@@ -54,6 +57,36 @@ class AaspConfig(PreTrainedConfig):
         mask_block_sizes (`list`, [[3, 8], [4, 6], [5, 5]]): inverse block masking, (frequency × time) patches.
         target_norm_axis (`str`, "tokens"): instance norm of each teacher layer across tokens per channel (EAT)
             or "channels" (per token across the embedding, the paper's wording).
+        target_layer (`str`, "block"): which output of each teacher block enters the targets.
+            "block": the block's final output (`hidden_states[1:]`).
+            "ffn": EAT / data2vec 2.0 (`end_of_block_targets: false` in EAT's config/pretraining_AS2M.yaml): the
+            block's FFN (MLP) output before the residual add and, in the post-norm block, before the second
+            LayerNorm. EAT's block (AltBlock in EAT models/modules.py, the same in fairseq
+            examples/data2vec/models/modalities/modules.py) returns `(x, t)` with, post-norm,
+            `r = x = norm1(x + attn(x)); x = mlp(x); t = x; x = norm2(r + drop_path(post_mlp_dropout(x)))`, and
+            `ffn_targets = not end_of_block_targets`; EAT_pretraining.py averages `lr[:, extra_tokens:]` (the `t`
+            of every teacher block, CLS dropped). Pre-norm blocks (`layer_norm_first=True`) take `mlp(norm2(x))`,
+            also before the residual add. The teacher runs in eval mode, so drop path and dropout are off.
+        loss_scaling (`str`, "mean"): the reductions of L_m and L_u (L_c is a mean over anchors in both).
+            "mean": L_m is the mean of the squared error over query tokens and D, L_u over views and D.
+            "eat": EAT's effective loss. EAT's `d2v_loss` is the element-wise squared error times 1/√D
+            (reduction "none"); the CLS term is multiplied by `sample_size` = the number of predicted (masked)
+            tokens of the batch; fairseq's `model` criterion sums every element and the trainer divides the
+            gradient by `sample_size`. So L_m = Σ_tokens Σ_d e²/√D / (number of query tokens) = √D × the "mean"
+            L_m, and L_u = Σ_views Σ_d e²/√D = B·M·√D × the "mean" L_u, with B·M the views of this process's
+            batch (EAT: 12 clips × 16 clones per GPU, so its clip term weighs 192× its per-token term per
+            element). The clip factor grows with the batch. η_u and η_c apply on top as usual.
+        student_stem_input (`str`, "masked"): what the student's AaPE branch (high-pass, B̄, SBLU) sees in
+            masked pre-training. The Lambda encoder attends among the visible tokens in both modes and the SBLU
+            GroupNorm statistics cover each view's visible tokens in both modes.
+            "masked": each view's hidden patches are zeroed before the high-pass and after B̄, so nothing of the
+            hidden patches reaches a visible token (the high-pass sees step edges at the patch borders).
+            "full": EAT's order: the stem runs on the unmasked clip (the high-pass once per clip, shared by the M
+            views; the SBLU windows see the real neighbouring frames) and only the visible tokens are kept. This
+            leaks hidden context into visible tokens: through the SBLU's ±(K−1)/2 taps (±31 frames, about ±2
+            patches) and the zero-phase high-pass's ±(K'−1) frames (K' = `sblu_highpass_num_taps`, ±62 frames,
+            most of its weight near the centre), so a visible frame depends on frames up to
+            ±((K−1)/2 + K'−1) away (±93 frames, about ±6 patches at the defaults).
         clip_loss_weight (`float`, 1.0): η_u. contrastive_loss_weight (`float`, 0.1): η_c.
         contrastive_temperature (`float`, 0.2): τ.
     """
@@ -106,6 +139,9 @@ class AaspConfig(PreTrainedConfig):
         mask_query_ratio=0.75,
         mask_block_sizes=((3, 8), (4, 6), (5, 5)),
         target_norm_axis="tokens",
+        target_layer="block",
+        loss_scaling="mean",
+        student_stem_input="masked",
         clip_loss_weight=1.0,
         contrastive_loss_weight=0.1,
         contrastive_temperature=0.2,
@@ -155,6 +191,9 @@ class AaspConfig(PreTrainedConfig):
         self.mask_query_ratio = mask_query_ratio
         self.mask_block_sizes = [list(size) for size in mask_block_sizes]
         self.target_norm_axis = target_norm_axis
+        self.target_layer = target_layer
+        self.loss_scaling = loss_scaling
+        self.student_stem_input = student_stem_input
         self.clip_loss_weight = clip_loss_weight
         self.contrastive_loss_weight = contrastive_loss_weight
         self.contrastive_temperature = contrastive_temperature
@@ -285,6 +324,12 @@ class AaspConfig(PreTrainedConfig):
             fail("mask_block_sizes", "must be a non-empty list of (frequency, time) pairs of positive integers")
         if self.target_norm_axis not in _TARGET_NORM_AXES:
             fail("target_norm_axis", f"must be one of {_TARGET_NORM_AXES}")
+        if self.target_layer not in _TARGET_LAYERS:
+            fail("target_layer", f"must be one of {_TARGET_LAYERS}")
+        if self.loss_scaling not in _LOSS_SCALINGS:
+            fail("loss_scaling", f"must be one of {_LOSS_SCALINGS}")
+        if self.student_stem_input not in _STUDENT_STEM_INPUTS:
+            fail("student_stem_input", f"must be one of {_STUDENT_STEM_INPUTS}")
         for field in ("clip_loss_weight", "contrastive_loss_weight"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:

@@ -44,8 +44,10 @@ from .sblu import (
 class AaspForPreTrainingOutput(ModelOutput):
     """
     loss (`torch.FloatTensor`, scalar): L = L_m + η_u·L_u + η_c·L_c.
-    masked_prediction_loss (`torch.FloatTensor`, scalar): L_m, mean squared error over query tokens and dimensions.
-    clip_loss (`torch.FloatTensor`, scalar): L_u, mean squared error between each view's CLS and the clip target.
+    masked_prediction_loss (`torch.FloatTensor`, scalar): L_m, mean squared error over query tokens and dimensions
+        (`config.loss_scaling="eat"`: × √D, EAT's per-token sum over D / √D averaged over the query tokens).
+    clip_loss (`torch.FloatTensor`, scalar): L_u, mean squared error between each view's CLS and the clip target
+        (`config.loss_scaling="eat"`: × B·M·√D, EAT's per-view sum over D / √D summed over the views).
     contrastive_loss (`torch.FloatTensor`, scalar): L_c, the multi-positive InfoNCE over views (mean over anchors).
     predictions (`torch.FloatTensor` of shape `(B, M, Q, D)`): predictor outputs at the query tokens.
     targets (`torch.FloatTensor` of shape `(B, N, D)`): the pooled, normalised teacher targets.
@@ -67,12 +69,15 @@ class AaspModelOutput(ModelOutput):
     attentions (`tuple(torch.FloatTensor)`, *optional*): each layer's attention weights `(B, heads, 1 + N, 1 + N)`.
     token_mask (`torch.BoolTensor` of shape `(B, 1 + N)`, *optional*): True for real tokens (CLS and patches that hold
         at least one real frame); None when no attention mask was given (all tokens real).
+    ffn_outputs (`tuple(torch.FloatTensor)`, *optional*): with `output_ffn_outputs=True`, each layer's FFN output
+        before the residual add (and, post-norm, before the second LayerNorm), each `(B, 1 + N, D)`.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
     token_mask: torch.BoolTensor | None = None
+    ffn_outputs: tuple[torch.FloatTensor, ...] | None = None
 
 
 # ----------------------------------------------------------------------------------------------- positions
@@ -184,7 +189,12 @@ class AaspDropPath(nn.Module):
 
 class AaspLayer(GradientCheckpointingLayer):
     """A ViT block. `layer_norm_first=False` is EAT's post-norm block (x = LN(x + attn(x)); x = LN(x + mlp(x)));
-    True is the pre-norm ViT block (x = x + attn(LN(x)); x = x + mlp(LN(x)))."""
+    True is the pre-norm ViT block (x = x + attn(LN(x)); x = x + mlp(LN(x))).
+
+    Returns the block output, the attention weights (None unless asked for) and the FFN output `mlp(·)` before
+    drop path, the residual add and (post-norm) the second LayerNorm: data2vec 2.0 / EAT's `ffn_targets` (the `t`
+    of AltBlock), used for `config.target_layer="ffn"`.
+    """
 
     def __init__(self, config, hidden_size, num_heads, intermediate_size, layer_norm_first, drop_path):
         super().__init__()
@@ -200,12 +210,14 @@ class AaspLayer(GradientCheckpointingLayer):
         if self.layer_norm_first:
             attn_output, attn_weights = self.attention(self.norm1(hidden_states), attention_mask, output_attentions)
             hidden_states = hidden_states + self.drop_path(self.dropout(attn_output))
-            hidden_states = hidden_states + self.drop_path(self.mlp(self.norm2(hidden_states)))
+            ffn_output = self.mlp(self.norm2(hidden_states))
+            hidden_states = hidden_states + self.drop_path(ffn_output)
         else:
             attn_output, attn_weights = self.attention(hidden_states, attention_mask, output_attentions)
             hidden_states = self.norm1(hidden_states + self.drop_path(self.dropout(attn_output)))
-            hidden_states = self.norm2(hidden_states + self.drop_path(self.mlp(hidden_states)))
-        return hidden_states, attn_weights
+            ffn_output = self.mlp(hidden_states)
+            hidden_states = self.norm2(hidden_states + self.drop_path(ffn_output))
+        return hidden_states, attn_weights, ffn_output
 
 
 # ----------------------------------------------------------------------------------------------- AaPE parts
@@ -245,7 +257,7 @@ class AaspLambdaEncoder(nn.Module):
         Returns decay α and frequency β, each float32 (B, N, H/F̃)."""
         hidden_states = self.input_projection(tokens)  # (B, N, D) -> (B, N, D/r)
         for layer in self.layers:
-            hidden_states, _ = layer(hidden_states, attention_mask)
+            hidden_states, _, _ = layer(hidden_states, attention_mask)
         lambdas = self.output_projection(self.norm(hidden_states)).float()  # (B, N, 2H/F̃)
         decay, frequency = lambdas.chunk(2, dim=-1)  # (B, N, H/F̃) each
         decay = F.softplus(decay) + self.decay_min
@@ -372,14 +384,22 @@ class AaspSBLU(nn.Module):
         decay, frequency: float32 (B·M, V, H/F̃), each visible token's (α, β), or None (non-adaptive).
         Returns float32 (B·M, V, C̃).
 
-        The result is ``forward`` on each view's mel with per-group visibility, taken at the visible tokens (a test
-        checks this). Only the high-pass runs on the whole masked view (one FFT, no gradient); from there on
-        everything is token-local: B̄ on a window of ±c frames around the token's P_time frames, |r| at those P_time
-        frames (sblu_token_magnitude, one kernel per token and hidden channel), C̄ with the token's group weights,
-        GroupNorm statistics gathered over each (view, group)'s visible tokens, and the time patchifier. Hidden
-        tokens cost nothing past the high-pass: with 80 % masking, about a fifth of the dense stem per view.
+        ``config.student_stem_input="masked"`` (default): the result is ``forward`` on each view's mel with per-group
+        visibility, taken at the visible tokens (a test checks this). Only the high-pass runs on the whole masked
+        view (one FFT, no gradient); from there on everything is token-local: B̄ on a window of ±c frames around
+        the token's P_time frames, |r| at those P_time frames (sblu_token_magnitude, one kernel per token and hidden
+        channel), C̄ with the token's group weights, GroupNorm statistics gathered over each (view, group)'s visible
+        tokens, and the time patchifier. Hidden tokens cost nothing past the high-pass: with 80 % masking, about a
+        fifth of the dense stem per view.
         All of it runs with autocast off: B̄ and |r| in float32 as in ``forward``, C̄ and the statistics in float32
         (float64 in a float64 model).
+
+        ``config.student_stem_input="full"`` (EAT's order): the high-pass runs once per clip on the unmasked mel,
+        shared by its M views, and the windows keep the real hidden frames (only frames outside the clip are zero),
+        so a visible token sees its hidden neighbours; the rest is the same token-local path. The result is the
+        dense stem on the unmasked clip, with the visible tokens' (α, β) and GroupNorm statistics over each
+        (view, group)'s visible tokens (the hidden tokens' features are never computed), taken at the visible
+        tokens (a test checks this against a float64 dense computation).
         """
         c = self.config
         num_groups = c.num_frequency_patches
@@ -411,22 +431,33 @@ class AaspSBLU(nn.Module):
                 decay = per_token(static_decay.reshape(num_groups, channels))  # (H,) -> (F̃, H/F̃) -> (B·M, V, H/F̃)
                 frequency = per_token(static_frequency.reshape(num_groups, channels))  # (B·M, V, H/F̃)
 
-            # (a) each view's mel with its hidden patches zeroed, high-passed along time
-            mel = mel.float().repeat_interleave(batch_views // mel.shape[0], dim=0)  # (B, F, T) -> (B·M, F, T)
-            mel = mel.reshape(batch_views, num_groups, bins, num_frames)  # -> (B·M, F̃, F/F̃, T)
-            mel = (mel * visibility[:, :, None, :]).reshape(batch_views, -1, num_frames)  # (B·M, F, T)
-            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (B·M, F, T); no gradient needed
+            num_views = batch_views // mel.shape[0]
+            rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (B·M, 1, 1)
+            if c.student_stem_input == "full":
+                # (a) the unmasked clip high-passed once and shared by its M views; windows keep the hidden frames
+                highpassed = zero_phase_highpass(mel.float(), self.highpass_kernel)  # (B, F, T); no gradient needed
+                source_rows = rows // num_views  # view b·M + m reads clip b, (B·M, 1, 1)
+                window_visible = torch.ones_like(visibility)  # (B·M, F̃, T): every frame of the clip counts
+            else:
+                # (a) each view's mel with its hidden patches zeroed, high-passed along time
+                mel = mel.float().repeat_interleave(num_views, dim=0)  # (B, F, T) -> (B·M, F, T)
+                mel = mel.reshape(batch_views, num_groups, bins, num_frames)  # -> (B·M, F̃, F/F̃, T)
+                mel = (mel * visibility[:, :, None, :]).reshape(batch_views, -1, num_frames)  # (B·M, F, T)
+                highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (B·M, F, T); no gradient needed
+                source_rows = rows
+                window_visible = visibility  # (B·M, F̃, T)
 
             # Windows of ±c frames around each visible token's P_time frames (zeros outside the clip), of the
-            # high-passed mel of its group's bins and of the visibility of its group's frames.
+            # high-passed mel of its group's bins and of which of its group's frames count (hidden ones do not
+            # under "masked").
             frames = time_index[..., None] * patch + torch.arange(width, device=views.device)  # (B·M, V, P + 2c)
-            rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (B·M, 1, 1)
-            padded = F.pad(highpassed, (half, half))  # (B·M, F, T) -> (B·M, F, T + 2c)
-            padded = padded.reshape(batch_views, num_groups, bins, -1).transpose(2, 3)  # -> (B·M, F̃, T + 2c, F/F̃)
-            mel_windows = padded[rows, group_index[..., None], frames]  # (B·M, V, P + 2c, F/F̃)
-            window_visible = F.pad(visibility, (half, half))[rows, group_index[..., None], frames]  # (B·M, V, P + 2c)
+            padded = F.pad(highpassed, (half, half))  # (B|B·M, F, T) -> (B|B·M, F, T + 2c)
+            padded = padded.reshape(padded.shape[0], num_groups, bins, -1).transpose(2, 3)
+            # (B|B·M, F, T + 2c) -> (B|B·M, F̃, F/F̃, T + 2c) -> (B|B·M, F̃, T + 2c, F/F̃)
+            mel_windows = padded[source_rows, group_index[..., None], frames]  # (B·M, V, P + 2c, F/F̃)
+            window_visible = F.pad(window_visible, (half, half))[rows, group_index[..., None], frames]  # (B·M, V, P+2c)
 
-            # (b) B̄ with the token's group block; hidden and outside-the-clip frames zeroed: v
+            # (b) B̄ with the token's group block; frames that do not count zeroed (outside the clip; hidden): v
             weight = self.input_projection.weight.float()  # (H, F/F̃, 1)
             weight = per_token(weight.reshape(num_groups, channels, bins))  # (F̃, H/F̃, F/F̃) -> (B·M, V, H/F̃, F/F̃)
             bias = per_token(self.input_projection.bias.float().reshape(num_groups, 1, channels))  # (B·M, V, 1, H/F̃)
@@ -773,6 +804,7 @@ class AaspModel(AaspPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        output_ffn_outputs: bool = False,
         **kwargs,
     ) -> AaspModelOutput:
         r"""
@@ -782,6 +814,8 @@ class AaspModel(AaspPreTrainedModel):
         visible_indices (`torch.LongTensor` of shape `(B, M, V)`, *optional*): masked pre-training — encode only
             these patch tokens (time-major indices) of M views of each clip; the output batch is then B·M and
             `last_hidden_state` is `(B·M, 1 + V, D)`. Not combinable with `attention_mask`.
+        output_ffn_outputs (`bool`, *optional*, False): also return each layer's FFN output (`ffn_outputs`), the
+            teacher targets of `config.target_layer="ffn"`.
         """
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         output_hidden_states = (
@@ -806,12 +840,15 @@ class AaspModel(AaspPreTrainedModel):
         attn_mask = None if token_mask is None else token_mask[:, None, None, :]  # (B, 1, 1, 1 + N)
         all_hidden_states = (hidden_states,) if output_hidden_states else None
         all_attentions = () if output_attentions else None
+        all_ffn_outputs = () if output_ffn_outputs else None
         for layer in self.layers:
-            hidden_states, attn_weights = layer(hidden_states, attn_mask, output_attentions)
+            hidden_states, attn_weights, ffn_output = layer(hidden_states, attn_mask, output_attentions)
             if output_hidden_states:
                 all_hidden_states += (hidden_states,)
             if output_attentions:
                 all_attentions += (attn_weights,)
+            if output_ffn_outputs:
+                all_ffn_outputs += (ffn_output,)
         if self.norm is not None:
             hidden_states = self.norm(hidden_states)
 
@@ -820,6 +857,7 @@ class AaspModel(AaspPreTrainedModel):
             hidden_states=all_hidden_states,
             attentions=all_attentions,
             token_mask=token_mask,
+            ffn_outputs=all_ffn_outputs,
         )
 
 
@@ -1049,6 +1087,9 @@ class AaspForPreTraining(AaspPreTrainedModel):
     gradients, stays in eval mode and sees each unmasked clip once. The trainer calls `update_teacher(momentum)`
     right after `optimizer.step()`. The predictor and the contrastive head are student-side only.
     Losses (reductions as in `objectives.py`): L = L_m + η_u·L_u + η_c·L_c.
+    Fidelity options (see `AaspConfig`): `target_layer` (teacher block outputs or FFN outputs), `loss_scaling`
+    (plain means or EAT's effective weights), `student_stem_input` (the student's AaPE stem on each masked view or
+    on the full clip, EAT's order).
     """
 
     def __init__(self, config: AaspConfig):
@@ -1098,11 +1139,16 @@ class AaspForPreTraining(AaspPreTrainedModel):
                 f"got {tuple(query_indices.shape)}."
             )
 
-        # Teacher: the unmasked clip, once per clip; targets from every block (no CLS).
+        # Teacher: the unmasked clip, once per clip; targets from every block (no CLS): each block's output, or its
+        # FFN output before the residual add (EAT, target_layer="ffn").
         with torch.no_grad():
-            teacher_output = self.teacher(input_values, output_hidden_states=True)
-            block_outputs = [hidden[:, 1:] for hidden in teacher_output.hidden_states[1:]]  # L × (B, N, D)
-            targets = teacher_targets(block_outputs, c.target_norm_axis)  # (B, N, D), float32
+            ffn_targets = c.target_layer == "ffn"
+            teacher_output = self.teacher(
+                input_values, output_hidden_states=not ffn_targets, output_ffn_outputs=ffn_targets
+            )
+            layer_outputs = teacher_output.ffn_outputs if ffn_targets else teacher_output.hidden_states[1:]
+            layer_outputs = [hidden[:, 1:] for hidden in layer_outputs]  # L × (B, 1 + N, D) -> L × (B, N, D)
+            targets = teacher_targets(layer_outputs, c.target_norm_axis)  # (B, N, D), float32
 
         # Student: only the visible tokens of each view.
         student = self.aasp(input_values, visible_indices=visible_indices).last_hidden_state  # (B·M, 1 + V, D)
@@ -1112,9 +1158,9 @@ class AaspForPreTraining(AaspPreTrainedModel):
         view_targets = targets.repeat_interleave(num_views, dim=0)  # (B, N, D) -> (B·M, N, D)
         query_targets = view_targets.gather(1, queries[..., None].expand(-1, -1, targets.shape[-1]))  # (B·M, Q, D)
 
-        loss_masked = masked_prediction_loss(predictions, query_targets)
+        loss_masked = masked_prediction_loss(predictions, query_targets, scaling=c.loss_scaling)
         student_cls = student[:, 0].reshape(batch_size, num_views, -1)  # (B·M, D) -> (B, M, D)
-        loss_clip = clip_loss(student_cls, targets)
+        loss_clip = clip_loss(student_cls, targets, scaling=c.loss_scaling)
         view_embeddings = self.contrastive_head(student[:, 1:].mean(dim=1))  # (B·M, D/2)
         view_embeddings = view_embeddings.reshape(batch_size, num_views, -1)  # (B·M, D/2) -> (B, M, D/2)
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()

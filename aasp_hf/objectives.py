@@ -8,8 +8,7 @@ Sec. "Predictor and Pre-training Objectives" (Eq. loss_contrastive) and Sec. "Tr
 Dimensions: B clips (local to this process), M views per clip, N patch tokens (no CLS), Q query tokens per view,
 D hidden size, E contrastive embedding size, W processes (world size).
 
-Reductions (EAT's effective weighting differs from a plain mean: its CLS loss ends up summed over clips while its
-frame loss is a per-token mean; here every term is a plain mean):
+Reductions, ``scaling="mean"`` (the default, ``AaspConfig.loss_scaling``):
 
     L_m  ``masked_prediction_loss``      mean of the squared error over all query tokens (of all views and clips)
                                          and all D dimensions
@@ -17,6 +16,28 @@ frame loss is a per-token mean; here every term is a plain mean):
     L_c  ``multi_view_contrastive_loss`` mean over the (local) anchors, i.e. the 1/N_vis of the equation; with
                                          ``gather=True`` the mean over this process's anchors, so that DDP's
                                          gradient averaging over processes yields the gradient of the global mean
+
+``scaling="eat"`` gives L_m and L_u the weights EAT's optimiser sees (L_c has no EAT counterpart and stays a mean):
+
+    L_m  Σ_tokens Σ_d e²/√D / (number of query tokens)      = √D × the "mean" L_m
+    L_u  Σ_views Σ_d e²/√D  (summed over this batch's B·M)   = B·M·√D × the "mean" L_u
+
+Where this comes from (EAT, github.com/cwx-worst-one/EAT, models/EAT_pretraining.py; fairseq 0.12):
+  - ``d2v_loss`` (l. 760–776): ``F.mse_loss(x, y, reduction="none")`` times ``scale = 1 / math.sqrt(x.size(-1))``
+    (``loss_scale`` unset, ``loss_beta`` 0): an element-wise (tokens, D) tensor, not yet reduced.
+  - ``sample_size = masked.sum().long()`` (l. 642) with ``masked = encoder_mask.mask.unsqueeze(-1)`` (l. 632): the
+    number of masked tokens of the B·clone_batch views, i.e. of the tokens the regression is computed on (EAT
+    regresses every masked token; here the query tokens play that role). Not multiplied by D.
+  - the regression term is ``d2v_loss(x, y) * cfg.d2v_loss`` (l. 705–707, weight 1); the CLS term is
+    ``d2v_loss(cls_pred, cls_target) * (cfg.cls_loss * sample_size)`` (l. 659–660; cls_pred the student CLS of each
+    clone view, cls_target the token mean of the targets repeated over the clone views, cls_loss = 1).
+  - fairseq's ``model`` criterion (fairseq/criterions/model_criterion.py l. 76) sums each loss tensor completely,
+    ``coef * p.float().sum()``, adds the terms and returns ``sample_size`` (l. 81, 116); the trainer
+    (fairseq/trainer.py l. 941–946) multiplies the summed gradients by world_size / Σ_processes sample_size.
+  So per process the optimiser sees [Σ_tok,d e²/√D + sample_size·Σ_views,d e_cls²/√D] / sample_size: the first term
+  is √D × the per-element mean, the second B·M·√D × the per-element mean with B·M the views of one process's batch
+  (12 clips × 16 clones per GPU in EAT). DDP's averaging over processes matches fairseq's division by the summed
+  sample_size when every process holds the same number of masked tokens (fixed-count masking).
 
 Precision: every function computes in float32 (float64 inputs stay float64) with autocast disabled, so bfloat16 /
 float16 inputs under mixed precision give float32 targets and losses. Teacher targets are a stop-gradient sg(·)
@@ -33,6 +54,12 @@ import torch.nn.functional as F
 
 
 TARGET_NORM_AXES = ("tokens", "channels")
+LOSS_SCALINGS = ("mean", "eat")
+
+
+def _check_scaling(scaling: str) -> None:
+    if scaling not in LOSS_SCALINGS:
+        raise ValueError(f"scaling must be one of {LOSS_SCALINGS}, got scaling={scaling!r}")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -164,37 +191,44 @@ def teacher_targets(layer_outputs, norm_axis: str = "tokens") -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def masked_prediction_loss(predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def masked_prediction_loss(predictions: torch.Tensor, targets: torch.Tensor, scaling: str = "mean") -> torch.Tensor:
     """L_m: squared error between the predictor's outputs at the query tokens and the teacher targets there.
 
     Args:
         predictions: (..., Q, D) predictor outputs at the query positions (e.g. (B, M, Q, D) or (B·M, Q, D)).
         targets: the same shape, the pooled teacher targets gathered at the same positions (stop-gradient: detached).
+        scaling: ``"mean"`` or ``"eat"`` (module docstring).
 
     Returns:
-        scalar, the mean over all query tokens and all D dimensions of (prediction − target)².
+        scalar: ``"mean"``, the mean over all query tokens and all D dimensions of (prediction − target)²;
+        ``"eat"``, each token's Σ_d (prediction − target)² / √D averaged over the query tokens (√D × the mean).
     """
     if predictions.shape != targets.shape or predictions.ndim < 2 or predictions.numel() == 0:
         raise ValueError(
             "predictions and targets must have the same non-empty shape (..., Q, D), "
             f"got predictions {tuple(predictions.shape)} and targets {tuple(targets.shape)}"
         )
+    _check_scaling(scaling)
     dtype = _compute_dtype(predictions)
     with _no_autocast(predictions):
         error = predictions.to(dtype) - targets.detach().to(dtype)
+        if scaling == "eat":  # EAT's d2v_loss summed per token, divided by sample_size = the number of tokens
+            return (error.square().sum(dim=-1) / math.sqrt(error.shape[-1])).mean()  # (..., Q, D) -> (..., Q) -> ()
         return error.square().mean()
 
 
-def clip_loss(student_cls: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def clip_loss(student_cls: torch.Tensor, targets: torch.Tensor, scaling: str = "mean") -> torch.Tensor:
     """L_u: squared error between the student CLS of each view and the teacher's clip-level target.
 
     Args:
         student_cls: (B, M, D), the student's CLS token for each of the M masked views of each clip.
         targets: (B, N, D), the clip's pooled teacher targets (``teacher_targets``; stop-gradient: detached).
+        scaling: ``"mean"`` or ``"eat"`` (module docstring).
 
     Returns:
-        scalar, the mean over clips, views and D of (cls − ȳ)², with ȳ = targets.mean(1) (B, D) the clip target
-        (mean over the teacher pooled tokens), shared by the M views.
+        scalar: ``"mean"``, the mean over clips, views and D of (cls − ȳ)², with ȳ = targets.mean(1) (B, D) the clip
+        target (mean over the teacher pooled tokens), shared by the M views; ``"eat"``, each view's
+        Σ_d (cls − ȳ)² / √D summed over the B·M views (B·M·√D × the mean).
     """
     if (
         student_cls.ndim != 3
@@ -206,10 +240,14 @@ def clip_loss(student_cls: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             "student_cls must be (B, M, D) and targets (B, N, D) with the same B and D, "
             f"got student_cls {tuple(student_cls.shape)} and targets {tuple(targets.shape)}"
         )
+    _check_scaling(scaling)
     dtype = _compute_dtype(student_cls)
     with _no_autocast(student_cls):
         clip_target = targets.detach().to(dtype).mean(dim=1, keepdim=True)  # (B, N, D) -> (B, 1, D), broadcast over M
-        return (student_cls.to(dtype) - clip_target).square().mean()
+        error = student_cls.to(dtype) - clip_target  # (B, M, D)
+        if scaling == "eat":  # EAT's d2v_loss × sample_size, summed, then divided by sample_size: a sum over views
+            return (error.square().sum(dim=-1) / math.sqrt(error.shape[-1])).sum()  # (B, M, D) -> (B, M) -> ()
+        return error.square().mean()
 
 
 # ----------------------------------------------------------------------------------------------------------------------
