@@ -8,15 +8,22 @@ Steps:
 1. synthesise labelled train/test clips (and unlabelled pre-training clips, made by examples/pretrain.py)
 2. pre-train the tiny preset (examples/configs/pretrain_tiny_cpu.json) with examples/pretrain.py, export the encoder
 3. linear probe of frozen features ([CLS ; time-averaged tokens per frequency row]): random init vs pre-trained
-4. fine-tune AaspForAudioClassification from scratch and from the pre-trained encoder, same time budget each
-5. save_pretrained the fine-tuned model, reload it with pipeline("audio-classification"), predict
+4. fine-tune AaspForAudioClassification from scratch and from the pre-trained encoder, the same number of steps
+   and the same recipe each (AdamW, warm-up + cosine by step)
+5. save_pretrained the fine-tuned model (with a model card), reload it with pipeline("audio-classification"), predict
 
-    python examples/demo.py [--pretrain-steps 1500] [--seconds 30] [--output-dir demo_output] [--seed 0]
+    python examples/demo.py [--pretrain-steps 1500] [--finetune-steps 250] [--output-dir demo_output] [--seed 0]
+
+Artefacts (printed at the end): demo_output/pretrain/ (the pre-training run: checkpoint, log_history.jsonl,
+all_results.json, TensorBoard events) with the exported encoder in demo_output/pretrain/encoder/,
+demo_output/classifier/ (the fine-tuned classifier for the pipeline) and demo_output/all_results.json.
+Torch uses one thread per usable core, at most 8 (`--threads`).
 """
 
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -125,37 +132,46 @@ def accuracy(model, features, labels) -> float:
     return correct / len(labels)
 
 
-def finetune(model, train, train_y, seconds, batch_size, learning_rate, log_prefix) -> int:
-    """AdamW with warm-up + cosine over a time budget (the demo trains for seconds, not steps). Returns steps."""
+def finetune(model, train, train_y, steps, batch_size, learning_rate, log_prefix, seed) -> float:
+    """`steps` AdamW steps, warm-up (first 10 %) + cosine by step, batches in a seeded order (the same for every
+    model). Returns the seconds it took."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
     labels = torch.as_tensor(train_y)
-    batch_size, step, start = min(batch_size, len(labels)), 0, time.monotonic()
-    while time.monotonic() - start < seconds:
-        model.train()
-        order = torch.randperm(len(labels))
-        for i in range(0, len(order) - batch_size + 1, batch_size):
-            idx = order[i : i + batch_size]
-            progress = min((time.monotonic() - start) / seconds, 1.0)
-            for group in optimizer.param_groups:
-                group["lr"] = learning_rate * min(1.0, 10 * progress) * 0.5 * (1 + math.cos(math.pi * progress))
-            out = model(train["input_values"][idx], train["attention_mask"][idx], labels=labels[idx])
-            optimizer.zero_grad(set_to_none=True)
-            out.loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            step += 1
-            if step % 200 == 0:
-                print(f"   {log_prefix} step {step:5d}  loss {out.loss.item():.3f}  ({time.monotonic() - start:.0f} s)")
-            if time.monotonic() - start >= seconds:
-                break
-    return step
+    batch_size, start = min(batch_size, len(labels)), time.monotonic()
+    generator = torch.Generator().manual_seed(seed)
+    per_epoch = len(labels) // batch_size
+    model.train()
+    for step in range(steps):
+        if step % per_epoch == 0:
+            order = torch.randperm(len(labels), generator=generator)
+        idx = order[(step % per_epoch) * batch_size : (step % per_epoch + 1) * batch_size]
+        progress = step / steps
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate * min(1.0, 10 * (step + 1) / steps) * 0.5 * (1 + math.cos(math.pi * progress))
+        out = model(train["input_values"][idx], train["attention_mask"][idx], labels=labels[idx])
+        optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        if (step + 1) % 50 == 0 or step + 1 == steps:
+            print(f"   {log_prefix} step {step + 1:5d}/{steps}  loss {out.loss.item():.3f}  "
+                  f"({time.monotonic() - start:.0f} s)")
+    return time.monotonic() - start
+
+
+def default_threads() -> int:
+    """One torch thread per core this process may use (its CPU affinity, not the host's count), at most 8."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(usable, 8))
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pretrain-steps", type=int, default=1500, help="0 skips pre-training")
     parser.add_argument("--pretrain-clips", type=int, default=1024)
-    parser.add_argument("--seconds", type=float, default=30.0, help="fine-tuning time budget, per model")
+    parser.add_argument("--finetune-steps", type=int, default=250, help="fine-tuning steps, the same for each model")
+    parser.add_argument("--threads", type=int, default=default_threads(), help="torch threads (default: usable "
+                        "cores, at most 8)")
     parser.add_argument("--output-dir", default="demo_output")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-per-class", type=int, default=400)
@@ -164,6 +180,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     args = parser.parse_args(argv)
     output_dir = Path(args.output_dir)
+    torch.set_num_threads(args.threads)
+    print(f"torch threads: {torch.get_num_threads()}")
+    t_start = time.monotonic()
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed + 1)  # the pre-training clips come from `seed`, these from seed + 1
     id2label = dict(enumerate(LABELS))
@@ -195,17 +214,21 @@ def main(argv=None) -> dict:
         results["probe_accuracy_pretrained"] = linear_probe(encoder, train, train_y, test, test_y)
         print(f"   pre-trained : {results['probe_accuracy_pretrained']:.3f}")
 
-    print(f"4. fine-tuning for {args.seconds:.0f} s each (chance {1 / len(LABELS):.2f})")
+    print(f"4. fine-tuning for {args.finetune_steps} steps each, same recipe (chance {1 / len(LABELS):.2f})")
     head_kwargs = dict(num_labels=len(LABELS), id2label=id2label, label2id={v: k for k, v in id2label.items()})
     torch.manual_seed(args.seed)
     candidates = {"scratch": AaspForAudioClassification(AaspConfig(**tiny_model_config(), **head_kwargs))}
     if encoder_dir is not None:
         candidates["pretrained"] = AaspForAudioClassification.from_pretrained(encoder_dir, **head_kwargs)
     for name, model in candidates.items():
-        steps = finetune(model, train, train_y, args.seconds, args.batch_size, args.learning_rate, name)
-        results[f"finetune_steps_{name}"] = steps
+        seconds = finetune(model, train, train_y, args.finetune_steps, args.batch_size, args.learning_rate, name,
+                           seed=args.seed)
+        results[f"finetune_steps_{name}"] = args.finetune_steps
+        results[f"finetune_seconds_{name}"] = round(seconds, 1)
         results[f"finetune_accuracy_{name}"] = accuracy(model, test, test_y)
-        print(f"   from {name:10s}: {results[f'finetune_accuracy_{name}']:.3f} held-out accuracy after {steps} steps")
+    for name in candidates:
+        print(f"   from {name:10s}: {results[f'finetune_accuracy_{name}']:.3f} held-out accuracy after "
+              f"{args.finetune_steps} steps ({results[f'finetune_seconds_{name}']:.0f} s)")
 
     best_name = "pretrained" if "pretrained" in candidates else "scratch"
     classifier_dir = output_dir / "classifier"
@@ -221,8 +244,30 @@ def main(argv=None) -> dict:
         shown = ", ".join(f"{p['label']} {p['score']:.2f}" for p in classifier(clip, top_k=2))
         print(f"   true {LABELS[label]:>13s} -> {shown}")
 
+    from aasp_hf.hub import write_model_card
+
+    write_model_card(classifier_dir, candidates[best_name], feature_extractor, {
+        "title": "AaSP demo classifier (synthetic audio, 5 classes)",
+        "path": str(classifier_dir),
+        "training": {"data": f"examples/demo.py's synthetic clips: {args.train_per_class} train per class, "
+                             f"{args.test_per_class} test per class, 1 s each",
+                     "pre-training": f"{args.pretrain_steps} steps on {args.pretrain_clips} unlabelled synthetic clips"
+                                     if encoder_dir is not None else "none (from scratch)",
+                     "fine-tuning": f"{args.finetune_steps} steps, batch {args.batch_size}, AdamW lr "
+                                    f"{args.learning_rate:g}"},
+        "evaluation": f"Held-out accuracy on {len(test_y)} synthetic test clips through the pipeline: "
+                      f"{results['pipeline_accuracy']:.3f} (from scratch, same steps: "
+                      f"{results['finetune_accuracy_scratch']:.3f}). A demonstration, not a benchmark.",
+    })
+    results["seconds"] = round(time.monotonic() - t_start, 1)
     (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
-    print(f"results: {output_dir / 'all_results.json'}")
+    print(f"done in {results['seconds'] / 60:.1f} min. Artefacts:")
+    if encoder_dir is not None:
+        print(f"   pre-training run      {output_dir / 'pretrain'}/  (checkpoint, log_history.jsonl, all_results.json, "
+              f"TensorBoard events)")
+        print(f"   pre-trained encoder   {encoder_dir}/  (AutoModel.from_pretrained; model card README.md)")
+    print(f"   fine-tuned classifier {classifier_dir}/  (pipeline(\"audio-classification\", model=...); model card)")
+    print(f"   results               {output_dir / 'all_results.json'}")
     return results
 
 

@@ -24,11 +24,19 @@ def test_synthetic_classes_differ_where_they_should():
     assert abs(envelope_spectrum_peak(clips["am_30hz"]) - 30) <= 4.0
 
 
-def test_demo_main_pretrains_probes_finetunes_and_the_pipeline_agrees(tmp_path):
+def test_demo_main_pretrains_probes_finetunes_and_the_pipeline_agrees(tmp_path, capsys):
     results = demo.main(
-        ["--pretrain-steps", "3", "--pretrain-clips", "32", "--seconds", "2", "--train-per-class", "6",
-         "--test-per-class", "4", "--output-dir", str(tmp_path)]
+        ["--pretrain-steps", "3", "--pretrain-clips", "32", "--finetune-steps", "3", "--train-per-class", "6",
+         "--test-per-class", "4", "--output-dir", str(tmp_path), "--threads", "2"]
     )  # fmt: skip
+    printed = capsys.readouterr().out
+    # both fine-tuning runs get the same number of steps (not the same seconds); every artefact's path is printed
+    assert results["finetune_steps_scratch"] == results["finetune_steps_pretrained"] == 3
+    for path in (tmp_path / "pretrain", tmp_path / "pretrain" / "encoder", tmp_path / "classifier",
+                 tmp_path / "all_results.json"):
+        assert str(path) in printed, path
+    assert "torch threads: 2" in printed
+    assert "AaSP demo classifier" in (tmp_path / "classifier" / "README.md").read_text()
     for key in ("probe_accuracy_random_init", "probe_accuracy_pretrained", "finetune_accuracy_scratch",
                 "finetune_accuracy_pretrained"):  # fmt: skip
         assert 0.0 <= results[key] <= 1.0, key
