@@ -64,9 +64,9 @@ class LinearEvalArguments:
         default=None, metadata={"help": "JSON object of extra loader arguments, e.g. '{\"metadata_csv\": \"...\"}'"}
     )
     synthetic_per_class: int = field(default=0, metadata={"help": "N > 0: demo clips (N train per class), no files"})
-    task: str | None = field(default=None, metadata={"help": "EVAR clip-length key (default: the dataset name)"})
+    task: str | None = field(default=None, metadata={"help": "EVAR clip-length key; unset: the dataset name"})
     clip_seconds: float | None = field(default=None, metadata={"help": "overrides the task's EVAR clip length"})
-    folds: list[int] | None = field(default=None, metadata={"help": "test folds of a K-fold task (default: all)"})
+    folds: list[int] | None = field(default=None, metadata={"help": "test folds of a K-fold task; unset: all"})
     validation_fraction: float = field(default=0.1, metadata={"help": "held out of train when there is no validation"})
     test_fraction: float = field(
         default=0.2, metadata={"help": "held out of train (stratified by class, seeded) when there is no test split, "

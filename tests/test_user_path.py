@@ -324,3 +324,39 @@ def test_hub_folder_card_is_generated_from_the_model(tmp_path):
     assert "| test | accuracy | 0.7500 |" in body and "valid_score" not in body and "'lr'" not in body
     assert metadata["datasets"] == ["esc50"] and "Trained on esc50" in body
     assert not [claim for claim in TEMPLATE_CLAIMS if claim in body]
+
+
+# ----------------------------------------------------------------------------------------------- should fix
+def test_a_data_source_on_the_command_line_replaces_the_presets():
+    preset = str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json")
+    data_args, _, args = pretrain.parse_args(["--config", preset, "--train_dir", "/my/clips"])
+    assert data_args.train_dir == "/my/clips" and data_args.synthetic_clips == 0
+    assert args.max_steps == 300  # the rest of the preset still applies
+    data_args, _, _ = pretrain.parse_args(["--config", preset, "--max_steps", "40"])
+    assert data_args.synthetic_clips == 256  # no data source given: the preset's
+
+
+def test_help_lists_config_and_says_what_each_flag_does(capsys):
+    import finetune
+
+    with pytest.raises(SystemExit):
+        finetune.parse_args(["--help"])
+    text = capsys.readouterr().out
+    assert "--config PRESET.json" in text and "(default: from" not in text and "turns --spec_augment off" in text
+    for flag in ("--adam_beta2", "--weight_decay", "--warmup_steps", "--layer_decay"):
+        help_text = text.split(flag, 1)[1].split("\n  --", 1)[0]
+        assert "AdamW" in help_text or "warm-up" in help_text or "decay" in help_text, flag
+    with pytest.raises(SystemExit):
+        pretrain.parse_args(["--help"])
+    text = capsys.readouterr().out
+    assert "--config PRESET.json" in text and "AdamW β1" in text
+
+
+def test_too_few_steps_for_the_warmup_fail_at_once_naming_warmup_steps():
+    import finetune
+
+    with pytest.raises(ValueError, match=r"--warmup_steps 100 must be at most --max_steps 5"):
+        finetune.parse_args(["--model_name_or_path", "unused", "--max_steps", "5"])
+    with pytest.raises(ValueError, match=r"--warmup_steps 30 must be at most --max_steps 10"):
+        pretrain.parse_args(["--config", str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"),
+                             "--max_steps", "10"])
