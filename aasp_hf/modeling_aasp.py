@@ -699,11 +699,15 @@ class AaspPreTrainedModel(PreTrainedModel):
         return super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """As transformers', and when the code ships with the weights (`auto_map`), a head's checkpoint also maps
-        `AutoModel` to the bare encoder, so `AutoModel.from_pretrained(..., trust_remote_code=True)` loads it."""
+        """As transformers', and when the code ships with the weights (`auto_map`), every checkpoint maps `AutoModel`
+        to the bare encoder and `AutoModelForAudioClassification` to the classifier (a pre-training checkpoint also
+        keeps its `AutoModelForPreTraining`), so `AutoModelForAudioClassification.from_pretrained(encoder,
+        trust_remote_code=True)` fine-tunes an exported encoder (transformers' own audio-classification script)."""
         if self._auto_class is not None:
             auto_map = dict(getattr(self.config, "auto_map", None) or {})
-            auto_map.setdefault("AutoModel", f"{AaspModel.__module__.split('.')[-1]}.{AaspModel.__name__}")
+            module = AaspModel.__module__.split(".")[-1]
+            auto_map.setdefault("AutoModel", f"{module}.{AaspModel.__name__}")
+            auto_map.setdefault("AutoModelForAudioClassification", f"{module}.{AaspForAudioClassification.__name__}")
             self.config.auto_map = auto_map
         return super().save_pretrained(save_directory, *args, **kwargs)
 
