@@ -696,7 +696,15 @@ class AaspPreTrainedModel(PreTrainedModel):
                         f"checkpoint's own, or set these fields to the checkpoint's values; pass "
                         f"ignore_mismatched_sizes=True only to re-initialise the mismatching weights on purpose."
                     )
-        return super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
+        except Exception as error:  # safetensors' own message ("incomplete metadata") names neither file nor cause
+            if type(error).__name__ != "SafetensorError":
+                raise
+            raise OSError(
+                f"Could not read the weights of {pretrained_model_name_or_path} ({error}): its model.safetensors is "
+                f"truncated or corrupt, e.g. an interrupted copy or download. Copy, download or save it again."
+            ) from error
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """As transformers', and when the code ships with the weights (`auto_map`), every checkpoint maps `AutoModel`

@@ -360,3 +360,29 @@ def test_too_few_steps_for_the_warmup_fail_at_once_naming_warmup_steps():
     with pytest.raises(ValueError, match=r"--warmup_steps 30 must be at most --max_steps 10"):
         pretrain.parse_args(["--config", str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"),
                              "--max_steps", "10"])
+
+
+def test_messages_name_the_file_and_the_cause(tmp_path):
+    from aasp_hf.data import decode_audio
+
+    model_dir = tmp_path / "model"
+    aasp_hf.AaspModel(aasp_hf.AaspConfig(**MODEL)).save_pretrained(model_dir)
+    weights = model_dir / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # an interrupted copy
+    with pytest.raises(OSError, match=r"model.*truncated or corrupt"):
+        aasp_hf.AaspModel.from_pretrained(model_dir)
+
+    not_audio = tmp_path / "notes.wav"
+    not_audio.write_text("not audio at all")
+    with pytest.raises(ValueError, match=r"Could not decode .*notes\.wav as audio"):
+        decode_audio(str(not_audio))
+    with pytest.raises(ValueError, match=r"Could not decode <16 bytes of a file> as audio"):
+        decode_audio(not_audio.read_bytes())
+
+
+def test_package_metadata_uses_an_spdx_licence_expression():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "Apache-2.0"  # not the deprecated {text = ...} table (setuptools warns)
+    assert any(req.startswith("setuptools>=77") for req in project["build-system"]["requires"])

@@ -68,6 +68,17 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
     if source is None:
         raise ValueError(f"Nothing to decode in {audio!r}: no array, bytes or path.")
     try:
+        return _decode_file(source, sampling_rate)
+    except Exception as error:  # the decoders' own messages may not name the file (soundfile: "Malformed ...")
+        raise ValueError(
+            f"Could not decode {_describe(audio)} as audio ({type(error).__name__}: {error}). Is it an audio file "
+            f"(wav, flac, mp3, ogg, ...) that is complete? ffmpeg must be installed to decode compressed formats."
+        ) from error
+
+
+def _decode_file(source, sampling_rate: int) -> np.ndarray:
+    """A path or the bytes of a file -> mono float32 (L,) at `sampling_rate` (torchcodec, else soundfile)."""
+    try:
         from torchcodec.decoders import AudioDecoder
     except ImportError:  # fallback: soundfile (ENV.md trap 3)
         import soundfile as sf
@@ -79,6 +90,8 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
 
 
 def _describe(audio) -> str:
+    if isinstance(audio, (bytes, bytearray)):
+        return f"<{len(audio)} bytes of a file>"
     if isinstance(audio, dict):
         return str(audio.get("path") or "<bytes>")
     if hasattr(audio, "metadata"):
