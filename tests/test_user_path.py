@@ -386,3 +386,18 @@ def test_package_metadata_uses_an_spdx_licence_expression():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["license"] == "Apache-2.0"  # not the deprecated {text = ...} table (setuptools warns)
     assert any(req.startswith("setuptools>=77") for req in project["build-system"]["requires"])
+
+
+def test_the_shipped_cpu_accelerate_config_launches_without_warnings(tmp_path):
+    import os
+    import subprocess
+
+    script = tmp_path / "hello.py"
+    script.write_text("print('launched')\n")
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf")}  # no default accelerate config of the user's
+    done = subprocess.run([str(Path(sys.executable).with_name("accelerate")), "launch", "--config_file",
+                           str(ROOT / "examples" / "accelerate_configs" / "cpu.yaml"), str(script)],
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "launched" in done.stdout
+    assert "were not passed" not in done.stdout + done.stderr
