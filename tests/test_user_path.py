@@ -401,3 +401,18 @@ def test_the_shipped_cpu_accelerate_config_launches_without_warnings(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "launched" in done.stdout
     assert "were not passed" not in done.stdout + done.stderr
+
+
+def test_presets_and_default_output_dirs_write_under_git_ignored_folders():
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "examples/configs"], cwd=ROOT, capture_output=True, text=True)
+    presets = [ROOT / name for name in tracked.stdout.split() if name.endswith(".json")]
+    assert presets
+    outputs = {json.loads(p.read_text()).get("output_dir") for p in presets} - {None}
+    outputs |= {"pretrain_output", "finetune_output", "linear_eval_output", "demo_output"}  # the scripts' defaults
+    for output in sorted(outputs):
+        ignored = subprocess.run(["git", "check-ignore", "-q", f"{output}/encoder/model.safetensors"], cwd=ROOT)
+        assert ignored.returncode == 0, f"{output}/ is not git-ignored"
+    tiny = json.loads((ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json").read_text())
+    assert tiny["output_dir"] == "runs/pt"  # what the README's downstream commands read (runs/pt/encoder)
