@@ -153,6 +153,12 @@ def test_split_clips_and_midi(tmp_path):
     assert data[:4] == b"MThd" and data[14:18] == b"MTrk" and data.endswith(b"\xff\x2f\x00")
 
 
+def test_freepats_config_parsing():
+    cfg = ["dir /x\n", "drumset 0\n", " 35 Drum_000/035_Kick_1.pat amp=100\n", "\n", "bank 0\n", "# comment\n",
+           " 0 Tone_000/000_Acoustic_Grand_Piano.pat amp=120\n", " 73 Tone_000/073_Flute.pat\n"]
+    assert bd.freepats_programs(cfg) == [0, 73]
+
+
 def test_missing_tool_and_package_errors(tmp_path):
     with pytest.raises(bd.BuildError, match="apt-get install fluidsynth"):
         bd.require_tool("fluidsynth", which=lambda name: None)

@@ -32,7 +32,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from multiprocessing import Pool
@@ -81,7 +80,7 @@ TOOLS = {  # executable -> apt package that provides it
 # Game packages for the pre-training corpus: (regex on the path inside the package, kind); first match wins.
 # kind "auto": music when the file is at least AUTO_MUSIC_SEC long, else sfx.
 GAME_SOURCES = {
-    "frozen-bubble-data": [(r"zik\.ogg$", "music"), (r"/snd/", "sfx")],
+    "frozen-bubble-data": [(r"/snd/", "auto")],
     "pingus-data": [(r"/data/music/", "music"), (r"/data/sounds/", "sfx")],
     "hedgewars-data": [(r"/Data/Music/", "music"), (r"/Sounds/voices/", "speech"), (r"/Data/Sounds/", "sfx")],
     "supertuxkart-data": [(r"/data/music/", "music"), (r"/data/sfx/", "sfx"), (r".", "auto")],
@@ -117,7 +116,7 @@ INSTRUMENT_VELOCITIES = (60, 90, 120)
 PITCH_CLASSES = ["C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B"]
 PITCH_TRAIN_PROGRAMS = [0, 11, 19, 24, 40, 56, 65, 73]  # TimGM6mb
 PITCH_TEST_PROGRAMS = [2, 15, 16, 25, 42, 57, 71, 74]  # other instruments, from freepats
-PITCH_RANGE = (48, 83)  # three octaves, C3..B5
+PITCH_RANGE = (36, 95)  # five octaves, C2..B6 (three octaves made the task too easy for log-mel features)
 PITCH_VELOCITIES = (75, 110)
 
 NOTE_HOLD_SEC = 1.0  # note on -> note off
@@ -193,6 +192,11 @@ def unpack_deb(deb: str, dest: str) -> str:
     subprocess.run(["dpkg-deb", "-x", deb, dest], check=True)
     open(marker, "w").close()
     return dest
+
+
+def deb_name(data_dir: str, package: str) -> str:
+    """File name (package_version_arch.deb) of the downloaded package, for the manifest."""
+    return os.path.basename(fetch_deb(package, os.path.join(data_dir, "debs")))
 
 
 def get_package(data_dir: str, package: str) -> str:
@@ -284,13 +288,21 @@ def safe_name(text: str) -> str:
 # steps: each returns manifest entries; run_step() stores them in DATA/steps/<step>.json when done
 
 
-def run_step(data_dir: str, step: str, out_dirs: list[str], fn) -> dict:
-    """Run ``fn() -> {"entries": [...], "skipped": [...]}`` unless the step is already recorded."""
+def fingerprint(params) -> str:
+    """Short hash of a step's parameters (and the clip settings): a step is redone when they change."""
+    text = json.dumps([params, SR, MAX_CLIP_SEC, MIN_CLIP_SEC, SILENCE_PEAK], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def run_step(data_dir: str, step: str, out_dirs: list[str], fn, params=None) -> dict:
+    """Run ``fn() -> {"entries": [...], "skipped": [...], "debs": [...]}`` unless the step is already recorded
+    with the same ``params`` and all its files exist."""
     record_path = os.path.join(data_dir, "steps", f"{step}.json")
     if os.path.exists(record_path):
         with open(record_path) as f:
             record = json.load(f)
-        if all(os.path.exists(os.path.join(data_dir, e["path"])) for e in record["entries"]):
+        if record.get("params") == fingerprint(params) and all(
+                os.path.exists(os.path.join(data_dir, e["path"])) for e in record["entries"]):
             log(f"[{step}] already done ({len(record['entries'])} files)")
             return record
     for d in out_dirs:  # an unfinished step is redone from scratch
@@ -298,7 +310,8 @@ def run_step(data_dir: str, step: str, out_dirs: list[str], fn) -> dict:
     t0 = time.time()
     log(f"[{step}] running")
     record = fn()
-    record = {"step": step, "entries": sorted(record["entries"], key=lambda e: e["path"]),
+    record = {"step": step, "params": fingerprint(params), "debs": sorted(record.get("debs", [])),
+              "entries": sorted(record["entries"], key=lambda e: e["path"]),
               "skipped": sorted(record.get("skipped", []))}
     os.makedirs(os.path.dirname(record_path), exist_ok=True)
     with open(record_path + ".tmp", "w") as f:
@@ -384,9 +397,11 @@ def step_game_package(data_dir: str, package: str, jobs: int) -> dict:
         root = get_package(data_dir, package)
         if package == "0ad-data":
             root = extract_0ad_audio(root)
-        return convert_source_files(data_dir, package, root, GAME_SOURCES[package], jobs)
+        record = convert_source_files(data_dir, package, root, GAME_SOURCES[package], jobs)
+        return dict(record, debs=[deb_name(data_dir, package)])
 
-    return run_step(data_dir, f"pretrain-{package}", [f"pretrain/{package}"], build)
+    params = [package, GAME_SOURCES[package], AUTO_MUSIC_SEC]
+    return run_step(data_dir, f"pretrain-{package}", [f"pretrain/{package}"], build, params)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -429,6 +444,20 @@ def note_events(t: float, channel: int, program: int, pitch: int, velocity: int,
     ]
 
 
+def freepats_programs(cfg_lines: list[str]) -> list[int]:
+    """Melodic programs (bank 0) that a timidity config defines."""
+    programs, in_bank0 = [], False
+    for line in cfg_lines:
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if words[0] in ("bank", "drumset"):
+            in_bank0 = words == ["bank", "0"]
+        elif in_bank0 and words[0].isdigit():
+            programs.append(int(words[0]))
+    return programs
+
+
 def render_midi(package: str, package_dir: str, events: list, work_dir: str) -> np.ndarray:
     """Render MIDI events without reverb/chorus: soundfonts with fluidsynth, freepats with timidity.
 
@@ -443,6 +472,12 @@ def render_midi(package: str, package_dir: str, events: list, work_dir: str) -> 
         cfg = os.path.join(work_dir, "freepats.cfg")
         with open(os.path.join(package_dir, "etc/timidity/freepats.cfg")) as f:
             patches = [line for line in f if not line.startswith("dir ")]
+        # timidity also reads the system config (which may point at other patch sets): every program we play
+        # must be defined by freepats, whose definitions (read last) then win.
+        defined = set(freepats_programs(patches))
+        used = {msg[1] for _, msg in events if msg[0] & 0xF0 == 0xC0}
+        if not used <= defined:
+            raise BuildError(f"programs {sorted(used - defined)} are not in freepats")
         with open(cfg, "w") as f:
             f.write(f"dir {os.path.join(package_dir, 'usr/share/midi/freepats')}\n" + "".join(patches))
         cmd = ["timidity", "-c", cfg, "-Ow", "-o", wav, "-s", str(RENDER_SR), "-EFreverb=0", "-EFchorus=0",
@@ -544,9 +579,10 @@ def step_note_task(data_dir: str, task: str, split: str) -> dict:
             items.append({"label": label, "name": f"{package.split('-')[0]}_p{program:03d}_n{pitch:03d}_v{vel:03d}",
                           "audio": clip, "source": package, "group": f"{package}/program{program}",
                           "origin": f"{package} program {program} pitch {pitch} velocity {vel}"})
-        return save_task_clips(data_dir, task, split, items)
+        return dict(save_task_clips(data_dir, task, split, items), debs=[deb_name(data_dir, package)])
 
-    return run_step(data_dir, f"task-{task}-{split}", [f"tasks/{task}/{split}"], build)
+    params = [package, notes, NOTE_HOLD_SEC, NOTE_CLIP_SEC, NOTE_SLOT_SEC, RENDER_SR]
+    return run_step(data_dir, f"task-{task}-{split}", [f"tasks/{task}/{split}"], build, params)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -566,6 +602,10 @@ def festival_root(data_dir: str) -> str:
         subprocess.run(["dpkg-deb", "-x", deb, root], check=True)
     open(marker, "w").close()
     return root
+
+
+def festival_debs(data_dir: str, voice: str) -> list[str]:
+    return [deb_name(data_dir, p) for p in FESTIVAL_LEXICONS + [VOICES[voice][0]]]
 
 
 def scheme_string(text: str) -> str:
@@ -629,9 +669,10 @@ def step_speech_task(data_dir: str, split: str) -> dict:
                  for word, f0, stretch, p in utts]
         record = save_task_clips(data_dir, "speech", split, items)
         shutil.rmtree(work)
-        return record
+        return dict(record, debs=festival_debs(data_dir, voice))
 
-    return run_step(data_dir, f"task-speech-{split}", [f"tasks/speech/{split}"], build)
+    params = [voice, SPEECH_WORDS, SPEECH_F0, SPEECH_STRETCH]
+    return run_step(data_dir, f"task-speech-{split}", [f"tasks/speech/{split}"], build, params)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -694,9 +735,10 @@ def step_pretrain_notes(data_dir: str) -> dict:
             write_wav(path, clip)
             entries.append(make_entry(data_dir, path, len(clip), package, kind="music", split="pretrain",
                                       origin=f"random note sequence {i} (seed {SEED})"))
-        return {"entries": entries}
+        return {"entries": entries, "debs": [deb_name(data_dir, package)]}
 
-    return run_step(data_dir, "pretrain-rendered-notes", ["pretrain/rendered-notes"], build)
+    params = [package, PRETRAIN_NOTES_MINUTES, SEED, RENDER_SR]
+    return run_step(data_dir, "pretrain-rendered-notes", ["pretrain/rendered-notes"], build, params)
 
 
 def speech_text_chunks(max_words: int = 22, total_words: int = PRETRAIN_SPEECH_WORDS) -> list[str]:
@@ -745,9 +787,10 @@ def step_pretrain_speech(data_dir: str) -> dict:
                 entries.append(make_entry(data_dir, path, len(clip), package, kind="speech", split="pretrain",
                                           origin=f"festival {VOICES[voice][1]} reading licence text, f0={f0}"))
         shutil.rmtree(work)
-        return {"entries": entries}
+        return {"entries": entries, "debs": festival_debs(data_dir, voice)}
 
-    return run_step(data_dir, "pretrain-festival-speech", ["pretrain/festival-speech"], build)
+    params = [voice, PRETRAIN_SPEECH_WORDS, LICENSE_TEXTS, SEED]
+    return run_step(data_dir, "pretrain-festival-speech", ["pretrain/festival-speech"], build, params)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -796,11 +839,12 @@ def summarize(entries: list[dict]) -> dict:
 
 
 def write_manifest(data_dir: str) -> dict:
-    entries, skipped = [], {}
+    entries, skipped, debs = [], {}, set()
     for record_path in sorted(glob.glob(os.path.join(data_dir, "steps", "*.json"))):
         with open(record_path) as f:
             record = json.load(f)
         entries.extend(record["entries"])
+        debs.update(record.get("debs", []))
         if record.get("skipped"):
             skipped[record["step"]] = record["skipped"]
     entries.sort(key=lambda e: e["path"])
@@ -811,6 +855,7 @@ def write_manifest(data_dir: str) -> dict:
         "max_clip_seconds": MAX_CLIP_SEC,
         "summary": summarize(entries),
         "licenses": {s: LICENSES.get(s, "?") for s in sorted({e["source"] for e in entries})},
+        "debian_packages": sorted(debs),
         "skipped_files": skipped,
         "files": entries,
     }
