@@ -116,6 +116,9 @@ def test_task_disjointness_check(tmp_path):
     leaky = bd.save_task_clips(data_dir, "toy", "test", fake_task_items("sf-a", "sf-a", 2))["entries"]
     with pytest.raises(AssertionError, match="share sources"):
         bd.check_task_disjointness(train + leaky)
+    pre = [{"path": "pretrain/x.wav", "split": "pretrain", "source": "sf-b", "kind": "music"}]
+    with pytest.raises(AssertionError, match="pre-training sources"):
+        bd.check_task_disjointness(train + test + pre)
 
 
 def test_task_plans_keep_test_sources_unseen():

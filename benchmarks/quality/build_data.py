@@ -53,11 +53,11 @@ FORBIDDEN_PACKAGES = {"fluid-soundfont-gm", "fluid-soundfont-gs", "hydrogen-drum
 # Licences as stated in each package's debian/copyright (see README.md for details).
 LICENSES = {
     "wesnoth-1.16-music": "GPL-2+",
-    "warzone2100-music": "GPL-2+ / CC-BY-SA-3.0 (soundtrack albums, see copyright file)",
-    "supertuxkart-data": "GPL-3+ / CC-BY-SA-3.0 / CC-BY-3.0 / CC0 / public domain (per file)",
-    "hedgewars-data": "GPL-2 (sounds, voices) / CC-BY-SA / public domain (per file)",
-    "frozen-bubble-data": "GPL-2+",
-    "pingus-data": "GPL-3+ (music: GPL-2+ / CC-BY-SA per file)",
+    "warzone2100-music": "GPL-2+ (original soundtrack); CC-BY-SA-3.0+ or GPL-2+ (legacy/aftermath albums)",
+    "supertuxkart-data": "per file: CC-BY-SA-3.0/4.0, CC-BY-3.0, CC0, public domain, GPL",
+    "hedgewars-data": "GPL-2 (music); GFDL-1.3 (Data/Sounds incl. voices); CC-BY-SA-3.0 (Droplet sounds)",
+    "frozen-bubble-data": "GPL-2",
+    "pingus-data": "GPL-2+",
     "0ad-data": "CC-BY-SA-3.0 (art and audio)",
     "timgm6mb-soundfont": "GPL-2",
     "freepats": "GPL-2+ (with a composition exception)",
@@ -798,7 +798,12 @@ def step_pretrain_speech(data_dir: str) -> dict:
 
 
 def check_task_disjointness(entries: list[dict]) -> None:
-    """Every task's test split must share neither source package nor group with its train split."""
+    """Every task's test split must share neither source package nor group with its train split, nor a source
+    package with the pre-training corpus."""
+    pretrain_sources = {e["source"] for e in entries if e["split"] == "pretrain"}
+    leaked = {e["source"] for e in entries if e.get("task") and e["split"] == "test"} & pretrain_sources
+    if leaked:
+        raise AssertionError(f"test splits use pre-training sources {sorted(leaked)}")
     tasks = sorted({e["task"] for e in entries if e.get("task")})
     for task in tasks:
         sets = {}
