@@ -242,7 +242,7 @@ def test_bf16_mixed_precision_autocasts_the_encoder_and_keeps_float32_weights(tm
 
 def test_a_json_file_alone_is_the_whole_configuration(tmp_path):
     preset = {k.removeprefix("--"): v for k, v in zip(argv(tmp_path)[::2], argv(tmp_path)[1::2])}
-    preset.update(model_config=MODEL, max_steps=1, per_device_train_batch_size=4, synthetic_clips=4)
+    preset.update(model_config=MODEL, max_steps=1, warmup_steps=1, per_device_train_batch_size=4, synthetic_clips=4)
     path = tmp_path / "preset.json"
     path.write_text(json.dumps(preset))
     data_args, model_args, args = pretrain.parse_args([str(path)])
