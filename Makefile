@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.aasp-installed
 
-.PHONY: setup demo test test-fast bench ffmpeg clean
+.PHONY: setup demo test test-fast bench study study-quick ffmpeg clean
 
 setup: $(STAMP) ffmpeg
 
@@ -39,6 +39,16 @@ test-fast: setup
 # Speed/memory ratios against baselines timed in the same run -> benchmarks/results.{json,md}
 bench: setup
 	$(PY) benchmarks/run.py
+
+# Pre-training quality study on the real-audio mini benchmark (benchmarks/quality/data, built by
+# benchmarks/quality/build_data.py) -> benchmarks/quality/results{,_quick}.{md,json,png}. Resumable: run it again
+# to go on. Hours for `study` (every variant, 2 seeds); ~30 min for `study-quick` on 2 idle cores.
+# Extra flags: make study STUDY_ARGS="--variants spe,no_contrastive --stop_after_minutes 60"
+study: setup
+	$(PY) benchmarks/quality/run.py $(STUDY_ARGS)
+
+study-quick: setup
+	$(PY) benchmarks/quality/run.py --quick $(STUDY_ARGS)
 
 clean:
 	rm -rf $(VENV) demo_output .pytest_cache
