@@ -1,7 +1,7 @@
 """`make study`: does AaSP pre-training learn on real audio? Variants pre-trained with the same budget and seeds on
 the mini corpus, every encoder linear-probed on every mini task, one table (issue 12, "`make study`").
 
-    python benchmarks/quality/run.py --quick            # AaPE, SPE, their inits, log-mel; 1 seed, 400 steps (~25 min)
+    python benchmarks/quality/run.py --quick            # AaPE, SPE, their inits, log-mel; 1 seed, 400 steps (~30 min)
     python benchmarks/quality/run.py                    # every variant of variants.py, seeds 0 1, 2000 steps (hours)
     python benchmarks/quality/run.py --variants spe,no_contrastive --seeds 0 1 2 --stop_after_minutes 50
     python benchmarks/quality/run.py --report_only      # rebuild results.md / .json / .png from the finished units
@@ -108,7 +108,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max_steps", type=int, default=None, help=f"pre-training budget (default: the preset's; "
                    f"--quick: {QUICK['max_steps']})")
     p.add_argument("--probe_fractions", type=float, nargs="+", default=None,
-                   help="probe the encoder at these fractions of max_steps (default 0 0.25 0.5 1; --quick: 0 0.5 1)")
+                   help="probe the encoder at these fractions of max_steps (default 0 0.25 0.5 1; --quick: 0 1)")
     p.add_argument("--quick", action="store_true", help="a few variants, one seed, fewer steps (variants.QUICK)")
     p.add_argument("--set", dest="train_set", action="append", default=[], metavar="KEY=VALUE",
                    help="a pretrain.py argument for every variant (value parsed as JSON, else a string)")
@@ -276,8 +276,9 @@ def resolve_settings(args) -> dict:
     tasks = find_tasks(data_dir, args.tasks.split(",") if args.tasks else None)
     check_data(data_dir, tasks)
     settings = {
-        "model_size": args.model_size, "preset": str(args.preset), "model_config": model, "train": train,
-        "probe": probe, "data_dir": str(data_dir), "data_fingerprint": data_fingerprint(data_dir), "tasks": tasks,
+        "model_size": args.model_size, "preset": relative_to_root(args.preset), "model_config": model, "train": train,
+        "probe": probe, "data_dir": relative_to_root(data_dir), "data_fingerprint": data_fingerprint(data_dir),
+        "tasks": tasks,
         "log_mel_cache": args.log_mel_cache == "on" or (args.log_mel_cache == "auto"
                                                          and not (args.quick and default_device(args) == "cpu")),
     }
@@ -321,7 +322,7 @@ class Study:
         self.args, self.settings, self.variants = args, settings, variants
         self.output_dir = Path(args.output_dir).resolve()
         self.dir = self.output_dir / settings["study"]
-        self.data_dir = Path(settings["data_dir"])
+        self.data_dir = Path(args.data_dir).resolve()
         self._parts, self._metric = {}, None
         self.command = "python benchmarks/quality/run.py " + shlex.join(args.argv)
 
@@ -762,7 +763,7 @@ def write_report(study: Study, results_path: Path) -> dict:
         "",
         f"Study `{settings['study']}`: {settings['model_size']} model (D = {model.get('hidden_size')}, "
         f"{model.get('num_hidden_layers')} layers, {model.get('num_frames')} frames), preset "
-        f"`{relative_to_root(settings['preset'])}`, "
+        f"`{settings['preset']}`, "
         f"{max_steps} pre-training steps of batch {settings['train'].get('per_device_train_batch_size')} × "
         f"{model.get('mask_num_views', 4)} views, data `{settings['data_dir']}` (fingerprint "
         f"{settings['data_fingerprint']}).",
