@@ -15,14 +15,8 @@ from transformers import (
 
 from .configuration_aasp import AaspConfig
 from .feature_extraction_aasp import AaspFeatureExtractor
-from .modeling_aasp import (
-    AaspForAudioClassification,
-    AaspForPreTraining,
-    AaspForPreTrainingOutput,
-    AaspModel,
-    AaspModelOutput,
-    AaspPreTrainedModel,
-)
+from .modeling_aasp import AaspForAudioClassification, AaspModel, AaspModelOutput, AaspPreTrainedModel
+from .modeling_aasp_pretraining import AaspForPreTraining, AaspForPreTrainingOutput
 
 __version__ = "0.1.0"
 

@@ -1,0 +1,307 @@
+"""AaSP pre-training: the predictors, the contrastive head and `AaspForPreTraining` (student, EMA teacher, losses).
+
+Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers", Sec. "Predictor" and
+"Pre-training Objectives". The encoder (`AaspModel`) and its classification head live in `modeling_aasp.py`.
+
+Dimensions as in `modeling_aasp.py` (B batch, T frames, N tokens, D hidden), and M views per clip, V visible tokens
+per view, Q query tokens per view, B' = B·M views, P predictor width, L context tokens (CLS + V).
+
+This file is shipped to the Hub as remote code with pre-training checkpoints only (`AutoModelForPreTraining`): it
+imports only torch, transformers and its sibling files (`modeling_aasp.py`, `objectives.py`, `configuration_aasp.py`).
+Encoder and classifier checkpoints ship neither this file nor `objectives.py`.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import ModelOutput
+from transformers.utils.generic import can_return_tuple
+
+from .configuration_aasp import AaspConfig
+from .modeling_aasp import AaspMLP, AaspModel, AaspPreTrainedModel, eager_attention_forward, sincos_position_embeddings
+from .objectives import clip_loss, masked_prediction_loss, multi_view_contrastive_loss, teacher_targets
+
+
+# ----------------------------------------------------------------------------------------------- outputs
+@dataclass
+class AaspForPreTrainingOutput(ModelOutput):
+    """
+    loss (`torch.FloatTensor`, scalar): L = L_m + η_u·L_u + η_c·L_c.
+    masked_prediction_loss (`torch.FloatTensor`, scalar): L_m, mean squared error over query tokens and dimensions
+        (`config.loss_scaling="eat"`: × √D, EAT's per-token sum over D / √D averaged over the query tokens).
+    clip_loss (`torch.FloatTensor`, scalar): L_u, mean squared error between each view's CLS and the clip target
+        (`config.loss_scaling="eat"`: × B·M·√D, EAT's per-view sum over D / √D summed over the views).
+    contrastive_loss (`torch.FloatTensor`, scalar): L_c, the multi-positive InfoNCE over views (mean over anchors).
+    predictions (`torch.FloatTensor` of shape `(B, M, Q, D)`): predictor outputs at the query tokens.
+    targets (`torch.FloatTensor` of shape `(B, N, D)`): the pooled, normalised teacher targets.
+    """
+
+    loss: torch.FloatTensor | None = None
+    masked_prediction_loss: torch.FloatTensor | None = None
+    clip_loss: torch.FloatTensor | None = None
+    contrastive_loss: torch.FloatTensor | None = None
+    predictions: torch.FloatTensor | None = None
+    targets: torch.FloatTensor | None = None
+
+
+# ----------------------------------------------------------------------------------------------- pre-training
+class AaspPredictorCrossAttention(nn.Module):
+    """Cross-attention of the predictor: queries (mask tokens) attend to the student's outputs only; no attention
+    among queries (CrossMAE). Keys and values are projected straight from the D-wide encoder output."""
+
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        self.config = config
+        width = config.predictor_hidden_size
+        self.num_heads = config.predictor_num_attention_heads
+        self.head_dim = width // self.num_heads
+        self.scaling = self.head_dim**-0.5
+        self.is_causal = False
+        self.query = nn.Linear(width, width, bias=config.qkv_bias)
+        self.key_value = nn.Linear(config.hidden_size, 2 * width, bias=config.qkv_bias)
+        self.output = nn.Linear(width, width)
+
+    def forward(self, queries, context):
+        """queries: (B', Q, P); context: (B', L, D). Returns (B', Q, P)."""
+        batch_size, num_queries, width = queries.shape
+        query = self.query(queries).view(batch_size, num_queries, self.num_heads, self.head_dim).transpose(1, 2)
+        # (B', Q, P) -> (B', heads, Q, d)
+        key_value = self.key_value(context).view(batch_size, context.shape[1], 2, self.num_heads, self.head_dim)
+        key, value = key_value.permute(2, 0, 3, 1, 4)  # (B', L, 2, heads, d) -> 2 × (B', heads, L, d)
+        attention_interface = eager_attention_forward
+        if self.config._attn_implementation != "eager":
+            attention_interface = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
+        attn_output, _ = attention_interface(self, query, key, value, None, scaling=self.scaling, is_causal=False)
+        return self.output(attn_output.reshape(batch_size, num_queries, width))  # (B', Q, heads, d) -> (B', Q, P)
+
+
+class AaspPredictorLayer(GradientCheckpointingLayer):
+    """Pre-norm CrossMAE block: x = x + cross_attn(LN(x), z); x = x + mlp(LN(x))."""
+
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        width = config.predictor_hidden_size
+        self.norm1 = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.cross_attention = AaspPredictorCrossAttention(config)
+        self.norm2 = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.mlp = AaspMLP(config, width, int(width * config.predictor_mlp_ratio))
+
+    def forward(self, queries, context):
+        queries = queries + self.cross_attention(self.norm1(queries), context)
+        return queries + self.mlp(self.norm2(queries))
+
+
+class AaspPredictor(nn.Module):
+    """Cross-attention predictor (paper Sec. Predictor): a mask token plus the query's fixed sin-cos position
+    (at predictor width) attends to the student's CLS and visible tokens through 3 blocks; LayerNorm; Linear P -> D."""
+
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        self.config = config
+        width = config.predictor_hidden_size
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, width))
+        self.register_buffer("position_embeddings", self.compute_position_embeddings(config), persistent=False)
+        self.layers = nn.ModuleList([AaspPredictorLayer(config) for _ in range(config.predictor_num_layers)])
+        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.output_projection = nn.Linear(width, config.hidden_size)
+
+    @staticmethod
+    def compute_position_embeddings(config) -> torch.Tensor:
+        """Float32 (N, P) sin-cos table of the pre-training grid at predictor width."""
+        c = config
+        return sincos_position_embeddings(c.predictor_hidden_size, c.num_frequency_patches, c.num_time_patches).float()
+
+    def forward(self, encoder_output, visible_indices, query_indices):
+        """encoder_output: (B', 1 + V, D) student output (CLS first); visible_indices: (B', V) (unused: keys carry
+        their own positions); query_indices: (B', Q) token indices. Returns (B', Q, D)."""
+        if not torch.compiler.is_compiling() and int(query_indices.max()) >= self.position_embeddings.shape[0]:
+            raise ValueError(
+                f"query index {int(query_indices.max())} is outside the pre-training grid of "
+                f"{self.position_embeddings.shape[0]} tokens ({self.config.num_frames} frames)."
+            )
+        positions = self.position_embeddings[query_indices].to(encoder_output.dtype)  # (B', Q, P)
+        queries = self.mask_token.to(encoder_output.dtype) + positions
+        for layer in self.layers:
+            queries = layer(queries, encoder_output)
+        return self.output_projection(self.norm(queries))  # (B', Q, P) -> (B', Q, D)
+
+
+class AaspCNNPredictor(nn.Module):
+    """EAT's CNN predictor (data2vec 2.0's 2-D decoder), for the paper's predictor ablation.
+
+    The student's visible tokens are put back on the (T̃, F̃) grid with zeros at hidden positions (EAT fills them
+    with N(0, 0.01) noise; zeros keep the forward deterministic), then `predictor_cnn_num_layers` blocks of
+    [grouped k×k Conv2d -> LayerNorm over channels (no affine) -> GELU] with residual connections from the second
+    block on, then Linear -> D; the outputs at the query positions are returned.
+    """
+
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        self.config = config
+        width, kernel = config.predictor_cnn_hidden_size, config.predictor_cnn_kernel_size
+        self.convs = nn.ModuleList(
+            [
+                nn.Conv2d(
+                    config.hidden_size if i == 0 else width,
+                    width,
+                    kernel_size=kernel,
+                    padding=kernel // 2,
+                    groups=config.predictor_cnn_groups,
+                )
+                for i in range(config.predictor_cnn_num_layers)
+            ]
+        )
+        self.output_projection = nn.Linear(width, config.hidden_size)
+
+    def forward(self, encoder_output, visible_indices, query_indices):
+        """encoder_output: (B', 1 + V, D); visible_indices: (B', V); query_indices: (B', Q). Returns (B', Q, D)."""
+        c = self.config
+        batch_size, _, hidden = encoder_output.shape
+        grid = encoder_output.new_zeros(batch_size, c.num_patches, hidden)  # (B', N, D), zeros at hidden tokens
+        grid = grid.scatter(1, visible_indices[..., None].expand(-1, -1, hidden), encoder_output[:, 1:])
+        x = grid.transpose(1, 2).reshape(batch_size, hidden, c.num_time_patches, c.num_frequency_patches)
+        # (B', N, D) -> (B', D, T̃, F̃), time-major tokens
+        residual = None
+        for conv in self.convs:
+            x = conv(x)
+            x = F.layer_norm(x.permute(0, 2, 3, 1), x.shape[1:2]).permute(0, 3, 1, 2)  # norm over channels
+            x = F.gelu(x)
+            if residual is not None:
+                x = x + residual
+            residual = x
+        x = x.flatten(2).transpose(1, 2)  # (B', C, T̃, F̃) -> (B', N, C)
+        predictions = self.output_projection(x)  # (B', N, D)
+        return predictions.gather(1, query_indices[..., None].expand(-1, -1, hidden))  # (B', Q, D)
+
+
+class AaspContrastiveHead(nn.Module):
+    """Projection for L_c: Linear(D, D/2) -> GELU -> Linear(D/2, D/2) on each view's mean visible token."""
+
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        width = config.hidden_size // 2
+        self.fc1 = nn.Linear(config.hidden_size, width)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(width, width)
+
+    def forward(self, pooled):
+        return self.fc2(self.act(self.fc1(pooled)))
+
+
+class AaspForPreTraining(AaspPreTrainedModel):
+    """AaSP pre-training (paper Sec. Predictor and Pre-training Objectives, SPEC_NOTES §4).
+
+    `aasp` is the student; `teacher` an EMA copy of the whole student encoder (AaPE included) that never receives
+    gradients, stays in eval mode and sees each unmasked clip once. The trainer calls `update_teacher(momentum)`
+    right after `optimizer.step()`. The predictor and the contrastive head are student-side only.
+    Losses (reductions as in `objectives.py`): L = L_m + η_u·L_u + η_c·L_c.
+    Fidelity options (see `AaspConfig`): `target_layer` (teacher block outputs or FFN outputs), `loss_scaling`
+    (plain means or EAT's effective weights), `student_stem_input` (the student's AaPE stem on each masked view or
+    on the full clip, EAT's order).
+    """
+
+    def __init__(self, config: AaspConfig):
+        super().__init__(config)
+        self.aasp = AaspModel(config)
+        self.teacher = AaspModel(config)
+        self.teacher.requires_grad_(False)
+        self.predictor = AaspPredictor(config) if config.predictor_type == "cross_attention" else AaspCNNPredictor(config)
+        self.contrastive_head = AaspContrastiveHead(config)
+        self.post_init()
+        with torch.no_grad():  # the teacher starts as an exact copy of the student (from_pretrained then loads both)
+            for teacher_param, student_param in zip(self.teacher.parameters(), self.aasp.parameters()):
+                teacher_param.copy_(student_param)
+        self.teacher.eval()
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, AaspPredictor):  # fixed positions are recomputed (models are built on meta devices)
+            init.copy_(module.position_embeddings, module.compute_position_embeddings(self.config))
+            init.trunc_normal_(module.mask_token, std=self.config.initializer_range)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.teacher.eval()  # the teacher never uses dropout or drop path
+        return self
+
+    @torch.no_grad()
+    def update_teacher(self, momentum: float):
+        """θ_teacher ← m·θ_teacher + (1 − m)·θ_student (paper Sec. Training Setup)."""
+        teacher_params = list(self.teacher.parameters())
+        student_params = list(self.aasp.parameters())
+        torch._foreach_lerp_(teacher_params, student_params, 1.0 - momentum)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_values: torch.Tensor,
+        visible_indices: torch.Tensor,
+        query_indices: torch.Tensor,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> AaspForPreTrainingOutput:
+        r"""
+        input_values (`torch.FloatTensor` of shape `(B, T, F)`): normalised log-mel crops (T = `num_frames`).
+        visible_indices (`torch.LongTensor` of shape `(B, M, V)`): visible tokens of each view (see
+            `aasp_hf.training.masking`).
+        query_indices (`torch.LongTensor` of shape `(B, M, Q)`): masked tokens each view's predictor reconstructs.
+        """
+        c = self.config
+        batch_size, num_views = visible_indices.shape[:2]
+        if query_indices.shape[:2] != (batch_size, num_views):
+            raise ValueError(
+                f"query_indices must have shape (batch, views, queries) = ({batch_size}, {num_views}, Q), "
+                f"got {tuple(query_indices.shape)}."
+            )
+
+        # Teacher: the unmasked clip, once per clip; targets from every block (no CLS): each block's output, or its
+        # FFN output before the residual add (EAT, target_layer="ffn").
+        with torch.no_grad():
+            ffn_targets = c.target_layer == "ffn"
+            teacher_output = self.teacher(
+                input_values, output_hidden_states=not ffn_targets, output_ffn_outputs=ffn_targets
+            )
+            layer_outputs = teacher_output.ffn_outputs if ffn_targets else teacher_output.hidden_states[1:]
+            layer_outputs = [hidden[:, 1:] for hidden in layer_outputs]  # L × (B, 1 + N, D) -> L × (B, N, D)
+            targets = teacher_targets(layer_outputs, c.target_norm_axis)  # (B, N, D), float32
+
+        # Student: only the visible tokens of each view.
+        student = self.aasp(input_values, visible_indices=visible_indices).last_hidden_state  # (B·M, 1 + V, D)
+        queries = query_indices.reshape(batch_size * num_views, -1)  # (B, M, Q) -> (B·M, Q)
+        visible = visible_indices.reshape(batch_size * num_views, -1)  # (B, M, V) -> (B·M, V)
+        predictions = self.predictor(student, visible, queries)  # (B·M, Q, D)
+        view_targets = targets.repeat_interleave(num_views, dim=0)  # (B, N, D) -> (B·M, N, D)
+        query_targets = view_targets.gather(1, queries[..., None].expand(-1, -1, targets.shape[-1]))  # (B·M, Q, D)
+
+        loss_masked = masked_prediction_loss(predictions, query_targets, scaling=c.loss_scaling)
+        student_cls = student[:, 0].reshape(batch_size, num_views, -1)  # (B·M, D) -> (B, M, D)
+        loss_clip = clip_loss(student_cls, targets, scaling=c.loss_scaling)
+        view_embeddings = self.contrastive_head(student[:, 1:].mean(dim=1))  # (B·M, D/2)
+        view_embeddings = view_embeddings.reshape(batch_size, num_views, -1)  # (B·M, D/2) -> (B, M, D/2)
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        loss_contrastive = multi_view_contrastive_loss(view_embeddings, c.contrastive_temperature, gather=distributed)
+        loss = loss_masked + c.clip_loss_weight * loss_clip + c.contrastive_loss_weight * loss_contrastive
+
+        return AaspForPreTrainingOutput(
+            loss=loss,
+            masked_prediction_loss=loss_masked.detach(),
+            clip_loss=loss_clip.detach(),
+            contrastive_loss=loss_contrastive.detach(),
+            predictions=predictions.reshape(batch_size, num_views, *predictions.shape[1:]),  # (B, M, Q, D)
+            targets=targets,
+        )
+
+
+__all__ = [
+    "AaspCNNPredictor",
+    "AaspContrastiveHead",
+    "AaspForPreTraining",
+    "AaspForPreTrainingOutput",
+    "AaspPredictor",
+]
