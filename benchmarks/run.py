@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
-from aasp_hf.masking import sample_query_indices, sample_view_masks, visible_indices
+from aasp_hf.training.masking import sample_query_indices, sample_view_masks, visible_indices
 from aasp_hf.sblu import sblu_magnitude
 
 HERE = Path(__file__).resolve().parent

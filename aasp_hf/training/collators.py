@@ -9,7 +9,7 @@ independent of DataLoader prefetching and worker processes.
 import numpy as np
 import torch
 
-from ..masking import sample_query_indices, sample_view_masks, visible_indices
+from .masking import sample_query_indices, sample_view_masks, visible_indices
 
 
 class PretrainingCollator:
