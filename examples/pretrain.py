@@ -60,8 +60,10 @@ from aasp_hf.training.checkpointing import (  # noqa: E402
 from aasp_hf.data.cache import LogMelCache  # noqa: E402
 from aasp_hf.data.decoding import decode_audio  # noqa: E402
 from aasp_hf.training.arguments import parse_arguments  # noqa: E402
+from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health  # noqa: E402
 
 SAMPLE_RATE = 16000
+DATA_SOURCES = ("dataset", "train_dir", "dataset_name", "synthetic_clips", "log_mel_cache")  # a run reads one
 
 
 # ----------------------------------------------------------------------------------------------- arguments
@@ -105,36 +107,37 @@ class ModelArguments:
 
 @dataclass
 class PretrainingArguments:
-    output_dir: str = field(default="pretrain_output")
-    seed: int = field(default=0)
-    per_device_train_batch_size: int = field(default=8)
-    gradient_accumulation_steps: int = field(default=1)
+    output_dir: str = field(default="pretrain_output", metadata={"help": "checkpoints, log, results and encoder/"})
+    seed: int = field(default=0, metadata={"help": "seeds the model, the data order and the masks"})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "clips per process per micro-batch"})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
     max_steps: int = field(default=1000, metadata={"help": "total optimiser steps (sets the schedules)"})
     stop_after_steps: int | None = field(
         default=None, metadata={"help": "leave after this many steps in total (time-limited jobs; go on with --resume)"}
     )
-    warmup_steps: int = field(default=0)
+    warmup_steps: int = field(default=0, metadata={"help": "linear warm-up steps (at most --max_steps)"})
     learning_rate: float = field(default=5e-4, metadata={"help": "peak learning rate"})
     min_learning_rate: float = field(default=0.0, metadata={"help": "end of the cosine decay"})
-    weight_decay: float = field(default=0.05)
-    adam_beta1: float = field(default=0.9)
-    adam_beta2: float = field(default=0.95)
-    adam_epsilon: float = field(default=1e-8)
+    weight_decay: float = field(default=0.05, metadata={"help": "AdamW weight decay (not on biases, norms, CLS, "
+                                                               "positions)"})
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW β1"})
+    adam_beta2: float = field(default=0.95, metadata={"help": "AdamW β2"})
+    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW ε"})
     max_grad_norm: float = field(default=4.0, metadata={"help": "gradient clipping (EAT's 4.0); <= 0 disables"})
     max_nonfinite_steps: int = field(
         default=10, metadata={"help": "steps with a NaN/inf loss (or gradient) are skipped and counted; one more than "
                               "this stops the run"}
     )
-    teacher_momentum_base: float = field(default=0.994)
-    teacher_momentum_final: float = field(default=1.0)
+    teacher_momentum_base: float = field(default=0.994, metadata={"help": "EMA teacher momentum at step 0"})
+    teacher_momentum_final: float = field(default=1.0, metadata={"help": "teacher momentum at --max_steps (cosine)"})
     mixed_precision: str | None = field(
         default=None, metadata={"help": "'no' | 'bf16' | 'fp16'; unset: what `accelerate launch` was given"}
     )
-    torch_compile: bool = field(default=False)
-    gradient_checkpointing: bool = field(default=False)
-    logging_steps: int = field(default=10)
-    save_steps: int = field(default=1000)
-    save_total_limit: int | None = field(default=3)
+    torch_compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
+    logging_steps: int = field(default=10, metadata={"help": "log every N steps"})
+    save_steps: int = field(default=1000, metadata={"help": "checkpoint every N steps (and at the last step)"})
+    save_total_limit: int | None = field(default=3, metadata={"help": "checkpoints kept (older ones deleted)"})
     resume: bool = field(default=False, metadata={"help": "continue from output_dir's latest complete checkpoint"})
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "start over in an output_dir that holds a run (its checkpoints, log and "
@@ -143,11 +146,30 @@ class PretrainingArguments:
     export_teacher: bool = field(default=False, metadata={"help": "also export the EMA teacher encoder"})
     export_with_checkpoints: bool = field(default=False, metadata={"help": "export the encoder at every checkpoint"})
     report_to: str = field(default="tensorboard", metadata={"help": "accelerate tracker ('none' to disable)"})
+    monitor_steps: int | None = field(
+        default=None, metadata={"help": "every N steps (and the last) log learning-health statistics (monitor/...): "
+                                "collapse statistics of the student CLS and the teacher targets of the batch, the "
+                                "SBLU's (α, β) on a fixed batch; unset: every --logging_steps; 0: off"}
+    )
+    monitor_clips: int = field(default=8, metadata={"help": "clips in the fixed batch for the (α, β) statistics"})
+    probe_dataset: str | None = field(
+        default=None, metadata={"help": "an audiofolder DIR/{train,test}/<label>/*.wav: every --probe_steps, k-NN and "
+                                "ridge accuracy of frozen features of --probe_encoders (probe/...)"}
+    )
+    probe_steps: int | None = field(
+        default=None, metadata={"help": "probe every N steps, at step 0 of a fresh run and at the last; unset: "
+                                "every --save_steps"}
+    )
+    probe_max_clips: int = field(default=200, metadata={"help": "at most N probe clips per split, balanced"})
+    probe_encoders: str = field(default="student,teacher", metadata={"help": "which encoders the probe scores"})
+    probe_k: int = field(default=10, metadata={"help": "neighbours of the cosine k-NN probe"})
+    probe_ridge: float = field(default=1.0, metadata={"help": "ridge probe penalty per standardised feature"})
 
 
 def parse_args(argv=None):
     """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
-    return parse_arguments((DataArguments, ModelArguments, PretrainingArguments), argv)
+    # a data source on the command line replaces the preset's (`--config pretrain_tiny_cpu.json --train_dir DIR`)
+    return parse_arguments((DataArguments, ModelArguments, PretrainingArguments), argv, exclusive=DATA_SOURCES)
 
 
 # ----------------------------------------------------------------------------------------------- 1. data
@@ -328,14 +350,100 @@ def checksum(module: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def export(model: AaspForPreTraining, feature_extractor, output_dir: Path, export_teacher: bool):
+def export(model: AaspForPreTraining, feature_extractor, output_dir: Path, export_teacher: bool, training=None):
     """`AutoModel.from_pretrained(output_dir / "encoder")` then loads the student encoder (after `import aasp_hf`,
-    or with `trust_remote_code=True`)."""
-    model.aasp.save_pretrained(output_dir / "encoder")
-    feature_extractor.save_pretrained(output_dir / "encoder")
+    or with `trust_remote_code=True`); each exported folder gets a model card (README.md) generated from the model
+    and `training` (what `training_summary` says about the run)."""
+    from aasp_hf.hub import write_model_card
+
+    encoders = {"encoder": (model.aasp, "student")}
     if export_teacher:
-        model.teacher.save_pretrained(output_dir / "teacher_encoder")
-        feature_extractor.save_pretrained(output_dir / "teacher_encoder")
+        encoders["teacher_encoder"] = (model.teacher, "EMA teacher")
+    for folder, (encoder, which) in encoders.items():
+        encoder.save_pretrained(output_dir / folder)
+        feature_extractor.save_pretrained(output_dir / folder)
+        write_model_card(output_dir / folder, encoder, feature_extractor, {
+            "title": f"AaSP encoder ({which}, {encoder.config.num_hidden_layers} layers, hidden "
+                     f"{encoder.config.hidden_size})",
+            "path": str(output_dir / folder),
+            "training": {"encoder": f"the {which} of self-supervised AaSP pre-training (examples/pretrain.py)",
+                         **(training or {})},
+            "evaluation": "No downstream evaluation was run on this export (see examples/finetune.py and "
+                          "examples/linear_eval.py).",
+        })
+
+
+def training_summary(data_args, args, results: dict) -> dict:
+    """What the model card says about a pre-training run: data, steps, batch, optimiser, final losses."""
+    if data_args.synthetic_clips > 0:
+        data = (f"{data_args.synthetic_clips} synthetic clips of {data_args.synthetic_seconds:g} s "
+                f"(examples/demo.py's five classes; labels unused)")
+    elif data_args.log_mel_cache:
+        data = f"the log-mel cache {data_args.log_mel_cache}"
+    elif data_args.dataset:
+        data = f"`{data_args.dataset}` ({data_args.dataset_split} split) from {data_args.data_root}"
+    elif data_args.train_dir:
+        data = f"the audio files of {data_args.train_dir}"
+    else:
+        data = f"the `{data_args.dataset_name}` dataset ({data_args.dataset_split} split)"
+    summary = {
+        "data": data + (f", {results['num_clips']} clips" if results.get("num_clips") else "")
+        + f", random {data_args.crop_seconds:g}-s crops",
+        "steps": f"{results['step']} of {args.max_steps} ({args.warmup_steps} warm-up)",
+        "batch": f"{args.per_device_train_batch_size} × {results['num_processes']} process(es) × "
+                 f"{args.gradient_accumulation_steps} accumulation",
+        "optimiser": f"AdamW, peak lr {args.learning_rate:g}, weight decay {args.weight_decay:g}, teacher momentum "
+                     f"{args.teacher_momentum_base:g} → {args.teacher_momentum_final:g}",
+    }
+    if "loss" in results:
+        summary["final pre-training loss"] = (f"{results['loss']:.4f} (masked prediction "
+                                              f"{results.get('masked_prediction_loss', float('nan')):.4f}, clip "
+                                              f"{results.get('clip_loss', float('nan')):.4f}, contrastive "
+                                              f"{results.get('contrastive_loss', float('nan')):.4f})")
+    return summary
+
+
+# ----------------------------------------------------------------------------------------------- 6a. monitors
+def is_due(step: int, every: int, stop_step: int) -> bool:
+    """Every `every` steps and at the last step; never when `every` is 0."""
+    return every > 0 and (step % every == 0 or step == stop_step)
+
+
+def monitor_batch(dataset, stream, data_args, config, feature_extractor, seed: int, num_clips: int) -> torch.Tensor:
+    """The fixed batch (B', T, F) on which the student's (α, β) are summarised: the first `num_clips` decodable clips
+    (map-style rows 0, 1, ...; a stream: its first examples in epoch 0's order), cropped and featurised by a
+    collator of its own (seeded with `seed`), so the training collator's random stream is untouched."""
+    if stream is not None:
+        items = itertools.islice(stream.shard, 4 * num_clips)
+        examples = [decode_clip(item, stream.audio_column, i) for i, item in enumerate(items)]
+    else:
+        examples = [dataset[i] for i in range(min(len(dataset), 4 * num_clips))]
+    examples = [e for e in examples if e is not None][:num_clips]
+    if not examples:
+        raise ValueError("--monitor_steps: none of the first clips of the dataset could be decoded")
+    collator = PretrainingCollator(feature_extractor, config, crop_seconds=data_args.crop_seconds,
+                                   generator=torch.Generator().manual_seed(seed))
+    return collator(examples)["input_values"]
+
+
+def probe_logs(probe: FrozenFeatureProbe, model: AaspForPreTraining, encoders, autocast) -> dict:
+    """probe/<encoder>_knn_accuracy, probe/<encoder>_ridge_accuracy for "student" (model.aasp) and/or "teacher",
+    probe/chance_accuracy and probe/seconds."""
+    started = time.time()
+    logs = {"probe/chance_accuracy": probe.chance_accuracy()}
+    for name in encoders:
+        scores = probe(model.aasp if name == "student" else model.teacher, autocast)
+        logs.update({f"probe/{name}_{key}": value for key, value in scores.items()})
+    return {**logs, "probe/seconds": time.time() - started}
+
+
+def write_logs(accelerator, history_path: Path, step: int, logs: dict):
+    """TensorBoard (accelerate's trackers) and one line of log_history.jsonl (main process)."""
+    accelerator.log(logs, step=step)
+    if accelerator.is_main_process:
+        history_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(history_path, "a") as f:
+            f.write(json.dumps({"step": step, **logs}) + "\n")
 
 
 # ----------------------------------------------------------------------------------------------- main
@@ -379,6 +487,21 @@ def main(argv=None) -> dict:
         generator=torch.Generator().manual_seed(args.seed * 1_000 + 1 + rank),  # its own stream per process
         device=accelerator.device if data_args.features_on_device else None,
     )
+    # 6a'. Learning-health monitors (aasp_hf.training.monitors), on the main process only: no gradients, eval mode, no
+    #      draws from any random stream, so they do not change what the run trains.
+    monitor_steps = args.logging_steps if args.monitor_steps is None else args.monitor_steps
+    probe_steps = args.save_steps if args.probe_steps is None else args.probe_steps
+    probe_encoders = [name.strip() for name in args.probe_encoders.split(",") if name.strip()]
+    if monitor_steps < 0 or probe_steps <= 0 or not set(probe_encoders) <= {"student", "teacher"}:
+        raise ValueError(f"need --monitor_steps >= 0, --probe_steps > 0 and --probe_encoders among student,teacher; "
+                         f"got {monitor_steps}, {probe_steps}, {args.probe_encoders!r}")
+    monitor_inputs = probe = None
+    if accelerator.is_main_process and monitor_steps > 0:
+        monitor_inputs = monitor_batch(dataset, stream, data_args, config, feature_extractor, args.seed,
+                                       args.monitor_clips).to(accelerator.device)
+    if accelerator.is_main_process and args.probe_dataset is not None:
+        probe = FrozenFeatureProbe(args.probe_dataset, feature_extractor, config.num_frames, args.probe_max_clips,
+                                   args.probe_k, args.probe_ridge)
 
     # 3. Optimiser: AdamW without decay on biases, norms, CLS and positions; the teacher is frozen and not in it.
     #    lr and momentum are pure functions of the step (set by hand each step; no scheduler object).
@@ -421,6 +544,9 @@ def main(argv=None) -> dict:
         hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v)
                    for k, v in {**asdict(data_args), **asdict(args)}.items()}
         accelerator.init_trackers("tensorboard", config=hparams)
+    if probe is not None and start_step == 0:  # the random-initialisation reference
+        write_logs(accelerator, output_dir / "log_history.jsonl", 0,
+                   probe_logs(probe, accelerator.unwrap_model(model), probe_encoders, accelerator.autocast))
 
     # 5. Training loop.
     accum = args.gradient_accumulation_steps
@@ -490,6 +616,18 @@ def main(argv=None) -> dict:
         step += 1
         progress.update(1)
 
+        # 6a. Monitors (main process): after a good update, every --monitor_steps the collapse statistics of this
+        #     batch (student CLS of one view per clip, the teacher targets of its forward) and the student's (α, β) on
+        #     the fixed batch; every --probe_steps the frozen-feature probe. Their time is logged (monitor/seconds,
+        #     probe/seconds) and left out of the throughput.
+        health, started = {}, time.time()
+        if monitor_inputs is not None and not bad and is_due(step, monitor_steps, stop_step):
+            stats = pretraining_health(unwrapped, batch, outputs.targets, monitor_inputs, accelerator.autocast)
+            health = {**{f"monitor/{k}": v for k, v in stats.items()}, "monitor/seconds": time.time() - started}
+        if probe is not None and is_due(step, probe_steps, stop_step):
+            health.update(probe_logs(probe, unwrapped, probe_encoders, accelerator.autocast))
+        t_log += time.time() - started
+
         # 6. Logging: loss parts (mean over steps since the last log and over processes), lr, momentum, grad norm,
         #    throughput and the visible-token ratio.
         if (step % args.logging_steps == 0 or step == stop_step) and num_summed > 0:  # the same on every process
@@ -504,6 +642,7 @@ def main(argv=None) -> dict:
                 "train/visible_token_ratio": batch["visible_indices"].shape[-1] / config.num_patches,
                 "train/epoch": epoch,
                 "train/nonfinite_steps": nonfinite_steps,
+                **health,
             }
             accelerator.log(logs, step=step)
             if accelerator.is_main_process:
@@ -512,6 +651,8 @@ def main(argv=None) -> dict:
                     f.write(json.dumps({"step": step, **logs}) + "\n")
             progress.set_postfix(loss=f"{means['loss']:.4f}", lr=f"{lr:.2e}")
             sums, num_summed, t_log, step_of_last_log, last_logs = {}, 0, now, step, logs
+        elif health:  # a monitor step that is not a logging step: a line of its own
+            write_logs(accelerator, history_path, step, health)
 
         # 7b. Checkpoint: state + data position (the step) + this process's collator generator.
         if step % args.save_steps == 0 or step == stop_step:
@@ -550,7 +691,7 @@ def main(argv=None) -> dict:
     if accelerator.is_main_process:
         if decode_failures:
             print(f"skipped {decode_failures} clip(s) that failed to decode (replaced by other clips of their batch)")
-        export(unwrapped, feature_extractor, output_dir, args.export_teacher)
+        export(unwrapped, feature_extractor, output_dir, args.export_teacher, training_summary(data_args, args, results))
         (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
     accelerator.end_training()
     return results
