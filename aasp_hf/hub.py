@@ -21,7 +21,10 @@ import yaml
 logger = logging.getLogger(__name__)
 
 MODEL_CARD_TEMPLATE = Path(__file__).resolve().parents[1] / "MODEL_CARD.md"
-CODE_FILES = ("configuration_aasp.py", "modeling_aasp.py", "feature_extraction_aasp.py")
+# The remote code save_pretrained ships: an encoder or classifier folder holds exactly CODE_FILES (the modeling file,
+# what it imports relatively, the feature extractor); a pre-training folder also PRETRAINING_CODE_FILES.
+CODE_FILES = ("configuration_aasp.py", "modeling_aasp.py", "sblu.py", "feature_extraction_aasp.py")
+PRETRAINING_CODE_FILES = ("modeling_aasp_pretraining.py", "objectives.py")
 # YAML metadata keys a caller may set through `model_card_fields`.
 YAML_FIELDS = ("library_name", "pipeline_tag", "license", "tags", "datasets", "base_model", "language", "metrics")
 # all_results.json entries that are bookkeeping, not evaluation results.
@@ -300,7 +303,8 @@ def write_hub_folder(
     config = json.loads((folder / "config.json").read_text())
     if "AutoModel" not in (config.get("auto_map") or {}):
         raise RuntimeError(f"{folder / 'config.json'} has no auto_map['AutoModel']: the code would not load remotely")
-    expected = CODE_FILES + ("model.safetensors", "preprocessor_config.json")
+    code_files = CODE_FILES + (PRETRAINING_CODE_FILES if "AutoModelForPreTraining" in config["auto_map"] else ())
+    expected = code_files + ("model.safetensors", "preprocessor_config.json")
     missing = [name for name in expected if not (folder / name).exists()]
     if missing:
         raise RuntimeError(f"{folder} is missing {missing} after save_pretrained")

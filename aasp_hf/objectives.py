@@ -44,7 +44,8 @@ float16 inputs under mixed precision give float32 targets and losses. Teacher ta
 in the paper: ``masked_prediction_loss`` and ``clip_loss`` detach ``targets``; run the teacher under
 ``torch.no_grad()`` anyway to save memory.
 
-This file ships to the Hub as remote code: it imports only ``math`` and ``torch``.
+This file ships to the Hub as remote code with pre-training checkpoints only (``modeling_aasp_pretraining.py``
+imports it; encoder and classifier checkpoints do not ship it): it imports only ``math`` and ``torch``.
 """
 
 import math

@@ -15,8 +15,10 @@ from transformers import (
     pipeline,
 )
 
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
-from conftest import remote_code_logits, tiny_config_kwargs
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspForPreTraining, AaspModel
+from aasp_hf.hub import CODE_FILES, PRETRAINING_CODE_FILES
+from aasp_hf.training.masking import sample_query_indices, sample_view_masks, visible_indices
+from conftest import remote_code_logits, run_without_aasp_hf, tiny_config_kwargs
 
 LABELS = ["dog", "rain", "siren"]
 
@@ -151,3 +153,63 @@ def test_multi_label_checkpoint_makes_the_pipeline_use_a_sigmoid(tmp_path):
     for i, name in enumerate(LABELS):
         assert predictions[name] == pytest.approx(expected[i].item(), abs=1e-5)
     assert sum(predictions.values()) != pytest.approx(1.0, abs=1e-3)  # not a softmax
+
+
+def shipped_code(folder):
+    return {path.name for path in folder.glob("*.py")}
+
+
+def test_only_pretraining_folders_ship_pretraining_code_and_each_loads_without_the_package(saved_classifier, tmp_path):
+    """An encoder or classifier folder ships exactly hub.CODE_FILES (no objectives.py, no pre-training module) and
+    loads remotely without importing either; a pre-training folder adds hub.PRETRAINING_CODE_FILES and loads too."""
+    classifier_folder, _ = saved_classifier
+    torch.manual_seed(0)
+    config = AaspConfig(
+        **tiny_config_kwargs(predictor_hidden_size=16, predictor_num_attention_heads=2, predictor_num_layers=2,
+                             mask_block_sizes=[[1, 2]])
+    )
+    pretraining_model = AaspForPreTraining(config).eval()
+    encoder = AaspModel(config).eval()
+    folders = {"encoder": tmp_path / "encoder", "pretraining": tmp_path / "pretraining"}
+    for name, model in (("encoder", encoder), ("pretraining", pretraining_model)):
+        model.save_pretrained(folders[name])
+        AaspFeatureExtractor(feature_size=config.num_mel_bins).save_pretrained(folders[name])
+    assert shipped_code(classifier_folder) == set(CODE_FILES)
+    assert shipped_code(folders["encoder"]) == set(CODE_FILES)
+    assert shipped_code(folders["pretraining"]) == set(CODE_FILES + PRETRAINING_CODE_FILES)
+    auto_map = json.loads((folders["pretraining"] / "config.json").read_text())["auto_map"]
+    assert auto_map["AutoModelForPreTraining"] == "modeling_aasp_pretraining.AaspForPreTraining"
+    assert auto_map["AutoModel"] == "modeling_aasp.AaspModel"
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, config.num_frames, config.num_mel_bins, generator=g)
+    mask = sample_view_masks(2, config.mask_num_views, config.num_frequency_patches, config.num_time_patches,
+                             config.mask_ratio, config.mask_block_sizes, generator=g)
+    visible, queries = visible_indices(mask), sample_query_indices(mask, config.mask_query_ratio, generator=g)
+    torch.save({"x": x, "visible": visible, "queries": queries}, tmp_path / "inputs.pt")
+    with torch.no_grad():
+        expected_hidden = encoder(x).last_hidden_state
+        expected = pretraining_model(x, visible_indices=visible, query_indices=queries)
+
+    run_without_aasp_hf(
+        f"""
+        import sys, torch
+        from transformers import AutoModel, AutoModelForAudioClassification, AutoModelForPreTraining
+        inputs = torch.load({str(tmp_path / "inputs.pt")!r})
+        encoder = AutoModel.from_pretrained({str(folders["encoder"])!r}, trust_remote_code=True).eval()
+        AutoModelForAudioClassification.from_pretrained({str(classifier_folder)!r}, trust_remote_code=True)
+        loaded = [name for name in sys.modules if name.startswith("transformers_modules")]
+        assert not [n for n in loaded if n.endswith((".objectives", ".modeling_aasp_pretraining"))], loaded
+        model = AutoModelForPreTraining.from_pretrained({str(folders["pretraining"])!r}, trust_remote_code=True).eval()
+        assert type(model).__module__.endswith(".modeling_aasp_pretraining"), type(model).__module__
+        with torch.no_grad():
+            hidden = encoder(inputs["x"]).last_hidden_state
+            out = model(inputs["x"], visible_indices=inputs["visible"], query_indices=inputs["queries"])
+        torch.save({{"hidden": hidden, "loss": out.loss, "predictions": out.predictions}}, "outputs.pt")
+        """,
+        tmp_path,
+    )
+    remote = torch.load(tmp_path / "outputs.pt")
+    torch.testing.assert_close(remote["hidden"], expected_hidden, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(remote["predictions"], expected.predictions, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(remote["loss"], expected.loss, atol=1e-6, rtol=1e-5)

@@ -10,8 +10,8 @@ import torch
 import yaml
 from huggingface_hub import HfApi
 
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification
-from aasp_hf.hub import evaluation_table, fill_model_card, push_folder, write_hub_folder
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspForPreTraining
+from aasp_hf.hub import CODE_FILES, PRETRAINING_CODE_FILES, evaluation_table, fill_model_card, push_folder, write_hub_folder
 from conftest import remote_code_logits, tiny_config_kwargs
 
 LABELS = ["dog", "rain", "siren"]
@@ -54,13 +54,19 @@ def hub_folder(tmp_path_factory):
 def test_folder_is_complete(hub_folder):
     folder, _ = hub_folder
     names = {p.name for p in folder.iterdir()}
-    for name in ("model.safetensors", "config.json", "preprocessor_config.json", "README.md",
-                 "configuration_aasp.py", "modeling_aasp.py", "feature_extraction_aasp.py", "sblu.py"):
+    for name in ("model.safetensors", "config.json", "preprocessor_config.json", "README.md"):
         assert name in names, name
+    assert {n for n in names if n.endswith(".py")} == set(CODE_FILES)  # no pre-training code in a classifier's repo
     assert not any(n.endswith((".bin", ".pt")) for n in names)
     config = json.loads((folder / "config.json").read_text())
     assert config["auto_map"]["AutoModel"] == "modeling_aasp.AaspModel"
     assert config["auto_map"]["AutoModelForAudioClassification"] == "modeling_aasp.AaspForAudioClassification"
+
+
+def test_pretraining_folder_ships_the_pretraining_code_too(tmp_path):
+    model = AaspForPreTraining(AaspConfig(**tiny_config_kwargs(predictor_hidden_size=16, predictor_num_layers=1)))
+    folder = write_hub_folder(model, AaspFeatureExtractor(feature_size=32), tmp_path / "repo")
+    assert {p.name for p in folder.glob("*.py")} == set(CODE_FILES + PRETRAINING_CODE_FILES)
 
 
 def test_model_card_metadata_and_evaluation_table(hub_folder):
