@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from aasp_hf import AaspConfig, AaspForPreTraining, AaspModel
-from aasp_hf.training.masking import sample_query_indices, sample_view_masks, visible_indices
 from aasp_hf.objectives import clip_loss, masked_prediction_loss
 from aasp_hf.sblu import sblu_gamma, sblu_magnitude_reference
+from aasp_hf.training.masking import sample_query_indices, sample_view_masks, visible_indices
 from conftest import tiny_config_kwargs
 
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from aasp_hf import AaspConfig, AaspForPreTraining, AaspModel
-from aasp_hf.training.masking import sample_query_indices, sample_view_masks, visible_indices
 from aasp_hf.objectives import masked_prediction_loss, teacher_targets
+from aasp_hf.training.masking import sample_query_indices, sample_view_masks, visible_indices
 from conftest import tiny_config_kwargs
 
 
