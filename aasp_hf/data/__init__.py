@@ -9,15 +9,17 @@ See docs/datasets.md. The model files never import this package.
 """
 
 from ._common import EVAR_CLIP_SECONDS, SAMPLING_RATE, fold_split, hold_out_test, split_for_node, to_streaming
+from .audio_dataset import load_audio_dataset
 from .audioset import load_audioset
 from .collators import AaspFineTuningCollator, crop_or_pad
 from .decoding import SafeAudioDecoder, decode_audio, filter_decodable, for_safe_decoding
-from .esc50 import load_esc50, load_urbansound8k
+from .esc50 import load_esc50
 from .evar_tasks import load_cremad, load_evar_task, load_gtzan, load_surge, load_voxceleb1, load_voxforge
-from .hub import load_audio_dataset
+from .nsynth import load_nsynth
 from .samplers import ClassBalancedSampler, class_balanced_weights
-from .speech_commands import load_nsynth, load_speech_commands
+from .speech_commands import load_speech_commands
 from .statistics import compute_mel_statistics
+from .urbansound8k import load_urbansound8k
 
 
 LOADERS = {

@@ -155,6 +155,20 @@ def fold_split(dataset, test_fold: int, valid_fold=None, fold_column: str = "fol
     return DatasetDict({name: dataset.select(indices) for name, indices in splits.items()})
 
 
+def build_fold_dataset_dict(splits: dict, features: Features, test_fold=None, valid_fold=None, streaming=False,
+                             num_shards=None):
+    """`build_dataset_dict` for a dataset with official folds (ESC-50, UrbanSound8K): every clip in "train", or with
+    `test_fold` (and optionally `valid_fold`) the cross-validation split of `fold_split`."""
+    dataset = build_dataset_dict(splits, features)
+    if test_fold is not None:
+        dataset = fold_split(dataset, test_fold, valid_fold)
+    elif valid_fold is not None:
+        raise ValueError("valid_fold needs test_fold.")
+    if streaming:
+        dataset = to_streaming(dataset, num_shards)
+    return dataset
+
+
 def hold_out_test(splits: dict, test_fraction: float, seed: int = 0, label_column: str = "label") -> dict:
     """`splits` with a "test" split: the dataset's own, or else `test_fraction` of "train" held out.
 

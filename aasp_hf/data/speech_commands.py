@@ -1,7 +1,6 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
-"""Speech Commands v2 (35 words, official validation/testing lists) and NSynth (11 instrument families)."""
+"""Speech Commands v2 (35 words, official validation/testing lists)."""
 
-import json
 import os
 from pathlib import Path
 
@@ -24,14 +23,6 @@ SCV2_WORDS = sorted(
 SCV2_SOURCE = (
     "It ships inside speech_commands_v0.02.tar.gz (http://download.tensorflow.org/data/speech_commands_v0.02.tar.gz): "
     "one relative path per line, e.g. 'right/bb05582b_nohash_3.wav'."
-)
-NSYNTH_FAMILIES = [
-    "bass", "brass", "flute", "guitar", "keyboard", "mallet", "organ", "reed", "string", "synth_lead", "vocal",
-]  # instrument_family 0..10
-NSYNTH_SOURCE = (
-    "It ships inside nsynth-{split}.jsonwav.tar.gz (https://magenta.tensorflow.org/datasets/nsynth): a JSON object "
-    "note_str -> {{note_str, instrument_family_str, pitch, velocity, ...}}; "
-    "audio in nsynth-{split}/audio/<note_str>.wav."
 )
 
 
@@ -67,39 +58,4 @@ def load_speech_commands(root, *, streaming=False, num_shards=None):
         }
         for split, entries in entries_by_split.items()
     }
-    return build_dataset_dict(splits, features, streaming, num_shards)
-
-
-def load_nsynth(root, *, streaming=False, num_shards=None):
-    """NSynth, 11 instrument families: {"train", "validation", "test"} from nsynth-{train,valid,test}/examples.json.
-
-    Columns: audio, label (instrument_family_str), pitch (MIDI 0-127), velocity, instrument_source_str, note_str.
-    """
-    root = Path(root)
-    features = audio_features(
-        label=ClassLabel(names=NSYNTH_FAMILIES),
-        pitch=Value("int32"),
-        velocity=Value("int32"),
-        instrument_source_str=Value("string"),
-        note_str=Value("string"),
-    )
-    splits = {}
-    for split, folder in (("train", "nsynth-train"), ("validation", "nsynth-valid"), ("test", "nsynth-test")):
-        meta = require_file(
-            root / folder / "examples.json", f"NSynth {folder}/examples.json", NSYNTH_SOURCE.format(split=folder[7:])
-        )
-        with open(meta, encoding="utf-8") as f:
-            examples = json.load(f)
-        notes = sorted(examples)
-        check_labels({examples[n]["instrument_family_str"] for n in notes}, NSYNTH_FAMILIES, str(meta))
-        paths = [str(root / folder / "audio" / f"{n}.wav") for n in notes]
-        check_audio_files(paths, meta, root / folder / "audio")
-        splits[split] = {
-            "audio": paths,
-            "label": [NSYNTH_FAMILIES.index(examples[n]["instrument_family_str"]) for n in notes],
-            "pitch": [int(examples[n]["pitch"]) for n in notes],
-            "velocity": [int(examples[n]["velocity"]) for n in notes],
-            "instrument_source_str": [examples[n].get("instrument_source_str", "") for n in notes],
-            "note_str": notes,
-        }
     return build_dataset_dict(splits, features, streaming, num_shards)
