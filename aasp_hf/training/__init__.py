@@ -1,6 +1,13 @@
-"""Training-side helpers for AaSP pre-training (schedules, optimiser groups, collator, checkpoints).
+"""Training-side helpers that the example scripts use around the model (pre-training and fine-tuning).
 
-These import the model; the model (the files shipped to the Hub) never imports them.
+Re-exported here: crash-safe checkpoints (`checkpointing`), the pre-training collator (`collators`, which draws the
+views' masks with `masking`), AdamW parameter groups (`optim`) and the learning-rate / teacher-momentum schedules
+(`schedules`). The other modules are imported by name: `arguments` (the scripts' command-line parsing), `augment`
+(fine-tuning augmentations), `masking` (the mask samplers), `model_ema` (weight EMA for evaluation) and `monitors`
+(pre-training health monitors).
+
+None of them imports the model classes (they take a model object), and the model files shipped to the Hub never
+import this package.
 """
 
 from .checkpointing import find_latest_checkpoint, save_checkpoint
