@@ -338,7 +338,8 @@ def test_pretraining_folder_to_encoder_student_and_teacher(tmp_path, pretraining
         _assert_encoder_equals(out, encoder, x)
         config = json.loads((out / "config.json").read_text())
         assert config["architectures"] == ["AaspModel"]
-        assert set(config["auto_map"]) == {"AutoConfig", "AutoModel"}  # no AutoModelForPreTraining left over
+        # every encoder folder maps the classification head too; no AutoModelForPreTraining left over
+        assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForAudioClassification"}
     with torch.no_grad():
         student, teacher = pretraining_model.aasp(x), pretraining_model.teacher(x)
         assert (student.last_hidden_state - teacher.last_hidden_state).abs().max() > 1e-4
