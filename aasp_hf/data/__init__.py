@@ -16,6 +16,7 @@ from .decoding import SafeAudioDecoder, decode_audio, filter_decodable, for_safe
 from .esc50 import load_esc50
 from .evar_tasks import load_cremad, load_evar_task, load_gtzan, load_surge, load_voxceleb1, load_voxforge
 from .nsynth import load_nsynth
+from .protocol import KFOLD_VALIDATION, SELECT_ON, describe_protocol, downstream_parts, kfold_split
 from .samplers import ClassBalancedSampler, class_balanced_weights
 from .speech_commands import load_speech_commands
 from .statistics import compute_mel_statistics
@@ -74,13 +75,18 @@ __all__ = [
     "compute_mel_statistics",
     "crop_or_pad",
     "EVAR_CLIP_SECONDS",
+    "KFOLD_VALIDATION",
     "LOADERS",
+    "SELECT_ON",
     "SAMPLING_RATE",
     "SafeAudioDecoder",
     "decode_audio",
+    "describe_protocol",
+    "downstream_parts",
     "filter_decodable",
     "fold_split",
     "hold_out_test",
+    "kfold_split",
     "for_safe_decoding",
     "load",
     "load_audio_dataset",

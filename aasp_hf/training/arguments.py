@@ -1,12 +1,17 @@
-"""Command-line parsing shared by the example scripts: flags, one JSON file, or a JSON preset plus overrides."""
+"""Command-line parsing shared by the example scripts: flags, one JSON file, or a JSON preset plus overrides; the
+gradient accumulation that makes up a preset's global batch on any number of processes."""
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
 
 from transformers import HfArgumentParser
+
+
+logger = logging.getLogger(__name__)
 
 
 def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:
@@ -53,3 +58,35 @@ def _check(parsed: tuple) -> tuple:
                 f"(e.g. --warmup_steps {max(0, max_steps // 10)}) or raise --max_steps."
             )
     return parsed
+
+
+def gradient_accumulation_for(total_train_batch_size, per_device_train_batch_size: int, num_processes: int,
+                              gradient_accumulation_steps: int = 1) -> int:
+    """Micro-batches per optimiser step such that per_device × num_processes × accumulation = total_train_batch_size.
+
+    A preset states the paper's global batch (`total_train_batch_size`, e.g. 128 = 32 per device × 4 GPUs for
+    AudioSet); on fewer processes the accumulation makes up the difference (1 process: 4 micro-batches of 32), so
+    the optimiser sees the preset's batch whatever the machine. `total_train_batch_size=None` keeps
+    `gradient_accumulation_steps`. A total that the micro-batches cannot make up exactly, or an explicit
+    `gradient_accumulation_steps` (other than 1) that disagrees with it, is a ValueError.
+    """
+    if total_train_batch_size is None:
+        return gradient_accumulation_steps
+    per_micro_batch = per_device_train_batch_size * num_processes
+    if total_train_batch_size % per_micro_batch:
+        raise ValueError(
+            f"--total_train_batch_size {total_train_batch_size} is not a multiple of --per_device_train_batch_size "
+            f"{per_device_train_batch_size} × {num_processes} process(es) = {per_micro_batch}: choose a per-device "
+            f"batch B such that B × {num_processes} divides {total_train_batch_size}."
+        )
+    derived = total_train_batch_size // per_micro_batch
+    if gradient_accumulation_steps not in (1, derived):
+        raise ValueError(
+            f"--gradient_accumulation_steps {gradient_accumulation_steps} contradicts --total_train_batch_size "
+            f"{total_train_batch_size} = {per_device_train_batch_size} per device × {num_processes} process(es) × "
+            f"{derived}: give one of them."
+        )
+    if derived > 1:
+        logger.warning(f"Global batch {total_train_batch_size} on {num_processes} process(es) of "
+                       f"{per_device_train_batch_size}: {derived} gradient-accumulation micro-batches per step.")
+    return derived

@@ -1,0 +1,127 @@
+# Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
+"""The downstream protocol (SPEC_NOTES §5-6) in one place: which clips train, which select the model, which are
+reported. examples/finetune.py and examples/linear_eval.py both build their evaluation parts with `downstream_parts`.
+
+Rules, each named by an argument value that the scripts record in their results:
+
+- K-fold tasks (ESC-50, US8K; a dataset with a `fold` column and only a "train" split): one part per test fold.
+  `kfold_validation="evar"` (default) trains on all the other folds less a random `validation_fraction` (10 %) of
+  them, which is the validation set — EVAR's rule (`TorchMLPClassifier2.fit`: `train_test_sure_split` of the
+  training folds with `validation_fraction=0.1`, redrawn until every class is in the validation set). The draw is
+  seeded with `seed` (successive draws of one generator, at most 100). `"next"`: validation is the fold
+  after the test fold, cyclically (this package's rule before issue 13; ESC-50 then trains on 3 folds, 1,200 clips).
+- Other datasets: the dataset's own test split, or `test_fraction` of train held out (`hold_out_test`); the
+  dataset's own validation split, or a seeded random `validation_fraction` of train (one draw, `seed`).
+- `select_on`: the split that selects the model. "validation" (default) as above; "test" (EAT: "the best result
+  within the budget" on the evaluation set) and "last" (the last step) hold nothing out for validation, so the
+  model trains on the whole training set (all of AS-20K / AS-2M; all other folds of a K-fold task).
+"""
+
+import logging
+import math
+
+import numpy as np
+from datasets import DatasetDict
+
+from ._common import fold_split, hold_out_test
+
+
+logger = logging.getLogger(__name__)
+
+KFOLD_VALIDATION = ("evar", "next")
+SELECT_ON = ("validation", "test", "last")
+SPLITS = ("train", "validation", "test")
+MAX_DRAWS = 100
+
+
+def kfold_split(dataset, test_fold: int, *, kfold_validation: str = "evar", validation_fraction: float = 0.1,
+                seed: int = 0, with_validation: bool = True, label_column: str = "label") -> DatasetDict:
+    """{"train", ["validation",] "test"} of one test fold of a dataset with a `fold` column (see the module rules).
+
+    `with_validation=False`: every other fold trains (for `select_on` "test" or "last").
+    """
+    if kfold_validation not in KFOLD_VALIDATION:
+        raise ValueError(f"kfold_validation={kfold_validation!r}: use one of {KFOLD_VALIDATION}.")
+    if isinstance(dataset, DatasetDict):
+        if len(dataset) != 1:
+            raise ValueError(f"kfold_split needs one split with a 'fold' column, got {list(dataset)}.")
+        dataset = next(iter(dataset.values()))
+    if not with_validation:
+        return fold_split(dataset, test_fold)
+    if kfold_validation == "next":
+        folds = sorted(set(dataset["fold"]))
+        valid_fold = folds[(folds.index(test_fold) + 1) % len(folds)] if test_fold in folds else None
+        return fold_split(dataset, test_fold, valid_fold)
+    split = fold_split(dataset, test_fold)
+    train, validation = evar_validation_draw(split["train"], validation_fraction, seed, label_column)
+    return DatasetDict({"train": train, "validation": validation, "test": split["test"]})
+
+
+def evar_validation_draw(train, validation_fraction: float, seed: int, label_column: str = "label"):
+    """(train, validation): ceil(`validation_fraction` · N) clips of `train` drawn at random, redrawn until every
+    class of `train` is in the validation set, as EVAR's `train_test_sure_split`. The draws are successive
+    permutations of one `numpy.random.default_rng(seed)`; after `MAX_DRAWS` draws, or when the validation set is
+    smaller than the number of classes, the last draw is kept (with a warning). Both keep the dataset's order."""
+    if not 0 < validation_fraction < 1:
+        raise ValueError(f"validation_fraction={validation_fraction}: a fraction in (0, 1) of the training folds.")
+    num_rows = len(train)
+    num_valid = math.ceil(validation_fraction * num_rows)
+    if not 0 < num_valid < num_rows:
+        raise ValueError(f"validation_fraction={validation_fraction} of {num_rows} clips leaves no train or no "
+                         f"validation clip.")
+    labels = train[label_column] if label_column in train.column_names else None  # one column: no audio decoded
+    single_label = labels is not None and not isinstance(labels[0], (list, tuple))
+    classes = set(labels) if single_label else None
+    rng = np.random.default_rng(seed)
+    for _ in range(MAX_DRAWS):
+        chosen = np.sort(rng.permutation(num_rows)[:num_valid])
+        covered = classes is None or {labels[i] for i in chosen} == classes
+        if covered or num_valid < len(classes):
+            break
+    if not covered:
+        logger.warning(f"The validation draw ({num_valid} clips, seed {seed}) lacks "
+                       f"{len(classes - {labels[i] for i in chosen})} of {len(classes)} classes.")
+    is_valid = np.zeros(num_rows, dtype=bool)
+    is_valid[chosen] = True
+    return train.select(np.flatnonzero(~is_valid)), train.select(chosen)
+
+
+def downstream_parts(loaded, *, folds=None, kfold_validation: str = "evar", select_on: str = "validation",
+                     validation_fraction: float = 0.1, test_fraction: float = 0.2, seed: int = 0) -> dict:
+    """{part name: {split: Dataset}} of a loaded DatasetDict under the module's rules.
+
+    K-fold datasets give one part per test fold ("fold<k>", `folds` or all); others one part, "official". The
+    parts hold "train" and "test", and "validation" when `select_on == "validation"`.
+    """
+    if select_on not in SELECT_ON:
+        raise ValueError(f"select_on={select_on!r}: use one of {SELECT_ON}.")
+    with_validation = select_on == "validation"
+    first = next(iter(loaded.values()))
+    if "fold" in first.column_names and set(loaded) == {"train"}:
+        available = sorted(set(first["fold"]))
+        return {f"fold{k}": dict(kfold_split(first, k, kfold_validation=kfold_validation,
+                                             validation_fraction=validation_fraction, seed=seed,
+                                             with_validation=with_validation))
+                for k in (folds or available)}
+    splits = hold_out_test(dict(loaded), test_fraction, seed=seed)
+    if with_validation and "validation" not in splits:
+        held = splits["train"].train_test_split(test_size=validation_fraction, seed=seed)
+        splits["train"], splits["validation"] = held["train"], held["test"]
+    return {"official": {name: splits[name] for name in SPLITS if name in splits and (with_validation or
+                                                                                          name != "validation")}}
+
+
+def describe_protocol(select_on: str, kfold: bool, kfold_validation: str, validation_fraction: float,
+                      seed: int) -> str:
+    """One sentence naming the selection rule, for results files and model cards."""
+    if select_on == "test":
+        return "model selection on the test split (EAT: the best result within the budget); no validation held out"
+    if select_on == "last":
+        return "the last step's model; no validation held out"
+    if kfold and kfold_validation == "evar":
+        return (f"model selection on a random {validation_fraction:.0%} of the training folds (EVAR; seed {seed}, "
+                f"redrawn until every class is present)")
+    if kfold:
+        return "model selection on the fold after the test fold"
+    return (f"model selection on the validation split (the dataset's own, or a random {validation_fraction:.0%} "
+            f"of train, seed {seed})")
