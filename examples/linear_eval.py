@@ -21,9 +21,12 @@ step ("the best result within the budget"), and the learning rate with the best 
 Resume: cached features are reused, and each finished (part, seed) result (`runs/<part>_seed<k>.json`) is
 loaded instead of retrained; a cache made with another model or data setting raises an error.
 
-Protocol choices not fixed by the paper: for K-fold tasks the validation fold
-is the fold after the test fold (cyclically); datasets without a validation split (AudioSet) hold out
-`validation_fraction` of train, seeded.
+Validation (`aasp_hf.data.downstream_parts`, the rule finetune.py uses too; stated in `all_results.json` and
+`results.md`): for K-fold tasks (ESC-50, US8K) EVAR's rule, `--kfold_validation evar`: train on all the other
+folds less a random `validation_fraction` (10 %) of them, which is the validation set, seeded with `feature_seed`
+(redrawn with the next seeds until every class is present); `--kfold_validation next` validates on the fold after
+the test fold instead. Datasets without a validation split (AudioSet) hold out `validation_fraction` of train,
+seeded with `feature_seed`. The split is part of the feature cache's identity.
 """
 
 import json
@@ -67,7 +70,12 @@ class LinearEvalArguments:
     task: str | None = field(default=None, metadata={"help": "EVAR clip-length key; unset: the dataset name"})
     clip_seconds: float | None = field(default=None, metadata={"help": "overrides the task's EVAR clip length"})
     folds: list[int] | None = field(default=None, metadata={"help": "test folds of a K-fold task; unset: all"})
-    validation_fraction: float = field(default=0.1, metadata={"help": "held out of train when there is no validation"})
+    kfold_validation: str = field(
+        default="evar", metadata={"help": "K-fold validation: 'evar' (a seeded random validation_fraction of the other "
+                                  "folds) or 'next' (the fold after the test fold)"}
+    )
+    validation_fraction: float = field(default=0.1, metadata={"help": "held out of train when there is no validation "
+                                                              "(and of the training folds of a K-fold task)"})
     test_fraction: float = field(
         default=0.2, metadata={"help": "held out of train (stratified by class, seeded) when there is no test split, "
                                "e.g. an audiofolder without train/test sub-folders"}
@@ -94,6 +102,10 @@ class LinearEvalArguments:
 def parse_args(argv=None) -> LinearEvalArguments:
     """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
     (args,) = parse_arguments(LinearEvalArguments, argv)
+    from aasp_hf.data import KFOLD_VALIDATION
+
+    if args.kfold_validation not in KFOLD_VALIDATION:
+        raise ValueError(f"kfold_validation={args.kfold_validation!r}: use one of {KFOLD_VALIDATION}")
     return args
 
 
@@ -128,7 +140,8 @@ def label_info(dataset) -> tuple[bool, int]:
 
 def evaluation_parts(args) -> tuple[dict, bool, int, float]:
     """-> ({part name: {split: rows}}, multi_label, num_classes, clip_seconds). A K-fold dataset gives one part
-    per test fold (validation: the next fold); a dataset without validation holds out `validation_fraction`."""
+    per test fold, its validation set drawn by `args.kfold_validation` (EVAR: a seeded random `validation_fraction`
+    of the other folds); a dataset without validation holds out `validation_fraction` (`data.downstream_parts`)."""
     from aasp_hf import data
 
     if args.synthetic_per_class > 0:
@@ -149,19 +162,9 @@ def evaluation_parts(args) -> tuple[dict, bool, int, float]:
     loaded = data.for_safe_decoding(data.load(args.dataset, root=args.data_root, **kwargs))
     first = next(iter(loaded.values()))
     multi_label, num_classes = label_info(first)
-    parts = {}
-    if "fold" in first.column_names and set(loaded) == {"train"}:
-        folds = sorted(set(first["fold"]))
-        for test_fold in args.folds or folds:
-            valid_fold = folds[(folds.index(test_fold) + 1) % len(folds)]
-            split = data.fold_split(first, test_fold=test_fold, valid_fold=valid_fold)
-            parts[f"fold{test_fold}"] = dict(split)
-    else:
-        splits = data.hold_out_test(dict(loaded), args.test_fraction, seed=args.feature_seed)  # a stated rule
-        if "validation" not in splits:
-            held = splits["train"].train_test_split(test_size=args.validation_fraction, seed=args.feature_seed)
-            splits["train"], splits["validation"] = held["train"], held["test"]
-        parts["official"] = {name: splits[name] for name in SPLITS}
+    parts = data.downstream_parts(loaded, folds=args.folds, kfold_validation=getattr(args, "kfold_validation", "evar"),
+                                  validation_fraction=args.validation_fraction, test_fraction=args.test_fraction,
+                                  seed=args.feature_seed)
     return parts, multi_label, num_classes, clip_seconds
 
 
@@ -201,6 +204,7 @@ def check_cache_identity(args, clip_seconds):
         "dataset_kwargs": args.dataset_kwargs, "synthetic_per_class": args.synthetic_per_class,
         "clip_seconds": clip_seconds, "feature_seed": args.feature_seed,
         "validation_fraction": args.validation_fraction, "test_fraction": args.test_fraction,
+        "kfold_validation": args.kfold_validation,
     }
     path = Path(args.output_dir) / "features" / "identity.json"
     if path.is_file():
@@ -334,6 +338,8 @@ def write_markdown(path: Path, results: dict):
         f"{metric} (×100), mean ± std over seeds {results['seeds']}; per seed the mean over parts "
         f"{results['parts']}. Learning rates {results['learning_rates']}, {results['max_steps']} steps.",
         "",
+        f"Validation: {results['validation_rule']}.",
+        "",
         "| part | seed | chosen lr | best step | valid | test |",
         "|---|---|---|---|---|---|",
     ]
@@ -413,6 +419,9 @@ def main(argv=None) -> dict:
         runs.append(record)
 
     print("6. results")
+    from aasp_hf.data import describe_protocol
+
+    kfold = all(part.startswith("fold") for part in parts)
     per_seed = {seed: float(np.mean([r["test_score"] for r in runs if r["seed"] == seed])) for seed in args.seeds}
     test_mean, test_std = mean_std(list(per_seed.values()))
     results = {
@@ -426,6 +435,9 @@ def main(argv=None) -> dict:
         "seeds": list(args.seeds),
         "learning_rates": list(args.learning_rates),
         "max_steps": args.max_steps,
+        "kfold_validation": args.kfold_validation if kfold else None,
+        "validation_rule": describe_protocol("validation", kfold, args.kfold_validation, args.validation_fraction,
+                                             args.feature_seed),
         "test_per_seed": {str(k): v for k, v in per_seed.items()},
         "test_mean": test_mean,
         "test_std": test_std,

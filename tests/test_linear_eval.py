@@ -156,8 +156,9 @@ def test_end_to_end_on_synthetic_clips_and_resume(encoder_dir, tmp_path):
 
 
 def test_k_fold_dataset_from_the_loader(encoder_dir, tmp_path):
-    """A fake ESC-50 (official layout, 44.1 kHz WAVs): one part per test fold, validation = the next fold,
-    each clip padded to the EVAR length (5 s here shortened to 1 s), scores averaged over the folds."""
+    """A fake ESC-50 (official layout, 44.1 kHz WAVs): one part per test fold, validation = a seeded random 10 % of
+    the other folds (EVAR), each clip padded to the EVAR length (5 s here shortened to 1 s), scores averaged over
+    the folds."""
     import soundfile as sf
 
     root = tmp_path / "ESC-50-master"
@@ -178,7 +179,9 @@ def test_k_fold_dataset_from_the_loader(encoder_dir, tmp_path):
                                 str(root), "--clip_seconds", "1.0", "--folds", "1", "4", "--max_steps", "6",
                                 "--eval_steps", "3", "--batch_size", "4", "--seeds", "0", "--output_dir", str(out)])
     assert results["parts"] == ["fold1", "fold4"] and results["num_classes"] == 2
-    for part in ("fold1", "fold4"):  # 3 training folds, 1 validation fold, 1 test fold of 2 clips each
+    for part in ("fold1", "fold4"):  # 4 other folds of 2 clips: 7 train, 1 (10 %) validation; 1 test fold of 2
         sizes = [len(np.load(out / "features" / part / f"labels_{s}.npy")) for s in ("train", "validation", "test")]
-        assert sizes == [6, 2, 2]
+        assert sizes == [7, 1, 2]
+    assert results["kfold_validation"] == "evar" and "EVAR" in results["validation_rule"]
+    assert "random 10% of the training folds" in (out / "results.md").read_text()
     assert results["test_per_seed"]["0"] == pytest.approx(np.mean([r["test_score"] for r in results["runs"]]))
