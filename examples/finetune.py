@@ -9,15 +9,18 @@ Table hyperparams 1; SPEC_NOTES §5-6).
 
 Arguments come from the dataclass below: on the command line, from one JSON file (`finetune.py preset.json`), or
 from `--config preset.json` followed by command-line overrides. The presets copy Table hyperparams 1 column by
-column; the paper's batch size is the total over its GPUs (4 for AS-2M / AS-20K), so their per-device batch is 32.
+column; the paper's batch size is the total over its GPUs (4 for AS-2M / AS-20K), so their per-device batch is 32
+and they state the global batch, `total_train_batch_size` 128: on fewer processes gradient accumulation makes it up
+(1 process: 4 micro-batches of 32 per step; `aasp_hf.training.arguments.gradient_accumulation_for`).
 
 Steps: 1. data (`aasp_hf.data.load`, one test fold of a K-fold task, or synthetic demo clips), 2. model
 (`AaspForAudioClassification`: LayerNorm + Linear on CLS over a pre-trained encoder, drop path), 3. AdamW with
 layer-wise lr decay (lr · decay^(L+1 − layer_id)), no weight decay on biases / norms / CLS / positions, warm-up +
 cosine by step (pure functions), 4. `accelerator.prepare`, 5. loop: mixup (then BCE on soft targets), SpecAugment
 (one time and one frequency mask of at most 1/5 of the input), gradient clipping, weight EMA updated right after
-`optimizer.step()`, 6. evaluation every `eval_steps` on validation with the EMA weights (accuracy or mAP): the best
-validation score within the budget, its step and the test score there, 7. atomic checkpoints and exact `--resume`
+`optimizer.step()`, 6. evaluation every `eval_steps` with the EMA weights (accuracy or mAP) on the split that
+`--select_on` names: the best validation score within the budget, its step and the test score there (`validation`),
+the best test score within the budget (`test`), or the last step's (`last`), 7. atomic checkpoints and exact `--resume`
 (step, RNG states, data position, EMA weights, best-so-far), 8. the best model saved with `save_pretrained` (+ the
 feature extractor and `id2label`) for `pipeline("audio-classification", model=output_dir)`, `all_results.json`,
 `results.md`. `--seeds 0 1 2` and `--all_folds` run one sub-run per (fold, seed) and report mean ± std over seeds
@@ -28,11 +31,15 @@ seeded by epoch); global micro-batch g of an epoch is positions [g·B·W, (g+1)�
 slice of B clips; the incomplete last global batch is dropped. The data position is a pure function of the number
 of micro-batches consumed, which the checkpoint stores with the crop and augmentation generators.
 
-Protocol choices the paper leaves open (documented, changeable): datasets without a validation split (AudioSet)
-hold out `validation_fraction` of train, seeded; for K-fold tasks `--kfold_validation next` validates on the
-next fold (as examples/linear_eval.py), `test` trains on all other folds and selects on the test fold (EAT's
-ESC-50 protocol, "the best result within the budget"; the ESC-50 preset uses it); the validation crop is random
-but the same at every evaluation; gradient clipping at `max_grad_norm` (not in the paper; EAT's 4.0 by default).
+Model selection (`aasp_hf.data.downstream_parts`, the rules linear_eval.py uses too; `all_results.json` and
+`results.md` record the rule): `--select_on validation` (default) selects on the dataset's validation split, or on
+`validation_fraction` of train held out (seed 0) when it has none, or for K-fold tasks on a random 10 % of the
+training folds (`--kfold_validation evar`, EVAR's rule, seed 0; `next`: the fold after the test fold);
+`--select_on test` trains on the whole training set (all of AS-20K / AS-2M, all other folds) and selects on the
+test split (EAT's rule, "the best result within the budget"; the AudioSet and ESC-50 presets use it; the old
+`--kfold_validation test` means the same); `--select_on last` trains on the whole training set and reports the
+last step. Other choices the paper leaves open: the validation crop is random but the same at every evaluation;
+gradient clipping at `max_grad_norm` (not in the paper; EAT's 4.0 by default).
 """
 
 import json
@@ -69,11 +76,12 @@ from aasp_hf.training.checkpointing import (  # noqa: E402
     remove_artefacts,
 )
 from aasp_hf.training.model_ema import create_ema, ema_update_  # noqa: E402
-from aasp_hf.training.arguments import parse_arguments  # noqa: E402
+from aasp_hf.training.arguments import gradient_accumulation_for, parse_arguments  # noqa: E402
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
 SPLITS = ("train", "validation", "test")
+SPLIT_SEED = 0  # the held-out validation / test draws: one split for every seed of a run
 # What a run leaves in output_dir (sub-runs of --seeds / --all_folds in <part>_seed<k>/; the best model copied in).
 FINETUNE_ARTEFACTS = RUN_ARTEFACTS + ("best_model*", "results.md", "*_seed*", "model.safetensors", "config.json",
                                       "preprocessor_config.json")
@@ -93,8 +101,14 @@ class FinetuneArguments:
     clip_seconds: float | None = field(default=None, metadata={"help": "overrides the task's EVAR clip length"})
     test_fold: int | None = field(default=None, metadata={"help": "K-fold task: the test fold; unset: the first"})
     all_folds: bool = field(default=False, metadata={"help": "K-fold task: one run per test fold, averaged"})
-    kfold_validation: str = field(default="next", metadata={"help": "K-fold validation: 'next' fold or the 'test' fold"})
-    validation_fraction: float = field(default=0.1, metadata={"help": "held out of train when there is no validation"})
+    select_on: str = field(default="validation", metadata={
+        "help": "model selection: 'validation' (held out of train when the dataset has none), 'test' (EAT: train on "
+                "the whole training set, best test score within the budget) or 'last' (whole training set, last step)"})
+    kfold_validation: str = field(default="evar", metadata={
+        "help": "K-fold validation set: 'evar' (a random validation_fraction of the other folds, seed 0) or 'next' "
+                "(the fold after the test fold); 'test' is the old spelling of --select_on test"})
+    validation_fraction: float = field(default=0.1, metadata={"help": "held out of train when there is no validation "
+                                                              "(and of the training folds of a K-fold task)"})
     test_fraction: float = field(
         default=0.2, metadata={"help": "held out of train (stratified by class, seeded) when there is no test split, "
                                "e.g. an audiofolder without train/test sub-folders"}
@@ -111,6 +125,8 @@ class FinetuneArguments:
     per_device_train_batch_size: int = field(default=128, metadata={"help": "clips per process per micro-batch"})
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "clips per process when evaluating"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
+    total_train_batch_size: int | None = field(default=None, metadata={
+        "help": "the global batch per optimiser step: accumulation = total / (per-device batch × processes)"})
     max_steps: int = field(default=1000, metadata={"help": "the training-step budget (sets the schedule)"})
     stop_after_steps: int | None = field(default=None, metadata={"help": "leave after this many steps (then --resume)"})
     warmup_steps: int = field(default=100, metadata={"help": "linear warm-up steps (at most --max_steps)"})
@@ -146,8 +162,16 @@ class FinetuneArguments:
 def parse_args(argv=None) -> FinetuneArguments:
     """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
     (args,) = parse_arguments(FinetuneArguments, argv)
-    if args.kfold_validation not in ("next", "test"):
-        raise ValueError(f"kfold_validation={args.kfold_validation!r}: use 'next' or 'test'")
+    from aasp_hf.data import KFOLD_VALIDATION, SELECT_ON
+
+    if args.kfold_validation == "test":  # the old spelling of EAT's rule
+        if args.select_on not in ("validation", "test"):
+            raise ValueError(f"kfold_validation='test' means --select_on test, not {args.select_on!r}")
+        args = replace(args, kfold_validation="evar", select_on="test")
+    if args.kfold_validation not in KFOLD_VALIDATION:
+        raise ValueError(f"kfold_validation={args.kfold_validation!r}: use one of {KFOLD_VALIDATION}")
+    if args.select_on not in SELECT_ON:
+        raise ValueError(f"select_on={args.select_on!r}: use one of {SELECT_ON}")
     return args
 
 
@@ -190,7 +214,9 @@ def label_info(dataset) -> tuple[bool, list[str]]:
 
 def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
     """-> ({part: {split: rows}}, multi_label, class names, clip seconds, task). A K-fold dataset gives one part
-    per test fold (all of them with --all_folds); a dataset without validation holds out `validation_fraction`."""
+    per test fold (all of them with --all_folds); the splits follow `data.downstream_parts` (seed 0): with
+    `--select_on validation` a dataset without validation holds out `validation_fraction` (K-fold: of the other
+    folds), with `test` / `last` the whole training set trains. The synthetic data keeps its own validation split."""
     from aasp_hf import data
 
     if args.synthetic_per_class > 0:
@@ -198,6 +224,8 @@ def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
 
         clip_seconds = args.clip_seconds or 1.0
         splits = synthetic_splits(args.synthetic_per_class, 1234, args.synthetic_multi_label, clip_seconds)
+        if args.select_on != "validation":  # nothing selects on it
+            del splits["validation"]
         return {"synthetic": splits}, args.synthetic_multi_label, list(LABELS), clip_seconds, "synthetic"
     if args.dataset is None:
         raise ValueError("Pass --dataset (with --data_root) or --synthetic_per_class N.")
@@ -212,24 +240,12 @@ def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
     loaded = data.for_safe_decoding(data.load(args.dataset, root=args.data_root, **kwargs))
     first = next(iter(loaded.values()))
     multi_label, names = label_info(first)
-    parts = {}
-    if "fold" in first.column_names and set(loaded) == {"train"}:
-        folds = sorted(set(first["fold"]))
-        chosen = folds if args.all_folds else [args.test_fold if args.test_fold is not None else folds[0]]
-        for test_fold in chosen:
-            if args.kfold_validation == "next":
-                split = dict(data.fold_split(first, test_fold=test_fold,
-                                             valid_fold=folds[(folds.index(test_fold) + 1) % len(folds)]))
-            else:  # EAT's protocol: train on the other folds, select on the test fold
-                split = dict(data.fold_split(first, test_fold=test_fold))
-                split["validation"] = split["test"]
-            parts[f"fold{test_fold}"] = split
-    else:
-        splits = data.hold_out_test(dict(loaded), args.test_fraction, seed=0)  # no test split: a stated rule
-        if "validation" not in splits:
-            held = splits["train"].train_test_split(test_size=args.validation_fraction, seed=0)
-            splits["train"], splits["validation"] = held["train"], held["test"]
-        parts["official"] = {name: splits[name] for name in SPLITS}
+    chosen = None
+    if "fold" in first.column_names and set(loaded) == {"train"} and not args.all_folds:
+        chosen = [args.test_fold if args.test_fold is not None else min(set(first["fold"]))]
+    parts = data.downstream_parts(loaded, folds=chosen, kfold_validation=args.kfold_validation,
+                                  select_on=args.select_on, validation_fraction=args.validation_fraction,
+                                  test_fraction=args.test_fraction, seed=SPLIT_SEED)
     return parts, multi_label, names, clip_seconds, task
 
 
@@ -341,35 +357,45 @@ def write_card(output_dir: Path, model, feature_extractor, args, splits, results
         data = f"synthetic clips of examples/demo.py's classes ({args.synthetic_per_class} train per class)"
     else:
         data = f"`{args.dataset}` from {args.data_root}"
-    sizes = ", ".join(f"{split} {len(splits[split])}" for split in SPLITS)
+    sizes = ", ".join(f"{split} {len(splits[split])}" for split in SPLITS if split in splits)
     metric = results["metric"]
     training = {
         "base model": f"{args.model_name_or_path} (pre-trained AaSP encoder; the head is new)",
         "data": f"{data}; clips: {sizes}; {clip_seconds:g}-s crops",
         "steps": f"{results['step']} ({args.warmup_steps} warm-up), batch {args.per_device_train_batch_size} × "
-                 f"{results['num_processes']} process(es) × {args.gradient_accumulation_steps} accumulation",
+                 f"{results['num_processes']} process(es) × {results['gradient_accumulation_steps']} accumulation "
+                 f"= {results['total_train_batch_size']}",
         "optimiser": f"AdamW, peak lr {args.learning_rate:g}, layer decay {args.layer_decay:g}, weight decay "
                      f"{args.weight_decay:g}",
         "augmentation": f"mixup α {args.mixup_alpha:g}, SpecAugment {'on' if args.spec_augment else 'off'}",
         "saved weights": f"{'EMA (decay ' + format(args.ema_decay, 'g') + ')' if args.ema_decay > 0 else 'trained'} "
-                         f"weights at the best validation step, {results['best_step']}",
+                         f"weights at step {results['best_step']} ({results['selection_rule']})",
     }
     write_model_card(output_dir, model, feature_extractor, {
         "title": f"AaSP audio classifier ({model.config.num_labels} classes)",
         "path": str(output_dir),
         "training": training,
-        "evaluation_protocol": f"fine-tuning, best validation step {results['best_step']}",
-    }, {f"eval_{metric}": results["best_valid_score"], f"test_{metric}": results["test_score"]})
+        "evaluation_protocol": f"fine-tuning, {results['selection_rule']}: step {results['best_step']}",
+    }, {**({f"eval_{metric}": results["best_valid_score"]} if args.select_on == "validation" else {}),
+        f"test_{metric}": results["test_score"]})
 
 
 # ----------------------------------------------------------------------------------------------- one run
-def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[str], clip_seconds: float) -> dict:
-    """Fine-tunes once (one seed, one test fold) into `args.output_dir`; returns its results."""
-    from aasp_hf.data import AaspFineTuningCollator, ClassBalancedSampler
+def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[str], clip_seconds: float,
+        selection_rule: str | None = None) -> dict:
+    """Fine-tunes once (one seed, one test fold) into `args.output_dir`; returns its results. `selection_rule`: the
+    sentence that the results and the model card give for the model selection (default: from `args.select_on`)."""
+    from aasp_hf.data import AaspFineTuningCollator, ClassBalancedSampler, describe_protocol
+
+    if selection_rule is None:
+        selection_rule = describe_protocol(args.select_on, False, args.kfold_validation, args.validation_fraction,
+                                           SPLIT_SEED)
 
     output_dir = Path(args.output_dir)
     accelerator = Accelerator(mixed_precision=args.mixed_precision, project_dir=str(output_dir))
     rank, world = accelerator.process_index, accelerator.num_processes
+    accum = gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size, world,
+                                      args.gradient_accumulation_steps)  # the preset's global batch on `world`
     num_labels = len(names)
     set_seed(args.seed)  # the head's initialisation, identical on every process
 
@@ -440,7 +466,6 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         accelerator.print(f"resumed from {checkpoint} at step {step}")
 
     # 5. Training loop.
-    accum = args.gradient_accumulation_steps
     stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
     batches = micro_batches(splits["train"], args.per_device_train_batch_size, world, rank, args.seed,
                             start=micro_position, num_workers=args.dataloader_num_workers, sampler=sampler)
@@ -495,22 +520,33 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
             progress.set_postfix(loss=f"{logs['loss']:.4f}", lr=f"{lr:.2e}")
             loss_sum, num_summed, t_log, step_of_log = 0.0, 0, now, step
 
-        # 6. Evaluation with the EMA weights (the trained weights when the EMA is off).
+        # 6. Evaluation with the EMA weights (the trained weights when the EMA is off), selection by --select_on.
         if step % args.eval_steps == 0 or step == args.max_steps:
             evaluated = ema if ema is not None else unwrapped
-            logits, labels = predict(evaluated, splits["validation"], eval_collator("validation"),
-                                     args.per_device_eval_batch_size, accelerator)
-            record = {"step": step, "valid_score": classification_score(logits, labels, multi_label)}
-            if record["valid_score"] > best["valid_score"]:
-                logits, labels = predict(evaluated, splits["test"], eval_collator("test"),
+
+            def score_on(split):
+                logits, labels = predict(evaluated, splits[split], eval_collator(split),
                                          args.per_device_eval_batch_size, accelerator)
-                record["test_score"] = classification_score(logits, labels, multi_label)
-                best = {"valid_score": record["valid_score"], "step": step, "test_score": record["test_score"]}
-                if accelerator.is_main_process:
-                    save_best_model(evaluated, feature_extractor, output_dir / "best_model")
+                return classification_score(logits, labels, multi_label)
+
+            if args.select_on == "validation":
+                record = {"step": step, "valid_score": score_on("validation")}
+                if record["valid_score"] > best["valid_score"]:
+                    record["test_score"] = score_on("test")
+                    best = {"valid_score": record["valid_score"], "step": step, "test_score": record["test_score"]}
+                    if accelerator.is_main_process:
+                        save_best_model(evaluated, feature_extractor, output_dir / "best_model")
+            else:  # "test": the best test score within the budget (EAT); "last": the last step's
+                record = {"step": step, "test_score": score_on("test")}
+                if args.select_on == "last" or record["test_score"] > best["valid_score"]:
+                    selection = record["test_score"] if args.select_on == "test" else float("nan")
+                    best = {"valid_score": selection, "step": step, "test_score": record["test_score"]}
+                    if accelerator.is_main_process and (args.select_on == "test" or step == args.max_steps):
+                        save_best_model(evaluated, feature_extractor, output_dir / "best_model")
             history.append(record)
-            accelerator.print(f"step {step}: valid {record['valid_score']:.4f} (best {best['valid_score']:.4f} "
-                              f"at step {best['step']}, test there {best['test_score']:.4f})")
+            score = record["valid_score"] if args.select_on == "validation" else record["test_score"]
+            accelerator.print(f"step {step}: {args.select_on} {score:.4f} "
+                              f"(selected step {best['step']}, test there {best['test_score']:.4f})")
 
         # 7b. Checkpoint.
         if step % args.save_steps == 0 or step == stop_step:
@@ -539,6 +575,10 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         "num_processes": world,
         "decode_failures": decode_failures,
         "ema_decay": args.ema_decay,
+        "select_on": args.select_on,
+        "selection_rule": selection_rule,
+        "gradient_accumulation_steps": accum,
+        "total_train_batch_size": args.per_device_train_batch_size * world * accum,
         "eval_history": history,
     }
     accelerator.wait_for_everyone()
@@ -561,12 +601,13 @@ def mean_std(values) -> tuple[float, float]:
 def write_markdown(path: Path, summary: dict):
     metric = summary["metric"]
     lines = [f"# Fine-tuning: {summary['task']} ({summary['model_name_or_path']})", "",
-             f"{metric} (×100) on test at the best validation step within {summary['max_steps']} steps; "
-             f"mean ± std over seeds {summary['seeds']} of the mean over parts {summary['parts']}.", "",
-             "| part | seed | best step | valid | test |", "|---|---|---|---|---|"]
+             f"{metric} (×100) on test within {summary['max_steps']} steps; mean ± std over seeds "
+             f"{summary['seeds']} of the mean over parts {summary['parts']}.", "",
+             f"Model selection (`--select_on {summary['select_on']}`): {summary['selection_rule']}.", "",
+             "| part | seed | selected step | valid | test |", "|---|---|---|---|---|"]
     for r in summary["runs"]:
-        lines.append(f"| {r['part']} | {r['seed']} | {r['best_step']} | {100 * r['best_valid_score']:.2f} | "
-                     f"{100 * r['test_score']:.2f} |")
+        valid = f"{100 * r['best_valid_score']:.2f}" if r.get("select_on", "validation") == "validation" else "–"
+        lines.append(f"| {r['part']} | {r['seed']} | {r['best_step']} | {valid} | {100 * r['test_score']:.2f} |")
     lines += ["", f"**{summary['task']} {metric}: {100 * summary['test_mean']:.2f} ± {100 * summary['test_std']:.2f}**",
               ""]
     path.write_text("\n".join(lines))
@@ -580,7 +621,14 @@ def main(argv=None) -> dict:
     stale = check_output_dir(output_dir, args.resume, args.overwrite_output_dir, FINETUNE_ARTEFACTS)
     if stale and int(os.environ.get("RANK", "0")) == 0:
         remove_artefacts(stale)
+    gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size,
+                              int(os.environ.get("WORLD_SIZE", "1")), args.gradient_accumulation_steps)  # fail early
     parts, multi_label, names, clip_seconds, task = load_parts(args)
+    from aasp_hf.data import describe_protocol
+
+    kfold = all(part.startswith("fold") for part in parts)
+    selection_rule = describe_protocol(args.select_on, kfold, args.kfold_validation, args.validation_fraction,
+                                       SPLIT_SEED)
     seeds = args.seeds or [args.seed]
     single = len(parts) == 1 and len(seeds) == 1
     print(f"{task}: {len(names)} classes, {'multi' if multi_label else 'single'}-label, clips {clip_seconds} s, "
@@ -595,7 +643,7 @@ def main(argv=None) -> dict:
                 result = json.loads(done.read_text())  # a finished sub-run of an interrupted sweep
             else:
                 result = run(replace(args, seed=seed, output_dir=str(run_dir)), splits, multi_label, names,
-                             clip_seconds)
+                             clip_seconds, selection_rule=selection_rule)
             runs.append({"part": part, "seed": seed, **{k: v for k, v in result.items() if k != "arguments"}})
 
     per_seed = [float(np.mean([r["test_score"] for r in runs if r["seed"] == s])) for s in seeds]
@@ -603,10 +651,13 @@ def main(argv=None) -> dict:
     summary = {
         "task": task, "model_name_or_path": str(args.model_name_or_path), "metric": runs[0]["metric"],
         "num_classes": len(names), "clip_seconds": clip_seconds, "parts": list(parts), "seeds": seeds,
-        "max_steps": args.max_steps, "test_per_seed": dict(zip(map(str, seeds), per_seed)),
+        "max_steps": args.max_steps, "select_on": args.select_on, "selection_rule": selection_rule,
+        "kfold_validation": args.kfold_validation if kfold and args.select_on == "validation" else None,
+        "test_per_seed": dict(zip(map(str, seeds), per_seed)),
         "test_mean": test_mean, "test_std": test_std, "runs": runs,
         **({k: runs[0][k] for k in ("best_valid_score", "best_step", "test_score", "step", "finished",
-                                    "decode_failures", "eval_history")} if single else {}),
+                                    "decode_failures", "gradient_accumulation_steps", "total_train_batch_size",
+                                    "eval_history")} if single else {}),
         "arguments": asdict(args),
     }
     if int(os.environ.get("RANK", "0")) == 0:

@@ -182,5 +182,39 @@ def test_presets_copy_table_hyperparams_1(name, layer_decay, steps, warmup, min_
     assert (args.learning_rate, args.weight_decay, args.adam_beta2, args.drop_path_rate) == (5e-5, 0.05, 0.95, 0.1)
     gpus = 4 if name in ("as2m", "as20k") else 1
     assert args.per_device_train_batch_size * gpus == 128 and args.seeds == [0, 1, 2]
+    if gpus > 1:  # the preset states the paper's global batch: one process accumulates 4 micro-batches of 32
+        assert args.total_train_batch_size == 128
+        assert finetune.gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size,
+                                                  1, args.gradient_accumulation_steps) == 4
+    # the AudioSet presets train on all of AS-20K / AS-2M and select on the eval set (EAT); ESC-50 on the test fold
+    assert args.select_on == ("test" if name in ("as2m", "as20k", "esc50") else "validation")
     assert (args.ema_decay, args.spec_augment) == ((0.0, False) if name == "esc50" else (0.995, True))
     assert args.class_balanced_sampling == (name == "as2m")
+
+
+def test_select_on_test_and_last_and_the_global_batch_by_accumulation(encoder_dir, tmp_path):
+    """--select_on test: the best test score within the budget; --select_on last: the last step's. Both train on
+    the whole training set and record the rule. --total_train_batch_size 20 with 10 per device on one process
+    accumulates 2 micro-batches per step (and records it)."""
+    common = ["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--max_steps", "4",
+              "--eval_steps", "2", "--save_steps", "4", "--ema_decay", "0", *CLIP, "--total_train_batch_size", "20"]
+    picked = finetune.main(common + ["--select_on", "test", "--output_dir", str(tmp_path / "test")])
+    history = picked["eval_history"]
+    assert [h["step"] for h in history] == [2, 4] and all("valid_score" not in h for h in history)
+    best = max(h["test_score"] for h in history)
+    assert picked["test_score"] == best and picked["best_step"] == next(h["step"] for h in history
+                                                                        if h["test_score"] == best)
+    assert picked["select_on"] == "test" and "selection on the test split" in picked["selection_rule"]
+    assert (picked["gradient_accumulation_steps"], picked["total_train_batch_size"]) == (2, 20)
+    losses = [json.loads(line) for line in (tmp_path / "test" / "log_history.jsonl").read_text().splitlines()]
+    assert len(losses) == 2  # logged every 2 optimiser steps (each of 2 micro-batches of 10 clips)
+    assert "--select_on test" in (tmp_path / "test" / "results.md").read_text()
+
+    last = finetune.main(common + ["--select_on", "last", "--output_dir", str(tmp_path / "last")])
+    assert last["best_step"] == 4 and last["test_score"] == last["eval_history"][-1]["test_score"]
+    assert last["select_on"] == "last" and (tmp_path / "last" / "model.safetensors").is_file()
+
+    args = finetune.parse_args(["--model_name_or_path", "x", "--kfold_validation", "test"])  # the old spelling
+    assert (args.select_on, args.kfold_validation) == ("test", "evar")
+    with pytest.raises(ValueError, match="not a multiple"):
+        finetune.main(common[:-1] + ["25", "--output_dir", str(tmp_path / "odd")])
