@@ -187,3 +187,29 @@ def test_step_zero_is_the_initialisation_pretraining_starts_from(data_dir, tmp_p
     assert units[0]["encoder_key"] == units[1]["encoder_key"] and units[1]["probe_reused"]
     run_config = json.loads((encoders.parent / "run_config.json").read_text())
     assert Path(run_config["log_mel_cache"], "index.json").is_file() and "train_dir" not in run_config
+
+
+def test_probe_encoders_extracts_the_teacher_of_a_checkpoint(tmp_path):
+    """probe_encoders.py NAME=FOLDER:teacher probes the EMA teacher: the folder it builds holds exactly the
+    checkpoint's `teacher.*` weights, not the student's."""
+    import torch
+    from safetensors.torch import save_file
+
+    import probe_encoders
+    from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
+
+    torch.manual_seed(0)
+    model = AaspForPreTraining(AaspConfig(**tiny_config_kwargs()))
+    with torch.no_grad():  # make the teacher differ from the student
+        for p in model.teacher.parameters():
+            p.add_(0.01)
+    export = tmp_path / "export"
+    model.aasp.save_pretrained(export)
+    AaspFeatureExtractor().save_pretrained(export)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, export / "full_state.safetensors")
+
+    folder = probe_encoders.teacher_folder(export, tmp_path / "teacher")
+    loaded = AaspModel.from_pretrained(folder).state_dict()
+    teacher = model.teacher.state_dict()
+    assert all(torch.equal(loaded[k], teacher[k]) for k in teacher)
+    assert not torch.equal(loaded["cls_token"], model.aasp.state_dict()["cls_token"])
