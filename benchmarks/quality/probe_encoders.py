@@ -62,6 +62,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp, run.torch_threads(1):
         if logmel:
             results["logmel"] = study.probe_logmel()
+            report("logmel", results["logmel"], out, results)
         for pair in pairs:
             name, folder = pair.split("=", 1)
             folder, _, which = folder.partition(":")
@@ -69,16 +70,17 @@ def main(argv=None):
             if which == "teacher":
                 folder = teacher_folder(folder, Path(tmp) / name)
             results[name] = study.probe_encoder(folder)
-            accuracy = {t: r["accuracy"] for t, r in results[name]["tasks"].items()}
-            print(json.dumps({"name": name, **{t: round(a, 4) for t, a in accuracy.items()},
-                              "average": round(float(np.mean(list(accuracy.values()))), 4)}), flush=True)
-    if logmel:
-        accuracy = {t: r["accuracy"] for t, r in results["logmel"]["tasks"].items()}
-        print(json.dumps({"name": "logmel", **{t: round(a, 4) for t, a in accuracy.items()},
-                          "average": round(float(np.mean(list(accuracy.values()))), 4)}), flush=True)
+            report(name, results[name], out, results)
+    return results
+
+
+def report(name, result, out, results):
+    """Print one line per probed encoder and rewrite `out` (all results so far)."""
+    accuracy = {t: r["accuracy"] for t, r in result["tasks"].items()}
+    print(json.dumps({"name": name, **{t: round(a, 4) for t, a in accuracy.items()},
+                      "average": round(float(np.mean(list(accuracy.values()))), 4)}), flush=True)
     if out is not None:
         out.write_text(json.dumps(results, indent=1))
-    return results
 
 
 if __name__ == "__main__":
