@@ -14,8 +14,7 @@ import torch.nn.functional as F
 from aasp_hf import AaspConfig, AaspForPreTraining, AaspModel
 from aasp_hf.objectives import clip_loss, masked_prediction_loss
 from aasp_hf.sblu import sblu_gamma, sblu_magnitude_reference
-from aasp_hf.training.masking import sample_query_indices, sample_view_masks, visible_indices
-from conftest import tiny_config_kwargs
+from conftest import pretraining_batch, tiny_config_kwargs
 
 
 def tiny_pretraining_config(**overrides):
@@ -26,19 +25,7 @@ def tiny_pretraining_config(**overrides):
     return AaspConfig(**kwargs)
 
 
-def make_batch(config, batch_size=3, seed=0, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch_size, config.num_frames, config.num_mel_bins, generator=g, dtype=dtype)
-    mask = sample_view_masks(
-        batch_size,
-        config.mask_num_views,
-        config.num_frequency_patches,
-        config.num_time_patches,
-        config.mask_ratio,
-        config.mask_block_sizes,
-        generator=g,
-    )
-    return x, visible_indices(mask), sample_query_indices(mask, config.mask_query_ratio, generator=g)
+make_batch = pretraining_batch  # (input_values, visible_indices, query_indices), seeded
 
 
 def same_weights(config_a, config_b, dtype=torch.float32):
