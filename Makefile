@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.aasp-installed
 
-.PHONY: setup demo test test-fast bench study study-quick ffmpeg clean
+.PHONY: setup demo test test-fast bench quality-data study study-quick ffmpeg clean
 
 setup: $(STAMP) ffmpeg
 
@@ -44,10 +44,20 @@ bench: setup
 # benchmarks/quality/build_data.py) -> benchmarks/quality/results{,_quick}.{md,json,png}. Resumable: run it again
 # to go on. Hours for `study` (every variant, 2 seeds); ~30 min for `study-quick` on 2 idle cores.
 # Extra flags: make study STUDY_ARGS="--variants spe,no_contrastive --stop_after_minutes 60"
-study: setup
+# The real-audio mini benchmark from Debian packages (resumable; a finished build is skipped in seconds). Its tools
+# are installed with apt-get when missing and we run as root (--no-install-recommends keeps fluid-soundfont-gm out).
+quality-data: setup
+	@missing=""; for t in fluidsynth timidity festival; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = "0" ]; then \
+		echo "installing$$missing with apt-get"; \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	$(PY) benchmarks/quality/build_data.py
+
+study: quality-data
 	$(PY) benchmarks/quality/run.py $(STUDY_ARGS)
 
-study-quick: setup
+study-quick: quality-data
 	$(PY) benchmarks/quality/run.py --quick $(STUDY_ARGS)
 
 clean:
