@@ -399,7 +399,7 @@ def test_visible_token_path_equals_the_dense_masked_view(phase, adaptive):
 
 
 def test_visible_token_path_and_masked_group_norm_keep_float32_under_bf16_autocast(tiny_config):
-    """forward_visible runs with autocast off (same result as without autocast, bit for bit); the padded dense
+    """forward_visible runs with autocast off (the same float32 result as without autocast, to float tolerance); the padded dense
     path's masked GroupNorm computes its statistics in float32 from a bf16 input."""
     from aasp_hf.modeling_aasp import _masked_group_norm
 

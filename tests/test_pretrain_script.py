@@ -183,7 +183,7 @@ def test_audioset_official_layout_pretrains_on_its_train_split_only(tmp_path):
 
 def test_streaming_run_crosses_epochs_and_resumes_exactly(tmp_path):
     """--streaming: the 4 training clips in micro-batches of 2 (2 per epoch), 4 steps, so the run crosses epoch
-    boundaries; stopped after 1 step (mid-epoch) and resumed, it ends bit for bit where the uninterrupted run ends."""
+    boundaries; stopped after 1 step (mid-epoch) and resumed, it ends where the uninterrupted run ends (to float tolerance)."""
     root = write_audioset_layout(tmp_path / "audioset")
     common = dict(synthetic_clips=0, dataset="as2m", data_root=str(root), streaming=True, shuffle_buffer_size=3,
                   per_device_train_batch_size=2, max_steps=4, save_steps=2)
