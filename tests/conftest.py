@@ -130,3 +130,14 @@ def pretraining_batch(config, batch_size=3, seed=0, dtype=torch.float32):
         generator=g,
     )
     return x, visible_indices(mask), sample_query_indices(mask, config.mask_query_ratio, generator=g)
+
+
+def tiny_pretraining_config(**overrides):
+    """An `AaspConfig` for `AaspForPreTraining`: the tiny encoder, a 16-wide 2-layer predictor, 1×2 mask blocks."""
+    from aasp_hf import AaspConfig
+
+    kwargs = tiny_config_kwargs(
+        predictor_hidden_size=16, predictor_num_attention_heads=2, predictor_num_layers=2, mask_block_sizes=[[1, 2]]
+    )
+    kwargs.update(overrides)
+    return AaspConfig(**kwargs)

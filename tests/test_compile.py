@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 import torch
-from test_pretraining_model import make_batch, tiny_pretraining_config
+from conftest import pretraining_batch, tiny_pretraining_config
 
 from aasp_hf import AaspForPreTraining, AaspModel
 
@@ -20,7 +20,7 @@ def test_compiled_pretraining_step_matches_eager():
     torch.manual_seed(0)
     config = tiny_pretraining_config()
     model = AaspForPreTraining(config).train()
-    batch = make_batch(config)
+    batch = pretraining_batch(config)
     eager_loss = model(*batch).loss
     eager_loss.backward()
     eager_grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}

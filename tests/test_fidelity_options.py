@@ -14,18 +14,7 @@ import torch.nn.functional as F
 from aasp_hf import AaspConfig, AaspForPreTraining, AaspModel
 from aasp_hf.objectives import clip_loss, masked_prediction_loss
 from aasp_hf.sblu import sblu_gamma, sblu_magnitude_reference
-from conftest import pretraining_batch, tiny_config_kwargs
-
-
-def tiny_pretraining_config(**overrides):
-    kwargs = tiny_config_kwargs(
-        predictor_hidden_size=16, predictor_num_attention_heads=2, predictor_num_layers=2, mask_block_sizes=[[1, 2]]
-    )
-    kwargs.update(overrides)
-    return AaspConfig(**kwargs)
-
-
-make_batch = pretraining_batch  # (input_values, visible_indices, query_indices), seeded
+from conftest import pretraining_batch, tiny_pretraining_config
 
 
 def same_weights(config_a, config_b, dtype=torch.float32):
@@ -108,7 +97,7 @@ def _oracle_targets(layer_outputs):
 def test_ffn_targets_match_a_float64_block_by_block_oracle(layer_norm_first):
     config = tiny_pretraining_config(target_layer="ffn", layer_norm_first=layer_norm_first)
     _, model = same_weights(tiny_pretraining_config(layer_norm_first=layer_norm_first), config, torch.float64)
-    x, visible, queries = make_batch(config, dtype=torch.float64)
+    x, visible, queries = pretraining_batch(config, dtype=torch.float64)
     with torch.no_grad():
         h = model.teacher(x, output_hidden_states=True).hidden_states[0]  # embedding output (B, 1 + N, D)
         block_outputs, ffn_outputs = [], []
@@ -128,7 +117,7 @@ def test_ffn_targets_match_a_float64_block_by_block_oracle(layer_norm_first):
 
 def test_ffn_targets_differ_from_block_targets_and_ffn_outputs_come_only_when_asked():
     block, ffn = same_weights(tiny_pretraining_config(), tiny_pretraining_config(target_layer="ffn"))
-    batch = make_batch(block.config)
+    batch = pretraining_batch(block.config)
     with torch.no_grad():
         out_block, out_ffn = block(*batch), ffn(*batch)
         plain = block.teacher(batch[0])
@@ -143,7 +132,7 @@ def test_ffn_targets_come_from_a_teacher_without_drop_path():
     """drop_path_rate > 0 in a training student: the teacher (eval mode) still gives the same FFN targets twice."""
     config = tiny_pretraining_config(target_layer="ffn", drop_path_rate=0.5)
     model = AaspForPreTraining(config).train()
-    batch = make_batch(config)
+    batch = pretraining_batch(config)
     first, second = model(*batch), model(*batch)
     torch.testing.assert_close(first.targets, second.targets)
     assert not torch.allclose(first.predictions, second.predictions)  # the student does drop paths
@@ -204,7 +193,7 @@ def test_eat_scaling_in_the_model_weighs_the_terms_as_eat_does():
         tiny_pretraining_config(clip_loss_weight=0.7, contrastive_loss_weight=0.3, loss_scaling="eat"),
         torch.float64,
     )
-    x, visible, queries = make_batch(mean.config, dtype=torch.float64)
+    x, visible, queries = pretraining_batch(mean.config, dtype=torch.float64)
     out_mean, out_eat = mean(x, visible, queries), eat(x, visible, queries)
     batch_size, num_views, num_queries = queries.shape
     dim = mean.config.hidden_size
@@ -363,7 +352,7 @@ def test_all_options_together_train_every_student_parameter():
     torch.manual_seed(0)
     config = tiny_pretraining_config(target_layer="ffn", loss_scaling="eat", student_stem_input="full")
     model = AaspForPreTraining(config).train()
-    out = model(*make_batch(config))
+    out = model(*pretraining_batch(config))
     assert torch.isfinite(out.loss)
     out.loss.backward()
     missing = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.abs().sum())]

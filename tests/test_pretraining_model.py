@@ -5,18 +5,7 @@ import torch
 
 from aasp_hf import AaspConfig, AaspForPreTraining, AaspModel
 from aasp_hf.objectives import masked_prediction_loss, teacher_targets
-from conftest import pretraining_batch, tiny_config_kwargs
-
-
-def tiny_pretraining_config(**overrides):
-    kwargs = tiny_config_kwargs(
-        predictor_hidden_size=16, predictor_num_attention_heads=2, predictor_num_layers=2, mask_block_sizes=[[1, 2]]
-    )
-    kwargs.update(overrides)
-    return AaspConfig(**kwargs)
-
-
-make_batch = pretraining_batch  # (input_values, visible_indices, query_indices), seeded
+from conftest import pretraining_batch, tiny_pretraining_config
 
 
 def test_predictor_has_the_papers_size():
@@ -49,7 +38,7 @@ def test_gradients_reach_every_student_predictor_and_head_parameter_and_never_th
     torch.manual_seed(0)
     config = tiny_pretraining_config(**overrides)
     model = AaspForPreTraining(config).train()
-    out = model(*make_batch(config))
+    out = model(*pretraining_batch(config))
     out.loss.backward()
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     missing = [n for n, p in trainable if p.grad is None or p.grad.abs().sum() == 0]
@@ -62,7 +51,7 @@ def test_loss_is_the_weighted_sum_of_its_parts_and_targets_come_from_every_teach
     torch.manual_seed(0)
     config = tiny_pretraining_config(clip_loss_weight=0.7, contrastive_loss_weight=0.3)
     model = AaspForPreTraining(config).eval()
-    x, visible, queries = make_batch(config)
+    x, visible, queries = pretraining_batch(config)
     out = model(x, visible, queries)
     expected = out.masked_prediction_loss + 0.7 * out.clip_loss + 0.3 * out.contrastive_loss
     torch.testing.assert_close(out.loss, expected)
@@ -81,7 +70,7 @@ def test_teacher_update_is_the_exponential_moving_average():
     config = tiny_pretraining_config()
     model = AaspForPreTraining(config).train()
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
-    model(*make_batch(config)).loss.backward()
+    model(*pretraining_batch(config)).loss.backward()
     optimizer.step()
     old = [t.detach().clone() for t in model.teacher.parameters()]
     model.update_teacher(0.9)
@@ -108,14 +97,14 @@ def test_round_trip_keeps_student_and_teacher_and_the_encoder_loads_alone(tmp_pa
 
 def test_bad_query_shape_raises():
     config = tiny_pretraining_config()
-    x, visible, queries = make_batch(config)
+    x, visible, queries = pretraining_batch(config)
     with pytest.raises(ValueError, match="query_indices"):
         AaspForPreTraining(config)(x, visible, queries[:, :2])
 
 
 def test_pretraining_step_traces_without_graph_breaks():
     config = tiny_pretraining_config()
-    explanation = torch._dynamo.explain(AaspForPreTraining(config).train())(*make_batch(config))
+    explanation = torch._dynamo.explain(AaspForPreTraining(config).train())(*pretraining_batch(config))
     assert explanation.graph_break_count == 0, explanation.break_reasons
 
 
