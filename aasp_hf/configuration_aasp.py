@@ -7,15 +7,18 @@ C=1024, ε=0.01, Δ=0.01, Lambda encoder r=6, L=3.
 
 from transformers import PreTrainedConfig
 
-_PATCH_EMBEDDINGS = ("aape", "spe")
-_SBLU_PHASES = ("symmetric", "analytic")
-_POOLINGS = ("cls", "mean")
-_TARGET_NORM_AXES = ("tokens", "channels")
-_PREDICTOR_TYPES = ("cross_attention", "cnn")
-_TARGET_LAYERS = ("block", "ffn")
-_LOSS_SCALINGS = ("mean", "eat")
-_STUDENT_STEM_INPUTS = ("masked", "full")
-_ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
+# The fields that take one of a few named values, and those values (validated in one loop in __init__).
+_CHOICES = {
+    "hidden_act": ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"),
+    "patch_embedding": ("aape", "spe"),
+    "classifier_pooling": ("cls", "mean"),
+    "sblu_phase": ("symmetric", "analytic"),
+    "predictor_type": ("cross_attention", "cnn"),
+    "target_norm_axis": ("tokens", "channels"),
+    "target_layer": ("block", "ffn"),
+    "loss_scaling": ("mean", "eat"),
+    "student_stem_input": ("masked", "full"),
+}
 
 
 class AaspConfig(PreTrainedConfig):
@@ -272,8 +275,9 @@ class AaspConfig(PreTrainedConfig):
             if not isinstance(getattr(self, field), bool):
                 fail(field, "must be True or False")
 
-        if self.hidden_act not in _ACTIVATIONS:
-            fail("hidden_act", f"must be one of {_ACTIVATIONS}")
+        for field, allowed in _CHOICES.items():
+            if getattr(self, field) not in allowed:
+                fail(field, f"must be one of {allowed}")
         if self.hidden_size % 4:
             fail("hidden_size", "must be a multiple of 4 (2-D sin-cos positions use D/4 frequencies per axis)")
         if self.hidden_size % self.num_attention_heads:
@@ -282,12 +286,6 @@ class AaspConfig(PreTrainedConfig):
             fail("frequency_patch_size", f"must divide num_mel_bins={self.num_mel_bins}")
         if self.num_frames % self.time_patch_size:
             fail("num_frames", f"must be a multiple of time_patch_size={self.time_patch_size}")
-        if self.patch_embedding not in _PATCH_EMBEDDINGS:
-            fail("patch_embedding", f"must be one of {_PATCH_EMBEDDINGS}")
-        if self.classifier_pooling not in _POOLINGS:
-            fail("classifier_pooling", f"must be one of {_POOLINGS}")
-        if self.sblu_phase not in _SBLU_PHASES:
-            fail("sblu_phase", f"must be one of {_SBLU_PHASES}")
 
         k = self.sblu_kernel_size
         if isinstance(k, bool) or not isinstance(k, int) or k < 3 or k % 2 == 0:
@@ -301,8 +299,6 @@ class AaspConfig(PreTrainedConfig):
             fail("sblu_hidden_size", f"must be a multiple of the number of frequency patches ({f_groups})")
         if self.sblu_output_size % f_groups:
             fail("sblu_output_size", f"must be a multiple of the number of frequency patches ({f_groups})")
-        if self.predictor_type not in _PREDICTOR_TYPES:
-            fail("predictor_type", f"must be one of {_PREDICTOR_TYPES}")
         if self.predictor_type == "cnn" and self.predictor_cnn_kernel_size % 2 == 0:
             fail("predictor_cnn_kernel_size", "must be odd (same-size padding)")
         if self.predictor_type == "cnn" and (
@@ -322,14 +318,6 @@ class AaspConfig(PreTrainedConfig):
             for size in self.mask_block_sizes
         ):
             fail("mask_block_sizes", "must be a non-empty list of (frequency, time) pairs of positive integers")
-        if self.target_norm_axis not in _TARGET_NORM_AXES:
-            fail("target_norm_axis", f"must be one of {_TARGET_NORM_AXES}")
-        if self.target_layer not in _TARGET_LAYERS:
-            fail("target_layer", f"must be one of {_TARGET_LAYERS}")
-        if self.loss_scaling not in _LOSS_SCALINGS:
-            fail("loss_scaling", f"must be one of {_LOSS_SCALINGS}")
-        if self.student_stem_input not in _STUDENT_STEM_INPUTS:
-            fail("student_stem_input", f"must be one of {_STUDENT_STEM_INPUTS}")
         for field in ("clip_loss_weight", "contrastive_loss_weight"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
