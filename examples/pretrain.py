@@ -118,6 +118,10 @@ class PretrainingArguments:
     warmup_steps: int = field(default=0, metadata={"help": "linear warm-up steps (at most --max_steps)"})
     learning_rate: float = field(default=5e-4, metadata={"help": "peak learning rate"})
     min_learning_rate: float = field(default=0.0, metadata={"help": "end of the cosine decay"})
+    patch_embedding_lr_scale: float = field(
+        default=1.0, metadata={"help": "lr of the patch embedding (SPE/AaPE stem) as a fraction of the scheduled lr; "
+                                       "0 freezes it at its initialisation (MoCo v3's frozen random patch projection)"}
+    )
     weight_decay: float = field(default=0.05, metadata={"help": "AdamW weight decay (not on biases, norms, CLS, "
                                                                "positions)"})
     adam_beta1: float = field(default=0.9, metadata={"help": "AdamW β1"})
@@ -505,8 +509,13 @@ def main(argv=None) -> dict:
 
     # 3. Optimiser: AdamW without decay on biases, norms, CLS and positions; the teacher is frozen and not in it.
     #    lr and momentum are pure functions of the step (set by hand each step; no scheduler object).
+    #    --patch_embedding_lr_scale: 0 freezes the stem (student and teacher then share it for the whole run),
+    #    another value gives the stem's parameters groups of their own with that lr scale.
+    if args.patch_embedding_lr_scale == 0:
+        model.aasp.embeddings.requires_grad_(False)
+    lr_scales = {} if args.patch_embedding_lr_scale in (0, 1) else {"aasp.embeddings.": args.patch_embedding_lr_scale}
     optimizer = torch.optim.AdamW(
-        param_groups(model, args.weight_decay),
+        param_groups(model, args.weight_decay, lr_scales),
         lr=learning_rate(0, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate),
         betas=(args.adam_beta1, args.adam_beta2),
         eps=args.adam_epsilon,
@@ -567,7 +576,7 @@ def main(argv=None) -> dict:
     while step < stop_step:
         lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
         for group in optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group["lr_scale"]
         step_sums, step_finite = {}, True
         for micro in range(accum):
             epoch, examples = next(batches)

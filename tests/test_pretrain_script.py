@@ -306,3 +306,23 @@ def test_pretraining_from_a_log_mel_cache(tmp_path):
                                  max_steps=2, save_steps=100))
     assert results["step"] == 2 and results["decode_failures"] == 0
     assert torch.isfinite(torch.tensor(results["loss"]))
+
+
+def test_patch_embedding_lr_scale_zero_freezes_the_stem_of_student_and_teacher(tmp_path):
+    """MoCo v3's frozen random patch projection: the stem keeps its initial weights in both exported encoders,
+    while the blocks train."""
+    pretrain.main(argv(tmp_path, max_steps=3, save_steps=100, export_teacher=True, patch_embedding_lr_scale=0.0))
+    import aasp_hf
+    from accelerate.utils import set_seed
+    from transformers import AutoModel
+
+    set_seed(3)  # main() seeds right before building the model
+    initial = aasp_hf.AaspForPreTraining(aasp_hf.AaspConfig(**MODEL)).aasp.state_dict()
+    for folder in ("encoder", "teacher_encoder"):
+        trained = AutoModel.from_pretrained(tmp_path / folder).state_dict()
+        stem = [k for k in initial if k.startswith("embeddings.")]
+        assert len(stem) > 5 and all(torch.equal(trained[k], initial[k]) for k in stem), folder
+        blocks = [k for k in initial if k.startswith("layers.") and k.endswith(".weight")]
+        assert sum(not torch.equal(trained[k], initial[k]) for k in blocks) > len(blocks) // 2, folder
+    with pytest.raises(ValueError, match="patch_embedding_lr_scale must be >= 0"):
+        pretrain.main(argv(tmp_path / "bad", patch_embedding_lr_scale=-0.1))

@@ -76,6 +76,21 @@ def test_param_groups_cover_every_trainable_parameter_once_and_never_the_teacher
     assert len(optimizer.param_groups) == 2
 
 
+def test_param_groups_give_a_name_prefix_its_own_lr_scale():
+    torch.manual_seed(0)
+    model = AaspForPreTraining(tiny_pretraining_config())
+    plain = param_groups(model, 0.05)
+    groups = param_groups(model, 0.05, {"aasp.embeddings.": 0.1})
+    assert [g["lr_scale"] for g in plain] == [1.0, 1.0]
+    assert [(g["lr_scale"], g["weight_decay"]) for g in groups] == [(1.0, 0.05), (1.0, 0.0), (0.1, 0.05), (0.1, 0.0)]
+    scaled = groups[2]["names"] + groups[3]["names"]
+    assert scaled and all(n.startswith("aasp.embeddings.") for n in scaled)
+    assert not any(n.startswith("aasp.embeddings.") for n in groups[0]["names"] + groups[1]["names"])
+    # the same parameters, each once, with the same decay choice as without scales
+    assert sorted(scaled + groups[0]["names"] + groups[1]["names"]) == sorted(plain[0]["names"] + plain[1]["names"])
+    assert set(groups[2]["names"]) <= set(plain[0]["names"]) and set(groups[3]["names"]) <= set(plain[1]["names"])
+
+
 # ----------------------------------------------------------------------------------------------- collator
 @pytest.fixture
 def collator_parts():

@@ -57,6 +57,9 @@ def _check(parsed: tuple) -> tuple:
                 f"--warmup_steps {warmup} must be at most --max_steps {max_steps}: lower --warmup_steps "
                 f"(e.g. --warmup_steps {max(0, max_steps // 10)}) or raise --max_steps."
             )
+        scale = getattr(arguments, "patch_embedding_lr_scale", None)
+        if scale is not None and not scale >= 0:
+            raise ValueError(f"--patch_embedding_lr_scale must be >= 0 (0 freezes the patch embedding), got {scale}")
     return parsed
 
 

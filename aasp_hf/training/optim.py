@@ -3,26 +3,31 @@
 import torch
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+def param_groups(model: torch.nn.Module, weight_decay: float, lr_scales: dict[str, float] | None = None) -> list[dict]:
     """Two groups for ``torch.optim.AdamW``: ``{"params": decay, "weight_decay": wd}``, ``{"params": rest, 0.0}``.
 
     No decay for biases, every parameter with fewer than 2 dimensions (LayerNorm/GroupNorm scales, SBLU static
     parameters) and the names in ``model.no_weight_decay()`` (CLS token, position tables). Only parameters with
     ``requires_grad`` are included, so the frozen EMA teacher never enters the optimiser. Each group carries a
-    ``"names"`` list (ignored by torch's optimisers; useful for checks and logs).
+    ``"names"`` list (ignored by torch's optimisers; useful for checks and logs) and an ``"lr_scale"`` (1.0): the
+    trainer sets each group's lr to ``lr_scale`` × the scheduled lr.
+
+    ``lr_scales`` maps a parameter-name prefix to its lr scale (e.g. ``{"aasp.embeddings.": 0.1}``, a slower patch
+    embedding); its parameters get groups of their own, decay and no decay, after the two above.
     """
     skip = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
-    decay, no_decay, decay_names, no_decay_names = [], [], [], []
+    lr_scales = lr_scales or {}
+    groups = {}  # (lr scale, decayed?) -> group, in order of first use
+    for scale in [1.0, *lr_scales.values()]:
+        for decayed in (True, False):
+            groups.setdefault((scale, decayed), {"params": [], "weight_decay": weight_decay if decayed else 0.0,
+                                                 "names": [], "lr_scale": scale})
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        if param.ndim < 2 or name.endswith(".bias") or name in skip:
-            no_decay.append(param)
-            no_decay_names.append(name)
-        else:
-            decay.append(param)
-            decay_names.append(name)
-    return [
-        {"params": decay, "weight_decay": weight_decay, "names": decay_names},
-        {"params": no_decay, "weight_decay": 0.0, "names": no_decay_names},
-    ]
+        scale = next((s for prefix, s in lr_scales.items() if name.startswith(prefix)), 1.0)
+        decayed = not (param.ndim < 2 or name.endswith(".bias") or name in skip)
+        groups[(scale, decayed)]["params"].append(param)
+        groups[(scale, decayed)]["names"].append(name)
+    first_two = [groups[(1.0, True)], groups[(1.0, False)]]  # always returned, even when empty
+    return first_two + [g for key, g in groups.items() if key[0] != 1.0 and g["params"]]

@@ -31,6 +31,11 @@ VARIANTS = {
                   "about": "student stem on the full clip, hidden tokens dropped after it (EAT's order)"},
     "channel_norm_targets": {"model_config": {"target_norm_axis": "channels"},
                              "about": "targets normalised per token across channels (the paper's wording)"},
+    "frozen_patch_embedding": {"train": {"patch_embedding_lr_scale": 0.0},
+                               "about": "patch embedding frozen at its initialisation (MoCo v3's random patch "
+                                        "projection); the blocks, CLS, predictor and heads train"},
+    "slow_patch_embedding": {"train": {"patch_embedding_lr_scale": 0.1},
+                             "about": "patch embedding at 0.1 × the learning rate"},
     "eat_faithful": {"model_config": {"target_layer": "ffn", "loss_scaling": "eat", "student_stem_input": "full"},
                      "about": "the three EAT fidelity options together"},
 }
