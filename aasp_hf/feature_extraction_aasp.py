@@ -15,6 +15,9 @@ Both modes run batched in torch (no per-clip loop in the compute) and give, for 
 the same frames as that clip processed alone. Frames are padded to a multiple of ``frame_multiple`` (16,
 the patch size) with ``padding_value`` and an ``attention_mask`` marks the real frames.
 
+`AaspFeatureExtractor` holds the settings, checks the input and pads the output (`normalize`, `pad_frames`); the
+numerical kernels (`m2d_log_mel`, `kaldi_log_fbank` and their steps) are plain functions below it.
+
 This file is shipped to the Hub as remote code: it imports only the standard library, numpy, torch and
 transformers. Dimension legend: B clips, L samples, T frames, F mel bins, K FFT bins, W window samples.
 """
@@ -190,6 +193,42 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         return (num_frames - 1) * self.hop_length + self.n_fft - self.n_fft // 2
 
     # ------------------------------------------------------------------------------------------------
+    # Normalisation and padding (also used on cached log-mel: aasp_hf.training.collators.crop_log_mel)
+    # ------------------------------------------------------------------------------------------------
+
+    def normalize(self, log_mel):
+        """``(log_mel - mean) / std``: this extractor's normalisation of an unnormalised log-mel (..., F), a tensor
+        or numpy array; returns a new one of the same kind. `__call__` applies it when `do_normalize` is set."""
+        return normalize_log_mel(log_mel, self.mean, self.std)
+
+    def pad_frames(self, features, num_frames=None, lengths=None):
+        """Bring the frame axis of `features` (T, F) or (B, T, F) to `num_frames` frames, as `__call__` pads.
+
+        Frames past `num_frames` are dropped; missing ones are `padding_value`. `num_frames` defaults to T rounded
+        up to a multiple of `frame_multiple`. With `lengths` (B frame counts, for (B, T, F)), frames of clip i
+        from `lengths[i]` on are `padding_value` too. A tensor or numpy array in, a new one of the same kind out.
+        """
+        as_numpy = isinstance(features, np.ndarray)
+        x = torch.from_numpy(features) if as_numpy else features
+        if x.dim() not in (2, 3) or (lengths is not None and (x.dim() != 3 or len(lengths) != x.shape[0])):
+            raise ValueError(
+                f"pad_frames takes (T, F) or (B, T, F) features with B lengths; got shape {tuple(x.shape)} and "
+                f"{'no' if lengths is None else len(lengths)} lengths."
+            )
+        frames = x.shape[-2]
+        if num_frames is None:
+            num_frames = math.ceil(frames / self.frame_multiple) * self.frame_multiple
+        positions = torch.arange(num_frames, device=x.device)  # (T,)
+        keep = positions < frames  # (T,)
+        if lengths is not None:
+            keep = keep & (positions < torch.as_tensor(lengths, device=x.device)[:, None])  # (B, T)
+        x = x[..., :num_frames, :]  # (..., min(T_in, T), F)
+        if frames < num_frames:
+            x = torch.nn.functional.pad(x, (0, 0, 0, num_frames - frames))  # (..., T, F); zeros, replaced below
+        out = torch.where(keep[..., None], x, self.padding_value)  # (..., T, F)
+        return out.numpy() if as_numpy else out
+
+    # ------------------------------------------------------------------------------------------------
     # Call
     # ------------------------------------------------------------------------------------------------
 
@@ -274,7 +313,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
 
         # 3. Kaldi mode removes each clip's own mean, over the whole clip (before any truncation), as EAT does.
         if self.mode == "kaldi":
-            waveforms = self._subtract_clip_means(waveforms, lengths_t)
+            waveforms = subtract_clip_means(waveforms, lengths_t)
 
         # 4. Truncation: keep only the samples the first `max_frames` frames read.
         clip_frames = [self.num_frames(length) for length in lengths]
@@ -291,20 +330,19 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         if pad_to_max:
             target = max(target, max_frames)
         target = math.ceil(target / self.frame_multiple) * self.frame_multiple
-        if self.mode == "m2d":  # normalised inside, block by block
-            features = self._m2d_log_mel(waveforms, lengths_t, min_frames=target, normalize=self.do_normalize)
+        statistics = (self.mean, self.std) if self.do_normalize else (None, None)  # normalised inside, in place
+        window, bands = self._window(waveforms.device), self._mel_bands(waveforms.device)
+        if self.mode == "m2d":
+            features = m2d_log_mel(
+                waveforms, lengths_t, window, bands, self.n_fft, self.hop_length, self.feature_size,
+                min_frames=target, mean=statistics[0], std=statistics[1],
+            )  # (B, L) -> (B, max(T_max, T), F)
         else:
-            features = self._kaldi_log_fbank(waveforms)
-            if self.do_normalize:  # in place: `features` is this call's own tensor
-                features.sub_(self.mean).div_(self.std)
+            features = kaldi_log_fbank(
+                waveforms, window, bands, self.n_fft, self.hop_length, self.feature_size, *statistics
+            )  # (B, L) -> (B, T_max, F)
         # 6. Output (B, T, F): frames past each clip's own count (and past T_max) become padding_value.
-        if features.shape[1] > target:
-            features = features[:, :target].contiguous()  # (B, T_max, F) -> (B, T, F)
-        elif features.shape[1] < target:
-            features = torch.nn.functional.pad(features, (0, 0, 0, target - features.shape[1]))  # -> (B, T, F)
-        for index, frames in enumerate(clip_frames):
-            if frames < target:
-                features[index, frames:] = self.padding_value
+        features = self.pad_frames(features, target, lengths=clip_frames)  # (B, T_max, F) -> (B, T, F)
         frames_t = torch.tensor(clip_frames, device=device)  # (B,)
         attention_mask = (torch.arange(target, device=device)[None, :] < frames_t[:, None]).long()  # (B, T)
 
@@ -483,7 +521,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         raise ValueError(f"Clip {index} has dtype {x.dtype}: pass float audio in [-1, 1] or int16/int32/uint8 PCM.")
 
     # ------------------------------------------------------------------------------------------------
-    # Cached filter banks and windows
+    # Filter banks and windows, built once per device
     # ------------------------------------------------------------------------------------------------
 
     def _cached(self, name, device, build):
@@ -492,194 +530,220 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             self._tensor_cache = {}
         key = (name, str(device))
         if key not in self._tensor_cache:
-            self._tensor_cache[key] = build().to(device)
+            self._tensor_cache[key] = build()
         return self._tensor_cache[key]
 
-    def _slaney_mel_filters(self) -> np.ndarray:
-        """M2D filters: Slaney-scale, Slaney-normalised triangles, float64 (K, F) with K = n_fft // 2 + 1."""
-        return mel_filter_bank(
-            num_frequency_bins=self.n_fft // 2 + 1,
-            num_mel_filters=self.feature_size,
-            min_frequency=self.f_min,
-            max_frequency=self.f_max,
-            sampling_rate=self.sampling_rate,
-            norm="slaney",
-            mel_scale="slaney",
-        )
-
-    def _kaldi_mel_filters(self) -> np.ndarray:
-        """Kaldi's filters (torchaudio.compliance.kaldi.get_mel_banks without VTLN), float64 (K, F).
-
-        Triangles equally spaced on mel = 1127 ln(1 + f / 700) between f_min and f_max, evaluated at FFT bins
-        0 .. n_fft/2 - 1; the Nyquist bin gets weight 0.
-        """
-        mel = lambda f: 1127.0 * np.log1p(np.asarray(f, dtype=np.float64) / 700.0)  # noqa: E731
-        mel_low, mel_high = mel(self.f_min), mel(self.f_max)
-        delta = (mel_high - mel_low) / (self.feature_size + 1)
-        edges = mel_low + delta * np.arange(self.feature_size + 2)  # (F + 2,): left, centre, right mels
-        left, centre, right = edges[:-2, None], edges[1:-1, None], edges[2:, None]  # (F, 1) each
-        bin_mel = mel(self.sampling_rate / self.n_fft * np.arange(self.n_fft // 2))[None, :]  # (1, K - 1)
-        up = (bin_mel - left) / (centre - left)
-        down = (right - bin_mel) / (right - centre)
-        banks = np.maximum(0.0, np.minimum(up, down))  # (F, K - 1)
-        banks = np.pad(banks, ((0, 0), (0, 1)))  # Nyquist column = 0: (F, K - 1) -> (F, K)
-        return banks.T  # (K, F)
+    def _mel_filters(self) -> np.ndarray:
+        """This mode's mel filters, float64 (K, F) with K = n_fft // 2 + 1."""
+        filters = slaney_mel_filters if self.mode == "m2d" else kaldi_mel_filters
+        return filters(self.n_fft, self.feature_size, self.f_min, self.f_max, self.sampling_rate)
 
     def _mel_bands(self, device):
-        """The filter bank as bands of consecutive filters, for a sparse |X|^2 -> mel product (cached per device).
-
-        Each FFT bin feeds at most two triangular filters, so instead of one dense (2K, F) matmul the projection
-        is done per group of ``_MEL_GROUP`` consecutive filters over only the rows their triangles cover:
-        ``(lo, hi, first, last, weights)`` with ``weights`` = interleaved rows ``[lo, hi)`` (see
-        `_power_to_mel`) of filters ``[first, last)``, about 1/8 of the dense multiply-adds for the M2D filters.
-        Groups whose filters are all zero are left out (their outputs are 0).
-        """
-
-        def build():
-            filters = self._slaney_mel_filters if self.mode == "m2d" else self._kaldi_mel_filters
-            stacked = torch.from_numpy(filters()).float().repeat_interleave(2, dim=0)  # (K, F) -> (2K, F)
-            bands = []
-            for first in range(0, stacked.shape[1], _MEL_GROUP):
-                last = min(first + _MEL_GROUP, stacked.shape[1])
-                rows = stacked[:, first:last].ne(0).any(dim=1).nonzero().flatten()  # rows these filters read
-                if rows.numel():
-                    lo, hi = int(rows[0]), int(rows[-1]) + 1
-                    bands.append((lo, hi, first, last, stacked[lo:hi, first:last].contiguous()))
-            return bands
-
-        key = ("mel_bands", str(device))
-        if key not in self._tensor_cache:
-            self._tensor_cache[key] = [(lo, hi, a, b, w.to(device)) for lo, hi, a, b, w in build()]
-        return self._tensor_cache[key]
-
-    def _power_to_mel(self, spectrum, out=None):
-        """|X|^2 @ M for a complex spectrum (B, T, K) and this mode's filters M (K, F) -> (B, T, F).
-
-        Computed as [Re^2, Im^2] @ [M; M] (rows interleaved), i.e. one in-place square of the freshly made
-        spectrum and no separate |X|^2 pass, and with M banded (`_mel_bands`): one small matmul per group of
-        filters over only the FFT bins that group reads. ``out``: an optional (B·T, F) tensor (rows may be
-        strided) to write into.
-        """
-        if not hasattr(self, "_tensor_cache"):
-            self._tensor_cache = {}
-        batch, frames, bins = spectrum.shape
-        squares = torch.view_as_real(spectrum).square_().reshape(batch * frames, 2 * bins)  # (B·T, 2K), no copy
-        if out is None:
-            out = squares.new_empty(batch * frames, self.feature_size)  # (B·T, F)
-        covered = 0
-        for lo, hi, first, last, weights in self._mel_bands(spectrum.device):
-            if first > covered:
-                out[:, covered:first] = 0.0  # filters that read no bin at all
-            torch.mm(squares[:, lo:hi], weights, out=out[:, first:last])  # (B·T, hi-lo) @ (hi-lo, g)
-            covered = last
-        if covered < self.feature_size:
-            out[:, covered:] = 0.0
-        return out.view(batch, frames, self.feature_size)
-
-    # ------------------------------------------------------------------------------------------------
-    # The two front ends, batched
-    # ------------------------------------------------------------------------------------------------
-
-    def _reflect_pad(self, waveforms, lengths):
-        """Centre padding as torch.stft(center=True, pad_mode="reflect") does, but at each clip's own edges.
-
-        Clip i (length L_i, zero beyond) becomes ``reflect(clip_i)`` of length L_i + 2P (P = n_fft // 2), then
-        zeros up to L_max + 2P. Out-of-range sample positions j fold into [0, L_i) with period 2(L_i - 1)
-        (repeated reflection, so clips shorter than P + 1 also work; L_i = 1 repeats its one sample).
-        (B, L_max) -> (B, L_max + 2P).
-        """
-        batch = waveforms.shape[0]
-        pad = self.n_fft // 2
-        lengths = lengths[:, None]  # (B, 1)
-        period = (2 * (lengths - 1)).clamp(min=1)  # (B, 1)
-
-        def fold(j):  # j: (B, P) sample positions, possibly outside [0, L_i) -> indices inside
-            j = torch.remainder(j, period)
-            return torch.where(j < lengths, j, period - j).clamp(min=0)
-
-        offsets = torch.arange(pad, device=waveforms.device)[None, :]  # (1, P)
-        left = torch.gather(waveforms, 1, fold(offsets - pad).expand(batch, pad))  # samples -P .. -1: (B, P)
-        right = torch.gather(waveforms, 1, fold(lengths + offsets))  # samples L_i .. L_i + P - 1: (B, P)
-        padded = torch.cat([left, waveforms, waveforms.new_zeros(batch, pad)], dim=1)  # (B, L_max + 2P)
-        return padded.scatter_(1, pad + lengths + offsets, right)  # right edge of clip i at P + L_i + k
-
-    def _m2d_log_mel(self, waveforms, lengths, min_frames=0, normalize=False):
-        """M2D log-mel: (B, L_max) -> (B, T_max, F), T_max = frames of the longest clip.
-
-        1. reflect-pad each clip at its own edges; 2. STFT (periodic Hann of win_length centred in n_fft, hop);
-        3. power |X|^2; 4. Slaney mel filters (banded matmul); 5. log(x + eps); 6. with ``normalize``,
-        (x - mean) / std.
-        On the CPU, steps 2-6 run block by block (one clip and up to ``_CPU_BLOCK_FRAMES`` of its frames, or
-        several whole short clips), so that a block's frames, spectrum and squares stay in cache: about twice
-        as fast as whole-batch passes, and the same frames (every frame is computed on its own either way).
-        The result has max(T_max, min_frames) frames; frames past T_max are left uninitialised for the caller.
-        """
-        padded = self._reflect_pad(waveforms, lengths)  # (B, L_max + 2P)
-        window = self._cached("hann_periodic", waveforms.device, lambda: torch.hann_window(self.win_length))
-        batch = padded.shape[0]
-        total = 1 + (padded.shape[1] - self.n_fft) // self.hop_length  # T_max
-        out = padded.new_empty(batch, max(total, min_frames), self.feature_size)  # (B, T, F)
-        if padded.device.type != "cpu":
-            blocks = [(0, batch, 0, total)]  # one pass on accelerators
-        elif total >= _CPU_BLOCK_FRAMES // 2:  # long clips: one clip, a range of its frames
-            blocks = [
-                (clip, clip + 1, start, min(start + _CPU_BLOCK_FRAMES, total))
-                for clip in range(batch)
-                for start in range(0, total, _CPU_BLOCK_FRAMES)
-            ]
-        else:  # short clips: several whole clips
-            step = _CPU_BLOCK_FRAMES // total
-            blocks = [(first, min(first + step, batch), 0, total) for first in range(0, batch, step)]
-        for first, last, start, stop in blocks:
-            spectrum = torch.stft(
-                padded[first:last, start * self.hop_length : (stop - 1) * self.hop_length + self.n_fft],
-                n_fft=self.n_fft,
-                hop_length=self.hop_length,
-                win_length=self.win_length,
-                window=window,
-                center=False,
-                return_complex=True,
-            ).transpose(1, 2)  # (b, K, t) -> (b, t, K), stft's own (contiguous) layout
-            target = out[first, start:stop] if last == first + 1 else None  # (t, F) rows of `out`, written in place
-            mel = self._power_to_mel(spectrum, out=target)  # (b, t, F)
-            mel.add_(torch.finfo(torch.float32).eps).log_()
-            if normalize:
-                mel.sub_(self.mean).div_(self.std)
-            if target is None:
-                out[first:last, start:stop] = mel
-        return out
-
-    def _subtract_clip_means(self, waveforms, lengths):
-        """Subtract each clip's mean over its own L_i samples; padding stays zero. (B, L_max) -> (B, L_max).
-
-        The sum runs in float64 so that the mean does not depend on the batch's padded length: kaldi features
-        are sensitive to it (a one-ulp change of a 0.2 DC offset moves low mel bins by ~2e-5).
-        """
-        accumulate = torch.float32 if waveforms.device.type == "mps" else torch.float64  # MPS has no float64
-        means = (waveforms.to(accumulate).sum(dim=1) / lengths).to(waveforms.dtype)  # (B,)
-        valid = torch.arange(waveforms.shape[1], device=waveforms.device)[None, :] < lengths[:, None]  # (B, L_max)
-        return torch.where(valid, waveforms - means[:, None], 0.0)
-
-    def _kaldi_log_fbank(self, waveforms):
-        """Kaldi fbank (torchaudio.compliance.kaldi.fbank with EAT's options): (B, L_max) -> (B, T_max, F).
-
-        1. frames of win_length every hop that fit entirely (snip_edges); 2. remove each frame's mean;
-        3. pre-emphasis x[n] - 0.97 x[n-1] (first sample replicated); 4. symmetric Hann window;
-        5. zero-pad to n_fft, power |rfft|^2; 6. Kaldi mel filters (one matmul); 7. log(max(x, eps)).
-        """
-        frames = waveforms.unfold(1, self.win_length, self.hop_length)  # (B, L_max) -> (B, T_max, W)
-        frames = frames - frames.mean(dim=-1, keepdim=True)  # (B, T_max, W)
-        emphasised = torch.empty_like(frames)  # (B, T_max, W), filled in place (no concatenated copy)
-        emphasised[..., 0] = frames[..., 0] - _KALDI_PREEMPHASIS * frames[..., 0]  # x[-1] := x[0]
-        torch.mul(frames[..., :-1], _KALDI_PREEMPHASIS, out=emphasised[..., 1:])  # 0.97 x[n-1], n >= 1
-        torch.sub(frames[..., 1:], emphasised[..., 1:], out=emphasised[..., 1:])  # x[n] - 0.97 x[n-1]
-        window = self._cached(
-            "hann_symmetric", waveforms.device, lambda: torch.hann_window(self.win_length, periodic=False)
+        """`mel_bands` of this mode's filters on `device` (cached)."""
+        return self._cached(
+            "mel_bands", device, lambda: [(*band[:4], band[4].to(device)) for band in mel_bands(self._mel_filters())]
         )
-        frames = emphasised.mul_(window)  # (B, T_max, W)
-        spectrum = torch.fft.rfft(frames, n=self.n_fft)  # zero-pad W -> n_fft: (B, T_max, K) complex
-        mel = self._power_to_mel(spectrum)  # (B, T_max, F)
-        return torch.log(mel.clamp(min=torch.finfo(torch.float32).eps))
+
+    def _window(self, device):
+        """M2D: periodic Hann (torch.stft's); kaldi: symmetric Hann (Kaldi's "hanning"). float32 (W,), cached."""
+        periodic = self.mode == "m2d"
+        return self._cached(
+            f"hann_{'periodic' if periodic else 'symmetric'}",
+            device,
+            lambda: torch.hann_window(self.win_length, periodic=periodic).to(device),
+        )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Numerical kernels: plain functions of tensors and settings, batched over clips (the class above only
+# resolves its settings and caches the filter banks and windows they take).
+# ----------------------------------------------------------------------------------------------------
+
+
+def normalize_log_mel(log_mel, mean: float, std: float, inplace: bool = False):
+    """``(log_mel - mean) / std`` for a tensor or numpy array of any shape; ``inplace`` (tensors only) reuses it."""
+    if inplace:
+        return log_mel.sub_(mean).div_(std)
+    return (log_mel - mean) / std
+
+
+def slaney_mel_filters(n_fft, num_mel_bins, f_min, f_max, sampling_rate) -> np.ndarray:
+    """M2D filters: Slaney-scale, Slaney-normalised triangles, float64 (K, F) with K = n_fft // 2 + 1."""
+    return mel_filter_bank(
+        num_frequency_bins=n_fft // 2 + 1,
+        num_mel_filters=num_mel_bins,
+        min_frequency=f_min,
+        max_frequency=f_max,
+        sampling_rate=sampling_rate,
+        norm="slaney",
+        mel_scale="slaney",
+    )
+
+
+def kaldi_mel_filters(n_fft, num_mel_bins, f_min, f_max, sampling_rate) -> np.ndarray:
+    """Kaldi's filters (torchaudio.compliance.kaldi.get_mel_banks without VTLN), float64 (K, F).
+
+    Triangles equally spaced on mel = 1127 ln(1 + f / 700) between f_min and f_max, evaluated at FFT bins
+    0 .. n_fft/2 - 1; the Nyquist bin gets weight 0.
+    """
+    mel = lambda f: 1127.0 * np.log1p(np.asarray(f, dtype=np.float64) / 700.0)  # noqa: E731
+    mel_low, mel_high = mel(f_min), mel(f_max)
+    delta = (mel_high - mel_low) / (num_mel_bins + 1)
+    edges = mel_low + delta * np.arange(num_mel_bins + 2)  # (F + 2,): left, centre, right mels
+    left, centre, right = edges[:-2, None], edges[1:-1, None], edges[2:, None]  # (F, 1) each
+    bin_mel = mel(sampling_rate / n_fft * np.arange(n_fft // 2))[None, :]  # (1, K - 1)
+    up = (bin_mel - left) / (centre - left)
+    down = (right - bin_mel) / (right - centre)
+    banks = np.maximum(0.0, np.minimum(up, down))  # (F, K - 1)
+    banks = np.pad(banks, ((0, 0), (0, 1)))  # Nyquist column = 0: (F, K - 1) -> (F, K)
+    return banks.T  # (K, F)
+
+
+def mel_bands(filters: np.ndarray) -> list:
+    """A filter bank (K, F) as bands of consecutive filters, for a sparse |X|^2 -> mel product (`power_to_mel`).
+
+    Each FFT bin feeds at most two triangular filters, so instead of one dense (2K, F) matmul the projection
+    is done per group of ``_MEL_GROUP`` consecutive filters over only the rows their triangles cover:
+    ``(lo, hi, first, last, weights)`` with ``weights`` float32 = interleaved rows ``[lo, hi)`` of filters
+    ``[first, last)``, about 1/8 of the dense multiply-adds for the M2D filters. Groups whose filters are all
+    zero are left out (their outputs are 0). CPU tensors.
+    """
+    stacked = torch.from_numpy(filters).float().repeat_interleave(2, dim=0)  # (K, F) -> (2K, F): rows Re², Im²
+    bands = []
+    for first in range(0, stacked.shape[1], _MEL_GROUP):
+        last = min(first + _MEL_GROUP, stacked.shape[1])
+        rows = stacked[:, first:last].ne(0).any(dim=1).nonzero().flatten()  # rows these filters read
+        if rows.numel():
+            lo, hi = int(rows[0]), int(rows[-1]) + 1
+            bands.append((lo, hi, first, last, stacked[lo:hi, first:last].contiguous()))
+    return bands
+
+
+def power_to_mel(spectrum, bands, num_mel_bins: int, out=None):
+    """|X|^2 @ M for a complex spectrum (B, T, K) and filters M (K, F) given as `mel_bands` -> (B, T, F).
+
+    Computed as [Re^2, Im^2] @ [M; M] (rows interleaved), i.e. one in-place square of the freshly made
+    spectrum (which it overwrites) and no separate |X|^2 pass, and with M banded: one small matmul per group
+    of filters over only the FFT bins that group reads. ``out``: an optional (B·T, F) tensor (rows may be
+    strided) to write into.
+    """
+    batch, frames, bins = spectrum.shape
+    squares = torch.view_as_real(spectrum).square_().reshape(batch * frames, 2 * bins)  # (B·T, 2K), no copy
+    if out is None:
+        out = squares.new_empty(batch * frames, num_mel_bins)  # (B·T, F)
+    covered = 0
+    for lo, hi, first, last, weights in bands:
+        if first > covered:
+            out[:, covered:first] = 0.0  # filters that read no bin at all
+        torch.mm(squares[:, lo:hi], weights, out=out[:, first:last])  # (B·T, hi-lo) @ (hi-lo, g)
+        covered = last
+    if covered < num_mel_bins:
+        out[:, covered:] = 0.0
+    return out.view(batch, frames, num_mel_bins)  # (B·T, F) -> (B, T, F)
+
+
+def reflect_pad(waveforms, lengths, pad: int):
+    """Centre padding as torch.stft(center=True, pad_mode="reflect") does, but at each clip's own edges.
+
+    Clip i (length L_i, zero beyond) becomes ``reflect(clip_i)`` of length L_i + 2P (P = ``pad``, n_fft // 2),
+    then zeros up to L_max + 2P. Out-of-range sample positions j fold into [0, L_i) with period 2(L_i - 1)
+    (repeated reflection, so clips shorter than P + 1 also work; L_i = 1 repeats its one sample).
+    (B, L_max) -> (B, L_max + 2P).
+    """
+    batch = waveforms.shape[0]
+    lengths = lengths[:, None]  # (B,) -> (B, 1)
+    period = (2 * (lengths - 1)).clamp(min=1)  # (B, 1)
+
+    def fold(j):  # j: (B, P) sample positions, possibly outside [0, L_i) -> indices inside
+        j = torch.remainder(j, period)
+        return torch.where(j < lengths, j, period - j).clamp(min=0)
+
+    offsets = torch.arange(pad, device=waveforms.device)[None, :]  # (1, P)
+    left = torch.gather(waveforms, 1, fold(offsets - pad).expand(batch, pad))  # samples -P .. -1: (B, P)
+    right = torch.gather(waveforms, 1, fold(lengths + offsets))  # samples L_i .. L_i + P - 1: (B, P)
+    padded = torch.cat([left, waveforms, waveforms.new_zeros(batch, pad)], dim=1)  # (B, L_max + 2P)
+    return padded.scatter_(1, pad + lengths + offsets, right)  # right edge of clip i at P + L_i + k
+
+
+def m2d_log_mel(waveforms, lengths, window, bands, n_fft, hop_length, num_mel_bins, min_frames=0, mean=None,
+                std=None):
+    """M2D log-mel: (B, L_max) -> (B, T_max, F), T_max = frames of the longest clip.
+
+    1. reflect-pad each clip at its own edges; 2. STFT (``window`` of win_length centred in n_fft, hop);
+    3. power |X|^2; 4. mel filters (``bands``, a banded matmul); 5. log(x + eps); 6. with ``mean``/``std``,
+    (x - mean) / std.
+    On the CPU, steps 2-6 run block by block (one clip and up to ``_CPU_BLOCK_FRAMES`` of its frames, or
+    several whole short clips), so that a block's frames, spectrum and squares stay in cache: about twice
+    as fast as whole-batch passes, and the same frames (every frame is computed on its own either way).
+    The result has max(T_max, min_frames) frames; frames past T_max are left uninitialised for the caller.
+    """
+    padded = reflect_pad(waveforms, lengths, n_fft // 2)  # (B, L_max) -> (B, L_max + 2P)
+    batch = padded.shape[0]
+    total = 1 + (padded.shape[1] - n_fft) // hop_length  # T_max
+    out = padded.new_empty(batch, max(total, min_frames), num_mel_bins)  # (B, T, F)
+    block_frames = _CPU_BLOCK_FRAMES  # read at call time (tests vary it)
+    if padded.device.type != "cpu":
+        blocks = [(0, batch, 0, total)]  # one pass on accelerators
+    elif total >= block_frames // 2:  # long clips: one clip, a range of its frames
+        blocks = [
+            (clip, clip + 1, start, min(start + block_frames, total))
+            for clip in range(batch)
+            for start in range(0, total, block_frames)
+        ]
+    else:  # short clips: several whole clips
+        step = block_frames // total
+        blocks = [(first, min(first + step, batch), 0, total) for first in range(0, batch, step)]
+    for first, last, start, stop in blocks:
+        spectrum = torch.stft(
+            padded[first:last, start * hop_length : (stop - 1) * hop_length + n_fft],
+            n_fft=n_fft,
+            hop_length=hop_length,
+            win_length=window.shape[0],
+            window=window,
+            center=False,
+            return_complex=True,
+        ).transpose(1, 2)  # (b, K, t) -> (b, t, K), stft's own (contiguous) layout
+        target = out[first, start:stop] if last == first + 1 else None  # (t, F) rows of `out`, written in place
+        mel = power_to_mel(spectrum, bands, num_mel_bins, out=target)  # (b, t, F)
+        mel.add_(torch.finfo(torch.float32).eps).log_()
+        if mean is not None:
+            normalize_log_mel(mel, mean, std, inplace=True)
+        if target is None:
+            out[first:last, start:stop] = mel
+    return out
+
+
+def subtract_clip_means(waveforms, lengths):
+    """Subtract each clip's mean over its own L_i samples; padding stays zero. (B, L_max) -> (B, L_max).
+
+    The sum runs in float64 so that the mean does not depend on the batch's padded length: kaldi features
+    are sensitive to it (a one-ulp change of a 0.2 DC offset moves low mel bins by ~2e-5).
+    """
+    accumulate = torch.float32 if waveforms.device.type == "mps" else torch.float64  # MPS has no float64
+    means = (waveforms.to(accumulate).sum(dim=1) / lengths).to(waveforms.dtype)  # (B,)
+    valid = torch.arange(waveforms.shape[1], device=waveforms.device)[None, :] < lengths[:, None]  # (B, L_max)
+    return torch.where(valid, waveforms - means[:, None], 0.0)
+
+
+def kaldi_log_fbank(waveforms, window, bands, n_fft, hop_length, num_mel_bins, mean=None, std=None):
+    """Kaldi fbank (torchaudio.compliance.kaldi.fbank with EAT's options): (B, L_max) -> (B, T_max, F).
+
+    1. frames of win_length (``window``'s length) every hop that fit entirely (snip_edges); 2. remove each
+    frame's mean; 3. pre-emphasis x[n] - 0.97 x[n-1] (first sample replicated); 4. ``window`` (Kaldi's
+    symmetric Hann); 5. zero-pad to n_fft, power |rfft|^2; 6. mel filters (``bands``); 7. log(max(x, eps));
+    8. with ``mean``/``std``, (x - mean) / std.
+    """
+    frames = waveforms.unfold(1, window.shape[0], hop_length)  # (B, L_max) -> (B, T_max, W)
+    frames = frames - frames.mean(dim=-1, keepdim=True)  # (B, T_max, W)
+    emphasised = torch.empty_like(frames)  # (B, T_max, W), filled in place (no concatenated copy)
+    emphasised[..., 0] = frames[..., 0] - _KALDI_PREEMPHASIS * frames[..., 0]  # x[-1] := x[0]
+    torch.mul(frames[..., :-1], _KALDI_PREEMPHASIS, out=emphasised[..., 1:])  # 0.97 x[n-1], n >= 1
+    torch.sub(frames[..., 1:], emphasised[..., 1:], out=emphasised[..., 1:])  # x[n] - 0.97 x[n-1]
+    frames = emphasised.mul_(window)  # (B, T_max, W)
+    spectrum = torch.fft.rfft(frames, n=n_fft)  # zero-pad W -> n_fft: (B, T_max, W) -> (B, T_max, K) complex
+    mel = power_to_mel(spectrum, bands, num_mel_bins)  # (B, T_max, F)
+    log_mel = torch.log(mel.clamp(min=torch.finfo(torch.float32).eps))
+    return log_mel if mean is None else normalize_log_mel(log_mel, mean, std, inplace=True)
 
 
 __all__ = ["AaspFeatureExtractor"]

@@ -215,6 +215,92 @@ def test_max_frames_must_be_a_positive_multiple_of_16():
 
 
 # ------------------------------------------------------------------------------------------------------
+# 4b. normalize() and pad_frames(): the public steps __call__ (and the log-mel cache's crops) use
+# ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode, mean, std", [("m2d", None, None), ("kaldi", None, None), ("m2d", -5.5, 3.25)])
+def test_normalize_matches_numpy(mode, mean, std):
+    extractor = AaspFeatureExtractor(mode=mode, mean=mean, std=std)
+    expected_mean, expected_std = {"m2d": (-7.1, 4.1), "kaldi": (-4.268, 2 * 4.569)}[mode]
+    if mean is not None:
+        expected_mean, expected_std = mean, std
+    log_mel = np.random.default_rng(0).normal(-6.0, 3.0, size=(2, 37, 128)).astype(np.float32)
+    expected = (log_mel.astype(np.float64) - expected_mean) / expected_std  # float64 oracle
+    before = log_mel.copy()
+
+    as_numpy = extractor.normalize(log_mel)
+    assert isinstance(as_numpy, np.ndarray) and as_numpy.shape == log_mel.shape
+    np.testing.assert_allclose(as_numpy, expected, rtol=0, atol=1e-5)
+    as_tensor = extractor.normalize(torch.from_numpy(log_mel))
+    assert isinstance(as_tensor, torch.Tensor) and as_tensor.dtype == torch.float32
+    np.testing.assert_allclose(as_tensor.numpy(), expected, rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(log_mel, before)  # the input is left untouched
+
+
+@pytest.mark.parametrize("mode", ["m2d", "kaldi"])
+def test_normalize_is_what_call_applies(mode):
+    wave = make_audio(20000, seed=3, dc=0.1)
+    normalised = features(AaspFeatureExtractor(mode=mode), wave, return_tensors="pt")
+    raw_extractor = AaspFeatureExtractor(mode=mode, do_normalize=False)
+    raw = features(raw_extractor, wave, return_tensors="pt")
+    real = raw["attention_mask"][0].bool()  # (T,)
+    torch.testing.assert_close(
+        raw_extractor.normalize(raw["input_values"][0, real]), normalised["input_values"][0, real], atol=1e-5, rtol=0
+    )
+
+
+def numpy_pad_frames(x, num_frames, padding_value, lengths=None):
+    """Oracle: a (B, T, F) array filled with padding_value, then each clip's first min(length, T_in, T) frames."""
+    out = np.full((x.shape[0], num_frames, x.shape[2]), padding_value, dtype=x.dtype)
+    for i in range(x.shape[0]):
+        keep = min(x.shape[1] if lengths is None else lengths[i], x.shape[1], num_frames)
+        out[i, :keep] = x[i, :keep]
+    return out
+
+
+@pytest.mark.parametrize("num_frames, lengths", [(48, None), (16, None), (None, None), (48, [37, 5, 0]),
+                                                 (32, [37, 20, 33]), (None, [1, 37, 16])])
+def test_pad_frames_matches_numpy(num_frames, lengths):
+    extractor = AaspFeatureExtractor(padding_value=-2.5)
+    x = np.random.default_rng(1).standard_normal((3, 37, 8)).astype(np.float32)
+    target = 48 if num_frames is None else num_frames  # None: 37 rounded up to a multiple of 16
+    expected = numpy_pad_frames(x, target, -2.5, lengths)
+
+    out = extractor.pad_frames(torch.from_numpy(x), num_frames, lengths=lengths)
+    assert isinstance(out, torch.Tensor) and out.shape == (3, target, 8)
+    np.testing.assert_array_equal(out.numpy(), expected)  # copies and constants only
+    out_np = extractor.pad_frames(x, num_frames, lengths=lengths)
+    assert isinstance(out_np, np.ndarray)
+    np.testing.assert_array_equal(out_np, expected)
+    # (T, F): one clip, no lengths
+    np.testing.assert_array_equal(extractor.pad_frames(x[0], num_frames), expected[0] if lengths is None else
+                                  numpy_pad_frames(x[:1], target, -2.5)[0])
+
+
+def test_pad_frames_is_what_call_applies():
+    extractor = AaspFeatureExtractor(padding_value=-3.0)
+    clips = [make_audio(n, seed=i) for i, n in enumerate((16000, 4000))]
+    raw = features(extractor, clips, return_tensors="pt", padding="max_length", max_frames=160)
+    frames = [extractor.num_frames(16000), extractor.num_frames(4000)]
+    # Repadding the call's own output to the same length with its frame counts changes nothing; to 64 it truncates.
+    torch.testing.assert_close(extractor.pad_frames(raw["input_values"], 160, lengths=frames), raw["input_values"])
+    short = features(extractor, clips, return_tensors="pt", max_frames=64)["input_values"]
+    torch.testing.assert_close(extractor.pad_frames(raw["input_values"], 64, lengths=frames), short, atol=1e-5,
+                               rtol=0)
+
+
+def test_pad_frames_shape_errors():
+    extractor = AaspFeatureExtractor()
+    with pytest.raises(ValueError, match="pad_frames"):
+        extractor.pad_frames(torch.zeros(5, 8, 16, 2))
+    with pytest.raises(ValueError, match="pad_frames"):
+        extractor.pad_frames(torch.zeros(3, 20, 16), lengths=[1, 2])
+    with pytest.raises(ValueError, match="pad_frames"):
+        extractor.pad_frames(torch.zeros(20, 16), lengths=[1])
+
+
+# ------------------------------------------------------------------------------------------------------
 # 5. Input types
 # ------------------------------------------------------------------------------------------------------
 
