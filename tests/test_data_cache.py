@@ -10,7 +10,9 @@ import soundfile as sf
 import torch
 from datasets import Audio, Dataset, Features, Value
 
-from aasp_hf.data.cache import LogMelCache, build_log_mel_cache, crop_log_mel, crop_log_mel_batch
+from aasp_hf.data.cache import LogMelCache, build_log_mel_cache
+from aasp_hf.data.statistics import MelMoments
+from aasp_hf.training.collators import crop_log_mel, crop_log_mel_batch
 from aasp_hf.feature_extraction_aasp import AaspFeatureExtractor
 
 
@@ -122,6 +124,22 @@ def test_settings_mismatch_raises(fake_dataset, tmp_path):
         LogMelCache(cache_dir)
     with pytest.raises(FileNotFoundError, match="not a log-mel cache"):
         LogMelCache(tmp_path)
+
+
+def test_mel_moments_match_numpy():
+    """The one accumulator of LogMelCache.mel_statistics and compute_mel_statistics: chunks of any shape (..., F)."""
+    rng = np.random.default_rng(0)
+    chunks = [rng.normal(-6.0, 3.0, size=shape).astype(dtype) for shape, dtype in
+              [((37, 16), np.float16), ((2, 5, 16), np.float32), ((1, 16), np.float64)]]
+    moments = MelMoments(16)
+    for chunk in chunks:
+        moments.add(chunk)
+    values = np.concatenate([c.reshape(-1, 16).astype(np.float64) for c in chunks])  # (48, 16)
+    mean, std, frames = moments.result()
+    assert frames == 48
+    np.testing.assert_allclose([mean, std], [values.mean(), values.std()], rtol=1e-12, atol=0)
+    with pytest.raises(ValueError, match="before any value"):
+        MelMoments(16).result()
 
 
 def test_crop_shapes_padding_and_determinism():

@@ -5,7 +5,8 @@ Decoding and featurising a 10 s clip costs a few CPU milliseconds; on a fast GPU
 not the model, can set the step time. `build_log_mel_cache` decodes every clip once and stores its UNNORMALISED
 log-mel (the extractor with `do_normalize=False`) as one float16 ``.npy`` of shape (T, F) per clip, so the
 normalisation statistics can still change afterwards (M2D stores its log-mel the same way). Training then reads
-(T, F) arrays with `LogMelCache` and `crop_log_mel` takes the random crop in the frame domain and normalises.
+(T, F) arrays with `LogMelCache` and `aasp_hf.training.collators.crop_log_mel` takes the random crop in the frame
+domain and normalises (the pre-training collator does so for cached items).
 
 Layout of ``cache_dir``::
 
@@ -27,8 +28,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from datasets import Dataset
 
+from ..feature_extraction_aasp import AaspFeatureExtractor
 from .decoding import SafeAudioDecoder, for_safe_decoding
+from .statistics import MelMoments
 
 
 logger = logging.getLogger(__name__)
@@ -43,12 +47,6 @@ FRONTEND_FIELDS = ("mode", "feature_size", "sampling_rate", "n_fft", "win_length
 def frontend_settings(feature_extractor) -> dict:
     """The fields of `feature_extractor` that determine the unnormalised log-mel (`FRONTEND_FIELDS`)."""
     return {name: getattr(feature_extractor, name) for name in FRONTEND_FIELDS}
-
-
-def _default_extractor():
-    from aasp_hf.feature_extraction_aasp import AaspFeatureExtractor
-
-    return AaspFeatureExtractor()
 
 
 def _atomic_write_bytes(path: Path, write):
@@ -190,7 +188,7 @@ def build_log_mel_cache(dataset, cache_dir, feature_extractor=None, audio_column
     same counts are in index.json; `failed` lists `{"row", "id", "error"}`).
     """
     if feature_extractor is None:
-        feature_extractor = _default_extractor()
+        feature_extractor = AaspFeatureExtractor()
     if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
         raise TypeError(f"build_log_mel_cache needs a map-style dataset (len and indexing), got {type(dataset)}; "
                         f"an IterableDataset can be materialised first (e.g. a list of paths).")
@@ -206,13 +204,8 @@ def build_log_mel_cache(dataset, cache_dir, feature_extractor=None, audio_column
         if mismatch:
             raise ValueError(f"{cache_dir} holds a log-mel cache built with other front-end settings "
                              f"({'; '.join(mismatch)}); pass overwrite=True to rebuild it or use another cache_dir.")
-    try:
-        from datasets import Dataset
-
-        if isinstance(dataset, Dataset):
-            dataset = for_safe_decoding(dataset, audio_column)
-    except ImportError:  # pragma: no cover - datasets is a dependency
-        pass
+    if isinstance(dataset, Dataset):
+        dataset = for_safe_decoding(dataset, audio_column)
 
     index = {
         "format_version": FORMAT_VERSION,
@@ -255,8 +248,9 @@ def build_log_mel_cache(dataset, cache_dir, feature_extractor=None, audio_column
 class LogMelCache(torch.utils.data.Dataset):
     """The clips of a cache built by `build_log_mel_cache`: item i -> {"log_mel": (T, F) float32, "index": i, "row"}.
 
-    `log_mel` is unnormalised (crop and normalise with `crop_log_mel`); `row` is the clip's row in the dataset the
-    cache was built from (failed clips are not in the cache, so `row` can differ from `index`).
+    `log_mel` is unnormalised (crop and normalise with `aasp_hf.training.collators.crop_log_mel`); `row` is the
+    clip's row in the dataset the cache was built from (failed clips are not in the cache, so `row` can differ from
+    `index`).
 
     Args:
         cache_dir: the cache folder.
@@ -293,73 +287,17 @@ class LogMelCache(torch.utils.data.Dataset):
     def mel_statistics(self, max_clips=None):
         """(mean, std, num_frames) of the cached unnormalised log-mel (float64 sums), like `compute_mel_statistics`
         but without decoding: new statistics for `AaspFeatureExtractor(mean=..., std=...)` at file-read speed."""
-        total, total_sq, count = 0.0, 0.0, 0
+        moments = MelMoments(self.settings["feature_size"])
         for index in range(len(self) if max_clips is None else min(max_clips, len(self))):
-            values = np.load(self.cache_dir / self.files[index]).astype(np.float64)  # (T, F)
-            total += values.sum()
-            total_sq += np.square(values).sum()
-            count += values.size
-        if count == 0:
+            moments.add(np.load(self.cache_dir / self.files[index]))  # float16 (T, F), summed in float64
+        if moments.count == 0:
             raise ValueError(f"{self.cache_dir} holds no clips.")
-        mean = total / count
-        std = float(np.sqrt(max(total_sq / count - mean**2, 0.0)))
-        return float(mean), std, count // int(self.settings["feature_size"])
-
-
-def crop_log_mel(log_mel, num_frames: int, generator=None, feature_extractor=None, target_frames=None):
-    """Random crop / zero-pad of an unnormalised log-mel (T, F) in the frame domain, then normalisation.
-
-    1. T > num_frames: a uniformly placed window of `num_frames` frames (one `torch.randint` from `generator`
-       per such clip, as `PretrainingCollator.random_crop` draws one per long waveform); else the whole clip.
-    2. `(x - mean) / std` with the extractor's statistics (when its `do_normalize` is set).
-    3. Frames padded with the extractor's `padding_value` (0.0: zeros in the normalised domain, as the extractor
-       pads) or truncated to `target_frames` (default `num_frames`; e.g. crop 601 frames, pad to 608).
-
-    With `num_frames = extractor.num_frames(N)` this equals featurising the N-sample waveform crop that starts on
-    frame boundary `start * hop_length`, up to float16 rounding, except (m2d mode) the first and last
-    ceil((win_length / 2) / hop_length) = 2 frames of a crop that does not start or end at the clip's own edge:
-    their centred windows see the neighbouring audio instead of the crop's reflect padding. (Kaldi mode frames
-    never reach past the crop, so every frame agrees.)
-
-    Returns float32 (target_frames, F) on the device of `log_mel`.
-    """
-    if feature_extractor is None:
-        feature_extractor = _default_extractor()
-    log_mel = torch.as_tensor(log_mel).float()  # (T, F)
-    if log_mel.dim() != 2:
-        raise ValueError(f"log_mel must be (T, F), got shape {tuple(log_mel.shape)}")
-    num_frames = int(num_frames)
-    if num_frames <= 0:
-        raise ValueError(f"num_frames={num_frames} must be positive")
-    target_frames = num_frames if target_frames is None else int(target_frames)
-    excess = log_mel.shape[0] - num_frames
-    if excess > 0:
-        start = int(torch.randint(excess + 1, (1,), generator=generator))
-        log_mel = log_mel[start : start + num_frames]  # (num_frames, F)
-    if feature_extractor.do_normalize:
-        log_mel = (log_mel - feature_extractor.mean) / feature_extractor.std
-    log_mel = log_mel[:target_frames]
-    if log_mel.shape[0] < target_frames:
-        padding = log_mel.new_full((target_frames - log_mel.shape[0], log_mel.shape[1]),
-                                   feature_extractor.padding_value)
-        log_mel = torch.cat([log_mel, padding])  # (target_frames, F)
-    return log_mel
-
-
-def crop_log_mel_batch(examples, num_frames: int, generator=None, feature_extractor=None, target_frames=None):
-    """`crop_log_mel` over a list of (T_i, F) arrays or `LogMelCache` items -> float32 (B, target_frames, F)."""
-    return torch.stack([
-        crop_log_mel(e["log_mel"] if isinstance(e, dict) else e, num_frames, generator, feature_extractor,
-                     target_frames)
-        for e in examples
-    ])
+        return moments.result()
 
 
 __all__ = [
     "FRONTEND_FIELDS",
     "LogMelCache",
     "build_log_mel_cache",
-    "crop_log_mel",
-    "crop_log_mel_batch",
     "frontend_settings",
 ]

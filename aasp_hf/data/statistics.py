@@ -1,16 +1,46 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
-"""Mean and standard deviation of the raw log-mel over a dataset, for `AaspFeatureExtractor(mean=, std=)`."""
+"""Mean and standard deviation of the raw log-mel over a dataset, for `AaspFeatureExtractor(mean=, std=)`.
+
+`MelMoments` is the one accumulator: `compute_mel_statistics` feeds it decoded and featurised clips,
+`LogMelCache.mel_statistics` (data.cache) the cached log-mel.
+"""
 
 import copy
 import logging
 
 import numpy as np
 
+from ..feature_extraction_aasp import AaspFeatureExtractor
 from ._common import SAMPLING_RATE
 from .decoding import SafeAudioDecoder, for_safe_decoding
 
 
 logger = logging.getLogger(__name__)
+
+
+class MelMoments:
+    """Running float64 sum and sum of squares of log-mel values (every real frame and mel bin).
+
+    `add(values)` takes an array of F-bin frames (..., F); `result()` gives `(mean, std, num_frames)` with the
+    population standard deviation `sqrt(E[x^2] - E[x]^2)` and `num_frames = values seen // F`.
+    """
+
+    def __init__(self, num_mel_bins: int):
+        self.num_mel_bins = int(num_mel_bins)
+        self.total, self.total_sq, self.count = 0.0, 0.0, 0
+
+    def add(self, values):
+        values = np.asarray(values, dtype=np.float64)  # (..., F)
+        self.total += values.sum()
+        self.total_sq += np.square(values).sum()
+        self.count += values.size
+
+    def result(self) -> tuple[float, float, int]:
+        if self.count == 0:
+            raise ValueError("MelMoments.result() before any value was added.")
+        mean = self.total / self.count
+        std = float(np.sqrt(max(self.total_sq / self.count - mean**2, 0.0)))
+        return float(mean), std, self.count // self.num_mel_bins
 
 
 def compute_mel_statistics(dataset, feature_extractor=None, audio_column="audio", max_clips=None, batch_size=16,
@@ -23,24 +53,18 @@ def compute_mel_statistics(dataset, feature_extractor=None, audio_column="audio"
     Returns `(mean, std, num_frames)`.
     """
     if feature_extractor is None:
-        from aasp_hf.feature_extraction_aasp import AaspFeatureExtractor
-
         feature_extractor = AaspFeatureExtractor()
     raw = copy.deepcopy(feature_extractor)
     raw.do_normalize = False
     decoder = decoder or SafeAudioDecoder()
     dataset = for_safe_decoding(dataset, audio_column)
-    total, total_sq, count = 0.0, 0.0, 0
+    moments = MelMoments(raw.feature_size)
     batch = []
 
     def flush():
-        nonlocal total, total_sq, count
         features = raw(batch, sampling_rate=SAMPLING_RATE, return_tensors="np")
         mask = features["attention_mask"].astype(bool)  # (B, T)
-        values = features["input_values"][mask].astype(np.float64)  # (frames, F)
-        total += values.sum()
-        total_sq += np.square(values).sum()
-        count += values.size
+        moments.add(features["input_values"][mask])  # (B, T, F) -> (real frames, F)
         batch.clear()
 
     for index, example in enumerate(dataset):
@@ -53,10 +77,8 @@ def compute_mel_statistics(dataset, feature_extractor=None, audio_column="audio"
             flush()
     if batch:
         flush()
-    if count == 0:
+    if moments.count == 0:
         raise ValueError("No clip could be decoded: cannot compute statistics.")
-    mean = total / count
-    std = float(np.sqrt(max(total_sq / count - mean**2, 0.0)))
     if decoder.num_failures:
         logger.warning(f"compute_mel_statistics skipped {decoder.num_failures} clips that failed to decode.")
-    return float(mean), std, count // raw.feature_size
+    return moments.result()

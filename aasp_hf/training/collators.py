@@ -4,12 +4,66 @@ The collator owns its ``torch.Generator``; its ``state_dict`` / ``load_state_dic
 run draws exactly the crops and masks the uninterrupted run would have drawn. ``examples/pretrain.py`` calls it in
 the training loop (the DataLoader workers only decode audio), so its state advances once per micro-batch consumed,
 independent of DataLoader prefetching and worker processes.
+
+Clips come as waveforms (cropped in samples, `PretrainingCollator.random_crop`) or as cached unnormalised log-mel
+(`aasp_hf.data.cache.LogMelCache`, cropped in frames by `crop_log_mel`); both crops draw the start the same way
+(`_crop_start`: one draw per clip longer than the crop, none otherwise), so both paths consume the generator alike.
 """
 
 import numpy as np
 import torch
 
+from ..feature_extraction_aasp import AaspFeatureExtractor
 from .masking import sample_query_indices, sample_view_masks, visible_indices
+
+
+def _crop_start(excess: int, generator=None) -> int:
+    """Start of a uniformly placed crop of a clip `excess` > 0 frames or samples longer than the crop: one draw."""
+    return int(torch.randint(excess + 1, (1,), generator=generator))
+
+
+def crop_log_mel(log_mel, num_frames: int, generator=None, feature_extractor=None, target_frames=None):
+    """Random crop / padding of an unnormalised log-mel (T, F) in the frame domain, then normalisation.
+
+    1. T > num_frames: a uniformly placed window of `num_frames` frames (one `_crop_start` draw from `generator`
+       per such clip, as `PretrainingCollator.random_crop` draws one per long waveform); else the whole clip.
+    2. `feature_extractor.normalize` (when its `do_normalize` is set).
+    3. `feature_extractor.pad_frames` to `target_frames` (default `num_frames`; e.g. crop 601 frames, pad to 608):
+       frames padded with the extractor's `padding_value` (0.0: zeros in the normalised domain) or truncated.
+
+    With `num_frames = extractor.num_frames(N)` this equals featurising the N-sample waveform crop that starts on
+    frame boundary `start * hop_length`, up to float16 rounding, except (m2d mode) the first and last
+    ceil((win_length / 2) / hop_length) = 2 frames of a crop that does not start or end at the clip's own edge:
+    their centred windows see the neighbouring audio instead of the crop's reflect padding. (Kaldi mode frames
+    never reach past the crop, so every frame agrees.)
+
+    Returns float32 (target_frames, F) on the device of `log_mel`.
+    """
+    if feature_extractor is None:
+        feature_extractor = AaspFeatureExtractor()
+    log_mel = torch.as_tensor(log_mel).float()  # (T, F)
+    if log_mel.dim() != 2:
+        raise ValueError(f"log_mel must be (T, F), got shape {tuple(log_mel.shape)}")
+    num_frames = int(num_frames)
+    if num_frames <= 0:
+        raise ValueError(f"num_frames={num_frames} must be positive")
+    target_frames = num_frames if target_frames is None else int(target_frames)
+    excess = log_mel.shape[0] - num_frames
+    if excess > 0:
+        start = _crop_start(excess, generator)
+        log_mel = log_mel[start : start + num_frames]  # (T, F) -> (num_frames, F)
+    if feature_extractor.do_normalize:
+        log_mel = feature_extractor.normalize(log_mel)
+    return feature_extractor.pad_frames(log_mel, target_frames)  # (target_frames, F)
+
+
+def crop_log_mel_batch(examples, num_frames: int, generator=None, feature_extractor=None, target_frames=None):
+    """`crop_log_mel` over a list of (T_i, F) arrays or `LogMelCache` items -> float32 (B, target_frames, F)."""
+    return torch.stack([
+        crop_log_mel(e["log_mel"] if isinstance(e, dict) else e, num_frames, generator, feature_extractor,
+                     target_frames)
+        for e in examples
+    ])
 
 
 class PretrainingCollator:
@@ -54,7 +108,7 @@ class PretrainingCollator:
         excess = waveform.shape[0] - self.crop_samples
         if excess <= 0:
             return waveform
-        start = int(torch.randint(excess + 1, (1,), generator=self.generator))
+        start = _crop_start(excess, self.generator)
         return waveform[start : start + self.crop_samples]
 
     def __call__(self, examples, device=None) -> dict:
@@ -87,8 +141,6 @@ class PretrainingCollator:
 
     def cropped_log_mel(self, examples) -> torch.Tensor:
         """1. (cache) random crops of cached log-mel in the frame domain, normalised, padded to T: (B, T, F)."""
-        from ..data.cache import crop_log_mel_batch
-
         crop_frames = self.feature_extractor.num_frames(self.crop_samples)
         return crop_log_mel_batch(
             examples, crop_frames, self.generator, self.feature_extractor, target_frames=self.config.num_frames
