@@ -380,104 +380,144 @@ class AaspSBLU(nn.Module):
         dense stem on the unmasked clip, with the visible tokens' (α, β) and GroupNorm statistics over each
         (view, group)'s visible tokens (the hidden tokens' features are never computed), taken at the visible
         tokens (a test checks this against a float64 dense computation).
+
+        Steps (each a method below): the visibility of every (view, group, frame); (a) high-pass and the windows
+        of ±c frames around each visible token; (b) B̄; (c) 2Γ|r|; C̄; (d) GroupNorm and the time patchifier.
         """
-        c = self.config
-        num_groups = c.num_frequency_patches
-        bins = c.frequency_patch_size  # F/F̃ mel bins per frequency group
-        channels = c.sblu_hidden_size // num_groups  # H/F̃ hidden channels per frequency group
-        outputs = c.sblu_output_size // num_groups  # C/F̃ = C̃ output channels per frequency group
-        patch = c.time_patch_size
-        half = (self.kernel_size - 1) // 2  # c
-        width = patch + 2 * half  # window length P + 2c
-        batch_views, num_visible = views.shape
-        num_frames = mel.shape[-1]
-        num_time_patches = num_frames // patch
-        time_index, group_index = views // num_groups, views % num_groups  # (B·M, V) each
-
-        def per_token(table):
-            """(F̃, ...) per-group table -> (B·M, V, ...): each token's group row. F.embedding is an exact gather whose
-            backward is a fast segment sum (plain indexing's backward is a slow scatter-add on the CPU)."""
-            rows = F.embedding(group_index, table.reshape(num_groups, -1))  # (B·M, V, X)
-            return rows.reshape(*group_index.shape, *table.shape[1:])  # (B·M, V, X) -> (B·M, V, ...)
-
-        token_visible = torch.zeros(batch_views, num_time_patches * num_groups, dtype=torch.bool, device=views.device)
-        token_visible = token_visible.scatter(1, views, True)  # (B·M, N)
-        token_visible = token_visible.reshape(batch_views, num_time_patches, num_groups)  # (B·M, N) -> (B·M, T̃, F̃)
-        visibility = token_visible.transpose(1, 2).repeat_interleave(patch, dim=-1).float()  # (B·M, F̃, T)
+        num_groups = self.config.num_frequency_patches
+        group_index = views % num_groups  # (B·M, V): each token's frequency group f
+        visibility = self._view_visibility(views, mel.shape[-1])  # (B·M, F̃, T)
 
         with torch.autocast(device_type=mel.device.type, enabled=False):
             if decay is None:  # non-adaptive: the static (α, β) of each token's group channels
                 static_decay, static_frequency = self.static_parameters()
-                decay = per_token(static_decay.reshape(num_groups, channels))  # (H,) -> (F̃, H/F̃) -> (B·M, V, H/F̃)
-                frequency = per_token(static_frequency.reshape(num_groups, channels))  # (B·M, V, H/F̃)
+                decay = _per_group(static_decay.reshape(num_groups, -1), group_index)  # (H,) -> (B·M, V, H/F̃)
+                frequency = _per_group(static_frequency.reshape(num_groups, -1), group_index)  # (B·M, V, H/F̃)
+            mel_windows, window_visible = self._token_windows(mel, views, visibility)  # (a)
+            values = self._token_input_projection(mel_windows, window_visible, group_index)  # (b)
+            response = self._token_response(values, decay, frequency)  # (c)
+            features = self._token_output_projection(response, group_index)
+            return self._token_norm_and_patchify(features, group_index)  # (d)
 
-            num_views = batch_views // mel.shape[0]
-            rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (B·M, 1, 1)
-            if c.student_stem_input == "full":
-                # (a) the unmasked clip high-passed once and shared by its M views; windows keep the hidden frames
-                highpassed = zero_phase_highpass(mel.float(), self.highpass_kernel)  # (B, F, T); no gradient needed
-                source_rows = rows // num_views  # view b·M + m reads clip b, (B·M, 1, 1)
-                window_visible = torch.ones_like(visibility)  # (B·M, F̃, T): every frame of the clip counts
-            else:
-                # (a) each view's mel with its hidden patches zeroed, high-passed along time
-                mel = mel.float().repeat_interleave(num_views, dim=0)  # (B, F, T) -> (B·M, F, T)
-                mel = mel.reshape(batch_views, num_groups, bins, num_frames)  # -> (B·M, F̃, F/F̃, T)
-                mel = (mel * visibility[:, :, None, :]).reshape(batch_views, -1, num_frames)  # (B·M, F, T)
-                highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (B·M, F, T); no gradient needed
-                source_rows = rows
-                window_visible = visibility  # (B·M, F̃, T)
+    def _view_visibility(self, views, num_frames):
+        """1 where a (view, frequency group, frame) belongs to a visible token: float (B·M, F̃, T)."""
+        c = self.config
+        batch_views = views.shape[0]
+        num_time_patches = num_frames // c.time_patch_size
+        token_visible = views.new_zeros(batch_views, num_time_patches * c.num_frequency_patches, dtype=torch.bool)
+        token_visible = token_visible.scatter(1, views, True)  # (B·M, N)
+        token_visible = token_visible.reshape(batch_views, num_time_patches, -1)  # (B·M, N) -> (B·M, T̃, F̃)
+        return token_visible.transpose(1, 2).repeat_interleave(c.time_patch_size, dim=-1).float()  # -> (B·M, F̃, T)
 
-            # Windows of ±c frames around each visible token's P_time frames (zeros outside the clip), of the
-            # high-passed mel of its group's bins and of which of its group's frames count (hidden ones do not
-            # under "masked").
-            frames = time_index[..., None] * patch + torch.arange(width, device=views.device)  # (B·M, V, P + 2c)
-            padded = F.pad(highpassed, (half, half))  # (B|B·M, F, T) -> (B|B·M, F, T + 2c)
-            padded = padded.reshape(padded.shape[0], num_groups, bins, -1).transpose(2, 3)
-            # (B|B·M, F, T + 2c) -> (B|B·M, F̃, F/F̃, T + 2c) -> (B|B·M, F̃, T + 2c, F/F̃)
-            mel_windows = padded[source_rows, group_index[..., None], frames]  # (B·M, V, P + 2c, F/F̃)
-            window_visible = F.pad(window_visible, (half, half))[rows, group_index[..., None], frames]  # (B·M, V, P+2c)
+    def _token_windows(self, mel, views, visibility):
+        """(a) The high-passed mel around each visible token: its group's F/F̃ bins on the token's P_time frames and
+        ±c frames either side (zeros outside the clip), and which of those frames count (hidden ones do not under
+        "masked"). mel (B, F, T), views (B·M, V), visibility (B·M, F̃, T) ->
+        windows float32 (B·M, V, P + 2c, F/F̃), window_visible (B·M, V, P + 2c)."""
+        c = self.config
+        num_groups = c.num_frequency_patches
+        bins = c.frequency_patch_size  # F/F̃ mel bins per frequency group
+        half = (self.kernel_size - 1) // 2  # c
+        width = c.time_patch_size + 2 * half  # window length P + 2c
+        batch_views = views.shape[0]
+        num_frames = mel.shape[-1]
+        num_views = batch_views // mel.shape[0]
+        time_index, group_index = views // num_groups, views % num_groups  # (B·M, V) each
+        rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (B·M, 1, 1)
+        if c.student_stem_input == "full":
+            # the unmasked clip high-passed once and shared by its M views; windows keep the hidden frames
+            highpassed = zero_phase_highpass(mel.float(), self.highpass_kernel)  # (B, F, T); no gradient needed
+            source_rows = rows // num_views  # view b·M + m reads clip b, (B·M, 1, 1)
+            window_visible = torch.ones_like(visibility)  # (B·M, F̃, T): every frame of the clip counts
+        else:
+            # each view's mel with its hidden patches zeroed, high-passed along time
+            mel = mel.float().repeat_interleave(num_views, dim=0)  # (B, F, T) -> (B·M, F, T)
+            mel = mel.reshape(batch_views, num_groups, bins, num_frames)  # -> (B·M, F̃, F/F̃, T)
+            mel = (mel * visibility[:, :, None, :]).reshape(batch_views, -1, num_frames)  # -> (B·M, F, T)
+            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (B·M, F, T); no gradient needed
+            source_rows = rows
+            window_visible = visibility  # (B·M, F̃, T)
 
-            # (b) B̄ with the token's group block; frames that do not count zeroed (outside the clip; hidden): v
-            weight = self.input_projection.weight.float()  # (H, F/F̃, 1)
-            weight = per_token(weight.reshape(num_groups, channels, bins))  # (F̃, H/F̃, F/F̃) -> (B·M, V, H/F̃, F/F̃)
-            bias = per_token(self.input_projection.bias.float().reshape(num_groups, 1, channels))  # (B·M, V, 1, H/F̃)
-            values = mel_windows @ weight.transpose(-1, -2) + bias  # (B·M, V, P + 2c, F/F̃) -> (B·M, V, P + 2c, H/F̃)
-            values = values * window_visible[..., None]  # (B·M, V, P + 2c, H/F̃)
+        frames = time_index[..., None] * c.time_patch_size + torch.arange(width, device=views.device)  # (B·M, V, P+2c)
+        padded = F.pad(highpassed, (half, half))  # (B|B·M, F, T) -> (B|B·M, F, T + 2c)
+        padded = padded.reshape(padded.shape[0], num_groups, bins, -1).transpose(2, 3)
+        # (B|B·M, F, T + 2c) -> (B|B·M, F̃, F/F̃, T + 2c) -> (B|B·M, F̃, T + 2c, F/F̃)
+        windows = padded[source_rows, group_index[..., None], frames]  # (B·M, V, P + 2c, F/F̃)
+        window_visible = F.pad(window_visible, (half, half))[rows, group_index[..., None], frames]  # (B·M, V, P + 2c)
+        return windows, window_visible
 
-            # (c) 2Γ|r| at the token's P_time frames, one kernel per (token, hidden channel)
-            windows = values.permute(0, 1, 3, 2).reshape(-1, width)  # -> (B·M·V·H/F̃, P + 2c)
-            decay, frequency = decay.reshape(-1), frequency.reshape(-1)  # (B·M, V, H/F̃) -> (B·M·V·H/F̃,)
-            magnitude = sblu_token_magnitude(windows, decay, frequency, self.step, self.kernel_size, self.phase)
-            response = 2.0 * sblu_gamma(decay, frequency, self.step)[:, None] * magnitude  # (B·M·V·H/F̃, P)
-            response = response.reshape(batch_views, num_visible, channels, patch)  # -> (B·M, V, H/F̃, P)
+    def _token_input_projection(self, windows, window_visible, group_index):
+        """(b) B̄ with each token's group block, frames that do not count zeroed (outside the clip; hidden): v.
+        windows (B·M, V, P + 2c, F/F̃) -> float32 (B·M, V, P + 2c, H/F̃)."""
+        c = self.config
+        num_groups = c.num_frequency_patches
+        channels = c.sblu_hidden_size // num_groups  # H/F̃
+        weight = self.input_projection.weight.float()  # (H, F/F̃, 1)
+        weight = weight.reshape(num_groups, channels, -1)  # (H, F/F̃, 1) -> (F̃, H/F̃, F/F̃)
+        weight = _per_group(weight, group_index)  # (B·M, V, H/F̃, F/F̃)
+        bias = _per_group(self.input_projection.bias.float().reshape(num_groups, 1, channels), group_index)
+        # bias: (H,) -> (F̃, 1, H/F̃) -> (B·M, V, 1, H/F̃)
+        values = windows @ weight.transpose(-1, -2) + bias  # (B·M, V, P + 2c, F/F̃) -> (B·M, V, P + 2c, H/F̃)
+        return values * window_visible[..., None]  # (B·M, V, P + 2c, H/F̃)
 
-            # C̄ with the token's group block
-            dtype = torch.promote_types(self.output_projection.weight.dtype, torch.float32)
-            weight = self.output_projection.weight.to(dtype)  # (C, H/F̃, 1)
-            weight = per_token(weight.reshape(num_groups, outputs, channels))  # (F̃, C̃, H/F̃) -> (B·M, V, C̃, H/F̃)
-            bias = per_token(self.output_projection.bias.to(dtype).reshape(num_groups, outputs, 1))  # (B·M, V, C̃, 1)
-            features = weight @ response.to(dtype) + bias  # (B·M, V, H/F̃, P) -> (B·M, V, C̃, P)
+    def _token_response(self, values, decay, frequency):
+        """(c) 2Γ|r| at each token's P_time frames, one kernel per (token, hidden channel).
+        values (B·M, V, P + 2c, H/F̃); decay, frequency (B·M, V, H/F̃) -> float32 (B·M, V, H/F̃, P)."""
+        batch_views, num_visible, width, channels = values.shape
+        windows = values.permute(0, 1, 3, 2).reshape(-1, width)  # (B·M, V, H/F̃, P + 2c) -> (B·M·V·H/F̃, P + 2c)
+        decay, frequency = decay.reshape(-1), frequency.reshape(-1)  # (B·M, V, H/F̃) -> (B·M·V·H/F̃,)
+        magnitude = sblu_token_magnitude(windows, decay, frequency, self.step, self.kernel_size, self.phase)
+        response = 2.0 * sblu_gamma(decay, frequency, self.step)[:, None] * magnitude  # (B·M·V·H/F̃, P)
+        return response.reshape(batch_views, num_visible, channels, -1)  # (B·M·V·H/F̃, P) -> (B·M, V, H/F̃, P)
 
-            # (d) GroupNorm: statistics of each (view, group) over its visible tokens' C̃·P values (biased variance)
-            group_id = (torch.arange(batch_views, device=views.device)[:, None] * num_groups + group_index).flatten()
-            count = features.new_zeros(batch_views * num_groups)  # (B·M·F̃,) values per (view, group)
-            count = count.index_add(0, group_id, features.new_ones(group_id.shape)).clamp(min=1.0) * (outputs * patch)
-            mean = features.new_zeros(count.shape).index_add(0, group_id, features.sum((2, 3)).flatten()) / count
-            centred = features - mean[group_id].reshape(batch_views, num_visible, 1, 1)  # (B·M, V, C̃, P)
-            variance = features.new_zeros(count.shape).index_add(0, group_id, centred.square().sum((2, 3)).flatten())
-            scale = torch.rsqrt(variance / count + self.norm.eps)[group_id]  # (B·M·F̃,) -> (B·M·V,)
-            scale = scale.reshape(batch_views, num_visible, 1)  # (B·M·V,) -> (B·M, V, 1)
+    def _token_output_projection(self, response, group_index):
+        """C̄ with each token's group block: (B·M, V, H/F̃, P) -> (B·M, V, C̃, P), float32 (float64 in a float64
+        model)."""
+        c = self.config
+        num_groups = c.num_frequency_patches
+        outputs, channels = c.sblu_output_size // num_groups, c.sblu_hidden_size // num_groups  # C̃, H/F̃
+        dtype = torch.promote_types(self.output_projection.weight.dtype, torch.float32)
+        weight = self.output_projection.weight.to(dtype)  # (C, H/F̃, 1)
+        weight = weight.reshape(num_groups, outputs, channels)  # (C, H/F̃, 1) -> (F̃, C̃, H/F̃)
+        weight = _per_group(weight, group_index)  # (B·M, V, C̃, H/F̃)
+        bias = _per_group(self.output_projection.bias.to(dtype).reshape(num_groups, outputs, 1), group_index)
+        # bias: (C,) -> (F̃, C̃, 1) -> (B·M, V, C̃, 1)
+        return weight @ response.to(dtype) + bias  # (B·M, V, H/F̃, P) -> (B·M, V, C̃, P)
 
-            # GroupNorm's affine (γ, b) and the time patchifier (depthwise, kernel = stride = P: weights w, bias b')
-            # are both per channel and linear, so they fold into one weighted sum over each token's P frames:
-            #   Σ_p w[p]·(γ·x̂[p] + b) + b' = Σ_p (γ·w[p])·x̂[p] + (b·Σ_p w[p] + b'), for every channel
-            time_weight = self.time_patchify.weight.to(dtype).reshape(num_groups, outputs, patch)  # -> (F̃, C̃, P)
-            gamma = self.norm.weight.to(dtype).reshape(num_groups, outputs, 1)  # (C,) -> (F̃, C̃, 1)
-            beta = self.norm.bias.to(dtype).reshape(num_groups, outputs)  # (C,) -> (F̃, C̃)
-            time_bias = self.time_patchify.bias.to(dtype).reshape(num_groups, outputs)  # (C,) -> (F̃, C̃)
-            folded_weight = per_token(gamma * time_weight)  # (B·M, V, C̃, P)
-            folded_bias = per_token(beta * time_weight.sum(-1) + time_bias)  # (B·M, V, C̃)
-            return scale * (centred * folded_weight).sum(-1) + folded_bias  # (B·M, V, C̃)
+    def _token_norm_and_patchify(self, features, group_index):
+        """(d) GroupNorm with each (view, group)'s statistics over its visible tokens' C̃·P values (biased variance),
+        then the time patchifier: (B·M, V, C̃, P) -> (B·M, V, C̃)."""
+        num_groups = self.config.num_frequency_patches
+        batch_views, num_visible, outputs, patch = features.shape
+        dtype = features.dtype
+        group_id = (torch.arange(batch_views, device=features.device)[:, None] * num_groups + group_index).flatten()
+        # group_id: (B·M·V,), the (view, group) of each token
+        count = features.new_zeros(batch_views * num_groups)  # (B·M·F̃,) values per (view, group)
+        count = count.index_add(0, group_id, features.new_ones(group_id.shape)).clamp(min=1.0) * (outputs * patch)
+        mean = features.new_zeros(count.shape).index_add(0, group_id, features.sum((2, 3)).flatten()) / count
+        centred = features - mean[group_id].reshape(batch_views, num_visible, 1, 1)  # (B·M, V, C̃, P)
+        variance = features.new_zeros(count.shape).index_add(0, group_id, centred.square().sum((2, 3)).flatten())
+        scale = torch.rsqrt(variance / count + self.norm.eps)[group_id]  # (B·M·F̃,) -> (B·M·V,)
+        scale = scale.reshape(batch_views, num_visible, 1)  # (B·M·V,) -> (B·M, V, 1)
+
+        # GroupNorm's affine (γ, b) and the time patchifier (depthwise, kernel = stride = P: weights w, bias b')
+        # are both per channel and linear, so they fold into one weighted sum over each token's P frames:
+        #   Σ_p w[p]·(γ·x̂[p] + b) + b' = Σ_p (γ·w[p])·x̂[p] + (b·Σ_p w[p] + b'), for every channel
+        time_weight = self.time_patchify.weight.to(dtype)  # (C, 1, P)
+        time_weight = time_weight.reshape(num_groups, outputs, patch)  # (C, 1, P) -> (F̃, C̃, P)
+        gamma = self.norm.weight.to(dtype).reshape(num_groups, outputs, 1)  # (C,) -> (F̃, C̃, 1)
+        beta = self.norm.bias.to(dtype).reshape(num_groups, outputs)  # (C,) -> (F̃, C̃)
+        time_bias = self.time_patchify.bias.to(dtype).reshape(num_groups, outputs)  # (C,) -> (F̃, C̃)
+        folded_weight = _per_group(gamma * time_weight, group_index)  # (B·M, V, C̃, P)
+        folded_bias = _per_group(beta * time_weight.sum(-1) + time_bias, group_index)  # (B·M, V, C̃)
+        return scale * (centred * folded_weight).sum(-1) + folded_bias  # (B·M, V, C̃)
+
+
+def _per_group(table, group_index):
+    """A per-group table (F̃, ...) -> each token's row (B·M, V, ...) for group indices (B·M, V). F.embedding is an
+    exact gather whose backward is a fast segment sum (plain indexing's backward is a slow scatter-add on the CPU)."""
+    rows = F.embedding(group_index, table.reshape(table.shape[0], -1))  # (F̃, X) -> (B·M, V, X)
+    return rows.reshape(*group_index.shape, *table.shape[1:])  # (B·M, V, X) -> (B·M, V, ...)
 
 
 class AaspEmbeddings(nn.Module):
