@@ -7,6 +7,9 @@ C=1024, ε=0.01, Δ=0.01, Lambda encoder r=6, L=3.
 
 from transformers import PreTrainedConfig
 
+# P_time, the time patch size of the paper's models: `AaspConfig.time_patch_size` defaults to it, and so does the
+# frame multiple of `AaspFeatureExtractor` (its frame counts are rounded up to whole time patches).
+TIME_PATCH_SIZE = 16
 # The fields that take one of a few named values, and those values (validated in one loop in __init__).
 _CHOICES = {
     "hidden_act": ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"),
@@ -113,7 +116,7 @@ class AaspConfig(PreTrainedConfig):
         num_mel_bins=128,
         num_frames=608,
         frequency_patch_size=16,
-        time_patch_size=16,
+        time_patch_size=TIME_PATCH_SIZE,
         patch_embedding="aape",
         sblu_kernel_size=63,
         sblu_hidden_size=128,

@@ -12,14 +12,16 @@ Two modes (SPEC_NOTES §3):
   ``(x - (-4.268)) / (2 * 4.569)``.
 
 Both modes run batched in torch (no per-clip loop in the compute) and give, for every clip of a batch,
-the same frames as that clip processed alone. Frames are padded to a multiple of ``frame_multiple`` (16,
-the patch size) with ``padding_value`` and an ``attention_mask`` marks the real frames.
+the same frames as that clip processed alone. Frames are padded to a multiple of ``frame_multiple`` (16, the
+model's time patch size, `configuration_aasp.TIME_PATCH_SIZE`) with ``padding_value`` and an ``attention_mask``
+marks the real frames.
 
 `AaspFeatureExtractor` holds the settings, checks the input and pads the output (`normalize`, `pad_frames`); the
 numerical kernels (`m2d_log_mel`, `kaldi_log_fbank` and their steps) are plain functions below it.
 
-This file is shipped to the Hub as remote code: it imports only the standard library, numpy, torch and
-transformers. Dimension legend: B clips, L samples, T frames, F mel bins, K FFT bins, W window samples.
+This file is shipped to the Hub as remote code: it imports only the standard library, numpy, torch,
+transformers and its sibling `configuration_aasp.py` (for `TIME_PATCH_SIZE`).
+Dimension legend: B clips, L samples, T frames, F mel bins, K FFT bins, W window samples.
 """
 
 import copy
@@ -32,6 +34,8 @@ from transformers.audio_utils import mel_filter_bank
 from transformers.feature_extraction_sequence_utils import SequenceFeatureExtractor
 from transformers.feature_extraction_utils import BatchFeature
 from transformers.utils import PaddingStrategy, TensorType, logging
+
+from .configuration_aasp import TIME_PATCH_SIZE
 
 
 logger = logging.get_logger(__name__)
@@ -72,7 +76,8 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         mean, std (`float`, *optional*): normalisation `(x - mean) / std`. Defaults -7.1 / 4.1 (m2d),
             -4.268 / 9.138 (kaldi, EAT's `(x + 4.268) / (2 * 4.569)`). Stored resolved.
         do_normalize (`bool`, defaults to `True`): apply the normalisation above.
-        frame_multiple (`int`, defaults to 16): output frame counts are rounded up to a multiple of this.
+        frame_multiple (`int`, defaults to 16): output frame counts are rounded up to a multiple of this. The default
+            is `configuration_aasp.TIME_PATCH_SIZE`, which is also `AaspConfig.time_patch_size`'s default.
         max_frames (`int`, *optional*): default for `__call__(max_frames=...)`; a multiple of `frame_multiple`.
         return_attention_mask (`bool`, defaults to `True`): return the frame-level attention mask.
     """
@@ -93,7 +98,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         mean=None,
         std=None,
         do_normalize=True,
-        frame_multiple=16,
+        frame_multiple=TIME_PATCH_SIZE,
         max_frames=None,
         return_attention_mask=True,
         **kwargs,

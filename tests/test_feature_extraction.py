@@ -202,6 +202,13 @@ def test_max_frames_padding_and_stored_default():
     assert features(stored, wave[:1600], padding="max_length")["input_values"].shape == (1, 64, 128)
 
 
+def test_frame_multiple_and_time_patch_size_come_from_one_constant():
+    from aasp_hf.configuration_aasp import TIME_PATCH_SIZE, AaspConfig
+
+    assert AaspFeatureExtractor().frame_multiple == AaspConfig().time_patch_size == TIME_PATCH_SIZE
+    assert AaspFeatureExtractor(mode="kaldi").frame_multiple == TIME_PATCH_SIZE
+
+
 def test_max_frames_must_be_a_positive_multiple_of_16():
     extractor = AaspFeatureExtractor()
     wave = make_audio(16000)
