@@ -1,6 +1,6 @@
 """`make demo`: AaSP end to end on the CPU in a few minutes — pre-train, linear-probe, fine-tune, share.
 
-Built-in synthetic audio (no downloads) whose classes differ in modulation and spectral content: a steady tone,
+Built-in synthetic audio (`aasp_hf.data.synthetic`, no downloads) whose classes differ in modulation and spectral content: a steady tone,
 the same carrier amplitude-modulated at 4 Hz and at 30 Hz (30 Hz lies in the alias-prone band, 3.125–50 Hz at
 a 10 ms hop and 16-frame patches, that a 16×16 patch embedding folds down), a chirp and noise bursts.
 
@@ -24,7 +24,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -34,51 +33,12 @@ from sklearn.linear_model import LogisticRegression
 from transformers import pipeline
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
+from aasp_hf.data.synthetic import LABELS, labelled_clips
 from aasp_hf.evaluation import extract_features, standardization_stats, standardize
 
 HERE = Path(__file__).resolve().parent
 SAMPLE_RATE = 16000
-LABELS = ["tone", "am_4hz", "am_30hz", "chirp", "noise_bursts"]
 TINY_PRESET = HERE / "configs" / "pretrain_tiny_cpu.json"
-
-
-# ----------------------------------------------------------------------------------------------- 1. data
-def synth_clip(label: str, rng: np.random.Generator, seconds: float = 1.0) -> np.ndarray:
-    """One float32 clip of `label` at 16 kHz with random carrier, level and background noise."""
-    t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
-    carrier = rng.uniform(300.0, 3000.0)
-    phase = rng.uniform(0, 2 * math.pi)
-    if label == "tone":
-        x = np.sin(2 * math.pi * carrier * t + phase)
-    elif label.startswith("am_"):
-        rate = float(label[3:-2]) * rng.uniform(0.9, 1.1)
-        envelope = 0.5 * (1 + np.sin(2 * math.pi * rate * t + rng.uniform(0, 2 * math.pi)))
-        x = envelope * np.sin(2 * math.pi * carrier * t + phase)
-    elif label == "chirp":
-        f0, f1 = sorted(rng.uniform(200.0, 4000.0, size=2))
-        if rng.random() < 0.5:
-            f0, f1 = f1, f0
-        x = np.sin(2 * math.pi * (f0 * t + 0.5 * (f1 - f0) / seconds * t**2) + phase)
-    elif label == "noise_bursts":
-        gate = np.zeros_like(t)
-        for start in rng.uniform(0, seconds - 0.1, size=rng.integers(2, 5)):
-            gate[(t >= start) & (t < start + rng.uniform(0.03, 0.1))] = 1.0
-        x = gate * rng.standard_normal(t.shape)
-    else:
-        raise ValueError(f"unknown label {label!r}")
-    x = rng.uniform(0.1, 0.8) * x / (np.abs(x).max() + 1e-8)
-    x = x + rng.uniform(0.001, 0.02) * rng.standard_normal(t.shape)
-    return x.astype(np.float32)
-
-
-def make_split(num_per_class: int, rng: np.random.Generator):
-    clips, labels = [], []
-    for label_id, label in enumerate(LABELS):
-        for _ in range(num_per_class):
-            clips.append(synth_clip(label, rng))
-            labels.append(label_id)
-    order = rng.permutation(len(clips))
-    return [clips[i] for i in order], np.asarray(labels)[order]
 
 
 # ----------------------------------------------------------------------------------------------- 2. pre-training
@@ -89,8 +49,7 @@ def tiny_model_config() -> dict:
 
 def pretrain(output_dir: Path, steps: int, clips: int, seed: int) -> Path:
     """Runs examples/pretrain.py (one process) on synthetic clips; returns the exported student encoder folder."""
-    sys.path.insert(0, str(HERE))
-    import pretrain as pretrain_script
+    import pretrain as pretrain_script  # examples/pretrain.py, beside this script
 
     warmup = max(1, steps // 15)
     pretrain_script.main(
@@ -189,8 +148,8 @@ def main(argv=None) -> dict:
     results = {}
 
     print(f"1. synthesising {args.train_per_class} train / {args.test_per_class} test clips per class: {LABELS}")
-    train_clips, train_y = make_split(args.train_per_class, rng)
-    test_clips, test_y = make_split(args.test_per_class, rng)
+    train_clips, train_y = labelled_clips(args.train_per_class, rng)
+    test_clips, test_y = labelled_clips(args.test_per_class, rng)
     feature_extractor = AaspFeatureExtractor()
     train = feature_extractor(train_clips, sampling_rate=SAMPLE_RATE, return_tensors="pt")
     test = feature_extractor(test_clips, sampling_rate=SAMPLE_RATE, return_tensors="pt")

@@ -47,7 +47,6 @@ import logging
 import math
 import os
 import shutil
-import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
@@ -62,21 +61,20 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import AutoFeatureExtractor
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
-import aasp_hf  # noqa: E402,F401  (registers the Auto* classes)
-from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification  # noqa: E402
-from aasp_hf.evaluation import classification_score, without_truncation  # noqa: E402
-from aasp_hf.training import find_latest_checkpoint, learning_rate, param_groups, save_checkpoint  # noqa: E402
-from aasp_hf.training.augment import mixup, spec_augment  # noqa: E402
-from aasp_hf.training.checkpointing import (  # noqa: E402
+import aasp_hf  # noqa: F401  (registers the Auto* classes)
+from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification
+from aasp_hf.evaluation import classification_score, without_truncation
+from aasp_hf.training import find_latest_checkpoint, learning_rate, param_groups, save_checkpoint
+from aasp_hf.training.augment import mixup, spec_augment
+from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
     load_process_state,
     load_trainer_state,
     remove_artefacts,
 )
-from aasp_hf.training.model_ema import create_ema, ema_update_  # noqa: E402
-from aasp_hf.training.arguments import gradient_accumulation_for, parse_arguments  # noqa: E402
+from aasp_hf.training.model_ema import create_ema, ema_update_
+from aasp_hf.training.arguments import gradient_accumulation_for, parse_arguments
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -176,32 +174,6 @@ def parse_args(argv=None) -> FinetuneArguments:
 
 
 # ----------------------------------------------------------------------------------------------- 1. data
-def synthetic_splits(per_class: int, seed: int, multi_label: bool, clip_seconds: float) -> dict:
-    """{split: rows {"audio": {"array", "sampling_rate"}, "label" | "labels"}} of the demo's clips. Train and
-    validation clips are 25 % longer than `clip_seconds` (random crops); test clips are exactly `clip_seconds`, so
-    the pipeline on a raw test clip sees what the evaluation saw. Multi-label: the sum of one or two classes."""
-    from demo import LABELS, synth_clip
-
-    rng = np.random.default_rng(seed)
-    counts = {"train": per_class, "validation": max(2, per_class // 2), "test": max(2, per_class // 2)}
-    splits = {}
-    for split, count in counts.items():
-        seconds = clip_seconds if split == "test" else 1.25 * clip_seconds
-        rows = []
-        for label_id, label in enumerate(LABELS):
-            for _ in range(count):
-                if not multi_label:
-                    audio = synth_clip(label, rng, seconds)
-                    rows.append({"audio": {"array": audio, "sampling_rate": SAMPLE_RATE}, "label": label_id})
-                    continue
-                ids = sorted({label_id, int(rng.integers(len(LABELS)))})
-                audio = sum(synth_clip(LABELS[i], rng, seconds) for i in ids) / len(ids)
-                rows.append({"audio": {"array": audio.astype(np.float32), "sampling_rate": SAMPLE_RATE},
-                             "labels": ids})
-        splits[split] = [rows[i] for i in rng.permutation(len(rows))]
-    return splits
-
-
 def label_info(dataset) -> tuple[bool, list[str]]:
     """(multi_label, class names) from a datasets.Dataset's `labels` (AudioSet) or `label` ClassLabel column."""
     features = dataset.features
@@ -220,10 +192,13 @@ def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
     from aasp_hf import data
 
     if args.synthetic_per_class > 0:
-        from demo import LABELS
+        from aasp_hf.data.synthetic import LABELS, synthetic_splits
 
+        # train / validation clips 25 % longer than the crop (random crops); test clips exactly the crop, so the
+        # pipeline on a raw test clip sees what the evaluation saw
         clip_seconds = args.clip_seconds or 1.0
-        splits = synthetic_splits(args.synthetic_per_class, 1234, args.synthetic_multi_label, clip_seconds)
+        splits = synthetic_splits(args.synthetic_per_class, 1234, seconds=1.25 * clip_seconds,
+                                  test_seconds=clip_seconds, multi_label=args.synthetic_multi_label)
         if args.select_on != "validation":  # nothing selects on it
             del splits["validation"]
         return {"synthetic": splits}, args.synthetic_multi_label, list(LABELS), clip_seconds, "synthetic"

@@ -33,7 +33,6 @@ import json
 import logging
 import math
 import os
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -41,16 +40,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
-import aasp_hf  # noqa: E402,F401  (registers the Auto* classes)
-from aasp_hf.evaluation import (  # noqa: E402
+import aasp_hf  # noqa: F401  (registers the Auto* classes)
+from aasp_hf.evaluation import (
     classification_score,
     extract_features,
     load_frozen_encoder,
     standardization_stats,
     standardize,
 )
-from aasp_hf.training.arguments import parse_arguments  # noqa: E402
+from aasp_hf.training.arguments import parse_arguments
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -110,24 +108,6 @@ def parse_args(argv=None) -> LinearEvalArguments:
 
 
 # ----------------------------------------------------------------------------------------------- 2. data
-def synthetic_dataset(per_class: int, seed: int, seconds: float = 1.25) -> dict:
-    """{split: list of {"audio": {"array", "sampling_rate"}, "label"}} of the demo's labelled clips; clips are a
-    bit longer than the 1-s EVAR length so that train/validation crops are random and test takes the start."""
-    from demo import LABELS, synth_clip
-
-    rng = np.random.default_rng(seed)
-    counts = {"train": per_class, "validation": max(2, per_class // 2), "test": max(2, per_class // 2)}
-    splits = {}
-    for split, count in counts.items():
-        rows = [
-            {"audio": {"array": synth_clip(label, rng, seconds), "sampling_rate": SAMPLE_RATE}, "label": label_id}
-            for label_id, label in enumerate(LABELS)
-            for _ in range(count)
-        ]
-        splits[split] = [rows[i] for i in rng.permutation(len(rows))]
-    return splits
-
-
 def label_info(dataset) -> tuple[bool, int]:
     """(multi_label, num_classes) from a datasets.Dataset's `labels` (AudioSet) or `label` ClassLabel column."""
     features = dataset.features
@@ -145,9 +125,10 @@ def evaluation_parts(args) -> tuple[dict, bool, int, float]:
     from aasp_hf import data
 
     if args.synthetic_per_class > 0:
-        from demo import LABELS
+        from aasp_hf.data.synthetic import LABELS, synthetic_splits
 
-        return {"synthetic": synthetic_dataset(args.synthetic_per_class, args.feature_seed)}, False, len(LABELS), (
+        # 1.25-s clips, a bit longer than the 1-s EVAR length: train / validation crops are random, test takes the start
+        return {"synthetic": synthetic_splits(args.synthetic_per_class, args.feature_seed)}, False, len(LABELS), (
             args.clip_seconds or 1.0
         )
     if args.dataset is None:

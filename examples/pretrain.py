@@ -26,7 +26,6 @@ data is a `datasets` IterableDataset: each process reads its shard, reshuffled e
 import hashlib
 import itertools
 import json
-import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -39,9 +38,8 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel  # noqa: E402
-from aasp_hf.training import (  # noqa: E402
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
+from aasp_hf.training import (
     PretrainingCollator,
     find_latest_checkpoint,
     learning_rate,
@@ -49,7 +47,7 @@ from aasp_hf.training import (  # noqa: E402
     save_checkpoint,
     teacher_momentum,
 )
-from aasp_hf.training.checkpointing import (  # noqa: E402
+from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
     check_random_states,
@@ -57,10 +55,10 @@ from aasp_hf.training.checkpointing import (  # noqa: E402
     load_trainer_state,
     remove_artefacts,
 )
-from aasp_hf.data.cache import LogMelCache  # noqa: E402
-from aasp_hf.data.decoding import decode_audio  # noqa: E402
-from aasp_hf.training.arguments import parse_arguments  # noqa: E402
-from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health  # noqa: E402
+from aasp_hf.data.cache import LogMelCache
+from aasp_hf.data.decoding import decode_audio
+from aasp_hf.training.arguments import parse_arguments
+from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
 
 SAMPLE_RATE = 16000
 DATA_SOURCES = ("dataset", "train_dir", "dataset_name", "synthetic_clips", "log_mel_cache")  # a run reads one
@@ -262,12 +260,9 @@ def load_clips(data_args: DataArguments, seed: int, batch_size: int, num_process
     if data_args.streaming and data_args.dataloader_num_workers:
         raise ValueError("--streaming decodes in the main process: leave --dataloader_num_workers at 0")
     if data_args.synthetic_clips > 0:
-        from demo import LABELS, synth_clip
+        from aasp_hf.data.synthetic import unlabelled_clips
 
-        rng = np.random.default_rng(seed)
-        clips = [synth_clip(LABELS[i % len(LABELS)], rng, data_args.synthetic_seconds)
-                 for i in range(data_args.synthetic_clips)]
-        return AudioClips(clips)
+        return AudioClips(unlabelled_clips(data_args.synthetic_clips, seed, data_args.synthetic_seconds))
     import datasets
 
     if data_args.dataset is not None:

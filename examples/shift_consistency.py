@@ -17,7 +17,6 @@ Steps: 1. encoder (AutoModel, frozen, eval mode) and feature extractor, 2. clips
 import json
 import logging
 import os
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,15 +24,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
-import aasp_hf  # noqa: E402,F401  (registers the Auto* classes)
-from aasp_hf.evaluation import (  # noqa: E402
+import aasp_hf  # noqa: F401  (registers the Auto* classes)
+from aasp_hf.evaluation import (
     circular_shift,
     cls_embeddings,
     load_frozen_encoder,
     representation_drift,
 )
-from aasp_hf.training.arguments import parse_arguments  # noqa: E402
+from aasp_hf.training.arguments import parse_arguments
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -72,10 +70,9 @@ class Clips:
     def __init__(self, args):
         self.clip_samples = None
         if args.synthetic_clips > 0:
-            from demo import LABELS, synth_clip
+            from aasp_hf.data.synthetic import unlabelled_clips
 
-            rng = np.random.default_rng(args.seed)
-            self.source = [synth_clip(LABELS[i % len(LABELS)], rng, 1.0) for i in range(args.synthetic_clips)]
+            self.source = unlabelled_clips(args.synthetic_clips, args.seed, 1.0)
             self.decoder = None
         elif args.dataset is not None:
             from aasp_hf import data

@@ -20,7 +20,6 @@ A rerun with the same arguments and outputs present returns the stored results.
 import json
 import logging
 import math
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -28,10 +27,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `demo.synth_clip`
-import aasp_hf  # noqa: E402,F401  (registers the Auto* classes)
-from aasp_hf.evaluation import load_frozen_encoder  # noqa: E402
-from aasp_hf.training.arguments import parse_arguments  # noqa: E402
+import aasp_hf  # noqa: F401  (registers the Auto* classes)
+from aasp_hf.evaluation import load_frozen_encoder
+from aasp_hf.training.arguments import parse_arguments
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -60,7 +58,7 @@ def load_clip(args) -> np.ndarray:
 
         waveform = decode_audio(args.audio, SAMPLE_RATE)
     else:
-        from demo import LABELS, synth_clip
+        from aasp_hf.data.synthetic import LABELS, synth_clip
 
         if args.synthetic_label not in LABELS:
             raise ValueError(f"--synthetic_label {args.synthetic_label!r}: use one of {LABELS}.")

@@ -8,7 +8,6 @@ post-norm blocks with fused qkv, no final norm.
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from unittest import mock
 
@@ -21,9 +20,8 @@ from safetensors.torch import load_file, save_file
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
 from conftest import tiny_config_kwargs
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conversion"))
-import convert_eat_checkpoint as eat_conv  # noqa: E402
-import convert_pretraining_checkpoint as pt_conv  # noqa: E402
+import convert_eat_checkpoint as eat_conv
+import convert_pretraining_checkpoint as pt_conv
 
 D, LAYERS, HEADS, MLP, MELS, FRAMES = 32, 2, 2, 64, 32, 64  # grid: 4 time × 2 frequency patches
 EPS = 1e-6

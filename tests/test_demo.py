@@ -1,18 +1,17 @@
-"""`make demo` end to end, shortened: data, pre-training, probe, fine-tuning, save, reload through the pipeline."""
+"""`make demo` end to end, shortened: data (`aasp_hf.data.synthetic`), pre-training, probe, fine-tuning, save, reload
+through the pipeline."""
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import demo  # noqa: E402
+import demo  # examples/demo.py (pytest's pythonpath)
+from aasp_hf.data.synthetic import LABELS, synth_clip
 
 
 def test_synthetic_classes_differ_where_they_should():
     rng = np.random.default_rng(0)
-    clips = {label: demo.synth_clip(label, rng) for label in demo.LABELS}
+    clips = {label: synth_clip(label, rng) for label in LABELS}
     assert all(c.shape == (16000,) and c.dtype == np.float32 and np.abs(c).max() <= 1.0 for c in clips.values())
 
     def envelope_spectrum_peak(x):  # modulation frequency of the 10-ms frame energy

@@ -1,7 +1,5 @@
 """ONNX and torch.export of AaSP models: dynamic batch and length, parity with PyTorch."""
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +9,6 @@ from aasp_hf import AaspConfig, AaspForAudioClassification, AaspModel
 from aasp_hf.export import export_onnx, export_program
 from conftest import tiny_config_kwargs
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "conversion"))
 
 
 def tiny(model_class, **overrides):

@@ -3,7 +3,6 @@ synthetic clips (best-within-budget bookkeeping, the saved model in the audio-cl
 multi-label path and exact resume."""
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,11 +12,10 @@ from safetensors.torch import load_file
 
 from conftest import assert_states_close, tiny_config_kwargs
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import finetune  # noqa: E402
+import finetune  # examples/finetune.py (pytest's pythonpath)
 
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel  # noqa: E402
-from aasp_hf.training.model_ema import create_ema, ema_update_  # noqa: E402
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
+from aasp_hf.training.model_ema import create_ema, ema_update_
 
 # 128 mel bins (the feature extractor's), the standard conv patch embedding (fast on CPU), 0.5-s clips.
 TINY_128 = tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1, patch_embedding="spe")
@@ -83,6 +81,14 @@ def test_model_ema_is_m_old_plus_one_minus_m_new():
         ema_update_(ema, model, decay=1.5)
 
 
+def synthetic_test_rows(per_class: int, multi_label: bool) -> list:
+    """The test rows that a run with `--synthetic_per_class per_class` and CLIP's 0.5-s clips evaluates on."""
+    argv = ["--model_name_or_path", "unused", "--synthetic_per_class", str(per_class), *CLIP]
+    args = finetune.parse_args(argv + (["--synthetic_multi_label"] if multi_label else []))
+    parts = finetune.load_parts(args)[0]
+    return parts["synthetic"]["test"]
+
+
 @pytest.fixture(scope="module")
 def single_label_run(encoder_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("ft_single")
@@ -109,13 +115,13 @@ def test_best_validation_score_and_its_step_are_recorded_consistently(single_lab
 def test_saved_model_in_the_pipeline_reproduces_the_reported_test_accuracy(single_label_run):
     from transformers import pipeline
 
-    from demo import LABELS
+    from aasp_hf.data.synthetic import LABELS
 
     results, out = single_label_run
     config = json.loads((out / "config.json").read_text())
     assert config["id2label"] == {str(i): n for i, n in enumerate(LABELS)}
     assert config["problem_type"] == "single_label_classification" and config["drop_path_rate"] == 0.1
-    test_rows = finetune.synthetic_splits(6, 1234, False, 0.5)["test"]  # the run's test clips (fixed data seed)
+    test_rows = synthetic_test_rows(6, multi_label=False)  # the run's test clips (fixed data seed)
     classifier = pipeline("audio-classification", model=str(out))
     predicted = [classifier(row["audio"]["array"], top_k=1)[0]["label"] for row in test_rows]
     accuracy = np.mean([p == LABELS[row["label"]] for p, row in zip(predicted, test_rows)])
@@ -132,7 +138,7 @@ def test_multi_label_path_uses_bce_and_reports_map(encoder_dir, tmp_path):
     results = finetune.main(argv)
     assert results["metric"] == "mAP" and 0.0 < results["test_score"] <= 1.0
     assert json.loads((tmp_path / "config.json").read_text())["problem_type"] == "multi_label_classification"
-    rows = finetune.synthetic_splits(4, 1234, True, 0.5)["test"]
+    rows = synthetic_test_rows(4, multi_label=True)
     classifier = pipeline("audio-classification", model=str(tmp_path))
     names = classifier.model.config.id2label
     scores = np.array([[{p["label"]: p["score"] for p in classifier(r["audio"]["array"], top_k=None)}[names[c]]

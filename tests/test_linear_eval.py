@@ -2,8 +2,6 @@
 an end-to-end run on a tiny saved encoder with synthetic clips, and resume."""
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,11 +9,10 @@ import torch
 
 from conftest import tiny_config_kwargs
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import linear_eval  # noqa: E402
+import linear_eval
 
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel  # noqa: E402
-from aasp_hf.evaluation import extract_features, pool_features, standardization_stats, standardize  # noqa: E402
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
+from aasp_hf.evaluation import extract_features, pool_features, standardization_stats, standardize
 
 TINY_128 = tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1, sblu_hidden_size=16, sblu_output_size=16)
 

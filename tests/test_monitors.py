@@ -1,7 +1,6 @@
 """aasp_hf.training.monitors against independent computations, and examples/pretrain.py logging them."""
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +27,7 @@ from aasp_hf.training.monitors import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
-import pretrain  # noqa: E402
+import pretrain
 
 
 def matrix_with_singular_values(singular_values, n, d, seed=0):

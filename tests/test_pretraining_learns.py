@@ -1,25 +1,21 @@
 """Learning, not just running: a few minutes of pre-training on synthetic audio must give frozen features that a
 linear probe classifies clearly better than the same model at random initialisation."""
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import demo  # noqa: E402
-
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel  # noqa: E402
+import demo  # examples/demo.py (pytest's pythonpath)
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
+from aasp_hf.data.synthetic import labelled_clips
 
 
 @pytest.mark.slow
 def test_pretrained_features_beat_random_features_in_a_linear_probe(tmp_path):
     encoder_dir = demo.pretrain(tmp_path / "pretrain", steps=1500, clips=1024, seed=0)
     rng = np.random.default_rng(1)
-    train_clips, train_y = demo.make_split(100, rng)
-    test_clips, test_y = demo.make_split(40, rng)
+    train_clips, train_y = labelled_clips(100, rng)
+    test_clips, test_y = labelled_clips(40, rng)
     extractor = AaspFeatureExtractor()
     train = extractor(train_clips, sampling_rate=16000, return_tensors="pt")
     test = extractor(test_clips, sampling_rate=16000, return_tensors="pt")

@@ -2,6 +2,7 @@
 a lost unit redone without pre-training again, the table's rows and its mean ± std against a hand computation, the
 plot, and step 0 being the initialisation that pre-training starts from."""
 
+import importlib.util
 import json
 import re
 import sys
@@ -14,11 +15,13 @@ from safetensors.torch import load_file
 
 from conftest import tiny_config_kwargs
 
+from aasp_hf.data.synthetic import synth_clip
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks" / "quality"))
-sys.path.insert(0, str(ROOT / "examples"))
-import run as quality  # noqa: E402
-from demo import synth_clip  # noqa: E402
+# benchmarks/quality/run.py by its path (it puts examples/ and its own folder on its import path itself)
+_spec = importlib.util.spec_from_file_location("quality_run", ROOT / "benchmarks" / "quality" / "run.py")
+quality = sys.modules["quality_run"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(quality)
 
 TASKS = {"pitched": ["tone", "noise_bursts"], "modulation": ["am_4hz", "chirp"]}
 PRESET = {

@@ -3,7 +3,6 @@ truncated WAV, a missing file listed in the metadata, an unknown label, a wrong 
 metadata (no audio read); bad clips are reported with a count; training-side decoding skips them and keeps every
 good clip. The matrix is in docs/reliability.md."""
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -101,7 +100,6 @@ def test_finetuning_collator_skips_bad_clips_and_keeps_labels_aligned(damaged):
 
 
 def test_pretraining_dataset_returns_none_for_bad_clips_and_the_loop_replaces_them(damaged):
-    sys.path.insert(0, str(ROOT / "examples"))
     import pretrain
     from datasets import Audio
 

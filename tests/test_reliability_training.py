@@ -18,11 +18,10 @@ from conftest import assert_states_close, cli_args, tiny_config_kwargs
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
-import pretrain  # noqa: E402
+import pretrain
 
-from aasp_hf import AaspConfig, AaspForAudioClassification, AaspForPreTraining, AaspModel  # noqa: E402
-from aasp_hf.training import find_latest_checkpoint  # noqa: E402
+from aasp_hf import AaspConfig, AaspForAudioClassification, AaspForPreTraining, AaspModel
+from aasp_hf.training import find_latest_checkpoint
 
 MODEL = tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1, predictor_num_attention_heads=2,
                            mask_num_views=2, mask_block_sizes=[[1, 2], [2, 1]], hidden_dropout_prob=0.1)

@@ -1,19 +1,16 @@
 """examples/shift_consistency.py and the drift helpers: drift 0 for no shift, bounds, outputs, resume."""
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from conftest import tiny_config_kwargs
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import shift_consistency  # noqa: E402
+import shift_consistency
 
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel  # noqa: E402
-from aasp_hf.evaluation import circular_shift, representation_drift  # noqa: E402
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
+from aasp_hf.evaluation import circular_shift, representation_drift
 
 
 def test_circular_shift_and_drift_definitions():

@@ -14,11 +14,10 @@ from safetensors.torch import load_file
 from conftest import cli_args, run_without_aasp_hf, tiny_config_kwargs
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
-import pretrain  # noqa: E402
+import pretrain
 
-import aasp_hf  # noqa: E402,F401  (registers the Auto classes)
-from aasp_hf import AaspFeatureExtractor  # noqa: E402
+import aasp_hf  # noqa: F401  (registers the Auto classes)
+from aasp_hf import AaspFeatureExtractor
 
 MODEL = tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1, predictor_num_attention_heads=2,
                            mask_num_views=2, mask_block_sizes=[[1, 2], [2, 1]])

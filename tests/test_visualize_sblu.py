@@ -2,8 +2,6 @@
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,11 +9,10 @@ import torch
 
 from conftest import tiny_config_kwargs
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import visualize_sblu  # noqa: E402
+import visualize_sblu
 
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel  # noqa: E402
-from aasp_hf.sblu import sblu_decay_min, sblu_frequency_range  # noqa: E402
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
+from aasp_hf.sblu import sblu_decay_min, sblu_frequency_range
 
 
 def save_encoder(path, **overrides):
