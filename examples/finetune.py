@@ -26,7 +26,7 @@ feature extractor and `id2label`) for `pipeline("audio-classification", model=ou
 `results.md`. `--seeds 0 1 2` and `--all_folds` run one sub-run per (fold, seed) and report mean ± std over seeds
 of the mean over folds (the paper's protocol: 3 seeds).
 
-Data order: each epoch is a seeded permutation of train (AS-2M: 200K class-balanced draws with replacement,
+Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of train (AS-2M: 200K class-balanced draws with replacement,
 seeded by epoch); global micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W), process r taking its r-th
 slice of B clips; the incomplete last global batch is dropped. The data position is a pure function of the number
 of micro-batches consumed, which the checkpoint stores with the crop and augmentation generators.
@@ -57,14 +57,13 @@ import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import set_seed
-from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import AutoFeatureExtractor
 
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
 from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification
 from aasp_hf.evaluation import classification_score, without_truncation
-from aasp_hf.training import find_latest_checkpoint, learning_rate, param_groups, save_checkpoint
+from aasp_hf.training import find_latest_checkpoint, learning_rate, save_checkpoint
 from aasp_hf.training.augment import mixup, spec_augment
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
@@ -73,7 +72,9 @@ from aasp_hf.training.checkpointing import (
     load_trainer_state,
     remove_artefacts,
 )
+from aasp_hf.training.data_order import micro_batches
 from aasp_hf.training.model_ema import create_ema, ema_update_
+from aasp_hf.training.optim import layer_decay_param_groups, set_learning_rates
 from aasp_hf.training.arguments import gradient_accumulation_for, parse_arguments
 
 logger = logging.getLogger(__name__)
@@ -229,53 +230,6 @@ def clip_labels(rows, multi_label: bool) -> list[list[int]]:
     column = "labels" if multi_label else "label"
     values = rows[column] if hasattr(rows, "column_names") else [row[column] for row in rows]
     return [list(v) if multi_label else [int(v)] for v in values]
-
-
-def epoch_order(num_rows: int, seed: int, epoch: int, sampler=None) -> torch.Tensor:
-    """Train indices of epoch `epoch`: a seeded permutation, or the class-balanced sampler's draws."""
-    if sampler is not None:
-        sampler.set_epoch(seed * 100_003 + epoch)
-        return torch.tensor(list(iter(sampler)), dtype=torch.long)
-    return torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
-
-
-def micro_batches(rows, batch_size, num_processes, process_index, seed, start, num_workers, sampler=None):
-    """Yields lists of train rows for this process from global micro-batch `start` on, forever."""
-    per_epoch_draws = len(sampler) if sampler is not None else len(rows)
-    per_epoch = per_epoch_draws // (batch_size * num_processes)
-    if per_epoch == 0:
-        raise ValueError(f"{per_epoch_draws} clips cannot fill one global batch of {batch_size}x{num_processes}")
-    epoch, offset = divmod(start, per_epoch)
-    while True:
-        order = epoch_order(len(rows), seed, epoch, sampler)[: per_epoch * batch_size * num_processes]
-        order = order.reshape(per_epoch, num_processes, batch_size)[offset:, process_index]  # (G, W, B) -> (G', B)
-        loader = DataLoader(rows, batch_sampler=order.tolist(), collate_fn=list, num_workers=num_workers,
-                            generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
-        yield from loader
-        epoch, offset = epoch + 1, 0
-
-
-# ----------------------------------------------------------------------------------------------- 3. optimiser
-def layer_decay_param_groups(model, weight_decay: float, layer_decay: float) -> list[dict]:
-    """AdamW groups per (depth, decay / no decay): `param_groups`' split (no weight decay on biases, norms, CLS
-    and positions), then per `model.layer_id(name)` with ``lr_scale = layer_decay ** (L + 1 - layer_id)``
-    (BEiT's layer decay: the head gets the full lr, the patch embedding the smallest)."""
-    num_layers = model.config.num_hidden_layers
-    groups = {}
-    for base in param_groups(model, weight_decay):
-        for name, param in zip(base["names"], base["params"]):
-            depth = model.layer_id(name)
-            key = (depth, base["weight_decay"])
-            group = groups.setdefault(key, {"params": [], "names": [], "weight_decay": base["weight_decay"],
-                                            "layer_id": depth, "lr_scale": layer_decay ** (num_layers + 1 - depth)})
-            group["params"].append(param)
-            group["names"].append(name)
-    return [groups[k] for k in sorted(groups)]
-
-
-def set_learning_rates(optimizer, lr: float):
-    for group in optimizer.param_groups:
-        group["lr"] = lr * group["lr_scale"]
 
 
 # ----------------------------------------------------------------------------------------------- 5./6. loss, eval
@@ -455,7 +409,8 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         for micro in range(accum):
             batch = None
             while batch is None:  # a micro-batch where every clip failed to decode is skipped
-                batch = collator(next(batches))
+                _, rows = next(batches)
+                batch = collator(rows)
                 micro_position += 1
                 if batch is None and world > 1:
                     raise RuntimeError("every clip of a micro-batch failed to decode (multi-process runs stop)")

@@ -14,7 +14,7 @@ out —, an audio folder, any `datasets` dataset, or synthetic clips), 2. model,
 after `optimizer.step()`), 6. logging (TensorBoard + progress bar), 7. crash-safe checkpoints and exact `--resume`,
 8. export of the student encoder (and on request the teacher) for `AutoModel.from_pretrained`.
 
-Data order: each epoch is a seeded permutation of the dataset (seed + epoch); global micro-batch g of an epoch is
+Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of the dataset (seed + epoch); global micro-batch g of an epoch is
 positions [g·B·W, (g+1)·B·W) of it, process r taking its r-th slice of B clips (W processes, the incomplete last
 global batch is dropped). The data position is therefore a pure function of the step, and so are the learning
 rate and the teacher momentum; RNG states (accelerate) and the collator's generator are saved with each
@@ -35,7 +35,6 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
-from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
@@ -47,6 +46,8 @@ from aasp_hf.training import (
     save_checkpoint,
     teacher_momentum,
 )
+from aasp_hf.training.data_order import micro_batches
+from aasp_hf.training.optim import set_learning_rates
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
@@ -290,28 +291,6 @@ def load_clips(data_args: DataArguments, seed: int, batch_size: int, num_process
         return AudioStream(ds, audio_column, batch_size, num_processes, process_index, seed,
                            data_args.shuffle_buffer_size)
     return AudioClips(ds, audio_column)
-
-
-def epoch_order(num_clips: int, seed: int, epoch: int) -> torch.Tensor:
-    """The seeded permutation of epoch `epoch` (the same on every process)."""
-    return torch.randperm(num_clips, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
-
-
-def micro_batches(dataset, batch_size, num_processes, process_index, seed, start, num_workers):
-    """Yields (epoch, lists of examples) for this process from global micro-batch `start` on, forever."""
-    per_epoch = len(dataset) // (batch_size * num_processes)
-    if per_epoch == 0:
-        raise ValueError(f"{len(dataset)} clips cannot fill one global batch of {batch_size}x{num_processes}")
-    epoch, offset = divmod(start, per_epoch)
-    while True:
-        order = epoch_order(len(dataset), seed, epoch)[: per_epoch * batch_size * num_processes]
-        order = order.reshape(per_epoch, num_processes, batch_size)[offset:, process_index]  # (G, W, B) -> (G', B)
-        # its own generator: creating an iterator must not draw from the global RNG (exact resume mid-epoch)
-        loader = DataLoader(dataset, batch_sampler=order.tolist(), collate_fn=list, num_workers=num_workers,
-                            generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
-        for examples in loader:
-            yield epoch, examples
-        epoch, offset = epoch + 1, 0
 
 
 def replace_failed(examples):
@@ -570,8 +549,7 @@ def main(argv=None) -> dict:
     step = start_step  # optimiser steps completed
     while step < stop_step:
         lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
-        for group in optimizer.param_groups:
-            group["lr"] = lr * group["lr_scale"]
+        set_learning_rates(optimizer, lr)  # each group's lr_scale × lr
         step_sums, step_finite = {}, True
         for micro in range(accum):
             epoch, examples = next(batches)

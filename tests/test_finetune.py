@@ -16,6 +16,7 @@ import finetune  # examples/finetune.py (pytest's pythonpath)
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
 from aasp_hf.training.model_ema import create_ema, ema_update_
+from aasp_hf.training.optim import layer_decay_param_groups, set_learning_rates
 
 # 128 mel bins (the feature extractor's), the standard conv patch embedding (fast on CPU), 0.5-s clips.
 TINY_128 = tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1, patch_embedding="spe")
@@ -34,9 +35,9 @@ def encoder_dir(tmp_path_factory):
 
 def test_layer_decay_groups_scale_lr_by_depth_and_skip_decay_on_biases_norms_cls_positions():
     model = AaspForAudioClassification(AaspConfig(**tiny_config_kwargs(num_hidden_layers=2), num_labels=3))
-    groups = finetune.layer_decay_param_groups(model, weight_decay=0.05, layer_decay=0.7)
+    groups = layer_decay_param_groups(model, weight_decay=0.05, layer_decay=0.7)
     optimizer = torch.optim.AdamW(groups, lr=1.0)
-    finetune.set_learning_rates(optimizer, 5e-5)
+    set_learning_rates(optimizer, 5e-5)
     lr_of, wd_of = {}, {}
     for group in optimizer.param_groups:
         for name in group["names"]:

@@ -1,4 +1,5 @@
-"""aasp_hf.training: schedules vs hand-computed values, AdamW groups, the collator, crash-safe checkpoints."""
+"""aasp_hf.training: schedules vs hand-computed values, AdamW groups, the data order, the collator, crash-safe
+checkpoints."""
 
 import math
 
@@ -15,6 +16,7 @@ from aasp_hf.training import (
     teacher_momentum,
 )
 from aasp_hf.training.checkpointing import load_process_state, load_trainer_state
+from aasp_hf.training.data_order import epoch_order, micro_batches
 from conftest import tiny_config_kwargs
 
 
@@ -89,6 +91,27 @@ def test_param_groups_give_a_name_prefix_its_own_lr_scale():
     # the same parameters, each once, with the same decay choice as without scales
     assert sorted(scaled + groups[0]["names"] + groups[1]["names"]) == sorted(plain[0]["names"] + plain[1]["names"])
     assert set(groups[2]["names"]) <= set(plain[0]["names"]) and set(groups[3]["names"]) <= set(plain[1]["names"])
+
+
+# ----------------------------------------------------------------------------------------------- data order
+def test_micro_batches_are_a_pure_function_of_the_position():
+    rows = list(range(23))  # 2 processes x 3 clips: 3 global micro-batches per epoch, 5 clips left out
+
+    def take(process, start, count):
+        batches = micro_batches(rows, 3, 2, process, seed=5, start=start)
+        return [next(batches) for _ in range(count)]
+
+    first, second = take(0, 0, 9), take(1, 0, 9)
+    assert [epoch for epoch, _ in first] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert take(0, 4, 5) == first[4:]  # resuming mid-epoch continues exactly
+    # global micro-batch g is positions [6g, 6g + 6) of the epoch's permutation, process r its r-th slice of 3
+    assert first[0][1] + second[0][1] == epoch_order(23, 5, 0)[:6].tolist()
+    for epoch in range(3):
+        taken = [r for batches in (first, second) for e, batch in batches if e == epoch for r in batch]
+        assert len(taken) == len(set(taken)) == 18  # no clip twice within an epoch, on any process
+    assert [batch for _, batch in first[:3]] != [batch for _, batch in first[3:6]]  # reshuffled every epoch
+    with pytest.raises(ValueError, match="cannot fill one global batch"):
+        next(micro_batches(rows[:5], 3, 2, 0, seed=5))
 
 
 # ----------------------------------------------------------------------------------------------- collator

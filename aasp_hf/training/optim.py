@@ -1,4 +1,6 @@
-"""AdamW parameter groups: weight decay on matrices only (SPEC_NOTES §4: none on biases, norms, CLS, positions)."""
+"""AdamW parameter groups: weight decay on matrices only (SPEC_NOTES §4: none on biases, norms, CLS, positions), a
+per-prefix lr scale (`param_groups`), layer-wise lr decay for fine-tuning (`layer_decay_param_groups`), and the
+scheduled lr applied to every group by its scale (`set_learning_rates`)."""
 
 import torch
 
@@ -31,3 +33,27 @@ def param_groups(model: torch.nn.Module, weight_decay: float, lr_scales: dict[st
         groups[(scale, decayed)]["names"].append(name)
     first_two = [groups[(1.0, True)], groups[(1.0, False)]]  # always returned, even when empty
     return first_two + [g for key, g in groups.items() if key[0] != 1.0 and g["params"]]
+
+
+def layer_decay_param_groups(model: torch.nn.Module, weight_decay: float, layer_decay: float) -> list[dict]:
+    """AdamW groups per (depth, decay / no decay) for fine-tuning: `param_groups`' split (no weight decay on biases,
+    norms, CLS and positions), then per ``model.layer_id(name)`` with ``lr_scale = layer_decay ** (L + 1 - layer_id)``
+    (BEiT's layer decay: the head gets the full lr, the patch embedding the smallest). Each group also carries its
+    ``"layer_id"``; groups come in order of (depth, weight decay)."""
+    num_layers = model.config.num_hidden_layers
+    groups = {}
+    for base in param_groups(model, weight_decay):
+        for name, param in zip(base["names"], base["params"]):
+            depth = model.layer_id(name)
+            key = (depth, base["weight_decay"])
+            group = groups.setdefault(key, {"params": [], "names": [], "weight_decay": base["weight_decay"],
+                                            "layer_id": depth, "lr_scale": layer_decay ** (num_layers + 1 - depth)})
+            group["params"].append(param)
+            group["names"].append(name)
+    return [groups[k] for k in sorted(groups)]
+
+
+def set_learning_rates(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Sets each parameter group's lr to its ``"lr_scale"`` × `lr` (the scheduled lr of this step)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group["lr_scale"]

@@ -1,0 +1,41 @@
+"""The order in which the training scripts read a map-style dataset: a pure function of the seed and of the number
+of micro-batches already consumed, the same on every process, so that `--resume` continues exactly where the
+uninterrupted run would be.
+
+Each epoch is a seeded permutation of the rows (`epoch_order`, seed · 100003 + epoch), or the draws of a sampler
+such as `aasp_hf.data.ClassBalancedSampler` reseeded per epoch. Global micro-batch g of an epoch is positions
+[g·B·W, (g+1)·B·W) of that order, process r taking its r-th slice of B rows (W processes); the incomplete last global
+batch is dropped (`micro_batches`).
+"""
+
+import torch
+from torch.utils.data import DataLoader
+
+
+def epoch_order(num_rows: int, seed: int, epoch: int, sampler=None) -> torch.Tensor:
+    """Row indices of epoch `epoch`: a seeded permutation of `num_rows`, or the sampler's draws (its
+    `set_epoch(seed · 100003 + epoch)`). The same on every process."""
+    if sampler is not None:
+        sampler.set_epoch(seed * 100_003 + epoch)
+        return torch.tensor(list(iter(sampler)), dtype=torch.long)
+    return torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+
+
+def micro_batches(rows, batch_size: int, num_processes: int, process_index: int, seed: int, start: int = 0,
+                  num_workers: int = 0, sampler=None):
+    """Yields (epoch, list of `batch_size` rows) for process `process_index`, from global micro-batch `start` on,
+    forever. `rows` is indexable (a list or a map-style dataset, read through a DataLoader with `num_workers`)."""
+    per_epoch_draws = len(sampler) if sampler is not None else len(rows)
+    per_epoch = per_epoch_draws // (batch_size * num_processes)
+    if per_epoch == 0:
+        raise ValueError(f"{per_epoch_draws} clips cannot fill one global batch of {batch_size}x{num_processes}")
+    epoch, offset = divmod(start, per_epoch)
+    while True:
+        order = epoch_order(len(rows), seed, epoch, sampler)[: per_epoch * batch_size * num_processes]
+        order = order.reshape(per_epoch, num_processes, batch_size)[offset:, process_index]  # (G, W, B) -> (G', B)
+        # its own generator: creating an iterator must not draw from the global RNG (exact resume mid-epoch)
+        loader = DataLoader(rows, batch_sampler=order.tolist(), collate_fn=list, num_workers=num_workers,
+                            generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+        for examples in loader:
+            yield epoch, examples
+        epoch, offset = epoch + 1, 0
