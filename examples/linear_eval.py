@@ -48,6 +48,7 @@ from aasp_hf.evaluation import (
     standardization_stats,
     standardize,
 )
+from aasp_hf.training import learning_rate
 from aasp_hf.training.arguments import parse_arguments
 
 logger = logging.getLogger(__name__)
@@ -200,11 +201,6 @@ def check_cache_identity(args, clip_seconds):
 
 
 # ----------------------------------------------------------------------------------------------- 5. linear heads
-def cosine_learning_rate(step: int, total_steps: int, peak: float, minimum: float = 0.0) -> float:
-    """Cosine annealing from `peak` at step 0 to `minimum` at `total_steps` (the lr of optimiser step `step`)."""
-    return minimum + (peak - minimum) * 0.5 * (1.0 + math.cos(math.pi * min(step, total_steps) / total_steps))
-
-
 def train_linear_heads(train, valid, test, learning_rates, *, multi_label, num_classes, max_steps, batch_size,
                        eval_steps, seed, min_learning_rate=0.0, weight_decay=0.0, betas=(0.9, 0.999),
                        early_stopping_patience=0, device="cpu"):
@@ -253,7 +249,7 @@ def train_linear_heads(train, valid, test, learning_rates, *, multi_label, num_c
         index = order[cursor : cursor + batch_size]
         cursor += batch_size
         for group, peak in zip(optimizer.param_groups, learning_rates):
-            group["lr"] = cosine_learning_rate(step, max_steps, peak, min_learning_rate)
+            group["lr"] = learning_rate(step, max_steps, 0, peak, min_learning_rate)  # cosine, no warm-up
         logits = logits_of(train_x[index])  # (L, B, C)
         targets = train_y[index]
         if multi_label:

@@ -105,12 +105,6 @@ def test_multi_label_heads_use_bce_and_report_map():
     assert score == pytest.approx(result["test_score"], abs=1e-6) and score > 0.8
 
 
-def test_cosine_schedule():
-    assert linear_eval.cosine_learning_rate(0, 100, 1e-3) == pytest.approx(1e-3)
-    assert linear_eval.cosine_learning_rate(50, 100, 1e-3) == pytest.approx(5e-4)
-    assert linear_eval.cosine_learning_rate(100, 100, 1e-3) == pytest.approx(0.0)
-
-
 def test_end_to_end_on_synthetic_clips_and_resume(encoder_dir, tmp_path):
     out = tmp_path / "run"
     argv = ["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--max_steps", "12",

@@ -37,6 +37,14 @@ def test_learning_rate_warmup_then_cosine():
         learning_rate(0, 10, 11, 1.0)
 
 
+def test_learning_rate_without_warmup_is_the_linear_evaluation_cosine():
+    # linear_eval.py's heads: peak at step 0, half at mid-run, the minimum at the end
+    assert learning_rate(0, 100, 0, 1e-3) == pytest.approx(1e-3)
+    assert learning_rate(50, 100, 0, 1e-3) == pytest.approx(5e-4)
+    assert learning_rate(100, 100, 0, 1e-3) == pytest.approx(0.0)
+    assert learning_rate(25, 100, 0, 1e-3, final=1e-5) == pytest.approx(1e-5 + (1e-3 - 1e-5) * 0.5 * (1 + math.cos(math.pi / 4)))
+
+
 def test_teacher_momentum_dinov2_cosine():
     assert teacher_momentum(0, 100) == pytest.approx(0.994)
     assert teacher_momentum(50, 100) == pytest.approx(0.997)
