@@ -62,7 +62,7 @@ from transformers import AutoFeatureExtractor
 
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
 from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification
-from aasp_hf.evaluation import classification_score, without_truncation
+from aasp_hf.evaluation import classification_score, mean_std, without_truncation, write_finetune_markdown
 from aasp_hf.training import find_latest_checkpoint, learning_rate, save_checkpoint
 from aasp_hf.training.augment import mixup, spec_augment
 from aasp_hf.training.checkpointing import (
@@ -523,26 +523,6 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
 
 
 # ----------------------------------------------------------------------------------------------- main
-def mean_std(values) -> tuple[float, float]:
-    values = np.asarray(values, dtype=np.float64)
-    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
-
-
-def write_markdown(path: Path, summary: dict):
-    metric = summary["metric"]
-    lines = [f"# Fine-tuning: {summary['task']} ({summary['model_name_or_path']})", "",
-             f"{metric} (×100) on test within {summary['max_steps']} steps; mean ± std over seeds "
-             f"{summary['seeds']} of the mean over parts {summary['parts']}.", "",
-             f"Model selection (`--select_on {summary['select_on']}`): {summary['selection_rule']}.", "",
-             "| part | seed | selected step | valid | test |", "|---|---|---|---|---|"]
-    for r in summary["runs"]:
-        valid = f"{100 * r['best_valid_score']:.2f}" if r.get("select_on", "validation") == "validation" else "–"
-        lines.append(f"| {r['part']} | {r['seed']} | {r['best_step']} | {valid} | {100 * r['test_score']:.2f} |")
-    lines += ["", f"**{summary['task']} {metric}: {100 * summary['test_mean']:.2f} ± {100 * summary['test_std']:.2f}**",
-              ""]
-    path.write_text("\n".join(lines))
-
-
 def main(argv=None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -593,7 +573,7 @@ def main(argv=None) -> dict:
     if int(os.environ.get("RANK", "0")) == 0:
         output_dir.mkdir(parents=True, exist_ok=True)
         (output_dir / "all_results.json").write_text(json.dumps(summary, indent=2))
-        write_markdown(output_dir / "results.md", summary)
+        write_finetune_markdown(output_dir / "results.md", summary)
         print(f"{task} {summary['metric']}: {100 * test_mean:.2f} ± {100 * test_std:.2f} -> {output_dir}/results.md")
     return summary
 

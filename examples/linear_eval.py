@@ -45,8 +45,10 @@ from aasp_hf.evaluation import (
     classification_score,
     extract_features,
     load_frozen_encoder,
+    mean_std,
     standardization_stats,
     standardize,
+    write_linear_eval_markdown,
 )
 from aasp_hf.training import learning_rate
 from aasp_hf.training.arguments import parse_arguments
@@ -301,34 +303,7 @@ def final_test_score(metric, logits: np.ndarray, labels: np.ndarray, multi_label
     return metric.compute(predictions=logits.argmax(-1).tolist(), references=labels.tolist())["accuracy"]
 
 
-# ----------------------------------------------------------------------------------------------- 6. results
-def mean_std(values) -> tuple[float, float]:
-    values = np.asarray(values, dtype=np.float64)
-    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
-
-
-def write_markdown(path: Path, results: dict):
-    metric = results["metric"]
-    lines = [
-        f"# Linear evaluation: {results['task']} ({results['model_name_or_path']})",
-        "",
-        f"{metric} (×100), mean ± std over seeds {results['seeds']}; per seed the mean over parts "
-        f"{results['parts']}. Learning rates {results['learning_rates']}, {results['max_steps']} steps.",
-        "",
-        f"Validation: {results['validation_rule']}.",
-        "",
-        "| part | seed | chosen lr | best step | valid | test |",
-        "|---|---|---|---|---|---|",
-    ]
-    for run in results["runs"]:
-        lines.append(f"| {run['part']} | {run['seed']} | {run['chosen_learning_rate']:g} | "
-                     f"{run['best_steps'][run['chosen_index']]} | {100 * run['valid_score']:.2f} | "
-                     f"{100 * run['test_score']:.2f} |")
-    lines += ["", f"**{results['task']} {metric}: {100 * results['test_mean']:.2f} ± {100 * results['test_std']:.2f}**",
-              ""]
-    path.write_text("\n".join(lines))
-
-
+# ----------------------------------------------------------------------------------------------- main
 def main(argv=None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -422,7 +397,7 @@ def main(argv=None) -> dict:
         "arguments": asdict(args),
     }
     (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
-    write_markdown(output_dir / "results.md", results)
+    write_linear_eval_markdown(output_dir / "results.md", results)
     print(f"   {task} {results['metric']}: {100 * test_mean:.2f} ± {100 * test_std:.2f} -> {output_dir}/results.md")
     return results
 
