@@ -175,21 +175,11 @@ def parse_args(argv=None) -> FinetuneArguments:
 
 
 # ----------------------------------------------------------------------------------------------- 1. data
-def label_info(dataset) -> tuple[bool, list[str]]:
-    """(multi_label, class names) from a datasets.Dataset's `labels` (AudioSet) or `label` ClassLabel column."""
-    features = dataset.features
-    if "labels" in features:
-        feature = features["labels"]
-        inner = getattr(feature, "feature", None) or feature[0]
-        return True, list(inner.names)
-    return False, list(features["label"].names)
-
-
 def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
-    """-> ({part: {split: rows}}, multi_label, class names, clip seconds, task). A K-fold dataset gives one part
-    per test fold (all of them with --all_folds); the splits follow `data.downstream_parts` (seed 0): with
-    `--select_on validation` a dataset without validation holds out `validation_fraction` (K-fold: of the other
-    folds), with `test` / `last` the whole training set trains. The synthetic data keeps its own validation split."""
+    """-> ({part: {split: rows}}, multi_label, class names, clip seconds, task): the arguments mapped onto
+    `data.load_downstream` (the protocol linear_eval.py uses too). A K-fold dataset gives one part: the test fold
+    `--test_fold` (default the first), or every fold with `--all_folds`. The validation draws are seeded with
+    SPLIT_SEED (0), the same split for every `--seeds` entry. The synthetic data keeps its own validation split."""
     from aasp_hf import data
 
     if args.synthetic_per_class > 0:
@@ -205,24 +195,16 @@ def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
         return {"synthetic": splits}, args.synthetic_multi_label, list(LABELS), clip_seconds, "synthetic"
     if args.dataset is None:
         raise ValueError("Pass --dataset (with --data_root) or --synthetic_per_class N.")
-    task = args.task or args.dataset.lower().replace("-", "")
-    task = {"as20k": "audioset", "as2m": "audioset", "urbansound8k": "us8k", "speech_commands": "scv2",
-            "crema_d": "cremad"}.get(task, task)
-    clip_seconds = args.clip_seconds or data.EVAR_CLIP_SECONDS.get(task)
-    if clip_seconds is None:
-        raise ValueError(f"No EVAR clip length for task {task!r}: pass --clip_seconds or one of "
-                         f"{sorted(data.EVAR_CLIP_SECONDS)} as --task.")
-    kwargs = json.loads(args.dataset_kwargs) if args.dataset_kwargs else {}
-    loaded = data.for_safe_decoding(data.load(args.dataset, root=args.data_root, **kwargs))
-    first = next(iter(loaded.values()))
-    multi_label, names = label_info(first)
-    chosen = None
-    if "fold" in first.column_names and set(loaded) == {"train"} and not args.all_folds:
-        chosen = [args.test_fold if args.test_fold is not None else min(set(first["fold"]))]
-    parts = data.downstream_parts(loaded, folds=chosen, kfold_validation=args.kfold_validation,
-                                  select_on=args.select_on, validation_fraction=args.validation_fraction,
-                                  test_fraction=args.test_fraction, seed=SPLIT_SEED)
-    return parts, multi_label, names, clip_seconds, task
+    downstream = data.load_downstream(
+        args.dataset, root=args.data_root, loader_kwargs=json.loads(args.dataset_kwargs) if args.dataset_kwargs else None,
+        task=args.task, clip_seconds=args.clip_seconds,
+        folds=None if args.all_folds or args.test_fold is None else [args.test_fold],
+        max_folds=None if args.all_folds else 1,  # one test fold (the first by default) unless --all_folds
+        kfold_validation=args.kfold_validation, select_on=args.select_on, validation_fraction=args.validation_fraction,
+        test_fraction=args.test_fraction, seed=SPLIT_SEED,
+    )
+    return (downstream.parts, downstream.multi_label, downstream.label_names, downstream.clip_seconds,
+            downstream.task)
 
 
 def clip_labels(rows, multi_label: bool) -> list[list[int]]:
@@ -534,9 +516,9 @@ def main(argv=None) -> dict:
     gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size,
                               int(os.environ.get("WORLD_SIZE", "1")), args.gradient_accumulation_steps)  # fail early
     parts, multi_label, names, clip_seconds, task = load_parts(args)
-    from aasp_hf.data import describe_protocol
+    from aasp_hf.data import describe_protocol, is_kfold
 
-    kfold = all(part.startswith("fold") for part in parts)
+    kfold = is_kfold(parts)
     selection_rule = describe_protocol(args.select_on, kfold, args.kfold_validation, args.validation_fraction,
                                        SPLIT_SEED)
     seeds = args.seeds or [args.seed]

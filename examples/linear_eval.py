@@ -111,20 +111,11 @@ def parse_args(argv=None) -> LinearEvalArguments:
 
 
 # ----------------------------------------------------------------------------------------------- 2. data
-def label_info(dataset) -> tuple[bool, int]:
-    """(multi_label, num_classes) from a datasets.Dataset's `labels` (AudioSet) or `label` ClassLabel column."""
-    features = dataset.features
-    if "labels" in features:
-        feature = features["labels"]
-        inner = getattr(feature, "feature", None) or feature[0]
-        return True, inner.num_classes
-    return False, features["label"].num_classes
-
-
 def evaluation_parts(args) -> tuple[dict, bool, int, float]:
-    """-> ({part name: {split: rows}}, multi_label, num_classes, clip_seconds). A K-fold dataset gives one part
-    per test fold, its validation set drawn by `args.kfold_validation` (EVAR: a seeded random `validation_fraction`
-    of the other folds); a dataset without validation holds out `validation_fraction` (`data.downstream_parts`)."""
+    """-> ({part name: {split: rows}}, multi_label, num_classes, clip_seconds): the arguments mapped onto
+    `data.load_downstream` (the protocol finetune.py uses too). A K-fold dataset gives one part per test fold of
+    `--folds` (default all). The validation draws are seeded with `--feature_seed`, which is part of the feature
+    cache's identity (finetune.py uses seed 0: the same split when `--feature_seed` is 0, the default)."""
     from aasp_hf import data
 
     if args.synthetic_per_class > 0:
@@ -136,20 +127,13 @@ def evaluation_parts(args) -> tuple[dict, bool, int, float]:
         )
     if args.dataset is None:
         raise ValueError("Pass --dataset (with --data_root) or --synthetic_per_class N.")
-    task = args.task or args.dataset.lower().replace("-", "")
-    task = {"as20k": "audioset", "as2m": "audioset", "urbansound8k": "us8k", "speech_commands": "scv2"}.get(task, task)
-    clip_seconds = args.clip_seconds or data.EVAR_CLIP_SECONDS.get(task)
-    if clip_seconds is None:
-        raise ValueError(f"No EVAR clip length for task {task!r}: pass --clip_seconds or one of "
-                         f"{sorted(data.EVAR_CLIP_SECONDS)} as --task.")
-    kwargs = json.loads(args.dataset_kwargs) if args.dataset_kwargs else {}
-    loaded = data.for_safe_decoding(data.load(args.dataset, root=args.data_root, **kwargs))
-    first = next(iter(loaded.values()))
-    multi_label, num_classes = label_info(first)
-    parts = data.downstream_parts(loaded, folds=args.folds, kfold_validation=getattr(args, "kfold_validation", "evar"),
-                                  validation_fraction=args.validation_fraction, test_fraction=args.test_fraction,
-                                  seed=args.feature_seed)
-    return parts, multi_label, num_classes, clip_seconds
+    downstream = data.load_downstream(
+        args.dataset, root=args.data_root, loader_kwargs=json.loads(args.dataset_kwargs) if args.dataset_kwargs else None,
+        task=args.task, clip_seconds=args.clip_seconds, folds=args.folds,
+        kfold_validation=getattr(args, "kfold_validation", "evar"), validation_fraction=args.validation_fraction,
+        test_fraction=args.test_fraction, seed=args.feature_seed,
+    )
+    return downstream.parts, downstream.multi_label, len(downstream.label_names), downstream.clip_seconds
 
 
 # ----------------------------------------------------------------------------------------------- 3. features
@@ -371,9 +355,9 @@ def main(argv=None) -> dict:
         runs.append(record)
 
     print("6. results")
-    from aasp_hf.data import describe_protocol
+    from aasp_hf.data import describe_protocol, is_kfold
 
-    kfold = all(part.startswith("fold") for part in parts)
+    kfold = is_kfold(parts)
     per_seed = {seed: float(np.mean([r["test_score"] for r in runs if r["seed"] == seed])) for seed in args.seeds}
     test_mean, test_std = mean_std(list(per_seed.values()))
     results = {

@@ -1,6 +1,7 @@
 """The downstream protocol (aasp_hf.data.protocol, issue 13 §4): EVAR's K-fold validation (a seeded random 10 % of
-the training folds), training on the whole training set when selecting on test or on the last step, and the
-gradient accumulation that makes up a preset's global batch on any number of processes."""
+the training folds), training on the whole training set when selecting on test or on the last step, the task key,
+clip length and labels that both scripts take from `load_downstream`, and the gradient accumulation that makes up a
+preset's global batch on any number of processes."""
 
 import logging
 
@@ -68,6 +69,36 @@ def test_audioset_like_dataset_trains_on_all_of_train_unless_selecting_on_valida
     for rule in ("test", "last"):  # the paper fine-tunes on all of AS-20K
         full = downstream_parts(dataset, select_on=rule)["official"]
         assert set(full) == {"train", "test"} and full["train"]["clip"] == dataset["train"]["clip"]
+
+
+def test_load_downstream_names_the_task_and_its_clip_length_and_picks_the_test_folds(monkeypatch):
+    import aasp_hf.data as data
+
+    dataset = fold_dataset()
+    dataset = dataset.add_column("audio", [f"/nowhere/{clip}.wav" for clip in dataset["clip"]])  # never read
+    calls = []
+
+    def fake_load(name, root=None, **kwargs):
+        calls.append((name, root, kwargs))
+        return DatasetDict({"train": dataset})
+
+    monkeypatch.setattr(data, "load", fake_load)
+    first = data.load_downstream("ESC-50", root="/data", loader_kwargs={"metadata_csv": "m.csv"}, max_folds=1)
+    assert calls == [("ESC-50", "/data", {"metadata_csv": "m.csv"})]
+    assert (first.task, first.clip_seconds, first.multi_label) == ("esc50", 5.0, False)
+    assert first.label_names == [str(c) for c in range(10)] and list(first.parts) == ["fold1"]
+    every = data.load_downstream("esc50", root="/data")
+    assert list(every.parts) == [f"fold{k}" for k in range(1, 6)] and data.is_kfold(every.parts)
+    assert every.parts["fold1"]["validation"]["clip"] == first.parts["fold1"]["validation"]["clip"]  # one seeded draw
+    assert list(data.load_downstream("esc50", root="/data", folds=[3], max_folds=1).parts) == ["fold3"]
+    assert data.load_downstream("esc50", root="/data", clip_seconds=2.0).clip_seconds == 2.0
+    # the task key of both scripts: finetune.py had the crema_d alias, linear_eval.py did not
+    assert data.evar_task("crema_d") == data.evar_task("CREMA-D") == "cremad"
+    assert data.evar_task("as20k") == data.evar_task("AS2M") == "audioset" and data.evar_task("x", task="us8k") == "us8k"
+    calls.clear()
+    with pytest.raises(ValueError, match="No EVAR clip length for task 'mystery'"):
+        data.load_downstream("mystery", root="/data")
+    assert calls == []  # refused before anything is read
 
 
 def test_global_batch_is_made_up_by_accumulation(caplog):

@@ -5,7 +5,9 @@
 `label` (AudioSet: `labels`, a sequence of 527 ClassLabels) and the protocol's fold/split columns, built from
 paths and metadata only. Names: audioset (as20k, as2m), esc50, us8k, scv2, nsynth, cremad, gtzan, voxforge,
 surge, voxceleb1, audiofolder; any other name is passed to `load_audio_dataset` (a Hub id or local path).
-See docs/datasets.md. The model files never import this package.
+`load_downstream(name, ...)` adds the downstream protocol of the fine-tuning and linear-evaluation scripts (EVAR task
+key and clip length, label names, test folds and the validation split: `protocol`). `synthetic` holds the demo's
+synthetic audio (no files). See docs/datasets.md. The model files never import this package.
 """
 
 from ._common import EVAR_CLIP_SECONDS, SAMPLING_RATE, fold_split, hold_out_test, split_for_node, to_streaming
@@ -16,7 +18,20 @@ from .decoding import SafeAudioDecoder, decode_audio, filter_decodable, for_safe
 from .esc50 import load_esc50
 from .evar_tasks import load_cremad, load_evar_task, load_gtzan, load_surge, load_voxceleb1, load_voxforge
 from .nsynth import load_nsynth
-from .protocol import KFOLD_VALIDATION, SELECT_ON, describe_protocol, downstream_parts, kfold_split
+from .protocol import (
+    KFOLD_VALIDATION,
+    SELECT_ON,
+    TASK_ALIASES,
+    DownstreamTask,
+    describe_protocol,
+    downstream_parts,
+    evar_clip_seconds,
+    evar_task,
+    is_kfold,
+    kfold_split,
+    label_info,
+    load_downstream,
+)
 from .samplers import ClassBalancedSampler, class_balanced_weights
 from .speech_commands import load_speech_commands
 from .statistics import compute_mel_statistics
@@ -79,18 +94,25 @@ __all__ = [
     "LOADERS",
     "SELECT_ON",
     "SAMPLING_RATE",
+    "TASK_ALIASES",
     "SafeAudioDecoder",
     "decode_audio",
     "describe_protocol",
+    "DownstreamTask",
     "downstream_parts",
+    "evar_clip_seconds",
+    "evar_task",
     "filter_decodable",
     "fold_split",
     "hold_out_test",
+    "is_kfold",
     "kfold_split",
+    "label_info",
     "for_safe_decoding",
     "load",
     "load_audio_dataset",
     "load_audioset",
+    "load_downstream",
     "load_cremad",
     "load_esc50",
     "load_evar_task",

@@ -1,6 +1,7 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
 """The downstream protocol (SPEC_NOTES §5-6) in one place: which clips train, which select the model, which are
-reported. examples/finetune.py and examples/linear_eval.py both build their evaluation parts with `downstream_parts`.
+reported, with which clip length and labels. examples/finetune.py and examples/linear_eval.py both load a task with
+`load_downstream` (the EVAR task key and clip length, the label names, the parts of `downstream_parts`).
 
 Rules, each named by an argument value that the scripts record in their results:
 
@@ -19,11 +20,13 @@ Rules, each named by an argument value that the scripts record in their results:
 
 import logging
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from datasets import DatasetDict
 
-from ._common import fold_split, hold_out_test
+from ._common import EVAR_CLIP_SECONDS, fold_split, hold_out_test
+from .decoding import for_safe_decoding
 
 
 logger = logging.getLogger(__name__)
@@ -32,6 +35,9 @@ KFOLD_VALIDATION = ("evar", "next")
 SELECT_ON = ("validation", "test", "last")
 SPLITS = ("train", "validation", "test")
 MAX_DRAWS = 100
+# dataset names (lower case, without "-") whose EVAR task key differs
+TASK_ALIASES = {"as20k": "audioset", "as2m": "audioset", "urbansound8k": "us8k", "speech_commands": "scv2",
+                "crema_d": "cremad"}
 
 
 def kfold_split(dataset, test_fold: int, *, kfold_validation: str = "evar", validation_fraction: float = 0.1,
@@ -125,3 +131,71 @@ def describe_protocol(select_on: str, kfold: bool, kfold_validation: str, valida
         return "model selection on the fold after the test fold"
     return (f"model selection on the validation split (the dataset's own, or a random {validation_fraction:.0%} "
             f"of train, seed {seed})")
+
+
+def evar_task(dataset: str, task: str | None = None) -> str:
+    """The EVAR task key (of `EVAR_CLIP_SECONDS`) of a dataset name, or of `task` when given: "as20k" -> "audioset",
+    "crema_d" -> "cremad", ..."""
+    task = task or dataset.lower().replace("-", "")
+    return TASK_ALIASES.get(task, task)
+
+
+def evar_clip_seconds(task: str, clip_seconds: float | None = None) -> float:
+    """`clip_seconds` when given, else the EVAR clip length of `task`; a ValueError names the known tasks."""
+    seconds = clip_seconds or EVAR_CLIP_SECONDS.get(task)
+    if seconds is None:
+        raise ValueError(f"No EVAR clip length for task {task!r}: pass --clip_seconds or one of "
+                         f"{sorted(EVAR_CLIP_SECONDS)} as --task.")
+    return seconds
+
+
+def label_info(dataset) -> tuple[bool, list[str]]:
+    """(multi_label, class names) from a datasets.Dataset's `labels` (AudioSet) or `label` ClassLabel column."""
+    features = dataset.features
+    if "labels" in features:
+        feature = features["labels"]
+        inner = getattr(feature, "feature", None) or feature[0]
+        return True, list(inner.names)
+    return False, list(features["label"].names)
+
+
+def is_kfold(parts: dict) -> bool:
+    """Whether `parts` (of `downstream_parts`) are the test folds of a K-fold task ("fold<k>")."""
+    return all(part.startswith("fold") for part in parts)
+
+
+@dataclass
+class DownstreamTask:
+    """A loaded downstream task: `parts` {part name: {split: rows}}, the labels, and the EVAR task and clip length."""
+
+    task: str
+    parts: dict
+    multi_label: bool
+    label_names: list[str]
+    clip_seconds: float
+
+
+def load_downstream(dataset: str, *, root=None, loader_kwargs: dict | None = None, task: str | None = None,
+                    clip_seconds: float | None = None, folds=None, max_folds: int | None = None,
+                    kfold_validation: str = "evar", select_on: str = "validation", validation_fraction: float = 0.1,
+                    test_fraction: float = 0.2, seed: int = 0) -> DownstreamTask:
+    """`data.load(dataset, root=root, **loader_kwargs)` (clips that fail to decode are skipped later), split into
+    parts by `downstream_parts` under the module's rules.
+
+    The EVAR task key comes from `task` or the dataset name (`evar_task`), the clip length from `clip_seconds` or
+    the task (`evar_clip_seconds`, checked before anything is read). K-fold tasks: the test folds `folds` (default
+    all), at most the first `max_folds` of them.
+    """
+    from . import load
+
+    task = evar_task(dataset, task)
+    clip_seconds = evar_clip_seconds(task, clip_seconds)
+    loaded = for_safe_decoding(load(dataset, root=root, **(loader_kwargs or {})))
+    first = next(iter(loaded.values()))
+    multi_label, names = label_info(first)
+    if max_folds is not None and "fold" in first.column_names and set(loaded) == {"train"}:
+        folds = list(folds if folds is not None else sorted(set(first["fold"])))[:max_folds]
+    parts = downstream_parts(loaded, folds=folds, kfold_validation=kfold_validation, select_on=select_on,
+                             validation_fraction=validation_fraction, test_fraction=test_fraction, seed=seed)
+    return DownstreamTask(task=task, parts=parts, multi_label=multi_label, label_names=names,
+                          clip_seconds=clip_seconds)
