@@ -1,5 +1,5 @@
-"""examples/linear_eval.py and the frozen-feature helpers: pooling, padding, standardisation, the one-pass lr grid,
-an end-to-end run on a tiny saved encoder with synthetic clips, and resume."""
+"""examples/linear_eval.py and the frozen-feature helpers: pooling, padding, standardisation, the one-pass lr grid
+(aasp_hf.training.linear_heads), an end-to-end run on a tiny saved encoder with synthetic clips, and resume."""
 
 import json
 
@@ -13,6 +13,7 @@ import linear_eval
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
 from aasp_hf.evaluation import extract_features, pool_features, standardization_stats, standardize
+from aasp_hf.training.linear_heads import final_test_score, train_linear_heads
 
 TINY_128 = tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1, sblu_hidden_size=16, sblu_output_size=16)
 
@@ -77,9 +78,9 @@ def test_several_learning_rates_in_one_pass_equal_separate_runs():
     train, valid, test = separable(0, 200), separable(1, 60), separable(2, 60)
     lrs = [1e-3, 1e-2, 5e-2]
     common = dict(multi_label=False, num_classes=3, max_steps=40, batch_size=32, eval_steps=5, seed=7)
-    joint = linear_eval.train_linear_heads(train, valid, test, lrs, **common)
+    joint = train_linear_heads(train, valid, test, lrs, **common)
     for l, lr in enumerate(lrs):
-        alone = linear_eval.train_linear_heads(train, valid, test, [lr], **common)
+        alone = train_linear_heads(train, valid, test, [lr], **common)
         torch.testing.assert_close(joint["weights"][l], alone["weights"][0], atol=1e-6, rtol=0)
         torch.testing.assert_close(joint["biases"][l], alone["biases"][0], atol=1e-6, rtol=0)
         assert joint["valid_scores"][l] == alone["valid_scores"][0]
@@ -97,11 +98,11 @@ def test_multi_label_heads_use_bce_and_report_map():
         y = (rng.random((n, 4)) < 0.4).astype(np.float32)
         return (y.repeat(3, axis=1) + rng.normal(0, 0.5, (n, 12))).astype(np.float32), y  # 3 noisy copies per label
     train, valid, test = split(200), split(50), split(50)
-    result = linear_eval.train_linear_heads(train, valid, test, [1e-2], multi_label=True, num_classes=4,
+    result = train_linear_heads(train, valid, test, [1e-2], multi_label=True, num_classes=4,
                                             max_steps=60, batch_size=32, eval_steps=10, seed=0)
     assert result["test_logits"].shape == (50, 4)
     from aasp_hf.metrics import load_metric
-    score = linear_eval.final_test_score(load_metric("mean_average_precision"), result["test_logits"], test[1], True)
+    score = final_test_score(load_metric("mean_average_precision"), result["test_logits"], test[1], True)
     assert score == pytest.approx(result["test_score"], abs=1e-6) and score > 0.8
 
 
