@@ -1,7 +1,7 @@
 """`make demo`: AaSP end to end on the CPU in a few minutes — pre-train, linear-probe, fine-tune, share.
 
-Built-in synthetic audio (`aasp_hf.data.synthetic`, no downloads) whose classes differ in modulation and spectral content: a steady tone,
-the same carrier amplitude-modulated at 4 Hz and at 30 Hz (30 Hz lies in the alias-prone band, 3.125–50 Hz at
+Built-in synthetic audio (`aasp_hf.data.synthetic`, no downloads) whose classes differ in modulation and spectral
+content: a steady tone, the same carrier amplitude-modulated at 4 Hz and at 30 Hz (30 Hz lies in the alias-prone band, 3.125–50 Hz at
 a 10 ms hop and 16-frame patches, that a 16×16 patch embedding folds down), a chirp and noise bursts.
 
 Steps:

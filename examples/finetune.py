@@ -26,10 +26,11 @@ feature extractor and `id2label`) for `pipeline("audio-classification", model=ou
 `results.md`. `--seeds 0 1 2` and `--all_folds` run one sub-run per (fold, seed) and report mean ± std over seeds
 of the mean over folds (the paper's protocol: 3 seeds).
 
-Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of train (AS-2M: 200K class-balanced draws with replacement,
-seeded by epoch); global micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W), process r taking its r-th
-slice of B clips; the incomplete last global batch is dropped. The data position is a pure function of the number
-of micro-batches consumed, which the checkpoint stores with the crop and augmentation generators.
+Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of train (AS-2M: 200K class-balanced
+draws with replacement, seeded by epoch); global micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W), process
+r taking its r-th slice of B clips; the incomplete last global batch is dropped. The data position is a pure
+function of the number of micro-batches consumed, which the checkpoint stores with the crop and augmentation
+generators.
 
 Model selection (`aasp_hf.data.downstream_parts`, the rules linear_eval.py uses too; `all_results.json` and
 `results.md` record the rule): `--select_on validation` (default) selects on the dataset's validation split, or on
@@ -196,7 +197,8 @@ def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
     if args.dataset is None:
         raise ValueError("Pass --dataset (with --data_root) or --synthetic_per_class N.")
     downstream = data.load_downstream(
-        args.dataset, root=args.data_root, loader_kwargs=json.loads(args.dataset_kwargs) if args.dataset_kwargs else None,
+        args.dataset, root=args.data_root,
+        loader_kwargs=json.loads(args.dataset_kwargs) if args.dataset_kwargs else None,
         task=args.task, clip_seconds=args.clip_seconds,
         folds=None if args.all_folds or args.test_fold is None else [args.test_fold],
         max_folds=None if args.all_folds else 1,  # one test fold (the first by default) unless --all_folds

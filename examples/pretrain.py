@@ -14,13 +14,14 @@ out —, an audio folder, any `datasets` dataset, or synthetic clips), 2. model,
 after `optimizer.step()`), 6. logging (TensorBoard + progress bar), 7. crash-safe checkpoints and exact `--resume`,
 8. export of the student encoder (and on request the teacher) for `AutoModel.from_pretrained`.
 
-Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of the dataset (seed + epoch); global micro-batch g of an epoch is
-positions [g·B·W, (g+1)·B·W) of it, process r taking its r-th slice of B clips (W processes, the incomplete last
-global batch is dropped). The data position is therefore a pure function of the step, and so are the learning
-rate and the teacher momentum; RNG states (accelerate) and the collator's generator are saved with each
-checkpoint, so a resumed run repeats exactly what the uninterrupted run would have done. With `--streaming` the
-data is a `datasets` IterableDataset: each process reads its shard, reshuffled every epoch, and the stream position
-(epoch, micro-batches taken) is saved per process with each checkpoint instead (see `AudioStream`).
+Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of the dataset (seed + epoch); global
+micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W) of it, process r taking its r-th slice of B clips (W
+processes, the incomplete last global batch is dropped). The data position is therefore a pure function of the step,
+and so are the learning rate and the teacher momentum; RNG states (accelerate) and the collator's generator are
+saved with each checkpoint, so a resumed run repeats exactly what the uninterrupted run would have done. With
+`--streaming` the data is a `datasets` IterableDataset: each process reads its shard, reshuffled every epoch, and
+the stream position (epoch, micro-batches taken) is saved per process with each checkpoint instead (see
+`AudioStream`).
 """
 
 import hashlib

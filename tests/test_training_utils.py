@@ -42,7 +42,8 @@ def test_learning_rate_without_warmup_is_the_linear_evaluation_cosine():
     assert learning_rate(0, 100, 0, 1e-3) == pytest.approx(1e-3)
     assert learning_rate(50, 100, 0, 1e-3) == pytest.approx(5e-4)
     assert learning_rate(100, 100, 0, 1e-3) == pytest.approx(0.0)
-    assert learning_rate(25, 100, 0, 1e-3, final=1e-5) == pytest.approx(1e-5 + (1e-3 - 1e-5) * 0.5 * (1 + math.cos(math.pi / 4)))
+    expected = 1e-5 + (1e-3 - 1e-5) * 0.5 * (1 + math.cos(math.pi / 4))
+    assert learning_rate(25, 100, 0, 1e-3, final=1e-5) == pytest.approx(expected)
 
 
 def test_teacher_momentum_dinov2_cosine():
