@@ -154,6 +154,14 @@ def test_table_rows_and_mean_std_match_a_hand_computation(study):
     assert spe_row[6] == f"**{100 * mean:.1f} ± {100 * std:.1f}**"
     logmel = average("logmel/logmel/step0.json")
     assert spe_row[8].rstrip(" |") == f"{100 * (mean - logmel):+.1f}"
+    # same-source validation: per task the mean of the heads' validation accuracies, then the mean over tasks
+    def validation(path):
+        tasks = json.loads((units_dir / path).read_text())["tasks"]
+        return np.mean([np.mean([r["valid"] for r in tasks[t]["probe_runs"]]) for t in ("modulation", "pitched")])
+
+    spe_valid = [validation(f"spe/seed{s}/step2.json") for s in (0, 1)]
+    assert aggregate["spe"]["2"]["validation"] == pytest.approx([np.mean(spe_valid), np.std(spe_valid, ddof=1)])
+    assert spe_row[9].rstrip(" |") == f"{100 * np.mean(spe_valid):.1f} ± {100 * np.std(spe_valid, ddof=1):.1f}"
     assert re.search(r"\| logmel \| .* \| 1 \| – \|", table)
     assert "max_frames" in table and "python benchmarks/quality/run.py" in table
     assert (study["out"] / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -686,6 +686,15 @@ def mean_std(values) -> tuple[float, float]:
     return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else float("nan")
 
 
+def validation_average(unit: dict, tasks: list[str]) -> float | None:
+    """A unit's validation accuracy (the seeded 10 % of train: the training source, unlike test) averaged over
+    tasks, each task's the mean over its probe runs; None for a unit written without them."""
+    runs = [unit.get("tasks", {}).get(t, {}).get("probe_runs") for t in tasks]
+    if not all(runs):
+        return None
+    return float(np.mean([np.mean([r["valid"] for r in task_runs]) for task_runs in runs]))
+
+
 def aggregate(units: list[dict], tasks: list[str]) -> dict:
     """{variant: {step: {"seeds", "n", "tasks": {task: [mean, std]}, "average": [mean, std]}}}; the statistics are
     over seeds (std with ddof = 1), a seed's average is the mean of its task accuracies. For each pre-trained
@@ -704,6 +713,9 @@ def aggregate(units: list[dict], tasks: list[str]) -> dict:
                 "tasks": {t: list(mean_std([u["accuracy"][t] for u in group])) for t in tasks},
                 "average": list(mean_std([np.mean([u["accuracy"][t] for t in tasks]) for u in group])),
             }
+            validation = [validation_average(u, tasks) for u in group]
+            if all(v is not None for v in validation):  # the heads' accuracy on the training source's held-out 10 %
+                entry["validation"] = list(mean_std(validation))
             if step > 0 and 0 in by_step:
                 init = {u["seed"]: np.mean([u["accuracy"][t] for t in tasks]) for u in by_step[0]}
                 gains = [np.mean([u["accuracy"][t] for t in tasks]) - init[u["seed"]] for u in group
@@ -771,10 +783,13 @@ def write_report(study: Study, results_path: Path) -> dict:
         "Linear-probe accuracy (%) on the test split of each task, mean ± std (ddof = 1) over pre-training seeds "
         "(n); a seed's average is the mean over tasks. \"gain vs own init\": the paired difference to the same "
         "variant at step 0 (the same architecture and seed, not pre-trained), mean ± std over seeds. log-mel: "
-        "no network, no seed.",
+        "no network, no seed. \"same-source validation\": the average accuracy of the chosen heads on the "
+        "validation split, 10 % of train, from the training sources; test holds sources never seen in training, "
+        "so the gap between the two is what the encoder loses across a change of synthesiser, instrument or voice.",
         "",
-        "| variant | what changes | n | step | " + " | ".join(tasks) + " | average | gain vs own init | vs log-mel |",
-        "|---|---|---|---|" + "---|" * len(tasks) + "---|---|---|",
+        "| variant | what changes | n | step | " + " | ".join(tasks)
+        + " | average | gain vs own init | vs log-mel | same-source validation |",
+        "|---|---|---|---|" + "---|" * len(tasks) + "---|---|---|---|",
     ]
     for variant in order:
         steps = table[variant]
@@ -791,7 +806,8 @@ def write_report(study: Study, results_path: Path) -> dict:
             else "–"
         lines.append(f"| {variant} | {about} | {entry['n']} | {step_text} | "
                      + " | ".join(fmt(*entry["tasks"][t]) for t in tasks)
-                     + f" | **{fmt(*entry['average'])}** | {gain} | {vs_logmel} |")
+                     + f" | **{fmt(*entry['average'])}** | {gain} | {vs_logmel} | "
+                     + (fmt(*entry["validation"]) if "validation" in entry else "–") + " |")
 
     curve_steps = sorted({s for v in order for s in table[v]
                           if study.variants[v].get("kind", "pretrain") == "pretrain"})

@@ -36,6 +36,8 @@ VARIANTS = {
                                         "projection); the blocks, CLS, predictor and heads train"},
     "slow_patch_embedding": {"train": {"patch_embedding_lr_scale": 0.1},
                              "about": "patch embedding at 0.1 × the learning rate"},
+    "pre_norm": {"model_config": {"layer_norm_first": True},
+                 "about": "pre-norm blocks (LayerNorm before attention and MLP; the residual stream carries the stem)"},
     "eat_faithful": {"model_config": {"target_layer": "ffn", "loss_scaling": "eat", "student_stem_input": "full"},
                      "about": "the three EAT fidelity options together"},
 }
