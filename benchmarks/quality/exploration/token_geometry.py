@@ -4,8 +4,6 @@ For each encoder folder and each task's test clips (the first N per class, 2.07-
   within_clip_cos  mean cosine similarity between two different patch tokens of one clip (1 = all tokens alike)
   row_cos          mean cosine similarity between the time-means of two different frequency rows of one clip
                    (the paper feature's F̃ blocks; 1 = the rows carry the same vector)
-  clip_cos         mean cosine similarity between the pooled paper features of two different clips, each
-                   centred by the mean over clips (how much clips differ from each other, relative to their mean)
 Usage: python token_geometry.py NAME=ENCODER_DIR ... [--per_class 6] > out.jsonl
 """
 import argparse
@@ -50,15 +48,12 @@ def main():
             x = extractor(waves, sampling_rate=16000, return_tensors="pt")["input_values"][:, :args.frames]
             with torch.no_grad():
                 hidden = model(x, output_hidden_states=True).hidden_states
-            out = {"encoder": name, "task": task, "clips": len(files), "within_clip_cos": [], "row_cos": [],
-                   "clip_cos": []}
+            out = {"encoder": name, "task": task, "clips": len(files), "within_clip_cos": [], "row_cos": []}
             for h in hidden:
                 tokens = h[:, 1:]  # (B, N, D), time-major: N = T̃·F̃
                 out["within_clip_cos"].append(round(mean_offdiag_cos(tokens), 4))
                 grid = tokens.reshape(tokens.shape[0], -1, rows, tokens.shape[-1])  # (B, N, D) -> (B, T̃, F̃, D)
                 out["row_cos"].append(round(mean_offdiag_cos(grid.mean(1)), 4))  # (B, F̃, D)
-                pooled = torch.cat([h[:, 0], grid.mean(1).flatten(1)], dim=1)  # (B, D + F̃·D)
-                out["clip_cos"].append(round(mean_offdiag_cos((pooled - pooled.mean(0))[None]), 4))
             print(json.dumps(out), flush=True)
 
 
