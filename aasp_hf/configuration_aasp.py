@@ -10,8 +10,9 @@ from transformers import PreTrainedConfig
 # P_time, the time patch size of the paper's models: `AaspConfig.time_patch_size` defaults to it, and so does the
 # frame multiple of `AaspFeatureExtractor` (its frame counts are rounded up to whole time patches).
 TIME_PATCH_SIZE = 16
-# The fields that take one of a few named values, and those values (validated in one loop in __init__).
-_CHOICES = {
+# The fields that take one of a few named values, and those values (validated in one loop in __init__). The one
+# definition of each set: sblu.py and objectives.py check their arguments against it too.
+CHOICES = {
     "hidden_act": ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"),
     "patch_embedding": ("aape", "spe"),
     "classifier_pooling": ("cls", "mean"),
@@ -278,7 +279,7 @@ class AaspConfig(PreTrainedConfig):
             if not isinstance(getattr(self, field), bool):
                 fail(field, "must be True or False")
 
-        for field, allowed in _CHOICES.items():
+        for field, allowed in CHOICES.items():
             if getattr(self, field) not in allowed:
                 fail(field, f"must be one of {allowed}")
         if self.hidden_size % 4:

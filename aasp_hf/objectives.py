@@ -45,7 +45,8 @@ in the paper: ``masked_prediction_loss`` and ``clip_loss`` detach ``targets``; r
 ``torch.no_grad()`` anyway to save memory.
 
 This file ships to the Hub as remote code with pre-training checkpoints only (``modeling_aasp_pretraining.py``
-imports it; encoder and classifier checkpoints do not ship it): it imports only ``math`` and ``torch``.
+imports it; encoder and classifier checkpoints do not ship it): it imports ``math``, ``torch`` and two siblings that
+every checkpoint ships, ``configuration_aasp.py`` (the allowed values, ``CHOICES``) and ``sblu.py`` (``compute_dtype``).
 """
 
 import math
@@ -53,9 +54,12 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .configuration_aasp import CHOICES
+from .sblu import compute_dtype
 
-TARGET_NORM_AXES = ("tokens", "channels")
-LOSS_SCALINGS = ("mean", "eat")
+
+TARGET_NORM_AXES = CHOICES["target_norm_axis"]
+LOSS_SCALINGS = CHOICES["loss_scaling"]
 
 
 def _check_scaling(scaling: str) -> None:
@@ -66,11 +70,6 @@ def _check_scaling(scaling: str) -> None:
 # ----------------------------------------------------------------------------------------------------------------------
 # Precision and distributed helpers
 # ----------------------------------------------------------------------------------------------------------------------
-
-
-def _compute_dtype(tensor: torch.Tensor) -> torch.dtype:
-    """float32 for half-precision (and float32) inputs, float64 for float64 inputs."""
-    return torch.promote_types(tensor.dtype, torch.float32)
 
 
 def _no_autocast(tensor: torch.Tensor):
@@ -171,7 +170,7 @@ def teacher_targets(layer_outputs, norm_axis: str = "tokens") -> torch.Tensor:
     if norm_axis == "tokens" and shape[1] < 2:
         raise ValueError(f"norm_axis='tokens' normalises across tokens and needs N >= 2, got layer shape {shape}")
 
-    dtype = _compute_dtype(layer_outputs[0])
+    dtype = compute_dtype(layer_outputs[0])
     with _no_autocast(layer_outputs[0]):
         total = None
         for hidden in layer_outputs:
@@ -210,7 +209,7 @@ def masked_prediction_loss(predictions: torch.Tensor, targets: torch.Tensor, sca
             f"got predictions {tuple(predictions.shape)} and targets {tuple(targets.shape)}"
         )
     _check_scaling(scaling)
-    dtype = _compute_dtype(predictions)
+    dtype = compute_dtype(predictions)
     with _no_autocast(predictions):
         error = predictions.to(dtype) - targets.detach().to(dtype)
         if scaling == "eat":  # EAT's d2v_loss summed per token, divided by sample_size = the number of tokens
@@ -242,7 +241,7 @@ def clip_loss(student_cls: torch.Tensor, targets: torch.Tensor, scaling: str = "
             f"got student_cls {tuple(student_cls.shape)} and targets {tuple(targets.shape)}"
         )
     _check_scaling(scaling)
-    dtype = _compute_dtype(student_cls)
+    dtype = compute_dtype(student_cls)
     with _no_autocast(student_cls):
         clip_target = targets.detach().to(dtype).mean(dim=1, keepdim=True)  # (B, N, D) -> (B, 1, D), broadcast over M
         error = student_cls.to(dtype) - clip_target  # (B, M, D)
@@ -288,7 +287,7 @@ def multi_view_contrastive_loss(
     batch_size, num_views, embed_size = embeddings.shape
     num_anchors = batch_size * num_views
 
-    dtype = _compute_dtype(embeddings)
+    dtype = compute_dtype(embeddings)
     with _no_autocast(embeddings):
         anchors = embeddings.to(dtype).reshape(num_anchors, embed_size)  # (B, M, E) -> (B·M, E)
         anchors = F.normalize(anchors, dim=-1)  # z̃_i

@@ -34,8 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from .configuration_aasp import CHOICES
 
-SBLU_PHASES = ("symmetric", "analytic")
+
+SBLU_PHASES = CHOICES["sblu_phase"]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -73,7 +75,7 @@ def _check_sblu_inputs(values, decay, frequency, step, kernel_size, phase) -> No
         )
 
 
-def _compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
+def compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
     """float32 for half/bfloat16/float32 inputs, float64 if any input is float64."""
     dtype = torch.float32
     for tensor in tensors:
@@ -117,7 +119,7 @@ def sblu_gamma(decay: torch.Tensor, frequency: torch.Tensor, step: float) -> tor
     Computed in float32 for half/bfloat16/float32 inputs and in float64 for float64 inputs.
     """
     _check_step(step)
-    dtype = _compute_dtype(decay, frequency)
+    dtype = compute_dtype(decay, frequency)
     decay, frequency = decay.to(dtype), frequency.to(dtype)
     numerator = torch.sinh(0.5 * step * decay).square() + torch.sin(0.5 * step * frequency).square()
     return torch.sqrt(numerator / (decay.square() + frequency.square()))
@@ -183,7 +185,7 @@ def zero_phase_highpass(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     if kernel.dim() != 1 or kernel.shape[0] % 2 == 0:
         raise ValueError(f"kernel must be 1-D with an odd length, got kernel.shape={tuple(kernel.shape)}")
     frames, length = x.shape[-1], kernel.shape[0]
-    dtype = _compute_dtype(x)
+    dtype = compute_dtype(x)
     if torch.compiler.is_exporting():  # torch.export/ONNX: a direct convolution keeps the length dynamic
         with torch.autocast(device_type=x.device.type, enabled=False):
             weight = kernel.to(device=x.device, dtype=dtype).flip(0).view(1, 1, -1)  # (L,) -> (1, 1, L)
@@ -413,7 +415,7 @@ def sblu_magnitude(
     built. Under ``torch.autocast`` the inputs are cast to float32 and autocast is disabled inside.
     """
     _check_sblu_inputs(values, decay, frequency, step, kernel_size, phase)
-    dtype = _compute_dtype(values, decay, frequency)
+    dtype = compute_dtype(values, decay, frequency)
     with torch.autocast(device_type=values.device.type, enabled=False):
         return SbluMagnitudeFunction.apply(
             values.to(dtype), decay.to(dtype), frequency.to(dtype), float(step), kernel_size, phase
@@ -457,7 +459,7 @@ def sblu_token_magnitude(
             f"decay and frequency must have shape (G,) = ({windows.shape[0]},), got decay.shape={tuple(decay.shape)}, "
             f"frequency.shape={tuple(frequency.shape)}"
         )
-    dtype = _compute_dtype(windows, decay, frequency)
+    dtype = compute_dtype(windows, decay, frequency)
     with torch.autocast(device_type=windows.device.type, enabled=False):
         windows, decay, frequency = windows.to(dtype), decay.to(dtype), frequency.to(dtype)
         center = (kernel_size - 1) // 2

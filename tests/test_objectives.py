@@ -5,7 +5,6 @@ direct formulas for L_m / L_u, and a double loop over anchors and positives with
 Eq. (loss_contrastive).
 """
 
-import importlib.util
 import math
 import os
 import socket
@@ -265,17 +264,14 @@ def test_contrastive_loss_sanity():
 # ----------------------------------------------------------------------------------------------------------------------
 
 DISTRIBUTED_HELPER = """
-import importlib.util, os, sys
+import os, sys
 import torch
 import torch.distributed as dist
 
-# load objectives.py on its own (it imports only math and torch), which keeps the start-up short
-spec = importlib.util.spec_from_file_location("objectives", sys.argv[1])
-objectives = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(objectives)
+from aasp_hf import objectives
 
 batch, views, in_size, embed_size, temperature = {batch}, {views}, {in_size}, {embed_size}, {temperature}
-out_dir = sys.argv[2]
+out_dir = sys.argv[1]
 dist.init_process_group("gloo")
 rank, world_size = dist.get_rank(), dist.get_world_size()
 torch.set_num_threads(1)
@@ -324,7 +320,7 @@ def test_contrastive_loss_gathers_across_two_gloo_processes(tmp_path):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(world_size),
                OMP_NUM_THREADS="1")
     processes = [
-        subprocess.Popen([sys.executable, str(script), str(OBJECTIVES_FILE), str(tmp_path)],
+        subprocess.Popen([sys.executable, str(script), str(tmp_path)],
                          env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for rank in range(world_size)
@@ -404,20 +400,22 @@ def test_argument_errors_name_argument_and_shapes():
         teacher_targets([torch.randn(2, 1, 8)])
 
 
-def test_objectives_imports_only_math_and_torch():
+def test_objectives_imports_only_math_torch_and_its_shipped_siblings():
+    """objectives.py ships with pre-training checkpoints: besides math and torch it may import only sibling files
+    that every checkpoint ships (hub.CODE_FILES), relatively, as remote code does."""
     import ast
 
+    from aasp_hf.hub import CODE_FILES
+
     tree = ast.parse(OBJECTIVES_FILE.read_text())
-    modules = set()
+    modules, siblings = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             modules.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            assert node.level == 1, "objectives.py imports siblings only"
+            siblings.add(f"{node.module}.py")
         elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "objectives.py must not use relative imports"
             modules.add(node.module.split(".")[0])
     assert modules <= {"math", "torch"}, modules
-    # and it loads as a standalone file, as remote code would
-    spec = importlib.util.spec_from_file_location("standalone_objectives", OBJECTIVES_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert callable(module.multi_view_contrastive_loss)
+    assert siblings and siblings <= set(CODE_FILES), siblings
