@@ -120,10 +120,11 @@ def cls_embeddings(model, feature_extractor, waveforms, sampling_rate: int = 160
 
 
 # ----------------------------------------------------------------------------------------------- results over seeds
-def mean_std(values) -> tuple[float, float]:
-    """(mean, sample std with ddof=1) of the per-seed scores; the std of a single value is 0."""
+def mean_std(values, single_std: float = 0.0) -> tuple[float, float]:
+    """(mean, sample std with ddof=1) of the per-seed scores; the std of a single value is `single_std` (0, or NaN
+    where a table should show it as undefined)."""
     values = np.asarray(values, dtype=np.float64)
-    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0
+    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else single_std
 
 
 def write_finetune_markdown(path: Path, summary: dict):

@@ -77,6 +77,9 @@ from pathlib import Path
 
 import numpy as np
 
+from aasp_hf.evaluation import mean_std
+
+NAN = float("nan")  # the std of one seed: shown as no std in the table
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "examples"))  # pretrain.py, linear_eval.py
@@ -680,12 +683,6 @@ def logmel_features(extractor, rows, split, clip_seconds, num_labels, feature_se
 
 
 # ----------------------------------------------------------------------------------------------- aggregation
-def mean_std(values) -> tuple[float, float]:
-    """Mean and sample std (ddof = 1; NaN for a single value)."""
-    values = np.asarray(values, dtype=np.float64)
-    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else float("nan")
-
-
 def validation_average(unit: dict, tasks: list[str]) -> float | None:
     """A unit's validation accuracy (the seeded 10 % of train: the training source, unlike test) averaged over
     tasks, each task's the mean over its probe runs; None for a unit written without them."""
@@ -710,18 +707,18 @@ def aggregate(units: list[dict], tasks: list[str]) -> dict:
             group = sorted(group, key=lambda u: -1 if u["seed"] is None else u["seed"])
             entry = {
                 "seeds": [u["seed"] for u in group], "n": len(group),
-                "tasks": {t: list(mean_std([u["accuracy"][t] for u in group])) for t in tasks},
-                "average": list(mean_std([np.mean([u["accuracy"][t] for t in tasks]) for u in group])),
+                "tasks": {t: list(mean_std([u["accuracy"][t] for u in group], single_std=NAN)) for t in tasks},
+                "average": list(mean_std([np.mean([u["accuracy"][t] for t in tasks]) for u in group], single_std=NAN)),
             }
             validation = [validation_average(u, tasks) for u in group]
             if all(v is not None for v in validation):  # the heads' accuracy on the training source's held-out 10 %
-                entry["validation"] = list(mean_std(validation))
+                entry["validation"] = list(mean_std(validation, single_std=NAN))
             if step > 0 and 0 in by_step:
                 init = {u["seed"]: np.mean([u["accuracy"][t] for t in tasks]) for u in by_step[0]}
                 gains = [np.mean([u["accuracy"][t] for t in tasks]) - init[u["seed"]] for u in group
                          if u["seed"] in init]
                 if gains:
-                    entry["gain"] = list(mean_std(gains))
+                    entry["gain"] = list(mean_std(gains, single_std=NAN))
                     entry["gain_seeds"] = len(gains)
             table[variant][step] = entry
     return table
