@@ -228,7 +228,7 @@ def extract_0ad_audio(package_dir: str) -> str:
 # audio helpers
 
 
-def decode_audio(path: str) -> np.ndarray:
+def ffmpeg_decode(path: str) -> np.ndarray:
     """Any file ffmpeg reads -> mono float32 at 16 kHz. Raises RuntimeError when ffmpeg fails."""
     cmd = ["ffmpeg", "-nostdin", "-v", "error", "-threads", "1", "-i", path, "-vn", "-ac", "1", "-ar", str(SR),
            "-f", "f32le", "-"]
@@ -351,7 +351,7 @@ def _convert_job(job: tuple) -> dict:
     """Worker: decode one source file, cut it into clips, write them. Returns a result dict."""
     data_dir, src, out_stem, source, origin, kind = job
     try:
-        x = decode_audio(src)
+        x = ffmpeg_decode(src)
     except RuntimeError as err:
         return {"origin": origin, "error": str(err), "entries": []}
     if len(x) == 0:
