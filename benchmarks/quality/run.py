@@ -780,9 +780,10 @@ def write_report(study: Study, results_path: Path) -> dict:
         "Linear-probe accuracy (%) on the test split of each task, mean ± std (ddof = 1) over pre-training seeds "
         "(n); a seed's average is the mean over tasks. \"gain vs own init\": the paired difference to the same "
         "variant at step 0 (the same architecture and seed, not pre-trained), mean ± std over seeds. log-mel: "
-        "no network, no seed. \"same-source validation\": the average accuracy of the chosen heads on the "
-        "validation split, 10 % of train, from the training sources; test holds sources never seen in training, "
-        "so the gap between the two is what the encoder loses across a change of synthesiser, instrument or voice.",
+        "no network, no seed. \"same-source validation\": the chosen heads' best accuracy on the validation "
+        "split (10 % of train, so the training sources), averaged over tasks; test holds sources never seen in "
+        "training, so the gap between the two is what the features lose across a change of synthesiser, "
+        "instrument or voice.",
         "",
         "| variant | what changes | n | step | " + " | ".join(tasks)
         + " | average | gain vs own init | vs log-mel | same-source validation |",
