@@ -41,9 +41,8 @@ def tone(seconds, freq, sr=16000, seed=0):
     return (0.5 * np.sin(2 * np.pi * freq * t) + 0.05 * rng.standard_normal(t.shape)).astype(np.float32)
 
 
-@pytest.fixture(scope="module")
-def saved_classifier(tmp_path_factory):
-    """A tiny AaPE classifier with 128 mel bins (the feature extractor's), saved with its feature extractor."""
+def tiny_classifier():
+    """A tiny AaPE classifier with 128 mel bins (the feature extractor's) and three labels, seeded."""
     torch.manual_seed(0)
     config = AaspConfig(
         **tiny_config_kwargs(num_mel_bins=128, sblu_hidden_size=16, sblu_output_size=64),
@@ -51,7 +50,13 @@ def saved_classifier(tmp_path_factory):
         id2label=dict(enumerate(LABELS)),
         label2id={name: i for i, name in enumerate(LABELS)},
     )
-    model = AaspForAudioClassification(config).eval()
+    return AaspForAudioClassification(config).eval()
+
+
+@pytest.fixture(scope="module")
+def saved_classifier(tmp_path_factory):
+    """A tiny AaPE classifier with 128 mel bins (the feature extractor's), saved with its feature extractor."""
+    model = tiny_classifier()
     path = tmp_path_factory.mktemp("classifier")
     model.save_pretrained(path)
     AaspFeatureExtractor().save_pretrained(path)
@@ -241,14 +246,7 @@ ALL_RESULTS = {
 
 @pytest.fixture(scope="module")
 def hub_folder(tmp_path_factory):
-    torch.manual_seed(0)
-    config = AaspConfig(
-        **tiny_config_kwargs(num_mel_bins=128, sblu_hidden_size=16, sblu_output_size=64),
-        num_labels=3,
-        id2label=dict(enumerate(LABELS)),
-        label2id={name: i for i, name in enumerate(LABELS)},
-    )
-    model = AaspForAudioClassification(config).eval()
+    model = tiny_classifier()
     folder = tmp_path_factory.mktemp("hub") / "repo"
     results = folder.parent / "all_results.json"
     results.write_text(json.dumps(ALL_RESULTS))
