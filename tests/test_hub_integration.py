@@ -98,14 +98,18 @@ def test_saved_folder_ships_code_auto_map_and_safetensors(saved_classifier):
     assert not list(path.glob("*.bin")) and not list(path.glob("*.pt"))
 
 
-def test_remote_code_loads_in_a_fresh_process_without_the_package(saved_classifier, tmp_path):
-    """`trust_remote_code=True`, offline, `aasp_hf` unimportable: same logits as the in-process model."""
-    path, model = saved_classifier
-    audio = tone(1.3, 440.0)
+def assert_remote_code_matches(folder, model, audio, tmp_path):
+    """The folder's remote code, in a fresh process without `aasp_hf`, gives the in-process model's logits."""
     features = AaspFeatureExtractor()(audio, sampling_rate=16000, return_tensors="pt")
     with torch.no_grad():
         expected = model(**features).logits.numpy()
-    np.testing.assert_allclose(remote_code_logits(path, audio, tmp_path), expected, atol=1e-6)
+    np.testing.assert_allclose(remote_code_logits(folder, audio, tmp_path), expected, atol=1e-6)
+
+
+def test_remote_code_loads_in_a_fresh_process_without_the_package(saved_classifier, tmp_path):
+    """`trust_remote_code=True`, offline, `aasp_hf` unimportable: same logits as the in-process model."""
+    path, model = saved_classifier
+    assert_remote_code_matches(path, model, tone(1.3, 440.0), tmp_path)
 
 
 def test_pipeline_on_a_16khz_array(saved_classifier):
@@ -308,10 +312,7 @@ def test_evaluation_table_mean_std_dict():
 def test_hub_folder_loads_as_remote_code_in_a_fresh_process(hub_folder, tmp_path):
     folder, model = hub_folder
     audio = (0.3 * np.sin(2 * np.pi * 440 * np.arange(16000) / 16000)).astype(np.float32)
-    features = AaspFeatureExtractor()(audio, sampling_rate=16000, return_tensors="pt")
-    with torch.no_grad():
-        expected = model(**features).logits.numpy()
-    np.testing.assert_allclose(remote_code_logits(folder, audio, tmp_path), expected, atol=1e-6)
+    assert_remote_code_matches(folder, model, audio, tmp_path)
 
 
 def test_push_folder_calls_create_repo_then_upload_folder(hub_folder):
