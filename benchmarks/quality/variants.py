@@ -36,6 +36,13 @@ VARIANTS = {
                                         "projection); the blocks, CLS, predictor and heads train"},
     "slow_patch_embedding": {"train": {"patch_embedding_lr_scale": 0.1},
                              "about": "patch embedding at 0.1 × the learning rate"},
+    "random_teacher": {"train": {"teacher_momentum_base": 1.0, "teacher_momentum_final": 1.0},
+                       "about": "teacher frozen at the shared initialisation (momentum 1): the student regresses a "
+                                "random network's features"},
+    "slow_teacher": {"train": {"teacher_momentum_base": 0.9998, "teacher_momentum_final": 1.0},
+                     "about": "EAT's teacher momentum 0.9998 → 1 instead of DINOv2's 0.994 → 1"},
+    "mask_ratio_50": {"model_config": {"mask_ratio": 0.5},
+                      "about": "mask ratio 0.5 instead of 0.8: the student sees half of each clip"},
     "pre_norm": {"model_config": {"layer_norm_first": True},
                  "about": "pre-norm blocks (LayerNorm before attention and MLP; the residual stream carries the stem)"},
     "eat_faithful": {"model_config": {"target_layer": "ffn", "loss_scaling": "eat", "student_stem_input": "full"},
