@@ -33,12 +33,13 @@ def test_unknown_values_raise_naming_the_field(field):
         AaspConfig(**{field: "bogus"})
 
 
-def test_defaults_are_todays_behaviour_and_survive_a_round_trip():
+def test_defaults_follow_eat_where_the_evidence_allows_and_survive_a_round_trip():
+    # FFN targets (EAT); mean losses and the masked stem (README "Does pre-training learn?" says why)
     config = AaspConfig()
-    assert (config.target_layer, config.loss_scaling, config.student_stem_input) == ("block", "mean", "masked")
-    options = dict(target_layer="ffn", loss_scaling="eat", student_stem_input="full")
+    assert (config.target_layer, config.loss_scaling, config.student_stem_input) == ("ffn", "mean", "masked")
+    options = dict(target_layer="block", loss_scaling="eat", student_stem_input="full")
     again = AaspConfig.from_dict(AaspConfig(**options).to_dict())
-    assert (again.target_layer, again.loss_scaling, again.student_stem_input) == ("ffn", "eat", "full")
+    assert (again.target_layer, again.loss_scaling, again.student_stem_input) == ("block", "eat", "full")
 
 
 # ----------------------------------------------------------------------------------------------- target_layer
@@ -116,7 +117,7 @@ def test_ffn_targets_match_a_float64_block_by_block_oracle(layer_norm_first):
 
 
 def test_ffn_targets_differ_from_block_targets_and_ffn_outputs_come_only_when_asked():
-    block, ffn = same_weights(tiny_pretraining_config(), tiny_pretraining_config(target_layer="ffn"))
+    block, ffn = same_weights(tiny_pretraining_config(target_layer="block"), tiny_pretraining_config(target_layer="ffn"))
     batch = pretraining_batch(block.config)
     with torch.no_grad():
         out_block, out_ffn = block(*batch), ffn(*batch)

@@ -49,7 +49,8 @@ def test_gradients_reach_every_student_predictor_and_head_parameter_and_never_th
 
 def test_loss_is_the_weighted_sum_of_its_parts_and_targets_come_from_every_teacher_block():
     torch.manual_seed(0)
-    config = tiny_pretraining_config(clip_loss_weight=0.7, contrastive_loss_weight=0.3)
+    # block targets (hidden states); the default FFN targets have their own float64 oracle in test_fidelity_options
+    config = tiny_pretraining_config(clip_loss_weight=0.7, contrastive_loss_weight=0.3, target_layer="block")
     model = AaspForPreTraining(config).eval()
     x, visible, queries = pretraining_batch(config)
     out = model(x, visible, queries)
