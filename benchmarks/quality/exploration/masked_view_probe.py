@@ -14,7 +14,8 @@ probe's drop is a train/test input mismatch; if it is worse on both, the feature
     python benchmarks/quality/exploration/masked_view_probe.py NAME=ENCODER_DIR ... > masked_view_probe.jsonl
 
 Classifier: logistic regression (C = 0.1) on train-standardised features, as `per_layer_probe.py`; clips cut or
-zero-padded to 1.5 s and the log-mel cropped to 144 frames (9 time patches) for both inputs.
+zero-padded to 1.5 s and the log-mel cropped to 144 frames (9 time patches) for both inputs. Needs scikit-learn
+(`pip install scikit-learn`; not a dependency of the package), like `per_layer_probe.py`.
 """
 import json
 import sys
