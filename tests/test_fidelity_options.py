@@ -117,7 +117,8 @@ def test_ffn_targets_match_a_float64_block_by_block_oracle(layer_norm_first):
 
 
 def test_ffn_targets_differ_from_block_targets_and_ffn_outputs_come_only_when_asked():
-    block, ffn = same_weights(tiny_pretraining_config(target_layer="block"), tiny_pretraining_config(target_layer="ffn"))
+    block, ffn = same_weights(tiny_pretraining_config(target_layer="block"),
+                              tiny_pretraining_config(target_layer="ffn"))
     batch = pretraining_batch(block.config)
     with torch.no_grad():
         out_block, out_ffn = block(*batch), ffn(*batch)
