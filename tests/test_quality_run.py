@@ -224,3 +224,23 @@ def test_probe_encoders_extracts_the_teacher_of_a_checkpoint(tmp_path):
     teacher = model.teacher.state_dict()
     assert all(torch.equal(loaded[k], teacher[k]) for k in teacher)
     assert not torch.equal(loaded["cls_token"], model.aasp.state_dict()["cls_token"])
+
+
+def test_probe_cache_key_tells_apart_configs_with_the_same_weights(tmp_path):
+    """The analytic and symmetric SBLU phases share their initial weights but not their forward: a cached probe of
+    one must not be reused for the other (the key holds the config), while a reloaded copy of an encoder is reused."""
+    import torch
+
+    from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
+
+    torch.manual_seed(0)
+    symmetric = AaspModel(AaspConfig(**tiny_config_kwargs(sblu_phase="symmetric")))
+    analytic = AaspModel(AaspConfig(**tiny_config_kwargs(sblu_phase="analytic")))
+    analytic.load_state_dict(symmetric.state_dict())
+    extractor = AaspFeatureExtractor()
+    symmetric.save_pretrained(tmp_path / "copy")
+    reloaded = AaspModel.from_pretrained(tmp_path / "copy")
+
+    assert quality.encoder_checksum(symmetric) == quality.encoder_checksum(analytic)
+    assert quality.encoder_key(symmetric, extractor) != quality.encoder_key(analytic, extractor)
+    assert quality.encoder_key(symmetric, extractor) == quality.encoder_key(reloaded, extractor)

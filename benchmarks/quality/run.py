@@ -92,6 +92,7 @@ SPLITS = ("train", "validation", "test")  # linear_eval.SPLITS (the crop seeds a
 DATA_SOURCE_KEYS = ("dataset", "data_root", "train_dir", "dataset_name", "dataset_config", "synthetic_clips",
                     "log_mel_cache", "streaming")
 PER_RUN_KEYS = ("output_dir", "seed", "stop_after_steps", "resume")
+NAME_FIELDS = ("transformers_version", "architectures", "_name_or_path")  # config fields that name, not define
 
 
 # ----------------------------------------------------------------------------------------------- arguments
@@ -530,7 +531,7 @@ class Study:
         model, feature_extractor = load_frozen_encoder(str(encoder_dir), self.device)
         saved_max_frames = json.loads((encoder_dir / "preprocessor_config.json").read_text()).get("max_frames")
         feature_extractor.max_frames = None  # an export may truncate to the pre-training crop: probe whole clips
-        key = digest({"weights": encoder_checksum(model), "extractor": feature_extractor.to_dict()}, 24)
+        key = encoder_key(model, feature_extractor)
         cached = self.dir / "evals" / f"{key}.json"
         if cached.is_file():
             return {**json.loads(cached.read_text()), "reused": True}
@@ -638,14 +639,20 @@ def encoder_checksum(model) -> str:
     return pretrain.checksum(model)
 
 
+def encoder_key(model, feature_extractor) -> str:
+    """What a probe result is cached under: the weights, the config and the extractor. The config is part of it
+    because some options change the forward and not the weights (`sblu_phase`, for one), so two
+    variants' identical initialisations can be different encoders."""
+    config = {k: v for k, v in model.config.to_dict().items() if k not in NAME_FIELDS}
+    return digest({"weights": encoder_checksum(model), "config": config, "extractor": feature_extractor.to_dict()}, 24)
+
+
 def effective_digest(model_config: dict, train: dict) -> str:
     """Digest of the AaspConfig a recipe builds (defaults filled in) and its training arguments: two variants with
     the same digest ran the same recipe."""
     from aasp_hf import AaspConfig
 
-    fields = AaspConfig(**model_config).to_dict()
-    for key in ("transformers_version", "architectures", "_name_or_path"):
-        fields.pop(key, None)
+    fields = {k: v for k, v in AaspConfig(**model_config).to_dict().items() if k not in NAME_FIELDS}
     return digest({"model": fields, "train": train})
 
 
