@@ -52,8 +52,9 @@ Layout of --output_dir (default benchmarks/quality/runs/, not for git):
     <study>/pretrain/<variant>/seed<k>/           pretrain.py's output_dir: run_config.json, pretrain.log,
                                                   log_history.jsonl, the latest checkpoint, encoders/step<s>/
     <study>/units/<variant>/seed<k>/step<s>.json  one finished unit (per-task accuracy, average, what ran)
-    <study>/evals/<checksum>.json                 probe results by encoder weights: identical encoders (random_init
-                                                  and step 0 of aape_symmetric) are probed once
+    <study>/evals/<key>.json                      probe results by encoder weights + config (`encoder_key`):
+                                                  identical encoders (random_init and step 0 of aape_symmetric) are
+                                                  probed once
 Report: `--results` (default benchmarks/quality/results.md; results_quick.md with --quick), with results.json (all
 raw numbers) and results.png (average probe accuracy against pre-training step) beside it.
 """
@@ -520,7 +521,7 @@ class Study:
                 "num_clips": {s: int(len(features[s][0])) for s in SPLITS}}
 
     def probe_encoder(self, encoder_dir: Path) -> dict:
-        """Every task's probe result for one exported encoder; cached by its weights and extractor."""
+        """Every task's probe result for one exported encoder; cached under `encoder_key`."""
         with torch_threads(self.args.probe_threads):
             return self._probe_encoder(encoder_dir)
 
@@ -641,8 +642,9 @@ def encoder_checksum(model) -> str:
 
 def encoder_key(model, feature_extractor) -> str:
     """What a probe result is cached under: the weights, the config and the extractor. The config is part of it
-    because some options change the forward and not the weights (`sblu_phase`, for one), so two
-    variants' identical initialisations can be different encoders."""
+    because some options change the forward and not the weights (`sblu_phase`, for one), so two variants' identical
+    initialisations can be different encoders. A variant that changes only pre-training fields of the config
+    (`mask_ratio`, `loss_scaling`, ...) therefore has its step 0 probed again: slower, never wrong."""
     config = {k: v for k, v in model.config.to_dict().items() if k not in NAME_FIELDS}
     return digest({"weights": encoder_checksum(model), "config": config, "extractor": feature_extractor.to_dict()}, 24)
 

@@ -5,7 +5,8 @@ links OUTPUT_DIR's shard folders to the CACHE_DIR ones: the same cached clips, n
 Each clip's kind comes from the corpus manifest (`data/manifest.json`, written by `build_data.py`).
 
     python benchmarks/quality/exploration/balanced_cache_index.py \\
-        benchmarks/quality/runs/cache/pretrain-logmel-128bins benchmarks/quality/runs/cache/pretrain-logmel-128bins-balanced
+        benchmarks/quality/runs/cache/pretrain-logmel-128bins \\
+        benchmarks/quality/runs/cache/pretrain-logmel-128bins-balanced
 
 Point a pre-training config's `log_mel_cache` at OUTPUT_DIR. With the corpus as built (12.81 h music, 0.98 h
 effects, 0.86 h speech) effects clips are listed 13 times and speech clips 15 times (38,272 entries from 7,102).
