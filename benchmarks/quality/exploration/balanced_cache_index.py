@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 MANIFEST = Path(__file__).resolve().parents[1] / "data" / "manifest.json"
-HOP_SECONDS = 0.01  # the cache's frame hop
 
 
 def main(cache_dir, output_dir):
@@ -31,9 +30,10 @@ def main(cache_dir, output_dir):
     manifest = json.loads(MANIFEST.read_text())
     kind = {f["path"].removeprefix("pretrain/"): f["kind"] for f in manifest["files"] if f["split"] == "pretrain"}
     clips = index["clips"]  # columns: id, file, num_frames, row
+    hop_seconds = index["settings"]["hop_length"] / index["settings"]["sampling_rate"]
     seconds = collections.Counter()
     for clip_id, num_frames in zip(clips["id"], clips["num_frames"]):
-        seconds[kind[clip_id]] += num_frames * HOP_SECONDS
+        seconds[kind[clip_id]] += num_frames * hop_seconds
     repeat = {k: round(seconds["music"] / v) for k, v in seconds.items()}
     balanced = {column: [] for column in clips}
     for j, clip_id in enumerate(clips["id"]):
