@@ -244,3 +244,23 @@ def test_probe_cache_key_tells_apart_configs_with_the_same_weights(tmp_path):
     assert quality.encoder_checksum(symmetric) == quality.encoder_checksum(analytic)
     assert quality.encoder_key(symmetric, extractor) != quality.encoder_key(analytic, extractor)
     assert quality.encoder_key(symmetric, extractor) == quality.encoder_key(reloaded, extractor)
+
+
+def test_tiny_quality_preset_is_the_recipe_study_tiny_500_measured(data_dir):
+    """examples/configs/pretrain_tiny_quality.json restates the study's unit (tiny size, 500 steps, frozen stem):
+    the small preset with variants.MODEL_SIZES["tiny"], --max_steps 500 (warm-up scaled) and the
+    frozen_patch_embedding variant's overrides. If either side changes, the README's numbers no longer describe it."""
+    preset = json.loads((ROOT / "examples" / "configs" / "pretrain_tiny_quality.json").read_text())
+    args = quality.parse_args(["--data_dir", str(data_dir), "--model_size", "tiny", "--max_steps", "500"])
+    model, train = quality.variant_recipe(quality.resolve_settings(args), quality.VARIANTS["frozen_patch_embedding"])
+    assert preset["model_config"] == model
+    assert {key: preset.get(key) for key in train} == train
+    assert train["patch_embedding_lr_scale"] == 0.0 and train["max_steps"] == 500 and train["warmup_steps"] == 50
+    extra = set(preset) - set(train) - {"model_config"}
+    assert extra == {"train_dir", "output_dir", "seed"}  # what the runner sets per run
+    import pretrain  # examples/pretrain.py (run.py put examples/ on the import path)
+
+    data_args, model_args, pretrain_args = pretrain.parse_args(
+        ["--config", str(ROOT / "examples" / "configs" / "pretrain_tiny_quality.json")])
+    assert data_args.train_dir == "benchmarks/quality/data/pretrain"
+    assert pretrain_args.patch_embedding_lr_scale == 0.0 and pretrain_args.max_steps == 500
