@@ -250,7 +250,8 @@ def test_tiny_quality_preset_is_the_recipe_study_tiny_500_measured(data_dir):
     """examples/configs/pretrain_tiny_quality.json restates the study's unit (tiny size, 500 steps, frozen stem):
     the small preset with variants.MODEL_SIZES["tiny"], --max_steps 500 (warm-up scaled) and the
     frozen_patch_embedding variant's overrides. If either side changes, the README's numbers no longer describe it."""
-    preset = json.loads((ROOT / "examples" / "configs" / "pretrain_tiny_quality.json").read_text())
+    preset_path = ROOT / "examples" / "configs" / "pretrain_tiny_quality.json"
+    preset = json.loads(preset_path.read_text())
     args = quality.parse_args(["--data_dir", str(data_dir), "--model_size", "tiny", "--max_steps", "500"])
     model, train = quality.variant_recipe(quality.resolve_settings(args), quality.VARIANTS["frozen_patch_embedding"])
     assert preset["model_config"] == model
@@ -260,7 +261,6 @@ def test_tiny_quality_preset_is_the_recipe_study_tiny_500_measured(data_dir):
     assert extra == {"train_dir", "output_dir", "seed"}  # what the runner sets per run
     import pretrain  # examples/pretrain.py (run.py put examples/ on the import path)
 
-    data_args, model_args, pretrain_args = pretrain.parse_args(
-        ["--config", str(ROOT / "examples" / "configs" / "pretrain_tiny_quality.json")])
+    data_args, _, pretrain_args = pretrain.parse_args(["--config", str(preset_path)])
     assert data_args.train_dir == "benchmarks/quality/data/pretrain"
     assert pretrain_args.patch_embedding_lr_scale == 0.0 and pretrain_args.max_steps == 500
