@@ -264,3 +264,14 @@ def test_tiny_quality_preset_is_the_recipe_study_tiny_500_measured(data_dir):
     data_args, _, pretrain_args = pretrain.parse_args(["--config", str(preset_path)])
     assert data_args.train_dir == "benchmarks/quality/data/pretrain"
     assert pretrain_args.patch_embedding_lr_scale == 0.0 and pretrain_args.max_steps == 500
+
+
+def test_a_named_study_reports_beside_the_committed_report_not_over_it():
+    """Without --results, a run with --study writes results_<study>.md: a side study must not replace the committed
+    results.md (the default study's report), which is what an unnamed run or `make study` writes."""
+    here = ROOT / "benchmarks" / "quality"
+    assert quality.default_results_path(quality.parse_args([])) == here / "results.md"
+    assert quality.default_results_path(quality.parse_args(["--quick"])) == here / "results_quick.md"
+    assert quality.default_results_path(quality.parse_args(["--study", "tiny-500"])) == here / "results_tiny-500.md"
+    given = quality.parse_args(["--study", "tiny-500", "--results", "/tmp/elsewhere.md"])
+    assert quality.default_results_path(given) == Path("/tmp/elsewhere.md")

@@ -55,8 +55,8 @@ Layout of --output_dir (default benchmarks/quality/runs/, not for git):
     <study>/evals/<key>.json                      probe results by encoder weights + config (`encoder_key`):
                                                   identical encoders (random_init and step 0 of aape_symmetric) are
                                                   probed once
-Report: `--results` (default benchmarks/quality/results.md; results_quick.md with --quick), with results.json (all
-raw numbers) and results.png (average probe accuracy against pre-training step) beside it.
+Report: `--results` (default benchmarks/quality/results.md, results_quick.md with --quick, results_<study>.md with
+`--study`: a named study never replaces the committed default report), with results.json (all raw numbers) and results.png (average probe accuracy against pre-training step) beside it.
 """
 
 import argparse
@@ -102,7 +102,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--data_dir", default=str(HERE / "data"))
     p.add_argument("--output_dir", default=str(HERE / "runs"))
     p.add_argument("--results", default=None, help="the table (.md; .json and .png beside it); default "
-                   "benchmarks/quality/results.md, results_quick.md with --quick")
+                   "benchmarks/quality/results.md, results_quick.md with --quick, results_<study>.md with --study")
     p.add_argument("--preset", default=str(DEFAULT_PRESET), help="an examples/pretrain.py JSON preset")
     p.add_argument("--model_size", choices=sorted(MODEL_SIZES), default="small")
     p.add_argument("--variants", default=None, help=f"comma-separated, or 'all' (default: all; --quick: "
@@ -916,13 +916,23 @@ def main(argv=None) -> dict:
         return run_study(args)
 
 
+def default_results_path(args) -> Path:
+    """Where the report goes: --results; else results_<study>.md for a named study, so that a side study never
+    overwrites the committed results.md; else results_quick.md (--quick) or results.md."""
+    if args.results:
+        return Path(args.results)
+    if args.study:
+        return HERE / f"results_{args.study}.md"
+    return HERE / ("results_quick.md" if args.quick else "results.md")
+
+
 def run_study(args) -> dict:
     variants = load_variants(args)
     names = selected_variants(args, variants)
     seeds = args.seeds if args.seeds is not None else (QUICK["seeds"] if args.quick else [0, 1])
     settings = resolve_settings(args)
     study = Study(args, settings, variants)
-    results_path = Path(args.results) if args.results else HERE / ("results_quick.md" if args.quick else "results.md")
+    results_path = default_results_path(args)
     plan = study.units(names, seeds)
     print(f"study {settings['study']} in {study.dir}: {len(plan)} units, tasks {settings['tasks']}, "
           f"probe steps {settings['probe_steps']}", flush=True)
