@@ -243,6 +243,7 @@ class AaspForPreTraining(AaspPreTrainedModel):
         input_values: torch.Tensor,
         visible_indices: torch.Tensor,
         query_indices: torch.Tensor,
+        student_input_values: torch.Tensor | None = None,
         return_dict: bool | None = None,
         **kwargs,
     ) -> AaspForPreTrainingOutput:
@@ -251,6 +252,9 @@ class AaspForPreTraining(AaspPreTrainedModel):
         visible_indices (`torch.LongTensor` of shape `(B, M, V)`): visible tokens of each view (see
             `aasp_hf.training.masking`).
         query_indices (`torch.LongTensor` of shape `(B, M, Q)`): masked tokens each view's predictor reconstructs.
+        student_input_values (`torch.FloatTensor` of shape `(B, T, F)`, *optional*): the student's view of the same
+            clips (e.g. re-coloured by the collator's `student_eq_strength`); default `input_values`. The teacher
+            always sees `input_values`.
         """
         c = self.config
         batch_size, num_views = visible_indices.shape[:2]
@@ -258,6 +262,13 @@ class AaspForPreTraining(AaspPreTrainedModel):
             raise ValueError(
                 f"query_indices must have shape (batch, views, queries) = ({batch_size}, {num_views}, Q), "
                 f"got {tuple(query_indices.shape)}."
+            )
+        if student_input_values is None:
+            student_input_values = input_values
+        elif student_input_values.shape != input_values.shape:
+            raise ValueError(
+                f"student_input_values must have the shape of input_values {tuple(input_values.shape)}, "
+                f"got {tuple(student_input_values.shape)}: it is the student's view of the same clips."
             )
 
         # Teacher: the unmasked clip, once per clip; targets from every block (no CLS): each block's output, or its
@@ -272,7 +283,7 @@ class AaspForPreTraining(AaspPreTrainedModel):
             targets = teacher_targets(layer_outputs, c.target_norm_axis)  # (B, N, D), float32
 
         # Student: only the visible tokens of each view.
-        student = self.aasp(input_values, visible_indices=visible_indices).last_hidden_state  # (B·M, 1 + V, D)
+        student = self.aasp(student_input_values, visible_indices=visible_indices).last_hidden_state  # (B·M, 1 + V, D)
         queries = query_indices.reshape(batch_size * num_views, -1)  # (B, M, Q) -> (B·M, Q)
         visible = visible_indices.reshape(batch_size * num_views, -1)  # (B, M, V) -> (B·M, V)
         predictions = self.predictor(student, visible, queries)  # (B·M, Q, D)

@@ -91,6 +91,11 @@ class DataArguments:
     )
     shuffle_buffer_size: int = field(default=1000, metadata={"help": "--streaming: examples in the shuffle buffer"})
     features_on_device: bool = field(default=False, metadata={"help": "log-mel on the accelerator, not the CPU"})
+    student_eq_strength: float = field(
+        default=0.0, metadata={"help": "s > 0: the student sees each clip under a random smooth equaliser (4 cosine "
+                               "terms over mel bins, each ~ U(-s, s) in normalised log-mel units), the teacher the "
+                               "clean clip; not in the paper (PretrainingCollator)"}
+    )
 
 
 @dataclass
@@ -465,6 +470,7 @@ def main(argv=None) -> dict:
         crop_seconds=data_args.crop_seconds,
         generator=torch.Generator().manual_seed(args.seed * 1_000 + 1 + rank),  # its own stream per process
         device=accelerator.device if data_args.features_on_device else None,
+        student_eq_strength=data_args.student_eq_strength,
     )
     # 6a'. Learning-health monitors (aasp_hf.training.monitors), on the main process only: no gradients, eval mode, no
     #      draws from any random stream, so they do not change what the run trains.

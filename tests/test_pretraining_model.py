@@ -96,6 +96,27 @@ def test_round_trip_keeps_student_and_teacher_and_the_encoder_loads_alone(tmp_pa
     torch.testing.assert_close(encoder(x).last_hidden_state, model.aasp.eval()(x).last_hidden_state)
 
 
+def test_student_input_values_reach_the_student_only():
+    """The teacher's targets come from input_values whatever the student sees; the student's loss from its own view;
+    no student view is the same computation as input_values passed as the student view."""
+    torch.manual_seed(0)
+    config = tiny_pretraining_config()
+    model = AaspForPreTraining(config).eval()
+    x, visible, queries = pretraining_batch(config)
+    recoloured = x + torch.linspace(-0.5, 0.5, config.num_mel_bins)  # (B, T, F) + (F,)
+    plain, same, other = model(x, visible, queries), model(x, visible, queries, x), model(x, visible, queries, recoloured)
+    torch.testing.assert_close(other.targets, plain.targets)
+    torch.testing.assert_close(same.loss, plain.loss)
+    with torch.no_grad():
+        student = model.aasp(recoloured, visible_indices=visible).last_hidden_state
+    b, m, q = queries.shape
+    torch.testing.assert_close(other.predictions.reshape(b * m, q, -1),
+                               model.predictor(student, visible.reshape(b * m, -1), queries.reshape(b * m, -1)))
+    assert (other.predictions - plain.predictions).abs().max() > 1e-5  # the two views give other predictions
+    with pytest.raises(ValueError, match="student_input_values"):
+        model(x, visible, queries, x[:, :-16])
+
+
 def test_bad_query_shape_raises():
     config = tiny_pretraining_config()
     x, visible, queries = pretraining_batch(config)

@@ -3,6 +3,7 @@ checkpoints."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,6 +17,7 @@ from aasp_hf.training import (
     teacher_momentum,
 )
 from aasp_hf.training.checkpointing import load_process_state, load_trainer_state
+from aasp_hf.training.collators import random_eq_curves
 from aasp_hf.training.data_order import epoch_order, micro_batches
 from conftest import tiny_config_kwargs
 
@@ -192,6 +194,45 @@ def test_collator_takes_cached_log_mel_like_waveforms(collator_parts):
     assert b["input_values"].shape == a["input_values"].shape
     assert (a["input_values"] - b["input_values"]).abs().max() < 5e-3  # float16 rounding, normalised units
     assert torch.equal(a["visible_indices"], b["visible_indices"]) and torch.equal(a["query_indices"], b["query_indices"])
+
+
+def test_random_eq_curves_are_the_cosine_series_scipy_computes():
+    """Each curve is Σ_{k=1..4} a_k cos(π k (f + ½) / F): scipy's DCT-III of [0, a_1/2, .., a_4/2, 0, ..] (float64)."""
+    from scipy.fft import dct
+
+    strength, num_bins = 0.3, 40
+    curves = random_eq_curves(5, num_bins, strength, torch.Generator().manual_seed(0))
+    coefficients = (torch.rand(5, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2 - 1)
+    coefficients = coefficients.numpy() * strength  # the same draws, replayed
+    assert np.abs(coefficients).max() <= strength
+    spectrum = np.zeros((5, num_bins))
+    spectrum[:, 1:5] = coefficients / 2
+    expected = dct(spectrum, type=3, axis=-1)  # y[f] = x[0] + 2 Σ_n x[n] cos(π n (2f + 1) / 2F)
+    assert curves.shape == (5, num_bins) and curves.dtype == torch.float32
+    np.testing.assert_allclose(curves.numpy(), expected, rtol=1e-5, atol=1e-6)
+    assert np.abs(expected.mean(axis=-1)).max() < 1e-9  # no k = 0 term: no overall gain
+
+
+def test_collator_student_eq_recolours_the_students_view_only_and_draws_after_the_masks(collator_parts):
+    config, extractor = collator_parts
+    clips = [torch.randn(40_000, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    plain = PretrainingCollator(extractor, config, crop_seconds=0.5, generator=torch.Generator().manual_seed(5))
+    eq = PretrainingCollator(extractor, config, crop_seconds=0.5, generator=torch.Generator().manual_seed(5),
+                             student_eq_strength=0.4)
+    a = plain(clips)
+    state = eq.state_dict()
+    b = eq(clips)
+    assert "student_input_values" not in a
+    # the same crops and masks as without the option (its draws come after them)
+    assert all(torch.equal(a[k], b[k]) for k in ("input_values", "visible_indices", "query_indices"))
+    # the student's view is the clean one plus one smooth curve per clip, the same on every frame
+    replay = PretrainingCollator(extractor, config, crop_seconds=0.5, generator=torch.Generator())
+    replay.load_state_dict(state)
+    replay(clips)  # crops and masks, as eq drew them
+    curves = random_eq_curves(4, config.num_mel_bins, 0.4, replay.generator)  # then the curves
+    torch.testing.assert_close(b["student_input_values"], b["input_values"] + curves[:, None, :])
+    with pytest.raises(ValueError, match="student_eq_strength"):
+        PretrainingCollator(extractor, config, student_eq_strength=-0.1)
 
 
 # ----------------------------------------------------------------------------------------------- checkpoints

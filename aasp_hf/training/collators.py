@@ -66,6 +66,16 @@ def crop_log_mel_batch(examples, num_frames: int, generator=None, feature_extrac
     ])
 
 
+def random_eq_curves(batch_size: int, num_bins: int, strength: float, generator=None, num_terms: int = 4):
+    """(B, F) smooth random equaliser curves in normalised log-mel units: Σ_{k=1..K} a_k · cos(π k (f + ½) / F),
+    a_k ~ U(−strength, strength) drawn from `generator` (K = num_terms; no k = 0 term, so no overall gain)."""
+    coefficients = (torch.rand(batch_size, num_terms, generator=generator, dtype=torch.float64) * 2 - 1) * strength
+    k = torch.arange(1, num_terms + 1, dtype=torch.float64)  # (K,)
+    f = torch.arange(num_bins, dtype=torch.float64) + 0.5  # (F,)
+    basis = torch.cos(torch.pi * k[:, None] * f[None, :] / num_bins)  # (K, F)
+    return (coefficients @ basis).float()  # (B, K) @ (K, F) -> (B, F)
+
+
 class PretrainingCollator:
     """Turns a list of examples into ``{"input_values", "visible_indices", "query_indices"}`` for AaspForPreTraining.
 
@@ -78,6 +88,12 @@ class PretrainingCollator:
         generator (`torch.Generator`, *optional*): source of all randomness (crops, masks, queries); a CPU generator
             seeded with 0 when omitted.
         device (*optional*): where features are computed and tensors returned (e.g. the GPU); CPU by default.
+        student_eq_strength (`float`, 0): s > 0 adds ``student_input_values``, the student's view of each clip under a
+            random smooth equaliser (not in the paper; an option of this project's small-scale recipe): the
+            normalised log-mel plus ``Σ_{k=1..4} a_k · cos(π k (f + ½) / F)`` over mel bins f, one curve per clip,
+            ``a_k ~ U(−s, s)`` (see `random_eq_curves`). The teacher keeps the clean clip, so the student learns to
+            predict clean-clip targets from a re-coloured one. Drawn after the masks: s = 0 leaves every other draw
+            as it was.
 
     Each example is a 1-D float waveform (numpy array or tensor) or a dict holding one under ``"waveform"`` — or,
     from a precomputed cache (``aasp_hf.data.cache.LogMelCache``), a dict with an unnormalised ``"log_mel"`` (T_i, F),
@@ -85,9 +101,13 @@ class PretrainingCollator:
     Returns ``input_values`` float32 (B, T, F), ``visible_indices`` int64 (B, M, V), ``query_indices`` int64 (B, M, Q).
     """
 
-    def __init__(self, feature_extractor, config, crop_seconds: float = 6.0, generator=None, device=None):
+    def __init__(self, feature_extractor, config, crop_seconds: float = 6.0, generator=None, device=None,
+                 student_eq_strength: float = 0.0):
         if crop_seconds <= 0:
             raise ValueError(f"crop_seconds must be positive, got {crop_seconds}")
+        if not student_eq_strength >= 0:
+            raise ValueError(f"student_eq_strength must be >= 0 (0 = off), got {student_eq_strength}")
+        self.student_eq_strength = float(student_eq_strength)
         self.feature_extractor = feature_extractor
         self.config = config
         self.sampling_rate = feature_extractor.sampling_rate
@@ -133,11 +153,16 @@ class PretrainingCollator:
         )  # (B, M, N), True = hidden from the student
         queries = sample_query_indices(mask, c.mask_query_ratio, generator=self.generator)  # (B, M, Q)
         visible = visible_indices(mask)  # (B, M, V)
-        return {
+        batch = {
             "input_values": features,
             "visible_indices": visible.to(features.device),
             "query_indices": queries.to(features.device),
         }
+        # 3. (optional) the student's re-coloured view; the teacher keeps `input_values`.
+        if self.student_eq_strength > 0:
+            curves = random_eq_curves(features.shape[0], features.shape[-1], self.student_eq_strength, self.generator)
+            batch["student_input_values"] = features + curves.to(features)[:, None, :]  # (B, F) -> (B, 1, F)
+        return batch
 
     def cropped_log_mel(self, examples) -> torch.Tensor:
         """1. (cache) random crops of cached log-mel in the frame domain, normalised, padded to T: (B, T, F)."""
