@@ -325,3 +325,20 @@ def test_patch_embedding_lr_scale_zero_freezes_the_stem_of_student_and_teacher(t
         assert sum(not torch.equal(trained[k], initial[k]) for k in blocks) > len(blocks) // 2, folder
     with pytest.raises(ValueError, match="patch_embedding_lr_scale must be >= 0"):
         pretrain.main(argv(tmp_path / "bad", patch_embedding_lr_scale=-0.1))
+
+
+def test_student_eq_strength_changes_what_the_student_sees_and_resumes_exactly(tmp_path):
+    """--student_eq_strength: the same seed and batches without it give another first-step loss (the student's view
+    differs, nothing else); its curves come from the collator's generator, so an interrupted run resumes exactly."""
+    eq = dict(max_steps=4, save_steps=2, student_eq_strength=0.5)
+    pretrain.main(argv(tmp_path / "eq", **eq))
+    pretrain.main(argv(tmp_path / "plain", max_steps=4, save_steps=100))
+    pretrain.main(argv(tmp_path / "resumed", stop_after_steps=2, **eq))
+    pretrain.main(argv(tmp_path / "resumed", resume=True, **eq))
+    with_eq, plain, resumed = history(tmp_path / "eq"), history(tmp_path / "plain"), history(tmp_path / "resumed")
+    assert with_eq[0]["train/loss"] != pytest.approx(plain[0]["train/loss"], rel=1e-4)
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4]
+    for a, b in zip(with_eq, resumed):
+        assert b["train/loss"] == pytest.approx(a["train/loss"], rel=1e-5), a["step"]
+    with pytest.raises(ValueError, match="student_eq_strength"):
+        pretrain.main(argv(tmp_path / "bad", student_eq_strength=-1.0))
