@@ -98,7 +98,8 @@ class PretrainingCollator:
     Each example is a 1-D float waveform (numpy array or tensor) or a dict holding one under ``"waveform"`` — or,
     from a precomputed cache (``aasp_hf.data.cache.LogMelCache``), a dict with an unnormalised ``"log_mel"`` (T_i, F),
     cropped in the frame domain instead (same generator, one draw per long clip, then the masks).
-    Returns ``input_values`` float32 (B, T, F), ``visible_indices`` int64 (B, M, V), ``query_indices`` int64 (B, M, Q).
+    Returns ``input_values`` float32 (B, T, F), ``visible_indices`` int64 (B, M, V), ``query_indices`` int64 (B, M, Q)
+    and, with ``student_eq_strength`` > 0, ``student_input_values`` float32 (B, T, F).
     """
 
     def __init__(self, feature_extractor, config, crop_seconds: float = 6.0, generator=None, device=None,

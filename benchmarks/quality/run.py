@@ -56,7 +56,8 @@ Layout of --output_dir (default benchmarks/quality/runs/, not for git):
                                                   identical encoders (random_init and step 0 of aape_symmetric) are
                                                   probed once
 Report: `--results` (default benchmarks/quality/results.md, results_quick.md with --quick, results_<study>.md with
-`--study`: a named study never replaces the committed default report), with results.json (all raw numbers) and results.png (average probe accuracy against pre-training step) beside it.
+`--study`: a named study never replaces the committed default report), with results.json (all raw numbers) and
+results.png (average probe accuracy against pre-training step) beside it.
 """
 
 import argparse
