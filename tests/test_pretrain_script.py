@@ -340,5 +340,5 @@ def test_student_eq_strength_changes_what_the_student_sees_and_resumes_exactly(t
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]
     for a, b in zip(with_eq, resumed):
         assert b["train/loss"] == pytest.approx(a["train/loss"], rel=1e-5), a["step"]
-    with pytest.raises(ValueError, match="student_eq_strength"):
+    with pytest.raises(ValueError, match="--student_eq_strength must be >= 0"):
         pretrain.main(argv(tmp_path / "bad", student_eq_strength=-1.0))

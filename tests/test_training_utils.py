@@ -197,7 +197,7 @@ def test_collator_takes_cached_log_mel_like_waveforms(collator_parts):
 
 
 def test_random_eq_curves_are_the_cosine_series_scipy_computes():
-    """Each curve is Σ_{k=1..4} a_k cos(π k (f + ½) / F): scipy's DCT-III of [0, a_1/2, .., a_4/2, 0, ..] (float64)."""
+    """Each curve is Σ_{k=1..4} a_k cos(π k (f + ½) / F): scipy's float64 DCT-III of [0, a_1/2, .., a_4/2, 0, ..]."""
     from scipy.fft import dct
 
     strength, num_bins = 0.3, 40

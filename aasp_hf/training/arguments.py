@@ -60,6 +60,9 @@ def _check(parsed: tuple) -> tuple:
         scale = getattr(arguments, "patch_embedding_lr_scale", None)
         if scale is not None and not scale >= 0:
             raise ValueError(f"--patch_embedding_lr_scale must be >= 0 (0 freezes the patch embedding), got {scale}")
+        strength = getattr(arguments, "student_eq_strength", None)
+        if strength is not None and not strength >= 0:
+            raise ValueError(f"--student_eq_strength must be >= 0 (0 = off), got {strength}")
     return parsed
 
 
