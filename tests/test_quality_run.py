@@ -226,6 +226,32 @@ def test_probe_encoders_extracts_the_teacher_of_a_checkpoint(tmp_path):
     assert not torch.equal(loaded["cls_token"], model.aasp.state_dict()["cls_token"])
 
 
+def test_probe_encoders_reprobes_an_encoder_when_the_tasks_or_probe_flags_change(data_dir, tmp_path):
+    """probe_encoders.py keeps one cache folder for every call: a second call on the same encoder with other
+    --tasks or probe flags must probe again (session 9 got the first call's tasks back), the same call must not."""
+    import torch
+
+    import probe_encoders
+    from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
+
+    torch.manual_seed(0)
+    config = AaspConfig(**tiny_config_kwargs())
+    AaspModel(config).save_pretrained(tmp_path / "encoder")
+    AaspFeatureExtractor(feature_size=config.num_mel_bins).save_pretrained(tmp_path / "encoder")
+    flags = ["--data_dir", str(data_dir), "--output_dir", str(tmp_path / "runs"), "--probe_max_steps", "20",
+             "--probe_eval_steps", "10", "--probe_seeds", "0", "--device", "cpu"]
+    pair = f"enc={tmp_path / 'encoder'}"
+
+    first = probe_encoders.main([pair, "--tasks", "pitched", *flags])["enc"]
+    other_task = probe_encoders.main([pair, "--tasks", "modulation", *flags])["enc"]
+    other_seeds = probe_encoders.main([pair, "--tasks", "pitched", *flags, "--probe_seeds", "1"])["enc"]
+    again = probe_encoders.main([pair, "--tasks", "pitched", *flags])["enc"]
+    assert list(first["tasks"]) == ["pitched"] and not first.get("reused")
+    assert list(other_task["tasks"]) == ["modulation"] and not other_task.get("reused")
+    assert not other_seeds.get("reused")
+    assert again["reused"] and again["tasks"] == first["tasks"]
+
+
 def test_probe_cache_key_tells_apart_configs_with_the_same_weights(tmp_path):
     """The analytic and symmetric SBLU phases share their initial weights but not their forward: a cached probe of
     one must not be reused for the other (the key holds the config), while a reloaded copy of an encoder is reused."""

@@ -522,7 +522,7 @@ class Study:
                 "num_clips": {s: int(len(features[s][0])) for s in SPLITS}}
 
     def probe_encoder(self, encoder_dir: Path) -> dict:
-        """Every task's probe result for one exported encoder; cached under `encoder_key`."""
+        """Every task's probe result for one exported encoder; cached under `encoder_key` and the probe protocol."""
         with torch_threads(self.args.probe_threads):
             return self._probe_encoder(encoder_dir)
 
@@ -534,7 +534,11 @@ class Study:
         saved_max_frames = json.loads((encoder_dir / "preprocessor_config.json").read_text()).get("max_frames")
         feature_extractor.max_frames = None  # an export may truncate to the pre-training crop: probe whole clips
         key = encoder_key(model, feature_extractor)
-        cached = self.dir / "evals" / f"{key}.json"
+        # the protocol is part of the cache name: probe_encoders.py shares one folder between calls whose --tasks or
+        # probe flags differ (a study's own settings are fixed by its study.json)
+        protocol = {"encoder": key, "probe": self.settings["probe"], "tasks": self.settings["tasks"],
+                    "data": self.settings["data_fingerprint"]}
+        cached = self.dir / "evals" / f"{digest(protocol, 24)}.json"
         if cached.is_file():
             return {**json.loads(cached.read_text()), "reused": True}
         p = self.settings["probe"]
