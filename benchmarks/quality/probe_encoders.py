@@ -9,7 +9,8 @@ pre-training checkpoint whose FOLDER holds `config.json` (an exported encoder of
 `full_state.safetensors` (that checkpoint's `model.safetensors`, with `teacher.*` keys). Probing is
 `run.Study.probe_encoder`: paper features [CLS ; time-mean per frequency row], train-only standardisation, the
 linear-head lr chosen on a seeded 10 % validation split of train, whole clips (no truncation). Results are cached
-by weights and config under `--output_dir`/`probe_encoders/evals`, so probing an encoder again costs nothing.
+by weights, config and probe protocol (tasks, probe flags, data) under `--output_dir`/`probe_encoders/evals`, so
+probing an encoder again the same way costs nothing.
 """
 
 import json
