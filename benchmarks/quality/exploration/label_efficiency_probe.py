@@ -27,7 +27,7 @@ from sklearn.linear_model import LogisticRegression
 
 from aasp_hf import AaspModel
 from aasp_hf.evaluation import pool_features, standardization_stats, standardize
-from masked_view_probe import NUM_FRAMES, extractor, items, waves
+from masked_view_probe import items, log_mel_batches
 
 SHOTS, DRAWS = (1, 3, 10), 10
 
@@ -36,9 +36,7 @@ SHOTS, DRAWS = (1, 3, 10), 10
 def clip_features(model, rows):
     """(clips, features) for one split: the paper feature, or log-mel mean + std when model is None."""
     parts = []
-    for i in range(0, len(rows), 64):
-        mel = extractor(waves(rows[i:i + 64]), sampling_rate=16000, return_tensors="pt")["input_values"]
-        mel = mel[:, :NUM_FRAMES]  # (B, T, F), T = 144 frames
+    for mel in log_mel_batches(rows):  # (B, T, F), T = 144 frames
         if model is None:
             parts.append(torch.cat([mel.mean(1), mel.std(1)], dim=-1).numpy())  # (B, 2F)
         else:

@@ -49,6 +49,13 @@ def waves(rows):
     return out
 
 
+def log_mel_batches(rows, batch_size=64):
+    """Log-mel of `rows` (clips cut or zero-padded to 1.5 s), cropped to 144 frames, `batch_size` clips at a time."""
+    for i in range(0, len(rows), batch_size):
+        mel = extractor(waves(rows[i:i + batch_size]), sampling_rate=16000, return_tensors="pt")["input_values"]
+        yield mel[:, :NUM_FRAMES]  # (B, T, F), T = 144 frames
+
+
 @torch.no_grad()
 def features(model, mel, generator):
     """(B, T, F) log-mel -> full (B, D + F̃·D) and masked (B, D + F̃·D) features."""
@@ -81,10 +88,7 @@ def main():
             generator = torch.Generator().manual_seed(0)  # the same masks for every encoder
             for split in ("train", "test"):
                 rows = items(task, split)
-                parts = []
-                for i in range(0, len(rows), 64):
-                    mel = extractor(waves(rows[i:i + 64]), sampling_rate=16000, return_tensors="pt")["input_values"]
-                    parts.append(features(model, mel[:, :NUM_FRAMES], generator))
+                parts = [features(model, mel, generator) for mel in log_mel_batches(rows)]
                 y = np.array([labels.index(label) for _, label in rows])
                 feats[split] = ([np.concatenate([p[k] for p in parts]) for k in (0, 1)], y)
             record = {"encoder": name, "task": task}

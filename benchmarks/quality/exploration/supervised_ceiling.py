@@ -35,14 +35,12 @@ from torch import nn
 
 from aasp_hf import AaspFeatureExtractor, AaspModel
 from aasp_hf.evaluation import pool_features
-from masked_view_probe import NUM_FRAMES, extractor, items, waves
+from masked_view_probe import NUM_FRAMES, items, log_mel_batches
 
 
 def log_mels(rows):
     """(N, 144, F) log-mel of every clip of a split and (N,) class names."""
-    parts = [extractor(waves(rows[i:i + 64]), sampling_rate=16000, return_tensors="pt")["input_values"][:, :NUM_FRAMES]
-             for i in range(0, len(rows), 64)]  # each (B, T, F), T = 144 frames
-    return torch.cat(parts), [label for _, label in rows]
+    return torch.cat(list(log_mel_batches(rows))), [label for _, label in rows]
 
 
 class Supervised(nn.Module):
@@ -150,6 +148,7 @@ def main(argv=None):
     test_labels = torch.tensor([classes.index(n) for n in test_names])
 
     encoder = AaspModel.from_pretrained(args.init)
+    feature_extractor = AaspFeatureExtractor.from_pretrained(args.init)  # saved beside each encoder
     if not args.train_stem:
         encoder.embeddings.requires_grad_(False)
     model = Supervised(encoder, len(classes)).train()
@@ -173,7 +172,7 @@ def main(argv=None):
             refresh_norm_statistics(model, train_mel)
             folder = args.out_dir / f"step{step}"
             encoder.save_pretrained(folder)
-            AaspFeatureExtractor.from_pretrained(args.init).save_pretrained(folder)
+            feature_extractor.save_pretrained(folder)
             print(json.dumps({"task": args.task, "seed": args.seed, "step": step, "train_stem": args.train_stem,
                               "loss": round(float(loss.detach()), 4),
                               "head_train_accuracy": round(accuracy(model, train_mel, train_labels), 4),
