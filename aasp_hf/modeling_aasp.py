@@ -29,6 +29,7 @@ from transformers.utils.generic import can_return_tuple
 
 from .configuration_aasp import AaspConfig
 from .sblu import (
+    compute_dtype,
     highpass_fir_taps,
     sblu_decay_min,
     sblu_frequency_range,
@@ -307,6 +308,11 @@ class AaspSBLU(nn.Module):
         taps = highpass_fir_taps(config.sblu_highpass_num_taps, cutoff_hz, frame_rate)
         return torch.from_numpy(zero_phase_kernel(taps)).float()
 
+    def stem_dtype(self, mel):
+        """The dtype of the high-pass, B̄ and |r|: float32 for half/bfloat16/float32 models and inputs, float64 when
+        the model or the input is float64 (so a float64 model is float64 end to end)."""
+        return compute_dtype(mel, self.input_projection.weight)
+
     def static_parameters(self):
         """Bounded static (α, β), each (H,), for the non-adaptive SBLU; float32 (float64 in a float64 model)."""
         dtype = torch.promote_types(self.static_decay.dtype, torch.float32)
@@ -330,17 +336,19 @@ class AaspSBLU(nn.Module):
             decay = static_decay[None, :, None].expand(batch_size, -1, num_frames)  # (H,) -> (B, H, T)
             frequency = static_frequency[None, :, None].expand(batch_size, -1, num_frames)  # (H,) -> (B, H, T)
 
-        # The SBLU itself stays in float32/complex64 under autocast (SPEC_NOTES §2).
+        # The SBLU itself stays in float32 under autocast and in a bf16/fp16 model: its recurrence kernel decays to
+        # ε over K taps, which bf16's 8-bit mantissa cannot resolve. A float64 model computes it in float64.
+        dtype = self.stem_dtype(mel)
         with torch.autocast(device_type=mel.device.type, enabled=False):
-            mel = mel.float()
+            mel = mel.to(dtype)
             if visibility is not None:
-                visibility = visibility.float()
+                visibility = visibility.to(dtype)
                 bins_per_group = c.frequency_patch_size if visibility.shape[1] > 1 else 1
                 mel = mel * visibility.repeat_interleave(bins_per_group, dim=1)  # (B, F̃|1, T) -> (B, F|1, T)
             highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B, F, T)
             projection = self.input_projection  # (b) B̄ in float32 even in a bf16/fp16 model
             values = F.conv1d(
-                highpassed, projection.weight.float(), projection.bias.float(), groups=projection.groups
+                highpassed, projection.weight.to(dtype), projection.bias.to(dtype), groups=projection.groups
             )  # (B, F, T) -> (B, H, T)
             if visibility is not None:
                 channels_per_group = c.sblu_hidden_size // c.num_frequency_patches if visibility.shape[1] > 1 else 1
@@ -371,7 +379,7 @@ class AaspSBLU(nn.Module):
         channel), C̄ with the token's group weights, GroupNorm statistics gathered over each (view, group)'s visible
         tokens, and the time patchifier. Hidden tokens cost nothing past the high-pass: with 80 % masking, about a
         fifth of the dense stem per view.
-        All of it runs with autocast off: B̄ and |r| in float32 as in ``forward``, C̄ and the statistics in float32
+        All of it runs with autocast off: B̄, |r|, C̄ and the statistics in float32 as in ``forward``
         (float64 in a float64 model).
 
         ``config.student_stem_input="full"`` (EAT's order): the high-pass runs once per clip on the unmasked mel,
@@ -413,7 +421,7 @@ class AaspSBLU(nn.Module):
         """(a) The high-passed mel around each visible token: its group's F/F̃ bins on the token's P_time frames and
         ±c frames either side (zeros outside the clip), and which of those frames count (hidden ones do not under
         "masked"). mel (B, F, T), views (B·M, V), visibility (B·M, F̃, T) ->
-        windows float32 (B·M, V, P + 2c, F/F̃), window_visible (B·M, V, P + 2c)."""
+        windows float32 or float64 (stem_dtype) (B·M, V, P + 2c, F/F̃), window_visible (B·M, V, P + 2c)."""
         c = self.config
         num_groups = c.num_frequency_patches
         bins = c.frequency_patch_size  # F/F̃ mel bins per frequency group
@@ -422,16 +430,17 @@ class AaspSBLU(nn.Module):
         batch_views = views.shape[0]
         num_frames = mel.shape[-1]
         num_views = batch_views // mel.shape[0]
+        dtype = self.stem_dtype(mel)
         time_index, group_index = views // num_groups, views % num_groups  # (B·M, V) each
         rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (B·M, 1, 1)
         if c.student_stem_input == "full":
             # the unmasked clip high-passed once and shared by its M views; windows keep the hidden frames
-            highpassed = zero_phase_highpass(mel.float(), self.highpass_kernel)  # (B, F, T); no gradient needed
+            highpassed = zero_phase_highpass(mel.to(dtype), self.highpass_kernel)  # (B, F, T); no gradient needed
             source_rows = rows // num_views  # view b·M + m reads clip b, (B·M, 1, 1)
             window_visible = torch.ones_like(visibility)  # (B·M, F̃, T): every frame of the clip counts
         else:
             # each view's mel with its hidden patches zeroed, high-passed along time
-            mel = mel.float().repeat_interleave(num_views, dim=0)  # (B, F, T) -> (B·M, F, T)
+            mel = mel.to(dtype).repeat_interleave(num_views, dim=0)  # (B, F, T) -> (B·M, F, T)
             mel = mel.reshape(batch_views, num_groups, bins, num_frames)  # -> (B·M, F̃, F/F̃, T)
             mel = (mel * visibility[:, :, None, :]).reshape(batch_views, -1, num_frames)  # -> (B·M, F, T)
             highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (B·M, F, T); no gradient needed
@@ -448,14 +457,15 @@ class AaspSBLU(nn.Module):
 
     def _token_input_projection(self, windows, window_visible, group_index):
         """(b) B̄ with each token's group block, frames that do not count zeroed (outside the clip; hidden): v.
-        windows (B·M, V, P + 2c, F/F̃) -> float32 (B·M, V, P + 2c, H/F̃)."""
+        windows (B·M, V, P + 2c, F/F̃) -> (B·M, V, P + 2c, H/F̃) in the windows' dtype."""
         c = self.config
         num_groups = c.num_frequency_patches
         channels = c.sblu_hidden_size // num_groups  # H/F̃
-        weight = self.input_projection.weight.float()  # (H, F/F̃, 1)
+        dtype = windows.dtype  # float32, float64 in a float64 model (the dtype of stem_dtype)
+        weight = self.input_projection.weight.to(dtype)  # (H, F/F̃, 1)
         weight = weight.reshape(num_groups, channels, -1)  # (H, F/F̃, 1) -> (F̃, H/F̃, F/F̃)
         weight = _per_group(weight, group_index)  # (B·M, V, H/F̃, F/F̃)
-        bias = _per_group(self.input_projection.bias.float().reshape(num_groups, 1, channels), group_index)
+        bias = _per_group(self.input_projection.bias.to(dtype).reshape(num_groups, 1, channels), group_index)
         # bias: (H,) -> (F̃, 1, H/F̃) -> (B·M, V, 1, H/F̃)
         values = windows @ weight.transpose(-1, -2) + bias  # (B·M, V, P + 2c, F/F̃) -> (B·M, V, P + 2c, H/F̃)
         return values * window_visible[..., None]  # (B·M, V, P + 2c, H/F̃)

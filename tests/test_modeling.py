@@ -387,15 +387,20 @@ def test_visible_token_path_equals_the_dense_masked_view(phase, adaptive):
     expected = dense()
     out = sblu.forward_visible(mel, views, decay, frequency)
     assert out.shape == expected.shape == (6, 13, 128)
-    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+    # Both paths are float64 end to end (a float64 model runs its stem in float64) and differ only in summation
+    # order: the dense path convolves whole rows, the token path sums each token's window. The longest chain of
+    # accumulations is the GroupNorm statistics over a (view, group)'s visible values, at most T̃·C̃·P = 8·16·16 =
+    # 2048 terms, after dot products of K = 63 taps and 16 channels: n ≈ 2¹² terms, so a rounding error of n·u
+    # (u = 2⁻⁵³) relative to the largest value bounds the difference.
+    rounding = 2**12 * torch.finfo(torch.float64).eps / 2
+    assert (out - expected).abs().max() <= rounding * expected.abs().max()
     upstream = torch.randn_like(out)
     grads = torch.autograd.grad(out, leaves, upstream)
     expected_grads = torch.autograd.grad(expected, leaves, upstream)
     names = [name for name, _ in sblu.named_parameters()] + ["decay", "frequency"]
     for name, grad, reference in zip(names, grads, expected_grads):
-        # B̄ runs in float32 by design (SPEC_NOTES §2) in both paths, summed in a different order
-        tolerance = 1e-5 if name.startswith("input_projection") else 1e-10
-        assert (grad - reference).abs().max() <= tolerance * reference.abs().max(), name
+        # a gradient sums over every token of the batch as well: B·M·V = 78 more terms than the forward
+        assert (grad - reference).abs().max() <= 2**7 * rounding * reference.abs().max(), name
 
 
 def test_visible_token_path_and_masked_group_norm_keep_float32_under_bf16_autocast(tiny_config):
