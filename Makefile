@@ -36,14 +36,10 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -ra -m "not slow" tests
 
-# Speed/memory ratios against baselines timed in the same run -> benchmarks/results.{json,md}
+# Speed/memory ratios against baselines timed in the same run -> benchmarks/speed/results.{json,md}
 bench: setup
-	$(PY) benchmarks/run.py
+	$(PY) benchmarks/speed/run.py
 
-# Pre-training quality study on the real-audio mini benchmark (benchmarks/quality/data, built by
-# benchmarks/quality/build_data.py) -> benchmarks/quality/results{,_quick}.{md,json,png}. Resumable: run it again
-# to go on. Hours for `study` (every variant, 2 seeds); ~30 min for `study-quick` on 2 idle cores.
-# Extra flags: make study STUDY_ARGS="--variants spe,no_contrastive --stop_after_minutes 60"
 # The real-audio mini benchmark from Debian packages (resumable; a finished build is skipped in seconds). Its tools
 # are installed with apt-get when missing and we run as root (--no-install-recommends keeps fluid-soundfont-gm out).
 quality-data: setup
@@ -54,6 +50,9 @@ quality-data: setup
 	fi
 	$(PY) benchmarks/quality/build_data.py
 
+# Pre-training quality on the mini benchmark -> benchmarks/quality/results.{md,json,png} (`study-quick`:
+# results_quick.*). Resumable: run it again to go on. Hours for `study` (every variant, 2 seeds); ~30 min for
+# `study-quick` on 2 idle cores. Extra flags: make study STUDY_ARGS="--variants spe --stop_after_minutes 60"
 study: quality-data
 	$(PY) benchmarks/quality/run.py $(STUDY_ARGS)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Build the real-audio mini benchmark (issue 12) from Debian packages.
+"""Build the real-audio mini benchmark from Debian packages.
 
 One command:
 

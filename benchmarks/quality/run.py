@@ -1,5 +1,5 @@
 """`make study`: does AaSP pre-training learn on real audio? Variants pre-trained with the same budget and seeds on
-the mini corpus, every encoder linear-probed on every mini task, one table (issue 12, "`make study`").
+the mini corpus, every encoder linear-probed on every mini task, one table.
 
     python benchmarks/quality/run.py --quick            # AaPE, SPE, their inits, log-mel; 1 seed, 400 steps (~30 min)
     python benchmarks/quality/run.py                    # every variant of variants.py, seeds 0 1, 2000 steps (hours)
@@ -56,8 +56,8 @@ Layout of --output_dir (default benchmarks/quality/runs/, not for git):
                                                   identical encoders (random_init and step 0 of aape_symmetric) are
                                                   probed once
 Report: `--results` (default benchmarks/quality/results.md, results_quick.md with --quick, results_<study>.md with
-`--study`: a named study never replaces the committed default report), with results.json (all raw numbers) and
-results.png (average probe accuracy against pre-training step) beside it.
+`--study`: a named study never replaces the committed default report), with results.json (all raw numbers, one unit
+per line) and results.png (average probe accuracy against pre-training step) beside it.
 """
 
 import argparse
@@ -179,6 +179,25 @@ def write_json(path: Path, obj):
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(obj, indent=2, default=float))
     os.replace(tmp, path)
+
+
+def table_json(obj: dict) -> str:
+    """A report as JSON with one entry of each top-level list or dict per line (a unit, a variant's aggregate, a
+    command): a diff of two reports reads line by line, and the file stays a table, not thousands of lines."""
+    def entries(value):
+        if isinstance(value, dict):
+            return [f"{json.dumps(k)}: {json.dumps(v, default=float)}" for k, v in value.items()], "{}"
+        return [json.dumps(v, default=float) for v in value], "[]"
+
+    lines = []
+    for key, value in obj.items():
+        if isinstance(value, (dict, list)) and value:
+            items, brackets = entries(value)
+            body = ",\n".join(f"  {item}" for item in items)
+            lines.append(f"{json.dumps(key)}: {brackets[0]}\n{body}\n {brackets[1]}")
+        else:
+            lines.append(f"{json.dumps(key)}: {json.dumps(value, default=float)}")
+    return "{\n " + ",\n ".join(lines) + "\n}\n"
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -877,7 +896,7 @@ def write_report(study: Study, results_path: Path) -> dict:
     report = {"study": settings["study"], "settings": settings, "tasks": tasks,
               "aggregate": {v: {str(s): e for s, e in table[v].items()} for v in order},
               "notes": notes, "units": units, "commands": commands}
-    write_json(results_path.with_suffix(".json"), report)
+    results_path.with_suffix(".json").write_text(table_json(report))
     return report
 
 
