@@ -59,7 +59,13 @@ class AaspConfig(PreTrainedConfig):
         predictor_hidden_size (`int`, 512), predictor_num_layers (`int`, 3), predictor_num_attention_heads (`int`, 16),
         predictor_mlp_ratio (`float`, 4.0): the CrossMAE cross-attention predictor.
         predictor_cnn_hidden_size (`int`, 768), predictor_cnn_num_layers (`int`, 6), predictor_cnn_kernel_size
-        (`int`, 3), predictor_cnn_groups (`int`, 16): EAT's CNN predictor.
+        (`int`, 3), predictor_cnn_groups (`int`, 16): EAT's CNN predictor (EAT config/pretraining_AS2M.yaml,
+        `decoder`). Each block adds its input when the widths match, the first block included (data2vec 2.0's
+        `Decoder2d`), so at the default width 768 = D the first block is residual too.
+        predictor_cnn_mask_noise_std (`float`, 0.01): σ of the N(0, σ²) noise that fills the hidden positions of
+            the CNN predictor's input grid (EAT's `mask_noise_std`, models/base.py `decoder_input`); 0 fills them
+            with zeros. Drawn with torch's global RNG in each forward (seeded and checkpointed by
+            `examples/pretrain.py`, as dropout is). Unused by the cross-attention predictor.
         mask_ratio (`float`, 0.8), mask_num_views (`int`, 4): M, mask_query_ratio (`float`, 0.75),
         mask_block_sizes (`list`, [[3, 8], [4, 6], [5, 5]]): inverse block masking, (frequency × time) patches.
         target_norm_axis (`str`, "tokens"): instance norm of each teacher layer across tokens per channel (EAT)
@@ -144,6 +150,7 @@ class AaspConfig(PreTrainedConfig):
         predictor_cnn_num_layers=6,
         predictor_cnn_kernel_size=3,
         predictor_cnn_groups=16,
+        predictor_cnn_mask_noise_std=0.01,
         mask_ratio=0.8,
         mask_num_views=4,
         mask_query_ratio=0.75,
@@ -196,6 +203,7 @@ class AaspConfig(PreTrainedConfig):
         self.predictor_cnn_num_layers = predictor_cnn_num_layers
         self.predictor_cnn_kernel_size = predictor_cnn_kernel_size
         self.predictor_cnn_groups = predictor_cnn_groups
+        self.predictor_cnn_mask_noise_std = predictor_cnn_mask_noise_std
         self.mask_ratio = mask_ratio
         self.mask_num_views = mask_num_views
         self.mask_query_ratio = mask_query_ratio
@@ -325,7 +333,7 @@ class AaspConfig(PreTrainedConfig):
             for size in self.mask_block_sizes
         ):
             fail("mask_block_sizes", "must be a non-empty list of (frequency, time) pairs of positive integers")
-        for field in ("clip_loss_weight", "contrastive_loss_weight"):
+        for field in ("clip_loss_weight", "contrastive_loss_weight", "predictor_cnn_mask_noise_std"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 fail(field, "must be a non-negative number")

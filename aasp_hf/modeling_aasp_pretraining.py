@@ -132,12 +132,21 @@ class AaspPredictor(nn.Module):
 
 
 class AaspCNNPredictor(nn.Module):
-    """EAT's CNN predictor (data2vec 2.0's 2-D decoder), for the paper's predictor ablation.
+    """EAT's CNN predictor (data2vec 2.0's 2-D decoder, `Decoder2d` in EAT models/modules.py), for the paper's
+    predictor ablation.
 
-    The student's visible tokens are put back on the (T̃, F̃) grid with zeros at hidden positions (EAT fills them
-    with N(0, 0.01) noise; zeros keep the forward deterministic), then `predictor_cnn_num_layers` blocks of
-    [grouped k×k Conv2d -> LayerNorm over channels (no affine) -> GELU] with residual connections from the second
-    block on, then Linear -> D; the outputs at the query positions are returned.
+    Input (EAT models/base.py `ModalitySpecificEncoder.decoder_input`): the student's visible tokens (CLS dropped)
+    are put back on the (T̃, F̃) grid and every hidden position is filled with N(0, σ²) noise,
+    σ = `predictor_cnn_mask_noise_std` (EAT's `mask_noise_std` = 0.01; 0 gives zeros). Then
+    `predictor_cnn_num_layers` blocks of [grouped k×k Conv2d -> LayerNorm over channels (no affine) -> GELU], each
+    followed by the residual add of `Decoder2d.forward` / `DecoderBase.add_residual`: the block's input is added
+    whenever it has the block's width, so the first block adds the grid itself when `predictor_cnn_hidden_size`
+    equals D (EAT's 768-wide decoder does) and every later block adds the previous block's output. Then Linear -> D;
+    the outputs at the query positions are returned.
+
+    The noise is drawn with torch's global RNG in every forward (EAT draws it in train and eval mode alike), like
+    dropout: `examples/pretrain.py` seeds that RNG (`accelerate.utils.set_seed`) and every checkpoint saves and
+    restores its state, so a run and its resumption draw the same noise. Pass `mask_noise` to inject it.
     """
 
     def __init__(self, config: AaspConfig):
@@ -158,20 +167,32 @@ class AaspCNNPredictor(nn.Module):
         )
         self.output_projection = nn.Linear(width, config.hidden_size)
 
-    def forward(self, encoder_output, visible_indices, query_indices):
-        """encoder_output: (B', 1 + V, D); visible_indices: (B', V); query_indices: (B', Q). Returns (B', Q, D)."""
+    def forward(self, encoder_output, visible_indices, query_indices, mask_noise=None):
+        """encoder_output: (B', 1 + V, D); visible_indices: (B', V); query_indices: (B', Q); mask_noise (optional):
+        (B', N, D), the fill of the hidden positions (default: N(0, σ²) from the global RNG; its values at visible
+        positions are ignored). Returns (B', Q, D)."""
         c = self.config
         batch_size, _, hidden = encoder_output.shape
-        grid = encoder_output.new_zeros(batch_size, c.num_patches, hidden)  # (B', N, D), zeros at hidden tokens
+        if mask_noise is None:
+            mask_noise = torch.randn(
+                batch_size, c.num_patches, hidden, device=encoder_output.device, dtype=encoder_output.dtype
+            )  # (B', N, D)
+            mask_noise = mask_noise * c.predictor_cnn_mask_noise_std
+        elif mask_noise.shape != (batch_size, c.num_patches, hidden):
+            raise ValueError(
+                f"mask_noise must have shape (B', N, D) = ({batch_size}, {c.num_patches}, {hidden}), "
+                f"got {tuple(mask_noise.shape)}."
+            )
+        grid = mask_noise.to(encoder_output.dtype)  # (B', N, D), the noise stays at hidden tokens
         grid = grid.scatter(1, visible_indices[..., None].expand(-1, -1, hidden), encoder_output[:, 1:])
         x = grid.transpose(1, 2).reshape(batch_size, hidden, c.num_time_patches, c.num_frequency_patches)
         # (B', N, D) -> (B', D, T̃, F̃), time-major tokens
-        residual = None
+        residual = x
         for conv in self.convs:
             x = conv(x)
             x = F.layer_norm(x.permute(0, 2, 3, 1), x.shape[1:2]).permute(0, 3, 1, 2)  # norm over channels
             x = F.gelu(x)
-            if residual is not None:
+            if residual.shape[1] == x.shape[1]:  # the first block's input is the D-wide grid
                 x = x + residual
             residual = x
         x = x.flatten(2).transpose(1, 2)  # (B', C, T̃, F̃) -> (B', N, C)

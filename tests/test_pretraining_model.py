@@ -132,12 +132,13 @@ def test_pretraining_step_traces_without_graph_breaks():
 
 
 def test_cnn_predictor_sees_only_visible_tokens_and_keeps_the_grid():
-    """EAT's CNN predictor: hidden positions start from zeros, so changing the student's output only at visible
-    tokens changes predictions, and the output at each query comes from its own grid position."""
+    """EAT's CNN predictor with a zero fill (`predictor_cnn_mask_noise_std=0`): hidden positions start from zeros, so
+    changing the student's output only at visible tokens changes predictions, and the output at each query comes from
+    its own grid position."""
     torch.manual_seed(0)
     config = tiny_pretraining_config(
         predictor_type="cnn", predictor_cnn_hidden_size=32, predictor_cnn_groups=4, predictor_cnn_num_layers=2,
-        predictor_cnn_kernel_size=1,
+        predictor_cnn_kernel_size=1, predictor_cnn_mask_noise_std=0.0,
     )  # fmt: skip
     predictor = AaspForPreTraining(config).predictor
     encoder_output = torch.randn(2, 1 + 3, 32)
