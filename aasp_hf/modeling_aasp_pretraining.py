@@ -119,11 +119,9 @@ class AaspPredictor(nn.Module):
     def forward(self, encoder_output, visible_indices, query_indices):
         """encoder_output: (B', 1 + V, D) student output (CLS first); visible_indices: (B', V) (unused: keys carry
         their own positions); query_indices: (B', Q) token indices. Returns (B', Q, D)."""
-        if not torch.compiler.is_compiling() and int(query_indices.max()) >= self.position_embeddings.shape[0]:
-            raise ValueError(
-                f"query index {int(query_indices.max())} is outside the pre-training grid of "
-                f"{self.position_embeddings.shape[0]} tokens ({self.config.num_frames} frames)."
-            )
+        # Query indices come from the collator, which draws them on the (T̃, F̃) grid of `num_frames`; their range is
+        # not checked here, because reading their maximum back would stall a GPU step (an index past the grid fails
+        # in the gather below).
         positions = self.position_embeddings[query_indices].to(encoder_output.dtype)  # (B', Q, P)
         queries = self.mask_token.to(encoder_output.dtype) + positions
         for layer in self.layers:
@@ -252,11 +250,19 @@ class AaspForPreTraining(AaspPreTrainedModel):
         return self
 
     @torch.no_grad()
-    def update_teacher(self, momentum: float):
-        """θ_teacher ← m·θ_teacher + (1 − m)·θ_student (paper Sec. Training Setup)."""
+    def update_teacher(self, momentum: float | torch.Tensor):
+        """θ_teacher ← m·θ_teacher + (1 − m)·θ_student (paper Sec. Training Setup).
+
+        `momentum` may be a 0-d tensor on the parameters' device (the trainer passes `where(skipped, 1, m)`): the lerp
+        weight 1 − m then stays on the device, nothing is read back, and a compiled step does not recompile as m
+        changes. m = 1 leaves the teacher exactly unchanged, m = 0 copies the student exactly."""
         teacher_params = list(self.teacher.parameters())
         student_params = list(self.aasp.parameters())
-        torch._foreach_lerp_(teacher_params, student_params, 1.0 - momentum)
+        if isinstance(momentum, torch.Tensor):  # one 0-d weight per parameter (a single tensor weight is read back)
+            weight = (1.0 - momentum).to(device=teacher_params[0].device, dtype=teacher_params[0].dtype)
+            torch._foreach_lerp_(teacher_params, student_params, [weight] * len(teacher_params))
+        else:
+            torch._foreach_lerp_(teacher_params, student_params, 1.0 - momentum)
 
     @can_return_tuple
     def forward(

@@ -49,6 +49,7 @@ from aasp_hf.training import (
 )
 from aasp_hf.training.data_order import micro_batches
 from aasp_hf.training.optim import set_learning_rates
+from aasp_hf.training.step import apply_update
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
@@ -500,12 +501,21 @@ def main(argv=None) -> dict:
         lr=learning_rate(0, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate),
         betas=(args.adam_beta1, args.adam_beta2),
         eps=args.adam_epsilon,
+        fused=True,  # one kernel per device and dtype; it skips a non-finite step on the device (training.step)
     )
 
     # 4. Distribute: DDP/FSDP, device placement and mixed-precision autocast come from accelerate.
+    #    --torch_compile compiles what the step runs (aasp_hf.training.step): the forward — student on the masked
+    #    views, EMA teacher on the clip, predictor, the three losses — as one graph (fullgraph: a graph break is an
+    #    error) whose backward AOTAutograd compiles with it, and the EMA update as a second graph. Between them stay
+    #    autograd's engine, the gradient clipping (foreach kernels; accelerate unscales fp16 and handles FSDP there)
+    #    and fused AdamW, which PyTorch excludes from compilation because it already is a single fused kernel.
     model, optimizer = accelerator.prepare(model, optimizer)
+    unwrapped = accelerator.unwrap_model(model)
+    update_teacher = unwrapped.update_teacher
     if args.torch_compile:
-        model = torch.compile(model)
+        model = torch.compile(model, fullgraph=True)
+        update_teacher = torch.compile(unwrapped.update_teacher, fullgraph=True)
 
     # 7a. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
     start_step, nonfinite_steps = 0, 0
@@ -547,80 +557,89 @@ def main(argv=None) -> dict:
         batches = micro_batches(dataset, args.per_device_train_batch_size, world, rank, args.seed,
                                 start=start_step * accum, num_workers=data_args.dataloader_num_workers)
     clips_per_step = args.per_device_train_batch_size * world * accum
-    unwrapped = accelerator.unwrap_model(model)
     history_path = output_dir / "log_history.jsonl"
     progress = tqdm(total=args.max_steps, initial=start_step, disable=not accelerator.is_local_main_process)
     sums, num_summed, decode_failures, seen = {}, 0, 0, hashlib.sha256()
+    skipped_since_read = torch.zeros((), dtype=torch.long, device=accelerator.device)  # skipped steps not yet counted
     last_logs, t_start, t_log, step_of_last_log = {}, time.time(), time.time(), start_step
     model.train()
     step = start_step  # optimiser steps completed
     while step < stop_step:
         lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
         set_learning_rates(optimizer, lr)  # each group's lr_scale × lr
-        step_sums, step_finite = {}, True
+        step_sums, step_finite = {}, torch.ones((), dtype=torch.bool, device=accelerator.device)
         for micro in range(accum):
             epoch, examples = next(batches)
             examples, failed = replace_failed(examples)
             decode_failures += failed
             seen.update(str([e["index"] for e in examples]).encode())
             batch = collator(examples)
-            batch = {k: v.to(accelerator.device) for k, v in batch.items()}
+            batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
             # no gradient all-reduce until the last micro-batch of the step
             with accelerator.no_sync(model) if micro < accum - 1 else nullcontext():
                 outputs = model(**batch)
                 # backward runs even on a non-finite loss, so that every process joins the gradient all-reduce
                 accelerator.backward(outputs.loss / accum)
-            step_finite = step_finite and bool(torch.isfinite(outputs.loss.detach()))
+            step_finite = step_finite & torch.isfinite(outputs.loss.detach())  # on the device: nothing read back
             for name in ("loss", "masked_prediction_loss", "clip_loss", "contrastive_loss"):
                 step_sums[name] = step_sums.get(name, 0.0) + getattr(outputs, name).detach().float() / accum
+        # 5a. Clip, AdamW step and EMA teacher update (aasp_hf.training.step.apply_update). A NaN/inf loss on any
+        #     process (or a non-finite gradient norm; under fp16 the grad scaler handles overflow itself) skips the
+        #     update on every process — no optimiser step, no EMA update — decided on the device, so the host never
+        #     waits for the step to finish. The step still counts, so the data position and the schedules stay pure
+        #     functions of the step (exact resume). Skipped steps are counted on the device and read back, with the
+        #     losses, on logging, monitoring and checkpoint steps only (the run stops there if too many were skipped).
         max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
-        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
-        # 5a. A NaN/inf loss on any process (or a non-finite gradient norm; under fp16 the grad scaler handles
-        #     overflow itself) skips the update on every process: no optimiser step, no EMA update. The step still
-        #     counts, so the data position and the schedules stay pure functions of the step (exact resume).
-        bad = accelerator.reduce(torch.tensor(float(not step_finite), device=accelerator.device), "sum").item() > 0
-        bad = bad or (accelerator.scaler is None and not torch.isfinite(torch.as_tensor(grad_norm)).item())
         momentum = teacher_momentum(step, args.max_steps, args.teacher_momentum_base, args.teacher_momentum_final)
-        if bad:
-            optimizer.zero_grad(set_to_none=True)
-            nonfinite_steps += 1
-            accelerator.print(f"step {step + 1}: non-finite loss or gradient, update skipped "
-                              f"({nonfinite_steps} skipped so far, at most {args.max_nonfinite_steps} allowed)")
+        grad_norm, skipped = apply_update(accelerator, optimizer, model, step_finite, max_norm,
+                                          torch.tensor(momentum, dtype=torch.float64, device=accelerator.device),
+                                          update_teacher)
+        skipped_since_read = skipped_since_read + skipped.long()
+        for name, value in step_sums.items():  # only good steps enter the logged means
+            sums[name] = sums.get(name, 0.0) + torch.where(skipped, 0.0, value)
+        num_summed = num_summed + (~skipped).long()
+        step += 1
+        progress.update(1)
+
+        due_log = step % args.logging_steps == 0 or step == stop_step
+        due_monitor = monitor_inputs is not None and is_due(step, monitor_steps, stop_step)
+        due_probe = probe is not None and is_due(step, probe_steps, stop_step)
+        due_save = step % args.save_steps == 0 or step == stop_step
+        if due_log or due_monitor or due_probe or due_save:  # read the skipped steps back (one host sync)
+            newly_skipped = int(skipped_since_read)
+            skipped_since_read = torch.zeros_like(skipped_since_read)
+            if newly_skipped:
+                nonfinite_steps += newly_skipped
+                accelerator.print(f"step {step}: {newly_skipped} of the steps since the last report had a non-finite "
+                                  f"loss or gradient, their updates were skipped ({nonfinite_steps} skipped so far, at "
+                                  f"most {args.max_nonfinite_steps} allowed)")
             if nonfinite_steps > args.max_nonfinite_steps:
                 last = find_latest_checkpoint(output_dir)
                 raise RuntimeError(
-                    f"Stopping at step {step + 1}: {nonfinite_steps} steps had a non-finite (NaN/inf) loss or gradient, "
+                    f"Stopping at step {step}: {nonfinite_steps} steps had a non-finite (NaN/inf) loss or gradient, "
                     f"more than --max_nonfinite_steps={args.max_nonfinite_steps}. The weights were not updated by "
                     f"those steps; the last complete checkpoint is {last}. Lower --learning_rate, check --max_grad_norm "
                     f"and the data (clips that are silent or contain NaN), then continue with --resume, or raise "
                     f"--max_nonfinite_steps."
                 )
-        else:
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            unwrapped.update_teacher(momentum)  # θ_teacher ← m·θ_teacher + (1 − m)·θ_student
-            for name, value in step_sums.items():
-                sums[name] = sums.get(name, 0.0) + value
-            num_summed += 1
-        step += 1
-        progress.update(1)
 
         # 6a. Monitors (main process): after a good update, every --monitor_steps the collapse statistics of this
         #     batch (student CLS of one view per clip, the teacher targets of its forward) and the student's (α, β) on
         #     the fixed batch; every --probe_steps the frozen-feature probe. Their time is logged (monitor/seconds,
         #     probe/seconds) and left out of the throughput.
         health, started = {}, time.time()
-        if monitor_inputs is not None and not bad and is_due(step, monitor_steps, stop_step):
+        if due_monitor and not bool(skipped):
             stats = pretraining_health(unwrapped, batch, outputs.targets, monitor_inputs, accelerator.autocast)
             health = {**{f"monitor/{k}": v for k, v in stats.items()}, "monitor/seconds": time.time() - started}
-        if probe is not None and is_due(step, probe_steps, stop_step):
+        if due_probe:
             health.update(probe_logs(probe, unwrapped, probe_encoders, accelerator.autocast))
         t_log += time.time() - started
 
-        # 6. Logging: loss parts (mean over steps since the last log and over processes), lr, momentum, grad norm,
-        #    throughput and the visible-token ratio.
-        if (step % args.logging_steps == 0 or step == stop_step) and num_summed > 0:  # the same on every process
-            means = {k: accelerator.reduce(v / num_summed, reduction="mean").item() for k, v in sums.items()}
+        # 6. Logging: loss parts (mean over the good steps since the last log and over processes), lr, momentum, grad
+        #    norm, throughput and the visible-token ratio. A stretch of skipped steps only logs nothing.
+        good_steps = int(num_summed) if due_log else 0  # the same on every process
+        if good_steps > 0:
+            means = {k: accelerator.reduce(v / good_steps, reduction="mean").item() for k, v in sums.items()}
             now = time.time()
             logs = {
                 **{f"train/{k}": v for k, v in means.items()},
@@ -644,7 +663,7 @@ def main(argv=None) -> dict:
             write_logs(accelerator, history_path, step, health)
 
         # 7b. Checkpoint: state + data position (the step) + this process's collator generator.
-        if step % args.save_steps == 0 or step == stop_step:
+        if due_save:
             save_checkpoint(accelerator, output_dir, step,
                             extra_state={"micro_batches": step * accum, "num_processes": world,
                                          "nonfinite_steps": nonfinite_steps},

@@ -1,0 +1,75 @@
+"""One pre-training optimiser step without a host synchronisation: the update is skipped on the device.
+
+`examples/pretrain.py` runs each step as
+    forward + backward (per micro-batch)  ->  `apply_update`: clip, skip flag, AdamW, EMA teacher
+and reads scalars back (losses, grad norm, skipped steps) only on logging, monitoring and checkpoint steps.
+
+Why no host sync: on a GPU, reading a value back (`.item()`, `bool(t)`, `float(t)`) makes the CPU wait until the
+device has finished everything queued so far, so the next step's kernels cannot be queued while this one runs. The
+only decision in the step that depends on a value is whether to skip the update after a NaN/inf loss or gradient
+(paper Sec. Training Setup trains in bf16 for 600k steps; a rare non-finite step must not end or corrupt the run).
+That decision stays on the device:
+- AdamW is PyTorch's fused AdamW, which takes the skip flag as `found_inf` (the mechanism `torch.amp.GradScaler`
+  uses): when it is 1 the kernel leaves the parameters, both moments and the step count untouched.
+- The EMA teacher moves with momentum `where(skipped, 1, m)`: a lerp with weight 0 leaves it exactly unchanged.
+- The logged loss sums add `where(skipped, 0, loss)`, and the number of good steps since the last log is a tensor.
+
+Under fp16 the gradient scaler owns `found_inf` (it skips steps whose gradients overflow); the flag is not set then.
+Mask sampling, visible/query index building and every shape that depends on data happen in the collator
+(`PretrainingCollator`), so the step sees fixed shapes.
+"""
+
+import torch
+
+
+def skip_flag(accelerator, step_finite: torch.Tensor, grad_norm: torch.Tensor) -> torch.Tensor:
+    """Bool 0-d tensor, the same on every process: True when any process saw a non-finite loss in this step, or (without
+    a gradient scaler) the gradient norm is not finite. A sum all-reduce on the device; nothing is read back."""
+    any_bad = accelerator.reduce((~step_finite).float().reshape(1), reduction="sum")[0] > 0
+    if accelerator.scaler is None:
+        any_bad = any_bad | ~torch.isfinite(torch.as_tensor(grad_norm, device=any_bad.device))
+    return any_bad
+
+
+def apply_update(accelerator, optimizer, model, step_finite, max_norm: float, momentum, update_teacher=None):
+    """After the backward passes of a step: clip, decide the skip on the device, AdamW step, EMA teacher update.
+
+    accelerator: the run's `accelerate.Accelerator`; optimizer: the prepared fused AdamW; model: the prepared model
+    (its parameters are clipped); step_finite: bool 0-d tensor, every micro-batch's loss finite on this process;
+    momentum: float or 0-d tensor, this step's teacher momentum m; update_teacher: the unwrapped model's
+    `update_teacher` (or its compiled version).
+    Returns (grad_norm, skipped): 0-d tensors on the device.
+    """
+    grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+    skipped = skip_flag(accelerator, step_finite, grad_norm)
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps the torch one
+    if accelerator.scaler is None:
+        if not inner.defaults.get("fused"):
+            raise ValueError("apply_update skips a step on the device through fused AdamW's found_inf: build the "
+                             "optimizer with torch.optim.AdamW(..., fused=True)")
+        inner.found_inf = skipped.float()  # fused AdamW: 1 leaves parameters, moments and step count unchanged
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    momentum = torch.as_tensor(momentum, dtype=torch.float64, device=skipped.device)
+    # θ_teacher ← m·θ_teacher + (1 − m)·θ_student; m = 1 on a skipped step leaves the teacher exactly as it was
+    (update_teacher or accelerator.unwrap_model(model).update_teacher)(torch.where(skipped, 1.0, momentum))
+    return grad_norm, skipped
+
+
+class HostSyncCounter(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the operators that make the host wait for a value computed on the device: `aten._local_scalar_dense`
+    (`.item()`, `bool(t)`, `float(t)`, `int(t)`), `aten.is_nonzero` and the data-dependent-shape ops `nonzero`,
+    `masked_select`, `unique` — the CPU counterpart of `torch.cuda.set_sync_debug_mode("error")`, which exists only
+    on CUDA. `names` lists what was seen."""
+
+    SYNCING = ("_local_scalar_dense", "is_nonzero", "nonzero", "masked_select", "unique", "_unique2")
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in self.SYNCING:
+            self.names.append(name)
+        return func(*args, **(kwargs or {}))
