@@ -25,6 +25,7 @@ import torch
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
 from aasp_hf.training.masking import sample_query_indices, sample_view_masks, visible_indices
+from aasp_hf.training import plan
 from aasp_hf.sblu import sblu_magnitude
 
 HERE = Path(__file__).resolve().parent
@@ -352,24 +353,17 @@ def bench_pretrain(repeats):
 
 # ----------------------------------------------------------------------------------------------- 5. FLOPs of the stems
 def sblu_tap_flops(config, num_sequences: int) -> dict:
-    """FLOPs of the dense SBLU arithmetic that FlopCounterMode does not see (it counts matmuls/convolutions only).
-
-    Counted from the implementation (aasp_hf/sblu.py, forward): per (sequence, hidden channel, frame) element, with
-    c = (K−1)/2 taps per side, every tap d = 1..c costs a + b (1) and two addcmul (2 each) [analytic phase: + a − b
-    (1)], and every d < c the running power p ← p·z, one complex multiply (6 real FLOPs); set-up z = exp(−Δα)·(cos,
-    −sin)(Δβ) ≈ 8 (transcendentals counted as 1), |r| = sqrt(re² + im²) 4, 2·Γ·|r| with Γ of Eq. (6) ≈ 14.
-    In masked pre-training the taps are a depthwise conv1d per visible token, which the counter does see.
-    """
-    half = (config.sblu_kernel_size - 1) // 2
-    per_tap = 6 if config.sblu_phase == "analytic" else 5
-    per_element = per_tap * half + 6 * (half - 1) + 8 + 4 + 14
-    return {"sblu_taps": per_element * num_sequences * config.sblu_hidden_size * config.num_frames,
-            "sblu_taps_per_element": per_element}
+    """FLOPs of the dense SBLU arithmetic that FlopCounterMode does not see (`aasp_hf.training.plan.sblu_tap_flops`,
+    which `--plan` uses too; the per-element count is derived there from aasp_hf/sblu.py's forward).
+    In masked pre-training the taps are a depthwise conv1d per visible token, which the counter does see."""
+    return {"sblu_taps": plan.sblu_tap_flops(config, num_sequences),
+            "sblu_taps_per_element": plan.sblu_tap_flops_per_element(config)}
 
 
 def highpass_flops(config, num_sequences: int) -> int:
-    """The zero-phase high-pass is an FFT convolution; counted as its direct equivalent, 2·L per output sample."""
-    return 2 * (2 * config.sblu_highpass_num_taps - 1) * num_sequences * config.num_mel_bins * config.num_frames
+    """The zero-phase high-pass is an FFT convolution; counted as its direct equivalent, 2·L per output sample
+    (`aasp_hf.training.plan.highpass_flops`)."""
+    return plan.highpass_flops(config, num_sequences)
 
 
 def appendix_d_terms(config, num_visible: int) -> dict:
