@@ -157,6 +157,19 @@ class FinetuneArguments:
                                  "and saved model are deleted first); without it or --resume such a folder is refused"}
     )
     mixed_precision: str | None = field(default=None, metadata={"help": "'no' | 'bf16' | 'fp16'"})
+    # --plan (aasp_hf.training.plan)
+    plan: bool = field(
+        default=False, metadata={"help": "print what the run will cost (parameters, FLOPs, peak memory per device, "
+                                 "largest batch, step time, GPU-hours) and exit; reads only the encoder's config.json"}
+    )
+    plan_memory_gb: float = field(default=80, metadata={"help": "--plan: memory per device (GiB) for the largest batch"})
+    plan_accelerator: str = field(
+        default="H100 SXM", metadata={"help": "--plan: H100 SXM, H100 PCIe, H200, A100 80GB or L4 (datasheet figures)"}
+    )
+    plan_mfu: float = field(default=0.4, metadata={"help": "--plan: ASSUMED model-FLOPs utilisation for the step time"})
+    plan_num_processes: int | None = field(
+        default=None, metadata={"help": "--plan: processes (GPUs) to plan for; unset: what `accelerate launch` gives"}
+    )
 
 
 def parse_args(argv=None) -> FinetuneArguments:
@@ -509,6 +522,13 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
 # ----------------------------------------------------------------------------------------------- main
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.plan:  # what the run will cost, computed on fake tensors; builds nothing else, writes nothing
+        from aasp_hf.training.plan import print_finetuning_plan
+
+        try:
+            return print_finetuning_plan(args)
+        except ValueError as error:
+            raise SystemExit(f"finetune.py --plan: error: {error}") from None
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     output_dir = Path(args.output_dir)
     # a folder holding a run is refused without --resume / --overwrite_output_dir (before anything is written)

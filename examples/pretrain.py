@@ -174,6 +174,19 @@ class PretrainingArguments:
     probe_encoders: str = field(default="student,teacher", metadata={"help": "which encoders the probe scores"})
     probe_k: int = field(default=10, metadata={"help": "neighbours of the cosine k-NN probe"})
     probe_ridge: float = field(default=1.0, metadata={"help": "ridge probe penalty per standardised feature"})
+    plan: bool = field(
+        default=False, metadata={"help": "print what the run will cost (parameters, FLOPs, peak memory per device, "
+                                 "largest batch, step time, GPU-hours; aasp_hf.training.plan) and exit; no GPU, data "
+                                 "or output folder needed"}
+    )
+    plan_memory_gb: float = field(default=80, metadata={"help": "--plan: memory per device (GiB) for the largest batch"})
+    plan_accelerator: str = field(
+        default="H100 SXM", metadata={"help": "--plan: H100 SXM, H100 PCIe, H200, A100 80GB or L4 (datasheet figures)"}
+    )
+    plan_mfu: float = field(default=0.4, metadata={"help": "--plan: ASSUMED model-FLOPs utilisation for the step time"})
+    plan_num_processes: int | None = field(
+        default=None, metadata={"help": "--plan: processes (GPUs) to plan for; unset: what `accelerate launch` gives"}
+    )
 
 
 def parse_args(argv=None):
@@ -434,6 +447,13 @@ def write_logs(accelerator, history_path: Path, step: int, logs: dict):
 # ----------------------------------------------------------------------------------------------- main
 def main(argv=None) -> dict:
     data_args, model_args, args = parse_args(argv)
+    if args.plan:  # what the run will cost, computed on fake tensors; builds nothing else, writes nothing
+        from aasp_hf.training.plan import print_pretraining_plan
+
+        try:
+            return print_pretraining_plan(model_args, args)
+        except ValueError as error:
+            raise SystemExit(f"pretrain.py --plan: error: {error}") from None
     output_dir = Path(args.output_dir)
     # a folder holding a run is refused without --resume / --overwrite_output_dir (before anything is written)
     stale = check_output_dir(output_dir, args.resume, args.overwrite_output_dir,
