@@ -22,6 +22,7 @@ CHOICES = {
     "target_layer": ("block", "ffn"),
     "loss_scaling": ("mean", "eat"),
     "student_stem_input": ("masked", "full"),
+    "initialization": ("trunc_normal", "eat"),
 }
 
 
@@ -34,6 +35,18 @@ class AaspConfig(PreTrainedConfig):
         hidden_act (`str`, "gelu"), hidden_dropout_prob (`float`, 0.0), attention_probs_dropout_prob (`float`, 0.0).
         drop_path_rate (`float`, 0.0): stochastic depth, increasing linearly over the layers up to this value.
         layer_norm_eps (`float`, 1e-6), initializer_range (`float`, 0.02), qkv_bias (`bool`, True).
+        initialization (`str`, "trunc_normal"): how a new model's weights are drawn (loaded weights are untouched).
+            "trunc_normal": every Linear and Conv weight and the CLS token from N(0, `initializer_range`²)
+            truncated at ±2 (absolute), biases zero. "eat": EAT's initialisation, as its code does it: Linear weights
+            N(0, `initializer_range`²) (fairseq's `init_bert_params`), the conv patch stem Xavier-uniform on its
+            kernel flattened to (D, P_time·P_freq) with PyTorch's default bias (EAT models/images.py
+            `ImageEncoder`), the CLS token N(0, 1) (models/base.py, `init_extra_token_zero: false`), and the CNN
+            predictor at PyTorch's default (EAT resets its decoder with `reset_parameters`); AaPE's own
+            convolutions, which EAT lacks, keep the trunc_normal draw. The default stays "trunc_normal": the paper
+            does not state an initialisation, and every measurement in this repository was made with it; choose
+            "eat" to reproduce EAT's set-up. The CLS token passes through the embedding LayerNorm before the first
+            block, so its scale (N(0, 1) against std 0.02) changes its effective step size under AdamW, not the
+            initial forward.
         layer_norm_first (`bool`, False): False = EAT's post-norm blocks without a final norm;
             True = pre-norm ViT blocks with a final LayerNorm.
 
@@ -123,6 +136,7 @@ class AaspConfig(PreTrainedConfig):
         initializer_range=0.02,
         qkv_bias=True,
         layer_norm_first=False,
+        initialization="trunc_normal",
         num_mel_bins=128,
         num_frames=608,
         frequency_patch_size=16,
@@ -176,6 +190,7 @@ class AaspConfig(PreTrainedConfig):
         self.initializer_range = initializer_range
         self.qkv_bias = qkv_bias
         self.layer_norm_first = layer_norm_first
+        self.initialization = initialization
         self.num_mel_bins = num_mel_bins
         self.num_frames = num_frames
         self.frequency_patch_size = frequency_patch_size

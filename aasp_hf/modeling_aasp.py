@@ -665,8 +665,26 @@ class AaspPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
+        """`config.initialization`: "trunc_normal" (default) or "eat" (EAT's published initialisation).
+
+        trunc_normal: every Linear / Conv1d / Conv2d weight from N(0, `initializer_range`²) truncated at ±2
+        (absolute, as timm's `trunc_normal_`: at std 0.02 practically untruncated), biases zero, the CLS token
+        likewise. eat: EAT's (and data2vec 2.0's) initialisation,
+        read from its code: `init_bert_params` (fairseq, applied by EAT models/EAT_pretraining.py
+        `Data2VecMultiModel.__init__`) draws every Linear weight from N(0, 0.02²), bias zero; EAT models/images.py
+        `ImageEncoder.__init__` applies `xavier_uniform_` to the conv stem's weight viewed as (D, P_time·P_freq), i.e.
+        U(±sqrt(6 / (P_time·P_freq + D))), and leaves its bias at PyTorch's default U(±1/sqrt(P_time·P_freq));
+        models/base.py `ModalitySpecificEncoder.__init__` draws the CLS token (`extra_tokens`,
+        `init_extra_token_zero: false`) from N(0, 1). AaPE's own convolutions (no EAT counterpart) keep the
+        trunc_normal scheme in both. LayerNorm / GroupNorm: weight one, bias zero in both.
+        """
         std = self.config.initializer_range
-        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d)):
+        eat = self.config.initialization == "eat"
+        if isinstance(module, nn.Linear) and eat:
+            init.normal_(module.weight, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d)):
             init.trunc_normal_(module.weight, std=std)
             if module.bias is not None:
                 init.zeros_(module.bias)
@@ -675,6 +693,11 @@ class AaspPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
         if isinstance(module, AaspEmbeddings):  # fixed tensors are recomputed (models are built on meta devices)
             init.copy_(module.position_embeddings, module.compute_position_embeddings())
+            if eat:  # Xavier-uniform on the kernel flattened to (D, P_time·P_freq); PyTorch's default bias
+                fan_out, fan_in = module.projection.weight.shape[0], module.projection.weight[0].numel()
+                bound = (6.0 / (fan_in + fan_out)) ** 0.5
+                init.uniform_(module.projection.weight, -bound, bound)
+                init.uniform_(module.projection.bias, -(fan_in**-0.5), fan_in**-0.5)
         elif isinstance(module, AaspSBLU):
             init.copy_(module.highpass_kernel, module.compute_highpass_kernel(self.config))
             if module.static_decay is not None:
@@ -684,7 +707,10 @@ class AaspPreTrainedModel(PreTrainedModel):
                 targets = torch.linspace(0.05, 0.95, per_group).repeat(self.config.num_frequency_patches)
                 init.copy_(module.static_frequency, torch.logit(targets))
         elif isinstance(module, AaspModel):
-            init.trunc_normal_(module.cls_token, std=std)
+            if eat:
+                init.normal_(module.cls_token, std=1.0)
+            else:
+                init.trunc_normal_(module.cls_token, std=std)
 
     # Fields that define the trained network (its weights' shapes or what they compute). An explicit `config=`
     # passed to `from_pretrained` must agree with the checkpoint on these; heads, dropout and pooling may differ.

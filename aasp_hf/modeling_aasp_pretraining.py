@@ -243,6 +243,15 @@ class AaspForPreTraining(AaspPreTrainedModel):
         if isinstance(module, AaspPredictor):  # fixed positions are recomputed (models are built on meta devices)
             init.copy_(module.position_embeddings, module.compute_position_embeddings(self.config))
             init.trunc_normal_(module.mask_token, std=self.config.initializer_range)
+        cnn = self.predictor if isinstance(getattr(self, "predictor", None), AaspCNNPredictor) else None
+        if cnn is not None and self.config.initialization == "eat" and module in (*cnn.convs, cnn.output_projection):
+            # EAT resets its decoder to PyTorch's defaults (models/images.py `ImageEncoder.reset_parameters` ->
+            # models/modules.py `DecoderBase.reset_parameters`; the convolutions are never re-initialised):
+            # weights kaiming_uniform_(a=√5), i.e. U(±1/sqrt(fan_in)), biases U(±1/sqrt(fan_in)). Matched layer by
+            # layer: transformers skips a container without parameters of its own (the predictor) in custom code.
+            fan_in = module.weight[0].numel()
+            init.kaiming_uniform_(module.weight, a=5**0.5)
+            init.uniform_(module.bias, -(fan_in**-0.5), fan_in**-0.5)
 
     def train(self, mode: bool = True):
         super().train(mode)

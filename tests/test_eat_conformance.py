@@ -149,3 +149,53 @@ def test_cnn_predictor_defaults_are_eats_decoder():
     assert ours == tuple(eat.values())
     with pytest.raises(ValueError, match="AaspConfig.predictor_cnn_mask_noise_std=-0.1"):
         AaspConfig(predictor_cnn_mask_noise_std=-0.1)
+
+
+# ----------------------------------------------------------------------------------------------- initialisation
+def test_eat_initialisation_draws_the_stem_cls_and_linears_as_eat_does(tmp_path):
+    """EAT models/images.py ImageEncoder.__init__ (xavier_uniform_ on the stem kernel viewed as (D, 256)), models/base.py
+    ModalitySpecificEncoder.__init__ (extra_tokens normal_), fairseq init_bert_params (Linear N(0, 0.02²))."""
+    from aasp_hf import AaspForPreTraining, AaspModel
+
+    kwargs = tiny_config_kwargs(hidden_size=64, intermediate_size=128, num_mel_bins=64, patch_embedding="spe")
+    torch.manual_seed(0)
+    eat = AaspModel(AaspConfig(initialization="eat", **kwargs))
+    default = AaspModel(AaspConfig(**kwargs))
+    assert AaspConfig().initialization == "trunc_normal"
+
+    # stem: U(±a), a = sqrt(6 / (fan_in + fan_out)) with fan_in = 1·16·16 (the flattened kernel), fan_out = D
+    stem = eat.embeddings.projection
+    bound = math.sqrt(6.0 / (16 * 16 + 64))
+    assert stem.weight.abs().max() <= bound and stem.weight.abs().max() > 0.99 * bound
+    assert stem.weight.var().item() == pytest.approx(bound**2 / 3, rel=0.05)  # variance of U(±a) = a²/3
+    assert stem.bias.abs().max() <= 1 / 16 and stem.bias.abs().max() > 0.5 / 16  # PyTorch's default bias
+    assert default.embeddings.projection.weight.std().item() == pytest.approx(0.02, rel=0.05)  # trunc_normal
+
+    # CLS ~ N(0, 1) against std 0.02 by default
+    assert 0.6 < eat.cls_token.std() < 1.4 and default.cls_token.std() < 0.05
+
+    # Linear weights N(0, 0.02²), not truncated: ~4.6 % beyond 2σ; biases zero
+    weights = torch.cat([m.weight.flatten() for m in eat.modules() if isinstance(m, torch.nn.Linear)])
+    assert weights.std().item() == pytest.approx(0.02, rel=0.05)
+    assert (weights.abs() > 0.04).float().mean().item() == pytest.approx(0.0455, abs=0.01)
+    assert all(not m.bias.any() for m in eat.modules() if isinstance(m, torch.nn.Linear) and m.bias is not None)
+
+    # the CNN predictor at PyTorch's default: U(±1/sqrt(fan_in)) for weights and biases
+    config = AaspConfig(**tiny_pretraining_kwargs(initialization="eat", predictor_type="cnn",
+                                                  predictor_cnn_hidden_size=32, predictor_cnn_groups=4))  # fmt: skip
+    for layer in [*AaspForPreTraining(config).predictor.convs, AaspForPreTraining(config).predictor.output_projection]:
+        limit = layer.weight[0].numel() ** -0.5
+        assert layer.weight.abs().max() <= limit and layer.weight.abs().max() > 0.9 * limit
+        assert layer.bias.abs().max() <= limit and layer.bias.abs().max() > 0.3 * limit
+
+    # loaded weights are never re-drawn (the model is built on the meta device, then the checkpoint fills it)
+    eat.save_pretrained(tmp_path)
+    again = AaspModel.from_pretrained(tmp_path)
+    assert again.config.initialization == "eat"
+    for (name, a), b in zip(eat.state_dict().items(), again.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def tiny_pretraining_kwargs(**overrides):
+    return tiny_config_kwargs(predictor_hidden_size=16, predictor_num_attention_heads=2, predictor_num_layers=2,
+                              mask_block_sizes=[[1, 2]], **overrides)  # fmt: skip
