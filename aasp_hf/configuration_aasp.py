@@ -59,7 +59,7 @@ class AaspConfig(PreTrainedConfig):
         sblu_kernel_size (`int`, 63): K, odd. sblu_hidden_size (`int`, 128): H. sblu_output_size (`int`, 1024): C.
         sblu_epsilon (`float`, 0.01): ε, edge attenuation that sets α_min. sblu_step (`float`, 0.01): Δ in seconds.
         sblu_adaptive (`bool`, True): Lambda-encoder-driven (α, β) per frame; False = learnable static (α, β)
-            per hidden channel. sblu_phase (`str`, "symmetric"): kernel phase, "symmetric" (Eq. 5 as written)
+            per hidden channel. sblu_phase (`str`, "symmetric"): kernel phase, "symmetric" (Eq. 3 as written)
             or "analytic" (one-sided phase). sblu_highpass_num_taps (`int`, 63): taps of the zero-phase FIR.
         lambda_encoder_reduction (`int`, 6): r, width D/r. lambda_encoder_num_layers (`int`, 3): L.
         lambda_encoder_num_attention_heads (`int`, 2). lambda_encoder_mlp_ratio (`float`, 4.0).

@@ -1,7 +1,7 @@
 """AaSP pre-training objectives: the pooled teacher targets and the three losses L_m, L_u and L_c.
 
 Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers",
-Sec. "Predictor and Pre-training Objectives" (Eq. loss_contrastive) and Sec. "Training Setup".
+Sec. "Predictor and Pre-training Objectives" (Eq. 5) and Sec. "Training Setup".
 
     L_total = L_m + η_u·L_u + η_c·L_c          (η_u = 1, η_c = 0.1 in the paper; the caller weights the terms)
 
@@ -258,7 +258,7 @@ def clip_loss(student_cls: torch.Tensor, targets: torch.Tensor, scaling: str = "
 def multi_view_contrastive_loss(
     embeddings: torch.Tensor, temperature: float = 0.2, gather: bool = False
 ) -> torch.Tensor:
-    """L_c, Eq. (loss_contrastive): multi-positive InfoNCE over the M masked views of each clip.
+    """L_c, Eq. (5): multi-positive InfoNCE over the M masked views of each clip.
 
         L_c = −(1/N_vis) Σ_i (1/|P(i)|) Σ_{p∈P(i)} log( exp(z̃_i·z̃_p/τ) / Σ_{a∈A(i)} exp(z̃_i·z̃_a/τ) )
 

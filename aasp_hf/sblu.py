@@ -10,21 +10,24 @@ Symbols and names used throughout this file:
     β  -> ``frequency``     imaginary part of λ, angular modulation frequency in rad/s, see ``sblu_frequency_range``
     K  -> ``kernel_size``   number of taps k = 0..K-1 (odd, > 1); centre c = (K-1)/2
     v  -> ``values``        the high-passed, B̄-projected subband signals (B, H, T)
-    r  ->                   the complex SBLU response of Eq. (5); the model uses |r|
+    r  ->                   the complex SBLU response of Eq. (3); the model uses |r|
 
 Shapes: B batch, H SBLU hidden channels, T frames, C channels of ``zero_phase_highpass`` (mel bins).
 
-What lives here (the rest of AaPE, i.e. B̄, C̄, Γ scaling, GroupNorm and the time patchifier, is in the model):
+What lives here: the operator and its helpers, then the layer built around it.
 
     sblu_decay_min, sblu_frequency_range   band and stability bounds (Sec. SBLU, "Band focusing")
-    sblu_gamma                             γ of Eq. (6), the per-channel normalisation Γ
+    sblu_gamma                             γ of Eq. (4), the per-channel normalisation Γ
     highpass_fir_taps, zero_phase_kernel,  the zero-phase high-pass filter of AaPE (a)
     zero_phase_highpass
-    sblu_magnitude                         |r| of Eq. (5): memory-efficient custom autograd Function (AaPE (c))
-    sblu_token_magnitude                   |r| of Eq. (5) at one token's frames, (α, β) fixed per row (pre-training)
-    sblu_magnitude_reference               float64 oracle that evaluates Eq. (5) literally (for tests)
+    sblu_magnitude                         |r| of Eq. (3): memory-efficient custom autograd Function (AaPE (c))
+    sblu_token_magnitude                   |r| of Eq. (3) at one token's frames, (α, β) fixed per row (pre-training)
+    sblu_magnitude_reference               float64 oracle that evaluates Eq. (3) literally (for tests)
+    AaspSBLU                               the SBLU branch of AaPE (a)–(d): high-pass, B̄, 2Γ|r|, C̄, GroupNorm, time
+                                           patchifier; one forward, dense or at each view's visible tokens
 
-This file ships to the Hub as remote code: it imports only ``math``, ``numpy`` and ``torch``.
+This file ships to the Hub as remote code: it imports only ``math``, ``numpy``, ``torch`` and its sibling
+``configuration_aasp.py``.
 """
 
 import math
@@ -32,9 +35,10 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .configuration_aasp import CHOICES
+from .configuration_aasp import CHOICES, AaspConfig
 
 
 SBLU_PHASES = CHOICES["sblu_phase"]
@@ -112,7 +116,7 @@ def sblu_frequency_range(step: float, time_patch_size: int) -> tuple[float, floa
 
 
 def sblu_gamma(decay: torch.Tensor, frequency: torch.Tensor, step: float) -> torch.Tensor:
-    """γ = |λ⁻¹·sinh(Δλ/2)| with λ = α + jβ, Eq. (6) / Appendix B. Elementwise, any (broadcastable) shapes.
+    """γ = |λ⁻¹·sinh(Δλ/2)| with λ = α + jβ, Eq. (4) / Appendix B. Elementwise, any (broadcastable) shapes.
 
     The paper writes γ = sqrt((cosh²(Δα/2) − cos²(Δβ/2)) / (α² + β²)); we evaluate the identical
     sqrt((sinh²(Δα/2) + sin²(Δβ/2)) / (α² + β²)), which has no cancellation for small Δα and Δβ.
@@ -204,11 +208,11 @@ def zero_phase_highpass(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# SBLU response magnitude |r| (Eq. 5, AaPE (c)) — memory-efficient autograd Function
+# SBLU response magnitude |r| (Eq. 3, AaPE (c)) — memory-efficient autograd Function
 # ----------------------------------------------------------------------------------------------------------------------
 #
 # r[n] = Σ_k w_n[k−c] · v[n+k−c] with the per-frame kernel (α_n, β_n belong to OUTPUT frame n, zero padding)
-#     symmetric (Eq. 5 as written):  w_n[j] = exp(−Δ(α_n + jβ_n)|j|)
+#     symmetric (Eq. 3 as written):  w_n[j] = exp(−Δ(α_n + jβ_n)|j|)
 #     analytic (one-sided phase):    w_n[j] = exp(−Δα_n|j|) · exp(−jΔβ_n j)
 # With z_n = exp(−Δ(α_n + jβ_n)) and the distance d = |j| = 0..c, split the sum at the centre:
 #     r[n] = Σ_d z_f[n]^d v[n+d] + Σ_d z_b[n]^d v[n−d] − v[n],   z_f = z;  z_b = z (symmetric) or conj(z) (analytic).
@@ -351,7 +355,7 @@ def _sblu_backward_block(grad_magnitude, values, decay, frequency, response_re, 
 
 
 class SbluMagnitudeFunction(torch.autograd.Function):
-    """|r| of Eq. (5) with taps generated on the fly; saves only v, α, β, Re r, Im r (each (B, H, T)).
+    """|r| of Eq. (3) with taps generated on the fly; saves only v, α, β, Re r, Im r (each (B, H, T)).
 
     Eager CPU calls work block by block (rows of ≤ _SBLU_BLOCK_ELEMENTS padded elements), so besides the saved
     tensors, the output and the gradients only block-sized temporaries are alive; accelerators and
@@ -395,7 +399,7 @@ def sblu_magnitude(
     kernel_size: int,
     phase: str = "symmetric",
 ) -> torch.Tensor:
-    """|r| of Eq. (5): the magnitude of the adaptive bilateral complex-sinusoid convolution (AaPE (c)).
+    """|r| of Eq. (3): the magnitude of the adaptive bilateral complex-sinusoid convolution (AaPE (c)).
 
     Args:
         values: v (B, H, T), the high-passed subband signals after B̄.
@@ -403,14 +407,14 @@ def sblu_magnitude(
         frequency: β (B, H, T) in rad/s, the frequency of OUTPUT frame n's kernel (Im λ).
         step: Δ in seconds.
         kernel_size: K, odd and > 1; centre c = (K−1)/2.
-        phase: ``"symmetric"`` — the paper's Eq. (5) as written, r[n] = Σ_k exp(−Δ(α_n + jβ_n)|k−c|)·v[n+k−c];
+        phase: ``"symmetric"`` — the paper's Eq. (3) as written, r[n] = Σ_k exp(−Δ(α_n + jβ_n)|k−c|)·v[n+k−c];
             ``"analytic"`` — r[n] = Σ_k exp(−Δα_n|k−c|)·exp(−jΔβ_n(k−c))·v[n+k−c], the one-sided-phase kernel
             of the paper's window analysis (steady envelope on a pure modulation, see SPEC_NOTES §2).
 
     Returns:
         |r| (B, H, T), float32 (float64 when any input is float64). v is zero outside [0, T).
 
-    The Γ and 2·C̄ factors of Eq. (5) are applied by the caller (see ``sblu_gamma``). Memory: autograd keeps
+    The Γ and 2·C̄ factors of Eq. (3) are applied by the caller (see ``sblu_gamma``). Memory: autograd keeps
     v, α, β, Re r, Im r — O(B·H·T) — and the backward pass regenerates the taps; no (B, H, T, K) tensor is ever
     built. Under ``torch.autocast`` the inputs are cast to float32 and autocast is disabled inside.
     """
@@ -430,7 +434,7 @@ def sblu_token_magnitude(
     kernel_size: int,
     phase: str = "symmetric",
 ) -> torch.Tensor:
-    """|r| of Eq. (5) for rows whose (α, β) stay constant over the output frames (masked pre-training, per token).
+    """|r| of Eq. (3) for rows whose (α, β) stay constant over the output frames (masked pre-training, per token).
 
     Args:
         windows: (G, P + K − 1) — row g holds v[n0 − c .. n0 + P − 1 + c] (zeros outside the clip) around the P output
@@ -442,7 +446,7 @@ def sblu_token_magnitude(
         |r| (G, P), float32 (float64 for float64 inputs): exactly ``sblu_magnitude`` at those P frames.
 
     A token's (α, β) do not change within its P_time frames, so each row needs one K-tap complex kernel: the kernel
-    (G, K) is built tap by tap as in Eq. (5) (O(G·K) memory, not O(G·P·K)) and applied as depthwise conv1d (Re and
+    (G, K) is built tap by tap as in Eq. (3) (O(G·K) memory, not O(G·P·K)) and applied as depthwise conv1d (Re and
     Im kernels); plain autograd differentiates it. |r| is clamped away from 0 under the square
     root so that an all-zero window has a zero (not NaN) gradient, as in ``SbluMagnitudeFunction``.
     """
@@ -486,7 +490,7 @@ def sblu_magnitude_reference(
     kernel_size: int,
     phase: str = "symmetric",
 ) -> torch.Tensor:
-    """float64 oracle for ``sblu_magnitude``: Eq. (5) evaluated literally, tap by tap (tests only).
+    """float64 oracle for ``sblu_magnitude``: Eq. (3) evaluated literally, tap by tap (tests only).
 
     Each tap k builds its complex weight directly, w = exp(−Δα|k−c|)·(cos(Δβ s) − j·sin(Δβ s)) with s = |k−c|
     (symmetric) or s = k−c (analytic), and multiplies it with the zero-padded, shifted v[n+k−c]. Same arguments
@@ -507,3 +511,296 @@ def sblu_magnitude_reference(
         )  # (B, H, T) complex
         response = response + weight * padded[..., k : k + frames]  # v[n+k−c], (B, H, T)
     return response.abs()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The SBLU layer of AaPE: high-pass, B̄, |r|, Γ, C̄, GroupNorm and the time patchifier around the operator above
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _masked_group_norm(x, norm: nn.GroupNorm, visibility):
+    """GroupNorm whose statistics cover only the visible frames of each group.
+
+    x: (B, C, T); visibility: float (B, G or 1, T) with G = norm.num_groups, 1 = real/visible, or None (plain GroupNorm).
+    """
+    if visibility is None:
+        return norm(x)
+    dtype = torch.promote_types(x.dtype, torch.float32)  # statistics in float32 also under autocast
+    batch_size, channels, num_frames = x.shape
+    groups = x.to(dtype).reshape(batch_size, norm.num_groups, channels // norm.num_groups, num_frames)  # -> (B, G, C/G, T)
+    weight = visibility[:, :, None, :].to(dtype)  # (B, G|1, 1, T)
+    count = weight.sum(-1, keepdim=True).clamp(min=1.0) * groups.shape[2]  # (B, G|1, 1, 1)
+    mean = (groups * weight).sum((2, 3), keepdim=True) / count
+    var = ((groups - mean).square() * weight).sum((2, 3), keepdim=True) / count
+    groups = (groups - mean) * torch.rsqrt(var + norm.eps)
+    x = groups.reshape(batch_size, channels, num_frames)  # (B, G, C/G, T) -> (B, C, T)
+    return x * norm.weight.to(dtype)[:, None] + norm.bias.to(dtype)[:, None]
+
+
+class AaspSBLU(nn.Module):
+    """Adaptive SBLU branch (paper Sec. SBLU, Eq. 3–4, and Sec. AaPE (2) a–d): log-mel -> X_alias tokens.
+
+    (a) zero-phase FIR high-pass along time (cut-off β_min), (b) B̄: grouped 1×1 conv F -> H (F̃ groups),
+    (c) y = 2·Γ·|Σ_k exp(−ΔΛ|k−c|) v[n+k−c]| with per-frame Λ = α + jβ (taps generated on the fly),
+    then C̄: grouped 1×1 conv H -> C, (d) GroupNorm (F̃ groups), depthwise time conv (kernel = stride = P_time),
+    reshape to C̃ features per (time, frequency) patch. Non-adaptive: Λ is a learnable static (α, β) per channel.
+    """
+
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        self.config = config
+        groups = config.num_frequency_patches
+        self.step = config.sblu_step
+        self.kernel_size = config.sblu_kernel_size
+        self.phase = config.sblu_phase
+        self.input_projection = nn.Conv1d(config.num_mel_bins, config.sblu_hidden_size, 1, groups=groups)  # B̄
+        self.output_projection = nn.Conv1d(config.sblu_hidden_size, config.sblu_output_size, 1, groups=groups)  # C̄
+        self.norm = nn.GroupNorm(groups, config.sblu_output_size)
+        self.time_patchify = nn.Conv1d(
+            config.sblu_output_size,
+            config.sblu_output_size,
+            kernel_size=config.time_patch_size,
+            stride=config.time_patch_size,
+            groups=config.sblu_output_size,
+        )
+        self.register_buffer("highpass_kernel", self.compute_highpass_kernel(config), persistent=False)
+        self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
+        self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
+        if config.sblu_adaptive:
+            self.static_decay = self.static_frequency = None
+        else:  # unbounded parameters, mapped like the Lambda encoder's outputs
+            self.static_decay = nn.Parameter(torch.zeros(config.sblu_hidden_size))
+            self.static_frequency = nn.Parameter(torch.zeros(config.sblu_hidden_size))
+
+    @staticmethod
+    def compute_highpass_kernel(config) -> torch.Tensor:
+        """Combined forward–backward (zero-phase) kernel of the 63-tap Hamming high-pass at β_min, float32 (2K'−1,)."""
+        frame_rate = 1.0 / config.sblu_step
+        cutoff_hz = frame_rate / (2.0 * config.time_patch_size)  # β_min / 2π = 1/(2·Δ·S_time)
+        taps = highpass_fir_taps(config.sblu_highpass_num_taps, cutoff_hz, frame_rate)
+        return torch.from_numpy(zero_phase_kernel(taps)).float()
+
+    def stem_dtype(self, mel):
+        """The dtype of the high-pass, B̄ and |r|: float32 for half/bfloat16/float32 models and inputs, float64 when
+        the model or the input is float64 (so a float64 model is float64 end to end)."""
+        return compute_dtype(mel, self.input_projection.weight)
+
+    def static_parameters(self):
+        """Bounded static (α, β), each (H,), for the non-adaptive SBLU; float32 (float64 in a float64 model)."""
+        dtype = torch.promote_types(self.static_decay.dtype, torch.float32)
+        decay = F.softplus(self.static_decay.to(dtype)) + self.decay_min
+        frequency = (self.frequency_max - self.frequency_min) * torch.sigmoid(self.static_frequency.to(dtype))
+        return decay, frequency + self.frequency_min
+
+    def forward(self, mel, decay=None, frequency=None, visibility=None, visible_indices=None):
+        """X_alias tokens of a log-mel, densely (fine-tuning, inference) or at each view's visible tokens only (masked
+        pre-training, ``visible_indices`` given).
+
+        mel: (B, F, T). decay, frequency: the SBLU's (α, β), or None for the non-adaptive SBLU (its static Λ):
+            dense: float32 (B, H, T), one (α, β) per hidden channel and frame;
+            visible tokens: float32 (B·M, V, H/F̃), one (α, β) per visible token and channel of its group.
+        visibility: dense only, float (B, F̃ or 1, T) or None — 1 where a frequency group's frame is real and visible.
+        visible_indices: (B·M, V) visible token indices (time-major, t·F̃ + f) of M views per clip, or None.
+        Returns X_alias tokens: dense (B, N, C̃); visible tokens float32 (B·M, V, C̃) (float64 in a float64 model).
+
+        Dense: hidden or padded (group, frame) positions are zeroed at the input and after B̄, exactly like the zero
+        padding at a clip's end, and left out of the GroupNorm statistics: a padded clip gives the same features as
+        the unpadded one, and with per-group visibility a visible token's features carry nothing from hidden patches.
+
+        Visible tokens (``config.student_stem_input="masked"``, the default): the dense result on each view's mel with
+        per-group visibility, taken at the visible tokens (a test checks this in float64). Only the high-pass runs on
+        the whole masked view (one FFT, no gradient); from there on everything is token-local: B̄ on a window of ±c
+        frames around the token's P_time frames, |r| at those P_time frames (sblu_token_magnitude, one kernel per
+        token and hidden channel), C̄ with the token's group weights, GroupNorm statistics gathered over each
+        (view, group)'s visible tokens, and the time patchifier. Hidden tokens cost nothing past the high-pass: with
+        80 % masking, about a fifth of the dense stem per view. All of it runs with autocast off: B̄, |r|, C̄ and the
+        statistics in float32 (float64 in a float64 model).
+
+        ``config.student_stem_input="full"`` (EAT's order): the high-pass runs once per clip on the unmasked mel,
+        shared by its M views, and the windows keep the real hidden frames (only frames outside the clip are zero),
+        so a visible token sees its hidden neighbours; the rest is the same token-local path. The result is the
+        dense stem on the unmasked clip, with the visible tokens' (α, β) and GroupNorm statistics over each
+        (view, group)'s visible tokens (the hidden tokens' features are never computed), taken at the visible
+        tokens (a test checks this against a float64 dense computation).
+
+        Token-path steps (each a method below): the visibility of every (view, group, frame); (a) high-pass and the
+        windows of ±c frames around each visible token; (b) B̄; (c) 2Γ|r|; C̄; (d) GroupNorm and the time patchifier.
+        """
+        if visible_indices is not None:
+            if visibility is not None:
+                raise ValueError("give visibility (dense) or visible_indices (visible tokens only), not both")
+            return self._forward_visible_tokens(mel, visible_indices, decay, frequency)
+        c = self.config
+        batch_size, _, num_frames = mel.shape
+        if decay is None:
+            static_decay, static_frequency = self.static_parameters()
+            decay = static_decay[None, :, None].expand(batch_size, -1, num_frames)  # (H,) -> (B, H, T)
+            frequency = static_frequency[None, :, None].expand(batch_size, -1, num_frames)  # (H,) -> (B, H, T)
+
+        # The SBLU itself stays in float32 under autocast and in a bf16/fp16 model: its recurrence kernel decays to
+        # ε over K taps, which bf16's 8-bit mantissa cannot resolve. A float64 model computes it in float64.
+        dtype = self.stem_dtype(mel)
+        with torch.autocast(device_type=mel.device.type, enabled=False):
+            mel = mel.to(dtype)
+            if visibility is not None:
+                visibility = visibility.to(dtype)
+                bins_per_group = c.frequency_patch_size if visibility.shape[1] > 1 else 1
+                mel = mel * visibility.repeat_interleave(bins_per_group, dim=1)  # (B, F̃|1, T) -> (B, F|1, T)
+            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B, F, T)
+            projection = self.input_projection  # (b) B̄ in float32 even in a bf16/fp16 model
+            values = F.conv1d(
+                highpassed, projection.weight.to(dtype), projection.bias.to(dtype), groups=projection.groups
+            )  # (B, F, T) -> (B, H, T)
+            if visibility is not None:
+                channels_per_group = c.sblu_hidden_size // c.num_frequency_patches if visibility.shape[1] > 1 else 1
+                values = values * visibility.repeat_interleave(channels_per_group, dim=1)  # -> (B, H|1, T)
+            magnitude = sblu_magnitude(values, decay, frequency, self.step, self.kernel_size, self.phase)  # (c)
+            response = 2.0 * sblu_gamma(decay, frequency, self.step) * magnitude  # 2Γ|r|, (B, H, T)
+
+        features = self.output_projection(response.to(self.output_projection.weight.dtype))  # C̄: (B, H, T) -> (B, C, T)
+        features = _masked_group_norm(features, self.norm, visibility)  # (d)
+        features = self.time_patchify(features)  # (B, C, T) -> (B, C, T̃)
+        num_groups = c.num_frequency_patches
+        num_time_patches = features.shape[-1]
+        features = features.reshape(batch_size, num_groups, -1, num_time_patches)  # (B, C, T̃) -> (B, F̃, C̃, T̃)
+        features = features.permute(0, 3, 1, 2)  # (B, F̃, C̃, T̃) -> (B, T̃, F̃, C̃)
+        return features.reshape(batch_size, num_time_patches * num_groups, -1)  # (B, T̃, F̃, C̃) -> (B, N, C̃)
+
+    def _forward_visible_tokens(self, mel, views, decay=None, frequency=None):
+        """The visible-token path of ``forward`` (see there): views (B·M, V) -> (B·M, V, C̃)."""
+        num_groups = self.config.num_frequency_patches
+        group_index = views % num_groups  # (B·M, V): each token's frequency group f
+        visibility = self._view_visibility(views, mel.shape[-1])  # (B·M, F̃, T)
+
+        with torch.autocast(device_type=mel.device.type, enabled=False):
+            if decay is None:  # non-adaptive: the static (α, β) of each token's group channels
+                static_decay, static_frequency = self.static_parameters()
+                decay = _per_group(static_decay.reshape(num_groups, -1), group_index)  # (H,) -> (B·M, V, H/F̃)
+                frequency = _per_group(static_frequency.reshape(num_groups, -1), group_index)  # (B·M, V, H/F̃)
+            mel_windows, window_visible = self._token_windows(mel, views, visibility)  # (a)
+            values = self._token_input_projection(mel_windows, window_visible, group_index)  # (b)
+            response = self._token_response(values, decay, frequency)  # (c)
+            features = self._token_output_projection(response, group_index)
+            return self._token_norm_and_patchify(features, group_index)  # (d)
+
+    def _view_visibility(self, views, num_frames):
+        """1 where a (view, frequency group, frame) belongs to a visible token: float (B·M, F̃, T)."""
+        c = self.config
+        batch_views = views.shape[0]
+        num_time_patches = num_frames // c.time_patch_size
+        token_visible = views.new_zeros(batch_views, num_time_patches * c.num_frequency_patches, dtype=torch.bool)
+        token_visible = token_visible.scatter(1, views, True)  # (B·M, N)
+        token_visible = token_visible.reshape(batch_views, num_time_patches, -1)  # (B·M, N) -> (B·M, T̃, F̃)
+        return token_visible.transpose(1, 2).repeat_interleave(c.time_patch_size, dim=-1).float()  # -> (B·M, F̃, T)
+
+    def _token_windows(self, mel, views, visibility):
+        """(a) The high-passed mel around each visible token: its group's F/F̃ bins on the token's P_time frames and
+        ±c frames either side (zeros outside the clip), and which of those frames count (hidden ones do not under
+        "masked"). mel (B, F, T), views (B·M, V), visibility (B·M, F̃, T) ->
+        windows float32 or float64 (stem_dtype) (B·M, V, P + 2c, F/F̃), window_visible (B·M, V, P + 2c)."""
+        c = self.config
+        num_groups = c.num_frequency_patches
+        bins = c.frequency_patch_size  # F/F̃ mel bins per frequency group
+        half = (self.kernel_size - 1) // 2  # c
+        width = c.time_patch_size + 2 * half  # window length P + 2c
+        batch_views = views.shape[0]
+        num_frames = mel.shape[-1]
+        num_views = batch_views // mel.shape[0]
+        dtype = self.stem_dtype(mel)
+        time_index, group_index = views // num_groups, views % num_groups  # (B·M, V) each
+        rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (B·M, 1, 1)
+        if c.student_stem_input == "full":
+            # the unmasked clip high-passed once and shared by its M views; windows keep the hidden frames
+            highpassed = zero_phase_highpass(mel.to(dtype), self.highpass_kernel)  # (B, F, T); no gradient needed
+            source_rows = rows // num_views  # view b·M + m reads clip b, (B·M, 1, 1)
+            window_visible = torch.ones_like(visibility)  # (B·M, F̃, T): every frame of the clip counts
+        else:
+            # each view's mel with its hidden patches zeroed, high-passed along time
+            mel = mel.to(dtype).repeat_interleave(num_views, dim=0)  # (B, F, T) -> (B·M, F, T)
+            mel = mel.reshape(batch_views, num_groups, bins, num_frames)  # -> (B·M, F̃, F/F̃, T)
+            mel = (mel * visibility[:, :, None, :]).reshape(batch_views, -1, num_frames)  # -> (B·M, F, T)
+            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (B·M, F, T); no gradient needed
+            source_rows = rows
+            window_visible = visibility  # (B·M, F̃, T)
+
+        frames = time_index[..., None] * c.time_patch_size + torch.arange(width, device=views.device)  # (B·M, V, P+2c)
+        padded = F.pad(highpassed, (half, half))  # (B|B·M, F, T) -> (B|B·M, F, T + 2c)
+        padded = padded.reshape(padded.shape[0], num_groups, bins, -1).transpose(2, 3)
+        # (B|B·M, F, T + 2c) -> (B|B·M, F̃, F/F̃, T + 2c) -> (B|B·M, F̃, T + 2c, F/F̃)
+        windows = padded[source_rows, group_index[..., None], frames]  # (B·M, V, P + 2c, F/F̃)
+        window_visible = F.pad(window_visible, (half, half))[rows, group_index[..., None], frames]  # (B·M, V, P + 2c)
+        return windows, window_visible
+
+    def _token_input_projection(self, windows, window_visible, group_index):
+        """(b) B̄ with each token's group block, frames that do not count zeroed (outside the clip; hidden): v.
+        windows (B·M, V, P + 2c, F/F̃) -> (B·M, V, P + 2c, H/F̃) in the windows' dtype."""
+        c = self.config
+        num_groups = c.num_frequency_patches
+        channels = c.sblu_hidden_size // num_groups  # H/F̃
+        dtype = windows.dtype  # float32, float64 in a float64 model (the dtype of stem_dtype)
+        weight = self.input_projection.weight.to(dtype)  # (H, F/F̃, 1)
+        weight = weight.reshape(num_groups, channels, -1)  # (H, F/F̃, 1) -> (F̃, H/F̃, F/F̃)
+        weight = _per_group(weight, group_index)  # (B·M, V, H/F̃, F/F̃)
+        bias = _per_group(self.input_projection.bias.to(dtype).reshape(num_groups, 1, channels), group_index)
+        # bias: (H,) -> (F̃, 1, H/F̃) -> (B·M, V, 1, H/F̃)
+        values = windows @ weight.transpose(-1, -2) + bias  # (B·M, V, P + 2c, F/F̃) -> (B·M, V, P + 2c, H/F̃)
+        return values * window_visible[..., None]  # (B·M, V, P + 2c, H/F̃)
+
+    def _token_response(self, values, decay, frequency):
+        """(c) 2Γ|r| at each token's P_time frames, one kernel per (token, hidden channel).
+        values (B·M, V, P + 2c, H/F̃); decay, frequency (B·M, V, H/F̃) -> float32 (B·M, V, H/F̃, P)."""
+        batch_views, num_visible, width, channels = values.shape
+        windows = values.permute(0, 1, 3, 2).reshape(-1, width)  # (B·M, V, H/F̃, P + 2c) -> (B·M·V·H/F̃, P + 2c)
+        decay, frequency = decay.reshape(-1), frequency.reshape(-1)  # (B·M, V, H/F̃) -> (B·M·V·H/F̃,)
+        magnitude = sblu_token_magnitude(windows, decay, frequency, self.step, self.kernel_size, self.phase)
+        response = 2.0 * sblu_gamma(decay, frequency, self.step)[:, None] * magnitude  # (B·M·V·H/F̃, P)
+        return response.reshape(batch_views, num_visible, channels, -1)  # (B·M·V·H/F̃, P) -> (B·M, V, H/F̃, P)
+
+    def _token_output_projection(self, response, group_index):
+        """C̄ with each token's group block: (B·M, V, H/F̃, P) -> (B·M, V, C̃, P), float32 (float64 in a float64
+        model)."""
+        c = self.config
+        num_groups = c.num_frequency_patches
+        outputs, channels = c.sblu_output_size // num_groups, c.sblu_hidden_size // num_groups  # C̃, H/F̃
+        dtype = torch.promote_types(self.output_projection.weight.dtype, torch.float32)
+        weight = self.output_projection.weight.to(dtype)  # (C, H/F̃, 1)
+        weight = weight.reshape(num_groups, outputs, channels)  # (C, H/F̃, 1) -> (F̃, C̃, H/F̃)
+        weight = _per_group(weight, group_index)  # (B·M, V, C̃, H/F̃)
+        bias = _per_group(self.output_projection.bias.to(dtype).reshape(num_groups, outputs, 1), group_index)
+        # bias: (C,) -> (F̃, C̃, 1) -> (B·M, V, C̃, 1)
+        return weight @ response.to(dtype) + bias  # (B·M, V, H/F̃, P) -> (B·M, V, C̃, P)
+
+    def _token_norm_and_patchify(self, features, group_index):
+        """(d) GroupNorm with each (view, group)'s statistics over its visible tokens' C̃·P values (biased variance),
+        then the time patchifier: (B·M, V, C̃, P) -> (B·M, V, C̃)."""
+        num_groups = self.config.num_frequency_patches
+        batch_views, num_visible, outputs, patch = features.shape
+        dtype = features.dtype
+        group_id = (torch.arange(batch_views, device=features.device)[:, None] * num_groups + group_index).flatten()
+        # group_id: (B·M·V,), the (view, group) of each token
+        count = features.new_zeros(batch_views * num_groups)  # (B·M·F̃,) values per (view, group)
+        count = count.index_add(0, group_id, features.new_ones(group_id.shape)).clamp(min=1.0) * (outputs * patch)
+        mean = features.new_zeros(count.shape).index_add(0, group_id, features.sum((2, 3)).flatten()) / count
+        centred = features - mean[group_id].reshape(batch_views, num_visible, 1, 1)  # (B·M, V, C̃, P)
+        variance = features.new_zeros(count.shape).index_add(0, group_id, centred.square().sum((2, 3)).flatten())
+        scale = torch.rsqrt(variance / count + self.norm.eps)[group_id]  # (B·M·F̃,) -> (B·M·V,)
+        scale = scale.reshape(batch_views, num_visible, 1)  # (B·M·V,) -> (B·M, V, 1)
+
+        # GroupNorm's affine (γ, b) and the time patchifier (depthwise, kernel = stride = P: weights w, bias b')
+        # are both per channel and linear, so they fold into one weighted sum over each token's P frames:
+        #   Σ_p w[p]·(γ·x̂[p] + b) + b' = Σ_p (γ·w[p])·x̂[p] + (b·Σ_p w[p] + b'), for every channel
+        time_weight = self.time_patchify.weight.to(dtype)  # (C, 1, P)
+        time_weight = time_weight.reshape(num_groups, outputs, patch)  # (C, 1, P) -> (F̃, C̃, P)
+        gamma = self.norm.weight.to(dtype).reshape(num_groups, outputs, 1)  # (C,) -> (F̃, C̃, 1)
+        beta = self.norm.bias.to(dtype).reshape(num_groups, outputs)  # (C,) -> (F̃, C̃)
+        time_bias = self.time_patchify.bias.to(dtype).reshape(num_groups, outputs)  # (C,) -> (F̃, C̃)
+        folded_weight = _per_group(gamma * time_weight, group_index)  # (B·M, V, C̃, P)
+        folded_bias = _per_group(beta * time_weight.sum(-1) + time_bias, group_index)  # (B·M, V, C̃)
+        return scale * (centred * folded_weight).sum(-1) + folded_bias  # (B·M, V, C̃)
+
+
+def _per_group(table, group_index):
+    """A per-group table (F̃, ...) -> each token's row (B·M, V, ...) for group indices (B·M, V). F.embedding is an
+    exact gather whose backward is a fast segment sum (plain indexing's backward is a slow scatter-add on the CPU)."""
+    rows = F.embedding(group_index, table.reshape(table.shape[0], -1))  # (F̃, X) -> (B·M, V, X)
+    return rows.reshape(*group_index.shape, *table.shape[1:])  # (B·M, V, X) -> (B·M, V, ...)

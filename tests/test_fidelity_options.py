@@ -235,9 +235,9 @@ def dense_full_clip_stem(sblu, mel, views, decay, frequency, num_views):
     """The dense stem on the unmasked clip, in float64 from the weights, taken at each view's visible tokens.
 
     High-pass: np.convolve with the zero-phase kernel (zero padding); B̄; |r| by the literal float64 loop over
-    Eq. (5) (per-frame (α, β): a visible token's (α, β) on its frames, placeholders elsewhere, which never reach a
+    Eq. (3) (per-frame (α, β): a visible token's (α, β) on its frames, placeholders elsewhere, which never reach a
     visible token's frames); 2Γ|r|; C̄; GroupNorm with statistics over each (view, group)'s visible frames (as
-    forward_visible: the hidden tokens' features are never computed); the time patchifier; gathered at the views.
+    the visible-token path: the hidden tokens' features are never computed); the time patchifier; gathered at the views.
     """
     config = sblu.config
     groups, patch = config.num_frequency_patches, config.time_patch_size
@@ -302,9 +302,9 @@ def test_full_stem_input_equals_the_dense_stem_on_the_unmasked_clip(phase):
     frequency = 20.0 + 290.0 * torch.rand(6, num_visible, channels, dtype=torch.float64)
 
     with torch.no_grad():
-        out = sblu.forward_visible(mel, views, decay, frequency)  # (B·M, V, C̃)
+        out = sblu(mel, decay, frequency, visible_indices=views)  # (B·M, V, C̃)
         expected = dense_full_clip_stem(sblu, mel, views, decay, frequency, num_views)
-        masked = masked_sblu.forward_visible(mel, views, decay, frequency)
+        masked = masked_sblu(mel, decay, frequency, visible_indices=views)
     assert out.shape == expected.shape == (6, num_visible, 128)
     # A float64 model runs its whole stem in float64, as the oracle does; they differ in summation order only (FFT
     # against np.convolve, windows against whole rows): n·u with n ≈ 2¹² accumulated terms (the GroupNorm statistics

@@ -349,7 +349,7 @@ def test_hidden_patches_do_not_leak_into_visible_tokens(tiny_config, overrides):
 @pytest.mark.parametrize("adaptive", [True, False])
 @pytest.mark.parametrize("phase", ["symmetric", "analytic"])
 def test_visible_token_path_equals_the_dense_masked_view(phase, adaptive):
-    """AaspSBLU.forward_visible (token-local, pre-training) against the dense AaspSBLU.forward run on each view with
+    """AaspSBLU.forward on visible tokens (token-local, pre-training) against its dense path run on each view with
     per-group visibility and taken at the visible tokens: float64 values and gradients for every SBLU parameter and
     the per-token (α, β). Paper-size groups (128 mel bins, F̃ = 8, K = 63), 8 time patches, 3 views per clip."""
     torch.manual_seed(0)
@@ -385,7 +385,7 @@ def test_visible_token_path_equals_the_dense_masked_view(phase, adaptive):
 
     leaves = list(sblu.parameters()) + ([decay, frequency] if adaptive else [])
     expected = dense()
-    out = sblu.forward_visible(mel, views, decay, frequency)
+    out = sblu(mel, decay, frequency, visible_indices=views)
     assert out.shape == expected.shape == (6, 13, 128)
     # Both paths are float64 end to end (a float64 model runs its stem in float64) and differ only in summation
     # order: the dense path convolves whole rows, the token path sums each token's window. The longest chain of
@@ -404,18 +404,18 @@ def test_visible_token_path_equals_the_dense_masked_view(phase, adaptive):
 
 
 def test_visible_token_path_and_masked_group_norm_keep_float32_under_bf16_autocast(tiny_config):
-    """forward_visible runs with autocast off (the same float32 result as without autocast, to float tolerance); the padded dense
+    """The visible-token path runs with autocast off (the same float32 result as without autocast, to float tolerance); the padded dense
     path's masked GroupNorm computes its statistics in float32 from a bf16 input."""
-    from aasp_hf.modeling_aasp import _masked_group_norm
+    from aasp_hf.sblu import _masked_group_norm
 
     torch.manual_seed(0)
     sblu = AaspModel(tiny_config()).embeddings.sblu
     mel = torch.randn(2, 32, 64)  # (B, F, T)
     views = random_views(2, 2, 8, 3).reshape(4, 3)  # (B·M, V)
     decay, frequency = 20.0 + 50.0 * torch.rand(4, 3, 4), 30.0 + 200.0 * torch.rand(4, 3, 4)  # (B·M, V, H/F̃)
-    reference = sblu.forward_visible(mel, views, decay, frequency)
+    reference = sblu(mel, decay, frequency, visible_indices=views)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = sblu.forward_visible(mel, views, decay, frequency)
+        out = sblu(mel, decay, frequency, visible_indices=views)
     assert out.dtype == torch.float32  # autocast is off inside: float32 arithmetic, not bf16 (which errs ~1e-2)
     torch.testing.assert_close(out, reference, rtol=1e-5, atol=1e-6)
 

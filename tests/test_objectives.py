@@ -2,7 +2,7 @@
 
 The oracles are written independently of the module: explicit means and variances in float64 for the targets,
 direct formulas for L_m / L_u, and a double loop over anchors and positives with explicit denominator sets for
-Eq. (loss_contrastive).
+Eq. (5).
 """
 
 import math
@@ -51,7 +51,7 @@ def teacher_targets_oracle(layers, norm_axis):
 
 
 def contrastive_oracle(embeddings, temperature, anchors=None):
-    """Eq. (loss_contrastive) as a double loop. embeddings (B, M, E); anchors: global view indices (default all).
+    """Eq. (5) as a double loop. embeddings (B, M, E); anchors: global view indices (default all).
 
     View i = b·M + m belongs to clip b. P(i): the other views of clip b. A(i): P(i) plus all views of other clips.
     """

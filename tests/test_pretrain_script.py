@@ -215,15 +215,11 @@ def test_bf16_mixed_precision_autocasts_the_encoder_and_keeps_float32_weights(tm
             seen["encoder"] = out.dtype
 
         model.aasp.layers[0].mlp.fc1.register_forward_hook(record_encoder_dtype)
-        sblu = model.aasp.embeddings.sblu
-        forward_visible = sblu.forward_visible
+        def record_stem_dtype(module, inputs, out):  # the student's visible-token SBLU (the teacher's is dense)
+            if module.training:
+                seen["stem"] = out.dtype
 
-        def watched_forward_visible(*args, **kwargs):
-            out = forward_visible(*args, **kwargs)
-            seen["stem"] = out.dtype
-            return out
-
-        sblu.forward_visible = watched_forward_visible
+        model.aasp.embeddings.sblu.register_forward_hook(record_stem_dtype)
         return model
 
     monkeypatch.setattr(pretrain, "build_model", build_and_watch)

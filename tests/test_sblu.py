@@ -1,5 +1,5 @@
 """Tests for aasp_hf/sblu.py: every formula against an independent oracle (scipy, numpy complex128, a literal
-float64 loop over Eq. (5)), gradients, memory held for backward, autocast, and argument checks."""
+float64 loop over Eq. (3)), gradients, memory held for backward, autocast, and argument checks."""
 
 import math
 
@@ -129,7 +129,7 @@ def test_gamma_equals_abs_inverse_lambda_sinh():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# 5-7. SBLU forward and gradients against the literal Eq. (5) loop
+# 5-7. SBLU forward and gradients against the literal Eq. (3) loop
 # ---------------------------------------------------------------------------------------------------------------------
 
 

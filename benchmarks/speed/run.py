@@ -116,7 +116,7 @@ def saved_for_backward_bytes(f) -> int:
 
 # ----------------------------------------------------------------------------------------------- 1. SBLU operator
 def materialised_sblu(values, decay, frequency, step, kernel_size):
-    """The straightforward version: build the (B, H, T, K) complex kernel, unfold v, sum, take |·| (Eq. 5)."""
+    """The straightforward version: build the (B, H, T, K) complex kernel, unfold v, sum, take |·| (Eq. 3)."""
     half = (kernel_size - 1) // 2
     distance = step * (torch.arange(kernel_size, dtype=values.dtype, device=values.device) - half).abs()  # (K,)
     kernel = torch.exp(-(decay[..., None] + 1j * frequency[..., None]) * distance)  # (B, H, T, K) complex
@@ -417,8 +417,8 @@ def bench_flops(repeats):
                 if len(parts) == 2:  # direct children of AaspEmbeddings
                     per_module[parts[1]] = sum(ops.values())
             unattributed = counter.get_total_flops() - sum(per_module.values())
-            if unattributed:  # AaspSBLU.forward_visible is a method call, so the counter files it under the parent
-                per_module["sblu (forward_visible)"] = unattributed
+            if unattributed:  # anything computed by AaspEmbeddings itself, outside its submodules
+                per_module["embeddings (own ops)"] = unattributed
             entry = {"flop_counter": counter.get_total_flops(), "flop_counter_by_module": per_module}
             if stem == "aape":
                 entry["highpass_direct_equivalent"] = highpass_flops(config, 1)
