@@ -421,6 +421,9 @@ class AaspPreTrainedModel(PreTrainedModel):
 
     # Fields that define the trained network (its weights' shapes or what they compute). An explicit `config=`
     # passed to `from_pretrained` must agree with the checkpoint on these; heads, dropout and pooling may differ.
+    # Why transformers' own loading cannot carry this: it compares only tensor shapes, and several of these fields
+    # change what the same tensors compute (sblu_phase, sblu_step, sblu_epsilon, frequency_patch_size with the same
+    # products, layer_norm_first, hidden_act), so a wrong config would load silently.
     _checkpoint_fields = (
         "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act", "qkv_bias",
         "layer_norm_first", "num_mel_bins", "num_frames", "frequency_patch_size", "time_patch_size",
@@ -471,6 +474,8 @@ class AaspPreTrainedModel(PreTrainedModel):
         to the bare encoder and `AutoModelForAudioClassification` to the classifier (a pre-training checkpoint also
         keeps its `AutoModelForPreTraining`), so `AutoModelForAudioClassification.from_pretrained(encoder,
         trust_remote_code=True)` fine-tunes an exported encoder (transformers' own audio-classification script)."""
+        # Why not register_for_auto_class alone: it maps only the saving class, and an encoder exported by
+        # pre-training must also load as AutoModelForAudioClassification for transformers' own fine-tuning script.
         if self._auto_class is not None:
             auto_map = dict(getattr(self.config, "auto_map", None) or {})
             module = AaspModel.__module__.split(".")[-1]
