@@ -594,6 +594,8 @@ def main(argv=None) -> dict:
             decode_failures += failed
             seen.update(str([e["index"] for e in examples]).encode())
             batch = collator(examples)
+            if accelerator.device.type == "cuda":  # page-locked host memory: the copy runs without stalling the host
+                batch = {k: v if v.is_cuda else v.pin_memory() for k, v in batch.items()}
             batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
             # no gradient all-reduce until the last micro-batch of the step
             with accelerator.no_sync(model) if micro < accum - 1 else nullcontext():
