@@ -199,3 +199,161 @@ def test_eat_initialisation_draws_the_stem_cls_and_linears_as_eat_does(tmp_path)
 def tiny_pretraining_kwargs(**overrides):
     return tiny_config_kwargs(predictor_hidden_size=16, predictor_num_attention_heads=2, predictor_num_layers=2,
                               mask_block_sizes=[[1, 2]], **overrides)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------- teacher targets
+def eat_alt_block_post_norm(layer, x, num_heads, eps):
+    """EAT models/modules.py AltBlock.forward, layer_norm_first=False, ffn_targets=True, in float64:
+    x = x + attn(x); r = x = norm1(x); x = mlp(x); t = x; x = norm2(r + x). Returns (x, t)."""
+    def linear(h, module):
+        return h @ module.weight.double().T + module.bias.double()
+
+    def norm(h, module):
+        return layer_norm(h, eps=eps) * module.weight.double() + module.bias.double()
+
+    batch_size, length, width = x.shape
+    head = width // num_heads
+    q, k, v = (linear(x, p).reshape(batch_size, length, num_heads, head).transpose(1, 2)
+               for p in (layer.attention.query, layer.attention.key, layer.attention.value))  # (B, h, L, d)
+    weights = torch.softmax((q * head**-0.5) @ k.transpose(-1, -2), dim=-1)  # AltAttention: q·scale, then q @ kᵀ
+    attended = linear((weights @ v).transpose(1, 2).reshape(batch_size, length, width), layer.attention.output)
+    x = r = norm(x + attended, layer.norm1)
+    t = linear(gelu(linear(x, layer.mlp.fc1)), layer.mlp.fc2)
+    return norm(r + t, layer.norm2), t
+
+
+def eat_make_targets(layer_results):
+    """EAT models/EAT_pretraining.py Data2VecMultiModel.make_targets with EAT's config (instance_norm_target_layer,
+    layer_norm_targets; average_top_k_layers = all): per layer F.instance_norm over time of (B, C, T), i.e. each
+    channel normalised across the tokens (biased variance, eps 1e-5); the mean over layers; LayerNorm over C."""
+    normed = [layer_norm(y, dim=1) for y in layer_results]  # (B, N, D), normalised across N per (clip, channel)
+    return layer_norm(sum(normed) / len(normed), dim=-1)
+
+
+def pretraining_model(**overrides):
+    from aasp_hf import AaspForPreTraining
+
+    config = AaspConfig(**tiny_pretraining_kwargs(patch_embedding="spe", **overrides))
+    torch.manual_seed(0)
+    model = AaspForPreTraining(config).double().eval()
+    with torch.no_grad():  # a teacher that differs from the student (the fixed position table stays the same)
+        for param, student in zip(model.teacher.parameters(), model.aasp.parameters()):
+            if student.requires_grad:
+                param.add_(0.05 * torch.randn_like(param))
+    return config, model
+
+
+def test_teacher_targets_are_eats_averaged_instance_normed_ffn_outputs():
+    """EAT models/EAT_pretraining.py Data2VecMultiModel.forward (teacher `lr[:, extra_tokens:]`) and make_targets."""
+    from conftest import pretraining_batch
+
+    config, model = pretraining_model()
+    assert (config.target_layer, config.target_norm_axis) == ("ffn", "tokens")  # end_of_block_targets: false
+    x, visible, queries = pretraining_batch(config, dtype=torch.float64)
+    with torch.no_grad():
+        out = model(x, visible, queries)
+        h = model.teacher(x, output_hidden_states=True).hidden_states[0]  # the blocks' input: CLS + patches
+    layer_results = []
+    for layer in model.teacher.layers:
+        h, t = eat_alt_block_post_norm(layer, h, config.num_attention_heads, config.layer_norm_eps)
+        layer_results.append(t[:, 1:])  # the CLS (extra token) dropped
+    torch.testing.assert_close(out.targets, eat_make_targets(layer_results), rtol=1e-9, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------- losses
+def eat_losses(predictions, targets, query_targets, student_cls):
+    """EAT models/EAT_pretraining.py forward: d2v_loss(x, y) = (x − y)² / √D per element; the regression term over
+    the predicted tokens; the CLS term d2v_loss(cls_pred, y.mean(1) per clone) × sample_size; fairseq's `model`
+    criterion sums every element and the trainer divides by sample_size (the number of predicted tokens).
+    Returns (regression part, CLS part), each already divided by sample_size."""
+    dim = predictions.shape[-1]
+    sample_size = predictions.shape[0] * predictions.shape[1] * predictions.shape[2]  # B·M·Q
+    regression = ((predictions - query_targets) ** 2 / math.sqrt(dim)).sum()
+    cls_target = targets.mean(dim=1)[:, None]  # (B, 1, D), the same for the M clones of a clip
+    cls = ((student_cls - cls_target) ** 2 / math.sqrt(dim)).sum() * sample_size
+    return regression / sample_size, cls / sample_size
+
+
+def test_eat_loss_scaling_gives_eats_regression_and_clip_terms():
+    """EAT models/EAT_pretraining.py Data2VecMultiModel.d2v_loss and the cls_loss term (orig_targets.mean(dim=1))."""
+    from conftest import pretraining_batch
+
+    config, model = pretraining_model(loss_scaling="eat")
+    x, visible, queries = pretraining_batch(config, dtype=torch.float64)
+    with torch.no_grad():
+        out = model(x, visible, queries)
+        student_cls = model.aasp(x, visible_indices=visible).last_hidden_state[:, 0]  # (B·M, D)
+    batch_size, num_views = visible.shape[:2]
+    student_cls = student_cls.reshape(batch_size, num_views, -1)  # (B·M, D) -> (B, M, D)
+    query_targets = torch.stack([out.targets[b, queries[b]] for b in range(batch_size)])  # (B, M, Q, D)
+    regression, cls = eat_losses(out.predictions, out.targets, query_targets, student_cls)
+    torch.testing.assert_close(out.masked_prediction_loss, regression, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(out.clip_loss, cls, rtol=1e-9, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------- EMA
+def test_teacher_update_is_eats_ema_over_the_whole_encoder():
+    """fairseq modules/ema_module.py EMAModule._step_internal (ema ← decay·ema + (1 − decay)·param; parameters
+    without gradient copied), with EAT's ema_encoder_only: false (the CNN stem is in the teacher too)."""
+    config, model = pretraining_model()
+    student = {name: p.detach().clone() for name, p in model.aasp.named_parameters()}
+    teacher = {name: p.detach().clone() for name, p in model.teacher.named_parameters()}
+    assert teacher.keys() == student.keys() and "embeddings.projection.weight" in teacher  # stem included
+    decay = 0.9998
+    model.update_teacher(decay)  # ours lerps the fixed table too: equal in both, so the same as fairseq's copy
+    for name, param in model.teacher.named_parameters():
+        trainable = dict(model.aasp.named_parameters())[name].requires_grad
+        expected = decay * teacher[name] + (1 - decay) * student[name] if trainable else student[name]
+        torch.testing.assert_close(param.detach(), expected, rtol=1e-12, atol=1e-12, msg=name)
+
+
+# ----------------------------------------------------------------------------------------------- converter key map
+def test_converter_maps_every_eat_encoder_key_to_its_aasp_name():
+    """EAT models/images.py ImageEncoder + models/modules.py AltBlock/AltAttention parameter names (fairseq layout)."""
+    import convert_eat_checkpoint as eat_conv
+    from aasp_hf.modeling_aasp import sincos_position_embeddings
+
+    width, layers, mels, frames = 32, 2, 32, 64  # a 4 × 2 (time × frequency) grid
+    g = torch.Generator().manual_seed(0)
+    prefix = "modality_encoders.IMAGE."
+    state = {
+        prefix + "local_encoder.proj.weight": torch.randn(width, 1, 16, 16, generator=g),
+        prefix + "local_encoder.proj.bias": torch.randn(width, generator=g),
+        prefix + "extra_tokens": torch.randn(1, 1, width, generator=g),
+        prefix + "fixed_positional_encoder.positions": sincos_position_embeddings(width, 2, 4).float()[None],
+        prefix + "context_encoder.norm.weight": torch.randn(width, generator=g),
+        prefix + "context_encoder.norm.bias": torch.randn(width, generator=g),
+        prefix + "decoder.blocks.0.0.weight": torch.randn(width, 2, 3, 3, generator=g),  # pre-training only: dropped
+    }
+    expected = {  # AaSP name -> EAT name (and, for q/k/v, the third of the fused qkv rows)
+        "embeddings.projection.weight": (prefix + "local_encoder.proj.weight", None),
+        "embeddings.projection.bias": (prefix + "local_encoder.proj.bias", None),
+        "cls_token": (prefix + "extra_tokens", None),
+        "embedding_norm.weight": (prefix + "context_encoder.norm.weight", None),
+        "embedding_norm.bias": (prefix + "context_encoder.norm.bias", None),
+    }
+    for i in range(layers):
+        for suffix, shape in (("weight", (width,)), ("bias", (width,))):
+            for eat, ours in (("norm1", "norm1"), ("norm2", "norm2")):
+                state[f"blocks.{i}.{eat}.{suffix}"] = torch.randn(*shape, generator=g)
+                expected[f"layers.{i}.{ours}.{suffix}"] = (f"blocks.{i}.{eat}.{suffix}", None)
+        for eat, ours, shape in (("attn.proj", "attention.output", (width, width)), ("mlp.fc1", "mlp.fc1", (64, width)),
+                                 ("mlp.fc2", "mlp.fc2", (width, 64))):  # fmt: skip
+            state[f"blocks.{i}.{eat}.weight"] = torch.randn(*shape, generator=g)
+            state[f"blocks.{i}.{eat}.bias"] = torch.randn(shape[0], generator=g)
+            for suffix in ("weight", "bias"):
+                expected[f"layers.{i}.{ours}.{suffix}"] = (f"blocks.{i}.{eat}.{suffix}", None)
+        state[f"blocks.{i}.attn.qkv.weight"] = torch.randn(3 * width, width, generator=g)
+        state[f"blocks.{i}.attn.qkv.bias"] = torch.randn(3 * width, generator=g)
+        for third, name in enumerate(("query", "key", "value")):  # AltAttention: reshape(B, N, 3, heads, d)
+            for suffix in ("weight", "bias"):
+                expected[f"layers.{i}.attention.{name}.{suffix}"] = (f"blocks.{i}.attn.qkv.{suffix}", third)
+
+    model = eat_conv.convert(state, task="base", num_mel_bins=mels, num_attention_heads=2)
+    ours = model.state_dict()
+    assert model.config.num_frames == frames and model.config.patch_embedding == "spe"
+    for name, (source, third) in expected.items():
+        tensor = state[source] if third is None else state[source][third * width : (third + 1) * width]
+        assert torch.equal(ours[name], tensor), name
+    learned = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert learned == set(expected)  # every trainable parameter comes from EAT, nothing left at its initialisation
