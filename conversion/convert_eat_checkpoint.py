@@ -1,6 +1,8 @@
 """Convert an EAT checkpoint to an AaSP model with the SPE stem (`patch_embedding="spe"`) and EAT's kaldi front end.
 
-Sources (SPEC_NOTES §3: AaSP's SPE encoder is EAT's encoder, so the conversion is a renaming plus the qkv split):
+Sources (AaSP's SPE encoder is EAT's encoder — the paper trains "following EAT", Sec. Predictor and Pre-training
+Objectives, with the same 16×16 conv stem, 2-D sin-cos positions, CLS and post-norm ViT-B blocks — so the conversion is
+a renaming plus the qkv split):
 
 - EAT's fairseq checkpoints (https://github.com/cwx-worst-one/EAT): pre-trained (`Data2VecMultiModel`; the EMA teacher
   under `model["_ema"]`, select it with `--ema`) and fine-tuned (`MaeImageClassificationModel`: the encoder under

@@ -1,5 +1,5 @@
 """Fine-tuning of a pre-trained AaSP encoder for audio classification (paper Sec. Training Setup, Fine-tuning Setup;
-Table hyperparams 1; SPEC_NOTES §5-6).
+Table hyperparams 1; datasets, splits and EVAR clip lengths: Sec. Datasets, aasp_hf.data).
 
     accelerate launch examples/finetune.py --config examples/configs/finetune/as20k.json \
         --model_name_or_path runs/aasp_base/encoder --data_root /data/audioset --output_dir runs/ft_as20k

@@ -1,4 +1,4 @@
-"""The downstream protocol (aasp_hf.data.protocol, issue 13 §4): EVAR's K-fold validation (a seeded random 10 % of
+"""The downstream protocol (aasp_hf.data.protocol): EVAR's K-fold validation (a seeded random 10 % of
 the training folds), training on the whole training set when selecting on test or on the last step, the task key,
 clip length and labels that both scripts take from `load_downstream`, and the gradient accumulation that makes up a
 preset's global batch on any number of processes."""

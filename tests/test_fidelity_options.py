@@ -1,4 +1,5 @@
-"""The EAT fidelity options of AaspConfig (issue 12): target_layer, loss_scaling, student_stem_input.
+"""The EAT fidelity options of AaspConfig: target_layer, loss_scaling, student_stem_input (where the paper trains
+"following EAT" without saying what that fixes, these options reproduce EAT's code; see docs/paper_to_code.md).
 
 Each option is checked against an independent float64 computation (block by block, loop by loop or the dense stem),
 and each has a test that would fail if the option were ignored.

@@ -22,7 +22,7 @@ def paper_model(**overrides):
 @pytest.mark.parametrize(
     "overrides, part, expected",
     [
-        ({}, "encoder", 86.9e6),  # SPEC_NOTES §1: ViT-B 85.06 M + AaPE 1.86 M (paper: 87 M)
+        ({}, "encoder", 86.9e6),  # ViT-B 85.06 M + AaPE stem 1.86 M (paper: 87 M)
         ({"patch_embedding": "spe"}, "stem", 0.43e6),
         ({}, "stem", 1.86e6),
         ({"sblu_adaptive": False}, "stem", 1.16e6),
@@ -35,7 +35,8 @@ def test_parameter_counts_match_the_paper(overrides, part, expected):
 
 
 def test_aape_stem_breakdown():
-    """SPEC_NOTES §1: Lambda encoder ≈0.70 M, fusion ≈0.69 M, SBLU convs/GroupNorm ≈0.04 M."""
+    """The AaPE stem's 1.86 M beyond SPE (paper Sec. AaPE): Lambda encoder (768→128, 3 blocks at width 128, 128→32)
+    ≈0.70 M, fusion Linear(768+128→768) ≈0.69 M, SBLU grouped B̄/C̄, GroupNorm and time conv ≈0.04 M."""
     stem = paper_model().embeddings
     assert abs(count(stem.lambda_encoder) - 0.70e6) < 0.01e6
     assert abs(count(stem.fusion) - 0.69e6) < 0.01e6

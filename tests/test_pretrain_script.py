@@ -260,7 +260,8 @@ def _free_port():
 
 
 def test_two_real_processes_stay_in_sync(tmp_path):
-    """ENV.md trap 6: ACCELERATE_USE_CPU=1 + --multi_gpu starts two gloo-synchronised processes. Each rank writes its
+    """On CPU, `accelerate launch --cpu --num_processes 2` starts one process and `--multi_gpu` alone starts two
+    unsynchronised ones; ACCELERATE_USE_CPU=1 + --multi_gpu starts two gloo-synchronised processes. Each rank writes its
     parameter checksums and a hash of the clips it saw: the data differ, the parameters must not."""
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     command = [

@@ -44,7 +44,7 @@ def random_sblu_inputs(shape, kernel_size, dtype=torch.float64, seed=0, requires
 
 def test_bounds_match_formula_and_spec_numbers():
     assert sblu_decay_min(0.01, 0.01, 63) == pytest.approx(-2 * math.log(0.01) / (0.01 * 62), rel=1e-12)
-    assert sblu_decay_min(0.01, 0.01, 63) == pytest.approx(14.855, abs=5e-4)  # SPEC_NOTES §1
+    assert sblu_decay_min(0.01, 0.01, 63) == pytest.approx(14.855, abs=5e-4)  # −2·ln ε / (Δ·(K−1)), Sec. SBLU
     assert sblu_decay_min(0.1, 0.02, 15) == pytest.approx(-2 * math.log(0.1) / (0.02 * 14), rel=1e-12)
     beta_min, beta_max = sblu_frequency_range(0.01, 16)
     assert (beta_min, beta_max) == pytest.approx((math.pi / 0.16, math.pi / 0.01), rel=1e-12)
@@ -208,7 +208,7 @@ def test_frequency_response_peaks_at_the_modulation(modulation_hz):
         assert abs(peak / target - 1) < tolerance, (phase, peak, target)
         envelope = magnitude[at_target]
         envelope_spread[phase] = (envelope.std() / envelope.mean()).item()
-    assert envelope_spread["analytic"] < 0.05, envelope_spread  # steady envelope (SPEC_NOTES §2: ≈ 0.005)
+    assert envelope_spread["analytic"] < 0.05, envelope_spread  # steady envelope (≈ 0.005 on a pure tone at α_min)
     assert envelope_spread["symmetric"] > 0.3, envelope_spread  # swings with the input phase (≈ 0.5)
 
 

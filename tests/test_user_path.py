@@ -1,4 +1,4 @@
-"""The paths a new user walks (issue 14): what pre-training exports takes whole clips, exported encoders fine-tune
+"""The paths a new user walks: what pre-training exports takes whole clips, exported encoders fine-tune
 through transformers' own Auto classes and Trainer as remote code, scripts refuse to overwrite a run, audiofolders
 without split folders work, and the pipeline / extractor take the inputs the docs promise."""
 
