@@ -357,3 +357,69 @@ def test_converter_maps_every_eat_encoder_key_to_its_aasp_name():
         assert torch.equal(ours[name], tensor), name
     learned = {name for name, p in model.named_parameters() if p.requires_grad}
     assert learned == set(expected)  # every trainable parameter comes from EAT, nothing left at its initialisation
+
+
+# ----------------------------------------------------------------------------------------------- block-mask statistics
+def eat_compute_block_mask_2d(batch_size, grid, mask_prob=0.8, mask_length=5, mask_prob_adjust=0.07, seed=0):
+    """EAT utils/data_utils.py compute_block_mask_2d(inverse_mask=True, require_same_masks=True, mask_dropout=0,
+    img_shape=grid), step by step as published; torch's global RNG seeded here. float (B, L), 1 = masked."""
+    torch.manual_seed(seed)
+    num_time, num_frequency = grid
+    length = num_time * num_frequency
+    mask_prob = 1 - mask_prob  # inverse_mask: the blocks are the visible part
+    mask = torch.zeros((batch_size, num_time, num_frequency))
+    num_centres = int(length * ((mask_prob + mask_prob_adjust) / mask_length**2))
+    mask_inds = torch.randint(0, length, size=(batch_size, num_centres))
+    mask.view(batch_size, -1).scatter_(1, mask_inds, 1)
+    centres = mask.nonzero(as_tuple=True)
+    inds = ([], [], [])
+    offset = mask_length // 2
+    for i in range(mask_length):
+        for j in range(mask_length):
+            inds[0].append(centres[0])
+            inds[1].append(centres[1] + i - offset)
+            inds[2].append(centres[2] + j - offset)
+    i0 = torch.cat(inds[0])
+    i1 = torch.cat(inds[1]).clamp_(min=0, max=num_time - 1)
+    i2 = torch.cat(inds[2]).clamp_(min=0, max=num_frequency - 1)
+    mask[(i0, i1, i2)] = 1
+    mask = mask.reshape(batch_size, -1)
+    final_target_len = int(length * mask_prob)
+    for m in mask:
+        n = int(m.sum())
+        if n > final_target_len:
+            m[torch.multinomial(m, n - final_target_len, replacement=False)] = 0
+        elif n < final_target_len:
+            m[torch.multinomial(1 - m, final_target_len - n, replacement=False)] = 1
+    return 1 - mask
+
+
+@pytest.mark.parametrize("grid", [(64, 8), (13, 8)])  # EAT's 10.24-s grid; the small presets' 2.07-s grid
+def test_eat_block_mask_sampler_of_the_geometry_report_matches_eats_statistics(grid):
+    """EAT utils/data_utils.py compute_block_mask_2d (inverse block, mask_length 5, mask_prob_adjust 0.07, clamped edges)."""
+    from mask_geometry import eat_inverse_block_masks, mask_statistics
+
+    reference = mask_statistics(eat_compute_block_mask_2d(1500, grid).bool(), *grid)
+    ours = mask_statistics(eat_inverse_block_masks(1500, *grid, generator=torch.Generator().manual_seed(1)), *grid)
+    exact = int(grid[0] * grid[1] * 0.2) / (grid[0] * grid[1])  # int(L·0.2) visible in every view
+    assert ours["visible_ratio"] == pytest.approx(exact) and reference["visible_ratio"] == pytest.approx(exact)
+    assert ours["regions_mean"] == pytest.approx(reference["regions_mean"], abs=0.25)
+    assert ours["blobs_mean"] == pytest.approx(reference["blobs_mean"], abs=0.1)
+    for key in ("frequency_row_visibility", "time_visibility"):
+        assert max(abs(a - b) for a, b in zip(ours[key], reference[key])) < 0.04, key
+
+
+def test_mask_geometry_report_shows_one_blob_per_view_on_the_small_grid(tmp_path):
+    """Paper Sec. "Training Setup" blocks on the presets' grids, next to EAT's compute_block_mask_2d (a leaf script)."""
+    import mask_geometry
+
+    rows = {row["sampler"].split(" (")[0] + " " + row["grid"]: row
+            for row in mask_geometry.main(["--num_views", "300", "--output_dir", str(tmp_path)])}  # fmt: skip
+    assert (tmp_path / "mask_geometry.md").is_file() and (tmp_path / "mask_geometry.json").is_file()
+    paper, small = rows["pretrain_paper 38 × 8"], rows["pretrain_tiny_quality 13 × 8"]
+    assert paper["visible_ratio"] == pytest.approx(round(0.2 * 304) / 304)  # exactly V = round(0.2·N) per view
+    assert small["visible_ratio"] == pytest.approx(round(0.2 * 104) / 104)
+    assert small["one_region_share"] > 0.8 and paper["one_region_share"] < 0.1  # one block > V = 21 on 13 × 8
+    scaled = rows["paper blocks, time scaled by 13/38 13 × 8"]
+    assert scaled["regions_per_100_visible"] == pytest.approx(paper["regions_per_100_visible"], rel=0.25)
+    assert abs(scaled["frequency_row_visibility"][0] - paper["frequency_row_visibility"][0]) < 0.04
