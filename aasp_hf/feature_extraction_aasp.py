@@ -1,7 +1,8 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
 """AaSP front end: waveform (16 kHz) -> normalised log-mel spectrogram (B, T, F).
 
-Two modes (SPEC_NOTES §3):
+Two modes (the paper, Sec. Training Setup, fixes 16 kHz, Hann 400, hop 160, n_fft 1024, 128 mel bins and the
+standardisation (−7.1, 4.1); what it leaves open follows M2D, see docs/paper_to_code.md):
 
 - ``"m2d"`` (default, the paper's front end, following M2D): centred STFT with reflect padding,
   periodic Hann window of 400 samples inside a 1024-point FFT, hop 160, power 2, 128 Slaney mel bins

@@ -495,12 +495,13 @@ class AaspPreTrainedModel(PreTrainedModel):
         return self.config.num_hidden_layers + 1
 
     def no_weight_decay(self) -> set[str]:
-        """Parameter names excluded from weight decay besides biases and norms: CLS and positions (SPEC_NOTES §4)."""
+        """Parameter names excluded from weight decay besides biases and norms: CLS and positions (MAE's convention)."""
         return {name for name, _ in self.named_parameters() if "cls_token" in name or "position_embeddings" in name}
 
 
 class AaspModel(AaspPreTrainedModel):
-    """AaSP encoder: patch embedding (SPE/AaPE) -> prepend CLS -> LayerNorm -> ViT blocks (SPEC_NOTES §3)."""
+    """AaSP encoder: patch embedding (SPE/AaPE) -> prepend CLS -> LayerNorm -> ViT blocks (EAT's layout, which the
+    paper follows: fixed 2-D sin-cos positions, CLS without position, post-norm ViT-B blocks)."""
 
     def __init__(self, config: AaspConfig):
         super().__init__(config)

@@ -1,5 +1,6 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
-"""Dataset loaders for the paper's evaluation protocols (SPEC_NOTES §6) and training-side data helpers.
+"""Dataset loaders for the paper's evaluation protocols (Sec. Datasets: AS-2M/AS-20K and nine single-label tasks,
+with the official or M2D/EVAR splits) and training-side data helpers.
 
 `load(name, root=..., **kwargs)` returns a `datasets.DatasetDict` with a 16 kHz `audio` column, a `ClassLabel`
 `label` (AudioSet: `labels`, a sequence of 527 ClassLabels) and the protocol's fold/split columns, built from

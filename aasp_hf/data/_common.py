@@ -19,7 +19,8 @@ logger = logging.getLogger(__name__)
 
 SAMPLING_RATE = 16000
 
-# EVAR clip lengths in seconds (SPEC_NOTES §6): fine-tuning crops/pads each clip to this length.
+# EVAR clip lengths in seconds (`unit_sec` of `_defs` in EVAR's evar/ds_tasks.py; the paper's linear evaluation follows
+# EVAR, Sec. Training Setup): fine-tuning crops/pads each clip to this length.
 EVAR_CLIP_SECONDS = {
     "audioset": 10.0,
     "esc50": 5.0,

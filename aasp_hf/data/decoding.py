@@ -80,7 +80,7 @@ def _decode_file(source, sampling_rate: int) -> np.ndarray:
     """A path or the bytes of a file -> mono float32 (L,) at `sampling_rate` (torchcodec, else soundfile)."""
     try:
         from torchcodec.decoders import AudioDecoder
-    except ImportError:  # fallback: soundfile (ENV.md trap 3)
+    except ImportError:  # fallback: soundfile (datasets 5 decodes audio only through torchcodec)
         import soundfile as sf
 
         data, sr = sf.read(io.BytesIO(source) if isinstance(source, bytes) else source, dtype="float32", always_2d=True)

@@ -41,7 +41,7 @@ KNOWN_LABELS = {
     "voxforge": None,
     "surge": None,  # 88 tone presets
 }
-# Split sizes of the paper's protocol (SPEC_NOTES §6): a mismatch is only a warning (e.g. a filtered copy).
+# Split sizes of the paper's protocol (Sec. Datasets, following M2D): a mismatch is only a warning (a filtered copy).
 EXPECTED_SIZES = {"cremad": (5155, 732, 1551), "gtzan": (443, 197, 290)}
 VOXCELEB1_SOURCE = (
     "Download iden_split.txt from https://www.robots.ox.ac.uk/~vgg/data/voxceleb/vox1.html (Identification split: "

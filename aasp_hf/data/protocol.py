@@ -1,5 +1,5 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
-"""The downstream protocol (SPEC_NOTES §5-6) in one place: which clips train, which select the model, which are
+"""The downstream protocol (paper Sec. Datasets) in one place: which clips train, which select the model, which are
 reported, with which clip length and labels. examples/finetune.py and examples/linear_eval.py both load a task with
 `load_downstream` (the EVAR task key and clip length, the label names, the parts of `downstream_parts`).
 
@@ -10,7 +10,7 @@ Rules, each named by an argument value that the scripts record in their results:
   them, which is the validation set — EVAR's rule (`TorchMLPClassifier2.fit`: `train_test_sure_split` of the
   training folds with `validation_fraction=0.1`, redrawn until every class is in the validation set). The draw is
   seeded with `seed` (successive draws of one generator, at most 100). `"next"`: validation is the fold
-  after the test fold, cyclically (this package's rule before issue 13; ESC-50 then trains on 3 folds, 1,200 clips).
+  after the test fold, cyclically (kept for comparison with older runs; ESC-50 then trains on 3 folds, 1,200 clips).
 - Other datasets: the dataset's own test split, or `test_fraction` of train held out (`hold_out_test`); the
   dataset's own validation split, or a seeded random `validation_fraction` of train (one draw, `seed`).
 - `select_on`: the split that selects the model. "validation" (default) as above; "test" (EAT: "the best result

@@ -1,5 +1,5 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
-"""Class-balanced weighted sampling for AS-2M fine-tuning (SPEC_NOTES §5: 200K draws per epoch).
+"""Class-balanced weighted sampling for AS-2M fine-tuning (paper Sec. Datasets: weighted sampling size 200K per epoch).
 
 As in PANNs/AST/M2D: each class c gets the weight 1000 / (n_c + 0.01), n_c its number of clips, and a
 clip the sum of the weights of its labels; clips are drawn with replacement proportionally to that.

@@ -5,7 +5,8 @@ Three kinds of numbers, cheap enough to log every few steps (``examples/pretrain
 - collapse statistics of a batch of vectors (`collapse_statistics`): the per-dimension std across rows (its mean
   and minimum) and the effective rank (`effective_rank`, Roy & Vetterli 2007) of the row-centred matrix — for the
   student CLS of the current batch (one masked view per clip) and for the teacher targets, per token and
-  token-averaged per clip (the clip target ȳ of L_u, which SPEC_NOTES §4 found nearly constant across clips);
+  token-averaged per clip (the clip target ȳ of L_u, measured nearly constant across clips in
+  small CPU runs: per-dimension std 0.03–0.09 across 64 clips against ≈ 1 for the token targets);
 - the SBLU's (α, β) = (decay, frequency) (`sblu_lambdas`, `lambda_statistics`): mean, std and the fraction of
   values pinned at the bounds α_min, β_min, β_max;
 - a frozen-feature probe (`FrozenFeatureProbe`) on a small fixed labelled subset: k-NN (`knn_probe_accuracy`) and

@@ -1,4 +1,5 @@
-"""AdamW parameter groups: weight decay on matrices only (SPEC_NOTES §4: none on biases, norms, CLS, positions), a
+"""AdamW parameter groups: weight decay on matrices only (none on biases, norms, CLS, positions: the paper's
+Table hyperparams 1 gives only wd 0.05; MAE's and timm's ViT convention), a
 per-prefix lr scale (`param_groups`), layer-wise lr decay for fine-tuning (`layer_decay_param_groups`), and the
 scheduled lr applied to every group by its scale (`set_learning_rates`)."""
 

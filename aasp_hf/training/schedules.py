@@ -1,4 +1,5 @@
-"""Learning-rate and teacher-momentum schedules as pure functions of the optimiser step (SPEC_NOTES §4).
+"""Learning-rate and teacher-momentum schedules as pure functions of the optimiser step (paper Table
+hyperparams 1: cosine with linear warm-up; Sec. Training Setup: DINOv2's cosine teacher momentum).
 
 Nothing is stateful: resuming at step s needs only s. ``step`` is the 0-based index of the optimiser step about to
 be taken (the value used for step s is the one the s-th update uses).
