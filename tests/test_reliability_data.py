@@ -100,19 +100,20 @@ def test_finetuning_collator_skips_bad_clips_and_keeps_labels_aligned(damaged):
 
 
 def test_pretraining_dataset_returns_none_for_bad_clips_and_the_loop_replaces_them(damaged):
-    import pretrain
     from datasets import Audio
 
+    from aasp_hf.data import AudioClips, replace_failed
+
     dataset = all_rows(load(damaged)).cast_column("audio", Audio(sampling_rate=SR))
-    clips = pretrain.AudioClips(dataset)
+    clips = AudioClips(dataset)
     items = [clips[i] for i in range(len(clips))]
     bad = {Path(p).name for p, item in zip(dataset["file_name"], items) if item is None}
     assert bad == set(BAD)
-    examples, replaced = pretrain.replace_failed(items)
+    examples, replaced = replace_failed(items)
     assert replaced == len(BAD) and len(examples) == len(items)  # batch shape kept (DDP), failures counted
     assert all(e is not None and torch.isfinite(e["waveform"]).all() for e in examples)
     with pytest.raises(RuntimeError, match="none of the 2 clips"):
-        pretrain.replace_failed([None, None])
+        replace_failed([None, None])
 
 
 def test_a_file_listed_in_the_metadata_but_missing_is_an_error_with_a_count(damaged):

@@ -8,12 +8,14 @@ paths and metadata only. Names: audioset (as20k, as2m), esc50, us8k, scv2, nsynt
 surge, voxceleb1, audiofolder; any other name is passed to `load_audio_dataset` (a Hub id or local path).
 `load_downstream(name, ...)` adds the downstream protocol of the fine-tuning and linear-evaluation scripts (EVAR task
 key and clip length, label names, test folds and the validation split: `protocol`). `synthetic` holds the demo's
-synthetic audio (no files). See docs/datasets.md. The model files never import this package.
+synthetic audio (no files); `clips` reads pre-training clips, map-style or streamed. See docs/datasets.md. The model
+files never import this package.
 """
 
 from ._common import EVAR_CLIP_SECONDS, SAMPLING_RATE, fold_split, hold_out_test, split_for_node, to_streaming
 from .audio_dataset import load_audio_dataset
 from .audioset import load_audioset
+from .clips import AudioClips, AudioStream, decode_clip, load_clips, replace_failed
 from .collators import AaspFineTuningCollator, crop_or_pad
 from .decoding import SafeAudioDecoder, decode_audio, filter_decodable, for_safe_decoding
 from .esc50 import load_esc50
@@ -86,10 +88,13 @@ def _require_root(name, root):
 
 __all__ = [
     "AaspFineTuningCollator",
+    "AudioClips",
+    "AudioStream",
     "ClassBalancedSampler",
     "class_balanced_weights",
     "compute_mel_statistics",
     "crop_or_pad",
+    "decode_clip",
     "EVAR_CLIP_SECONDS",
     "KFOLD_VALIDATION",
     "LOADERS",
@@ -113,6 +118,7 @@ __all__ = [
     "load",
     "load_audio_dataset",
     "load_audioset",
+    "load_clips",
     "load_downstream",
     "load_cremad",
     "load_esc50",
@@ -124,6 +130,7 @@ __all__ = [
     "load_urbansound8k",
     "load_voxceleb1",
     "load_voxforge",
+    "replace_failed",
     "split_for_node",
     "to_streaming",
 ]
