@@ -1,6 +1,6 @@
 """AaSP model configuration.
 
-Defaults are the paper's (ViT-B encoder, AaPE stem) as pinned down in SPEC_NOTES §1–3:
+Defaults are the paper's (ViT-B encoder, AaPE stem; Sec. "Aliasing-aware Patch Embedding" and "Training Setup"):
 ViT-B (768, 12 layers, 12 heads, 3072), 128 mel bins, 608 frames, 16×16 patches, SBLU K=63, H=128,
 C=1024, ε=0.01, Δ=0.01, Lambda encoder r=6, L=3.
 """
@@ -67,7 +67,7 @@ class AaspConfig(PreTrainedConfig):
     Classification head:
         classifier_pooling (`str`, "cls"): "cls" or "mean" (mean of the valid patch tokens).
 
-    Pre-training (`AaspForPreTraining`, paper Sec. Predictor and Pre-training Objectives, SPEC_NOTES §4):
+    Pre-training (`AaspForPreTraining`, paper Sec. Predictor and Pre-training Objectives, and Training Setup):
         predictor_type (`str`, "cross_attention"): the paper's CrossMAE predictor, or "cnn" (EAT's, for the ablation).
         predictor_hidden_size (`int`, 512), predictor_num_layers (`int`, 3), predictor_num_attention_heads (`int`, 16),
         predictor_mlp_ratio (`float`, 4.0): the CrossMAE cross-attention predictor.

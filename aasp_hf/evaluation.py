@@ -1,5 +1,6 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
-"""Frozen-encoder evaluation helpers shared by the examples (SPEC_NOTES §5, paper Sec. Training Setup / Analysis).
+"""Frozen-encoder evaluation helpers shared by the examples (paper Sec. Training Setup, Linear Evaluation
+Setup; Sec. Shift-Consistency Analysis).
 
 - `pool_features`/`extract_features`: the linear-evaluation feature [CLS ; time-averaged patch tokens concatenated
   over the F̃ frequency rows] = D + F̃·D values per clip (768 + 8·768 = 6912 for ViT-B), averaging only the real
