@@ -213,7 +213,7 @@ class AaspContrastiveHead(nn.Module):
 
 
 class AaspForPreTraining(AaspPreTrainedModel):
-    """AaSP pre-training (paper Sec. Predictor and Pre-training Objectives, SPEC_NOTES §4).
+    """AaSP pre-training (paper Sec. Predictor and Pre-training Objectives; Sec. Training Setup, Pre-training Setup).
 
     `aasp` is the student; `teacher` an EMA copy of the whole student encoder (AaPE included) that never receives
     gradients, stays in eval mode and sees each unmasked clip once. The trainer calls `update_teacher(momentum)`

@@ -1,4 +1,5 @@
-"""Pre-training batches: random crops -> batched log-mel -> M inverse-block-masked views per clip (SPEC_NOTES §4).
+"""Pre-training batches: random crops -> batched log-mel -> M inverse-block-masked views per clip (paper
+Sec. Training Setup, Pre-training Setup: 6-s crops padded or truncated to 608 frames, M = 4 views at 80 %).
 
 The collator owns its ``torch.Generator``; its ``state_dict`` / ``load_state_dict`` save and restore it, so a resumed
 run draws exactly the crops and masks the uninterrupted run would have drawn. ``examples/pretrain.py`` calls it in
