@@ -81,6 +81,14 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             is `configuration_aasp.TIME_PATCH_SIZE`, which is also `AaspConfig.time_patch_size`'s default.
         max_frames (`int`, *optional*): default for `__call__(max_frames=...)`; a multiple of `frame_multiple`.
         return_attention_mask (`bool`, defaults to `True`): return the frame-level attention mask.
+
+    Input layout: a 1-D waveform is one clip and a list of 1-D waveforms is a batch. A 2-D array or tensor is a
+    `(batch, samples)` batch, as everywhere in transformers, except for the two layouts that look like one
+    multi-channel clip, which are refused with a message that says what to pass: `(samples, C)` with C <= 8 (as
+    soundfile reads a file) and `(2, samples)` (a stereo clip as `torchaudio.load` returns it, which would otherwise
+    become two clips). Pass `mono=True` (or downmix with `x.mean(0)` yourself) for one multi-channel clip, and a list
+    of 1-D waveforms (`list(x)`) or `batched=True` for a batch. `(1, samples)` is one clip either way. Channels are
+    always downmixed to their mean, (L + R) / 2.
     """
 
     model_input_names = ["input_values", "attention_mask"]
@@ -249,6 +257,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         return_attention_mask=None,
         device=None,
         mono=False,
+        batched=False,
         **kwargs,
     ) -> BatchFeature:
         r"""
@@ -274,7 +283,10 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             device (`str` or `torch.device`, *optional*): compute there (e.g. `"cuda"`); by default the device
                 of the input tensors (CPU for numpy).
             mono (`bool`, defaults to `False`): a 2-D input (or each 2-D list element) is ONE multi-channel clip,
-                averaged over its smaller axis.
+                averaged over its smaller axis: the mean of the channels, (L + R) / 2 for stereo.
+            batched (`bool`, defaults to `False`): a 2-D input is a `(batch, samples)` batch whatever its shape;
+                without it, `(2, samples)` and `(samples, C <= 8)` inputs, which look like one multi-channel clip,
+                are refused (see the class docstring).
 
         Returns:
             [`BatchFeature`] with `input_values` float32 `(B, T, F)` and `attention_mask` int64 `(B, T)`
@@ -282,6 +294,8 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         """
         # 1. Check the call's options before touching the audio. A datasets row {"array", "sampling_rate"} (or a list
         #    of them) brings its own rate; its multi-channel array is one clip.
+        if mono and batched:
+            raise ValueError("mono=True (one multi-channel clip) and batched=True (a batch of clips) exclude each other.")
         raw_speech, sampling_rate, mono = self._unpack_rows(raw_speech, sampling_rate, mono)
         self._check_sampling_rate(sampling_rate)
         if kwargs:
@@ -296,7 +310,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             return_attention_mask = self.return_attention_mask
 
         # 2. Waveforms: one float32 1-D tensor per clip, validated, zero-padded into one batch.
-        clips = self._to_clips(raw_speech, mono)
+        clips = self._to_clips(raw_speech, mono, batched)
         if device is None:
             device = clips[0].device
         clips = [clip.to(device) for clip in clips]
@@ -432,11 +446,12 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
     # Input conversion: anything accepted -> list of 1-D float32 tensors
     # ------------------------------------------------------------------------------------------------
 
-    def _to_clips(self, raw_speech, mono):
+    def _to_clips(self, raw_speech, mono, batched=False):
         """Split the input into clips and convert each to a 1-D float32 tensor.
 
         - 1-D array/tensor or list of numbers: one clip.
-        - 2-D array/tensor: a (B, L) batch; with `mono=True` one multi-channel clip.
+        - 2-D array/tensor: a (B, L) batch; with `mono=True` one multi-channel clip. Without `batched=True`,
+          (L, C <= 8) and (2, L > 8), which look like one multi-channel clip, are refused.
         - list/tuple of arrays/tensors: one clip each (2-D elements need `mono=True`).
         """
         if isinstance(raw_speech, (list, tuple)):
@@ -457,11 +472,18 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
                 clips = [self._downmix(array)]
             else:
                 rows, cols = array.shape
-                if 0 < cols <= 8 and cols < rows:  # (B, 0) is a batch of empty clips, reported below
+                if not batched and rows == 2 and cols > 8:  # (2, L): torchaudio.load's stereo clip, or two clips?
+                    raise ValueError(
+                        f"Got a 2-D input of shape {tuple(array.shape)}: one stereo clip (channels, samples), as "
+                        f"torchaudio.load returns it, or a batch of two clips? For one stereo clip, downmix it "
+                        f"(`x.mean(0)`) or pass mono=True; for two clips, pass a list of 1-D waveforms (`list(x)`) "
+                        f"or batched=True."
+                    )
+                if not batched and 0 < cols <= 8 and cols < rows:  # (B, 0): empty clips, reported below
                     raise ValueError(
                         f"Got a 2-D input of shape {tuple(array.shape)}, which looks like (samples, channels) "
                         f"multi-channel audio. Downmix it first (`x.mean(axis=1)`) or pass mono=True. "
-                        f"A 2-D input is otherwise read as a (batch, samples) batch of clips."
+                        f"If it is a (batch, samples) batch of short clips, pass batched=True."
                     )
                 clips = list(array)  # (B, L) -> B x (L,)
         else:

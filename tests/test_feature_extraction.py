@@ -422,8 +422,10 @@ def test_mono_downmix_equals_feeding_the_mean():
     np.testing.assert_allclose(as_list["input_values"][0], ref[0], atol=1e-6)
     single = features(extractor, channels_first[0])["input_values"][0]
     np.testing.assert_allclose(as_list["input_values"][1], single, atol=1e-6)
-    # Without mono=True, (2, L) is a batch of two clips.
-    assert features(extractor, channels_first)["input_values"].shape[0] == 2
+    # (2, L) is refused as ambiguous; batched=True makes it a batch of two clips.
+    with pytest.raises(ValueError, match=r"one stereo clip .*or batched=True"):
+        features(extractor, channels_first)
+    assert features(extractor, channels_first, batched=True)["input_values"].shape[0] == 2
 
 
 # ------------------------------------------------------------------------------------------------------

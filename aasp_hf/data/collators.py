@@ -77,7 +77,7 @@ class AaspFineTuningCollator:
         if not waveforms:
             logger.warning(f"Every clip of a batch of {len(examples)} failed to decode; the batch is skipped.")
             return None
-        batch = self.feature_extractor(np.stack(waveforms), sampling_rate=SAMPLING_RATE, return_tensors="pt")
+        batch = self.feature_extractor(waveforms, sampling_rate=SAMPLING_RATE, return_tensors="pt")  # a list: B clips
         if self.num_labels is None:
             batch["labels"] = torch.tensor(labels, dtype=torch.long)  # (B,)
         else:

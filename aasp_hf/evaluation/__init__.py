@@ -112,10 +112,12 @@ def representation_drift(z: torch.Tensor, z_shifted: torch.Tensor) -> torch.Tens
 
 @torch.no_grad()
 def cls_embeddings(model, feature_extractor, waveforms, sampling_rate: int = 16000, device=None) -> torch.Tensor:
-    """Frozen CLS z(x) of a list of waveforms: (B, D) float32 on the CPU."""
+    """Frozen CLS z(x) of a list of waveforms: (B, D) float32 on the CPU. An array or tensor goes to the feature
+    extractor as it is, so a (2, samples) stereo clip is refused there instead of becoming two clips."""
     model.eval()
     device = device or next(model.parameters()).device
-    inputs = feature_extractor(list(waveforms), sampling_rate=sampling_rate, return_tensors="pt")
+    clips = waveforms if isinstance(waveforms, (np.ndarray, torch.Tensor)) else list(waveforms)
+    inputs = feature_extractor(clips, sampling_rate=sampling_rate, return_tensors="pt")
     outputs = model(input_values=inputs["input_values"].to(device), attention_mask=inputs["attention_mask"].to(device))
     return outputs.last_hidden_state[:, 0].float().cpu()  # (B, 1 + N, D) -> (B, D)
 
