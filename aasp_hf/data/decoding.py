@@ -5,6 +5,10 @@ With datasets 5.x an `Audio(decode=True)` column opens the file when the row is 
 raises inside the DataLoader before any collator sees it. For training, cast the column to
 `Audio(decode=False)` with `for_safe_decoding(ds)` (rows then carry only `{"path", "bytes"}`) and let the
 collator decode with a `SafeAudioDecoder`, which returns None for a bad clip and counts it.
+
+One downmix rule everywhere: multi-channel audio becomes the mean of its channels, (L + R) / 2 for stereo, as
+`x.mean(0)` and the feature extractor's `mono=True` give. (ffmpeg's `-ac 1`, which transformers' pipeline uses for a
+file path, and torchcodec's `num_channels=1` give (L + R) / sqrt(2) instead, 3 dB louder.)
 """
 
 import io
@@ -18,6 +22,7 @@ from ._common import SAMPLING_RATE
 
 
 logger = logging.getLogger(__name__)
+_WARNED_TRUNCATED = set()  # files whose truncation was logged already: one warning per file and process
 
 
 def for_safe_decoding(dataset, audio_column: str = "audio"):
@@ -43,8 +48,10 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
     Accepts a torchcodec `AudioDecoder` (datasets' decoded cell), a `{"array" (or "raw"), "sampling_rate"}` dict
     (float, or integer PCM scaled to [-1, 1); (C, L) or (L, C) channels averaged), a `{"path", "bytes"}` dict
     (`Audio(decode=False)`) or a path. Its output is what `pipeline("audio-classification")` takes at 16 kHz, which
-    itself resamples only 1-D float arrays and rejects integer PCM at other rates and multi-channel arrays. Files are decoded by torchcodec (resampled
-    by it); when torchcodec is not importable, by soundfile + scipy's polyphase resampler.
+    itself resamples only 1-D float arrays and rejects integer PCM at other rates and multi-channel arrays. Files are
+    decoded by torchcodec (resampled by it); when torchcodec is not importable, or cannot read a truncated WAV, by
+    soundfile + scipy's polyphase resampler. Channels are always averaged, (L + R) / 2. A WAV whose header promises
+    more frames than the file holds decodes to the frames it holds, with a warning that names the file.
     """
     if hasattr(audio, "get_all_samples"):  # torchcodec AudioDecoder
         samples = audio.get_all_samples()
@@ -67,8 +74,13 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
         source = audio
     if source is None:
         raise ValueError(f"Nothing to decode in {audio!r}: no array, bytes or path.")
+    truncation = _wav_truncation(source)
+    name = _describe(audio)
+    if truncation is not None and name not in _WARNED_TRUNCATED:
+        _WARNED_TRUNCATED.add(name)
+        logger.warning(f"{name}: {truncation}; using the audio it holds.")
     try:
-        return _decode_file(source, sampling_rate)
+        return _decode_file(source, sampling_rate, soundfile_first=truncation is not None)
     except Exception as error:  # the decoders' own messages may not name the file (soundfile: "Malformed ...")
         raise ValueError(
             f"Could not decode {_describe(audio)} as audio ({type(error).__name__}: {error}). Is it an audio file "
@@ -76,17 +88,70 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
         ) from error
 
 
-def _decode_file(source, sampling_rate: int) -> np.ndarray:
-    """A path or the bytes of a file -> mono float32 (L,) at `sampling_rate` (torchcodec, else soundfile)."""
+def _decode_file(source, sampling_rate: int, soundfile_first: bool = False) -> np.ndarray:
+    """A path or the bytes of a file -> mono float32 (L,) at `sampling_rate`: the channel mean.
+
+    torchcodec decodes (and resamples); soundfile when torchcodec is not importable (datasets 5 decodes audio only
+    through torchcodec), or first with `soundfile_first` (a truncated WAV: torchcodec fails on a partial last frame,
+    soundfile reads the whole frames). The channels are averaged here rather than by torchcodec's `num_channels=1`,
+    whose downmix is (L + R) / sqrt(2).
+    """
+    if soundfile_first:
+        try:
+            return _decode_with_soundfile(source, sampling_rate)
+        except Exception:  # noqa: BLE001 - torchcodec below gives the error to report
+            pass
     try:
         from torchcodec.decoders import AudioDecoder
-    except ImportError:  # fallback: soundfile (datasets 5 decodes audio only through torchcodec)
-        import soundfile as sf
+    except ImportError:
+        return _decode_with_soundfile(source, sampling_rate)
+    samples = AudioDecoder(source, sample_rate=sampling_rate).get_all_samples()
+    return samples.data.mean(dim=0).numpy().astype(np.float32, copy=False)  # (C, L) -> (L,)
 
-        data, sr = sf.read(io.BytesIO(source) if isinstance(source, bytes) else source, dtype="float32", always_2d=True)
-        return _resample(data.mean(axis=1), sr, sampling_rate)  # (L, C) -> (L,)
-    samples = AudioDecoder(source, sample_rate=sampling_rate, num_channels=1).get_all_samples()
-    return samples.data[0].numpy().astype(np.float32, copy=False)  # (1, L) -> (L,)
+
+def _decode_with_soundfile(source, sampling_rate: int) -> np.ndarray:
+    import soundfile as sf
+
+    data, sr = sf.read(io.BytesIO(source) if isinstance(source, bytes) else source, dtype="float32", always_2d=True)
+    return _resample(data.mean(axis=1), sr, sampling_rate)  # (L, C) -> (L,)
+
+
+def _wav_truncation(source) -> str | None:
+    """For a RIFF/WAVE file (a path or its bytes) whose data chunk promises more frames than the file holds: what is
+    wrong, in words; None for a complete WAV, another format, or a file that cannot be opened (the decoder says why).
+    """
+    try:
+        file = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")
+    except (OSError, TypeError, ValueError):
+        return None
+    with file:
+        head = file.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            return None
+        size = file.seek(0, io.SEEK_END)
+        file.seek(12)
+        rate = block_align = None
+        while True:
+            chunk = file.read(8)
+            if len(chunk) < 8:
+                return None
+            chunk_id, chunk_size, start = chunk[:4], int.from_bytes(chunk[4:], "little"), file.tell()
+            if chunk_id == b"fmt ":
+                fmt = file.read(16)
+                if len(fmt) < 16:
+                    return None
+                rate, block_align = int.from_bytes(fmt[4:8], "little"), int.from_bytes(fmt[12:14], "little")
+            elif chunk_id == b"data":
+                if not rate or not block_align or chunk_size == 0xFFFFFFFF:  # 0xFFFFFFFF: streamed, size unknown
+                    return None
+                promised, held = chunk_size // block_align, max(size - start, 0) // block_align
+                if held >= promised:
+                    return None
+                return (
+                    f"the WAV header promises {promised} frames ({promised / rate:.3f} s at {rate} Hz) but the file "
+                    f"holds {held} ({held / rate:.3f} s): it is truncated (an interrupted copy or download?)"
+                )
+            file.seek(start + chunk_size + (chunk_size & 1))  # chunks are padded to an even size
 
 
 def _describe(audio) -> str:

@@ -1,0 +1,143 @@
+"""A new user's audio-input mistakes: each gets one clear message or the right answer, never a silent wrong result.
+
+Real parts throughout: WAV files written with soundfile, a tiny classifier saved to disk and loaded by
+`pipeline("audio-classification")`, transformers' own ffmpeg reader.
+"""
+
+import logging
+import shutil
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from conftest import tiny_config_kwargs
+
+import aasp_hf
+from aasp_hf import AaspFeatureExtractor
+from aasp_hf.data import decode_audio
+from aasp_hf.evaluation import cls_embeddings
+
+
+SR = 16000
+FEATURES = dict(sampling_rate=SR, return_tensors="np")
+
+
+def stereo_clip(num_samples=SR, seed=0):
+    """(2, L) float32 with a left channel of noise and a right channel of a tone: L != R."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(num_samples) / SR
+    left = 0.3 * rng.standard_normal(num_samples)
+    right = 0.4 * np.sin(2 * np.pi * 440 * t)
+    return np.stack([left, right]).clip(-0.95, 0.95).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    from transformers import pipeline
+
+    folder = tmp_path_factory.mktemp("classifier")
+    torch.manual_seed(0)
+    config = aasp_hf.AaspConfig(**tiny_config_kwargs(), num_labels=2, id2label={0: "a", 1: "b"},
+                                label2id={"a": 0, "b": 1})
+    aasp_hf.AaspForAudioClassification(config).save_pretrained(folder)
+    AaspFeatureExtractor(feature_size=32).save_pretrained(folder)
+    return pipeline("audio-classification", model=str(folder), device="cpu")
+
+
+def scores(classifier, audio):
+    return {p["label"]: p["score"] for p in classifier(audio, top_k=2)}
+
+
+# ----------------------------------------------------------------------------------------------- stereo as (2, L)
+def test_a_stereo_tensor_from_torchaudio_is_refused_with_what_to_pass():
+    extractor = AaspFeatureExtractor()
+    waveform = torch.from_numpy(stereo_clip())  # what `torchaudio.load("stereo.wav")` returns: (channels, samples)
+    with pytest.raises(ValueError) as error:
+        extractor(waveform, **FEATURES)
+    assert str(error.value) == (
+        "Got a 2-D input of shape (2, 16000): one stereo clip (channels, samples), as torchaudio.load returns it, "
+        "or a batch of two clips? For one stereo clip, downmix it (`x.mean(0)`) or pass mono=True; for two clips, "
+        "pass a list of 1-D waveforms (`list(x)`) or batched=True."
+    )
+    # each way out does what it says
+    one = extractor(waveform.mean(0), **FEATURES)["input_values"]
+    np.testing.assert_allclose(extractor(waveform, mono=True, **FEATURES)["input_values"], one, atol=1e-6)
+    two = extractor(list(waveform), **FEATURES)["input_values"]
+    assert one.shape[0] == 1 and two.shape[0] == 2
+    np.testing.assert_allclose(extractor(waveform, batched=True, **FEATURES)["input_values"], two, atol=1e-6)
+    # (1, L), a mono file from torchaudio.load, is one clip either way
+    np.testing.assert_allclose(extractor(waveform[:1], **FEATURES)["input_values"],
+                               extractor(waveform[0], **FEATURES)["input_values"], atol=1e-6)
+    with pytest.raises(ValueError, match="exclude each other"):
+        extractor(waveform, mono=True, batched=True, **FEATURES)
+
+
+def test_cls_embeddings_passes_a_stereo_tensor_to_the_extractor_check_instead_of_splitting_it():
+    torch.manual_seed(0)
+    model = aasp_hf.AaspModel(aasp_hf.AaspConfig(**tiny_config_kwargs()))
+    extractor = AaspFeatureExtractor(feature_size=32)
+    waveform = torch.from_numpy(stereo_clip(8000))
+    with pytest.raises(ValueError, match=r"shape \(2, 8000\): one stereo clip"):
+        cls_embeddings(model, extractor, waveform)
+    assert cls_embeddings(model, extractor, list(waveform)).shape == (2, 32)  # a list is a batch, as before
+
+
+# ----------------------------------------------------------------------------------------------- one downmix rule
+def test_a_stereo_file_and_the_same_audio_as_an_array_give_the_same_features_and_scores(tmp_path, classifier):
+    stereo = stereo_clip()  # (2, L), L != R
+    path = tmp_path / "stereo.wav"
+    sf.write(path, stereo.T, SR, subtype="FLOAT")  # soundfile writes (samples, channels)
+    mean = stereo.mean(axis=0)  # the one rule: (L + R) / 2
+    from_file = decode_audio(str(path))
+    np.testing.assert_allclose(from_file, mean, atol=1e-7)
+    np.testing.assert_allclose(decode_audio(path.read_bytes()), mean, atol=1e-7)
+    np.testing.assert_allclose(decode_audio({"array": stereo, "sampling_rate": SR}), mean, atol=1e-7)
+
+    extractor = AaspFeatureExtractor()
+    reference = extractor(mean, **FEATURES)["input_values"]
+    for same in (from_file, torch.from_numpy(stereo).mean(0)):
+        np.testing.assert_allclose(extractor(same, **FEATURES)["input_values"], reference, atol=1e-5)
+    for clip in (stereo, stereo.T, {"array": stereo, "sampling_rate": SR}):  # mono=True: (C, L), (L, C), a row
+        kwargs = {} if isinstance(clip, dict) else {"mono": True}
+        np.testing.assert_allclose(extractor(clip, **kwargs, **FEATURES)["input_values"], reference, atol=1e-5)
+
+    expected = scores(classifier, mean)
+    for label, score in scores(classifier, decode_audio(str(path))).items():
+        assert score == pytest.approx(expected[label], abs=1e-6)
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs ffmpeg")
+def test_transformers_ffmpeg_reader_downmixes_stereo_to_the_sum_over_sqrt2(tmp_path):
+    """Why a file path given to transformers' pipeline differs from `decode_audio(path)`: ffmpeg's `-ac 1`
+    gives (L + R) / sqrt(2) for float output (README, Inference). If this fails, that README line is stale."""
+    from transformers.pipelines.audio_utils import ffmpeg_read
+
+    stereo = stereo_clip()
+    path = tmp_path / "stereo.wav"
+    sf.write(path, stereo.T, SR, subtype="FLOAT")
+    ffmpeg = ffmpeg_read(path.read_bytes(), SR)
+    np.testing.assert_allclose(ffmpeg, stereo.sum(axis=0) / np.sqrt(2), atol=1e-6)
+    assert np.abs(ffmpeg - stereo.mean(axis=0)).max() > 0.1
+
+
+# ----------------------------------------------------------------------------------------------- truncated WAV
+def test_a_truncated_wav_is_named_with_what_is_wrong_and_classified_on_what_it_holds(tmp_path, classifier, caplog):
+    audio = stereo_clip()[0]
+    whole = tmp_path / "whole.wav"
+    sf.write(whole, audio, SR, subtype="PCM_16")
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(whole.read_bytes()[: 44 + 2 * 7000 + 1])  # header: 16000 frames; the file: 7000 and a half
+    with caplog.at_level(logging.WARNING, logger="aasp_hf.data.decoding"):
+        waveform = decode_audio(str(cut))
+        assert scores(classifier, decode_audio(str(whole)))  # a complete file: no warning
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{cut}: the WAV header promises 16000 frames (1.000 s at 16000 Hz) but the file holds 7000 (0.438 s): it "
+        f"is truncated (an interrupted copy or download?); using the audio it holds."
+    ]
+    held = sf.read(whole, dtype="float32")[0][:7000]
+    np.testing.assert_array_equal(waveform, held)  # the whole frames it holds (torchcodec alone would fail here)
+    expected = scores(classifier, held)
+    for label, score in scores(classifier, waveform).items():
+        assert score == pytest.approx(expected[label], abs=1e-6)
