@@ -4,15 +4,15 @@
         --model_name_or_path runs/aasp_base --data_root /data/ESC-50-master --output_dir runs/lin_esc50
     python examples/linear_eval.py --model_name_or_path runs/aasp_base --synthetic_per_class 20 --max_steps 200
 
-Arguments come from the dataclass below: on the command line, from one JSON file (`linear_eval.py preset.json`),
-or from `--config preset.json` followed by command-line overrides.
+Arguments come from `aasp_hf.evaluation.linear_protocol.LinearEvalArguments`: on the command line, from one JSON
+file (`linear_eval.py preset.json`), or from `--config preset.json` followed by command-line overrides.
 
 Steps: 1. encoder (AutoModel, frozen, eval mode) and feature extractor, 2. data (a dataset of `aasp_hf.data.load`
 or synthetic demo clips) split into evaluation parts (one per test fold for ESC-50/US8K), 3. frozen features
 [CLS ; frequency-concatenated time-averaged patch tokens] (D + F̃·D, 6912 for ViT-B) of every split, cached
 on disk (`features/<part>/features_<split>.npy`, `labels_<split>.npy`), with EVAR clip lengths and cropping
 (a random crop for train/validation, the first segment for test; no augmentation), 4. standardisation with the
-TRAIN statistics, 5. for each part and seed (`aasp_hf.training.linear_heads`), one Linear layer per learning rate,
+TRAIN statistics, 5. for each part and seed (`aasp_hf.evaluation.linear_heads`), one Linear layer per learning rate,
 all trained in one pass over the cached features (Adam, cosine schedule to `min_learning_rate`, CE or BCE for multi-label),
 evaluated on validation every `eval_steps`; each learning rate's test score is taken at its best validation
 step ("the best result within the budget"), and the learning rate with the best validation score is chosen,
@@ -32,7 +32,7 @@ seeded with `feature_seed`. The split is part of the feature cache's identity.
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -41,63 +41,24 @@ from tqdm.auto import tqdm
 
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
 from aasp_hf.evaluation import (
-    extract_features,
     load_frozen_encoder,
     mean_std,
     standardization_stats,
     standardize,
     write_linear_eval_markdown,
 )
+from aasp_hf.evaluation.linear_heads import final_test_score, train_linear_heads
+from aasp_hf.evaluation.linear_protocol import (
+    SPLITS,
+    LinearEvalArguments,
+    cached_features,
+    check_cache_identity,
+    evaluation_parts,
+)
 from aasp_hf.training.arguments import parse_arguments
-from aasp_hf.training.linear_heads import final_test_score, train_linear_heads
-
-logger = logging.getLogger(__name__)
-SAMPLE_RATE = 16000
-SPLITS = ("train", "validation", "test")
 
 
 # ----------------------------------------------------------------------------------------------- arguments
-@dataclass
-class LinearEvalArguments:
-    model_name_or_path: str = field(metadata={"help": "a saved AaspModel (or a checkpoint AutoModel can load)"})
-    dataset: str | None = field(default=None, metadata={"help": "a name for aasp_hf.data.load (esc50, us8k, ...)"})
-    data_root: str | None = field(default=None, metadata={"help": "the dataset's folder in its official layout"})
-    dataset_kwargs: str | None = field(
-        default=None, metadata={"help": "JSON object of extra loader arguments, e.g. '{\"metadata_csv\": \"...\"}'"}
-    )
-    synthetic_per_class: int = field(default=0, metadata={"help": "N > 0: demo clips (N train per class), no files"})
-    task: str | None = field(default=None, metadata={"help": "EVAR clip-length key; unset: the dataset name"})
-    clip_seconds: float | None = field(default=None, metadata={"help": "overrides the task's EVAR clip length"})
-    folds: list[int] | None = field(default=None, metadata={"help": "test folds of a K-fold task; unset: all"})
-    kfold_validation: str = field(
-        default="evar", metadata={"help": "K-fold validation: 'evar' (a seeded random validation_fraction of the other "
-                                  "folds) or 'next' (the fold after the test fold)"}
-    )
-    validation_fraction: float = field(default=0.1, metadata={"help": "held out of train when there is no validation "
-                                                              "(and of the training folds of a K-fold task)"})
-    test_fraction: float = field(
-        default=0.2, metadata={"help": "held out of train (stratified by class, seeded) when there is no test split, "
-                               "e.g. an audiofolder without train/test sub-folders"}
-    )
-    learning_rates: list[float] = field(default_factory=lambda: [1e-4], metadata={"help": "peak lrs, one pass"})
-    min_learning_rate: float = field(default=0.0, metadata={"help": "end of the cosine schedule"})
-    weight_decay: float = field(default=0.0)
-    adam_beta1: float = field(default=0.9)
-    adam_beta2: float = field(default=0.999)
-    batch_size: int = field(default=128)
-    max_steps: int = field(default=1000, metadata={"help": "the training-step budget"})
-    eval_steps: int = field(default=100, metadata={"help": "validate every N steps (and at the last step)"})
-    early_stopping_patience: int = field(
-        default=0, metadata={"help": "stop after N validations without improvement for any lr (0: use the budget)"}
-    )
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    feature_batch_size: int = field(default=32)
-    feature_seed: int = field(default=0, metadata={"help": "seeds the train/validation random crops"})
-    dataloader_num_workers: int = field(default=0)
-    device: str | None = field(default=None, metadata={"help": "default: cuda when available, else cpu"})
-    output_dir: str = field(default="linear_eval_output")
-
-
 def parse_args(argv=None) -> LinearEvalArguments:
     """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
     (args,) = parse_arguments(LinearEvalArguments, argv)
@@ -106,83 +67,6 @@ def parse_args(argv=None) -> LinearEvalArguments:
     if args.kfold_validation not in KFOLD_VALIDATION:
         raise ValueError(f"kfold_validation={args.kfold_validation!r}: use one of {KFOLD_VALIDATION}")
     return args
-
-
-# ----------------------------------------------------------------------------------------------- 2. data
-def evaluation_parts(args) -> tuple[dict, bool, int, float]:
-    """-> ({part name: {split: rows}}, multi_label, num_classes, clip_seconds): the arguments mapped onto
-    `data.load_downstream` (the protocol finetune.py uses too). A K-fold dataset gives one part per test fold of
-    `--folds` (default all). The validation draws are seeded with `--feature_seed`, which is part of the feature
-    cache's identity (finetune.py uses seed 0: the same split when `--feature_seed` is 0, the default)."""
-    from aasp_hf import data
-
-    if args.synthetic_per_class > 0:
-        from aasp_hf.data.synthetic import LABELS, synthetic_splits
-
-        # 1.25-s clips, a bit longer than the 1-s EVAR length: train / validation crops are random, test takes the start
-        return {"synthetic": synthetic_splits(args.synthetic_per_class, args.feature_seed)}, False, len(LABELS), (
-            args.clip_seconds or 1.0
-        )
-    if args.dataset is None:
-        raise ValueError("Pass --dataset (with --data_root) or --synthetic_per_class N.")
-    downstream = data.load_downstream(
-        args.dataset, root=args.data_root,
-        loader_kwargs=json.loads(args.dataset_kwargs) if args.dataset_kwargs else None,
-        task=args.task, clip_seconds=args.clip_seconds, folds=args.folds,
-        kfold_validation=getattr(args, "kfold_validation", "evar"), validation_fraction=args.validation_fraction,
-        test_fraction=args.test_fraction, seed=args.feature_seed,
-    )
-    return downstream.parts, downstream.multi_label, len(downstream.label_names), downstream.clip_seconds
-
-
-# ----------------------------------------------------------------------------------------------- 3. features
-def cached_features(args, model, feature_extractor, part, rows, split, clip_seconds, num_labels, device):
-    """Features and labels of one split, from `features/<part>/` when cached there, else extracted and saved."""
-    from aasp_hf.data import AaspFineTuningCollator
-
-    folder = Path(args.output_dir) / "features" / part
-    feature_file, label_file = folder / f"features_{split}.npy", folder / f"labels_{split}.npy"
-    if feature_file.is_file() and label_file.is_file():
-        return np.load(feature_file), np.load(label_file)
-    collator = AaspFineTuningCollator(
-        feature_extractor, clip_seconds=clip_seconds, split=split, num_labels=num_labels,
-        seed=args.feature_seed + SPLITS.index(split),
-    )
-    loader = torch.utils.data.DataLoader(
-        rows, batch_size=args.feature_batch_size, shuffle=False, collate_fn=collator,
-        num_workers=args.dataloader_num_workers,
-    )
-    with tqdm(total=len(rows), desc=f"features {part}/{split}", unit="clip") as progress:
-        features, labels = extract_features(model, loader, device=device, progress=progress)
-    if collator.num_skipped:
-        logger.warning(f"{part}/{split}: {collator.num_skipped} clips failed to decode and were skipped.")
-    folder.mkdir(parents=True, exist_ok=True)
-    for path, array in ((feature_file, features), (label_file, labels)):  # write-then-rename: no partial cache
-        tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, array)
-        os.replace(tmp, path)
-    return features, labels
-
-
-def check_cache_identity(args, clip_seconds):
-    """The feature cache belongs to one model and data setting; reusing it for another raises a ValueError."""
-    identity = {
-        "model_name_or_path": str(args.model_name_or_path), "dataset": args.dataset, "data_root": args.data_root,
-        "dataset_kwargs": args.dataset_kwargs, "synthetic_per_class": args.synthetic_per_class,
-        "clip_seconds": clip_seconds, "feature_seed": args.feature_seed,
-        "validation_fraction": args.validation_fraction, "test_fraction": args.test_fraction,
-        "kfold_validation": args.kfold_validation,
-    }
-    path = Path(args.output_dir) / "features" / "identity.json"
-    if path.is_file():
-        cached = json.loads(path.read_text())
-        if cached != identity:
-            changed = sorted(k for k in identity if cached.get(k) != identity[k])
-            raise ValueError(f"{path.parent} holds features of another setting (differs in {changed}); "
-                             f"use a new --output_dir or delete that folder.")
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(identity, indent=2))
 
 
 # ----------------------------------------------------------------------------------------------- main

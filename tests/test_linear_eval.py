@@ -1,5 +1,5 @@
 """examples/linear_eval.py and the frozen-feature helpers: pooling, padding, standardisation, the one-pass lr grid
-(aasp_hf.training.linear_heads), an end-to-end run on a tiny saved encoder with synthetic clips, and resume."""
+(aasp_hf.evaluation.linear_heads), an end-to-end run on a tiny saved encoder with synthetic clips, and resume."""
 
 import json
 
@@ -12,8 +12,8 @@ from conftest import tiny_config_kwargs
 import linear_eval
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
-from aasp_hf.evaluation import extract_features, pool_features, standardization_stats, standardize
-from aasp_hf.training.linear_heads import final_test_score, train_linear_heads
+from aasp_hf.evaluation import extract_features, linear_protocol, pool_features, standardization_stats, standardize
+from aasp_hf.evaluation.linear_heads import final_test_score, train_linear_heads
 
 TINY_128 = tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1, sblu_hidden_size=16, sblu_output_size=16)
 
@@ -131,12 +131,12 @@ def test_end_to_end_on_synthetic_clips_and_resume(encoder_dir, tmp_path):
     # resume: nothing is recomputed — neither the cached features nor the finished runs
     cached = {p: p.stat().st_mtime_ns for p in list(feats.iterdir()) + list((out / "runs").iterdir())}
     calls = []
-    original = linear_eval.extract_features
-    linear_eval.extract_features = lambda *a, **k: calls.append(1) or original(*a, **k)
+    original = linear_protocol.extract_features
+    linear_protocol.extract_features = lambda *a, **k: calls.append(1) or original(*a, **k)
     try:
         again = linear_eval.main(argv)
     finally:
-        linear_eval.extract_features = original
+        linear_protocol.extract_features = original
     assert calls == [] and {p: p.stat().st_mtime_ns for p in cached} == cached
     assert again["runs"] == results["runs"] and again["test_mean"] == results["test_mean"]
 

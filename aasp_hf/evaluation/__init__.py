@@ -12,6 +12,9 @@ Setup; Sec. Shift-Consistency Analysis).
 - `mean_std`, `write_finetune_markdown`, `write_linear_eval_markdown`: the scripts' summaries over seeds and parts
   (mean ± std with ddof=1) and their `results.md` tables.
 
+Imported by name: `linear_protocol` (linear evaluation's arguments, evaluation parts and cached features) and
+`linear_heads` (its grid of heads, one per lr, trained in one pass).
+
 Dimensions: B batch, N = T̃·F̃ patch tokens (time-major: token t·F̃ + f), D hidden size.
 """
 
@@ -193,7 +196,7 @@ def load_frozen_encoder(model_name_or_path, device="cpu"):
     """
     from transformers import AutoFeatureExtractor, AutoModel
 
-    from .feature_extraction_aasp import AaspFeatureExtractor
+    from ..feature_extraction_aasp import AaspFeatureExtractor
 
     model = AutoModel.from_pretrained(model_name_or_path).to(device).eval().requires_grad_(False)
     try:

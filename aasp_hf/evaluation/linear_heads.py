@@ -11,8 +11,8 @@ import math
 import numpy as np
 import torch
 
-from ..evaluation import classification_score
-from .schedules import learning_rate
+from ..training.schedules import learning_rate
+from . import classification_score
 
 
 def train_linear_heads(train, valid, test, learning_rates, *, multi_label, num_classes, max_steps, batch_size,

@@ -4,9 +4,8 @@ Re-exported here: crash-safe checkpoints (`checkpointing`), the pre-training col
 views' masks with `masking`), AdamW parameter groups (`optim`) and the learning-rate / teacher-momentum schedules
 (`schedules`). The other modules are imported by name: `arguments` (the scripts' command-line parsing), `augment`
 (fine-tuning augmentations), `data_order` (the seeded, resumable order of micro-batches over a map-style dataset),
-`linear_heads` (linear evaluation's grid of heads, one per lr), `masking` (the mask samplers), `model_ema` (weight
-EMA for evaluation), `monitors` (pre-training health monitors), and from `optim` the fine-tuning helpers
-`layer_decay_param_groups` and `set_learning_rates`.
+`masking` (the mask samplers), `model_ema` (weight EMA for evaluation), `monitors` (pre-training health monitors),
+and from `optim` the fine-tuning helpers `layer_decay_param_groups` and `set_learning_rates`.
 
 None of them imports the model classes (they take a model object), and the model files shipped to the Hub never
 import this package.

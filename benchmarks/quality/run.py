@@ -31,8 +31,8 @@ unit of the study. A unit
      Step 0 is the initialisation pretrain.py starts from (`set_seed(seed)` then `build_model`, as in its main).
   2. probes that encoder on every task -> units/<variant>/seed<k>/step<step>.json.
 
-Probe protocol: examples/linear_eval.py's own functions. `evaluation_parts` reads a task as an audiofolder and
-holds out `--validation_fraction` (0.1) of train as validation, seeded with `--feature_seed` (0); `cached_features`
+Probe protocol: examples/linear_eval.py's (`aasp_hf.evaluation`). `evaluation_parts` reads a task as an audiofolder
+and holds out `--validation_fraction` (0.1) of train as validation, seeded with `--feature_seed` (0); `cached_features`
 crops or pads each clip to the task's clip length (a seeded random crop for train/validation, the first segment
 for test) and pools the paper feature [CLS ; time-mean of the patch tokens of each frequency row] (D + F̃·D);
 `standardization_stats` takes the statistics of TRAIN only; `train_linear_heads` trains one linear layer per
@@ -80,6 +80,7 @@ from pathlib import Path
 import numpy as np
 
 from aasp_hf.evaluation import mean_std
+from aasp_hf.evaluation.linear_protocol import SPLITS  # the crop seeds are feature_seed + index
 
 NAN = float("nan")  # the std of one seed: shown as no std in the table
 HERE = Path(__file__).resolve().parent
@@ -90,7 +91,6 @@ from variants import BASE, DEFAULT_VARIANTS, MODEL_SIZES, QUICK, VARIANTS  # noq
 
 DEFAULT_PRESET = ROOT / "examples" / "configs" / "pretrain_small_quality.json"
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
-SPLITS = ("train", "validation", "test")  # linear_eval.SPLITS (the crop seeds are feature_seed + index)
 DATA_SOURCE_KEYS = ("dataset", "data_root", "train_dir", "dataset_name", "dataset_config", "synthetic_clips",
                     "log_mel_cache", "streaming")
 PER_RUN_KEYS = ("output_dir", "seed", "stop_after_steps", "resume")
@@ -489,17 +489,17 @@ class Study:
 
     # ------------------------------------------------------------------------------------------- probing
     def task_parts(self, task):
-        """linear_eval.evaluation_parts of a task (its audiofolder; validation held out of train), cached."""
+        """`evaluation_parts` of a task (its audiofolder; validation held out of train), cached."""
         if task not in self._parts:
-            import linear_eval
+            from aasp_hf.evaluation.linear_protocol import LinearEvalArguments, evaluation_parts
 
             task_dir = self.data_dir / "tasks" / task
             probe = self.settings["probe"]
-            le_args = linear_eval.LinearEvalArguments(
+            le_args = LinearEvalArguments(
                 model_name_or_path="-", dataset="audiofolder", data_root=str(task_dir), task=task,
                 clip_seconds=task_clip_seconds(task_dir, probe["max_clip_seconds"]),
                 validation_fraction=probe["validation_fraction"], feature_seed=probe["feature_seed"])
-            parts, multi_label, num_classes, clip_seconds = linear_eval.evaluation_parts(le_args)
+            parts, multi_label, num_classes, clip_seconds = evaluation_parts(le_args)
             self._parts[task] = parts["official"], multi_label, num_classes, clip_seconds
         return self._parts[task]
 
@@ -515,8 +515,8 @@ class Study:
 
     def probe_task(self, task, featurise) -> dict:
         """Standardise with train statistics, train the linear heads per probe seed, test accuracy at the chosen lr."""
-        import linear_eval
         from aasp_hf.evaluation import standardization_stats, standardize
+        from aasp_hf.evaluation.linear_heads import final_test_score, train_linear_heads
 
         splits, multi_label, num_classes, clip_seconds = self.task_parts(task)
         features = {split: featurise(task, splits[split], split, clip_seconds, num_classes if multi_label else None)
@@ -526,12 +526,11 @@ class Study:
         p = self.settings["probe"]
         runs = []
         for seed in p["seeds"]:
-            result = linear_eval.train_linear_heads(
+            result = train_linear_heads(
                 *data, p["learning_rates"], multi_label=multi_label, num_classes=num_classes,
                 max_steps=p["max_steps"], batch_size=p["batch_size"], eval_steps=p["eval_steps"], seed=seed,
                 device=self.device)
-            score = linear_eval.final_test_score(self.metric(multi_label), result["test_logits"], data[2][1],
-                                                 multi_label)
+            score = final_test_score(self.metric(multi_label), result["test_logits"], data[2][1], multi_label)
             runs.append({"seed": seed, "test": score, "valid": result["valid_score"],
                          "learning_rate": result["chosen_learning_rate"],
                          "best_step": result["best_steps"][result["chosen_index"]]})
@@ -546,8 +545,8 @@ class Study:
             return self._probe_encoder(encoder_dir)
 
     def _probe_encoder(self, encoder_dir: Path) -> dict:
-        import linear_eval
         from aasp_hf.evaluation import load_frozen_encoder
+        from aasp_hf.evaluation.linear_protocol import LinearEvalArguments, cached_features
 
         model, feature_extractor = load_frozen_encoder(str(encoder_dir), self.device)
         saved_max_frames = json.loads((encoder_dir / "preprocessor_config.json").read_text()).get("max_frames")
@@ -562,13 +561,12 @@ class Study:
             return {**json.loads(cached.read_text()), "reused": True}
         p = self.settings["probe"]
         with tempfile.TemporaryDirectory(prefix="probe-", dir=self.dir) as tmp:
-            le_args = linear_eval.LinearEvalArguments(model_name_or_path=str(encoder_dir), output_dir=tmp,
-                                                      feature_batch_size=p["feature_batch_size"],
-                                                      feature_seed=p["feature_seed"])
+            le_args = LinearEvalArguments(model_name_or_path=str(encoder_dir), output_dir=tmp,
+                                          feature_batch_size=p["feature_batch_size"], feature_seed=p["feature_seed"])
 
             def featurise(task, rows, split, clip_seconds, num_labels):
-                return linear_eval.cached_features(le_args, model, feature_extractor, task, rows, split,
-                                                   clip_seconds, num_labels, self.device)
+                return cached_features(le_args, model, feature_extractor, task, rows, split, clip_seconds,
+                                       num_labels, self.device)
 
             tasks = {task: self.probe_task(task, featurise) for task in self.settings["tasks"]}
         result = {"encoder_key": key, "saved_max_frames": saved_max_frames, "tasks": tasks}
@@ -867,7 +865,7 @@ def write_report(study: Study, results_path: Path) -> dict:
     lines += [
         "", "## Protocol", "",
         "- Features: the paper's [CLS ; time-mean of the patch tokens of each frequency row] "
-        "(`aasp_hf.evaluation.pool_features` through `examples/linear_eval.py`'s `cached_features`), "
+        "(`aasp_hf.evaluation.pool_features` through `aasp_hf.evaluation.linear_protocol.cached_features`), "
         "standardised with the train split's statistics only. log-mel: mean and std over time per mel bin.",
         f"- Clips: each task's clips are cropped/padded to its clip length (the longest clip unless task.json sets "
         f"it, at most {probe['max_clip_seconds']:g} s): a random crop (seed {probe['feature_seed']}) for "
@@ -877,7 +875,7 @@ def write_report(study: Study, results_path: Path) -> dict:
         f"where set, which would cut every probe clip to it).",
         f"- Validation: {probe['validation_fraction']:g} of train held out (datasets' `train_test_split`, seed "
         f"{probe['feature_seed']}).",
-        f"- Heads: `linear_eval.train_linear_heads`, one linear layer per learning rate "
+        f"- Heads: `aasp_hf.evaluation.linear_heads.train_linear_heads`, one linear layer per learning rate "
         f"{probe['learning_rates']} in one pass, Adam, cosine, {probe['max_steps']} steps of batch "
         f"{probe['batch_size']}, validated every {probe['eval_steps']} steps; each lr's test accuracy at its best "
         f"validation step, the lr chosen on validation; averaged over head seeds {probe['seeds']}.",
