@@ -207,7 +207,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         return (num_frames - 1) * self.hop_length + self.n_fft - self.n_fft // 2
 
     # ------------------------------------------------------------------------------------------------
-    # Normalisation and padding (also used on cached log-mel: aasp_hf.training.collators.crop_log_mel)
+    # Normalisation and padding (also used on cached log-mel: aasp_hf.data.collators.crop_log_mel)
     # ------------------------------------------------------------------------------------------------
 
     def normalize(self, log_mel):

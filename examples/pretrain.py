@@ -38,8 +38,8 @@ from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
+from aasp_hf.data.collators import PretrainingCollator
 from aasp_hf.training import (
-    PretrainingCollator,
     find_latest_checkpoint,
     learning_rate,
     param_groups,

@@ -12,7 +12,7 @@ from datasets import Audio, Dataset, Features, Value
 
 from aasp_hf.data.cache import LogMelCache, build_log_mel_cache
 from aasp_hf.data.statistics import MelMoments
-from aasp_hf.training.collators import crop_log_mel, crop_log_mel_batch
+from aasp_hf.data.collators import crop_log_mel, crop_log_mel_batch
 from aasp_hf.feature_extraction_aasp import AaspFeatureExtractor
 
 

@@ -11,7 +11,8 @@ from accelerate.state import AcceleratorState
 from conftest import tiny_config_kwargs
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining
-from aasp_hf.training import PretrainingCollator, param_groups
+from aasp_hf.data.collators import PretrainingCollator
+from aasp_hf.training import param_groups
 from aasp_hf.training.step import HostSyncCounter, apply_update
 
 

@@ -9,7 +9,6 @@ import torch
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining
 from aasp_hf.training import (
-    PretrainingCollator,
     find_latest_checkpoint,
     learning_rate,
     param_groups,
@@ -17,7 +16,7 @@ from aasp_hf.training import (
     teacher_momentum,
 )
 from aasp_hf.training.checkpointing import load_process_state, load_trainer_state
-from aasp_hf.training.collators import random_eq_curves
+from aasp_hf.data.collators import PretrainingCollator, random_eq_curves
 from aasp_hf.training.data_order import epoch_order, micro_batches
 from conftest import tiny_config_kwargs
 

@@ -16,7 +16,7 @@ from ._common import EVAR_CLIP_SECONDS, SAMPLING_RATE, fold_split, hold_out_test
 from .audio_dataset import load_audio_dataset
 from .audioset import load_audioset
 from .clips import AudioClips, AudioStream, decode_clip, load_clips, replace_failed
-from .collators import AaspFineTuningCollator, crop_or_pad
+from .collators import AaspFineTuningCollator, PretrainingCollator, crop_or_pad
 from .decoding import SafeAudioDecoder, decode_audio, filter_decodable, for_safe_decoding
 from .esc50 import load_esc50
 from .evar_tasks import load_cremad, load_evar_task, load_gtzan, load_surge, load_voxceleb1, load_voxforge
@@ -98,6 +98,7 @@ __all__ = [
     "EVAR_CLIP_SECONDS",
     "KFOLD_VALIDATION",
     "LOADERS",
+    "PretrainingCollator",
     "SELECT_ON",
     "SAMPLING_RATE",
     "TASK_ALIASES",

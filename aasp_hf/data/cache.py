@@ -5,7 +5,7 @@ Decoding and featurising a 10 s clip costs a few CPU milliseconds; on a fast GPU
 not the model, can set the step time. `build_log_mel_cache` decodes every clip once and stores its UNNORMALISED
 log-mel (the extractor with `do_normalize=False`) as one float16 ``.npy`` of shape (T, F) per clip, so the
 normalisation statistics can still change afterwards (M2D stores its log-mel the same way). Training then reads
-(T, F) arrays with `LogMelCache` and `aasp_hf.training.collators.crop_log_mel` takes the random crop in the frame
+(T, F) arrays with `LogMelCache` and `aasp_hf.data.collators.crop_log_mel` takes the random crop in the frame
 domain and normalises (the pre-training collator does so for cached items).
 
 Layout of ``cache_dir``::
@@ -248,7 +248,7 @@ def build_log_mel_cache(dataset, cache_dir, feature_extractor=None, audio_column
 class LogMelCache(torch.utils.data.Dataset):
     """The clips of a cache built by `build_log_mel_cache`: item i -> {"log_mel": (T, F) float32, "index": i, "row"}.
 
-    `log_mel` is unnormalised (crop and normalise with `aasp_hf.training.collators.crop_log_mel`); `row` is the
+    `log_mel` is unnormalised (crop and normalise with `aasp_hf.data.collators.crop_log_mel`); `row` is the
     clip's row in the dataset the cache was built from (failed clips are not in the cache, so `row` can differ from
     `index`).
 

@@ -1,7 +1,21 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
-"""Fine-tuning collator: decode (skipping bad clips), crop/pad to the task's EVAR clip length, featurise.
+"""Collators: a list of examples -> one batch.
 
-(The pre-training crop collator lives in `aasp_hf.training`.)
+Pre-training (`PretrainingCollator`; `crop_log_mel`, `crop_log_mel_batch` for cached log-mel; `random_eq_curves`):
+random crops -> batched log-mel -> M inverse-block-masked views per clip (paper Sec. Training Setup, Pre-training
+Setup: 6-s crops padded or truncated to 608 frames, M = 4 views at 80 %).
+
+The collator owns its ``torch.Generator``; its ``state_dict`` / ``load_state_dict`` save and restore it, so a resumed
+run draws exactly the crops and masks the uninterrupted run would have drawn. ``examples/pretrain.py`` calls it in
+the training loop (the DataLoader workers only decode audio), so its state advances once per micro-batch consumed,
+independent of DataLoader prefetching and worker processes.
+
+Clips come as waveforms (cropped in samples, `PretrainingCollator.random_crop`) or as cached unnormalised log-mel
+(`aasp_hf.data.cache.LogMelCache`, cropped in frames by `crop_log_mel`); both crops draw the start the same way
+(`_crop_start`: one draw per clip longer than the crop, none otherwise), so both paths consume the generator alike.
+
+Fine-tuning and linear evaluation (`AaspFineTuningCollator`, `crop_or_pad`): decode (skipping bad clips), crop or pad
+to the task's EVAR clip length, featurise.
 """
 
 import logging
@@ -9,13 +23,196 @@ import logging
 import numpy as np
 import torch
 
+from ..feature_extraction_aasp import AaspFeatureExtractor
 from ._common import EVAR_CLIP_SECONDS, SAMPLING_RATE
 from .decoding import SafeAudioDecoder
-
 
 logger = logging.getLogger(__name__)
 
 
+# ----------------------------------------------------------------------------------------------- pre-training
+def _crop_start(excess: int, generator=None) -> int:
+    """Start of a uniformly placed crop of a clip `excess` > 0 frames or samples longer than the crop: one draw."""
+    return int(torch.randint(excess + 1, (1,), generator=generator))
+
+
+def crop_log_mel(log_mel, num_frames: int, generator=None, feature_extractor=None, target_frames=None):
+    """Random crop / padding of an unnormalised log-mel (T, F) in the frame domain, then normalisation.
+
+    1. T > num_frames: a uniformly placed window of `num_frames` frames (one `_crop_start` draw from `generator`
+       per such clip, as `PretrainingCollator.random_crop` draws one per long waveform); else the whole clip.
+    2. `feature_extractor.normalize` (when its `do_normalize` is set).
+    3. `feature_extractor.pad_frames` to `target_frames` (default `num_frames`; e.g. crop 601 frames, pad to 608):
+       frames padded with the extractor's `padding_value` (0.0: zeros in the normalised domain) or truncated.
+
+    With `num_frames = extractor.num_frames(N)` this equals featurising the N-sample waveform crop that starts on
+    frame boundary `start * hop_length`, up to float16 rounding, except (m2d mode) the first and last
+    ceil((win_length / 2) / hop_length) = 2 frames of a crop that does not start or end at the clip's own edge:
+    their centred windows see the neighbouring audio instead of the crop's reflect padding. (Kaldi mode frames
+    never reach past the crop, so every frame agrees.)
+
+    Returns float32 (target_frames, F) on the device of `log_mel`.
+    """
+    if feature_extractor is None:
+        feature_extractor = AaspFeatureExtractor()
+    log_mel = torch.as_tensor(log_mel).float()  # (T, F)
+    if log_mel.dim() != 2:
+        raise ValueError(f"log_mel must be (T, F), got shape {tuple(log_mel.shape)}")
+    num_frames = int(num_frames)
+    if num_frames <= 0:
+        raise ValueError(f"num_frames={num_frames} must be positive")
+    target_frames = num_frames if target_frames is None else int(target_frames)
+    excess = log_mel.shape[0] - num_frames
+    if excess > 0:
+        start = _crop_start(excess, generator)
+        log_mel = log_mel[start : start + num_frames]  # (T, F) -> (num_frames, F)
+    if feature_extractor.do_normalize:
+        log_mel = feature_extractor.normalize(log_mel)
+    return feature_extractor.pad_frames(log_mel, target_frames)  # (target_frames, F)
+
+
+def crop_log_mel_batch(examples, num_frames: int, generator=None, feature_extractor=None, target_frames=None):
+    """`crop_log_mel` over a list of (T_i, F) arrays or `LogMelCache` items -> float32 (B, target_frames, F)."""
+    return torch.stack([
+        crop_log_mel(e["log_mel"] if isinstance(e, dict) else e, num_frames, generator, feature_extractor,
+                     target_frames)
+        for e in examples
+    ])
+
+
+def random_eq_curves(batch_size: int, num_bins: int, strength: float, generator=None, num_terms: int = 4):
+    """(B, F) smooth random equaliser curves in normalised log-mel units: Σ_{k=1..K} a_k · cos(π k (f + ½) / F),
+    a_k ~ U(−strength, strength) drawn from `generator` (K = num_terms; no k = 0 term, so no overall gain)."""
+    coefficients = (torch.rand(batch_size, num_terms, generator=generator, dtype=torch.float64) * 2 - 1) * strength
+    k = torch.arange(1, num_terms + 1, dtype=torch.float64)  # (K,)
+    f = torch.arange(num_bins, dtype=torch.float64) + 0.5  # (F,)
+    basis = torch.cos(torch.pi * k[:, None] * f[None, :] / num_bins)  # (K, F)
+    return (coefficients @ basis).float()  # (B, K) @ (K, F) -> (B, F)
+
+
+class PretrainingCollator:
+    """Turns a list of examples into ``{"input_values", "visible_indices", "query_indices"}`` for AaspForPreTraining.
+
+    Args:
+        feature_extractor (`AaspFeatureExtractor`): waveform (16 kHz) -> normalised log-mel (B, T, F).
+        config (`AaspConfig`): ``num_frames`` (T, padding/truncation length), the patch grid and the ``mask_*``
+            fields (M = ``mask_num_views`` views, ``mask_ratio``, ``mask_block_sizes``, ``mask_query_ratio``).
+        crop_seconds (`float`): length of the random crop taken from each clip (clips shorter are used whole and
+            padded to T frames). 6 s in the paper (601 frames, padded to 608).
+        generator (`torch.Generator`, *optional*): source of all randomness (crops, masks, queries); a CPU generator
+            seeded with 0 when omitted.
+        device (*optional*): where features are computed and tensors returned (e.g. the GPU); CPU by default.
+        student_eq_strength (`float`, 0): s > 0 adds ``student_input_values``, the student's view of each clip under a
+            random smooth equaliser (not in the paper; an option of this project's small-scale recipe): the
+            normalised log-mel plus ``Σ_{k=1..4} a_k · cos(π k (f + ½) / F)`` over mel bins f, one curve per clip,
+            ``a_k ~ U(−s, s)`` (see `random_eq_curves`). The teacher keeps the clean clip, so the student learns to
+            predict clean-clip targets from a re-coloured one. Drawn after the masks: s = 0 leaves every other draw
+            as it was.
+
+    Each example is a 1-D float waveform (numpy array or tensor) or a dict holding one under ``"waveform"`` — or,
+    from a precomputed cache (``aasp_hf.data.cache.LogMelCache``), a dict with an unnormalised ``"log_mel"`` (T_i, F),
+    cropped in the frame domain instead (same generator, one draw per long clip, then the masks).
+    Returns ``input_values`` float32 (B, T, F), ``visible_indices`` int64 (B, M, V), ``query_indices`` int64 (B, M, Q)
+    and, with ``student_eq_strength`` > 0, ``student_input_values`` float32 (B, T, F).
+    """
+
+    def __init__(self, feature_extractor, config, crop_seconds: float = 6.0, generator=None, device=None,
+                 student_eq_strength: float = 0.0):
+        if crop_seconds <= 0:
+            raise ValueError(f"crop_seconds must be positive, got {crop_seconds}")
+        if not student_eq_strength >= 0:
+            raise ValueError(f"student_eq_strength must be >= 0 (0 = off), got {student_eq_strength}")
+        self.student_eq_strength = float(student_eq_strength)
+        self.feature_extractor = feature_extractor
+        self.config = config
+        self.sampling_rate = feature_extractor.sampling_rate
+        self.crop_samples = int(round(crop_seconds * self.sampling_rate))
+        self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
+        self.device = device
+
+    # ---------------------------------------------------------------------------------------------- state
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict):
+        self.generator.set_state(state["generator"])
+
+    # ---------------------------------------------------------------------------------------------- call
+    def random_crop(self, waveform: torch.Tensor) -> torch.Tensor:
+        """A uniformly placed crop of ``crop_samples`` samples (the whole clip when it is not longer)."""
+        excess = waveform.shape[0] - self.crop_samples
+        if excess <= 0:
+            return waveform
+        start = _crop_start(excess, self.generator)
+        return waveform[start : start + self.crop_samples]
+
+    def __call__(self, examples, device=None) -> dict:
+        device = device if device is not None else self.device
+        if examples and isinstance(examples[0], dict) and "log_mel" in examples[0]:
+            features = self.cropped_log_mel(examples)  # (B, T, F)
+            if device is not None:
+                features = features.to(device)
+        else:
+            features = self.waveform_features(examples, device)  # (B, T, F)
+        c = self.config
+
+        # 2. M independent inverse block masks per clip, their visible tokens and the predictor's queries.
+        from ..training.masking import sample_query_indices, sample_view_masks, visible_indices  # aasp_hf.training
+        # re-exports this collator, so the mask samplers are imported here, not when aasp_hf.data is
+        mask = sample_view_masks(
+            features.shape[0],
+            c.mask_num_views,
+            c.num_frequency_patches,
+            c.num_time_patches,
+            mask_ratio=c.mask_ratio,
+            block_sizes=c.mask_block_sizes,
+            generator=self.generator,
+        )  # (B, M, N), True = hidden from the student
+        queries = sample_query_indices(mask, c.mask_query_ratio, generator=self.generator)  # (B, M, Q)
+        visible = visible_indices(mask)  # (B, M, V)
+        batch = {
+            "input_values": features,
+            "visible_indices": visible.to(features.device),
+            "query_indices": queries.to(features.device),
+        }
+        # 3. (optional) the student's re-coloured view; the teacher keeps `input_values`.
+        if self.student_eq_strength > 0:
+            curves = random_eq_curves(features.shape[0], features.shape[-1], self.student_eq_strength, self.generator)
+            batch["student_input_values"] = features + curves.to(features)[:, None, :]  # (B, F) -> (B, 1, F)
+        return batch
+
+    def cropped_log_mel(self, examples) -> torch.Tensor:
+        """1. (cache) random crops of cached log-mel in the frame domain, normalised, padded to T: (B, T, F)."""
+        crop_frames = self.feature_extractor.num_frames(self.crop_samples)
+        return crop_log_mel_batch(
+            examples, crop_frames, self.generator, self.feature_extractor, target_frames=self.config.num_frames
+        )
+
+    def waveform_features(self, examples, device) -> torch.Tensor:
+        """1. random waveform crops -> features for the whole batch at once, padded/truncated to T: (B, T, F)."""
+        c = self.config
+        waveforms = []
+        for example in examples:
+            waveform = example["waveform"] if isinstance(example, dict) else example
+            waveform = torch.as_tensor(np.asarray(waveform, dtype=np.float32) if not torch.is_tensor(waveform)
+                                       else waveform.float())
+            if waveform.dim() != 1:
+                raise ValueError(f"each example must be a 1-D waveform, got shape {tuple(waveform.shape)}")
+            waveforms.append(self.random_crop(waveform))
+
+        return self.feature_extractor(
+            waveforms,
+            sampling_rate=self.sampling_rate,
+            return_tensors="pt",
+            padding="max_length",
+            max_frames=c.num_frames,
+            truncation=True,
+            return_attention_mask=False,
+            device=device,
+        )["input_values"]
+
+
+# ----------------------------------------------------------------------------------------------- fine-tuning
 def crop_or_pad(waveform: np.ndarray, num_samples: int, random_crop: bool, rng: np.random.Generator = None):
     """(L,) -> (num_samples,): a random window (random_crop) or the first one of a longer clip; zeros appended
     to a shorter one (EVAR's unit-length clips)."""

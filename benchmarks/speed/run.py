@@ -454,7 +454,7 @@ def bench_pipeline(repeats):
     import soundfile as sf
 
     from aasp_hf.data.decoding import decode_audio
-    from aasp_hf.training.collators import PretrainingCollator
+    from aasp_hf.data.collators import PretrainingCollator
 
     num_clips, seconds, batch_size = 32, 10, 16
     rng = np.random.default_rng(0)
