@@ -58,7 +58,7 @@ from aasp_hf.training.checkpointing import (
     remove_artefacts,
 )
 from aasp_hf.data.cache import LogMelCache
-from aasp_hf.data.clips import AudioStream, decode_clip, load_clips, replace_failed
+from aasp_hf.data.clips import AudioStream, FailureLog, decode_clip, load_clips, replace_failed
 from aasp_hf.training.arguments import parse_arguments
 from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
 
@@ -286,7 +286,7 @@ def monitor_batch(dataset, stream, data_args, config, feature_extractor, seed: i
         examples = [decode_clip(item, stream.audio_column, i) for i, item in enumerate(items)]
     else:
         examples = [dataset[i] for i in range(min(len(dataset), 4 * num_clips))]
-    examples = [e for e in examples if e is not None][:num_clips]
+    examples = [e for e in examples if isinstance(e, dict)][:num_clips]  # FailedClips left out
     if not examples:
         raise ValueError("--monitor_steps: none of the first clips of the dataset could be decoded")
     collator = PretrainingCollator(feature_extractor, config, crop_seconds=data_args.crop_seconds,
@@ -450,6 +450,7 @@ def main(argv=None) -> dict:
     history_path = output_dir / "log_history.jsonl"
     progress = tqdm(total=args.max_steps, initial=start_step, disable=not accelerator.is_local_main_process)
     sums, num_summed, decode_failures, seen = {}, 0, 0, hashlib.sha256()
+    failure_log = FailureLog(output_dir / "decode_failures.txt")  # names the clips that fail to decode
     skipped_since_read = torch.zeros((), dtype=torch.long, device=accelerator.device)  # skipped steps not yet counted
     last_logs, t_start, t_log, step_of_last_log = {}, time.time(), time.time(), start_step
     model.train()
@@ -461,7 +462,8 @@ def main(argv=None) -> dict:
         for micro in range(accum):
             epoch, examples = next(batches)
             examples, failed = replace_failed(examples)
-            decode_failures += failed
+            decode_failures += len(failed)
+            failure_log(failed)
             seen.update(str([e["index"] for e in examples]).encode())
             batch = collator(examples)
             if accelerator.device.type == "cuda":  # page-locked host memory: the copy runs without stalling the host
@@ -590,7 +592,8 @@ def main(argv=None) -> dict:
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         if decode_failures:
-            print(f"skipped {decode_failures} clip(s) that failed to decode (replaced by other clips of their batch)")
+            print(f"skipped {decode_failures} clip(s) that failed to decode (replaced by other clips of their batch); "
+                  f"each file and what was wrong: {failure_log.path}")
         export(unwrapped, feature_extractor, output_dir, args.export_teacher, training_summary(data_args, args, results))
         (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
     accelerator.end_training()

@@ -99,19 +99,23 @@ def test_finetuning_collator_skips_bad_clips_and_keeps_labels_aligned(damaged):
     assert collator.num_skipped == 2 * len(BAD)
 
 
-def test_pretraining_dataset_returns_none_for_bad_clips_and_the_loop_replaces_them(damaged):
+def test_pretraining_dataset_names_bad_clips_and_the_loop_replaces_them(damaged):
     from datasets import Audio
 
-    from aasp_hf.data import AudioClips, replace_failed
+    from aasp_hf.data import AudioClips, FailedClip, replace_failed
 
     dataset = all_rows(load(damaged)).cast_column("audio", Audio(sampling_rate=SR))
     clips = AudioClips(dataset)
     items = [clips[i] for i in range(len(clips))]
-    bad = {Path(p).name for p, item in zip(dataset["file_name"], items) if item is None}
-    assert bad == set(BAD)
+    failed = [item for item in items if isinstance(item, FailedClip)]
+    assert sorted(Path(f.source).name for f in failed) == sorted(BAD)  # each named by its file, with the reason
+    reasons = {Path(f.source).name: f.reason for f in failed}
+    assert reasons.pop("header_only.wav") == "it decodes to 0 samples"
+    assert all(reason.startswith(f"Could not decode {damaged / 'audio' / name} as audio (")
+               for name, reason in reasons.items())
     examples, replaced = replace_failed(items)
-    assert replaced == len(BAD) and len(examples) == len(items)  # batch shape kept (DDP), failures counted
-    assert all(e is not None and torch.isfinite(e["waveform"]).all() for e in examples)
+    assert replaced == failed and len(examples) == len(items)  # batch shape kept (DDP), failures returned
+    assert all(isinstance(e, dict) and torch.isfinite(e["waveform"]).all() for e in examples)
     with pytest.raises(RuntimeError, match="none of the 2 clips"):
         replace_failed([None, None])
 

@@ -141,3 +141,36 @@ def test_a_truncated_wav_is_named_with_what_is_wrong_and_classified_on_what_it_h
     expected = scores(classifier, held)
     for label, score in scores(classifier, waveform).items():
         assert score == pytest.approx(expected[label], abs=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------- corrupt clips in training
+def test_pretraining_names_each_clip_that_fails_to_decode_in_the_log_and_in_a_file(tmp_path, caplog):
+    import json
+
+    import pretrain
+
+    from conftest import cli_args
+
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        sf.write(audio / f"clip{i}.wav", (0.1 * rng.standard_normal(12_000)).astype(np.float32), SR)
+    (audio / "broken.wav").write_bytes(b"RIFF" + b"\0" * 60)  # a header and nothing else
+    model = tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1, predictor_num_attention_heads=2,
+                               mask_num_views=2, mask_block_sizes=[[1, 2], [2, 1]])
+    run = tmp_path / "run"
+    with caplog.at_level(logging.WARNING, logger="aasp_hf.data.clips"):
+        results = pretrain.main(cli_args(
+            train_dir=str(audio), crop_seconds=0.5, model_config=json.dumps(model), output_dir=str(run),
+            per_device_train_batch_size=4, max_steps=1, warmup_steps=1, logging_steps=1, save_steps=100,
+            report_to="none", seed=0,
+        ))
+    assert results["decode_failures"] == 1
+    broken = str(audio / "broken.wav")
+    logged = [r.getMessage() for r in caplog.records if r.name == "aasp_hf.data.clips"]
+    assert len(logged) == 1 and logged[0].startswith(f"skipped a clip that failed to decode: {broken}: Could not "
+                                                     f"decode {broken} as audio (")
+    assert logged[0].endswith(f"listed in {run / 'decode_failures.txt'}")
+    lines = (run / "decode_failures.txt").read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{broken}\tCould not decode {broken} as audio (")

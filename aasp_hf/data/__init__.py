@@ -15,7 +15,7 @@ files never import this package.
 from ._common import EVAR_CLIP_SECONDS, SAMPLING_RATE, fold_split, hold_out_test, split_for_node, to_streaming
 from .audio_dataset import load_audio_dataset
 from .audioset import load_audioset
-from .clips import AudioClips, AudioStream, decode_clip, load_clips, replace_failed
+from .clips import AudioClips, AudioStream, FailedClip, FailureLog, decode_clip, load_clips, replace_failed
 from .collators import AaspFineTuningCollator, PretrainingCollator, crop_or_pad
 from .decoding import SafeAudioDecoder, decode_audio, filter_decodable, for_safe_decoding
 from .esc50 import load_esc50
@@ -96,6 +96,8 @@ __all__ = [
     "crop_or_pad",
     "decode_clip",
     "EVAR_CLIP_SECONDS",
+    "FailedClip",
+    "FailureLog",
     "KFOLD_VALIDATION",
     "LOADERS",
     "PretrainingCollator",

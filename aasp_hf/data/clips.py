@@ -2,28 +2,46 @@
 """Clips for pre-training: waveforms read from any source, map-style or streamed, with failed clips skipped.
 
 - `AudioClips`: a map-style dataset of mono float32 16-kHz waveforms from a list of arrays or a `datasets.Dataset`
-  with an Audio column; a clip that cannot be decoded comes back as None.
+  with an Audio column; a clip that cannot be decoded comes back as a `FailedClip` (its file and what was wrong).
 - `AudioStream`: a streamed `datasets` dataset (IterableDataset), each process reading its own shard in
   micro-batches, with a position that a checkpoint saves and a resumed run restores.
 - `load_clips(data_args, ...)`: either of the two from examples/pretrain.py's data arguments (`--synthetic_clips`,
   `--dataset`, `--train_dir` or `--dataset_name`, `--streaming`).
-- `decode_clip`, `replace_failed`: one row to {"waveform", "index"} or None; a micro-batch's failed clips replaced
-  by copies of decoded ones.
+- `decode_clip`, `replace_failed`, `FailureLog`: one row to {"waveform", "index"} or a `FailedClip`; a micro-batch's
+  failed clips replaced by copies of decoded ones; the failed clips named, the first few in the log and every one in
+  a file.
 """
 
 import itertools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from ._common import SAMPLING_RATE
-from .decoding import decode_audio
+from .decoding import _describe, decode_audio
+
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class FailedClip:
+    """A clip that could not be used: its `index` (row, or "epoch:number" in a stream), `source` (its file, or a
+    description of what was passed) and `reason` (the decoder's error, in words)."""
+
+    index: object
+    source: str
+    reason: str
 
 
 class AudioClips(torch.utils.data.Dataset):
     """Mono float32 waveforms at 16 kHz from a list of arrays or a `datasets.Dataset` with an Audio column.
 
-    A clip that fails to decode comes back as None (counted and replaced in the loop), never as an exception.
+    A clip that fails to decode comes back as a `FailedClip` (named, counted and replaced in the loop), never as an
+    exception.
     """
 
     def __init__(self, source, audio_column: str = "audio"):
@@ -36,24 +54,53 @@ class AudioClips(torch.utils.data.Dataset):
     def __getitem__(self, index):
         try:
             item = self.source[index]  # with datasets' Audio(decode=True) a corrupt file raises here
-        except Exception:  # noqa: BLE001 - any decoding failure skips the clip
-            return None
+        except Exception as error:  # noqa: BLE001 - any decoding failure skips the clip
+            return self._failed_row(index, error)
         return decode_clip(item, self.audio_column, index)
+
+    def _failed_row(self, index, error) -> FailedClip:
+        """The row read without decoding its audio, to name its file; our decoder then says what is wrong with it."""
+        try:
+            if getattr(self, "_undecoded", None) is None:  # made at the first failure, then kept
+                from datasets import Audio
+
+                feature = Audio(sampling_rate=SAMPLING_RATE, decode=False)
+                self._undecoded = self.source.cast_column(self.audio_column, feature)
+            cell = self._undecoded[index][self.audio_column]
+        except Exception:  # noqa: BLE001 - not a datasets row after all: name what is known
+            return FailedClip(index, f"row {index}", f"{type(error).__name__}: {error}")
+        failure = decode_clip({self.audio_column: cell}, self.audio_column, index)
+        if isinstance(failure, FailedClip):
+            return failure
+        return FailedClip(index, _describe(cell), f"{type(error).__name__}: {error}")
 
 
 def decode_clip(item, audio_column: str, index):
-    """{"waveform": float32 (samples,), "index": index} from an array or a dataset row, or None if it cannot be
-    decoded, is empty or holds NaN/inf (the loop counts it and replaces it by another clip of its micro-batch)."""
+    """{"waveform": float32 (samples,), "index": index} from an array or a dataset row, or a `FailedClip` saying why
+    not: it cannot be decoded, is empty or holds NaN/inf (the loop names and counts it and replaces it by another
+    clip of its micro-batch)."""
     try:
         if isinstance(item, np.ndarray):
             waveform = torch.from_numpy(item.astype(np.float32, copy=False))
         else:
             waveform = torch.from_numpy(decode_audio(item[audio_column], SAMPLING_RATE))
-        if waveform.numel() == 0 or not torch.isfinite(waveform).all():
-            raise ValueError(f"bad clip: {waveform.numel()} samples")
+        if waveform.numel() == 0:
+            raise ValueError("it decodes to 0 samples")
+        if not torch.isfinite(waveform).all():
+            raise ValueError(f"{int((~torch.isfinite(waveform)).sum())} of its {waveform.numel()} samples are NaN or "
+                             f"infinite")
         return {"waveform": waveform, "index": index}
-    except Exception:  # noqa: BLE001 - any decoding failure skips the clip
-        return None
+    except Exception as error:  # noqa: BLE001 - any decoding failure skips the clip
+        source = f"array {index}" if isinstance(item, np.ndarray) else _source_of(item, audio_column)
+        return FailedClip(index, source, str(error) if isinstance(error, ValueError) else
+                          f"{type(error).__name__}: {error}")
+
+
+def _source_of(item, audio_column: str) -> str:
+    try:
+        return _describe(item[audio_column])
+    except Exception:  # noqa: BLE001 - a row without the column: its repr, shortened
+        return repr(item)[:200]
 
 
 class AudioStream:
@@ -139,10 +186,40 @@ def load_clips(data_args, seed: int, batch_size: int, num_processes: int, proces
 
 
 def replace_failed(examples):
-    """Clips that failed to decode are replaced by copies of decoded ones from the same micro-batch, so every process
-    keeps the same batch shape (the gathered contrastive loss needs it). Returns (examples, number replaced)."""
-    good = [e for e in examples if e is not None]
+    """Clips that failed to decode (`FailedClip`s, or None) are replaced by copies of decoded ones from the same
+    micro-batch, so every process keeps the same batch shape (the gathered contrastive loss needs it). Returns
+    (examples, the failures replaced)."""
+    failed = [e for e in examples if e is None or isinstance(e, FailedClip)]
+    good = [e for e in examples if not (e is None or isinstance(e, FailedClip))]
     if not good:
-        raise RuntimeError(f"none of the {len(examples)} clips of a micro-batch could be decoded")
-    failed = len(examples) - len(good)
-    return good + [good[i % len(good)] for i in range(failed)], failed
+        named = "; ".join(str(f.source) for f in failed if f is not None)[:500]
+        raise RuntimeError(f"none of the {len(examples)} clips of a micro-batch could be decoded" +
+                           (f": {named}" if named else ""))
+    return good + [good[i % len(good)] for i in range(len(failed))], failed
+
+
+class FailureLog:
+    """Names the clips that failed: the first `max_logged` as warnings, and each failed file once (per process) as a
+    line `source<TAB>reason` appended to `path` (created at the first failure; several processes append to one file).
+
+    Attributes:
+        count (`int`): failures seen, repeats included.
+    """
+
+    def __init__(self, path, max_logged: int = 5):
+        self.path, self.max_logged = Path(path), max_logged
+        self.count, self._written = 0, set()
+
+    def __call__(self, failures):
+        for failure in failures:
+            self.count += 1
+            source = getattr(failure, "source", "<unknown clip>")
+            reason = " ".join(getattr(failure, "reason", "failed to decode").split()).rstrip(".")  # one line
+            if self.count <= self.max_logged:
+                more = " (the first few are logged; all are listed there)" if self.count == self.max_logged else ""
+                logger.warning(f"skipped a clip that failed to decode: {source}: {reason}; listed in {self.path}{more}")
+            if source not in self._written:
+                self._written.add(source)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with open(self.path, "a") as file:
+                    file.write(f"{source}\t{reason}\n")

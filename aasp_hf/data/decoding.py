@@ -54,9 +54,15 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
     more frames than the file holds decodes to the frames it holds, with a warning that names the file.
     """
     if hasattr(audio, "get_all_samples"):  # torchcodec AudioDecoder
-        samples = audio.get_all_samples()
-        array, sr = samples.data.mean(dim=0).numpy(), samples.sample_rate  # (C, L) -> (L,)
-        return _resample(array.astype(np.float32, copy=False), sr, sampling_rate)
+        encoded = getattr(audio, "_hf_encoded", None) or {}  # a datasets cell keeps its {"path", "bytes"} here
+        if _wav_truncation(encoded.get("bytes") or encoded.get("path")) is None:
+            try:
+                samples = audio.get_all_samples()
+            except Exception as error:  # noqa: BLE001 - torchcodec's message does not name the file
+                raise _undecodable(audio, error) from error
+            array, sr = samples.data.mean(dim=0).numpy(), samples.sample_rate  # (C, L) -> (L,)
+            return _resample(array.astype(np.float32, copy=False), sr, sampling_rate)
+        audio = encoded  # a truncated WAV: decoded from its file below, with a warning
     if isinstance(audio, dict) and (audio.get("array") is not None or audio.get("raw") is not None):
         array = audio["array"] if audio.get("array") is not None else audio["raw"]
         array = np.asarray(array.numpy() if hasattr(array, "numpy") else array)
@@ -82,10 +88,14 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
     try:
         return _decode_file(source, sampling_rate, soundfile_first=truncation is not None)
     except Exception as error:  # the decoders' own messages may not name the file (soundfile: "Malformed ...")
-        raise ValueError(
-            f"Could not decode {_describe(audio)} as audio ({type(error).__name__}: {error}). Is it an audio file "
-            f"(wav, flac, mp3, ogg, ...) that is complete? ffmpeg must be installed to decode compressed formats."
-        ) from error
+        raise _undecodable(audio, error) from error
+
+
+def _undecodable(audio, error) -> ValueError:
+    return ValueError(
+        f"Could not decode {_describe(audio)} as audio ({type(error).__name__}: {error}). Is it an audio file "
+        f"(wav, flac, mp3, ogg, ...) that is complete? ffmpeg must be installed to decode compressed formats."
+    )
 
 
 def _decode_file(source, sampling_rate: int, soundfile_first: bool = False) -> np.ndarray:
@@ -120,6 +130,8 @@ def _wav_truncation(source) -> str | None:
     """For a RIFF/WAVE file (a path or its bytes) whose data chunk promises more frames than the file holds: what is
     wrong, in words; None for a complete WAV, another format, or a file that cannot be opened (the decoder says why).
     """
+    if source is None:
+        return None
     try:
         file = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")
     except (OSError, TypeError, ValueError):
