@@ -77,6 +77,7 @@ from aasp_hf.training.data_order import micro_batches
 from aasp_hf.training.model_ema import create_ema, ema_update_
 from aasp_hf.training.optim import layer_decay_param_groups, set_learning_rates
 from aasp_hf.training.arguments import gradient_accumulation_for, parse_arguments
+from aasp_hf.errors import run_script
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -583,4 +584,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "finetune.py")

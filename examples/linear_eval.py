@@ -56,6 +56,7 @@ from aasp_hf.evaluation.linear_protocol import (
     evaluation_parts,
 )
 from aasp_hf.training.arguments import parse_arguments
+from aasp_hf.errors import run_script
 
 
 # ----------------------------------------------------------------------------------------------- arguments
@@ -169,4 +170,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "linear_eval.py")

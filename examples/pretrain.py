@@ -59,7 +59,8 @@ from aasp_hf.training.checkpointing import (
 )
 from aasp_hf.data.cache import LogMelCache
 from aasp_hf.data.clips import AudioStream, FailureLog, decode_clip, load_clips, replace_failed
-from aasp_hf.training.arguments import parse_arguments
+from aasp_hf.errors import run_script
+from aasp_hf.training.arguments import check_model_config, parse_arguments
 from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
 
 DATA_SOURCES = ("dataset", "train_dir", "dataset_name", "synthetic_clips", "log_mel_cache")  # a run reads one
@@ -190,7 +191,10 @@ class PretrainingArguments:
 def parse_args(argv=None):
     """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
     # a data source on the command line replaces the preset's (`--config pretrain_tiny_cpu.json --train_dir DIR`)
-    return parse_arguments((DataArguments, ModelArguments, PretrainingArguments), argv, exclusive=DATA_SOURCES)
+    data_args, model_args, args = parse_arguments((DataArguments, ModelArguments, PretrainingArguments), argv,
+                                                  exclusive=DATA_SOURCES)
+    model_args.model_config = check_model_config(model_args.model_config, AaspConfig)  # a typo is refused here
+    return data_args, model_args, args
 
 
 # ----------------------------------------------------------------------------------------------- 2. model
@@ -204,10 +208,7 @@ def build_model(model_args: ModelArguments) -> AaspForPreTraining:
         model.aasp.load_state_dict(encoder.state_dict())
         model.teacher.load_state_dict(encoder.state_dict())
         return model
-    fields = model_args.model_config or {}
-    if isinstance(fields, str):
-        fields = json.loads(fields) if fields.lstrip().startswith("{") else json.loads(Path(fields).read_text())
-    return AaspForPreTraining(AaspConfig(**fields))
+    return AaspForPreTraining(AaspConfig(**check_model_config(model_args.model_config, AaspConfig)))
 
 
 def checksum(module: torch.nn.Module) -> str:
@@ -601,4 +602,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "pretrain.py")

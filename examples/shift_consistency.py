@@ -32,6 +32,7 @@ from aasp_hf.evaluation import (
     representation_drift,
 )
 from aasp_hf.training.arguments import parse_arguments
+from aasp_hf.errors import run_script
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -204,4 +205,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "shift_consistency.py")

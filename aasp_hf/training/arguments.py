@@ -1,14 +1,20 @@
 """Command-line parsing shared by the example scripts: flags, one JSON file, or a JSON preset plus overrides; the
-gradient accumulation that makes up a preset's global batch on any number of processes."""
+checks that turn a user's mistake into one clear line before anything is built (unknown keys, numbers out of
+range); the gradient accumulation that makes up a preset's global batch on any number of processes."""
 
 import argparse
+import dataclasses
+import inspect
 import json
 import logging
+import math
 import os
 import sys
 from pathlib import Path
 
 from transformers import HfArgumentParser
+
+from ..errors import UsageError, check_keys
 
 
 logger = logging.getLogger(__name__)
@@ -34,13 +40,17 @@ def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:
         help="a JSON preset of these arguments; the flags that follow --config override its values",
     )
     argv = list(sys.argv[1:] if argv is None else argv)
+    classes = dataclass_types if isinstance(dataclass_types, (list, tuple)) else (dataclass_types,)
+    valid = [field.name for cls in classes for field in dataclasses.fields(cls)]
     if len(argv) == 1 and argv[0].endswith(".json"):
+        check_keys(_read_preset(argv[0]), valid, f"the preset {argv[0]}", "the script's --help")
         return _check(parser.parse_json_file(os.path.abspath(argv[0])))
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
-            raise ValueError("--config needs a JSON file: --config preset.json [overriding flags]")
-        preset = json.loads(Path(argv[i + 1]).read_text())
+            raise UsageError("--config needs a JSON file: --config preset.json [overriding flags]")
+        preset = _read_preset(argv[i + 1])
+        check_keys(preset, valid, f"the preset {argv[i + 1]}", "the script's --help")
         argv = argv[:i] + argv[i + 2 :]
         given = {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")}
         if given & set(exclusive):  # the command line chose among them: the preset's choice goes
@@ -49,21 +59,94 @@ def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:
     return _check(parser.parse_args_into_dataclasses(args=argv))
 
 
+def _read_preset(path) -> dict:
+    """A JSON preset as a dict, or a UsageError that names the file and what is wrong with it."""
+    try:
+        preset = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UsageError(f"the preset {path} does not exist") from None
+    except json.JSONDecodeError as error:
+        raise UsageError(f"the preset {path} is not valid JSON: {error}") from None
+    if not isinstance(preset, dict):
+        raise UsageError(f"the preset {path} must hold a JSON object of arguments, got a {type(preset).__name__}")
+    return preset
+
+
+# The ranges of the numeric arguments the scripts share, checked by name before anything is built. An argument
+# that is None (unset) is not checked; NaN fails every range.
+POSITIVE = (
+    "learning_rate", "per_device_train_batch_size", "per_device_eval_batch_size", "batch_size", "max_steps",
+    "gradient_accumulation_steps", "total_train_batch_size", "logging_steps", "save_steps", "eval_steps",
+    "crop_seconds", "clip_seconds", "synthetic_seconds", "seconds", "adam_epsilon", "shuffle_buffer_size",
+    "monitor_clips", "probe_max_clips", "probe_k", "probe_steps", "num_views", "samples_per_epoch",
+    "max_clips", "stop_after_steps", "layer_decay",
+)
+NON_NEGATIVE = (
+    "warmup_steps", "min_learning_rate", "weight_decay", "max_nonfinite_steps", "synthetic_clips",
+    "dataloader_num_workers", "patch_embedding_lr_scale", "student_eq_strength", "save_total_limit", "seed",
+    "monitor_steps", "probe_ridge", "mixup_alpha", "drop_path_rate", "synthetic_per_class",
+)
+UNIT_INTERVAL = (  # [0, 1]
+    "teacher_momentum_base", "teacher_momentum_final", "ema_decay", "spec_augment_fraction", "test_fraction",
+    "validation_fraction",
+)
+BELOW_ONE = ("adam_beta1", "adam_beta2")  # [0, 1)
+
+
 def _check(parsed: tuple) -> tuple:
+    """Every numeric argument in its range (POSITIVE, NON_NEGATIVE, UNIT_INTERVAL, BELOW_ONE), warm-up within the
+    steps, the lr floor under the peak: a UsageError naming the argument and the fix, before any data or model."""
     for arguments in parsed:
+        for name, value in vars(arguments).items():
+            if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if name in POSITIVE and not value > 0:
+                raise UsageError(f"--{name} must be > 0, got {value}")
+            if name in NON_NEGATIVE and not value >= 0:
+                raise UsageError(f"--{name} must be >= 0, got {value}")
+            if name in UNIT_INTERVAL and not 0 <= value <= 1:
+                raise UsageError(f"--{name} must be in [0, 1], got {value}")
+            if name in BELOW_ONE and not 0 <= value < 1:
+                raise UsageError(f"--{name} must be in [0, 1), got {value}")
+            if isinstance(value, float) and math.isinf(value) and name in POSITIVE + NON_NEGATIVE:
+                raise UsageError(f"--{name} must be finite, got {value}")
         max_steps, warmup = getattr(arguments, "max_steps", None), getattr(arguments, "warmup_steps", None)
         if max_steps is not None and warmup is not None and warmup > max_steps:
-            raise ValueError(
+            raise UsageError(
                 f"--warmup_steps {warmup} must be at most --max_steps {max_steps}: lower --warmup_steps "
                 f"(e.g. --warmup_steps {max(0, max_steps // 10)}) or raise --max_steps."
             )
-        scale = getattr(arguments, "patch_embedding_lr_scale", None)
-        if scale is not None and not scale >= 0:
-            raise ValueError(f"--patch_embedding_lr_scale must be >= 0 (0 freezes the patch embedding), got {scale}")
-        strength = getattr(arguments, "student_eq_strength", None)
-        if strength is not None and not strength >= 0:
-            raise ValueError(f"--student_eq_strength must be >= 0 (0 = off), got {strength}")
+        peak, floor = getattr(arguments, "learning_rate", None), getattr(arguments, "min_learning_rate", None)
+        if peak is not None and floor is not None and floor > peak:
+            raise UsageError(f"--min_learning_rate {floor} must be at most --learning_rate {peak}")
     return parsed
+
+
+def config_keys(config_class) -> set:
+    """The keys a user may give a config class as a dict (e.g. `model_config`): its own `__init__` arguments and the
+    label fields every transformers config has."""
+    own = set(inspect.signature(config_class.__init__).parameters) - {"self", "kwargs"}
+    return own | {"id2label", "label2id", "num_labels", "problem_type"}
+
+
+def check_model_config(fields, config_class) -> dict:
+    """`model_config` as given (a dict, an inline JSON object or a JSON file) -> a dict of its fields, or a UsageError
+    for a file that is missing or not JSON, and for every key `config_class` does not know (with the closest one).
+    transformers' configs accept any key silently, so a typo would otherwise train the default model."""
+    if fields is None:
+        return {}
+    if isinstance(fields, str) and fields.lstrip().startswith("{"):
+        try:
+            fields = json.loads(fields)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"model_config is not a valid JSON object: {error}") from None
+    elif isinstance(fields, str):
+        fields = _read_preset(fields)
+    if not isinstance(fields, dict):
+        raise UsageError(f"model_config must be a JSON object of {config_class.__name__} fields, got {fields!r}")
+    where = f"{config_class.__name__}'s docstring ({inspect.getmodule(config_class).__name__})"
+    check_keys(fields, config_keys(config_class), "model_config", where)
+    return fields
 
 
 def gradient_accumulation_for(total_train_batch_size, per_device_train_batch_size: int, num_processes: int,

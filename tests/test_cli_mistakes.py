@@ -1,0 +1,81 @@
+"""A new user's mistakes in a command get one clear line before anything is built: misspelt keys (in a preset and
+in `model_config`, with the closest valid key), numbers out of range (naming the argument), and, run as a script,
+`<script>: error: <message>` with exit code 2 and no traceback."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import finetune
+import linear_eval
+import pretrain
+import pytest
+
+from aasp_hf import AaspConfig
+from aasp_hf.errors import UsageError
+from aasp_hf.training.arguments import check_model_config
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+TINY_PRESET = EXAMPLES / "configs" / "pretrain_tiny_cpu.json"
+
+
+def test_a_typo_in_model_config_is_refused_with_the_closest_key(tmp_path):
+    preset = json.loads(TINY_PRESET.read_text())
+    preset["model_config"]["hiden_size"] = preset["model_config"].pop("hidden_size")
+    path = tmp_path / "preset.json"
+    path.write_text(json.dumps(preset))
+    with pytest.raises(UsageError, match=r"unknown key in model_config: 'hiden_size' \(did you mean 'hidden_size'\?\)"
+                                         r".*AaspConfig's docstring"):
+        pretrain.parse_args(["--config", str(path), "--output_dir", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+    # the same for an inline object and for a file given as --model_config
+    with pytest.raises(UsageError, match="'num_layers'"):
+        pretrain.parse_args(["--synthetic_clips", "8", "--model_config", '{"num_layers": 2}'])
+    assert check_model_config('{"hidden_size": 64}', AaspConfig) == {"hidden_size": 64}
+    assert check_model_config(None, AaspConfig) == {}
+
+
+@pytest.mark.parametrize("script, typo, right", [
+    (pretrain, "lerning_rate", "learning_rate"), (finetune, "lerning_rate", "learning_rate"),
+    (linear_eval, "learning_rate", "learning_rates"),  # linear evaluation sweeps a list of rates
+])
+def test_a_typo_at_the_top_of_a_preset_names_the_key_and_the_closest_one(script, typo, right, tmp_path):
+    path = tmp_path / "preset.json"
+    path.write_text(json.dumps({typo: 1e-3, "output_dir": str(tmp_path)}))
+    message = rf"unknown key in the preset .*preset.json: '{typo}' \(did you mean '{right}'\?\)"
+    with pytest.raises(UsageError, match=message):
+        script.parse_args(["--config", str(path)])
+    with pytest.raises(UsageError, match=message):  # the one-file form too
+        script.parse_args([str(path)])
+    path.write_text("{not json")
+    with pytest.raises(UsageError, match="is not valid JSON"):
+        script.parse_args(["--config", str(path)])
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--learning_rate", "-0.001"], r"--learning_rate must be > 0, got -0.001"),
+    (["--learning_rate", "0"], r"--learning_rate must be > 0, got 0.0"),
+    (["--learning_rate", "nan"], r"--learning_rate must be > 0, got nan"),
+    (["--per_device_train_batch_size", "0"], r"--per_device_train_batch_size must be > 0, got 0"),
+    (["--weight_decay", "-0.1"], r"--weight_decay must be >= 0, got -0.1"),
+    (["--adam_beta2", "1.0"], r"--adam_beta2 must be in \[0, 1\), got 1.0"),
+    (["--teacher_momentum_base", "1.5"], r"--teacher_momentum_base must be in \[0, 1\], got 1.5"),
+    (["--min_learning_rate", "0.01"], r"--min_learning_rate 0.01 must be at most --learning_rate 0.0005"),
+    (["--crop_seconds", "-1"], r"--crop_seconds must be > 0, got -1.0"),
+])
+def test_a_number_out_of_range_is_refused_before_anything_is_built(flags, message):
+    with pytest.raises(UsageError, match=message):
+        pretrain.parse_args(["--synthetic_clips", "8", *flags])
+
+
+def test_as_a_script_a_mistake_is_one_line_with_exit_code_2(tmp_path):
+    path = tmp_path / "preset.json"
+    path.write_text(json.dumps({"synthetic_clips": 8, "max_step": 5}))
+    result = subprocess.run([sys.executable, str(EXAMPLES / "pretrain.py"), "--config", str(path)],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert errors == [f"pretrain.py: error: unknown key in the preset {path}: 'max_step' (did you mean 'max_steps'?)"
+                      f". The valid keys are listed in the script's --help."], result.stderr
+    assert "Traceback" not in result.stderr
