@@ -30,16 +30,13 @@ import json
 import logging
 import pickle
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel  # noqa: E402
-from aasp_hf.modeling_aasp import sincos_position_embeddings  # noqa: E402
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
+from aasp_hf.modeling_aasp import sincos_position_embeddings
 
 logger = logging.getLogger(__name__)
 

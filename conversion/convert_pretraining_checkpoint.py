@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel  # noqa: E402
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
 
 logger = logging.getLogger(__name__)
 

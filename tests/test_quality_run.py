@@ -18,7 +18,7 @@ from conftest import tiny_config_kwargs
 from aasp_hf.data.synthetic import synth_clip
 
 ROOT = Path(__file__).resolve().parents[1]
-# benchmarks/quality/run.py by its path (it puts examples/ and its own folder on its import path itself)
+# benchmarks/quality/run.py by its path (its sibling variants.py imports through pytest's pythonpath)
 _spec = importlib.util.spec_from_file_location("quality_run", ROOT / "benchmarks" / "quality" / "run.py")
 quality = sys.modules["quality_run"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(quality)
@@ -285,7 +285,7 @@ def test_tiny_quality_preset_is_the_recipe_study_tiny_500_measured(data_dir):
     assert train["patch_embedding_lr_scale"] == 0.0 and train["max_steps"] == 500 and train["warmup_steps"] == 50
     extra = set(preset) - set(train) - {"model_config"}
     assert extra == {"train_dir", "output_dir", "seed"}  # what the runner sets per run
-    import pretrain  # examples/pretrain.py (run.py put examples/ on the import path)
+    import pretrain  # examples/pretrain.py (pytest's pythonpath)
 
     data_args, _, pretrain_args = pretrain.parse_args(["--config", str(preset_path)])
     assert data_args.train_dir == "benchmarks/quality/data/pretrain"

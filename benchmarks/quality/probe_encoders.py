@@ -22,10 +22,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parents[1] / "examples"))
-import run  # noqa: E402
+import run  # benchmarks/quality/run.py: this script's folder is on the import path
 
 
 def teacher_folder(folder: Path, dest: Path) -> Path:

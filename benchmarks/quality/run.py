@@ -65,6 +65,7 @@ import contextlib
 import dataclasses
 import datetime
 import hashlib
+import importlib.util
 import inspect
 import json
 import math
@@ -81,13 +82,11 @@ import numpy as np
 
 from aasp_hf.evaluation import mean_std
 from aasp_hf.evaluation.linear_protocol import SPLITS  # the crop seeds are feature_seed + index
+from variants import BASE, DEFAULT_VARIANTS, MODEL_SIZES, QUICK, VARIANTS  # benchmarks/quality/variants.py
 
 NAN = float("nan")  # the std of one seed: shown as no std in the table
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT / "examples"))  # pretrain.py, linear_eval.py
-sys.path.insert(0, str(HERE))
-from variants import BASE, DEFAULT_VARIANTS, MODEL_SIZES, QUICK, VARIANTS  # noqa: E402
 
 DEFAULT_PRESET = ROOT / "examples" / "configs" / "pretrain_small_quality.json"
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
@@ -254,9 +253,19 @@ def task_clip_seconds(task_dir: Path, max_clip_seconds: float) -> float:
 
 
 # ----------------------------------------------------------------------------------------------- settings
-def pretrain_fields() -> set:
-    import pretrain
+def pretrain_script():
+    """examples/pretrain.py, the recipe this runner measures, as a module loaded once by its path: its argument
+    dataclasses, its `main` (`--launcher inprocess`) and the initialisation it starts from."""
+    if "pretrain" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("pretrain", ROOT / "examples" / "pretrain.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["pretrain"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["pretrain"]
 
+
+def pretrain_fields() -> set:
+    pretrain = pretrain_script()
     return {f.name for cls in (pretrain.DataArguments, pretrain.ModelArguments, pretrain.PretrainingArguments)
             for f in dataclasses.fields(cls)}
 
@@ -468,9 +477,7 @@ class Study:
     def pretrain_segment(self, config_path: Path, step: int):
         argv = ["--config", str(config_path), "--stop_after_steps", str(step), "--resume", "true"]
         if self.args.launcher == "inprocess":
-            import pretrain
-
-            pretrain.main(argv)
+            pretrain_script().main(argv)
             return
         env = dict(os.environ)
         if self.device == "cpu":
@@ -643,11 +650,11 @@ def torch_threads(num_threads):
 
 def export_initialisation(config: dict, dest: Path):
     """The encoder examples/pretrain.py starts from with this config and seed (its main: set_seed, build_model)."""
-    import pretrain
     from accelerate.utils import set_seed
 
     from aasp_hf import AaspFeatureExtractor
 
+    pretrain = pretrain_script()
     set_seed(config["seed"])
     model = pretrain.build_model(pretrain.ModelArguments(model_config=config["model_config"]))
     extractor = AaspFeatureExtractor(feature_size=model.config.num_mel_bins)  # probing sets max_frames None anyway
@@ -657,9 +664,7 @@ def export_initialisation(config: dict, dest: Path):
 
 
 def encoder_checksum(model) -> str:
-    import pretrain
-
-    return pretrain.checksum(model)
+    return pretrain_script().checksum(model)
 
 
 def encoder_key(model, feature_extractor) -> str:

@@ -67,7 +67,7 @@ def peak_memory_growth_mib(code: str) -> float:
     """Peak resident memory growth (MiB) of a fresh interpreter running `code` after its imports and set-up.
 
     `code` must define `setup()` and `run()`; growth = peak RSS during run() − RSS after setup() (Linux: the
-    peak is reset through /proc/self/clear_refs before run()).
+    peak is reset through /proc/self/clear_refs before run()). It runs in this folder, so it can `import run`.
     """
     import subprocess
 
@@ -81,7 +81,7 @@ def peak_memory_growth_mib(code: str) -> float:
         "open('/proc/self/clear_refs', 'w').write('5')  # reset the peak (VmHWM) to the current RSS\n"
         "base = rss('VmRSS:')\nrun(*state)\nprint(rss('VmHWM:') - base)\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=HERE)
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -155,7 +155,6 @@ def bench_sblu(repeats):
         v.grad = alpha.grad = beta.grad = None
         live[name] = live_tensor_peak_mib(lambda f=f: f().sum().backward())
     setup = (
-        "import sys; sys.path.insert(0, %r)\n"
         "from run import materialised_sblu\n"
         "from aasp_hf.sblu import sblu_magnitude\n"
         "def setup():\n"
@@ -164,7 +163,7 @@ def bench_sblu(repeats):
         "    a = (15 + 100 * torch.rand(4, 128, 608, generator=g)).requires_grad_()\n"
         "    b = (20 + 290 * torch.rand(4, 128, 608, generator=g)).requires_grad_()\n"
         "    return v, a, b\n"
-    ) % str(HERE)
+    )
     peak = {
         "ours": peak_memory_growth_mib(setup + "def run(v, a, b): sblu_magnitude(v, a, b, 0.01, 63).sum().backward()"),
         "materialised": peak_memory_growth_mib(
@@ -335,7 +334,6 @@ def bench_pretrain(repeats):
                 "targets": {"aape_over_spe": "<= 1.15"}}
     # Memory at ViT-B scale: peak RSS growth of one step (forward + backward) in a fresh interpreter, per stem.
     setup = (
-        "import sys; sys.path.insert(0, %r)\n"
         "from run import pretrain_case_config, pretrain_inputs\n"
         "from aasp_hf import AaspForPreTraining\n"
         "def setup():\n"
@@ -344,7 +342,7 @@ def bench_pretrain(repeats):
         "    return AaspForPreTraining(config).train(), pretrain_inputs(config, 2)\n"
         "def run(model, inputs):\n"
         "    model(*inputs).loss.backward()\n"
-    ) % str(HERE)
+    )
     memory = {stem: peak_memory_growth_mib(f"STEM = {stem!r}\n" + setup) for stem in ("aape", "spe")}
     results["vit_b"]["step_peak_memory_growth_MiB (batch 2, fwd+bwd, RSS)"] = memory
     results["vit_b"]["memory_aape_over_spe"] = memory["aape"] / memory["spe"]
