@@ -21,7 +21,8 @@ class _ExportWrapper(torch.nn.Module):
         super().__init__()
         if not isinstance(model, (AaspForAudioClassification, AaspModel)):
             raise ValueError(f"export supports AaspForAudioClassification and AaspModel, got {type(model).__name__}")
-        self.model = model.eval()
+        self.model = model
+        self.eval()  # the wrapper too: torch.onnx.export warns about (and exports) a module left in training mode
 
     def forward(self, input_values, attention_mask):
         output = self.model(input_values, attention_mask)

@@ -72,6 +72,7 @@ from aasp_hf.training.checkpointing import (
     load_process_state,
     load_trainer_state,
     remove_artefacts,
+    truncate_log,
 )
 from aasp_hf.training.data_order import micro_batches
 from aasp_hf.training.model_ema import create_ema, ema_update_
@@ -391,6 +392,8 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         step, micro_position = state["step"], state["micro_batches"]
         best, history = state["best"], state["history"]
         accelerator.print(f"resumed from {checkpoint} at step {step}")
+        if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
+            truncate_log(output_dir / "log_history.jsonl", step)
 
     # 5. Training loop.
     stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)

@@ -56,6 +56,7 @@ from aasp_hf.training.checkpointing import (
     load_process_state,
     load_trainer_state,
     remove_artefacts,
+    truncate_log,
 )
 from aasp_hf.data.cache import LogMelCache
 from aasp_hf.data.clips import AudioStream, FailureLog, decode_clip, load_clips, replace_failed
@@ -431,6 +432,8 @@ def main(argv=None) -> dict:
             start_step = trainer_state["step"]
             nonfinite_steps = trainer_state.get("nonfinite_steps", 0)
             accelerator.print(f"resumed from {checkpoint} at step {start_step}")
+            if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
+                truncate_log(output_dir / "log_history.jsonl", start_step)
     if trackers is not None:
         hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v)
                    for k, v in {**asdict(data_args), **asdict(args)}.items()}
@@ -597,6 +600,8 @@ def main(argv=None) -> dict:
                   f"each file and what was wrong: {failure_log.path}")
         export(unwrapped, feature_extractor, output_dir, args.export_teacher, training_summary(data_args, args, results))
         (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
+        print(f"saved the pre-trained encoder to {output_dir / 'encoder'}; load it with\n"
+              f"  AutoModel.from_pretrained({str(output_dir / 'encoder')!r}, trust_remote_code=True)")
     accelerator.end_training()
     return results
 

@@ -79,3 +79,46 @@ def test_as_a_script_a_mistake_is_one_line_with_exit_code_2(tmp_path):
     assert errors == [f"pretrain.py: error: unknown key in the preset {path}: 'max_step' (did you mean 'max_steps'?)"
                       f". The valid keys are listed in the script's --help."], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_empty_or_missing_train_dir_says_what_was_looked_for(tmp_path):
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    (tmp_path / "empty" / "sub" / "notes.txt").write_text("not audio")
+    base = ["--config", str(TINY_PRESET), "--output_dir", str(tmp_path / "out"), "--report_to", "none"]
+    with pytest.raises(UsageError, match=r"no audio files found under .*empty \(looked for \.wav, \.flac, \.mp3"):
+        pretrain.main(base + ["--train_dir", str(tmp_path / "empty")])
+    with pytest.raises(UsageError, match=r"--train_dir .*missing does not exist"):
+        pretrain.main(base + ["--train_dir", str(tmp_path / "missing")])
+
+
+def test_a_failed_start_does_not_block_the_retry_but_a_run_does(tmp_path):
+    """What a failed start leaves (tensorboard/, a log, no checkpoint) is cleared by the retry; a folder with a
+    checkpoint is still refused without --resume / --overwrite_output_dir."""
+    from aasp_hf.training.checkpointing import RUN_ARTEFACTS, check_output_dir
+
+    artefacts = RUN_ARTEFACTS + ("encoder", "teacher_encoder", "ranks", "tensorboard")
+    (tmp_path / "tensorboard").mkdir()
+    (tmp_path / "log_history.jsonl").write_text("")
+    (tmp_path / "my_notes.txt").write_text("kept")
+    leftovers = check_output_dir(tmp_path, resume=False, overwrite=False, artefacts=artefacts)
+    assert sorted(p.name for p in leftovers) == ["log_history.jsonl", "tensorboard"]
+    (tmp_path / "checkpoint-5").mkdir()
+    with pytest.raises(UsageError, match=r"already holds a run.*--resume.*--overwrite_output_dir"):
+        check_output_dir(tmp_path, resume=False, overwrite=False, artefacts=artefacts)
+
+
+def test_a_resumed_run_logs_each_step_once_and_says_where_the_encoder_is(tmp_path, capsys):
+    """A run that stopped after logging step 3 but whose last checkpoint is step 2 computes step 3 again on --resume:
+    log_history.jsonl holds it once. The end of a run prints the encoder's folder and the line that loads it."""
+    import shutil
+
+    argv = ["--config", str(TINY_PRESET), "--synthetic_clips", "16", "--per_device_train_batch_size", "4",
+            "--max_steps", "3", "--warmup_steps", "1", "--logging_steps", "1", "--save_steps", "2",
+            "--report_to", "none", "--output_dir", str(tmp_path)]
+    pretrain.main(argv)
+    assert f"saved the pre-trained encoder to {tmp_path / 'encoder'}" in capsys.readouterr().out
+    shutil.rmtree(tmp_path / "checkpoint-3")  # as if the process died after logging step 3, before saving it
+    (tmp_path / "latest").write_text("checkpoint-2")
+    pretrain.main(argv + ["--resume"])
+    steps = [json.loads(line)["step"] for line in (tmp_path / "log_history.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]

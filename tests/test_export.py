@@ -51,3 +51,13 @@ def test_export_cli_writes_and_checks(tmp_path, capsys):
     printed = capsys.readouterr().out
     worst = float(printed.rsplit("=", 1)[1])
     assert (tmp_path / "model.onnx").stat().st_size > 0 and worst < 1e-4
+
+
+def test_export_runs_the_model_in_eval_mode_without_a_training_mode_warning():
+    """torch.onnx.export warns about (and would trace dropout of) a module left in training mode: the wrapper that
+    export builds around a model is in eval mode as a whole, and so is the model."""
+    from aasp_hf.export import _ExportWrapper
+
+    model = tiny(AaspForAudioClassification).train()
+    wrapper = _ExportWrapper(model)
+    assert not wrapper.training and not any(module.training for module in wrapper.modules())

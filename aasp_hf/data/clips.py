@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import UsageError
 from ._common import SAMPLING_RATE
 from .decoding import _describe, decode_audio
 
@@ -140,6 +141,20 @@ class AudioStream:
             self.position = {"epoch": epoch + 1, "micro_batches": 0}
 
 
+def check_audio_folder(folder) -> None:
+    """A UsageError for a `--train_dir` that does not exist, is not a folder or holds no audio file (the extensions
+    `datasets`' audiofolder reads), instead of `datasets`' traceback."""
+    from datasets.packaged_modules.audiofolder.audiofolder import AudioFolder
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UsageError(f"--train_dir {folder} {'is not a folder' if folder.exists() else 'does not exist'}")
+    extensions = {extension.lower() for extension in AudioFolder.EXTENSIONS}
+    if not any(path.suffix.lower() in extensions for path in folder.rglob("*") if path.is_file()):
+        common = ", ".join(e for e in (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4v") if e in extensions)
+        raise UsageError(f"no audio files found under {folder} (looked for {common}, … in all its subfolders)")
+
+
 def load_clips(data_args, seed: int, batch_size: int, num_processes: int, process_index: int):
     """`AudioClips` (map-style) of `--synthetic_clips`, `--dataset`, `--train_dir` or `--dataset_name`; with
     `--streaming` the same sources read as an `AudioStream` of this process's shard. `data_args` is examples/
@@ -147,11 +162,11 @@ def load_clips(data_args, seed: int, batch_size: int, num_processes: int, proces
     sources = [f"--{name}" for name in ("dataset", "train_dir", "dataset_name") if getattr(data_args, name) is not None]
     sources += ["--synthetic_clips"] if data_args.synthetic_clips > 0 else []
     if len(sources) > 1:
-        raise ValueError(f"give one data source, got {', '.join(sources)}")
+        raise UsageError(f"give one data source, got {', '.join(sources)}")
     if data_args.streaming and data_args.synthetic_clips > 0:
-        raise ValueError("--streaming reads --dataset, --train_dir or --dataset_name, not --synthetic_clips")
+        raise UsageError("--streaming reads --dataset, --train_dir or --dataset_name, not --synthetic_clips")
     if data_args.streaming and data_args.dataloader_num_workers:
-        raise ValueError("--streaming decodes in the main process: leave --dataloader_num_workers at 0")
+        raise UsageError("--streaming decodes in the main process: leave --dataloader_num_workers at 0")
     if data_args.synthetic_clips > 0:
         from .synthetic import unlabelled_clips
 
@@ -163,18 +178,19 @@ def load_clips(data_args, seed: int, batch_size: int, num_processes: int, proces
 
         splits = load(data_args.dataset, root=data_args.data_root, streaming=data_args.streaming)
         if data_args.dataset_split not in splits:
-            raise ValueError(f"--dataset {data_args.dataset} has the splits {sorted(splits)}, not "
+            raise UsageError(f"--dataset {data_args.dataset} has the splits {sorted(splits)}, not "
                              f"--dataset_split {data_args.dataset_split!r}")
         ds, audio_column = splits[data_args.dataset_split], "audio"  # our loaders: a 16 kHz `audio` column
     else:
         if data_args.train_dir is not None:
+            check_audio_folder(data_args.train_dir)
             ds = datasets.load_dataset("audiofolder", data_dir=data_args.train_dir, drop_labels=True,
                                        split=data_args.dataset_split, streaming=data_args.streaming)
         elif data_args.dataset_name is not None:
             ds = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config,
                                        split=data_args.dataset_split, streaming=data_args.streaming)
         else:
-            raise ValueError(
+            raise UsageError(
                 "give one of --dataset (with --data_root), --train_dir, --dataset_name or --synthetic_clips N"
             )
         audio_column = data_args.audio_column

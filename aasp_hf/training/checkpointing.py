@@ -18,6 +18,8 @@ import re
 import shutil
 from pathlib import Path
 
+from ..errors import UsageError
+
 LATEST = "latest"
 TRAINER_STATE = "trainer_state.json"
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
@@ -143,24 +145,28 @@ def check_random_states(checkpoint_dir, process_index: int) -> None:
 
 # What a training script leaves in its output directory; `check_output_dir` looks for these.
 RUN_ARTEFACTS = ("checkpoint-*", LATEST, "log_history.jsonl", "all_results.json")
+RUN_OUTPUTS = ("all_results.json", "encoder", "teacher_encoder", "model.safetensors")  # what a finished run leaves
 
 
 def check_output_dir(output_dir, resume: bool, overwrite: bool, artefacts=RUN_ARTEFACTS) -> list[Path]:
     """Refuse to start a run over another one, as transformers' example scripts do.
 
-    Without `resume` and `overwrite`, an `output_dir` holding any of `artefacts` (glob patterns: checkpoints, the
-    log, results, exports) raises a ValueError naming `--resume` and `--overwrite_output_dir`: starting over there
-    would replace the exports, append duplicate steps to the log and leave old checkpoints beside new ones. With
-    `overwrite` (and not `resume`) those artefacts are returned, for the main process to delete
-    (`remove_artefacts`); other files in the folder are left alone.
+    Without `resume` and `overwrite`, an `output_dir` that holds a run — a checkpoint, results or an export among
+    `artefacts` (glob patterns: checkpoints, the log, results, exports) — raises a UsageError naming `--resume` and
+    `--overwrite_output_dir`: starting over there would replace the exports, append duplicate steps to the log and
+    leave old checkpoints beside new ones. With `overwrite` (and not `resume`) the artefacts are returned, for the
+    main process to delete (`remove_artefacts`); other files in the folder are left alone. A folder whose artefacts
+    hold no checkpoint, results or export is what a failed start leaves (a log, tensorboard/): nothing there can be
+    resumed, so its artefacts are returned for deletion without `overwrite`, and the retry starts.
     """
     output_dir = Path(output_dir)
     if resume or not output_dir.is_dir():
         return []
     found = sorted({path for pattern in artefacts for path in output_dir.glob(pattern)})
-    if found and not overwrite:
+    holds_a_run = any(p.name.startswith("checkpoint-") or p.name in RUN_OUTPUTS for p in found)
+    if holds_a_run and not overwrite:
         names = ", ".join(p.name for p in found[:5]) + (", ..." if len(found) > 5 else "")
-        raise ValueError(
+        raise UsageError(
             f"Output directory {output_dir} already holds a run ({names}). Pass --resume to continue it from its "
             f"latest checkpoint, --overwrite_output_dir to start over (its checkpoints, log and exports are deleted "
             f"first), or choose another --output_dir."
@@ -175,3 +181,25 @@ def remove_artefacts(paths) -> None:
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
             path.unlink()
+
+
+def truncate_log(history_path, step: int) -> int:
+    """Cuts a `log_history.jsonl` back to the lines of steps <= `step` (the checkpoint a run resumes from), so the
+    steps a crashed run logged after its last checkpoint, which the resumed run computes again, are written once.
+    Written atomically. Returns the number of lines removed (0 when the file does not exist)."""
+    history_path = Path(history_path)
+    if not history_path.is_file():
+        return 0
+    lines = history_path.read_text().splitlines()
+    kept = []
+    for line in lines:
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):  # a line cut short by the crash
+            continue
+    if len(kept) < len(lines):
+        tmp = history_path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        os.replace(tmp, history_path)
+    return len(lines) - len(kept)
