@@ -24,8 +24,8 @@ reproduces the masks exactly):
     sample_query_indices   (B, M, Q) masked tokens used as predictor queries, Q = round(query_ratio · (N - V))
     visible_indices        (B, M, V) indices of the visible tokens, ascending
 
-Training side: ``data/collators.py`` (``PretrainingCollator``) draws the masks of each pre-training batch with these; the model (the
-Hub-shipped files) only receives the index tensors. Imports only ``math`` and ``torch``.
+Training side: ``PretrainingCollator`` (``data/collators.py``) draws the masks of each pre-training batch with
+these; the model (the Hub-shipped files) only receives the index tensors. Imports only ``math`` and ``torch``.
 """
 
 import math
