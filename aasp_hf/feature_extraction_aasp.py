@@ -26,6 +26,8 @@ Dimension legend: B clips, L samples, T frames, F mel bins, K FFT bins, W window
 """
 
 import copy
+import difflib
+import inspect
 import math
 
 import numpy as np
@@ -60,6 +62,11 @@ _PCM_SCALE = {  # integer PCM -> float in [-1, 1): (x - offset) / scale
 }
 
 
+# Keys besides the constructor's own that transformers passes back to `__init__` when it loads a saved
+# preprocessor_config.json (`from_dict`): written by `to_dict`, `register_for_auto_class` and processors.
+SAVED_KEYS = ("feature_extractor_type", "auto_map", "processor_class", "padding_side")
+
+
 class AaspFeatureExtractor(SequenceFeatureExtractor):
     r"""
     Turns raw 16 kHz mono audio into the normalised log-mel spectrogram an AaSP model takes.
@@ -81,6 +88,9 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             is `configuration_aasp.TIME_PATCH_SIZE`, which is also `AaspConfig.time_patch_size`'s default.
         max_frames (`int`, *optional*): default for `__call__(max_frames=...)`; a multiple of `frame_multiple`.
         return_attention_mask (`bool`, defaults to `True`): return the frame-level attention mask.
+
+    Any other keyword is refused with a ValueError that names it and the closest valid one (a misspelt setting would
+    otherwise be kept as an inert attribute), except the keys a saved preprocessor_config.json holds (`SAVED_KEYS`).
 
     Input layout: a 1-D waveform is one clip and a list of 1-D waveforms is a batch. A 2-D array or tensor is a
     `(batch, samples)` batch, as everywhere in transformers, except for the two layouts that look like one
@@ -112,6 +122,15 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         return_attention_mask=True,
         **kwargs,
     ):
+        unknown = sorted(set(kwargs) - set(SAVED_KEYS))
+        if unknown:
+            valid = sorted(set(inspect.signature(AaspFeatureExtractor.__init__).parameters) - {"self", "kwargs"})
+            parts = []
+            for key in unknown:
+                close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+                parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise ValueError(f"unknown key{'s' if len(parts) > 1 else ''} in AaspFeatureExtractor's arguments: "
+                             f"{', '.join(parts)}. The valid keys are listed in AaspFeatureExtractor's docstring.")
         super().__init__(
             feature_size=feature_size,
             sampling_rate=sampling_rate,

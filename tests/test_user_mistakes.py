@@ -174,3 +174,35 @@ def test_pretraining_names_each_clip_that_fails_to_decode_in_the_log_and_in_a_fi
     assert logged[0].endswith(f"listed in {run / 'decode_failures.txt'}")
     lines = (run / "decode_failures.txt").read_text().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{broken}\tCould not decode {broken} as audio (")
+
+
+def test_a_misspelt_feature_extractor_argument_is_refused_but_saved_files_still_load(tmp_path):
+    """`AaspFeatureExtractor(sampling_rat=...)` used to keep the typo as an inert attribute. The keys transformers
+    passes back from a saved preprocessor_config.json (feature_extractor_type, auto_map, processor_class,
+    padding_side) still load, in process and as remote code in a fresh interpreter."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    with pytest.raises(ValueError, match=r"^unknown key in AaspFeatureExtractor's arguments: 'sampling_rat' \(did you "
+                                         r"mean 'sampling_rate'\?\)\. The valid keys are listed in AaspFeatureExtractor"
+                                         r"'s docstring\.$"):
+        AaspFeatureExtractor(sampling_rat=16000)
+    with pytest.raises(ValueError, match=r"unknown keys .*'feature_sise' \(did you mean 'feature_size'\?\), "
+                                         r"'xyz'\."):
+        AaspFeatureExtractor(feature_sise=64, xyz=1)
+    AaspFeatureExtractor(feature_size=64, mode="kaldi").save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "preprocessor_config.json").read_text())
+    assert {"feature_extractor_type", "auto_map", "padding_side"} <= set(saved)
+    saved["processor_class"] = "SomeProcessor"  # what a processor's save_pretrained adds
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(saved))
+    loaded = AaspFeatureExtractor.from_pretrained(tmp_path)
+    assert (loaded.feature_size, loaded.mode) == (64, "kaldi")
+    code = ("import sys; sys.modules['aasp_hf'] = None\n"  # remote code, the package unimportable
+            "from transformers import AutoFeatureExtractor\n"
+            f"fe = AutoFeatureExtractor.from_pretrained({str(tmp_path)!r}, trust_remote_code=True)\n"
+            "print(type(fe).__name__, fe.feature_size, fe.mode)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.stdout.split() == ["AaspFeatureExtractor", "64", "kaldi"], result.stderr
