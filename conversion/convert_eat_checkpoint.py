@@ -30,12 +30,14 @@ import json
 import logging
 import pickle
 import re
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
+from aasp_hf.errors import UsageError, run_script
 from aasp_hf.modeling_aasp import sincos_position_embeddings
 
 logger = logging.getLogger(__name__)
@@ -117,8 +119,8 @@ class ConversionReport:
     new_head: bool = False  # a classification head was requested but the checkpoint has none (random init)
 
 
-class ConversionError(ValueError):
-    pass
+class ConversionError(UsageError):
+    """A checkpoint this converter cannot read or map (a UsageError: the script prints it as one line)."""
 
 
 # ----------------------------------------------------------------------------------------------- loading
@@ -143,11 +145,19 @@ def load_checkpoint(path: str | Path, trust_pickle: bool = False) -> dict:
         for name in ("model.safetensors", "pytorch_model.bin"):
             if (path / name).exists():
                 return load_checkpoint(path / name, trust_pickle)
-        raise FileNotFoundError(f"{path} holds neither model.safetensors nor pytorch_model.bin")
+        raise ConversionError(f"{path} holds neither model.safetensors nor pytorch_model.bin")
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 
-        return load_file(str(path))
+        try:
+            return load_file(str(path))
+        except Exception as error:  # safetensors' own error type: a file that is not safetensors
+            raise ConversionError(f"{path} is not a .safetensors file ({str(error).splitlines()[0]})") from error
+    with open(path, "rb") as file:
+        is_pickle = file.read(1) == b"\x80"  # a pickle (protocol >= 2): torch's legacy format
+    if not (is_pickle or zipfile.is_zipfile(path)):  # torch.save writes a zip file
+        raise ConversionError(f"{path} is not a torch checkpoint (.pt), a .safetensors file or a folder holding "
+                              f"model.safetensors")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
@@ -159,7 +169,10 @@ def load_checkpoint(path: str | Path, trust_pickle: bool = False) -> dict:
                 f"Detail: {str(error).splitlines()[0]}"
             ) from error
         logger.warning("Unpickling %s with weights_only=False (--trust-pickle)", path)
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        try:
+            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        except (pickle.UnpicklingError, EOFError, RuntimeError) as error:
+            raise ConversionError(f"{path} is not a torch checkpoint ({str(error).splitlines()[0]})") from error
     if isinstance(checkpoint, dict) and isinstance(checkpoint.get("model"), dict):
         return checkpoint["model"]  # fairseq: {"cfg", "model", "optimizer_history", ...}
     if isinstance(checkpoint, dict) and isinstance(checkpoint.get("state_dict"), dict):
@@ -380,7 +393,7 @@ def _check_shapes(mapped: dict, model: torch.nn.Module, renamed_from: dict):
     expected = model.state_dict()
     for key, tensor in mapped.items():
         if key not in expected:
-            raise ConversionError(f"Internal: mapped key `{key}` is not a parameter of {type(model).__name__}")
+            raise RuntimeError(f"Internal: mapped key `{key}` is not a parameter of {type(model).__name__}")
         if tuple(tensor.shape) != tuple(expected[key].shape):
             raise ConversionError(
                 f"Shape mismatch for `{renamed_from.get(key, key)}` -> `{key}`: checkpoint {tuple(tensor.shape)}, "
@@ -444,7 +457,7 @@ def convert(
     full = {k: mapped.get(k, v) for k, v in expected.items()}  # positions (and a new head) keep the model's own
     missing = sorted(k for k in expected if k not in mapped and "position_embeddings" not in k)
     if missing and not (report.new_head and all(k.startswith("classifier") for k in missing)):
-        raise ConversionError(f"Internal: no source for {missing}")
+        raise RuntimeError(f"Internal: no source for {missing}")
     model.load_state_dict({k: v.to(expected[k].dtype) for k, v in full.items()}, strict=True)
     model.eval()
     if report.from_student:
@@ -459,7 +472,7 @@ def eat_feature_extractor(config: AaspConfig) -> AaspFeatureExtractor:
     return AaspFeatureExtractor(mode="kaldi", feature_size=config.num_mel_bins, max_frames=config.num_frames)
 
 
-def main(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint", help="EAT fairseq .pt, a state-dict .pt/.safetensors, or a Hub-port folder")
     parser.add_argument("output_dir")
@@ -479,12 +492,23 @@ def main(argv=None):
     parser.add_argument("--trust-pickle", action="store_true", help="allow full unpickling (fairseq cfg objects)")
     parser.add_argument("--push-to-hub", default=None, metavar="REPO_ID")
     parser.add_argument("--private", action="store_true")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    return parser.parse_args(argv)
 
+
+def main(argv=None):
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    if not Path(args.checkpoint).exists():
+        raise UsageError(f"checkpoint {args.checkpoint} does not exist (the first argument: an EAT .pt, a state-dict "
+                         f".pt / .safetensors, or a Hub-port folder)")
     id2label = None
     if args.id2label_json:
-        labels = json.loads(Path(args.id2label_json).read_text())
+        if not Path(args.id2label_json).is_file():
+            raise UsageError(f"--id2label-json {args.id2label_json} does not exist")
+        try:
+            labels = json.loads(Path(args.id2label_json).read_text())
+        except json.JSONDecodeError as error:
+            raise UsageError(f"--id2label-json {args.id2label_json} is not valid JSON: {error}") from None
         id2label = dict(enumerate(labels)) if isinstance(labels, list) else {int(k): v for k, v in labels.items()}
     state = load_checkpoint(args.checkpoint, trust_pickle=args.trust_pickle)
     settings = hub_port_settings(args.checkpoint)  # unset fields keep convert()'s defaults
@@ -527,4 +551,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "convert_eat_checkpoint.py")

@@ -20,6 +20,7 @@ import logging
 from pathlib import Path
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
+from aasp_hf.errors import UsageError, run_script
 
 logger = logging.getLogger(__name__)
 
@@ -43,14 +44,16 @@ def locate(source: str | Path, config: str | Path | None = None) -> tuple[Path, 
     source = Path(source)
     weights = source / "model.safetensors" if source.is_dir() else source
     if not weights.exists():
-        raise FileNotFoundError(f"No model.safetensors at {source}")
+        raise UsageError(f"no model.safetensors in {source}" if source.exists() else f"source {source} does not exist")
     if config is None:
         candidates = [weights.parent, weights.parent.parent, weights.parent.parent / "encoder"]
         config = next((c for c in candidates if (c / "config.json").exists()), None)
         if config is None:
-            raise FileNotFoundError(
-                f"No config.json next to {weights} or in its parent folder: pass --config (a config.json or a folder)"
+            raise UsageError(
+                f"no config.json next to {weights} or in its parent folder: pass --config (a config.json or a folder)"
             )
+    if not Path(config).exists():
+        raise UsageError(f"--config {config} does not exist")
     config_path = Path(config)
     if config_path.is_dir():
         config_obj = AaspConfig.from_pretrained(config_path)
@@ -77,9 +80,9 @@ def convert(state_dict: dict, config: AaspConfig, which: str = "student") -> Aas
         elif not key.startswith(DROPPED_PREFIXES + (other,)):
             unknown.append(key)
     if unknown:
-        raise ValueError(f"Keys outside aasp./teacher./predictor./contrastive_head.: {sorted(unknown)}")
+        raise UsageError(f"Keys outside aasp./teacher./predictor./contrastive_head.: {sorted(unknown)}")
     if not encoder:
-        raise ValueError(f"No `{keep}*` keys: is this an AaspForPreTraining state dict?")
+        raise UsageError(f"No `{keep}*` keys: is this an AaspForPreTraining state dict?")
 
     config = AaspConfig.from_dict({k: v for k, v in config.to_dict().items() if k not in ("auto_map", "architectures")})
     model = AaspModel(config)
@@ -87,10 +90,10 @@ def convert(state_dict: dict, config: AaspConfig, which: str = "student") -> Aas
     missing = sorted(set(expected) - set(encoder))
     extra = sorted(set(encoder) - set(expected))
     if missing or extra:
-        raise ValueError(f"{which} encoder does not match the config: missing {missing}, unexpected {extra}")
+        raise UsageError(f"{which} encoder does not match the config: missing {missing}, unexpected {extra}")
     for key, tensor in encoder.items():
         if tuple(tensor.shape) != tuple(expected[key].shape):
-            raise ValueError(
+            raise UsageError(
                 f"Shape mismatch for `{keep}{key}`: checkpoint {tuple(tensor.shape)}, "
                 f"model {tuple(expected[key].shape)}"
             )
@@ -98,7 +101,7 @@ def convert(state_dict: dict, config: AaspConfig, which: str = "student") -> Aas
     return model.eval()
 
 
-def main(argv=None) -> Path:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", help="AaspForPreTraining folder, accelerate checkpoint-* folder or .safetensors")
     parser.add_argument("output_dir")
@@ -109,7 +112,11 @@ def main(argv=None) -> Path:
     parser.add_argument("--all-results", default=None, help="all_results.json for the model card's evaluation table")
     parser.add_argument("--push-to-hub", default=None, metavar="REPO_ID")
     parser.add_argument("--private", action="store_true")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> Path:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 
     from safetensors.torch import load_file
@@ -142,4 +149,4 @@ def main(argv=None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "convert_pretraining_checkpoint.py")

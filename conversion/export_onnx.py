@@ -7,6 +7,7 @@ PyTorch. Frames fed to the ONNX model must be a multiple of 16 (the feature extr
 """
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -14,6 +15,7 @@ from transformers import AutoConfig
 
 import aasp_hf  # noqa: F401  (registers the Auto classes)
 from aasp_hf import AaspForAudioClassification, AaspModel
+from aasp_hf.errors import UsageError, run_script
 from aasp_hf.export import export_onnx
 
 
@@ -34,12 +36,19 @@ def check(model, path, shapes=((1, 64), (3, 160))) -> float:
     return worst
 
 
-def main(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model_dir")
-    parser.add_argument("output")
+    parser.add_argument("model_dir", help="a save_pretrained folder of AaspModel or AaspForAudioClassification")
+    parser.add_argument("output", help="the .onnx file to write")
     parser.add_argument("--check", action="store_true")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if not (Path(args.model_dir) / "config.json").is_file():
+        raise UsageError(f"model_dir {args.model_dir} " + ("holds no config.json: pass a save_pretrained folder"
+                                                           if Path(args.model_dir).is_dir() else "does not exist"))
     config = AutoConfig.from_pretrained(args.model_dir)
     has_head = any("ForAudioClassification" in name for name in (config.architectures or []))
     model_class = AaspForAudioClassification if has_head else AaspModel
@@ -52,4 +61,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "export_onnx.py")
