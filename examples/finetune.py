@@ -2,10 +2,13 @@
 Table hyperparams 1; datasets, splits and EVAR clip lengths: Sec. Datasets, aasp_hf.data).
 
     accelerate launch examples/finetune.py --config examples/configs/finetune/as20k.json \
-        --model_name_or_path runs/aasp_base/encoder --data_root /data/audioset --output_dir runs/ft_as20k
-    python examples/finetune.py --config examples/configs/finetune/esc50.json --model_name_or_path runs/aasp_base \
+        --model_name_or_path runs/pt/encoder --data_root /data/audioset --output_dir runs/ft_as20k
+    python examples/finetune.py --config examples/configs/finetune/esc50.json --model_name_or_path runs/pt/encoder \
         --data_root /data/ESC-50-master --all_folds --seeds 0 1 2 --output_dir runs/ft_esc50
-    python examples/finetune.py --model_name_or_path runs/aasp_base --synthetic_per_class 20 --max_steps 100
+    python examples/finetune.py --model_name_or_path runs/pt/encoder --synthetic_per_class 20 \
+        --per_device_train_batch_size 32 --max_steps 100   # synthetic demo clips: 5 classes × 20 train clips
+
+`runs/pt/encoder` is the encoder that `examples/pretrain.py --config examples/configs/pretrain_tiny_cpu.json` saves.
 
 Arguments come from the dataclass below: on the command line, from one JSON file (`finetune.py preset.json`), or
 from `--config preset.json` followed by command-line overrides. The presets copy Table hyperparams 1 column by
@@ -78,7 +81,7 @@ from aasp_hf.training.data_order import micro_batches
 from aasp_hf.training.model_ema import create_ema, ema_update_
 from aasp_hf.training.optim import layer_decay_param_groups, set_learning_rates
 from aasp_hf.training.arguments import gradient_accumulation_for, parse_arguments
-from aasp_hf.errors import run_script
+from aasp_hf.errors import UsageError, run_script
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -324,6 +327,11 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
     rank, world = accelerator.process_index, accelerator.num_processes
     accum = gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size, world,
                                       args.gradient_accumulation_steps)  # the preset's global batch on `world`
+    num_clips = len(splits["train"])
+    if not args.class_balanced_sampling and args.per_device_train_batch_size * world > num_clips:
+        raise UsageError(f"--per_device_train_batch_size {args.per_device_train_batch_size} × {world} process"
+                         f"{'es' if world > 1 else ''} is more than the {num_clips} training clips: pass "
+                         f"--per_device_train_batch_size {max(1, num_clips // world)} or less")
     num_labels = len(names)
     set_seed(args.seed)  # the head's initialisation, identical on every process
 

@@ -122,3 +122,37 @@ def test_a_resumed_run_logs_each_step_once_and_says_where_the_encoder_is(tmp_pat
     pretrain.main(argv + ["--resume"])
     steps = [json.loads(line)["step"] for line in (tmp_path / "log_history.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
+
+
+def test_a_batch_larger_than_the_training_clips_names_the_argument_and_the_clips(tmp_path):
+    """The synthetic demo data holds 5 classes × 20 training clips; the default batch is 128."""
+    with pytest.raises(UsageError, match=r"^--per_device_train_batch_size 128 × 1 process is more than the 100 "
+                                         r"training clips: pass --per_device_train_batch_size 100 or less$"):
+        finetune.main(["--model_name_or_path", str(tmp_path / "never_loaded"), "--synthetic_per_class", "20",
+                       "--max_steps", "2", "--warmup_steps", "1", "--output_dir", str(tmp_path / "out")])
+
+
+def test_conversion_mistakes_are_one_line_naming_the_argument(tmp_path):
+    import convert_eat_checkpoint
+    import convert_pretraining_checkpoint
+    import export_onnx
+
+    with pytest.raises(UsageError, match=r"^checkpoint .*missing.pt does not exist \(the first argument"):
+        convert_eat_checkpoint.main([str(tmp_path / "missing.pt"), str(tmp_path / "out")])
+    (tmp_path / "notes.pt").write_text("not a checkpoint")
+    with pytest.raises(UsageError, match=r"notes.pt is not a torch checkpoint \(.pt\), a .safetensors file or a "):
+        convert_eat_checkpoint.main([str(tmp_path / "notes.pt"), str(tmp_path / "out")])
+    with pytest.raises(UsageError, match=r"^--id2label-json .*labels.json does not exist$"):
+        convert_eat_checkpoint.main([str(tmp_path / "notes.pt"), str(tmp_path / "out"), "--id2label-json",
+                                     str(tmp_path / "labels.json")])
+    with pytest.raises(UsageError, match=r"^source .*checkpoint-9 does not exist$"):
+        convert_pretraining_checkpoint.main([str(tmp_path / "checkpoint-9"), str(tmp_path / "out")])
+    with pytest.raises(UsageError, match=r"^model_dir .*nothing does not exist$"):
+        export_onnx.main([str(tmp_path / "nothing"), str(tmp_path / "model.onnx")])
+    assert not (tmp_path / "out").exists()
+    result = subprocess.run([sys.executable, str(EXAMPLES.parent / "conversion" / "export_onnx.py"),
+                             str(tmp_path / "nothing"), "model.onnx"], capture_output=True, text=True, cwd=tmp_path,
+                            timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == f"export_onnx.py: error: model_dir {tmp_path / 'nothing'} does " \
+                                                      f"not exist"
