@@ -34,6 +34,7 @@ from transformers import pipeline
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
 from aasp_hf.data.synthetic import LABELS, labelled_clips
+from aasp_hf.errors import run_script
 from aasp_hf.evaluation import extract_features, standardization_stats, standardize
 
 HERE = Path(__file__).resolve().parent
@@ -231,4 +232,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "demo.py")

@@ -1,8 +1,8 @@
 """Linear evaluation of a frozen AaSP encoder (EVAR protocol; paper Sec. Training Setup, Table hyperparams 2).
 
     python examples/linear_eval.py --config examples/configs/linear_eval/esc50.json \
-        --model_name_or_path runs/aasp_base --data_root /data/ESC-50-master --output_dir runs/lin_esc50
-    python examples/linear_eval.py --model_name_or_path runs/aasp_base --synthetic_per_class 20 --max_steps 200
+        --model_name_or_path runs/pt/encoder --data_root /data/ESC-50-master --output_dir runs/lin_esc50
+    python examples/linear_eval.py --model_name_or_path runs/pt/encoder --synthetic_per_class 20 --max_steps 200
 
 Arguments come from `aasp_hf.evaluation.linear_protocol.LinearEvalArguments`: on the command line, from one JSON
 file (`linear_eval.py preset.json`), or from `--config preset.json` followed by command-line overrides.

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from aasp_hf import AaspConfig
+from aasp_hf.errors import run_script
 from aasp_hf.training.arguments import parse_arguments
 from aasp_hf.training.masking import sample_view_masks
 
@@ -115,8 +116,13 @@ def ours(config, block_sizes, num_views, generator):
     return masks[:, 0]  # (R, 1, N) -> (R, N)
 
 
-def main(argv=None) -> list:
+def parse_args(argv=None) -> MaskGeometryArguments:
     (args,) = parse_arguments((MaskGeometryArguments,), argv)
+    return args
+
+
+def main(argv=None) -> list:
+    args = parse_args(argv)
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
@@ -187,6 +193,6 @@ def main(argv=None) -> list:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)
-    for row in main():
+    for row in run_script(main, "mask_geometry.py"):
         print(f"{row['sampler']:<70} {row['grid']:>7}  visible {row['visible_ratio']:.3f}  "
               f"regions {row['regions_mean']:.2f}")

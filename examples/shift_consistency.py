@@ -1,8 +1,8 @@
 """Shift consistency of a frozen AaSP encoder (paper Sec. Shift-Consistency Analysis, Table shift).
 
-    python examples/shift_consistency.py --model_name_or_path runs/aasp_base --dataset as20k \
+    python examples/shift_consistency.py --model_name_or_path runs/pt/encoder --dataset as20k \
         --data_root /data/audioset --split test --output_dir runs/shift_aasp
-    python examples/shift_consistency.py --model_name_or_path runs/aasp_base --synthetic_clips 32
+    python examples/shift_consistency.py --model_name_or_path runs/pt/encoder --synthetic_clips 32
 
 For every clip x of a split and every shift δ (default 10, 20, 40, 80, 160 ms), x_δ = np.roll(x, δ) is the
 circularly shifted waveform, and the drift is 1 − cos(z(x), z(x_δ)) of the frozen CLS token z (in [0, 2]; smaller

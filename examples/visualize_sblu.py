@@ -1,7 +1,7 @@
 """The Lambda encoder's SBLU parameters for one clip (paper Sec. Qualitative Interpretability Analysis, Fig. analysis).
 
-    python examples/visualize_sblu.py --model_name_or_path runs/aasp_base --audio clip.wav --output_dir runs/fig
-    python examples/visualize_sblu.py --model_name_or_path runs/aasp_base --synthetic_label am_30hz
+    python examples/visualize_sblu.py --model_name_or_path runs/pt/encoder --audio clip.wav --output_dir runs/fig
+    python examples/visualize_sblu.py --model_name_or_path runs/pt/encoder --synthetic_label am_30hz
 
 Top: the normalised log-mel spectrogram the model sees, with the P_time × P_freq patch grid. Middle: the estimated
 decay α (1/s) and bottom: the estimated frequency β/2π (Hz), per time patch (columns) and frequency group (rows,

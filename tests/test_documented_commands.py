@@ -1,0 +1,372 @@
+"""Every command the documentation shows runs as written.
+
+The commands are read from the Markdown files (fenced shell blocks, with their `\\` continuations, and inline code
+spans that name a script or a make target) and from the indented examples of the scripts' module docstrings. Each is
+checked in one of three ways, chosen by the table `HOW` below:
+
+- RUN: commands whose data is built in (synthetic audio) run in this process, as written, with a few overrides
+  appended (fewer steps and clips, a temporary output folder, the encoder the documented pre-training command made);
+- PARSE: commands that need data or hardware this machine lacks (AudioSet, 4 GPUs, hours) are parsed exactly as
+  written by the script's own `parse_args` (so every flag must exist and every value pass the range checks), and the
+  repository files they name (presets, accelerate configs) must exist; `accelerate launch`'s own flags are parsed by
+  accelerate's parser;
+- TARGET: `make X` needs the target X in the Makefile, and the scripts its recipe runs are parsed as above.
+
+A stale flag, a renamed preset or a removed make target thus fails here (see the tests at the end, which feed the
+checker a bad command).
+"""
+
+import argparse
+import ast
+import contextlib
+import importlib
+import importlib.util
+import json
+import re
+import shlex
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MARKDOWN = ["README.md", "MODEL_CARD.md", "docs/*.md", "benchmarks/*/README.md", "conversion/README.md",
+            "examples/accelerate_configs/README.md"]
+DOCSTRINGS = ["examples/*.py", "conversion/*.py", "benchmarks/*/*.py"]  # the module docstring of each
+PROGRAMS = ("python", ".venv/bin/python", "accelerate", "make")
+SHELL_FENCES = ("", "bash", "sh", "shell", "console")
+PLACEHOLDERS = {"R": "0"}  # `--machine_rank R` in a multi-node example
+OUTPUT_FLAGS = ("--out", "--output", "--output_dir", "--output-dir", "--results")  # files they name are written
+
+RUN, PARSE, TARGET = "run", "parse", "target"
+# Script and its first arguments as documented (launcher stripped) -> how the command is checked; the first row
+# that the command starts with wins. RUN rows give the overrides appended ({tmp}: a fresh folder; {encoder}: the
+# encoder the pre-training row saved) and the file the run must leave in its output folder.
+HOW = [
+    ("examples/pretrain.py --config examples/configs/pretrain_tiny_cpu.json", RUN,
+     ["--max_steps", "2", "--warmup_steps", "1", "--synthetic_clips", "8", "--per_device_train_batch_size", "4",
+      "--save_steps", "2", "--report_to", "none", "--output_dir", "{tmp}/runs/pt"], "runs/pt/encoder/config.json"),
+    ("examples/finetune.py --model_name_or_path runs/pt/encoder --synthetic_per_class", RUN,
+     ["--model_name_or_path", "{encoder}", "--max_steps", "2", "--warmup_steps", "1", "--eval_steps", "2",
+      "--output_dir", "{tmp}"], "all_results.json"),
+    ("examples/linear_eval.py --model_name_or_path runs/pt/encoder --synthetic_per_class", RUN,
+     ["--model_name_or_path", "{encoder}", "--max_steps", "2", "--eval_steps", "2", "--output_dir", "{tmp}"],
+     "all_results.json"),
+    ("examples/shift_consistency.py --model_name_or_path runs/pt/encoder --synthetic_clips", RUN,
+     ["--model_name_or_path", "{encoder}", "--synthetic_clips", "4", "--output_dir", "{tmp}"], "all_results.json"),
+    ("examples/visualize_sblu.py --model_name_or_path runs/pt/encoder --synthetic_label", RUN,
+     ["--model_name_or_path", "{encoder}", "--output_dir", "{tmp}"], "all_results.json"),
+    ("examples/mask_geometry.py --num_views", RUN, ["--num_views", "20", "--output_dir", "{tmp}"], "mask_geometry.md"),
+    # everything else: AudioSet / ESC-50 paths, the base model or hours of training, GPUs, checkpoints to convert
+    ("", PARSE, None, None),
+]
+
+
+# ----------------------------------------------------------------------------------------------- extraction
+def _is_command(text: str) -> bool:
+    words = text.split()
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):  # VAR=value before the program
+        words = words[1:]
+    return bool(words) and words[0] in PROGRAMS and (words[0] != "accelerate" or words[1:2] == ["launch"])
+
+
+def _joined(lines: list[str], i: int) -> tuple[str, int]:
+    """The command starting at lines[i] with its `\\` continuation lines, and the index after it."""
+    parts = [lines[i].strip()]
+    while parts[-1].endswith("\\") and i + 1 < len(lines):
+        parts[-1] = parts[-1][:-1].rstrip()
+        i += 1
+        parts.append(lines[i].strip())
+    return " ".join(parts), i + 1
+
+
+def _inline(line: str) -> list[str]:
+    """Inline code spans that are commands naming a script or a make target (`python examples/...` is prose)."""
+    return [span for span in re.findall(r"`([^`]+)`", line)
+            if _is_command(span) and (span.lstrip().startswith("make ") or ".py" in span)]
+
+
+def commands_in_markdown(text: str) -> list[tuple[int, str]]:
+    """(line number, command) for each command of a fenced shell block and each inline command span."""
+    lines, found, fence, i = text.splitlines(), [], None, 0
+    while i < len(lines):
+        stripped = lines[i].strip()
+        if stripped.startswith("```"):
+            fence = stripped[3:].strip() if fence is None else None
+        elif fence is not None:
+            if fence in SHELL_FENCES and _is_command(stripped):
+                command, following = _joined(lines, i)
+                found.append((i + 1, command))
+                i = following
+                continue
+        else:
+            found += [(i + 1, span) for span in _inline(lines[i])]
+        i += 1
+    return found
+
+
+def commands_in_docstring(text: str) -> list[tuple[int, str]]:
+    """(line number in the docstring, command) for each indented example line and each inline command span."""
+    lines, found, i = text.splitlines(), [], 0
+    while i < len(lines):
+        if lines[i].startswith("    ") and _is_command(lines[i].strip()):
+            command, following = _joined(lines, i)
+            found.append((i + 1, command))
+            i = following
+            continue
+        found += [(i + 1, span) for span in _inline(lines[i])]
+        i += 1
+    return found
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """(where, command) for every documented command of the repository."""
+    found = []
+    for pattern in MARKDOWN:
+        for path in sorted(ROOT.glob(pattern)):
+            found += [(f"{path.relative_to(ROOT)}:{n}", c) for n, c in commands_in_markdown(path.read_text())]
+    for pattern in DOCSTRINGS:
+        for path in sorted(ROOT.glob(pattern)):
+            body = ast.parse(path.read_text()).body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                first = body[0].value.lineno  # the docstring's first line in the file
+                found += [(f"{path.relative_to(ROOT)}:{first + n - 1}", c)
+                          for n, c in commands_in_docstring(body[0].value.value)]
+    return found
+
+
+# ----------------------------------------------------------------------------------------------- checking
+class StaleCommand(AssertionError):
+    """A documented command that no longer works as written."""
+
+
+def split_command(command: str) -> list[str]:
+    """Shell words without comments, leading VAR=value, `...` and bracketed prose; `[--flag value]` (an optional
+    part) is kept without its brackets; placeholders get a value of the right type."""
+    words = shlex.split(command, comments=True)
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
+        words.pop(0)
+    out, group = [], None
+    for word in words:
+        if group is None and word.startswith("["):
+            group, word = [], word[1:]
+        if group is None:
+            out.append(word)
+            continue
+        closed = word.endswith("]")
+        group.append(word[:-1] if closed else word)
+        if closed:
+            out += group if group and group[0].startswith("-") else []  # optional flags, not prose
+            group = None
+    return [PLACEHOLDERS.get(w, w) for w in out if w != "..."]
+
+
+def how(script_argv: list[str]) -> tuple:
+    text = " ".join(script_argv)
+    return next(row for row in HOW if text == row[0] or text.startswith(row[0] + " ") or not row[0])
+
+
+def load_script(relative: str):
+    path = ROOT / relative
+    if not path.is_file():
+        raise StaleCommand(f"{relative} does not exist")
+    if path.parent in (ROOT / "examples", ROOT / "conversion", ROOT / "benchmarks" / "quality"):  # pytest's pythonpath
+        return importlib.import_module(path.stem)
+    name = "documented_" + "_".join(path.relative_to(ROOT).with_suffix("").parts)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Parsed(Exception):
+    pass
+
+
+def parse_script(relative: str, argv: list[str]):
+    """The script's own argument parsing of `argv`: its `parse_args`, or for a script that parses inside `main`,
+    `main` stopped right after argparse parsed. A refusal becomes a StaleCommand. Abbreviated flags are refused
+    (argparse takes `--synthetic_clip` for `--synthetic_clips`, until another flag makes it ambiguous)."""
+    module = load_script(relative)
+    for flag, value in zip(argv, argv[1:]):
+        if (re.fullmatch(r"(examples|benchmarks|conversion|docs)/\S+\.(json|yaml)", value) and flag not in OUTPUT_FLAGS
+                and not (ROOT / value).is_file()):
+            raise StaleCommand(f"{relative}: {flag} {value}: no such file in the repository")
+    original = argparse.ArgumentParser.parse_args
+
+    def stop_after_parsing(self, args=None, namespace=None):
+        raise _Parsed(original(self, args, namespace))
+
+    try:  # in the repository's root, where the documented commands run
+        with contextlib.chdir(ROOT), mock.patch.object(argparse.ArgumentParser, "_get_option_tuples", lambda *_: []):
+            if hasattr(module, "parse_args"):
+                return module.parse_args(argv)
+            with mock.patch.object(argparse.ArgumentParser, "parse_args", stop_after_parsing):
+                module.main(argv)
+    except _Parsed as parsed:
+        return parsed.args[0]
+    except SystemExit as exit_:  # argparse's refusal (its message went to stderr)
+        raise StaleCommand(f"{relative} {' '.join(argv)}: argparse refused it (exit code {exit_.code})") from None
+    except ValueError as error:  # UsageError, HfArgumentParser's unused arguments, a config's range check
+        raise StaleCommand(f"{relative} {' '.join(argv)}: {error}") from None
+    raise StaleCommand(f"{relative}: main() returned without parsing arguments")
+
+
+def makefile_targets() -> dict[str, list[str]]:
+    """{target: recipe lines} of the Makefile."""
+    targets, current = {}, []
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        match = re.match(r"^([A-Za-z0-9_.$()-][^:=\s]*(?:\s+[^:=\s]+)*)\s*:(?!=)", line)
+        if match and not line.startswith("\t"):
+            current = []
+            for name in match.group(1).split():
+                targets[name] = current
+        elif line.startswith("\t"):
+            current.append(line.strip())
+    return targets
+
+
+def check_make(words: list[str]) -> None:
+    targets, makefile = makefile_targets(), (ROOT / "Makefile").read_text()
+    variables = dict(word.split("=", 1) for word in words[1:] if "=" in word)
+    for name in variables:
+        if f"$({name})" not in makefile:
+            raise StaleCommand(f"make: the Makefile does not use {name}")
+    for target in [word for word in words[1:] if "=" not in word]:
+        if target not in targets:
+            raise StaleCommand(f"make {target}: no such target in the Makefile ({', '.join(sorted(targets))})")
+        for line in targets[target]:
+            script = re.match(r"\$\(PY\) (\S+\.py)(.*)", line)
+            if script:  # the script the recipe runs, with the variables the command sets
+                args = re.sub(r"\$\((\w+)\)", lambda m: variables.get(m.group(1), ""), script.group(2))
+                parse_script(script.group(1), shlex.split(args))
+
+
+def script_and_argv(words: list[str]) -> tuple[str, list[str]]:
+    """(script, its arguments) of a `python` or `accelerate launch` command; accelerate's flags are parsed by
+    accelerate's own parser and its --config_file must exist."""
+    if words[0] != "accelerate":
+        return words[1], words[2:]
+    from accelerate.commands.launch import launch_command_parser
+
+    try:
+        launch = launch_command_parser().parse_args(words[2:])
+    except SystemExit:
+        raise StaleCommand(f"accelerate launch refused {' '.join(words[2:])}") from None
+    if launch.config_file and not (ROOT / launch.config_file).is_file():
+        raise StaleCommand(f"accelerate launch --config_file {launch.config_file}: no such file")
+    return launch.training_script, list(launch.training_script_args)
+
+
+def check_parses(command: str) -> None:
+    """TARGET or PARSE, as `HOW` says for this command."""
+    words = split_command(command)
+    if words[0] == "make":
+        return check_make(words)
+    script, argv = script_and_argv(words)
+    parse_script(script, argv)
+
+
+def kind_of(command: str) -> str:
+    words = split_command(command)
+    if words[0] == "make":
+        return TARGET
+    script, argv = script_and_argv(words)
+    return how([script, *argv])[1]
+
+
+COMMANDS = documented_commands()
+CHECKED = [(where, command) for where, command in COMMANDS if kind_of(command) != RUN]
+RUNS = [(where, command) for where, command in COMMANDS if kind_of(command) == RUN]
+
+
+@pytest.mark.parametrize("where, command", CHECKED, ids=[where for where, _ in CHECKED])
+def test_a_documented_command_parses_as_written(where, command):
+    check_parses(command)
+
+
+# ----------------------------------------------------------------------------------------------- running
+_RAN = {}  # (script, arguments) -> the file the run left: the same script and arguments under two launchers run once
+
+
+def run_as_written(command: str, tmp: Path, encoder: Path | None) -> Path:
+    """Runs a RUN command's script in this process with its row's overrides; returns the file it must leave."""
+    script, argv = script_and_argv(split_command(command))
+    if (script, *argv) not in _RAN:
+        _, _, overrides, leaves = how([script, *argv])
+        fill = {"{tmp}": str(tmp), "{encoder}": str(encoder)}
+        overrides = [re.sub(r"\{\w+\}", lambda m: fill[m.group(0)], o) for o in overrides]
+        with contextlib.chdir(ROOT):  # the repository's root, where the documented commands run
+            load_script(script).main(argv + overrides)
+        _RAN[(script, *argv)] = tmp / leaves
+    return _RAN[(script, *argv)]
+
+
+def row_of(command: str) -> tuple:
+    script, argv = script_and_argv(split_command(command))
+    return how([script, *argv])
+
+
+@pytest.fixture(scope="module")
+def pretrained_encoder(tmp_path_factory) -> Path:
+    """The README's pre-training command, run as written (2 steps): the encoder the downstream commands use."""
+    where, command = next((w, c) for w, c in RUNS if row_of(c) is HOW[0])
+    tmp = tmp_path_factory.mktemp("pretrain")
+    config = run_as_written(command, tmp, None)
+    assert json.loads(config.read_text())["hidden_size"] == 64, where  # the tiny preset's model
+    return config.parent
+
+
+def test_every_run_row_of_the_table_matches_a_documented_command():
+    used = {id(row_of(command)) for _, command in RUNS}
+    for row in HOW:
+        assert row[1] != RUN or id(row) in used, f"no documented command starts with {row[0]!r}: update HOW"
+
+
+@pytest.mark.parametrize("where, command", RUNS, ids=[where for where, _ in RUNS])
+def test_a_documented_command_on_built_in_data_runs_as_written(where, command, pretrained_encoder, tmp_path):
+    left = run_as_written(command, tmp_path, pretrained_encoder)
+    assert left.is_file(), f"{where}: {command} left no {left.name}"
+
+
+# ----------------------------------------------------------------------------------------------- the checker
+BAD = """Text, then a block:
+
+```bash
+python examples/pretrain.py --synthetic_clipz 8 \\
+    --output_dir runs/x   # a comment
+make tset
+accelerate launch --config_file examples/accelerate_configs/cpu.yaml examples/pretrain.py \\
+    --config examples/configs/pretrain_tiny.json
+```
+
+and inline `python examples/finetune.py --model_name_or_path m --learning_rate -1` but not `python examples/...`.
+"""
+
+
+def test_the_extractor_and_the_checker_catch_a_stale_command():
+    commands = [c for _, c in commands_in_markdown(BAD)]
+    assert commands == [
+        "python examples/pretrain.py --synthetic_clipz 8 --output_dir runs/x   # a comment",
+        "make tset",
+        "accelerate launch --config_file examples/accelerate_configs/cpu.yaml examples/pretrain.py --config "
+        "examples/configs/pretrain_tiny.json",
+        "python examples/finetune.py --model_name_or_path m --learning_rate -1",
+    ]
+    stale = [r"synthetic_clipz", r"make tset: no such target", r"pretrain_tiny.json: no such file",
+             r"--learning_rate must be > 0"]
+    for command, message in zip(commands, stale):
+        with pytest.raises(StaleCommand, match=message):
+            check_parses(command)
+    check_parses("python examples/pretrain.py --synthetic_clips 8 --output_dir runs/x")  # the fixed spelling passes
+    with pytest.raises(StaleCommand, match="synthetic_clip"):  # an abbreviation works until a flag makes it ambiguous
+        check_parses("python examples/pretrain.py --synthetic_clip 8")
+    with pytest.raises(StaleCommand, match="argparse refused"):
+        check_parses("python conversion/export_onnx.py MODEL_DIR model.onnx --chek")
+    with pytest.raises(StaleCommand, match="no such target"):
+        check_make(["make", "study-quik"])
+    assert split_command("X=1 python a.py [--flag 3] [prose, e.g. --y] NAME=DIR ... --machine_rank R") == [
+        "python", "a.py", "--flag", "3", "NAME=DIR", "--machine_rank", "0"]
+    docstring = "Title.\n\n    python examples/demo.py [--seed 0]\n    accelerate launch x.py \\\n        --a 1\n"
+    assert commands_in_docstring(docstring) == [(3, "python examples/demo.py [--seed 0]"),
+                                                (4, "accelerate launch x.py --a 1")]
