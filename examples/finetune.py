@@ -80,7 +80,7 @@ from aasp_hf.training.checkpointing import (
 from aasp_hf.training.data_order import micro_batches
 from aasp_hf.training.model_ema import create_ema, ema_update_
 from aasp_hf.training.optim import layer_decay_param_groups, set_learning_rates
-from aasp_hf.training.arguments import gradient_accumulation_for, parse_arguments
+from aasp_hf.training.arguments import PlanArguments, gradient_accumulation_for, parse_arguments
 from aasp_hf.errors import UsageError, run_script
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ FINETUNE_ARTEFACTS = RUN_ARTEFACTS + ("best_model*", "results.md", "*_seed*", "m
 
 # ----------------------------------------------------------------------------------------------- arguments
 @dataclass
-class FinetuneArguments:
+class FinetuneArguments(PlanArguments):
     model_name_or_path: str = field(metadata={"help": "a pre-trained AaspModel encoder (or a saved classifier)"})
     # data
     dataset: str | None = field(default=None, metadata={"help": "a name for aasp_hf.data.load (as20k, esc50, ...)"})
@@ -162,19 +162,6 @@ class FinetuneArguments:
                                  "and saved model are deleted first); without it or --resume such a folder is refused"}
     )
     mixed_precision: str | None = field(default=None, metadata={"help": "'no' | 'bf16' | 'fp16'"})
-    # --plan (aasp_hf.training.plan)
-    plan: bool = field(
-        default=False, metadata={"help": "print what the run will cost (parameters, FLOPs, peak memory per device, "
-                                 "largest batch, step time, GPU-hours) and exit; reads only the encoder's config.json"}
-    )
-    plan_memory_gb: float = field(default=80, metadata={"help": "--plan: memory per device (GiB) for the largest batch"})
-    plan_accelerator: str = field(
-        default="H100 SXM", metadata={"help": "--plan: H100 SXM, H100 PCIe, H200, A100 80GB or L4 (datasheet figures)"}
-    )
-    plan_mfu: float = field(default=0.4, metadata={"help": "--plan: ASSUMED model-FLOPs utilisation for the step time"})
-    plan_num_processes: int | None = field(
-        default=None, metadata={"help": "--plan: processes (GPUs) to plan for; unset: what `accelerate launch` gives"}
-    )
 
 
 def parse_args(argv=None) -> FinetuneArguments:

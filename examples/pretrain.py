@@ -61,7 +61,7 @@ from aasp_hf.training.checkpointing import (
 from aasp_hf.data.cache import LogMelCache
 from aasp_hf.data.clips import AudioStream, FailureLog, decode_clip, load_clips, replace_failed
 from aasp_hf.errors import run_script
-from aasp_hf.training.arguments import check_model_config, parse_arguments
+from aasp_hf.training.arguments import PlanArguments, check_model_config, parse_arguments
 from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
 
 DATA_SOURCES = ("dataset", "train_dir", "dataset_name", "synthetic_clips", "log_mel_cache")  # a run reads one
@@ -112,7 +112,7 @@ class ModelArguments:
 
 
 @dataclass
-class PretrainingArguments:
+class PretrainingArguments(PlanArguments):
     output_dir: str = field(default="pretrain_output", metadata={"help": "checkpoints, log, results and encoder/"})
     seed: int = field(default=0, metadata={"help": "seeds the model, the data order and the masks"})
     per_device_train_batch_size: int = field(default=8, metadata={"help": "clips per process per micro-batch"})
@@ -174,19 +174,6 @@ class PretrainingArguments:
     probe_encoders: str = field(default="student,teacher", metadata={"help": "which encoders the probe scores"})
     probe_k: int = field(default=10, metadata={"help": "neighbours of the cosine k-NN probe"})
     probe_ridge: float = field(default=1.0, metadata={"help": "ridge probe penalty per standardised feature"})
-    plan: bool = field(
-        default=False, metadata={"help": "print what the run will cost (parameters, FLOPs, peak memory per device, "
-                                 "largest batch, step time, GPU-hours; aasp_hf.training.plan) and exit; no GPU, data "
-                                 "or output folder needed"}
-    )
-    plan_memory_gb: float = field(default=80, metadata={"help": "--plan: memory per device (GiB) for the largest batch"})
-    plan_accelerator: str = field(
-        default="H100 SXM", metadata={"help": "--plan: H100 SXM, H100 PCIe, H200, A100 80GB or L4 (datasheet figures)"}
-    )
-    plan_mfu: float = field(default=0.4, metadata={"help": "--plan: ASSUMED model-FLOPs utilisation for the step time"})
-    plan_num_processes: int | None = field(
-        default=None, metadata={"help": "--plan: processes (GPUs) to plan for; unset: what `accelerate launch` gives"}
-    )
 
 
 def parse_args(argv=None):

@@ -18,27 +18,11 @@ from aasp_hf.training.plan import (
     measure_fake_step,
     plan_pretraining,
     pretraining_inputs,
+    profiler_peak_bytes,
     run_step,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def profiler_peak_bytes(function) -> int:
-    """Peak of the bytes that PyTorch's CPU allocator holds for tensors while `function` runs, from the profiler's
-    memory events (every allocation and free the c10 CPU allocator reports, with its size; what existed before is
-    not counted). This is the CPU counterpart of `torch.cuda.max_memory_allocated` growth, and it sees what the
-    dispatch-level tracker of the plan cannot: allocations made inside kernels, workspaces, autograd's own buffers."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        function()
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
-    current = peak = 0
-    for _, nbytes in events:
-        current += nbytes
-        peak = max(peak, current)
-    return peak
 
 
 @pytest.mark.parametrize("precision", ["no", "bf16"])

@@ -20,6 +20,29 @@ from ..errors import UsageError, check_keys
 logger = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(kw_only=True)  # keyword-only: a script's own required fields may follow these defaults
+class PlanArguments:
+    """`--plan` and its settings, shared by examples/pretrain.py and examples/finetune.py (aasp_hf.training.plan)."""
+
+    plan: bool = dataclasses.field(
+        default=False, metadata={"help": "print what the run will cost (parameters, FLOPs, peak memory per device, "
+                                 "largest batch, step time, GPU-hours; aasp_hf.training.plan) and exit; no GPU, data "
+                                 "or output folder needed (fine-tuning reads the encoder's config.json)"}
+    )
+    plan_memory_gb: float = dataclasses.field(
+        default=80, metadata={"help": "--plan: memory per device (GiB) for the largest batch"}
+    )
+    plan_accelerator: str = dataclasses.field(
+        default="H100 SXM", metadata={"help": "--plan: H100 SXM, H100 PCIe, H200, A100 80GB or L4 (datasheet figures)"}
+    )
+    plan_mfu: float = dataclasses.field(
+        default=0.4, metadata={"help": "--plan: ASSUMED model-FLOPs utilisation for the step time"}
+    )
+    plan_num_processes: int | None = dataclasses.field(
+        default=None, metadata={"help": "--plan: processes (GPUs) to plan for; unset: what `accelerate launch` gives"}
+    )
+
+
 def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:
     """Parses `argv` (default `sys.argv[1:]`) into instances of `dataclass_types`, in order.
 

@@ -222,6 +222,23 @@ class LiveTensorBytes(TorchDispatchMode):
         self.current -= nbytes
 
 
+def profiler_peak_bytes(function) -> int:
+    """Peak of the bytes that PyTorch's CPU allocator holds for tensors while `function` runs, from the profiler's
+    memory events (every allocation and free the c10 CPU allocator reports, with its size; what existed before is
+    not counted). This is the CPU counterpart of `torch.cuda.max_memory_allocated` growth, and it sees what the
+    dispatch-level tracker of the plan cannot: allocations made inside kernels, workspaces, autograd's own buffers."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        function()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    current = peak = 0
+    for _, nbytes in events:
+        current += nbytes
+        peak = max(peak, current)
+    return peak
+
+
 @contextmanager
 def accelerator_code_path():
     """Runs the SBLU's custom autograd function as on an accelerator: one whole-tensor pass (`aasp_hf.sblu._blocks`

@@ -87,17 +87,10 @@ def peak_memory_growth_mib(code: str) -> float:
 
 def live_tensor_peak_mib(f) -> float:
     """torch's own view of the peak: the largest sum of live CPU allocations (MiB) while running f(), from the
-    profiler's memory events (allocations made and freed inside f; what existed before is not counted)."""
-    from torch.profiler import ProfilerActivity, profile
+    profiler's memory events (aasp_hf.training.plan.profiler_peak_bytes; what existed before is not counted)."""
+    from aasp_hf.training.plan import profiler_peak_bytes
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        f()
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
-    current = peak = 0
-    for _, nbytes in events:
-        current += nbytes
-        peak = max(peak, current)
-    return peak / 2**20
+    return profiler_peak_bytes(f) / 2**20
 
 
 def saved_for_backward_bytes(f) -> int:
