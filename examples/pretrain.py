@@ -490,7 +490,9 @@ def main(argv=None) -> dict:
         due_monitor = monitor_inputs is not None and is_due(step, monitor_steps, stop_step)
         due_probe = probe is not None and is_due(step, probe_steps, stop_step)
         due_save = step % args.save_steps == 0 or step == stop_step
-        if due_log or due_monitor or due_probe or due_save:  # read the skipped steps back (one host sync)
+        # read the skipped steps back (one host sync) on the steps every process shares, so that all of them stop
+        # at the same step (monitors and the probe run on the main process only)
+        if due_log or due_save:
             newly_skipped = int(skipped_since_read)
             skipped_since_read = torch.zeros_like(skipped_since_read)
             if newly_skipped:
