@@ -5,6 +5,9 @@ ViT-B (768, 12 layers, 12 heads, 3072), 128 mel bins, 608 frames, 16×16 patches
 C=1024, ε=0.01, Δ=0.01, Lambda encoder r=6, L=3.
 """
 
+import difflib
+import inspect
+
 from transformers import PreTrainedConfig
 
 # P_time, the time patch size of the paper's models: `AaspConfig.time_patch_size` defaults to it, and so does the
@@ -24,6 +27,23 @@ CHOICES = {
     "student_stem_input": ("masked", "full"),
     "initialization": ("trunc_normal", "eat"),
 }
+
+
+def init_arguments(cls) -> set:
+    """The names of `cls.__init__`'s own arguments: the keywords a user may pass it (not `self`, not `**kwargs`)."""
+    return set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
+
+
+def unknown_keys_message(unknown, valid, what: str, where: str) -> str:
+    """The one message for keys of `what` that are not among `valid`: each unknown key with its closest valid one (a
+    misspelling), and where the valid keys are listed. Shared by the feature extractor and the scripts' checks."""
+    valid = sorted(valid)
+    parts = []
+    for key in sorted(unknown):
+        close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (f"unknown key{'s' if len(parts) > 1 else ''} in {what}: {', '.join(parts)}. The valid keys are listed in "
+            f"{where}.")
 
 
 class AaspConfig(PreTrainedConfig):

@@ -5,8 +5,9 @@ A mistake in a command's arguments, paths or data (a misspelt key, a negative le
 argparse's `parser.error`, without a traceback. A traceback is kept for bugs. Any module may import this one.
 """
 
-import difflib
 import sys
+
+from .configuration_aasp import unknown_keys_message
 
 
 class UsageError(ValueError):
@@ -16,13 +17,7 @@ class UsageError(ValueError):
 def unknown_keys_error(unknown, valid, what: str, where: str) -> UsageError:
     """The error for keys of `what` (e.g. "model_config") that are not among `valid`: each unknown key with its
     closest valid one, and where the valid keys are listed."""
-    valid = sorted(valid)
-    parts = []
-    for key in sorted(unknown):
-        close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return UsageError(f"unknown key{'s' if len(parts) > 1 else ''} in {what}: {', '.join(parts)}. The valid keys are "
-                      f"listed in {where}.")
+    return UsageError(unknown_keys_message(unknown, valid, what, where))
 
 
 def check_keys(given, valid, what: str, where: str) -> None:

@@ -26,8 +26,6 @@ Dimension legend: B clips, L samples, T frames, F mel bins, K FFT bins, W window
 """
 
 import copy
-import difflib
-import inspect
 import math
 
 import numpy as np
@@ -38,7 +36,7 @@ from transformers.feature_extraction_sequence_utils import SequenceFeatureExtrac
 from transformers.feature_extraction_utils import BatchFeature
 from transformers.utils import PaddingStrategy, TensorType, logging
 
-from .configuration_aasp import TIME_PATCH_SIZE
+from .configuration_aasp import TIME_PATCH_SIZE, init_arguments, unknown_keys_message
 
 
 logger = logging.get_logger(__name__)
@@ -122,15 +120,10 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         return_attention_mask=True,
         **kwargs,
     ):
-        unknown = sorted(set(kwargs) - set(SAVED_KEYS))
+        unknown = set(kwargs) - set(SAVED_KEYS)
         if unknown:
-            valid = sorted(set(inspect.signature(AaspFeatureExtractor.__init__).parameters) - {"self", "kwargs"})
-            parts = []
-            for key in unknown:
-                close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-                parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            raise ValueError(f"unknown key{'s' if len(parts) > 1 else ''} in AaspFeatureExtractor's arguments: "
-                             f"{', '.join(parts)}. The valid keys are listed in AaspFeatureExtractor's docstring.")
+            raise ValueError(unknown_keys_message(unknown, init_arguments(AaspFeatureExtractor),
+                                                  "AaspFeatureExtractor's arguments", "AaspFeatureExtractor's docstring"))
         super().__init__(
             feature_size=feature_size,
             sampling_rate=sampling_rate,
@@ -314,7 +307,9 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         # 1. Check the call's options before touching the audio. A datasets row {"array", "sampling_rate"} (or a list
         #    of them) brings its own rate; its multi-channel array is one clip.
         if mono and batched:
-            raise ValueError("mono=True (one multi-channel clip) and batched=True (a batch of clips) exclude each other.")
+            raise ValueError(
+                "mono=True (one multi-channel clip) and batched=True (a batch of clips) exclude each other."
+            )
         raw_speech, sampling_rate, mono = self._unpack_rows(raw_speech, sampling_rate, mono)
         self._check_sampling_rate(sampling_rate)
         if kwargs:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
+from ..configuration_aasp import init_arguments
 from ..errors import UsageError, check_keys
 
 
@@ -148,8 +149,7 @@ def _check(parsed: tuple) -> tuple:
 def config_keys(config_class) -> set:
     """The keys a user may give a config class as a dict (e.g. `model_config`): its own `__init__` arguments and the
     label fields every transformers config has."""
-    own = set(inspect.signature(config_class.__init__).parameters) - {"self", "kwargs"}
-    return own | {"id2label", "label2id", "num_labels", "problem_type"}
+    return init_arguments(config_class) | {"id2label", "label2id", "num_labels", "problem_type"}
 
 
 def check_model_config(fields, config_class) -> dict:
