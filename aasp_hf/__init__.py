@@ -17,6 +17,7 @@ from .configuration_aasp import AaspConfig
 from .feature_extraction_aasp import AaspFeatureExtractor
 from .modeling_aasp import AaspForAudioClassification, AaspModel, AaspModelOutput, AaspPreTrainedModel
 from .modeling_aasp_pretraining import AaspForPreTraining, AaspForPreTrainingOutput
+from .pipeline_aasp import AaspAudioClassificationPipeline
 
 __version__ = "0.1.0"
 
@@ -41,4 +42,5 @@ __all__ = [
     "AaspForAudioClassification",
     "AaspForPreTraining",
     "AaspForPreTrainingOutput",
+    "AaspAudioClassificationPipeline",
 ]

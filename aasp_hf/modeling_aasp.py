@@ -482,6 +482,12 @@ class AaspPreTrainedModel(PreTrainedModel):
             auto_map.setdefault("AutoModel", f"{module}.{AaspModel.__name__}")
             auto_map.setdefault("AutoModelForAudioClassification", f"{module}.{AaspForAudioClassification.__name__}")
             self.config.auto_map = auto_map
+            # transformers' own audio-classification pipeline downmixes a stereo file to (L + R) / sqrt(2) (ffmpeg's
+            # -ac 1), the feature extractor to (L + R) / 2; the checkpoint names its own pipeline, which averages the
+            # channels of the files it decodes. The relative import makes save_pretrained ship pipeline_aasp.py too.
+            from .pipeline_aasp import CUSTOM_PIPELINES
+
+            self.config.custom_pipelines = CUSTOM_PIPELINES
         return super().save_pretrained(save_directory, *args, **kwargs)
 
     def layer_id(self, parameter_name: str) -> int:

@@ -10,7 +10,8 @@ Steps:
 3. linear probe of frozen features ([CLS ; time-averaged tokens per frequency row]): random init vs pre-trained
 4. fine-tune AaspForAudioClassification from scratch and from the pre-trained encoder, the same number of steps
    and the same recipe each (AdamW, warm-up + cosine by step)
-5. save_pretrained the fine-tuned model (with a model card), reload it with pipeline("audio-classification"), predict
+5. save_pretrained the fine-tuned model (with a model card), reload it with
+   pipeline("audio-classification", trust_remote_code=True), predict
 
     python examples/demo.py [--pretrain-steps 1500] [--finetune-steps 250] [--output-dir demo_output] [--seed 0]
 
@@ -195,7 +196,7 @@ def main(argv=None) -> dict:
     candidates[best_name].save_pretrained(classifier_dir)
     feature_extractor.save_pretrained(classifier_dir)
     print(f"5. saved the model fine-tuned from {best_name} to {classifier_dir}/; reloading with the pipeline")
-    classifier = pipeline("audio-classification", model=str(classifier_dir), device="cpu")
+    classifier = pipeline("audio-classification", model=str(classifier_dir), trust_remote_code=True, device="cpu")
     predictions = classifier(list(test_clips), top_k=1, batch_size=16)
     results["pipeline_accuracy"] = float(np.mean([p[0]["label"] == LABELS[y] for p, y in zip(predictions, test_y)]))
     results["finetuned_from"] = best_name
@@ -226,7 +227,8 @@ def main(argv=None) -> dict:
         print(f"   pre-training run      {output_dir / 'pretrain'}/  (checkpoint, log_history.jsonl, all_results.json, "
               f"TensorBoard events)")
         print(f"   pre-trained encoder   {encoder_dir}/  (AutoModel.from_pretrained; model card README.md)")
-    print(f"   fine-tuned classifier {classifier_dir}/  (pipeline(\"audio-classification\", model=...); model card)")
+    print(f"   fine-tuned classifier {classifier_dir}/  (model card; load it with "
+          f"pipeline(\"audio-classification\", model=..., trust_remote_code=True))")
     print(f"   results               {output_dir / 'all_results.json'}")
     return results
 

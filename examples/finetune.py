@@ -25,9 +25,9 @@ cosine by step (pure functions), 4. `accelerator.prepare`, 5. loop: mixup (then 
 `--select_on` names: the best validation score within the budget, its step and the test score there (`validation`),
 the best test score within the budget (`test`), or the last step's (`last`), 7. atomic checkpoints and exact `--resume`
 (step, RNG states, data position, EMA weights, best-so-far), 8. the best model saved with `save_pretrained` (+ the
-feature extractor and `id2label`) for `pipeline("audio-classification", model=output_dir)`, `all_results.json`,
-`results.md`. `--seeds 0 1 2` and `--all_folds` run one sub-run per (fold, seed) and report mean ± std over seeds
-of the mean over folds (the paper's protocol: 3 seeds).
+feature extractor and `id2label`) for `pipeline("audio-classification", model=output_dir, trust_remote_code=True)`,
+`all_results.json`, `results.md`. `--seeds 0 1 2` and `--all_folds` run one sub-run per (fold, seed) and report
+mean ± std over seeds of the mean over folds (the paper's protocol: 3 seeds).
 
 Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of train (AS-2M: 200K class-balanced
 draws with replacement, seeded by epoch); global micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W), process

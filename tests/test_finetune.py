@@ -123,7 +123,7 @@ def test_saved_model_in_the_pipeline_reproduces_the_reported_test_accuracy(singl
     assert config["id2label"] == {str(i): n for i, n in enumerate(LABELS)}
     assert config["problem_type"] == "single_label_classification" and config["drop_path_rate"] == 0.1
     test_rows = synthetic_test_rows(6, multi_label=False)  # the run's test clips (fixed data seed)
-    classifier = pipeline("audio-classification", model=str(out))
+    classifier = pipeline("audio-classification", model=str(out), trust_remote_code=True)
     predicted = [classifier(row["audio"]["array"], top_k=1)[0]["label"] for row in test_rows]
     accuracy = np.mean([p == LABELS[row["label"]] for p, row in zip(predicted, test_rows)])
     assert accuracy == pytest.approx(results["test_score"])
@@ -140,7 +140,7 @@ def test_multi_label_path_uses_bce_and_reports_map(encoder_dir, tmp_path):
     assert results["metric"] == "mAP" and 0.0 < results["test_score"] <= 1.0
     assert json.loads((tmp_path / "config.json").read_text())["problem_type"] == "multi_label_classification"
     rows = synthetic_test_rows(4, multi_label=True)
-    classifier = pipeline("audio-classification", model=str(tmp_path))
+    classifier = pipeline("audio-classification", model=str(tmp_path), trust_remote_code=True)
     names = classifier.model.config.id2label
     scores = np.array([[{p["label"]: p["score"] for p in classifier(r["audio"]["array"], top_k=None)}[names[c]]
                         for c in range(len(names))] for r in rows])  # sigmoid scores (multi-label)

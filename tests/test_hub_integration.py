@@ -92,8 +92,11 @@ def test_saved_folder_ships_code_auto_map_and_safetensors(saved_classifier):
     }
     preprocessor = json.loads((path / "preprocessor_config.json").read_text())
     assert preprocessor["auto_map"] == {"AutoFeatureExtractor": "feature_extraction_aasp.AaspFeatureExtractor"}
-    for name in ("configuration_aasp.py", "modeling_aasp.py", "sblu.py", "feature_extraction_aasp.py"):
+    for name in CODE_FILES:
         assert (path / name).exists(), name
+    assert config["custom_pipelines"] == {"audio-classification": {
+        "impl": "pipeline_aasp.AaspAudioClassificationPipeline", "pt": ["AutoModelForAudioClassification"],
+        "type": "audio"}}
     assert (path / "model.safetensors").exists()
     assert not list(path.glob("*.bin")) and not list(path.glob("*.pt"))
 
@@ -112,9 +115,39 @@ def test_remote_code_loads_in_a_fresh_process_without_the_package(saved_classifi
     assert_remote_code_matches(path, model, tone(1.3, 440.0), tmp_path)
 
 
+def test_the_checkpoint_pipeline_averages_a_stereo_file_in_a_fresh_process_without_the_package(saved_classifier,
+                                                                                             tmp_path):
+    """`pipeline(..., trust_remote_code=True)` where `aasp_hf` is unimportable builds the checkpoint's own pipeline
+    class, which decodes a stereo file to (L + R) / 2: the in-process features and scores of the channel mean."""
+    path, model = saved_classifier
+    left, right = tone(1.0, 440.0), tone(1.0, 2500.0, seed=1)
+    wav = tmp_path / "stereo.wav"
+    sf.write(wav, np.stack([left, right], axis=1), 16000, subtype="FLOAT")  # (samples, channels)
+    result = run_without_aasp_hf(
+        f"""
+        import json, numpy as np
+        from transformers import pipeline
+        classifier = pipeline("audio-classification", model={str(path)!r}, trust_remote_code=True)
+        print(type(classifier).__module__, type(classifier).__name__)
+        np.save("features.npy", classifier.preprocess({str(wav)!r})["input_values"].numpy())
+        print(json.dumps({{p["label"]: p["score"] for p in classifier({str(wav)!r}, top_k=3)}}))
+        """,
+        tmp_path,
+    )
+    where, scores = result.stdout.strip().splitlines()[-2:]
+    assert where.startswith("transformers_modules."), where
+    assert where.endswith(".pipeline_aasp AaspAudioClassificationPipeline"), where
+    mean = (left + right) / 2
+    expected_features = AaspFeatureExtractor()(mean, sampling_rate=16000, return_tensors="np")["input_values"]
+    np.testing.assert_allclose(np.load(tmp_path / "features.npy"), expected_features, atol=1e-5)
+    expected = direct_probabilities(model, mean)
+    for i, name in enumerate(LABELS):
+        assert json.loads(scores)[name] == pytest.approx(expected[i].item(), abs=1e-5)
+
+
 def test_pipeline_on_a_16khz_array(saved_classifier):
     path, model = saved_classifier
-    classifier = pipeline("audio-classification", model=str(path))
+    classifier = pipeline("audio-classification", model=str(path), trust_remote_code=True)
     audio = tone(1.0, 440.0)
     predictions = classifier(audio, top_k=3)
     assert {p["label"] for p in predictions} == set(LABELS)
@@ -125,7 +158,7 @@ def test_pipeline_on_a_16khz_array(saved_classifier):
 
 def test_pipeline_resamples_a_22050_hz_dict(saved_classifier):
     path, model = saved_classifier
-    classifier = pipeline("audio-classification", model=str(path))
+    classifier = pipeline("audio-classification", model=str(path), trust_remote_code=True)
     audio_22k = tone(1.0, 440.0, sr=22050)
     predictions = as_dict(classifier({"raw": audio_22k, "sampling_rate": 22050}, top_k=3))
     resampled = torchaudio.functional.resample(torch.from_numpy(audio_22k), 22050, 16000).numpy()
@@ -139,7 +172,8 @@ def test_pipeline_on_a_wav_path(saved_classifier, tmp_path):
     audio = tone(0.8, 880.0)
     wav = tmp_path / "clip.wav"
     sf.write(wav, audio, 16000, subtype="FLOAT")  # float WAV: ffmpeg decodes it without quantisation
-    predictions = as_dict(pipeline("audio-classification", model=str(path))(str(wav), top_k=3))
+    classifier = pipeline("audio-classification", model=str(path), trust_remote_code=True)
+    predictions = as_dict(classifier(str(wav), top_k=3))
     expected = direct_probabilities(model, audio)
     for i, name in enumerate(LABELS):
         assert predictions[name] == pytest.approx(expected[i].item(), abs=1e-5)
@@ -147,7 +181,7 @@ def test_pipeline_on_a_wav_path(saved_classifier, tmp_path):
 
 def test_pipeline_on_a_batch_equals_single_calls(saved_classifier):
     path, _ = saved_classifier
-    classifier = pipeline("audio-classification", model=str(path))
+    classifier = pipeline("audio-classification", model=str(path), trust_remote_code=True)
     clips = [tone(0.5, 300.0), tone(1.7, 1200.0, seed=1), tone(1.0, 3000.0, seed=2)]
     batched = classifier(clips, top_k=3, batch_size=3)
     for clip, predictions in zip(clips, batched):
@@ -169,7 +203,7 @@ def test_multi_label_checkpoint_makes_the_pipeline_use_a_sigmoid(tmp_path):
     model.save_pretrained(tmp_path)
     AaspFeatureExtractor().save_pretrained(tmp_path)
     audio = tone(1.0, 500.0)
-    predictions = as_dict(pipeline("audio-classification", model=str(tmp_path))(audio, top_k=3))
+    predictions = as_dict(pipeline("audio-classification", model=str(tmp_path), trust_remote_code=True)(audio, top_k=3))
     expected = direct_probabilities(model, audio, function="sigmoid")
     for i, name in enumerate(LABELS):
         assert predictions[name] == pytest.approx(expected[i].item(), abs=1e-5)

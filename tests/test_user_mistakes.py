@@ -1,7 +1,8 @@
 """A new user's audio-input mistakes: each gets one clear message or the right answer, never a silent wrong result.
 
 Real parts throughout: WAV files written with soundfile, a tiny classifier saved to disk and loaded by
-`pipeline("audio-classification")`, transformers' own ffmpeg reader.
+`pipeline("audio-classification", trust_remote_code=True)` (the checkpoint's own pipeline class), transformers' own
+ffmpeg reader.
 """
 
 import logging
@@ -43,7 +44,7 @@ def classifier(tmp_path_factory):
                                 label2id={"a": 0, "b": 1})
     aasp_hf.AaspForAudioClassification(config).save_pretrained(folder)
     AaspFeatureExtractor(feature_size=32).save_pretrained(folder)
-    return pipeline("audio-classification", model=str(folder), device="cpu")
+    return pipeline("audio-classification", model=str(folder), trust_remote_code=True, device="cpu")
 
 
 def scores(classifier, audio):
@@ -108,10 +109,72 @@ def test_a_stereo_file_and_the_same_audio_as_an_array_give_the_same_features_and
         assert score == pytest.approx(expected[label], abs=1e-6)
 
 
+def pipeline_features(classifier, audio):
+    return classifier.preprocess(audio)["input_values"].numpy()  # (1, T, F): what the pipeline feeds the model
+
+
+def test_the_pipeline_given_a_stereo_file_averages_its_channels_like_every_other_entry_point(tmp_path, classifier):
+    """The checkpoint's pipeline decodes a path, a pathlib.Path, bytes and a datasets cell (a torchcodec
+    AudioDecoder) to the channel mean, exactly as `decode_audio` does; transformers' own pipeline class would give
+    (L + R) / sqrt(2) for the path."""
+    from torchcodec.decoders import AudioDecoder
+
+    assert type(classifier).__name__ == "AaspAudioClassificationPipeline"
+    stereo = stereo_clip()
+    path = tmp_path / "stereo.wav"
+    sf.write(path, stereo.T, SR, subtype="FLOAT")
+    reference = pipeline_features(classifier, stereo.mean(axis=0))
+    for given in (str(path), path, path.read_bytes(), AudioDecoder(str(path))):
+        np.testing.assert_allclose(pipeline_features(classifier, given), reference, atol=1e-6)
+    expected = scores(classifier, stereo.mean(axis=0))
+    for label, score in scores(classifier, str(path)).items():
+        assert score == pytest.approx(expected[label], abs=1e-6)
+
+    # a 44.1 kHz file: the pipeline decodes and resamples it as decode_audio does, sample for sample
+    path_44k = tmp_path / "stereo_44k.wav"
+    sf.write(path_44k, np.tile(stereo, 3).T[:44100], 44100, subtype="PCM_16")
+    np.testing.assert_array_equal(pipeline_features(classifier, str(path_44k)),
+                                  pipeline_features(classifier, decode_audio(str(path_44k))))
+
+    # what the class replaces: transformers' AudioClassificationPipeline on the same path gives the sqrt(2) downmix
+    from transformers import AudioClassificationPipeline
+
+    stock = AudioClassificationPipeline(model=classifier.model, feature_extractor=classifier.feature_extractor)
+    louder = pipeline_features(classifier, stereo.sum(axis=0) / np.sqrt(2))
+    np.testing.assert_allclose(pipeline_features(stock, str(path)), louder, atol=1e-4)
+    assert np.abs(louder - reference).max() > 0.05
+
+
+def test_the_pipeline_says_what_is_wrong_with_a_file_it_cannot_decode(tmp_path, classifier):
+    missing = tmp_path / "missing.wav"
+    with pytest.raises(FileNotFoundError, match="missing.wav"):
+        classifier(str(missing))
+    broken = tmp_path / "broken.wav"
+    broken.write_bytes(b"RIFF" + b"\0" * 60)  # a header and nothing else
+    with pytest.raises(ValueError, match=rf"^Could not decode {broken} as audio \(.*\)\. Is it an audio file .* "
+                                         rf"that is complete\?$"):
+        classifier(str(broken))
+
+
+def test_a_pipeline_without_trust_remote_code_says_what_to_pass(classifier):
+    """The checkpoint names its pipeline class in config.json (custom_pipelines), which transformers loads only with
+    trust_remote_code=True; without it, transformers' own one-line error says so. `pipeline_class=` is the way to
+    use the installed class without running the checkpoint's code."""
+    from transformers import pipeline
+
+    from aasp_hf.pipeline_aasp import AaspAudioClassificationPipeline
+
+    folder = classifier.model.name_or_path
+    with pytest.raises(ValueError, match=r"set the option `trust_remote_code=True` to remove this error\.$"):
+        pipeline("audio-classification", model=folder)
+    local = pipeline("audio-classification", model=folder, pipeline_class=AaspAudioClassificationPipeline)
+    assert type(local) is AaspAudioClassificationPipeline
+
+
 @pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs ffmpeg")
 def test_transformers_ffmpeg_reader_downmixes_stereo_to_the_sum_over_sqrt2(tmp_path):
-    """Why a file path given to transformers' pipeline differs from `decode_audio(path)`: ffmpeg's `-ac 1`
-    gives (L + R) / sqrt(2) for float output (README, Inference). If this fails, that README line is stale."""
+    """Why checkpoints ship their own pipeline class: transformers' reader of a file path, ffmpeg's `-ac 1`, gives
+    (L + R) / sqrt(2) for float output (README, Inference). If this fails, that README line is stale."""
     from transformers.pipelines.audio_utils import ffmpeg_read
 
     stereo = stereo_clip()
@@ -141,6 +204,16 @@ def test_a_truncated_wav_is_named_with_what_is_wrong_and_classified_on_what_it_h
     expected = scores(classifier, held)
     for label, score in scores(classifier, waveform).items():
         assert score == pytest.approx(expected[label], abs=1e-6)
+
+    # the pipeline given the path (or the bytes) says the same and classifies the same whole frames
+    for given, name in ((str(cut), str(cut)), (cut.read_bytes(), f"<{2 * 7000 + 45} bytes of a file>")):
+        with pytest.warns(UserWarning) as warned:
+            features = pipeline_features(classifier, given)
+        assert [str(w.message) for w in warned] == [
+            f"{name}: the WAV header promises 16000 frames (1.000 s at 16000 Hz) but the file holds 7000 (0.438 s): "
+            f"it is truncated (an interrupted copy or download?); using the audio it holds."
+        ]
+        np.testing.assert_array_equal(features, pipeline_features(classifier, held))
 
 
 # ----------------------------------------------------------------------------------------------- corrupt clips in training

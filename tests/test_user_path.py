@@ -248,7 +248,7 @@ def test_int16_at_8_khz_and_stereo_reach_the_pipeline_through_decode_audio(tmp_p
     config = aasp_hf.AaspConfig(**MODEL, num_labels=2, id2label={0: "a", 1: "b"}, label2id={"a": 0, "b": 1})
     aasp_hf.AaspForAudioClassification(config).save_pretrained(tmp_path)
     AaspFeatureExtractor(feature_size=32).save_pretrained(tmp_path)
-    classifier = pipeline("audio-classification", model=str(tmp_path), device="cpu")
+    classifier = pipeline("audio-classification", model=str(tmp_path), trust_remote_code=True, device="cpu")
 
     t = np.arange(8000) / 8000
     floats = (0.6 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)

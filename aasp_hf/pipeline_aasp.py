@@ -1,0 +1,115 @@
+# Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
+"""transformers' audio-classification pipeline with one downmix rule: the channels of a clip are averaged.
+
+Shipped next to the weights: a saved checkpoint's `config.json` names this class in `custom_pipelines`, so
+`pipeline("audio-classification", model=checkpoint, trust_remote_code=True)` builds it, with or without `aasp_hf`
+installed. Why it exists: transformers' own pipeline decodes a file path with ffmpeg's `-ac 1`, whose downmix for float
+output is (L + R) / sqrt(2), 3 dB louder than (L + R) / 2 for correlated channels, while the same audio given as an
+array, or read by `aasp_hf.data.decode_audio`, the feature extractor's `mono=True` and the training collators, is the
+channel mean. Here a file is decoded by torchcodec (the decoder `datasets` uses), resampled by it to 16 kHz with every
+channel kept, and the channels are then averaged: sample for sample what `decode_audio` gives. A WAV whose header
+promises more frames than the file holds is classified on the whole frames it holds, with a warning naming the file.
+Arrays and dicts go to transformers' pipeline unchanged.
+"""
+
+import io
+import warnings
+
+from transformers.pipelines.audio_classification import AudioClassificationPipeline
+
+
+try:
+    from torchcodec.decoders import AudioDecoder
+except ImportError:  # only decoding a file needs it; the error then says how to install it
+    AudioDecoder = None
+
+# The `custom_pipelines` entry of config.json: transformers.pipeline reads the class ("impl", a file of the checkpoint)
+# and the Auto classes that load the model for it ("pt").
+CUSTOM_PIPELINES = {
+    "audio-classification": {
+        "impl": "pipeline_aasp.AaspAudioClassificationPipeline",
+        "pt": ["AutoModelForAudioClassification"],
+        "type": "audio",
+    }
+}
+
+
+class AaspAudioClassificationPipeline(AudioClassificationPipeline):
+    """`AudioClassificationPipeline` whose file decoding averages the channels, (L + R) / 2.
+
+    Takes what transformers' pipeline takes: a path (a `str` or `pathlib.Path`), a URL (torchcodec opens it), a file's
+    bytes, a 1-D float array at
+    16 kHz, a `{"raw" or "array", "sampling_rate"}` dict; and a torchcodec `AudioDecoder` (a `datasets` audio cell),
+    whose channels are averaged too rather than refused.
+    """
+
+    def preprocess(self, inputs):
+        if isinstance(inputs, (str, bytes)) or hasattr(inputs, "__fspath__"):
+            inputs = decode_clip(inputs, self.feature_extractor.sampling_rate)  # (L,) float32, the channel mean
+        elif AudioDecoder is not None and isinstance(inputs, AudioDecoder):
+            samples = inputs.get_all_samples()
+            waveform = samples.data.mean(dim=0).numpy()  # (C, L) -> (L,)
+            inputs = {"array": waveform, "sampling_rate": samples.sample_rate}
+        return super().preprocess(inputs)
+
+
+def decode_clip(source, sampling_rate: int):
+    """A path or a file's bytes -> mono float32 numpy array (L,) at `sampling_rate`: torchcodec decodes and resamples
+    every channel, then the channels are averaged. A truncated WAV gives its whole frames and a warning."""
+    name = f"<{len(source)} bytes of a file>" if isinstance(source, bytes) else str(source)
+    if AudioDecoder is None:
+        raise ImportError(
+            f"Decoding {name} needs torchcodec (`pip install torchcodec`, which uses ffmpeg's libraries). Or pass the "
+            f"decoded waveform: {{'raw': array, 'sampling_rate': rate}}."
+        )
+    data, truncation = (source if isinstance(source, bytes) else None), None
+    if data is not None or "://" not in name:  # a URL goes to torchcodec as it is
+        with io.BytesIO(data) if data is not None else open(source, "rb") as file:  # no such file: the error names it
+            truncation = wav_truncation(file)
+            if truncation is not None:
+                file.seek(0)
+                data = file.read(truncation[1])  # the header and the whole frames: a partial frame fails to decode
+    if truncation is not None:
+        warnings.warn(f"{name}: {truncation[0]}; using the audio it holds.", stacklevel=3)
+    try:
+        samples = AudioDecoder(data if data is not None else source, sample_rate=sampling_rate).get_all_samples()
+    except Exception as error:  # noqa: BLE001 - torchcodec's message does not name the file
+        raise ValueError(
+            f"Could not decode {name} as audio ({type(error).__name__}: {error}). Is it an audio file (wav, flac, "
+            f"mp3, ogg, ...) that is complete?"
+        ) from error
+    return samples.data.mean(dim=0).numpy()  # (C, L) -> (L,)
+
+
+def wav_truncation(file):
+    """A binary file object at its start -> for a RIFF/WAVE file whose data chunk promises more frames than the file
+    holds, `(what is wrong in words, the byte length of the header and the whole frames held, those frames)`; None
+    for a complete WAV or another format. Reads the chunk headers only."""
+    head = file.read(12)
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    size = file.seek(0, io.SEEK_END)
+    file.seek(12)
+    rate = block_align = None
+    while True:
+        chunk = file.read(8)
+        if len(chunk) < 8:
+            return None
+        chunk_id, chunk_size, start = chunk[:4], int.from_bytes(chunk[4:], "little"), file.tell()
+        if chunk_id == b"fmt ":
+            fmt = file.read(16)
+            if len(fmt) < 16:
+                return None
+            rate, block_align = int.from_bytes(fmt[4:8], "little"), int.from_bytes(fmt[12:14], "little")
+        elif chunk_id == b"data":
+            if not rate or not block_align or chunk_size == 0xFFFFFFFF:  # 0xFFFFFFFF: streamed, size unknown
+                return None
+            promised, held = chunk_size // block_align, max(size - start, 0) // block_align
+            if held >= promised:
+                return None
+            message = (
+                f"the WAV header promises {promised} frames ({promised / rate:.3f} s at {rate} Hz) but the file "
+                f"holds {held} ({held / rate:.3f} s): it is truncated (an interrupted copy or download?)"
+            )
+            return message, start + held * block_align, held
+        file.seek(start + chunk_size + (chunk_size & 1))  # chunks are padded to an even size
