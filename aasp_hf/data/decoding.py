@@ -7,8 +7,9 @@ raises inside the DataLoader before any collator sees it. For training, cast the
 collator decode with a `SafeAudioDecoder`, which returns None for a bad clip and counts it.
 
 One downmix rule everywhere: multi-channel audio becomes the mean of its channels, (L + R) / 2 for stereo, as
-`x.mean(0)` and the feature extractor's `mono=True` give. (ffmpeg's `-ac 1`, which transformers' pipeline uses for a
-file path, and torchcodec's `num_channels=1` give (L + R) / sqrt(2) instead, 3 dB louder.)
+`x.mean(0)`, the feature extractor's `mono=True` and the checkpoint's pipeline (`pipeline_aasp.py`) give. (ffmpeg's
+`-ac 1`, which transformers' own pipeline uses for a file path, and torchcodec's `num_channels=1` give
+(L + R) / sqrt(2) instead, 3 dB louder.)
 """
 
 import io
@@ -18,6 +19,7 @@ import math
 import numpy as np
 from datasets import Audio, DatasetDict, IterableDatasetDict
 
+from ..pipeline_aasp import wav_truncation
 from ._common import SAMPLING_RATE
 
 
@@ -49,9 +51,10 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
     (float, or integer PCM scaled to [-1, 1); (C, L) or (L, C) channels averaged), a `{"path", "bytes"}` dict
     (`Audio(decode=False)`) or a path. Its output is what `pipeline("audio-classification")` takes at 16 kHz, which
     itself resamples only 1-D float arrays and rejects integer PCM at other rates and multi-channel arrays. Files are
-    decoded by torchcodec (resampled by it); when torchcodec is not importable, or cannot read a truncated WAV, by
-    soundfile + scipy's polyphase resampler. Channels are always averaged, (L + R) / 2. A WAV whose header promises
-    more frames than the file holds decodes to the frames it holds, with a warning that names the file.
+    decoded by torchcodec (resampled by it), sample for sample as the checkpoint's pipeline decodes a path; when
+    torchcodec is not importable, by soundfile + scipy's polyphase resampler. Channels are always averaged,
+    (L + R) / 2. A WAV whose header promises more frames than the file holds decodes to the whole frames it holds,
+    with a warning that names the file.
     """
     if hasattr(audio, "get_all_samples"):  # torchcodec AudioDecoder
         encoded = getattr(audio, "_hf_encoded", None) or {}  # a datasets cell keeps its {"path", "bytes"} here
@@ -82,11 +85,15 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
         raise ValueError(f"Nothing to decode in {audio!r}: no array, bytes or path.")
     truncation = _wav_truncation(source)
     name = _describe(audio)
-    if truncation is not None and name not in _WARNED_TRUNCATED:
-        _WARNED_TRUNCATED.add(name)
-        logger.warning(f"{name}: {truncation}; using the audio it holds.")
+    if truncation is not None:
+        if name not in _WARNED_TRUNCATED:
+            _WARNED_TRUNCATED.add(name)
+            logger.warning(f"{name}: {truncation[0]}; using the audio it holds.")
+        if truncation[2] == 0:
+            return np.zeros(0, dtype=np.float32)  # nothing to decode (torchcodec would raise)
+        source = _whole_frames(source, truncation[1])  # a partial last frame would fail to decode
     try:
-        return _decode_file(source, sampling_rate, soundfile_first=truncation is not None)
+        return _decode_file(source, sampling_rate)
     except Exception as error:  # the decoders' own messages may not name the file (soundfile: "Malformed ...")
         raise _undecodable(audio, error) from error
 
@@ -98,19 +105,13 @@ def _undecodable(audio, error) -> ValueError:
     )
 
 
-def _decode_file(source, sampling_rate: int, soundfile_first: bool = False) -> np.ndarray:
+def _decode_file(source, sampling_rate: int) -> np.ndarray:
     """A path or the bytes of a file -> mono float32 (L,) at `sampling_rate`: the channel mean.
 
-    torchcodec decodes (and resamples); soundfile when torchcodec is not importable (datasets 5 decodes audio only
-    through torchcodec), or first with `soundfile_first` (a truncated WAV: torchcodec fails on a partial last frame,
-    soundfile reads the whole frames). The channels are averaged here rather than by torchcodec's `num_channels=1`,
-    whose downmix is (L + R) / sqrt(2).
+    torchcodec decodes (and resamples), as the checkpoint's pipeline does; soundfile when torchcodec is not
+    importable (datasets 5 decodes audio only through torchcodec). The channels are averaged here rather than by
+    torchcodec's `num_channels=1`, whose downmix is (L + R) / sqrt(2).
     """
-    if soundfile_first:
-        try:
-            return _decode_with_soundfile(source, sampling_rate)
-        except Exception:  # noqa: BLE001 - torchcodec below gives the error to report
-            pass
     try:
         from torchcodec.decoders import AudioDecoder
     except ImportError:
@@ -126,10 +127,10 @@ def _decode_with_soundfile(source, sampling_rate: int) -> np.ndarray:
     return _resample(data.mean(axis=1), sr, sampling_rate)  # (L, C) -> (L,)
 
 
-def _wav_truncation(source) -> str | None:
-    """For a RIFF/WAVE file (a path or its bytes) whose data chunk promises more frames than the file holds: what is
-    wrong, in words; None for a complete WAV, another format, or a file that cannot be opened (the decoder says why).
-    """
+def _wav_truncation(source) -> tuple[str, int, int] | None:
+    """`pipeline_aasp.wav_truncation` for a path or a file's bytes: (what is wrong, the byte length of the header and
+    the whole frames, their number) for a truncated WAV; None for a complete WAV, another format, or a file that
+    cannot be opened (the decoder says why)."""
     if source is None:
         return None
     try:
@@ -137,33 +138,15 @@ def _wav_truncation(source) -> str | None:
     except (OSError, TypeError, ValueError):
         return None
     with file:
-        head = file.read(12)
-        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
-            return None
-        size = file.seek(0, io.SEEK_END)
-        file.seek(12)
-        rate = block_align = None
-        while True:
-            chunk = file.read(8)
-            if len(chunk) < 8:
-                return None
-            chunk_id, chunk_size, start = chunk[:4], int.from_bytes(chunk[4:], "little"), file.tell()
-            if chunk_id == b"fmt ":
-                fmt = file.read(16)
-                if len(fmt) < 16:
-                    return None
-                rate, block_align = int.from_bytes(fmt[4:8], "little"), int.from_bytes(fmt[12:14], "little")
-            elif chunk_id == b"data":
-                if not rate or not block_align or chunk_size == 0xFFFFFFFF:  # 0xFFFFFFFF: streamed, size unknown
-                    return None
-                promised, held = chunk_size // block_align, max(size - start, 0) // block_align
-                if held >= promised:
-                    return None
-                return (
-                    f"the WAV header promises {promised} frames ({promised / rate:.3f} s at {rate} Hz) but the file "
-                    f"holds {held} ({held / rate:.3f} s): it is truncated (an interrupted copy or download?)"
-                )
-            file.seek(start + chunk_size + (chunk_size & 1))  # chunks are padded to an even size
+        return wav_truncation(file)
+
+
+def _whole_frames(source, length: int) -> bytes:
+    """The first `length` bytes of a path or of bytes: a truncated WAV's header and whole frames."""
+    if isinstance(source, (bytes, bytearray)):
+        return bytes(source[:length])
+    with open(source, "rb") as file:
+        return file.read(length)
 
 
 def _describe(audio) -> str:

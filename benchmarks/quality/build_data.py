@@ -229,7 +229,10 @@ def extract_0ad_audio(package_dir: str) -> str:
 
 
 def ffmpeg_decode(path: str) -> np.ndarray:
-    """Any file ffmpeg reads -> mono float32 at 16 kHz. Raises RuntimeError when ffmpeg fails."""
+    """Any file ffmpeg reads -> mono float32 at 16 kHz. Raises RuntimeError when ffmpeg fails.
+
+    ffmpeg's `-ac 1` downmixes stereo to (L + R) / sqrt(2), the package's rule is (L + R) / 2: the two differ by a
+    constant factor, which `peak_normalize` removes from every clip this corpus keeps."""
     cmd = ["ffmpeg", "-nostdin", "-v", "error", "-threads", "1", "-i", path, "-vn", "-ac", "1", "-ar", str(SR),
            "-f", "f32le", "-"]
     proc = subprocess.run(cmd, capture_output=True)
