@@ -215,6 +215,15 @@ def test_a_truncated_wav_is_named_with_what_is_wrong_and_classified_on_what_it_h
         ]
         np.testing.assert_array_equal(features, pipeline_features(classifier, held))
 
+    # a truncated 44.1 kHz stereo file: decode_audio and the pipeline decode and resample the same whole frames
+    whole_44k = tmp_path / "whole_44k.wav"
+    sf.write(whole_44k, np.tile(stereo_clip(), 3).T[:44100], 44100, subtype="PCM_16")
+    cut_44k = tmp_path / "cut_44k.wav"
+    cut_44k.write_bytes(whole_44k.read_bytes()[: 44 + 4 * 20000 + 3])  # 20000 stereo frames and 3 bytes of one more
+    with pytest.warns(UserWarning, match="holds 20000"):
+        features = pipeline_features(classifier, str(cut_44k))
+    np.testing.assert_array_equal(features, pipeline_features(classifier, decode_audio(str(cut_44k))))
+
 
 # ----------------------------------------------------------------------------------------------- corrupt clips in training
 def test_pretraining_names_each_clip_that_fails_to_decode_in_the_log_and_in_a_file(tmp_path, caplog):
