@@ -4,7 +4,7 @@
 Shipped next to the weights: a saved checkpoint's `config.json` names this class in `custom_pipelines`, so
 `pipeline("audio-classification", model=checkpoint, trust_remote_code=True)` builds it, with or without `aasp_hf`
 installed. Why it exists: transformers' own pipeline decodes a file path with ffmpeg's `-ac 1`, whose downmix for float
-output is (L + R) / sqrt(2), 3 dB louder than (L + R) / 2 for correlated channels, while the same audio given as an
+output is (L + R) / sqrt(2), 3 dB louder than (L + R) / 2, while the same audio given as an
 array, or read by `aasp_hf.data.decode_audio`, the feature extractor's `mono=True` and the training collators, is the
 channel mean. Here a file is decoded by torchcodec (the decoder `datasets` uses), resampled by it to 16 kHz with every
 channel kept, and the channels are then averaged: sample for sample what `decode_audio` gives. A WAV whose header
@@ -38,9 +38,8 @@ class AaspAudioClassificationPipeline(AudioClassificationPipeline):
     """`AudioClassificationPipeline` whose file decoding averages the channels, (L + R) / 2.
 
     Takes what transformers' pipeline takes: a path (a `str` or `pathlib.Path`), a URL (torchcodec opens it), a file's
-    bytes, a 1-D float array at
-    16 kHz, a `{"raw" or "array", "sampling_rate"}` dict; and a torchcodec `AudioDecoder` (a `datasets` audio cell),
-    whose channels are averaged too rather than refused.
+    bytes, a 1-D float array at 16 kHz, a `{"raw" or "array", "sampling_rate"}` dict; and a torchcodec `AudioDecoder`
+    (a `datasets` audio cell), whose channels are averaged too rather than refused.
     """
 
     def preprocess(self, inputs):
