@@ -61,17 +61,13 @@ def decode_clip(source, sampling_rate: int):
             f"Decoding {name} needs torchcodec (`pip install torchcodec`, which uses ffmpeg's libraries). Or pass the "
             f"decoded waveform: {{'raw': array, 'sampling_rate': rate}}."
         )
-    data, truncation = (source if isinstance(source, bytes) else None), None
-    if data is not None or "://" not in name:  # a URL goes to torchcodec as it is
-        with io.BytesIO(data) if data is not None else open(source, "rb") as file:  # no such file: the error names it
-            truncation = wav_truncation(file)
-            if truncation is not None:
-                file.seek(0)
-                data = file.read(truncation[1])  # the header and the whole frames: a partial frame fails to decode
+    # a URL goes to torchcodec as it is; a missing file: open's error names it
+    truncation = wav_truncation(source) if isinstance(source, bytes) or "://" not in name else None
     if truncation is not None:
         warnings.warn(f"{name}: {truncation[0]}; using the audio it holds.", stacklevel=3)
+        source = truncation[1]  # the header and the whole frames: a partial frame fails to decode
     try:
-        samples = AudioDecoder(data if data is not None else source, sample_rate=sampling_rate).get_all_samples()
+        samples = AudioDecoder(source, sample_rate=sampling_rate).get_all_samples()
     except Exception as error:  # noqa: BLE001 - torchcodec's message does not name the file
         raise ValueError(
             f"Could not decode {name} as audio ({type(error).__name__}: {error}). Is it an audio file (wav, flac, "
@@ -80,10 +76,15 @@ def decode_clip(source, sampling_rate: int):
     return samples.data.mean(dim=0).numpy()  # (C, L) -> (L,)
 
 
-def wav_truncation(file):
-    """A binary file object at its start -> for a RIFF/WAVE file whose data chunk promises more frames than the file
-    holds, `(what is wrong in words, the byte length of the header and the whole frames held, those frames)`; None
-    for a complete WAV or another format. Reads the chunk headers only."""
+def wav_truncation(source):
+    """A path or a file's bytes -> for a RIFF/WAVE file whose data chunk promises more frames than the file holds,
+    `(what is wrong in words, the bytes of its header and of the whole frames it holds, the number of those frames)`;
+    None for a complete WAV or another format. Reads only the chunk headers of a file that is not truncated."""
+    with io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb") as file:
+        return _wav_truncation(file)
+
+
+def _wav_truncation(file):
     head = file.read(12)
     if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
         return None
@@ -110,5 +111,6 @@ def wav_truncation(file):
                 f"the WAV header promises {promised} frames ({promised / rate:.3f} s at {rate} Hz) but the file "
                 f"holds {held} ({held / rate:.3f} s): it is truncated (an interrupted copy or download?)"
             )
-            return message, start + held * block_align, held
+            file.seek(0)
+            return message, file.read(start + held * block_align), held
         file.seek(start + chunk_size + (chunk_size & 1))  # chunks are padded to an even size

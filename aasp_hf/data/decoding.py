@@ -91,7 +91,7 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
             logger.warning(f"{name}: {truncation[0]}; using the audio it holds.")
         if truncation[2] == 0:
             return np.zeros(0, dtype=np.float32)  # nothing to decode (torchcodec would raise)
-        source = _whole_frames(source, truncation[1])  # a partial last frame would fail to decode
+        source = truncation[1]  # the header and the whole frames: a partial last frame would fail to decode
     try:
         return _decode_file(source, sampling_rate)
     except Exception as error:  # the decoders' own messages may not name the file (soundfile: "Malformed ...")
@@ -127,26 +127,15 @@ def _decode_with_soundfile(source, sampling_rate: int) -> np.ndarray:
     return _resample(data.mean(axis=1), sr, sampling_rate)  # (L, C) -> (L,)
 
 
-def _wav_truncation(source) -> tuple[str, int, int] | None:
-    """`pipeline_aasp.wav_truncation` for a path or a file's bytes: (what is wrong, the byte length of the header and
-    the whole frames, their number) for a truncated WAV; None for a complete WAV, another format, or a file that
-    cannot be opened (the decoder says why)."""
+def _wav_truncation(source) -> tuple[str, bytes, int] | None:
+    """`pipeline_aasp.wav_truncation`, and None also for no source or a file that cannot be opened (the decoder then
+    says why)."""
     if source is None:
         return None
     try:
-        file = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else open(source, "rb")
+        return wav_truncation(source)
     except (OSError, TypeError, ValueError):
         return None
-    with file:
-        return wav_truncation(file)
-
-
-def _whole_frames(source, length: int) -> bytes:
-    """The first `length` bytes of a path or of bytes: a truncated WAV's header and whole frames."""
-    if isinstance(source, (bytes, bytearray)):
-        return bytes(source[:length])
-    with open(source, "rb") as file:
-        return file.read(length)
 
 
 def _describe(audio) -> str:
