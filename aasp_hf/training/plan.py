@@ -391,17 +391,22 @@ def _bytes_moved(static: dict, trainable: int, teacher: int, dynamic_peak: float
     return 28 * trainable + 12 * teacher + 2 * dynamic_peak
 
 
-def _dynamic_pair(model, fake_mode, kind, make_inputs, batch, precision, checkpointing, first=None):
-    """Dynamic peaks at two batch sizes (b1 < b2, b2 = the configured batch unless it is 1) for the linear fit."""
-    set_gradient_checkpointing(model, checkpointing)
-    b1, b2 = (batch // 2, batch) if batch >= 2 else (batch, 2)
-    peaks = {}
-    for b in (b2, b1):
-        if first is not None and b == batch:
-            peaks[b] = first
-        else:
-            peaks[b] = measure_fake_step(model, fake_mode, kind, make_inputs(b), precision)[0]
-    return peaks[b1], peaks[b2], b1, b2
+def _dynamic_bytes(model, fake_mode, kind, make_inputs, batch, precision, checkpointing, peak) -> dict:
+    """RunPlan.dynamic_bytes: for the run's gradient checkpointing and for the other setting, the dynamic peaks at
+    two batch sizes (b1 < b2, b2 = the configured batch unless it is 1) for the linear fit. `peak`, already measured
+    at the configured batch with the run's setting, is not measured again."""
+    dynamic = {}
+    for setting in (checkpointing, not checkpointing):
+        set_gradient_checkpointing(model, setting)
+        b1, b2 = (batch // 2, batch) if batch >= 2 else (batch, 2)
+        peaks = {}
+        for b in (b2, b1):
+            if setting == checkpointing and b == batch:
+                peaks[b] = peak
+            else:
+                peaks[b] = measure_fake_step(model, fake_mode, kind, make_inputs(b), precision)[0]
+        dynamic[setting] = (peaks[b1], peaks[b2], b1, b2)
+    return dynamic
 
 
 def _count_parameters(module, trainable_override=None) -> tuple[int, bool]:
@@ -456,10 +461,8 @@ def plan_pretraining(config, per_device_batch: int, precision: str = "bf16", num
             highpass_flops(config, per_device_batch) + highpass_flops(config, student_rows))
         parts["not counted by FlopCounterMode: teacher's dense SBLU taps"] = sblu_tap_flops(config, per_device_batch)
 
-    dynamic = {gradient_checkpointing: _dynamic_pair(model, fake_mode, "pretraining", make_inputs, per_device_batch,
-                                                     precision, gradient_checkpointing, first=peak)}
-    dynamic[not gradient_checkpointing] = _dynamic_pair(model, fake_mode, "pretraining", make_inputs,
-                                                        per_device_batch, precision, not gradient_checkpointing)
+    dynamic = _dynamic_bytes(model, fake_mode, "pretraining", make_inputs, per_device_batch, precision,
+                             gradient_checkpointing, peak)
     teacher = parameters["EMA teacher encoder"][0]
     memory = {
         "parameters (float32; student, predictor, head)": 4 * (total - teacher),
@@ -518,10 +521,8 @@ def plan_finetuning(config, per_device_batch: int, num_frames: int, precision: s
         dense = highpass_flops(config, per_device_batch, num_frames)
         dense += 3 * sblu_tap_flops_per_element(config) * per_device_batch * config.sblu_hidden_size * num_frames
         parts["not counted by FlopCounterMode: high-pass, SBLU taps (fwd + ~2× bwd)"] = dense
-    dynamic = {gradient_checkpointing: _dynamic_pair(model, fake_mode, "classification", make_inputs,
-                                                     per_device_batch, precision, gradient_checkpointing, first=peak)}
-    dynamic[not gradient_checkpointing] = _dynamic_pair(model, fake_mode, "classification", make_inputs,
-                                                        per_device_batch, precision, not gradient_checkpointing)
+    dynamic = _dynamic_bytes(model, fake_mode, "classification", make_inputs, per_device_batch, precision,
+                             gradient_checkpointing, peak)
     memory = {"parameters (float32)": 4 * total}
     if weight_ema:
         memory["weight EMA (float32)"] = 4 * total
