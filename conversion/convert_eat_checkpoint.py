@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
-from aasp_hf.errors import UsageError, run_script
+from aasp_hf.errors import UsageError, parse_command_line, run_script
 from aasp_hf.modeling_aasp import sincos_position_embeddings
 
 logger = logging.getLogger(__name__)
@@ -492,7 +492,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--trust-pickle", action="store_true", help="allow full unpickling (fairseq cfg objects)")
     parser.add_argument("--push-to-hub", default=None, metavar="REPO_ID")
     parser.add_argument("--private", action="store_true")
-    return parser.parse_args(argv)
+    return parse_command_line(parser, argv)
 
 
 def main(argv=None):

@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
-from aasp_hf.errors import UsageError, run_script
+from aasp_hf.errors import UsageError, parse_command_line, run_script
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--all-results", default=None, help="all_results.json for the model card's evaluation table")
     parser.add_argument("--push-to-hub", default=None, metavar="REPO_ID")
     parser.add_argument("--private", action="store_true")
-    return parser.parse_args(argv)
+    return parse_command_line(parser, argv)
 
 
 def main(argv=None) -> Path:

@@ -15,7 +15,7 @@ from transformers import AutoConfig
 
 import aasp_hf  # noqa: F401  (registers the Auto classes)
 from aasp_hf import AaspForAudioClassification, AaspModel
-from aasp_hf.errors import UsageError, run_script
+from aasp_hf.errors import UsageError, parse_command_line, run_script
 from aasp_hf.export import export_onnx
 
 
@@ -41,7 +41,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("model_dir", help="a save_pretrained folder of AaspModel or AaspForAudioClassification")
     parser.add_argument("output", help="the .onnx file to write")
     parser.add_argument("--check", action="store_true")
-    return parser.parse_args(argv)
+    return parse_command_line(parser, argv)
 
 
 def main(argv=None):

@@ -35,7 +35,7 @@ from transformers import pipeline
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
 from aasp_hf.data.synthetic import LABELS, labelled_clips
-from aasp_hf.errors import run_script
+from aasp_hf.errors import parse_command_line, run_script
 from aasp_hf.evaluation import extract_features, standardization_stats, standardize
 
 HERE = Path(__file__).resolve().parent
@@ -139,7 +139,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--test-per-class", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
-    args = parser.parse_args(argv)
+    args = parse_command_line(parser, argv)
     output_dir = Path(args.output_dir)
     torch.set_num_threads(args.threads)
     print(f"torch threads: {torch.get_num_threads()}")

@@ -15,7 +15,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from ..configuration_aasp import init_arguments
-from ..errors import UsageError, check_keys
+from ..errors import UsageError, check_flags, check_keys, one_line_errors
 
 
 logger = logging.getLogger(__name__)
@@ -64,6 +64,8 @@ def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:
         help="a JSON preset of these arguments; the flags that follow --config override its values",
     )
     argv = list(sys.argv[1:] if argv is None else argv)
+    check_flags(parser, argv)  # a misspelt flag: one line with the closest flag, not HfArgumentParser's traceback
+    one_line_errors(parser)  # argparse's own refusals (a required argument missing, a bad number): one line too
     classes = dataclass_types if isinstance(dataclass_types, (list, tuple)) else (dataclass_types,)
     valid = [field.name for cls in classes for field in dataclasses.fields(cls)]
     if len(argv) == 1 and argv[0].endswith(".json"):
@@ -79,8 +81,54 @@ def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:
         given = {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")}
         if given & set(exclusive):  # the command line chose among them: the preset's choice goes
             preset = {key: value for key, value in preset.items() if key not in exclusive}
+        argv = merge_json_objects(preset, argv)  # --model_config '{...}' overrides the preset's keys, not all of them
         parser.set_defaults(**preset)
-    return _check(parser.parse_args_into_dataclasses(args=argv))
+    *parsed, stray = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if stray:
+        raise UsageError(f"unexpected argument{'s' if len(stray) > 1 else ''} {' '.join(stray)}: every value follows "
+                         f"its --flag (see the script's --help)")
+    return _check(tuple(parsed))
+
+
+def json_object(value) -> dict | None:
+    """`value` as a dict when it is one, an inline JSON object or the path of a `.json` file holding one; else None."""
+    if isinstance(value, dict):
+        return value
+    if not isinstance(value, str):
+        return None
+    try:
+        if value.lstrip().startswith("{"):
+            parsed = json.loads(value)
+        elif value.endswith(".json") and Path(value).is_file():
+            parsed = json.loads(Path(value).read_text())
+        else:
+            return None
+    except (OSError, ValueError):
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def merge_json_objects(preset: dict, argv: list) -> list:
+    """`argv` with the value of each `--key VALUE` (or `--key=VALUE`) whose preset value is a JSON object merged key by
+    key over that object: built-in defaults < preset < command line, per key. So `--config pretrain_tiny_cpu.json
+    --model_config '{"num_hidden_layers": 1}'` is the tiny model with one layer, not the default model with one layer.
+    A value that is not a JSON object (or a `.json` file of one) is left as it is, for the script's own check."""
+    merged = list(argv)
+    for i, arg in enumerate(merged):
+        if not arg.startswith("--"):
+            continue
+        key, eq, inline = arg[2:].partition("=")
+        if key not in preset or (not eq and i + 1 >= len(merged)):
+            continue
+        base, given = json_object(preset[key]), json_object(inline if eq else merged[i + 1])
+        if base is None or given is None:
+            continue
+        value = json.dumps({**base, **given})
+        if eq:
+            merged[i] = f"--{key}={value}"
+        else:
+            merged[i + 1] = value
+    return merged
 
 
 def _read_preset(path) -> dict:

@@ -80,6 +80,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aasp_hf.errors import parse_command_line, run_script
 from aasp_hf.evaluation import mean_std
 from aasp_hf.evaluation.linear_protocol import SPLITS  # the crop seeds are feature_seed + index
 from variants import BASE, DEFAULT_VARIANTS, MODEL_SIZES, QUICK, VARIANTS  # benchmarks/quality/variants.py
@@ -149,7 +150,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--study", default=None, help="the study folder's name (default <size>-<steps>steps-<hash>)")
     p.add_argument("--report_only", action="store_true")
     p.add_argument("--dry_run", action="store_true", help="list the units and their state, run nothing")
-    args = p.parse_args(argv)
+    args = parse_command_line(p, argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     return args
 
@@ -1003,4 +1004,4 @@ def run_study(args) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "run.py")

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
+from aasp_hf.errors import parse_command_line, run_script
 from aasp_hf.training.masking import sample_query_indices, sample_view_masks, visible_indices
 from aasp_hf.training import plan
 from aasp_hf.sblu import sblu_magnitude
@@ -524,7 +525,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--output", default=None, help="default: benchmarks/speed/results (CPU), results_cuda (GPU)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    args = parser.parse_args(argv)
+    args = parse_command_line(parser, argv)
     global DEVICE
     DEVICE = torch.device(args.device)
     output = args.output or str(HERE / ("results" if DEVICE.type == "cpu" else f"results_{DEVICE.type}"))
@@ -544,4 +545,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "run.py")
