@@ -5,7 +5,15 @@ Importing the package registers the classes with the transformers Auto* factorie
 where this package is not installed.
 """
 
-from transformers import (
+import sys
+
+# TensorFlow exports its LLVM symbols to the whole process, and Triton's LLVM, loaded after it, crashes in its static
+# initialisers (a segfault). HEAR's validator and runner import TensorFlow before they import `aasp_hf.hear`, and
+# transformers makes torch look for Triton; in such a process torch runs without Triton (it needs none on the CPU).
+if "tensorflow" in sys.modules and "triton" not in sys.modules:
+    sys.modules["triton"] = None  # `import triton` now raises ImportError, which torch takes as "not installed"
+
+from transformers import (  # noqa: E402
     AutoConfig,
     AutoFeatureExtractor,
     AutoModel,
