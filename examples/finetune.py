@@ -87,6 +87,9 @@ logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
 SPLITS = ("train", "validation", "test")
 SPLIT_SEED = 0  # the held-out validation / test draws: one split for every seed of a run
+# Defaults for the paper's datasets, scaled down for a small folder of one's own clips (a line says what was scaled):
+# the warm-up to 10 % of a shorter --max_steps, the batch to the training clips.
+DEFAULT_WARMUP_STEPS, DEFAULT_BATCH_SIZE = 100, 128
 # What a run leaves in output_dir (sub-runs of --seeds / --all_folds in <part>_seed<k>/; the best model copied in).
 FINETUNE_ARTEFACTS = RUN_ARTEFACTS + ("best_model*", "results.md", "*_seed*", "model.safetensors", "config.json",
                                       "preprocessor_config.json")
@@ -127,14 +130,18 @@ class FinetuneArguments(PlanArguments):
                                                                  "and the best model go"})
     seed: int = field(default=0, metadata={"help": "seeds the head, the data order and the augmentation"})
     seeds: list[int] | None = field(default=None, metadata={"help": "several seeds: one sub-run each, mean ± std"})
-    per_device_train_batch_size: int = field(default=128, metadata={"help": "clips per process per micro-batch"})
+    per_device_train_batch_size: int | None = field(default=None, metadata={
+        "help": f"clips per process per micro-batch; unset: {DEFAULT_BATCH_SIZE}, or as many as the training clips "
+                f"when they are fewer (a line says so)"})
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "clips per process when evaluating"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
     total_train_batch_size: int | None = field(default=None, metadata={
         "help": "the global batch per optimiser step: accumulation = total / (per-device batch × processes)"})
     max_steps: int = field(default=1000, metadata={"help": "the training-step budget (sets the schedule)"})
     stop_after_steps: int | None = field(default=None, metadata={"help": "leave after this many steps (then --resume)"})
-    warmup_steps: int = field(default=100, metadata={"help": "linear warm-up steps (at most --max_steps)"})
+    warmup_steps: int | None = field(default=None, metadata={
+        "help": f"linear warm-up steps (at most --max_steps); unset: {DEFAULT_WARMUP_STEPS}, or 10 %% of --max_steps "
+                f"when that is fewer"})
     learning_rate: float = field(default=5e-5, metadata={"help": "peak lr (of the head; layer l gets lr·decay^(L+1-l))"})
     min_learning_rate: float = field(default=1e-7, metadata={"help": "end of the cosine decay"})
     layer_decay: float = field(default=0.65, metadata={"help": "layer-wise lr decay factor (1: none)"})
@@ -177,7 +184,30 @@ def parse_args(argv=None) -> FinetuneArguments:
         raise ValueError(f"kfold_validation={args.kfold_validation!r}: use one of {KFOLD_VALIDATION}")
     if args.select_on not in SELECT_ON:
         raise ValueError(f"select_on={args.select_on!r}: use one of {SELECT_ON}")
+    if args.warmup_steps is None:
+        args = replace(args, warmup_steps=min(DEFAULT_WARMUP_STEPS, args.max_steps // 10))
+        if args.warmup_steps < DEFAULT_WARMUP_STEPS:
+            print(f"--warmup_steps {args.warmup_steps}: 10 % of --max_steps {args.max_steps} (the default "
+                  f"{DEFAULT_WARMUP_STEPS} is more than that; pass --warmup_steps to choose)")
+    if args.per_device_train_batch_size is None and args.plan:  # no data to scale it to
+        args = replace(args, per_device_train_batch_size=DEFAULT_BATCH_SIZE)
     return args
+
+
+def scale_batch_to_data(args, parts: dict, world: int):
+    """`args` with the unset `--per_device_train_batch_size` resolved: DEFAULT_BATCH_SIZE, or the training clips per
+    process of the smallest part when they are fewer (printed). A batch that was set and is too large stays an error
+    (in `run`). Class-balanced sampling draws with replacement: any batch fits."""
+    if args.per_device_train_batch_size is not None:
+        return args
+    clips = min(len(splits["train"]) for splits in parts.values())
+    batch = DEFAULT_BATCH_SIZE
+    if not args.class_balanced_sampling and batch * world > clips:
+        batch = max(1, clips // world)
+        print(f"--per_device_train_batch_size {batch}: the {clips} training clips"
+              f"{f' over {world} processes' if world > 1 else ''} (the default {DEFAULT_BATCH_SIZE} is more than "
+              f"that; pass --per_device_train_batch_size to choose)")
+    return replace(args, per_device_train_batch_size=batch)
 
 
 # ----------------------------------------------------------------------------------------------- 1. data
@@ -534,9 +564,11 @@ def main(argv=None) -> dict:
     stale = check_output_dir(output_dir, args.resume, args.overwrite_output_dir, FINETUNE_ARTEFACTS)
     if stale and int(os.environ.get("RANK", "0")) == 0:
         remove_artefacts(stale)
-    gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size,
-                              int(os.environ.get("WORLD_SIZE", "1")), args.gradient_accumulation_steps)  # fail early
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size or DEFAULT_BATCH_SIZE,
+                              world, args.gradient_accumulation_steps)  # fail early
     parts, multi_label, names, clip_seconds, task = load_parts(args)
+    args = scale_batch_to_data(args, parts, world)
     from aasp_hf.data import describe_protocol, is_kfold
 
     kfold = is_kfold(parts)

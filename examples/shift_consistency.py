@@ -9,7 +9,9 @@ circularly shifted waveform, and the drift is 1 − cos(z(x), z(x_δ)) of the fr
 = more consistent). A 160-ms shift is one whole time patch (P_time = 16 frames of 10 ms).
 
 Steps: 1. encoder (AutoModel, frozen, eval mode) and feature extractor, 2. clips (a split of an
-`aasp_hf.data.load` dataset, each cut to its task's EVAR length from the start, or synthetic demo clips),
+`aasp_hf.data.load` dataset, each cut to its task's EVAR length from the start, or synthetic demo clips; a dataset
+without a test split, such as an audiofolder of class folders, is measured on the clips that finetune.py and
+linear_eval.py hold out as test, by the same code: `aasp_hf.data.held_out_test`),
 3. drifts per clip and shift (`drifts.npy`, saved after every batch; a rerun resumes after the last saved clip),
 4. mean ± std over clips -> `all_results.json`, `results.md` and `shift_consistency.png`.
 """
@@ -32,10 +34,11 @@ from aasp_hf.evaluation import (
     representation_drift,
 )
 from aasp_hf.training.arguments import parse_arguments
-from aasp_hf.errors import run_script
+from aasp_hf.errors import UsageError, run_script
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
+SPLIT_SEED = 0  # the held-out test draw, as in finetune.py (and linear_eval.py's default --feature_seed)
 
 
 @dataclass
@@ -44,17 +47,24 @@ class ShiftConsistencyArguments:
     dataset: str | None = field(default=None, metadata={"help": "a name for aasp_hf.data.load (the paper: as20k)"})
     data_root: str | None = field(default=None)
     dataset_kwargs: str | None = field(default=None, metadata={"help": "JSON object of extra loader arguments"})
-    split: str = field(default="test")
+    split: str = field(default="test", metadata={
+        "help": "the split to measure; 'test' of a dataset without one is the test set fine-tuning holds out: the "
+                "first fold of a K-fold task, or --test_fraction of train (an audiofolder without train/test folders)"})
+    test_fraction: float = field(
+        default=0.2, metadata={"help": "held out of train (stratified by class, seed 0) when there is no test split, "
+                               "the clips finetune.py and linear_eval.py hold out"}
+    )
     synthetic_clips: int = field(default=0, metadata={"help": "N > 0: N synthetic demo clips, no files"})
     max_clips: int | None = field(default=None, metadata={"help": "only the first N clips of the split"})
     clip_seconds: float | None = field(
-        default=None, metadata={"help": "cut each clip to this length from the start (default: the task's EVAR length)"}
+        default=None, metadata={"help": "cut each clip to this length from the start (default: the task's EVAR length, "
+                                "or the mean length of the training clips when it has none)"}
     )
     shifts_ms: list[float] = field(default_factory=lambda: [10.0, 20.0, 40.0, 80.0, 160.0])
     batch_size: int = field(default=16)
     seed: int = field(default=0, metadata={"help": "seeds the synthetic clips"})
     device: str | None = field(default=None, metadata={"help": "default: cuda when available, else cpu"})
-    output_dir: str = field(default="shift_consistency_output")
+    output_dir: str = field(default="runs/shift_consistency")
 
 
 def parse_args(argv=None) -> ShiftConsistencyArguments:
@@ -80,15 +90,19 @@ class Clips:
 
             kwargs = json.loads(args.dataset_kwargs) if args.dataset_kwargs else {}
             loaded = data.for_safe_decoding(data.load(args.dataset, root=args.data_root, **kwargs))
-            if args.split not in loaded:
-                raise ValueError(f"--split {args.split!r} is not a split of {args.dataset}: {list(loaded)}.")
-            self.source = loaded[args.split]
+            if args.split in loaded:
+                self.source = loaded[args.split]
+            elif args.split == "test":  # held out as fine-tuning and linear evaluation hold it out (the same code)
+                self.source = data.held_out_test(loaded, test_fraction=args.test_fraction, seed=SPLIT_SEED)
+                logger.warning(f"{args.dataset} has no test split: measuring the {len(self.source)} clips that "
+                               f"finetune.py and linear_eval.py hold out as test")
+            else:
+                raise UsageError(f"--split {args.split!r} is not a split of {args.dataset}: {sorted(loaded)}")
             self.decoder = data.SafeAudioDecoder()
-            task = {"as20k": "audioset", "as2m": "audioset"}.get(args.dataset.lower(), args.dataset.lower())
-            seconds = args.clip_seconds or data.EVAR_CLIP_SECONDS.get(task)
-            self.clip_samples = None if seconds is None else int(round(seconds * SAMPLE_RATE))
+            seconds = data.downstream_clip_seconds(data.evar_task(args.dataset), args.clip_seconds, loaded)
+            self.clip_samples = int(round(seconds * SAMPLE_RATE))
         else:
-            raise ValueError("Pass --dataset (with --data_root) or --synthetic_clips N.")
+            raise UsageError("Pass --dataset (with --data_root) or --synthetic_clips N.")
         if args.clip_seconds and self.clip_samples is None:
             self.clip_samples = int(round(args.clip_seconds * SAMPLE_RATE))
         self.length = len(self.source) if args.max_clips is None else min(args.max_clips, len(self.source))

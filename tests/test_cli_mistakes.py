@@ -125,11 +125,13 @@ def test_a_resumed_run_logs_each_step_once_and_says_where_the_encoder_is(tmp_pat
 
 
 def test_a_batch_larger_than_the_training_clips_names_the_argument_and_the_clips(tmp_path):
-    """The synthetic demo data holds 5 classes × 20 training clips; the default batch is 128."""
+    """The synthetic demo data holds 5 classes × 20 training clips; a batch that was set is not scaled down (an unset
+    one is: tests/test_newcomer.py)."""
     with pytest.raises(UsageError, match=r"^--per_device_train_batch_size 128 × 1 process is more than the 100 "
                                          r"training clips: pass --per_device_train_batch_size 100 or less$"):
         finetune.main(["--model_name_or_path", str(tmp_path / "never_loaded"), "--synthetic_per_class", "20",
-                       "--max_steps", "2", "--warmup_steps", "1", "--output_dir", str(tmp_path / "out")])
+                       "--per_device_train_batch_size", "128", "--max_steps", "2", "--warmup_steps", "1",
+                       "--output_dir", str(tmp_path / "out")])
 
 
 def test_conversion_mistakes_are_one_line_naming_the_argument(tmp_path):

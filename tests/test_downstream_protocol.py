@@ -98,8 +98,8 @@ def test_load_downstream_names_the_task_and_its_clip_length_and_picks_the_test_f
     assert data.evar_task("x", task="us8k") == "us8k"
     calls.clear()
     with pytest.raises(ValueError, match="No EVAR clip length for task 'mystery'"):
-        data.load_downstream("mystery", root="/data")
-    assert calls == []  # refused before anything is read
+        data.load_downstream("esc50", root="/data", task="mystery")
+    assert calls == []  # a task named on purpose is refused before anything is read
 
 
 def test_global_batch_is_made_up_by_accumulation(caplog):

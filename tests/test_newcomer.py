@@ -73,3 +73,103 @@ def test_argparse_refusals_are_one_line_too():
     with pytest.raises(UsageError, match=r"^unexpected argument 7: every value follows its --flag"):
         finetune.parse_args(["--model_name_or_path", "x", "--max_steps", "2", "7"])
     assert finetune.parse_args(["--model_name_or_path", "x", "--max_st", "2", "--warmup_steps", "1"]).max_steps == 2
+
+
+# ----------------------------------------------------------------------------------------------- a small folder of one's own
+CLASSES = {"bird": 15, "door": 14, "rain": 14}  # 43 clips, the size that failed one default at a time
+
+
+@pytest.fixture(scope="module")
+def own_folder(tmp_path_factory):
+    """An audiofolder as a user has one: class folders, no train/test folders, WAVs of different lengths and rates.
+    Returns (folder, {path: seconds})."""
+    import numpy as np
+    import soundfile as sf
+
+    root = tmp_path_factory.mktemp("own_clips")
+    rng = np.random.default_rng(0)
+    seconds = {}
+    for label, count in CLASSES.items():
+        (root / label).mkdir()
+        for i in range(count):
+            rate = (16000, 22050, 44100)[i % 3]
+            frames = int(rng.integers(int(0.5 * rate), int(1.1 * rate)))
+            path = root / label / f"{label}_{i}.wav"
+            sf.write(path, (0.1 * rng.standard_normal(frames)).astype("float32"), rate)
+            seconds[str(path)] = frames / rate
+    return root, seconds
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    import torch
+
+    from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
+    from conftest import tiny_config_kwargs
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("encoder")
+    AaspModel(AaspConfig(**tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1))).save_pretrained(path)
+    AaspFeatureExtractor().save_pretrained(path)
+    return path
+
+
+def test_linear_eval_on_an_own_folder_derives_the_clip_length_from_the_clips(own_folder, encoder, tmp_path, caplog):
+    """Without --clip_seconds (an audiofolder has no EVAR length) the clips are cut to their mean length, as EVAR's
+    lengths of its variable-length tasks are; a line says so. It used to be a traceback asking for --clip_seconds."""
+    import logging
+
+    import linear_eval
+    import numpy as np
+
+    folder, seconds = own_folder
+    with caplog.at_level(logging.WARNING, logger="aasp_hf.data.protocol"):
+        results = linear_eval.main(["--model_name_or_path", str(encoder), "--dataset", "audiofolder", "--data_root",
+                                    str(folder), "--max_steps", "2", "--eval_steps", "1", "--seeds", "0",
+                                    "--output_dir", str(tmp_path / "lin")])
+    expected = round(float(np.mean(list(seconds.values()))), 2)  # every clip is in the folder's one split, train
+    assert results["clip_seconds"] == expected and results["num_classes"] == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        f"clip length {expected:g} s: the mean length of 43 training clips ('audiofolder' has no EVAR clip length; "
+        f"--clip_seconds sets another)"]
+
+
+def test_finetune_on_an_own_folder_scales_the_unset_defaults_and_says_so(own_folder, encoder, tmp_path, capsys):
+    """43 clips and --max_steps 3: the default warm-up (100) and batch (128) used to fail one after the other."""
+    import json
+
+    import finetune
+
+    folder, _ = own_folder
+    argv = ["--model_name_or_path", str(encoder), "--dataset", "audiofolder", "--data_root", str(folder),
+            "--max_steps", "3", "--eval_steps", "3", "--output_dir", str(tmp_path / "ft")]
+    parts, *_ = finetune.load_parts(finetune.parse_args(argv))
+    train_clips = len(parts["official"]["train"])
+    assert train_clips < 43 - 8  # 20 % held out as test, then 10 % of the rest as validation
+    capsys.readouterr()
+    results = finetune.main(argv)
+    printed = capsys.readouterr().out
+    assert "--warmup_steps 0: 10 % of --max_steps 3 (the default 100 is more than that; pass --warmup_steps to " \
+           "choose)" in printed
+    assert (f"--per_device_train_batch_size {train_clips}: the {train_clips} training clips (the default 128 is more "
+            f"than that; pass --per_device_train_batch_size to choose)") in printed
+    assert results["step"] == 3 and results["total_train_batch_size"] == train_clips
+    stored = json.loads((tmp_path / "ft" / "all_results.json").read_text())["arguments"]
+    assert (stored["warmup_steps"], stored["per_device_train_batch_size"]) == (0, train_clips)
+
+
+def test_shift_consistency_on_an_own_folder_measures_the_clips_finetune_holds_out(own_folder, encoder, tmp_path):
+    """An audiofolder has no test split; fine-tuning and linear evaluation hold 20 % out, and shift consistency now
+    measures those same clips (the same code) instead of refusing --split test."""
+    import finetune
+    import shift_consistency
+    from datasets import Audio
+
+    folder, _ = own_folder
+    common = ["--model_name_or_path", str(encoder), "--dataset", "audiofolder", "--data_root", str(folder)]
+    parts, *_ = finetune.load_parts(finetune.parse_args(common))
+    held_out = parts["official"]["test"].cast_column("audio", Audio(decode=False))
+    clips = shift_consistency.Clips(shift_consistency.parse_args(common))
+    assert [row["audio"]["path"] for row in clips.source] == [row["audio"]["path"] for row in held_out]
+    results = shift_consistency.main(common + ["--shifts_ms", "10", "--output_dir", str(tmp_path / "shift")])
+    assert results["clips"] == len(held_out) == 9 and results["skipped_clips"] == 0

@@ -13,6 +13,9 @@ Rules, each named by an argument value that the scripts record in their results:
   after the test fold, cyclically (kept for comparison with older runs; ESC-50 then trains on 3 folds, 1,200 clips).
 - Other datasets: the dataset's own test split, or `test_fraction` of train held out (`hold_out_test`); the
   dataset's own validation split, or a seeded random `validation_fraction` of train (one draw, `seed`).
+- Clip length: the EVAR length of the task (`EVAR_CLIP_SECONDS`), or `--clip_seconds`; a dataset without one (an
+  audiofolder of the user's own clips) gets the mean length of its training clips (`downstream_clip_seconds`), as
+  EVAR's own lengths for its variable-length tasks are the datasets' mean clip lengths (VoxCeleb1: 8.2 s).
 - `select_on`: the split that selects the model. "validation" (default) as above; "test" (EAT: "the best result
   within the budget" on the evaluation set) and "last" (the last step) hold nothing out for validation, so the
   model trains on the whole training set (all of AS-20K / AS-2M; all other folds of a K-fold task).
@@ -25,8 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 from datasets import DatasetDict
 
+from ..errors import UsageError
 from ._common import EVAR_CLIP_SECONDS, fold_split, hold_out_test
-from .decoding import for_safe_decoding
+from .decoding import decode_audio, for_safe_decoding
 
 
 logger = logging.getLogger(__name__)
@@ -35,6 +39,7 @@ KFOLD_VALIDATION = ("evar", "next")
 SELECT_ON = ("validation", "test", "last")
 SPLITS = ("train", "validation", "test")
 MAX_DRAWS = 100
+MAX_MEASURED_CLIPS = 1000  # clips whose length is read to derive a clip length (spread evenly over the split)
 # dataset names (lower case, without "-") whose EVAR task key differs
 TASK_ALIASES = {"as20k": "audioset", "as2m": "audioset", "urbansound8k": "us8k", "speech_commands": "scv2",
                 "crema_d": "cremad"}
@@ -117,6 +122,19 @@ def downstream_parts(loaded, *, folds=None, kfold_validation: str = "evar", sele
                                                                                           name != "validation")}}
 
 
+def held_out_test(loaded, *, test_fraction: float = 0.2, seed: int = 0):
+    """The test rows that fine-tuning's default run reports on, by the same code (`downstream_parts`): the dataset's
+    own test split; for a K-fold task the first fold; otherwise `test_fraction` of train held out (`hold_out_test`,
+    seeded with `seed`), the clips finetune.py and linear_eval.py hold out with the same fraction and seed (0 by
+    default in both)."""
+    first = next(iter(loaded.values()))
+    folds = None
+    if "fold" in first.column_names and set(loaded) == {"train"}:
+        folds = [min(set(first["fold"]))]
+    (part,) = downstream_parts(loaded, folds=folds, select_on="last", test_fraction=test_fraction, seed=seed).values()
+    return part["test"]
+
+
 def describe_protocol(select_on: str, kfold: bool, kfold_validation: str, validation_fraction: float,
                       seed: int) -> str:
     """One sentence naming the selection rule, for results files and model cards."""
@@ -144,8 +162,47 @@ def evar_clip_seconds(task: str, clip_seconds: float | None = None) -> float:
     """`clip_seconds` when given, else the EVAR clip length of `task`; a ValueError names the known tasks."""
     seconds = clip_seconds or EVAR_CLIP_SECONDS.get(task)
     if seconds is None:
-        raise ValueError(f"No EVAR clip length for task {task!r}: pass --clip_seconds or one of "
+        raise UsageError(f"No EVAR clip length for task {task!r}: pass --clip_seconds or one of "
                          f"{sorted(EVAR_CLIP_SECONDS)} as --task.")
+    return seconds
+
+
+def mean_clip_seconds(rows, max_clips: int = MAX_MEASURED_CLIPS) -> tuple[float, int]:
+    """(mean length in seconds, clips measured) of at most `max_clips` clips of `rows` (a Dataset with an `audio`
+    column, decoded or not), spread evenly over it. The length comes from the file's header (torchcodec's metadata);
+    a clip whose header has none is decoded; a clip that cannot be read is left out (0 measured: nan)."""
+    from torchcodec.decoders import AudioDecoder
+
+    rows = for_safe_decoding(rows)  # {"path", "bytes"} cells: nothing decoded to read a header
+    indices = np.unique(np.linspace(0, len(rows) - 1, min(len(rows), max_clips)).round().astype(int))
+    lengths = []
+    for index in indices:
+        cell = rows[int(index)]["audio"]
+        try:
+            seconds = AudioDecoder(cell.get("bytes") or cell["path"]).metadata.duration_seconds
+            if seconds is None:
+                seconds = len(decode_audio(cell)) / 16000
+        except Exception:  # noqa: BLE001 - an unreadable clip is skipped later too; it does not set the length
+            continue
+        lengths.append(seconds)
+    return (float(np.mean(lengths)) if lengths else float("nan")), len(lengths)
+
+
+def downstream_clip_seconds(task: str, clip_seconds: float | None, loaded) -> float:
+    """The clip length of a downstream task: `clip_seconds` when given, the task's EVAR length when it has one, and
+    otherwise (a user's own audiofolder) the mean length of the training clips of `loaded` (its "train" split, else
+    its first), rounded to 10 ms, with a line in the log saying so. EVAR's lengths for its variable-length tasks are
+    those datasets' mean clip lengths (VoxCeleb1: 8.2 s), so this extends its rule to a new dataset; shorter clips
+    are padded and longer ones cropped to it."""
+    if clip_seconds or task in EVAR_CLIP_SECONDS:
+        return evar_clip_seconds(task, clip_seconds)
+    rows = loaded["train"] if "train" in loaded else next(iter(loaded.values()))
+    seconds, measured = mean_clip_seconds(rows)
+    if not measured:
+        raise UsageError(f"none of the clips of {task!r} could be read to derive a clip length: pass --clip_seconds")
+    seconds = max(round(seconds, 2), 0.01)
+    logger.warning(f"clip length {seconds:g} s: the mean length of {measured} training clips ({task!r} has no EVAR "
+                   f"clip length; --clip_seconds sets another)")
     return seconds
 
 
@@ -182,15 +239,18 @@ def load_downstream(dataset: str, *, root=None, loader_kwargs: dict | None = Non
     """`data.load(dataset, root=root, **loader_kwargs)` (clips that fail to decode are skipped later), split into
     parts by `downstream_parts` under the module's rules.
 
-    The EVAR task key comes from `task` or the dataset name (`evar_task`), the clip length from `clip_seconds` or
-    the task (`evar_clip_seconds`, checked before anything is read). K-fold tasks: the test folds `folds` (default
-    all), at most the first `max_folds` of them.
+    The EVAR task key comes from `task` or the dataset name (`evar_task`), the clip length from `clip_seconds`, the
+    task's EVAR length, or the mean length of the training clips when the task has none (`downstream_clip_seconds`;
+    a `task` given by name must have an EVAR length, checked before anything is read).
+    K-fold tasks: the test folds `folds` (default all), at most the first `max_folds` of them.
     """
     from . import load
 
+    if task is not None:  # a task named on purpose must be one of EVAR's: refused before anything is read
+        clip_seconds = evar_clip_seconds(evar_task(dataset, task), clip_seconds)
     task = evar_task(dataset, task)
-    clip_seconds = evar_clip_seconds(task, clip_seconds)
     loaded = for_safe_decoding(load(dataset, root=root, **(loader_kwargs or {})))
+    clip_seconds = downstream_clip_seconds(task, clip_seconds, loaded)
     first = next(iter(loaded.values()))
     multi_label, names = label_info(first)
     if max_folds is not None and "fold" in first.column_names and set(loaded) == {"train"}:
