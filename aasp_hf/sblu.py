@@ -23,6 +23,9 @@ What lives here: the operator and its helpers, then the layer built around it.
     sblu_magnitude                         |r| of Eq. (3): memory-efficient custom autograd Function (AaPE (c))
     sblu_token_magnitude                   |r| of Eq. (3) at one token's frames, (α, β) fixed per row (pre-training)
     sblu_magnitude_reference               float64 oracle that evaluates Eq. (3) literally (for tests)
+    AaspGroupedProjection,                 its layers (B̄ and C̄; GroupNorm with masked statistics; the time
+    AaspMaskedGroupNorm, AaspTimePatchify  patchifier), each computing with its weights in its own forward, dense or
+                                           per visible token, so offload hooks, forward hooks and adapters see them
     AaspSBLU                               the SBLU branch of AaPE (a)–(d): high-pass, B̄, 2Γ|r|, C̄, GroupNorm, time
                                            patchifier; one forward, dense or at each view's visible tokens
 
@@ -520,7 +523,7 @@ def sblu_magnitude_reference(
 
 
 def _masked_group_norm(x, norm: nn.GroupNorm, visibility):
-    """GroupNorm whose statistics cover only the visible frames of each group.
+    """GroupNorm whose statistics cover only the visible frames of each group (``AaspMaskedGroupNorm``'s dense path).
 
     x: (B, C, T); visibility: float (B, G or 1, T) with G = norm.num_groups, 1 = real/visible, or None (plain GroupNorm).
     """
@@ -536,6 +539,90 @@ def _masked_group_norm(x, norm: nn.GroupNorm, visibility):
     groups = (groups - mean) * torch.rsqrt(var + norm.eps)
     x = groups.reshape(batch_size, channels, num_frames)  # (B, G, C/G, T) -> (B, C, T)
     return x * norm.weight.to(dtype)[:, None] + norm.bias.to(dtype)[:, None]
+
+
+def _per_group(table, group_index):
+    """A per-group table (F̃, ...) -> each token's row (B·M, V, ...) for group indices (B·M, V). F.embedding is an
+    exact gather whose backward is a fast segment sum (plain indexing's backward is a slow scatter-add on the CPU)."""
+    rows = F.embedding(group_index, table.reshape(table.shape[0], -1))  # (F̃, X) -> (B·M, V, X)
+    return rows.reshape(*group_index.shape, *table.shape[1:])  # (B·M, V, X) -> (B·M, V, ...)
+
+
+# The layers of the SBLU branch are modules whose own forward does all the arithmetic with their weights, dense or at
+# the visible tokens of masked pre-training (given ``group_index``, each token's frequency group f, (B·M, V)), so
+# whatever wraps a module sees every use of its weights: accelerate's offload hooks (which load a module's weights
+# only while its forward runs), forward hooks, adapters. On the visible-token path a token meets only its own group's
+# block of a grouped layer's weights, gathered per token (_per_group); the numbers are those of the dense layer at
+# the token's frames.
+
+
+class AaspGroupedProjection(nn.Conv1d):
+    """B̄ (F -> H) or C̄ (H -> C): a 1×1 convolution with F̃ groups, in its input's dtype (the caller chooses it).
+
+    Dense: x (B, C_in, T) -> (B, C_out, T). Visible tokens: x (B·M, V, C_in/F̃, L), the channels of each token's group
+    over L frames, -> (B·M, V, C_out/F̃, L).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, groups: int):
+        super().__init__(in_channels, out_channels, kernel_size=1, groups=groups)
+
+    def forward(self, x, group_index=None):
+        weight, bias = self.weight.to(x.dtype), self.bias.to(x.dtype)  # (C_out, C_in/F̃, 1), (C_out,)
+        if group_index is None:
+            return F.conv1d(x, weight, bias, groups=self.groups)  # (B, C_in, T) -> (B, C_out, T)
+        outputs = self.out_channels // self.groups  # C_out/F̃
+        weight = _per_group(weight.reshape(self.groups, outputs, -1), group_index)  # (B·M, V, C_out/F̃, C_in/F̃)
+        bias = _per_group(bias.reshape(self.groups, outputs, 1), group_index)  # (B·M, V, C_out/F̃, 1)
+        return weight @ x + bias  # (B·M, V, C_in/F̃, L) -> (B·M, V, C_out/F̃, L)
+
+
+class AaspMaskedGroupNorm(nn.GroupNorm):
+    """GroupNorm (F̃ groups, AaPE (d)) whose statistics cover only the real and visible frames or tokens of a group.
+
+    Dense: x (B, C, T) and ``visibility`` float (B, F̃ or 1, T), 1 where a group's frame counts, or None (plain
+    GroupNorm) -> (B, C, T); statistics in float32 also under autocast.
+    Visible tokens: x (B·M, V, C̃, P), each token's group's C̃ channels over its P frames, -> (B·M, V, C̃, P), with
+    each (view, group)'s statistics over its visible tokens' C̃·P values (biased variance), in x's dtype.
+    """
+
+    def forward(self, x, visibility=None, group_index=None):
+        if group_index is None:
+            return super().forward(x) if visibility is None else _masked_group_norm(x, self, visibility)
+        batch_views, num_visible, channels, patch = x.shape
+        group_id = (torch.arange(batch_views, device=x.device)[:, None] * self.num_groups + group_index).flatten()
+        # group_id: (B·M·V,), the (view, group) of each token
+        count = x.new_zeros(batch_views * self.num_groups)  # (B·M·F̃,) values per (view, group)
+        count = count.index_add(0, group_id, x.new_ones(group_id.shape)).clamp(min=1.0) * (channels * patch)
+        mean = x.new_zeros(count.shape).index_add(0, group_id, x.sum((2, 3)).flatten()) / count
+        centred = x - mean[group_id].reshape(batch_views, num_visible, 1, 1)  # (B·M, V, C̃, P)
+        variance = x.new_zeros(count.shape).index_add(0, group_id, centred.square().sum((2, 3)).flatten())
+        scale = torch.rsqrt(variance / count + self.eps)[group_id]  # (B·M·F̃,) -> (B·M·V,)
+        scale = scale.reshape(batch_views, num_visible, 1, 1)  # (B·M·V,) -> (B·M, V, 1, 1)
+        gamma = self.weight.to(x.dtype).reshape(self.num_groups, channels, 1)  # (C,) -> (F̃, C̃, 1)
+        beta = self.bias.to(x.dtype).reshape(self.num_groups, channels, 1)  # (C,) -> (F̃, C̃, 1)
+        gamma, beta = _per_group(gamma, group_index), _per_group(beta, group_index)  # (B·M, V, C̃, 1) each
+        return torch.addcmul(beta, centred, scale * gamma)  # γ·x̂ + b: (B·M, V, C̃, P)
+
+
+class AaspTimePatchify(nn.Conv1d):
+    """The time patchifier of AaPE (d): a depthwise convolution over C channels with kernel = stride = P_time.
+
+    Dense: x (B, C, T) -> (B, C, T̃). Visible tokens: x (B·M, V, C̃, P), each token's group's C̃ channels over its P
+    frames, -> (B·M, V, C̃), in x's dtype.
+    """
+
+    def __init__(self, channels: int, patch_size: int):
+        super().__init__(channels, channels, kernel_size=patch_size, stride=patch_size, groups=channels)
+
+    def forward(self, x, group_index=None):
+        if group_index is None:
+            return super().forward(x)  # (B, C, T) -> (B, C, T̃)
+        channels = x.shape[2]  # C̃
+        num_groups = self.out_channels // channels  # F̃
+        weight = self.weight.to(x.dtype).reshape(num_groups, channels, -1)  # (C, 1, P) -> (F̃, C̃, P)
+        bias = self.bias.to(x.dtype).reshape(num_groups, channels)  # (C,) -> (F̃, C̃)
+        weight, bias = _per_group(weight, group_index), _per_group(bias, group_index)  # (B·M, V, C̃, P), (B·M, V, C̃)
+        return (x * weight).sum(-1) + bias  # (B·M, V, C̃, P) -> (B·M, V, C̃)
 
 
 class AaspSBLU(nn.Module):
@@ -554,16 +641,10 @@ class AaspSBLU(nn.Module):
         self.step = config.sblu_step
         self.kernel_size = config.sblu_kernel_size
         self.phase = config.sblu_phase
-        self.input_projection = nn.Conv1d(config.num_mel_bins, config.sblu_hidden_size, 1, groups=groups)  # B̄
-        self.output_projection = nn.Conv1d(config.sblu_hidden_size, config.sblu_output_size, 1, groups=groups)  # C̄
-        self.norm = nn.GroupNorm(groups, config.sblu_output_size)
-        self.time_patchify = nn.Conv1d(
-            config.sblu_output_size,
-            config.sblu_output_size,
-            kernel_size=config.time_patch_size,
-            stride=config.time_patch_size,
-            groups=config.sblu_output_size,
-        )
+        self.input_projection = AaspGroupedProjection(config.num_mel_bins, config.sblu_hidden_size, groups)  # B̄
+        self.output_projection = AaspGroupedProjection(config.sblu_hidden_size, config.sblu_output_size, groups)  # C̄
+        self.norm = AaspMaskedGroupNorm(groups, config.sblu_output_size)
+        self.time_patchify = AaspTimePatchify(config.sblu_output_size, config.time_patch_size)
         self.register_buffer("highpass_kernel", self.compute_highpass_kernel(config), persistent=False)
         self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
         self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
@@ -624,8 +705,9 @@ class AaspSBLU(nn.Module):
         (view, group)'s visible tokens (the hidden tokens' features are never computed), taken at the visible
         tokens (a test checks this against a float64 dense computation).
 
-        Token-path steps (each a method below): the visibility of every (view, group, frame); (a) high-pass and the
-        windows of ±c frames around each visible token; (b) B̄; (c) 2Γ|r|; C̄; (d) GroupNorm and the time patchifier.
+        Token-path steps (methods below): the visibility of every (view, group, frame); (a) high-pass and the
+        windows of ±c frames around each visible token; (c) 2Γ|r|. B̄ (b), C̄ and GroupNorm and the time patchifier
+        (d) are the dense path's modules, called with each token's frequency group.
         """
         if visible_indices is not None:
             if visibility is not None:
@@ -648,10 +730,7 @@ class AaspSBLU(nn.Module):
                 bins_per_group = c.frequency_patch_size if visibility.shape[1] > 1 else 1
                 mel = mel * visibility.repeat_interleave(bins_per_group, dim=1)  # (B, F̃|1, T) -> (B, F|1, T)
             highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B, F, T)
-            projection = self.input_projection  # (b) B̄ in float32 even in a bf16/fp16 model
-            values = F.conv1d(
-                highpassed, projection.weight.to(dtype), projection.bias.to(dtype), groups=projection.groups
-            )  # (B, F, T) -> (B, H, T)
+            values = self.input_projection(highpassed)  # (b) B̄, float32 also in a bf16 model: (B, F, T) -> (B, H, T)
             if visibility is not None:
                 channels_per_group = c.sblu_hidden_size // c.num_frequency_patches if visibility.shape[1] > 1 else 1
                 values = values * visibility.repeat_interleave(channels_per_group, dim=1)  # -> (B, H|1, T)
@@ -659,7 +738,7 @@ class AaspSBLU(nn.Module):
             response = 2.0 * sblu_gamma(decay, frequency, self.step) * magnitude  # 2Γ|r|, (B, H, T)
 
         features = self.output_projection(response.to(self.output_projection.weight.dtype))  # C̄: (B, H, T) -> (B, C, T)
-        features = _masked_group_norm(features, self.norm, visibility)  # (d)
+        features = self.norm(features, visibility)  # (d)
         features = self.time_patchify(features)  # (B, C, T) -> (B, C, T̃)
         num_groups = c.num_frequency_patches
         num_time_patches = features.shape[-1]
@@ -678,11 +757,14 @@ class AaspSBLU(nn.Module):
                 static_decay, static_frequency = self.static_parameters()
                 decay = _per_group(static_decay.reshape(num_groups, -1), group_index)  # (H,) -> (B·M, V, H/F̃)
                 frequency = _per_group(static_frequency.reshape(num_groups, -1), group_index)  # (B·M, V, H/F̃)
-            mel_windows, window_visible = self._token_windows(mel, views, visibility)  # (a)
-            values = self._token_input_projection(mel_windows, window_visible, group_index)  # (b)
-            response = self._token_response(values, decay, frequency)  # (c)
-            features = self._token_output_projection(response, group_index)
-            return self._token_norm_and_patchify(features, group_index)  # (d)
+            windows, window_visible = self._token_windows(mel, views, visibility)  # (a)
+            values = self.input_projection(windows, group_index)  # (b) B̄: -> (B·M, V, H/F̃, P + 2c)
+            values = values * window_visible[:, :, None]  # v: frames that do not count (outside the clip; hidden) zeroed
+            response = self._token_response(values, decay, frequency)  # (c) 2Γ|r|: (B·M, V, H/F̃, P)
+            response = response.to(torch.promote_types(self.output_projection.weight.dtype, torch.float32))
+            features = self.output_projection(response, group_index)  # C̄: (B·M, V, H/F̃, P) -> (B·M, V, C̃, P)
+            features = self.norm(features, group_index=group_index)  # (d) (B·M, V, C̃, P)
+            return self.time_patchify(features, group_index)  # (B·M, V, C̃, P) -> (B·M, V, C̃)
 
     def _view_visibility(self, views, num_frames):
         """1 where a (view, frequency group, frame) belongs to a visible token: float (B·M, F̃, T)."""
@@ -698,7 +780,7 @@ class AaspSBLU(nn.Module):
         """(a) The high-passed mel around each visible token: its group's F/F̃ bins on the token's P_time frames and
         ±c frames either side (zeros outside the clip), and which of those frames count (hidden ones do not under
         "masked"). mel (B, F, T), views (B·M, V), visibility (B·M, F̃, T) ->
-        windows float32 or float64 (stem_dtype) (B·M, V, P + 2c, F/F̃), window_visible (B·M, V, P + 2c)."""
+        windows float32 or float64 (stem_dtype) (B·M, V, F/F̃, P + 2c), window_visible (B·M, V, P + 2c)."""
         c = self.config
         num_groups = c.num_frequency_patches
         bins = c.frequency_patch_size  # F/F̃ mel bins per frequency group
@@ -728,80 +810,16 @@ class AaspSBLU(nn.Module):
         padded = F.pad(highpassed, (half, half))  # (B|B·M, F, T) -> (B|B·M, F, T + 2c)
         padded = padded.reshape(padded.shape[0], num_groups, bins, -1).transpose(2, 3)
         # (B|B·M, F, T + 2c) -> (B|B·M, F̃, F/F̃, T + 2c) -> (B|B·M, F̃, T + 2c, F/F̃)
-        windows = padded[source_rows, group_index[..., None], frames]  # (B·M, V, P + 2c, F/F̃)
+        windows = padded[source_rows, group_index[..., None], frames].transpose(-1, -2)  # (B·M, V, F/F̃, P + 2c)
         window_visible = F.pad(window_visible, (half, half))[rows, group_index[..., None], frames]  # (B·M, V, P + 2c)
         return windows, window_visible
 
-    def _token_input_projection(self, windows, window_visible, group_index):
-        """(b) B̄ with each token's group block, frames that do not count zeroed (outside the clip; hidden): v.
-        windows (B·M, V, P + 2c, F/F̃) -> (B·M, V, P + 2c, H/F̃) in the windows' dtype."""
-        c = self.config
-        num_groups = c.num_frequency_patches
-        channels = c.sblu_hidden_size // num_groups  # H/F̃
-        dtype = windows.dtype  # float32, float64 in a float64 model (the dtype of stem_dtype)
-        weight = self.input_projection.weight.to(dtype)  # (H, F/F̃, 1)
-        weight = weight.reshape(num_groups, channels, -1)  # (H, F/F̃, 1) -> (F̃, H/F̃, F/F̃)
-        weight = _per_group(weight, group_index)  # (B·M, V, H/F̃, F/F̃)
-        bias = _per_group(self.input_projection.bias.to(dtype).reshape(num_groups, 1, channels), group_index)
-        # bias: (H,) -> (F̃, 1, H/F̃) -> (B·M, V, 1, H/F̃)
-        values = windows @ weight.transpose(-1, -2) + bias  # (B·M, V, P + 2c, F/F̃) -> (B·M, V, P + 2c, H/F̃)
-        return values * window_visible[..., None]  # (B·M, V, P + 2c, H/F̃)
-
     def _token_response(self, values, decay, frequency):
         """(c) 2Γ|r| at each token's P_time frames, one kernel per (token, hidden channel).
-        values (B·M, V, P + 2c, H/F̃); decay, frequency (B·M, V, H/F̃) -> float32 (B·M, V, H/F̃, P)."""
-        batch_views, num_visible, width, channels = values.shape
-        windows = values.permute(0, 1, 3, 2).reshape(-1, width)  # (B·M, V, H/F̃, P + 2c) -> (B·M·V·H/F̃, P + 2c)
+        values (B·M, V, H/F̃, P + 2c); decay, frequency (B·M, V, H/F̃) -> float32 (B·M, V, H/F̃, P)."""
+        batch_views, num_visible, channels, width = values.shape
+        windows = values.reshape(-1, width)  # (B·M, V, H/F̃, P + 2c) -> (B·M·V·H/F̃, P + 2c)
         decay, frequency = decay.reshape(-1), frequency.reshape(-1)  # (B·M, V, H/F̃) -> (B·M·V·H/F̃,)
         magnitude = sblu_token_magnitude(windows, decay, frequency, self.step, self.kernel_size, self.phase)
         response = 2.0 * sblu_gamma(decay, frequency, self.step)[:, None] * magnitude  # (B·M·V·H/F̃, P)
         return response.reshape(batch_views, num_visible, channels, -1)  # (B·M·V·H/F̃, P) -> (B·M, V, H/F̃, P)
-
-    def _token_output_projection(self, response, group_index):
-        """C̄ with each token's group block: (B·M, V, H/F̃, P) -> (B·M, V, C̃, P), float32 (float64 in a float64
-        model)."""
-        c = self.config
-        num_groups = c.num_frequency_patches
-        outputs, channels = c.sblu_output_size // num_groups, c.sblu_hidden_size // num_groups  # C̃, H/F̃
-        dtype = torch.promote_types(self.output_projection.weight.dtype, torch.float32)
-        weight = self.output_projection.weight.to(dtype)  # (C, H/F̃, 1)
-        weight = weight.reshape(num_groups, outputs, channels)  # (C, H/F̃, 1) -> (F̃, C̃, H/F̃)
-        weight = _per_group(weight, group_index)  # (B·M, V, C̃, H/F̃)
-        bias = _per_group(self.output_projection.bias.to(dtype).reshape(num_groups, outputs, 1), group_index)
-        # bias: (C,) -> (F̃, C̃, 1) -> (B·M, V, C̃, 1)
-        return weight @ response.to(dtype) + bias  # (B·M, V, H/F̃, P) -> (B·M, V, C̃, P)
-
-    def _token_norm_and_patchify(self, features, group_index):
-        """(d) GroupNorm with each (view, group)'s statistics over its visible tokens' C̃·P values (biased variance),
-        then the time patchifier: (B·M, V, C̃, P) -> (B·M, V, C̃)."""
-        num_groups = self.config.num_frequency_patches
-        batch_views, num_visible, outputs, patch = features.shape
-        dtype = features.dtype
-        group_id = (torch.arange(batch_views, device=features.device)[:, None] * num_groups + group_index).flatten()
-        # group_id: (B·M·V,), the (view, group) of each token
-        count = features.new_zeros(batch_views * num_groups)  # (B·M·F̃,) values per (view, group)
-        count = count.index_add(0, group_id, features.new_ones(group_id.shape)).clamp(min=1.0) * (outputs * patch)
-        mean = features.new_zeros(count.shape).index_add(0, group_id, features.sum((2, 3)).flatten()) / count
-        centred = features - mean[group_id].reshape(batch_views, num_visible, 1, 1)  # (B·M, V, C̃, P)
-        variance = features.new_zeros(count.shape).index_add(0, group_id, centred.square().sum((2, 3)).flatten())
-        scale = torch.rsqrt(variance / count + self.norm.eps)[group_id]  # (B·M·F̃,) -> (B·M·V,)
-        scale = scale.reshape(batch_views, num_visible, 1)  # (B·M·V,) -> (B·M, V, 1)
-
-        # GroupNorm's affine (γ, b) and the time patchifier (depthwise, kernel = stride = P: weights w, bias b')
-        # are both per channel and linear, so they fold into one weighted sum over each token's P frames:
-        #   Σ_p w[p]·(γ·x̂[p] + b) + b' = Σ_p (γ·w[p])·x̂[p] + (b·Σ_p w[p] + b'), for every channel
-        time_weight = self.time_patchify.weight.to(dtype)  # (C, 1, P)
-        time_weight = time_weight.reshape(num_groups, outputs, patch)  # (C, 1, P) -> (F̃, C̃, P)
-        gamma = self.norm.weight.to(dtype).reshape(num_groups, outputs, 1)  # (C,) -> (F̃, C̃, 1)
-        beta = self.norm.bias.to(dtype).reshape(num_groups, outputs)  # (C,) -> (F̃, C̃)
-        time_bias = self.time_patchify.bias.to(dtype).reshape(num_groups, outputs)  # (C,) -> (F̃, C̃)
-        folded_weight = _per_group(gamma * time_weight, group_index)  # (B·M, V, C̃, P)
-        folded_bias = _per_group(beta * time_weight.sum(-1) + time_bias, group_index)  # (B·M, V, C̃)
-        return scale * (centred * folded_weight).sum(-1) + folded_bias  # (B·M, V, C̃)
-
-
-def _per_group(table, group_index):
-    """A per-group table (F̃, ...) -> each token's row (B·M, V, ...) for group indices (B·M, V). F.embedding is an
-    exact gather whose backward is a fast segment sum (plain indexing's backward is a slow scatter-add on the CPU)."""
-    rows = F.embedding(group_index, table.reshape(table.shape[0], -1))  # (F̃, X) -> (B·M, V, X)
-    return rows.reshape(*group_index.shape, *table.shape[1:])  # (B·M, V, X) -> (B·M, V, ...)
