@@ -30,6 +30,48 @@ YAML_FIELDS = ("library_name", "pipeline_tag", "license", "tags", "datasets", "b
 # all_results.json entries that are bookkeeping, not evaluation results.
 _NOT_METRICS = ("runtime", "samples_per_second", "steps_per_second", "epoch", "total_flos", "num_samples")
 
+def training_checkpoint_message(path) -> str | None:
+    """What to load instead when `path` is a training checkpoint folder (`checkpoint-<step>/` of examples/
+    pretrain.py or finetune.py: the accelerate state for --resume, no config.json), else None.
+
+    transformers cannot load such a folder: `AutoModel.from_pretrained` fails in `AutoConfig` before any AaSP class is
+    involved ("Unrecognized model ... Should have a `model_type` key in its config.json"), so the scripts check first
+    (`check_model_folder`). A pre-training checkpoint (weights under `aasp.` and `teacher.`) points to the encoder the
+    run exports and to conversion/convert_pretraining_checkpoint.py; a fine-tuning one to the classifier saved in the
+    run's folder."""
+    folder = Path(path)
+    if not folder.is_dir() or (folder / "config.json").is_file():
+        return None
+    if not ((folder / "trainer_state.json").is_file() or (folder / "optimizer.bin").is_file()):
+        return None
+    run = folder.parent
+    keys = []
+    if (folder / "model.safetensors").is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(folder / "model.safetensors"), framework="pt") as weights:
+            keys = list(weights.keys())
+    if any(key.startswith("teacher.") for key in keys):  # AaspForPreTraining: student `aasp.*`, EMA `teacher.*`
+        exported = run / "encoder"
+        where = (f"load the encoder the run exported, {exported}" if (exported / "config.json").is_file() else
+                 f"load the encoder the run exports when it finishes, {exported}")
+        return (f"{folder} is a pre-training checkpoint (weights, optimiser and data state for --resume), not a model "
+                f"folder: {where}, or make one from this step with `python "
+                f"conversion/convert_pretraining_checkpoint.py {folder} OUTPUT_DIR` (add --which teacher for the EMA "
+                f"teacher)")
+    return (f"{folder} is a training checkpoint (weights, optimiser and data state for --resume), not a model folder: "
+            f"load the model the run saved, {run} (or {run / 'best_model'})")
+
+
+def check_model_folder(path) -> None:
+    """A `UsageError` with `training_checkpoint_message` when `path` is a training checkpoint, not a saved model."""
+    from .errors import UsageError
+
+    message = training_checkpoint_message(path)
+    if message is not None:
+        raise UsageError(message)
+
+
 _FALLBACK_TEMPLATE = """---
 library_name: transformers
 pipeline_tag: audio-classification

@@ -17,6 +17,7 @@ import aasp_hf  # noqa: F401  (registers the Auto classes)
 from aasp_hf import AaspForAudioClassification, AaspModel
 from aasp_hf.errors import UsageError, parse_command_line, run_script
 from aasp_hf.export import export_onnx
+from aasp_hf.hub import check_model_folder
 
 
 def check(model, path, shapes=((1, 64), (3, 160))) -> float:
@@ -46,6 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None):
     args = parse_args(argv)
+    check_model_folder(args.model_dir)  # a checkpoint-<step>/ folder: say what to export instead
     if not (Path(args.model_dir) / "config.json").is_file():
         raise UsageError(f"model_dir {args.model_dir} " + ("holds no config.json: pass a save_pretrained folder"
                                                            if Path(args.model_dir).is_dir() else "does not exist"))

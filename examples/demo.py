@@ -141,6 +141,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     args = parse_command_line(parser, argv)
     output_dir = Path(args.output_dir)
+    earlier = [name for name in ("all_results.json", "pretrain", "classifier") if (output_dir / name).exists()]
+    if earlier:
+        print(f"{output_dir}/ holds an earlier demo run ({', '.join(earlier)}): this run replaces it "
+              f"(pass --output-dir to keep both)")
     torch.set_num_threads(args.threads)
     print(f"torch threads: {torch.get_num_threads()}")
     t_start = time.monotonic()

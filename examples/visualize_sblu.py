@@ -44,7 +44,7 @@ class VisualizeArguments:
     seconds: float | None = field(default=None, metadata={"help": "keep the first N seconds (synthetic: its length)"})
     seed: int = field(default=0)
     device: str | None = field(default=None)
-    output_dir: str = field(default="sblu_visualization")
+    output_dir: str = field(default="runs/sblu_visualization")
 
 
 def parse_args(argv=None) -> VisualizeArguments:

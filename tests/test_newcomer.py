@@ -75,7 +75,7 @@ def test_argparse_refusals_are_one_line_too():
     assert finetune.parse_args(["--model_name_or_path", "x", "--max_st", "2", "--warmup_steps", "1"]).max_steps == 2
 
 
-# ----------------------------------------------------------------------------------------------- a small folder of one's own
+# ----------------------------------------------------------------------------------------------- one's own small folder
 CLASSES = {"bird": 15, "door": 14, "rain": 14}  # 43 clips, the size that failed one default at a time
 
 
@@ -173,3 +173,97 @@ def test_shift_consistency_on_an_own_folder_measures_the_clips_finetune_holds_ou
     assert [row["audio"]["path"] for row in clips.source] == [row["audio"]["path"] for row in held_out]
     results = shift_consistency.main(common + ["--shifts_ms", "10", "--output_dir", str(tmp_path / "shift")])
     assert results["clips"] == len(held_out) == 9 and results["skipped_clips"] == 0
+
+
+# ----------------------------------------------------------------------------------------------- what a newcomer cannot find
+def _pretraining_checkpoint(run: Path) -> Path:
+    """A checkpoint-<step>/ folder as examples/pretrain.py writes it (accelerate state: model.safetensors with the
+    student under `aasp.` and the EMA teacher under `teacher.`, optimizer.bin, trainer_state.json; no config.json)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    checkpoint = run / "checkpoint-1500"
+    checkpoint.mkdir(parents=True)
+    save_file({"aasp.cls_token": torch.zeros(1, 1, 4), "teacher.cls_token": torch.zeros(1, 1, 4)},
+              str(checkpoint / "model.safetensors"))
+    (checkpoint / "optimizer.bin").write_bytes(b"")
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"step": 1500}))
+    return checkpoint
+
+
+def test_a_training_checkpoint_given_as_a_model_says_what_to_load_instead(encoder, tmp_path):
+    """transformers refuses such a folder in AutoConfig, before any AaSP class is involved, with "Should have a
+    `model_type` key"; the scripts check first and name the encoder folder and the converter."""
+    import shutil
+
+    import export_onnx
+    import finetune
+    import linear_eval
+    from transformers import AutoModel
+
+    checkpoint = _pretraining_checkpoint(tmp_path / "run")
+    with pytest.raises(ValueError, match="model_type"):  # what transformers says, unchanged
+        AutoModel.from_pretrained(str(checkpoint))
+    waiting = (rf"^{checkpoint} is a pre-training checkpoint \(weights, optimiser and data state for --resume\), not "
+               rf"a model folder: load the encoder the run exports when it finishes, {tmp_path / 'run' / 'encoder'}, "
+               rf"or make one from this step with `python conversion/convert_pretraining_checkpoint.py {checkpoint} "
+               rf"OUTPUT_DIR` \(add --which teacher for the EMA teacher\)$")
+    with pytest.raises(UsageError, match=waiting):
+        finetune.parse_args(["--model_name_or_path", str(checkpoint), "--synthetic_per_class", "2"])
+    shutil.copytree(encoder, tmp_path / "run" / "encoder")
+    exported = rf"load the encoder the run exported, {tmp_path / 'run' / 'encoder'}, or make one"
+    with pytest.raises(UsageError, match=exported):
+        linear_eval.main(["--model_name_or_path", str(checkpoint), "--synthetic_per_class", "2",
+                          "--output_dir", str(tmp_path / "lin")])
+    with pytest.raises(UsageError, match=exported):
+        export_onnx.main([str(checkpoint), str(tmp_path / "model.onnx")])
+    with pytest.raises(UsageError, match=rf"load the model the run saved, {tmp_path / 'ft'} "):  # a fine-tuning one
+        finetune_checkpoint = tmp_path / "ft" / "checkpoint-3"
+        shutil.copytree(checkpoint, finetune_checkpoint)
+        (finetune_checkpoint / "model.safetensors").unlink()
+        finetune.parse_args(["--model_name_or_path", str(finetune_checkpoint), "--synthetic_per_class", "2"])
+
+
+def test_decode_failures_are_counted_per_file_not_per_micro_batch(tmp_path, caplog):
+    """A small folder puts its one broken file into every few micro-batches: 2 broken files failing 4 times are 2."""
+    import logging
+
+    from aasp_hf.data import FailedClip, FailureLog
+
+    log = FailureLog(tmp_path / "decode_failures.txt")
+    with caplog.at_level(logging.WARNING, logger="aasp_hf.data.clips"):
+        for step in range(2):
+            log([FailedClip(step, "a.wav", "not audio"), FailedClip(step + 10, "b.wav", "empty")])
+    assert (log.count, log.num_files, log.failed_files()) == (4, 2, 2)
+    assert len(caplog.records) == 2  # each file named once
+    assert (tmp_path / "decode_failures.txt").read_text().splitlines() == ["a.wav\tnot audio", "b.wav\tempty"]
+    FailureLog(tmp_path / "decode_failures.txt")([FailedClip(0, "c.wav", "not audio")])  # another process
+    assert log.failed_files() == 3
+
+
+@pytest.mark.parametrize("script", ["visualize_sblu", "shift_consistency", "linear_eval", "finetune", "mask_geometry"])
+def test_default_output_folders_stay_out_of_the_repository(script):
+    """Run from the repository's root, a script's default output folder is one git ignores (visualize_sblu.py wrote
+    sblu_visualization/ and shift_consistency.py shift_consistency_output/ into the root as untracked folders)."""
+    import dataclasses
+
+    module = importlib.import_module(script)
+    (arguments,) = [c for c in vars(module).values() if dataclasses.is_dataclass(c) and c.__module__ in
+                    (module.__name__, "aasp_hf.evaluation.linear_protocol") and "output_dir" in
+                    {f.name for f in dataclasses.fields(c)}]
+    default = next(f.default for f in dataclasses.fields(arguments) if f.name == "output_dir")
+    ignored = subprocess.run(["git", "check-ignore", "-q", f"{default}/results.md"], cwd=ROOT)
+    assert ignored.returncode == 0, f"{script}.py writes {default}/ into the repository"
+
+
+def test_a_second_demo_says_it_replaces_the_first(tmp_path, capsys):
+    import demo
+
+    (tmp_path / "all_results.json").write_text("{}")
+    demo.main(["--pretrain-steps", "0", "--finetune-steps", "1", "--train-per-class", "1", "--test-per-class", "1",
+               "--output-dir", str(tmp_path), "--threads", "2"])
+    first_lines = capsys.readouterr().out.splitlines()[:2]
+    assert f"{tmp_path}/ holds an earlier demo run (all_results.json): this run replaces it (pass --output-dir to " \
+           f"keep both)" in first_lines

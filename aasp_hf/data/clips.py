@@ -215,27 +215,43 @@ def replace_failed(examples):
 
 
 class FailureLog:
-    """Names the clips that failed: the first `max_logged` as warnings, and each failed file once (per process) as a
-    line `source<TAB>reason` appended to `path` (created at the first failure; several processes append to one file).
+    """Names the clips that failed, each file once (per process): the first `max_logged` files as warnings, and every
+    one as a line `source<TAB>reason` appended to `path` (created at the first failure; several processes append to
+    one file).
+
+    A file that fails in several micro-batches (a small folder is read every few steps) is one failed file: report
+    `num_files` (this process) or `failed_files()` (every process, from the shared file), not `count`.
 
     Attributes:
-        count (`int`): failures seen, repeats included.
+        count (`int`): failures seen, repeats included (events, not files).
+        num_files (`int`): distinct files that failed in this process.
     """
 
     def __init__(self, path, max_logged: int = 5):
         self.path, self.max_logged = Path(path), max_logged
         self.count, self._written = 0, set()
 
+    @property
+    def num_files(self) -> int:
+        return len(self._written)
+
+    def failed_files(self) -> int:
+        """Distinct files listed in `path` by every process that appends to it (call it once they all have)."""
+        if not self.path.is_file():
+            return 0
+        return len({line.split("\t", 1)[0] for line in self.path.read_text().splitlines() if line.strip()})
+
     def __call__(self, failures):
         for failure in failures:
             self.count += 1
             source = getattr(failure, "source", "<unknown clip>")
             reason = " ".join(getattr(failure, "reason", "failed to decode").split()).rstrip(".")  # one line
-            if self.count <= self.max_logged:
-                more = " (the first few are logged; all are listed there)" if self.count == self.max_logged else ""
+            if source in self._written:  # named already (a small folder fails in every few micro-batches)
+                continue
+            self._written.add(source)
+            if self.num_files <= self.max_logged:
+                more = " (the first few are logged; all are listed there)" if self.num_files == self.max_logged else ""
                 logger.warning(f"skipped a clip that failed to decode: {source}: {reason}; listed in {self.path}{more}")
-            if source not in self._written:
-                self._written.add(source)
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.path, "a") as file:
-                    file.write(f"{source}\t{reason}\n")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as file:
+                file.write(f"{source}\t{reason}\n")

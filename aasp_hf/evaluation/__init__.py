@@ -197,7 +197,9 @@ def load_frozen_encoder(model_name_or_path, device="cpu"):
     from transformers import AutoFeatureExtractor, AutoModel
 
     from ..feature_extraction_aasp import AaspFeatureExtractor
+    from ..hub import check_model_folder
 
+    check_model_folder(model_name_or_path)  # a checkpoint-<step>/ folder: say what to load instead
     model = AutoModel.from_pretrained(model_name_or_path).to(device).eval().requires_grad_(False)
     try:
         feature_extractor = AutoFeatureExtractor.from_pretrained(model_name_or_path)
