@@ -67,11 +67,13 @@ from transformers import AutoFeatureExtractor
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
 from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification
 from aasp_hf.evaluation import classification_score, mean_std, without_truncation, write_finetune_markdown
-from aasp_hf.training import find_latest_checkpoint, learning_rate, save_checkpoint
+from aasp_hf.training import learning_rate, save_checkpoint
 from aasp_hf.training.augment import mixup, spec_augment
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
+    check_resume_arguments,
+    checkpoint_to_resume,
     load_process_state,
     load_trainer_state,
     remove_artefacts,
@@ -81,7 +83,7 @@ from aasp_hf.training.data_order import micro_batches
 from aasp_hf.training.model_ema import create_ema, ema_update_
 from aasp_hf.training.optim import layer_decay_param_groups, set_learning_rates
 from aasp_hf.training.arguments import PlanArguments, gradient_accumulation_for, parse_arguments
-from aasp_hf.errors import UsageError, run_script
+from aasp_hf.errors import UsageError, check_keys, run_script
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -93,6 +95,29 @@ DEFAULT_WARMUP_STEPS, DEFAULT_BATCH_SIZE = 100, 128
 # What a run leaves in output_dir (sub-runs of --seeds / --all_folds in <part>_seed<k>/; the best model copied in).
 FINETUNE_ARTEFACTS = RUN_ARTEFACTS + ("best_model*", "results.md", "*_seed*", "model.safetensors", "config.json",
                                       "preprocessor_config.json")
+# What defines a fine-tuning run: every checkpoint stores these arguments (trainer_state.json, "run_arguments") and
+# --resume refuses other values unless --resume_allow_changes names them. The value says what a change touches
+# from the resume step on. The number of processes is checked apart (the data are sharded by it).
+RUN_ARGUMENTS = {
+    # the learning rate, a pure function of the step (warm-up, then cosine to the floor at max_steps), times each
+    # group's layer-decay scale
+    "max_steps": "lr", "warmup_steps": "lr", "learning_rate": "lr", "min_learning_rate": "lr", "layer_decay": "lr",
+    # the data order (epoch permutations seeded by seed, global micro-batches of batch × processes, accumulation), the
+    # splits and the clips (dataset, fold, held-out fractions, clip length) and their augmentation
+    "seed": "data", "per_device_train_batch_size": "data", "gradient_accumulation_steps": "data", "dataset": "data",
+    "data_root": "data", "dataset_kwargs": "data", "synthetic_per_class": "data", "synthetic_multi_label": "data",
+    "task": "data", "clip_seconds": "data", "test_fold": "data", "select_on": "data", "kfold_validation": "data",
+    "validation_fraction": "data", "test_fraction": "data", "class_balanced_sampling": "data",
+    "samples_per_epoch": "data", "mixup_alpha": "data", "spec_augment": "data", "spec_augment_fraction": "data",
+    # the update: AdamW's hyper-parameters (the restored state keeps its moments) and the clipping norm
+    "weight_decay": "optimiser", "adam_beta1": "optimiser", "adam_beta2": "optimiser", "adam_epsilon": "optimiser",
+    "max_grad_norm": "optimiser",
+    # the model and the arithmetic
+    "model_name_or_path": "model", "drop_path_rate": "model", "mixed_precision": "precision",
+    # what the checkpoint's state must fit, so no flag allows a change: a frozen stem leaves the optimiser without
+    # its parameters; the weight EMA is saved only when it is on
+    "freeze_feature_encoder": "fixed", "ema_decay": "fixed",
+}
 
 
 # ----------------------------------------------------------------------------------------------- arguments
@@ -163,7 +188,14 @@ class FinetuneArguments(PlanArguments):
     logging_steps: int = field(default=50)
     save_steps: int = field(default=1000)
     save_total_limit: int | None = field(default=2)
-    resume: bool = field(default=False, metadata={"help": "continue from output_dir's latest complete checkpoint"})
+    resume: bool = field(
+        default=False, metadata={"help": "continue from output_dir's newest complete checkpoint with the arguments "
+                                 "it was written with (a finished run is left as it is)"}
+    )
+    resume_allow_changes: list[str] | None = field(
+        default=None, metadata={"help": "--resume: the run-defining arguments this command may change (e.g. "
+                                "max_steps); the others must equal the checkpoint's"}
+    )
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "start over in an output_dir that holds a run (its checkpoints, log, results "
                                  "and saved model are deleted first); without it or --resume such a folder is refused"}
@@ -194,6 +226,12 @@ def parse_args(argv=None) -> FinetuneArguments:
     check_model_folder(args.model_name_or_path)  # a checkpoint-<step>/ folder: say what to load instead
     if args.per_device_train_batch_size is None and args.plan:  # no data to scale it to
         args = replace(args, per_device_train_batch_size=DEFAULT_BATCH_SIZE)
+    if args.resume_allow_changes:
+        if not args.resume:
+            raise UsageError("--resume_allow_changes goes with --resume (it names what a resumed run may change)")
+        names = [name for item in args.resume_allow_changes for name in item.split(",") if name]
+        args = replace(args, resume_allow_changes=names)
+        check_keys(args.resume_allow_changes, RUN_ARGUMENTS, "--resume_allow_changes", "docs/pretraining.md#resuming")
     return args
 
 
@@ -331,6 +369,47 @@ def write_card(output_dir: Path, model, feature_extractor, args, splits, results
         f"test_{metric}": results["test_score"]})
 
 
+# ----------------------------------------------------------------------------------------------- resume
+def describe_resume_changes(changes, stored: dict, current: dict, step: int) -> str:
+    """What the allowed changes do from the resume step on: the lr schedule (a pure function of the step, now with
+    the new arguments), the data order, the optimiser, the model, the precision."""
+    kinds = {RUN_ARGUMENTS[name] for name, _, _ in changes}
+    lines = ["resuming with " + ", ".join(f"{name} {old!r} → {new!r}" for name, old, new in changes)]
+    if "lr" in kinds:
+        def lr(a):
+            return learning_rate(step, a["max_steps"], a["warmup_steps"], a["learning_rate"], a["min_learning_rate"])
+
+        lines.append(f"learning rate at step {step}: {lr(stored):.3g} → {lr(current):.3g} (× each layer's decay "
+                     f"scale {current['layer_decay']:g}^depth); from here on warm-up {current['warmup_steps']} then "
+                     f"cosine to {current['min_learning_rate']:g} at step {current['max_steps']}, as if the run had "
+                     "been planned with the new arguments")
+    if "data" in kinds:
+        lines.append(f"data: the batches from step {step} on follow the order, splits and augmentation the new "
+                     "arguments define, at the saved position (clips of the current epoch may repeat or be left out)")
+    if "optimiser" in kinds:
+        lines.append("optimiser: AdamW keeps its restored moments and takes the new weight decay, betas, ε and "
+                     "clipping norm from here on")
+    if "model" in kinds:
+        lines.append("model: the checkpoint's weights are loaded into the model the new arguments build")
+    if "precision" in kinds:
+        lines.append(f"precision: the steps from {step} on compute under {current['mixed_precision']!r} autocast")
+    return "\n".join(lines)
+
+
+def finished_summary(output_dir: Path, args, parts, seeds) -> dict | None:
+    """The results of a finished fine-tuning run in `output_dir` (every (part, seed) sub-run at --max_steps), for
+    `--resume` to leave as they are; None when there is training left or no results yet."""
+    path = output_dir / "all_results.json"
+    try:
+        summary = json.loads(path.read_text()) if path.is_file() else None
+    except json.JSONDecodeError:
+        return None
+    if summary is None or summary.get("max_steps", -1) < args.max_steps or "runs" not in summary:
+        return None
+    done = {(r["part"], r["seed"]) for r in summary["runs"] if r.get("finished")}
+    return summary if done == {(part, seed) for part in parts for seed in seeds} else None
+
+
 # ----------------------------------------------------------------------------------------------- one run
 def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[str], clip_seconds: float,
         selection_rule: str | None = None) -> dict:
@@ -405,12 +484,27 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
     step, micro_position, decode_failures_before = 0, 0, 0
     best = {"valid_score": -math.inf, "step": 0, "test_score": float("nan")}
     history = []
-    if args.resume and (checkpoint := find_latest_checkpoint(output_dir)) is not None:
+    given = {**asdict(args), "gradient_accumulation_steps": accum, "mixed_precision": accelerator.mixed_precision}
+    run_arguments = {name: given[name] for name in RUN_ARGUMENTS}
+    if args.resume and (checkpoint := checkpoint_to_resume(output_dir, accelerator.print)) is not None:
         state = load_trainer_state(checkpoint)
         if state["num_processes"] != world:
             raise ValueError(f"{checkpoint} was written by {state['num_processes']} processes; exact resume needs "
                              f"the same number, got {world}")
+        fixed = {name for name, kind in RUN_ARGUMENTS.items() if kind == "fixed"}
+        if "fp16" in (state.get("run_arguments", {}).get("mixed_precision"), accelerator.mixed_precision):
+            fixed.add("mixed_precision")  # fp16 has a gradient scaler whose state only an fp16 checkpoint holds
+        changes = check_resume_arguments(checkpoint, state.get("run_arguments"), run_arguments,
+                                         args.resume_allow_changes, fixed)
+        if state["step"] > args.max_steps:
+            raise UsageError(f"--max_steps {args.max_steps} is below the step of {checkpoint} ({state['step']}): a "
+                             f"resumed run cannot go back; pass --max_steps {state['step']} or more")
+        # the optimiser's hyper-parameters are the arguments' (load_state restores the checkpoint's with its moments)
+        hyper = [{k: g[k] for k in ("weight_decay", "betas", "eps", "lr_scale") if k in g}
+                 for g in optimizer.param_groups]
         accelerator.load_state(str(checkpoint))
+        for group, values in zip(optimizer.param_groups, hyper):
+            group.update(values)
         mine = load_process_state(checkpoint, rank)
         collator.rng.bit_generator.state = mine["collator_rng"]
         augment_rng.bit_generator.state = mine["augment_rng"]
@@ -420,6 +514,8 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         step, micro_position = state["step"], state["micro_batches"]
         best, history = state["best"], state["history"]
         accelerator.print(f"resumed from {checkpoint} at step {step}")
+        if changes:
+            accelerator.print(describe_resume_changes(changes, state["run_arguments"], run_arguments, step))
         if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
             truncate_log(output_dir / "log_history.jsonl", step)
 
@@ -516,7 +612,7 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
                 process_state["ema"] = ema.state_dict()
             save_checkpoint(accelerator, output_dir, step, process_state=process_state,
                             extra_state={"micro_batches": micro_position, "num_processes": world, "best": best,
-                                         "history": history},
+                                         "history": history, "run_arguments": run_arguments},
                             save_total_limit=args.save_total_limit)
     progress.close()
 
@@ -582,12 +678,18 @@ def main(argv=None) -> dict:
     print(f"{task}: {len(names)} classes, {'multi' if multi_label else 'single'}-label, clips {clip_seconds} s, "
           f"parts {list(parts)}, seeds {seeds}")
 
+    if args.resume and (finished := finished_summary(output_dir, args, parts, seeds)) is not None:
+        print(f"{output_dir} holds a finished run (step {finished['max_steps']} of --max_steps {args.max_steps}); "
+              f"nothing was changed. Its results: {output_dir / 'all_results.json'}, {output_dir / 'results.md'}. To "
+              "train on, raise --max_steps and pass --resume_allow_changes max_steps.")
+        return finished
     runs = []
     for part, splits in parts.items():
         for seed in seeds:
             run_dir = output_dir if single else output_dir / f"{part}_seed{seed}"
             done = run_dir / "all_results.json"
-            if args.resume and not single and done.is_file() and json.loads(done.read_text()).get("finished"):
+            previous = json.loads(done.read_text()) if args.resume and not single and done.is_file() else {}
+            if previous.get("finished") and previous.get("max_steps", -1) >= args.max_steps:
                 result = json.loads(done.read_text())  # a finished sub-run of an interrupted sweep
             else:
                 result = run(replace(args, seed=seed, output_dir=str(run_dir)), splits, multi_label, names,

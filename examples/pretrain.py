@@ -22,6 +22,11 @@ saved with each checkpoint, so a resumed run repeats exactly what the uninterrup
 `--streaming` the data is a `datasets` IterableDataset: each process reads its shard, reshuffled every epoch, and
 the stream position (epoch, micro-batches taken) is saved per process with each checkpoint instead (see
 `aasp_hf.data.clips.AudioStream`).
+
+`--resume` (docs/pretraining.md#resuming): a finished run is left as it is; a checkpoint stores the arguments that
+define the run (`RUN_ARGUMENTS`) and a resume with other values is refused unless `--resume_allow_changes` names them;
+a damaged checkpoint is named and passed over for the newest complete one. `--model_config` on the command line
+overrides the preset's model config key by key; the resolved config is printed and saved as `resolved_config.json`.
 """
 
 import hashlib
@@ -38,6 +43,7 @@ from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
+from aasp_hf.configuration_aasp import init_arguments
 from aasp_hf.data.collators import PretrainingCollator
 from aasp_hf.training import (
     find_latest_checkpoint,
@@ -53,6 +59,8 @@ from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
     check_random_states,
+    check_resume_arguments,
+    checkpoint_to_resume,
     load_process_state,
     load_trainer_state,
     remove_artefacts,
@@ -60,11 +68,39 @@ from aasp_hf.training.checkpointing import (
 )
 from aasp_hf.data.cache import LogMelCache
 from aasp_hf.data.clips import AudioStream, FailureLog, decode_clip, load_clips, replace_failed
-from aasp_hf.errors import run_script
+from aasp_hf.errors import UsageError, check_keys, run_script
 from aasp_hf.training.arguments import PlanArguments, check_model_config, parse_arguments
 from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
 
 DATA_SOURCES = ("dataset", "train_dir", "dataset_name", "synthetic_clips", "log_mel_cache")  # a run reads one
+
+# What defines a pre-training run: every checkpoint stores these arguments (trainer_state.json, "run_arguments",
+# with the resolved model config as "model_config") and --resume refuses other values unless --resume_allow_changes
+# names them. The value says what a change touches from the resume step on (`describe_resume_changes`). The number
+# of processes is checked apart: the data are sharded by it and each process restores its own saved state.
+RUN_ARGUMENTS = {
+    # the learning rate, a pure function of the step: linear warm-up, then cosine from the peak to the floor at
+    # max_steps (max_steps also ends the teacher-momentum cosine)
+    "max_steps": "schedules", "warmup_steps": "lr", "learning_rate": "lr", "min_learning_rate": "lr",
+    # the EMA teacher's momentum, a pure function of the step: cosine from base to final over max_steps
+    "teacher_momentum_base": "momentum", "teacher_momentum_final": "momentum",
+    # the data order: epoch e is a permutation seeded by seed + e, cut into global micro-batches of the per-device
+    # batch × processes; a step takes gradient_accumulation_steps of them (so the global batch is their product)
+    "seed": "data", "per_device_train_batch_size": "data", "gradient_accumulation_steps": "data",
+    # the clips: where they come from, and what the collator makes of each one (crop, the student's equaliser)
+    "dataset": "data", "data_root": "data", "train_dir": "data", "dataset_name": "data", "dataset_config": "data",
+    "dataset_split": "data", "audio_column": "data", "synthetic_clips": "data", "synthetic_seconds": "data",
+    "log_mel_cache": "data", "crop_seconds": "data", "student_eq_strength": "data", "shuffle_buffer_size": "data",
+    # the update: AdamW's hyper-parameters (the restored optimiser state keeps its moments) and the clipping norm
+    "weight_decay": "optimiser", "adam_beta1": "optimiser", "adam_beta2": "optimiser", "adam_epsilon": "optimiser",
+    "max_grad_norm": "optimiser",
+    # the arithmetic: the autocast dtype, resolved (what `accelerate launch` gave when the flag is unset)
+    "mixed_precision": "precision",
+    # what the checkpoint's state must fit, so no flag allows a change: which parameters the optimiser holds and in
+    # which groups (a scale of 0 freezes the stem, another scale gives it groups of its own); the kind of data
+    # position saved (a stream's per-process position, or the step of a map-style dataset)
+    "patch_embedding_lr_scale": "fixed", "streaming": "fixed",
+}
 
 
 # ----------------------------------------------------------------------------------------------- arguments
@@ -148,7 +184,15 @@ class PretrainingArguments(PlanArguments):
     logging_steps: int = field(default=10, metadata={"help": "log every N steps"})
     save_steps: int = field(default=1000, metadata={"help": "checkpoint every N steps (and at the last step)"})
     save_total_limit: int | None = field(default=3, metadata={"help": "checkpoints kept (older ones deleted)"})
-    resume: bool = field(default=False, metadata={"help": "continue from output_dir's latest complete checkpoint"})
+    resume: bool = field(
+        default=False, metadata={"help": "continue from output_dir's newest complete checkpoint with the arguments "
+                                 "it was written with (a finished run is left as it is)"}
+    )
+    resume_allow_changes: list[str] | None = field(
+        default=None, metadata={"help": "--resume: the run-defining arguments this command may change (e.g. "
+                                "max_steps to train a finished run on; model_config for all its keys, or "
+                                "model_config.KEY); the others must equal the checkpoint's"}
+    )
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "start over in an output_dir that holds a run (its checkpoints, log and "
                                  "exports are deleted first); without it or --resume such a folder is refused"}
@@ -182,6 +226,12 @@ def parse_args(argv=None):
     data_args, model_args, args = parse_arguments((DataArguments, ModelArguments, PretrainingArguments), argv,
                                                   exclusive=DATA_SOURCES)
     model_args.model_config = check_model_config(model_args.model_config, AaspConfig)  # a typo is refused here
+    if args.resume_allow_changes:
+        if not args.resume:
+            raise UsageError("--resume_allow_changes goes with --resume (it names what a resumed run may change)")
+        args.resume_allow_changes = [n for item in args.resume_allow_changes for n in item.split(",") if n]
+        valid = [*RUN_ARGUMENTS, "model_config", *(f"model_config.{k}" for k in init_arguments(AaspConfig))]
+        check_keys(args.resume_allow_changes, valid, "--resume_allow_changes", "docs/pretraining.md#resuming")
     return data_args, model_args, args
 
 
@@ -197,6 +247,98 @@ def build_model(model_args: ModelArguments) -> AaspForPreTraining:
         model.teacher.load_state_dict(encoder.state_dict())
         return model
     return AaspForPreTraining(AaspConfig(**check_model_config(model_args.model_config, AaspConfig)))
+
+
+def resolved_model_config(config: AaspConfig) -> dict:
+    """Every AaspConfig field of `config` (defaults < preset < command line, as built), JSON-ready."""
+    fields = init_arguments(AaspConfig)
+    return json.loads(json.dumps({k: v for k, v in config.to_dict().items() if k in fields}))
+
+
+def describe_model(config: AaspConfig, model: AaspForPreTraining, saved_as: Path) -> str:
+    """One line: the fields that differ from AaspConfig's defaults, the encoder's size, where every field is saved."""
+    defaults, resolved = resolved_model_config(AaspConfig()), resolved_model_config(config)
+    changed = {k: v for k, v in resolved.items() if defaults.get(k) != v}
+    parameters = sum(p.numel() for p in model.aasp.parameters())
+    return (f"model: AaspConfig defaults with {json.dumps(changed)}; encoder {parameters / 1e6:.2f} M parameters, "
+            f"{config.num_hidden_layers} layers of width {config.hidden_size}; every field: {saved_as}")
+
+
+def run_arguments(data_args, args, config: AaspConfig, mixed_precision: str) -> dict:
+    """The values of RUN_ARGUMENTS for this run and its resolved model config: what a checkpoint stores."""
+    given = {**asdict(data_args), **asdict(args), "mixed_precision": mixed_precision}
+    return {**{name: given[name] for name in RUN_ARGUMENTS}, "model_config": resolved_model_config(config)}
+
+
+def describe_resume_changes(changes, stored: dict, current: dict, step: int, streaming: bool) -> list[str]:
+    """What the allowed changes do from the resume step on, one line per part of the run (schedules, data,
+    optimiser, precision, model). The schedules stay pure functions of the step, now with the new arguments: a run
+    planned with them from the start would have the same values from here on, so a finished run extended with a
+    larger max_steps continues on the cosine of the longer run (its lr rises again to that curve)."""
+    names = [name for name, _, _ in changes]
+    kinds = {RUN_ARGUMENTS.get(name, "model") for name in names}
+    lines = ["resuming with " + ", ".join(f"{name} {old!r} → {new!r}" for name, old, new in changes)]
+    if kinds & {"schedules", "lr"}:
+        def lr(a):
+            return learning_rate(step, a["max_steps"], a["warmup_steps"], a["learning_rate"], a["min_learning_rate"])
+
+        lines.append(f"learning rate at step {step}: {lr(stored):.3g} → {lr(current):.3g}; from here on warm-up "
+                     f"{current['warmup_steps']} then cosine from {current['learning_rate']:g} to "
+                     f"{current['min_learning_rate']:g} at step {current['max_steps']}, as if the run had been "
+                     "planned with the new arguments")
+    if kinds & {"schedules", "momentum"}:
+        def m(a):
+            return teacher_momentum(step, a["max_steps"], a["teacher_momentum_base"], a["teacher_momentum_final"])
+
+        lines.append(f"teacher momentum at step {step}: {m(stored):.5f} → {m(current):.5f}; from here on cosine from "
+                     f"{current['teacher_momentum_base']:g} to {current['teacher_momentum_final']:g} at step "
+                     f"{current['max_steps']}")
+    if "data" in kinds:
+        lines.append("data: the stream goes on from its saved position; what it reads from here follows the new "
+                     "arguments" if streaming else
+                     f"data: from step {step} the batches are micro-batch "
+                     f"{step * current['gradient_accumulation_steps']} onwards of the order the new arguments define "
+                     "(clips of the current epoch may repeat or be left out); the collator's random stream goes on "
+                     "from its saved state")
+    if "optimiser" in kinds:
+        lines.append("optimiser: AdamW keeps its restored moments and takes the new weight decay, betas, ε and "
+                     "clipping norm from here on")
+    if "precision" in kinds:
+        lines.append(f"precision: the steps from {step} on compute under {current['mixed_precision']!r} autocast")
+    if "model" in kinds:
+        lines.append("model: built from the new config; the checkpoint's weights are loaded into it")
+    return lines
+
+
+def finished_results(output_dir: Path, checkpoint: Path, step: int, args) -> dict | None:
+    """The results of the run in `output_dir` when `--resume` has nothing to do: its checkpoint `step` is at
+    `--max_steps` (or `--stop_after_steps`) and the results and encoder of that step were written. None otherwise
+    (there is training left, or the run died between its last checkpoint and its export, which resuming redoes)."""
+    path = output_dir / "all_results.json"
+    stop = min(args.max_steps, args.stop_after_steps or args.max_steps)
+    if step < stop or not path.is_file() or not (output_dir / "encoder").is_dir():
+        return None
+    try:
+        results = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    return results if results.get("step") == step else None
+
+
+def last_training_logs(history_path: Path, step: int) -> dict:
+    """The last training record (loss parts, lr, ...) of log_history.jsonl at or before `step`, without its step; {}
+    when there is none. A resumed run that trains no step (its checkpoint is the last) reports these."""
+    if not history_path.is_file():
+        return {}
+    last = {}
+    for line in history_path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("step", step + 1) <= step and "train/loss" in record:
+            last = {k: v for k, v in record.items() if k != "step"}
+    return last
 
 
 def checksum(module: torch.nn.Module) -> str:
@@ -316,19 +458,67 @@ def main(argv=None) -> dict:
     output_dir = Path(args.output_dir)
     # a folder holding a run is refused without --resume / --overwrite_output_dir (before anything is written)
     stale = check_output_dir(output_dir, args.resume, args.overwrite_output_dir,
-                             RUN_ARTEFACTS + ("encoder", "teacher_encoder", "ranks", "tensorboard"))
+                             RUN_ARTEFACTS + ("encoder", "teacher_encoder", "ranks", "tensorboard",
+                                              "resolved_config.json"))
     trackers = None if args.report_to in ("none", "", None) else args.report_to
     accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=trackers, project_dir=str(output_dir))
-    set_seed(args.seed)  # python, numpy, torch: the model initialisation, identical on every process
     rank, world = accelerator.process_index, accelerator.num_processes
+
+    # 7a'. --resume: the newest complete checkpoint (a damaged one is named and passed over). A run with nothing left
+    #      to train whose results and encoder were written is left exactly as it is.
+    checkpoint = checkpoint_to_resume(output_dir, accelerator.print) if args.resume else None
+    trainer_state = load_trainer_state(checkpoint) if checkpoint is not None else {}
+    previous_results = None
+    if checkpoint is not None:
+        finished = finished_results(output_dir, checkpoint, trainer_state["step"], args)
+        if finished is not None:
+            done = trainer_state["step"]
+            if done >= args.max_steps:
+                why, more = f"finished (step {done} of --max_steps {args.max_steps})", (
+                    "raise --max_steps and pass --resume_allow_changes max_steps")
+            else:
+                why = f"at --stop_after_steps {done} (of --max_steps {args.max_steps})"
+                more = "raise --stop_after_steps"
+            accelerator.print(f"{output_dir} holds a run already {why}; nothing was changed. Its results: "
+                              f"{output_dir / 'all_results.json'}, its encoder: {output_dir / 'encoder'}. To train "
+                              f"on, {more}.")
+            accelerator.end_training()
+            return finished
+        if (output_dir / "all_results.json").is_file():  # an earlier segment's results: kept where not replaced
+            previous_results = json.loads((output_dir / "all_results.json").read_text())
+    set_seed(args.seed)  # python, numpy, torch: the model initialisation, identical on every process
     if stale and accelerator.is_main_process:
         remove_artefacts(stale)
     accelerator.wait_for_everyone()
 
     # 1./2. Model, feature extractor and data: decoding (or reading cached log-mel) in DataLoader workers;
-    #       cropping, features and masks in the collator, called in the loop.
+    #       cropping, features and masks in the collator, called in the loop. The model config is built-in defaults
+    #       < preset < command line, key by key; the arguments that define the run are compared with the checkpoint's.
     model = build_model(model_args)
     config = model.config
+    accelerator.print(describe_model(config, model, output_dir / "resolved_config.json"))
+    current_arguments = run_arguments(data_args, args, config, accelerator.mixed_precision)
+    resume_changes = []
+    if checkpoint is not None:
+        if trainer_state.get("num_processes", world) != world:  # the data order is sharded by process count
+            raise ValueError(f"{checkpoint} was written by {trainer_state['num_processes']} processes; exact "
+                             f"resume needs the same number, got {world}")
+        stored = trainer_state.get("run_arguments")
+        fixed = {name for name, kind in RUN_ARGUMENTS.items() if kind == "fixed"}
+        if "fp16" in ((stored or {}).get("mixed_precision"), accelerator.mixed_precision):
+            fixed.add("mixed_precision")  # fp16 has a gradient scaler whose state only an fp16 checkpoint holds
+        resume_changes = check_resume_arguments(checkpoint, stored, current_arguments, args.resume_allow_changes,
+                                                fixed)
+        if stored is None:
+            accelerator.print(f"warning: {checkpoint} predates stored run arguments; the command's arguments are "
+                              "taken as the run's without comparison")
+        if trainer_state["step"] > args.max_steps:
+            raise UsageError(f"--max_steps {args.max_steps} is below the step of {checkpoint} "
+                             f"({trainer_state['step']}): a resumed run cannot go back; pass --max_steps "
+                             f"{trainer_state['step']} or more")
+    if accelerator.is_main_process:  # every field of the model this run trains, beside its checkpoints
+        output_dir.mkdir(parents=True, exist_ok=True)
+        config.to_json_file(output_dir / "resolved_config.json")
     # No max_frames: the exported extractor must featurise whole clips (the model interpolates its positions); the
     # pre-training crop to config.num_frames is the collator's (crop_seconds, max_frames=num_frames).
     feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins)
@@ -397,18 +587,19 @@ def main(argv=None) -> dict:
         update_teacher = torch.compile(unwrapped.update_teacher, fullgraph=True)
 
     # 7a. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
-    start_step, nonfinite_steps = 0, 0
+    start_step, nonfinite_steps, last_logs = 0, 0, {}
     if args.resume:
-        checkpoint = find_latest_checkpoint(output_dir)
         if checkpoint is None:
             accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
         else:
-            trainer_state = load_trainer_state(checkpoint)
-            if trainer_state.get("num_processes", world) != world:  # the data order is sharded by process count
-                raise ValueError(f"{checkpoint} was written by {trainer_state['num_processes']} processes; exact "
-                                 f"resume needs the same number, got {world}")
             check_random_states(checkpoint, rank)  # load_state would skip an unreadable RNG file silently
+            # the optimiser's hyper-parameters are the arguments' (load_state restores the checkpoint's with its
+            # moments; an allowed change of weight decay, betas or ε takes effect here)
+            hyper = [{k: g[k] for k in ("weight_decay", "betas", "eps", "lr_scale") if k in g}
+                     for g in optimizer.param_groups]
             accelerator.load_state(str(checkpoint))
+            for group, values in zip(optimizer.param_groups, hyper):
+                group.update(values)
             process_state = load_process_state(checkpoint, rank)
             collator.load_state_dict(process_state["collator"])
             if stream is not None:
@@ -419,8 +610,12 @@ def main(argv=None) -> dict:
             start_step = trainer_state["step"]
             nonfinite_steps = trainer_state.get("nonfinite_steps", 0)
             accelerator.print(f"resumed from {checkpoint} at step {start_step}")
+            if resume_changes:
+                accelerator.print("\n".join(describe_resume_changes(resume_changes, trainer_state["run_arguments"],
+                                                                    current_arguments, start_step, stream is not None)))
             if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
                 truncate_log(output_dir / "log_history.jsonl", start_step)
+            last_logs = last_training_logs(output_dir / "log_history.jsonl", start_step)
     if trackers is not None:
         hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v)
                    for k, v in {**asdict(data_args), **asdict(args)}.items()}
@@ -443,7 +638,7 @@ def main(argv=None) -> dict:
     sums, num_summed, decode_failures, seen = {}, 0, 0, hashlib.sha256()
     failure_log = FailureLog(output_dir / "decode_failures.txt")  # names the clips that fail to decode
     skipped_since_read = torch.zeros((), dtype=torch.long, device=accelerator.device)  # skipped steps not yet counted
-    last_logs, t_start, t_log, step_of_last_log = {}, time.time(), time.time(), start_step
+    t_start, t_log, step_of_last_log = time.time(), time.time(), start_step
     model.train()
     step = start_step  # optimiser steps completed
     while step < stop_step:
@@ -553,7 +748,7 @@ def main(argv=None) -> dict:
         if due_save:
             save_checkpoint(accelerator, output_dir, step,
                             extra_state={"micro_batches": step * accum, "num_processes": world,
-                                         "nonfinite_steps": nonfinite_steps},
+                                         "nonfinite_steps": nonfinite_steps, "run_arguments": current_arguments},
                             process_state={"collator": collator.state_dict(),
                                            **({"stream": dict(stream.position)} if stream is not None else {})},
                             save_total_limit=args.save_total_limit)
@@ -582,6 +777,10 @@ def main(argv=None) -> dict:
         "decode_failures": decode_failures,
         "nonfinite_steps": nonfinite_steps,
     }
+    if step == start_step:  # nothing was trained (a resume that only exports): no throughput to report
+        del results["clips_per_second_overall"]
+    if previous_results is not None:  # a resumed run keeps what the earlier segment reported and this one did not
+        results = {**previous_results, **results}
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         if decode_failures:

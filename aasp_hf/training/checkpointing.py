@@ -2,7 +2,8 @@
 
 Layout of ``output_dir``::
 
-    checkpoint-<step>/          a complete ``accelerator.save_state`` + ``trainer_state.json`` (+ per-process files)
+    checkpoint-<step>/          a complete ``accelerator.save_state`` + ``manifest.json`` + ``trainer_state.json``
+                                (+ per-process files)
     checkpoint-<step>.tmp/      a save in progress (or a crash mid-save): never read
     latest                      text file naming the last complete checkpoint directory
 
@@ -10,6 +11,10 @@ A save writes into ``checkpoint-<step>.tmp``, then renames it atomically (``os.r
 then rewrites ``latest`` through a temporary file and ``os.replace``. A crash at any point leaves the previous
 ``latest`` pointing to a complete checkpoint. Multi-process runs need ``output_dir`` on a filesystem all processes
 see (the main process renames; every process writes its own RNG / collator state into the ``.tmp`` directory).
+
+``manifest.json`` lists every file of the checkpoint with its size as written, so that a checkpoint damaged after
+the save (a file deleted, a copy cut short, a full disk during a copy) is recognised before it is loaded:
+`checkpoint_problem` names what is wrong and `resume_checkpoint` falls back to the newest complete checkpoint.
 """
 
 import json
@@ -22,6 +27,7 @@ from ..errors import UsageError
 
 LATEST = "latest"
 TRAINER_STATE = "trainer_state.json"
+MANIFEST = "manifest.json"
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -71,9 +77,13 @@ def save_checkpoint(accelerator, output_dir, step: int, extra_state: dict | None
     accelerator.save_state(str(tmp))
     if process_state is not None:
         torch.save(process_state, tmp / f"process_state_{accelerator.process_index}.pt")
+    accelerator.wait_for_everyone()  # every process's files are in `tmp` before the main process lists them
     if accelerator.is_main_process:
+        files = {path.relative_to(tmp).as_posix(): path.stat().st_size
+                 for path in sorted(tmp.rglob("*")) if path.is_file()}
+        _atomic_write_text(tmp / MANIFEST, json.dumps(files, indent=2))
         state = {"step": step, **(extra_state or {})}
-        _atomic_write_text(tmp / TRAINER_STATE, json.dumps(state, indent=2))
+        _atomic_write_text(tmp / TRAINER_STATE, json.dumps(state, indent=2))  # last: the save is complete
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         if final.exists():  # re-saving the same step (e.g. the final save): replace the old one
@@ -88,21 +98,90 @@ def save_checkpoint(accelerator, output_dir, step: int, extra_state: dict | None
     return final
 
 
-def find_latest_checkpoint(output_dir) -> Path | None:
-    """The checkpoint that ``latest`` names; ``.tmp`` directories are never returned.
+def checkpoint_problem(checkpoint) -> str | None:
+    """What makes `checkpoint` unusable, in a few words (e.g. "model.safetensors is missing"); None when complete.
 
-    Falls back to the newest complete ``checkpoint-<step>`` holding a ``trainer_state.json`` when ``latest`` is
-    missing or names a directory that no longer exists. None when there is nothing to resume from.
+    Complete: ``trainer_state.json`` is there (the save finished), every file ``manifest.json`` lists is there, each
+    ``.safetensors`` file has the size it was written with and a readable header that covers the whole file, and a
+    pickled state (accelerate's ``optimizer.bin``, ``random_states_<rank>.pkl``, our ``process_state_<rank>.pt``) that
+    is no longer a whole zip archive (``torch.save``'s format; truncation cuts its directory off the end) has its
+    written size. A checkpoint from before manifests were written is checked for its model weights only. Reading the
+    headers and the zip directories costs a few reads per file, not a load of the weights."""
+    import zipfile
+
+    from safetensors import safe_open
+
+    checkpoint = Path(checkpoint)
+    if not (checkpoint / TRAINER_STATE).is_file():
+        return f"{TRAINER_STATE} is missing (the save did not finish)"
+    try:
+        written = json.loads((checkpoint / MANIFEST).read_text()) if (checkpoint / MANIFEST).is_file() else None
+    except json.JSONDecodeError:
+        return f"{MANIFEST} is not valid JSON"
+    if written is None:  # a checkpoint written before manifests: its weights at least
+        weights = [p for pattern in ("*.safetensors", "pytorch_model*") for p in checkpoint.glob(pattern)]
+        if not weights:
+            return "model.safetensors is missing"
+        written = {}
+    for name, size in written.items():
+        path = checkpoint / name
+        if not path.is_file():
+            return f"{name} is missing"
+        actual = path.stat().st_size
+        if name.endswith(".safetensors") and actual != size:
+            return f"{name} has {actual} bytes, {size} were written"
+        if not name.endswith((".safetensors", ".json")) and actual != size and not zipfile.is_zipfile(path):
+            return f"{name} has {actual} bytes, {size} were written"
+    for path in sorted(checkpoint.glob("*.safetensors")):
+        try:
+            with safe_open(path, "pt"):
+                pass
+        except Exception as error:  # safetensors' own error type varies between versions
+            return f"{path.name} cannot be read ({str(error).strip().splitlines()[0][:120]})"
+    return None
+
+
+def resume_checkpoint(output_dir) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The checkpoint to resume from, and each damaged checkpoint passed over on the way with what is wrong with it.
+
+    The checkpoint that ``latest`` names when it is complete (`checkpoint_problem`), else the newest complete
+    ``checkpoint-<step>``; ``.tmp`` directories (saves in progress) are never considered. (None, []) when there is no
+    checkpoint; (None, [...]) when every checkpoint is damaged.
     """
     output_dir = Path(output_dir)
+    candidates = list(reversed(list_checkpoints(output_dir)))
     pointer = output_dir / LATEST
-    if pointer.is_file():
-        name = pointer.read_text().strip()
-        candidate = output_dir / name
-        if _CHECKPOINT_RE.match(name) and (candidate / TRAINER_STATE).is_file():
-            return candidate
-    complete = [p for p in list_checkpoints(output_dir) if (p / TRAINER_STATE).is_file()]
-    return complete[-1] if complete else None
+    if pointer.is_file() and _CHECKPOINT_RE.match(name := pointer.read_text().strip()) and (output_dir / name).is_dir():
+        candidates.remove(output_dir / name)
+        candidates.insert(0, output_dir / name)
+    damaged = []
+    for candidate in candidates:
+        problem = checkpoint_problem(candidate)
+        if problem is None:
+            return candidate, damaged
+        damaged.append((candidate, problem))
+    return None, damaged
+
+
+def find_latest_checkpoint(output_dir) -> Path | None:
+    """The checkpoint `resume_checkpoint` chooses: the one ``latest`` names, or the newest complete one when that is
+    missing or damaged; None when there is nothing to resume from. ``.tmp`` directories are never returned."""
+    return resume_checkpoint(output_dir)[0]
+
+
+def checkpoint_to_resume(output_dir, warn=print) -> Path | None:
+    """`resume_checkpoint` for ``--resume``: each damaged checkpoint passed over is named in one line (through `warn`)
+    with what is wrong and which checkpoint the run resumes from instead. A folder whose checkpoints are all damaged
+    is a UsageError (starting afresh there would silently drop them)."""
+    checkpoint, damaged = resume_checkpoint(output_dir)
+    if checkpoint is None and damaged:
+        names = "; ".join(f"{path.name}: {problem}" for path, problem in damaged)
+        raise UsageError(f"--resume: no complete checkpoint in {output_dir} ({names}). Restore the missing files, or "
+                         "start over with --overwrite_output_dir.")
+    for path, problem in damaged:
+        warn(f"warning: {path} is damaged ({problem}); resuming from {checkpoint.name}, the newest complete "
+             "checkpoint")
+    return checkpoint
 
 
 def load_trainer_state(checkpoint_dir) -> dict:
@@ -203,3 +282,61 @@ def truncate_log(history_path, step: int) -> int:
         tmp.write_text("".join(line + "\n" for line in kept))
         os.replace(tmp, history_path)
     return len(lines) - len(kept)
+
+
+# ----------------------------------------------------------------------------------------------- what a run is
+# A checkpoint stores the arguments that define its run (the scripts' RUN_ARGUMENTS: what shapes the schedules, the
+# data order and the model) in trainer_state.json under "run_arguments"; --resume compares them with the command's.
+
+def _flatten(arguments: dict, prefix: str = "") -> dict:
+    """{"model_config": {"hidden_size": 64}} -> {"model_config.hidden_size": 64}; values through a JSON round trip,
+    so that a tuple and the list it is stored as compare equal."""
+    flat = {}
+    for key, value in arguments.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = json.loads(json.dumps(value))
+    return flat
+
+
+def changed_arguments(stored: dict, current: dict) -> list[tuple[str, object, object]]:
+    """(name, stored value, current value) for each argument both dicts hold with different values (a nested dict
+    such as model_config key by key, as "model_config.hidden_size"). An argument the checkpoint did not store (it
+    was written by an older version) is not compared."""
+    stored, current = _flatten(stored), _flatten(current)
+    return [(name, stored[name], current[name]) for name in current if name in stored and stored[name] != current[name]]
+
+
+def _show(value) -> str:
+    return repr(value) if isinstance(value, str) else json.dumps(value)
+
+
+def check_resume_arguments(checkpoint, stored: dict | None, current: dict, allowed, fixed=()) -> list:
+    """The changes of run-defining arguments between `checkpoint` (its stored "run_arguments") and this command, when
+    each is allowed; else a UsageError that names every refused change in one line (old → new).
+
+    `allowed`: the names `--resume_allow_changes` gave (an argument, or "model_config" for all of its keys). `fixed`:
+    names no flag can allow, because the checkpoint's files cannot be loaded into the changed run (e.g. the number of
+    processes); a change of those is refused with the reason. Returns [] for a checkpoint without stored arguments.
+    """
+    if stored is None:
+        return []
+    changes = changed_arguments(stored, current)
+    allowed = set(allowed or ())
+
+    def listed(names):
+        return ", ".join(f"{name} {_show(old)} → {_show(new)}" for name, old, new in names)
+
+    cannot = [c for c in changes if c[0] in fixed or c[0].split(".")[0] in fixed]
+    if cannot:
+        raise UsageError(f"--resume: {checkpoint} was written with {listed(cannot)}, which a resumed run cannot "
+                         "change (the checkpoint's state does not fit the new run): resume with the checkpoint's "
+                         "values, or start a new run in another --output_dir.")
+    refused = [c for c in changes if c[0] not in allowed and c[0].split(".")[0] not in allowed]
+    if refused:
+        names = " ".join(dict.fromkeys(name for name, _, _ in refused))
+        raise UsageError(f"--resume: {checkpoint} was written with other arguments: {listed(refused)}. Resume with "
+                         f"the checkpoint's values, or pass --resume_allow_changes {names} to continue with the new "
+                         "ones (docs/pretraining.md#resuming says what each change does).")
+    return changes
