@@ -53,8 +53,12 @@ def training_checkpoint_message(path) -> str | None:
             keys = list(weights.keys())
     if any(key.startswith("teacher.") for key in keys):  # AaspForPreTraining: student `aasp.*`, EMA `teacher.*`
         exported = run / "encoder"
-        where = (f"load the encoder the run exported, {exported}" if (exported / "config.json").is_file() else
-                 f"load the encoder the run exports when it finishes, {exported}")
+        if (folder / "encoder" / "config.json").is_file():  # --export_with_checkpoints: this step's own export
+            where = f"load this step's exported encoder, {folder / 'encoder'}"
+        elif (exported / "config.json").is_file():
+            where = f"load the encoder the run exported, {exported}"
+        else:
+            where = f"load the encoder the run exports when it finishes, {exported}"
         return (f"{folder} is a pre-training checkpoint (weights, optimiser and data state for --resume), not a model "
                 f"folder: {where}, or make one from this step with `python "
                 f"conversion/convert_pretraining_checkpoint.py {folder} OUTPUT_DIR` (add --which teacher for the EMA "

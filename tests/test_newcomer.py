@@ -219,6 +219,9 @@ def test_a_training_checkpoint_given_as_a_model_says_what_to_load_instead(encode
                           "--output_dir", str(tmp_path / "lin")])
     with pytest.raises(UsageError, match=exported):
         export_onnx.main([str(checkpoint), str(tmp_path / "model.onnx")])
+    shutil.copytree(encoder, checkpoint / "encoder")  # --export_with_checkpoints exports each step's encoder
+    with pytest.raises(UsageError, match=rf"load this step's exported encoder, {checkpoint / 'encoder'}, or make one"):
+        finetune.parse_args(["--model_name_or_path", str(checkpoint), "--synthetic_per_class", "2"])
     with pytest.raises(UsageError, match=rf"load the model the run saved, {tmp_path / 'ft'} "):  # a fine-tuning one
         finetune_checkpoint = tmp_path / "ft" / "checkpoint-3"
         shutil.copytree(checkpoint, finetune_checkpoint)
