@@ -270,3 +270,26 @@ def test_a_second_demo_says_it_replaces_the_first(tmp_path, capsys):
     first_lines = capsys.readouterr().out.splitlines()[:2]
     assert f"{tmp_path}/ holds an earlier demo run (all_results.json): this run replaces it (pass --output-dir to " \
            f"keep both)" in first_lines
+
+
+def test_the_readme_says_where_weights_come_from_and_its_example_loads_what_make_demo_writes():
+    """The two opening commands stay first; the next section says that no pre-trained AaSP checkpoint is published
+    and names the routes; the inference example loads the folders `make demo` writes (tests/test_demo.py checks that
+    demo.py writes <output-dir>/pretrain/encoder and <output-dir>/classifier); the converters are in a user doc."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    first_block = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert [line.split("#")[0].strip() for line in first_block.splitlines()] == ["make demo", "make test"]
+    top = readme.split("## Inference", 1)[0]
+    assert "No pre-trained AaSP checkpoint is published yet" in top and "--plan" in top
+    assert "convert_eat_checkpoint.py" in top and 'patch_embedding="spe"' in top and "not AaSP" in top
+    inference = readme.split("## Inference", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    folders = set(re.findall(r'from_pretrained\("([^"]+)"\)', inference) + re.findall(r'model="([^"]+)"', inference))
+    assert re.search(r'"--output-dir", default="demo_output"', (ROOT / "examples" / "demo.py").read_text())
+    assert folders == {"demo_output/pretrain/encoder", "demo_output/classifier"}
+    user_docs = (ROOT / "docs" / "checkpoints.md").read_text()
+    for command in ("python conversion/convert_pretraining_checkpoint.py runs/pt/checkpoint-1500",
+                    "python conversion/export_onnx.py runs/pt/encoder encoder.onnx --check"):
+        assert command in user_docs
+    assert "docs/checkpoints.md" in top
