@@ -1,3 +1,4 @@
+# Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
 """AaSP model configuration.
 
 Defaults are the paper's (ViT-B encoder, AaPE stem; Sec. "Aliasing-aware Patch Embedding" and "Training Setup"):
@@ -44,6 +45,11 @@ def unknown_keys_message(unknown, valid, what: str, where: str) -> str:
         parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return (f"unknown key{'s' if len(parts) > 1 else ''} in {what}: {', '.join(parts)}. The valid keys are listed in "
             f"{where}.")
+
+
+# True when transformers imported this file as a checkpoint's remote code (its module then lives under
+# `transformers_modules`), False for the installed package.
+_LOADED_AS_REMOTE_CODE = __name__.split(".")[0] != "aasp_hf"
 
 
 class AaspConfig(PreTrainedConfig):
@@ -254,6 +260,14 @@ class AaspConfig(PreTrainedConfig):
         self.clip_loss_weight = clip_loss_weight
         self.contrastive_loss_weight = contrastive_loss_weight
         self.contrastive_temperature = contrastive_temperature
+        if not _LOADED_AS_REMOTE_CODE:
+            # A checkpoint names its own pipeline class (pipeline_aasp.py) in `custom_pipelines`, and transformers
+            # builds a pipeline from such an entry only with trust_remote_code=True. Where this package is installed
+            # and the config is read by its registered class (no remote code), the entry is left out, so that
+            # pipeline("audio-classification", model=folder) works without the flag, as for any installed model
+            # (with transformers' pipeline class; `pipeline_class=AaspAudioClassificationPipeline` gives ours).
+            # Loaded as the checkpoint's own code (trust_remote_code=True), the entry stays and builds ours.
+            kwargs.pop("custom_pipelines", None)
         super().__init__(**kwargs)
         self._validate()
 

@@ -1,3 +1,4 @@
+# Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
 """AaSP audio spectrogram transformer: the SPE/AaPE patch embedding, the ViT encoder and its classification head.
 
 Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers".
@@ -13,6 +14,8 @@ pre-training (predictors, contrastive head, `AaspForPreTraining`) in `modeling_a
 pre-training checkpoint ships.
 """
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,11 +25,16 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
+from transformers.conversion_mapping import register_checkpoint_conversion_mapping
+from transformers.core_model_loading import WeightRenaming
+from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils import ModelOutput
+from transformers.processing_utils import Unpack
+from transformers.utils import ModelOutput, TransformersKwargs
 from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_aasp import AaspConfig
 from .sblu import AaspSBLU, sblu_decay_min, sblu_frequency_range
@@ -39,8 +47,9 @@ class AaspModelOutput(ModelOutput):
     last_hidden_state (`torch.FloatTensor` of shape `(B, 1 + N, D)`): CLS token then the N patch tokens (time-major).
     hidden_states (`tuple(torch.FloatTensor)`, *optional*): embedding output and each layer's output, each `(B, 1 + N, D)`.
     attentions (`tuple(torch.FloatTensor)`, *optional*): each layer's attention weights `(B, heads, 1 + N, 1 + N)`.
-    token_mask (`torch.BoolTensor` of shape `(B, 1 + N)`, *optional*): True for real tokens (CLS and patches that hold
-        at least one real frame); None when no attention mask was given (all tokens real).
+    token_mask (`torch.LongTensor` of shape `(B, 1 + N)`, *optional*): 1 for real tokens (CLS and patches that hold
+        at least one real frame), 0 for padding, like an attention mask; None when no attention mask was given (all
+        tokens real).
     ffn_outputs (`tuple(torch.FloatTensor)`, *optional*): with `output_ffn_outputs=True`, each layer's FFN output
         before the residual add (and, post-norm, before the second LayerNorm), each `(B, 1 + N, D)`.
     """
@@ -48,7 +57,7 @@ class AaspModelOutput(ModelOutput):
     last_hidden_state: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
-    token_mask: torch.BoolTensor | None = None
+    token_mask: torch.LongTensor | None = None
     ffn_outputs: tuple[torch.FloatTensor, ...] | None = None
 
 
@@ -82,10 +91,16 @@ def _frame_mask_to_token_mask(frame_mask: torch.Tensor, time_patch_size: int, nu
 
 # ----------------------------------------------------------------------------------------------- transformer block
 def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-    """Reference attention. query/key/value: (B, heads, N, d); attention_mask: bool (B, 1, 1, N), True = attend."""
+    """Reference attention. query/key/value: (B, heads, N, d); attention_mask: None, or as transformers'
+    `create_bidirectional_mask` builds it for "eager": additive float (B, 1, N, N), 0 = attend, dtype min = padding
+    (a bool mask, True = attend, is accepted too)."""
     attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, heads, N, N)
-    if attention_mask is not None:
+    if attention_mask is not None and attention_mask.ndim == 2:  # a (B, N) padding mask, 1 = real (flash's form)
+        attention_mask = attention_mask.bool()[:, None, None, :]  # (B, N) -> (B, 1, 1, N)
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
         attn_weights = attn_weights.masked_fill(~attention_mask, torch.finfo(attn_weights.dtype).min)
+    elif attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
     attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
     attn_weights = F.dropout(attn_weights, p=dropout, training=module.training)
     attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()  # (B, N, heads, d)
@@ -93,7 +108,9 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling, 
 
 
 class AaspSelfAttention(nn.Module):
-    """Multi-head self-attention; runs through transformers' attention interface (SDPA by default)."""
+    """Multi-head self-attention through transformers' attention interface: `config._attn_implementation` (SDPA by
+    default; eager, flex; `model.set_attn_implementation(...)` switches it at run time). Attention weights are only
+    computed by the eager path, so `output_attentions=True` runs this call eagerly."""
 
     def __init__(self, config: AaspConfig, hidden_size: int, num_heads: int):
         super().__init__()
@@ -108,16 +125,18 @@ class AaspSelfAttention(nn.Module):
         self.value = nn.Linear(hidden_size, hidden_size, bias=config.qkv_bias)
         self.output = nn.Linear(hidden_size, hidden_size)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
         batch_size, seq_len, _ = hidden_states.shape
         head_shape = (batch_size, seq_len, self.num_heads, self.head_dim)
         query = self.query(hidden_states).view(head_shape).transpose(1, 2)  # (B, N, D) -> (B, heads, N, d)
         key = self.key(hidden_states).view(head_shape).transpose(1, 2)  # (B, N, D) -> (B, heads, N, d)
         value = self.value(hidden_states).view(head_shape).transpose(1, 2)  # (B, N, D) -> (B, heads, N, d)
 
-        attention_interface = eager_attention_forward
-        if self.config._attn_implementation != "eager" and not output_attentions:
-            attention_interface = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
+        attention_interface: Callable = eager_attention_forward
+        if not output_attentions:
+            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
+            )
         attn_output, attn_weights = attention_interface(
             self,
             query,
@@ -159,13 +178,15 @@ class AaspDropPath(nn.Module):
         return x * mask / keep
 
 
-class AaspLayer(GradientCheckpointingLayer):
+class AaspBlock(GradientCheckpointingLayer):
     """A ViT block. `layer_norm_first=False` is EAT's post-norm block (x = LN(x + attn(x)); x = LN(x + mlp(x)));
     True is the pre-norm ViT block (x = x + attn(LN(x)); x = x + mlp(LN(x))).
 
     Returns the block output, the attention weights (None unless asked for) and the FFN output `mlp(·)` before
     drop path, the residual add and (post-norm) the second LayerNorm: data2vec 2.0 / EAT's `ffn_targets` (the `t`
-    of AltBlock), used for `config.target_layer="ffn"`.
+    of AltBlock), used for `config.target_layer="ffn"`. `AaspLayer` (the encoder's blocks) and
+    `AaspLambdaEncoderLayer` are this block under two names, so that transformers' output recording
+    (`_can_record_outputs`) takes hidden states and attentions from the encoder's blocks only.
     """
 
     def __init__(self, config, hidden_size, num_heads, intermediate_size, layer_norm_first, drop_path):
@@ -178,7 +199,7 @@ class AaspLayer(GradientCheckpointingLayer):
         self.drop_path = AaspDropPath(drop_path)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
         if self.layer_norm_first:
             attn_output, attn_weights = self.attention(self.norm1(hidden_states), attention_mask, output_attentions)
             hidden_states = hidden_states + self.drop_path(self.dropout(attn_output))
@@ -190,6 +211,14 @@ class AaspLayer(GradientCheckpointingLayer):
             ffn_output = self.mlp(hidden_states)
             hidden_states = self.norm2(hidden_states + self.drop_path(ffn_output))
         return hidden_states, attn_weights, ffn_output
+
+
+class AaspLayer(AaspBlock):
+    """A block of the encoder (EAT's post-norm ViT-B block in the paper's configuration)."""
+
+
+class AaspLambdaEncoderLayer(AaspBlock):
+    """A pre-norm block of the Lambda encoder (paper Sec. AaPE (1))."""
 
 
 # ----------------------------------------------------------------------------------------------- AaPE parts
@@ -208,7 +237,7 @@ class AaspLambdaEncoder(nn.Module):
         self.input_projection = nn.Linear(config.hidden_size, width)
         self.layers = nn.ModuleList(
             [
-                AaspLayer(
+                AaspLambdaEncoderLayer(
                     config,
                     width,
                     config.lambda_encoder_num_attention_heads,
@@ -219,15 +248,19 @@ class AaspLambdaEncoder(nn.Module):
                 for _ in range(config.lambda_encoder_num_layers)
             ]
         )
+        self.config = config
         self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.output_projection = nn.Linear(width, 2 * config.sblu_hidden_size // config.num_frequency_patches)
         self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
         self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
 
     def forward(self, tokens, attention_mask=None):
-        """tokens: (B, N, D) with positions; attention_mask: bool (B, 1, 1, N) or None.
+        """tokens: (B, N, D) with positions; attention_mask: (B, N) token mask (1 = real patch) or None.
         Returns decay α and frequency β, each float32 (B, N, H/F̃)."""
         hidden_states = self.input_projection(tokens)  # (B, N, D) -> (B, N, D/r)
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+        )  # the form config._attn_implementation takes: (B, 1, N, N) for eager/SDPA, None when nothing is padded
         for layer in self.layers:
             hidden_states, _, _ = layer(hidden_states, attention_mask)
         lambdas = self.output_projection(self.norm(hidden_states)).float()  # (B, N, 2H/F̃)
@@ -298,7 +331,7 @@ class AaspEmbeddings(nn.Module):
 
     def forward(self, input_values, frame_mask=None, attention_mask=None, visible_indices=None):
         """input_values: (B, T, F), T a multiple of P_time; frame_mask: (B, T) bool or None;
-        attention_mask: bool (B', 1, 1, N') for the Lambda encoder or None;
+        attention_mask: (B, N) token mask for the Lambda encoder (1 = real patch) or None;
         visible_indices: (B, M, V) long or None — masked pre-training: embed only the V visible tokens of each of
         M views per clip (the Lambda encoder attends among them only).
         Returns (B, N, D) patch tokens with positions, or (B·M, V, D) with `visible_indices`."""
@@ -365,10 +398,22 @@ class AaspPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["AaspEmbeddings", "AaspLayer"]
     _keep_in_fp32_modules_strict = ["sblu"]  # the SBLU branch's small convs and norm stay float32 in bf16/fp16 checkpoints
+    # Attention implementations: every block attends bidirectionally with a key-padding mask only (padded patches;
+    # none in masked pre-training, where the student encodes only visible tokens), which eager, SDPA, flex and
+    # flash attention all express through transformers' `create_bidirectional_mask`. Flash attention is declared
+    # for that reason (its padded path drops the padded tokens' queries, whose outputs no head reads) and is not
+    # tested here: it needs a CUDA GPU.
     _supports_sdpa = True
-    _supports_flash_attn = False
-    _supports_flex_attn = False
-    _supports_attention_backend = False
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    # transformers' output recording (`capture_outputs` on AaspModel.forward): hidden states (the embedding output,
+    # then each encoder block's output), attention weights and FFN outputs are read from the encoder blocks.
+    _can_record_outputs = {
+        "hidden_states": OutputRecorder(AaspLayer, index=0),
+        "attentions": OutputRecorder(AaspLayer, index=1),
+        "ffn_outputs": OutputRecorder(AaspLayer, index=2, capture_initial_hidden_state=False),
+    }
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -439,12 +484,7 @@ class AaspPreTrainedModel(PreTrainedModel):
         (transformers alone reports only tensor shapes, or loads an SPE config over AaPE weights with a warning).
         `ignore_mismatched_sizes=True` skips the check (deliberate re-initialisation)."""
         if isinstance(config, AaspConfig) and not kwargs.get("ignore_mismatched_sizes", False):
-            hub_kwargs = {k: kwargs[k] for k in ("cache_dir", "force_download", "local_files_only", "token",
-                                                 "revision", "subfolder", "proxies") if k in kwargs}
-            try:
-                saved, _ = AaspConfig.get_config_dict(pretrained_model_name_or_path, **hub_kwargs)
-            except (OSError, ValueError, TypeError):  # no config.json next to the weights: nothing to compare with
-                saved = {}
+            saved = cls._saved_config_dict(pretrained_model_name_or_path, kwargs)
             if saved.get("model_type") == config.model_type:
                 saved = AaspConfig.from_dict(saved)
                 differ = [
@@ -468,6 +508,33 @@ class AaspPreTrainedModel(PreTrainedModel):
                 f"Could not read the weights of {pretrained_model_name_or_path} ({error}): its model.safetensors is "
                 f"truncated or corrupt, e.g. an interrupted copy or download. Copy, download or save it again."
             ) from error
+
+    @staticmethod
+    def _saved_config_dict(pretrained_model_name_or_path, kwargs) -> dict:
+        """The config.json next to the weights being loaded, for the cross-check of `from_pretrained`, or {} when
+        there is none to compare with. It reads only what it was given: nothing for None (weights from a
+        `state_dict=`), the folder's own config.json for a local folder (never the network, whatever the name looks
+        like), and the Hub only for a repository id, whose weights `from_pretrained` fetches from there anyway."""
+        if pretrained_model_name_or_path is None:
+            return {}
+        path = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
+        if os.path.isdir(path):
+            config_file = os.path.join(path, "config.json")
+            if not os.path.isfile(config_file):
+                return {}
+            try:
+                return AaspConfig._dict_from_json_file(config_file)
+            except (OSError, ValueError):  # an unreadable config.json: transformers' own loading reports it
+                return {}
+        if os.path.exists(str(pretrained_model_name_or_path)):  # a single weights file: no config beside it to read
+            return {}
+        hub_kwargs = {k: kwargs[k] for k in ("cache_dir", "force_download", "local_files_only", "token", "revision",
+                                             "subfolder", "proxies") if k in kwargs}
+        try:
+            saved, _ = AaspConfig.get_config_dict(pretrained_model_name_or_path, **hub_kwargs)
+        except (OSError, ValueError, TypeError):  # no config.json next to the weights: nothing to compare with
+            return {}
+        return saved
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """As transformers', and when the code ships with the weights (`auto_map`), every checkpoint maps `AutoModel`
@@ -579,16 +646,13 @@ class AaspModel(AaspPreTrainedModel):
             frame_mask = F.pad(frame_mask, (0, pad), value=False)
         return input_values, frame_mask
 
-    @can_return_tuple
+    @capture_outputs(tie_last_hidden_states=False)
     def forward(
         self,
         input_values: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         visible_indices: torch.Tensor | None = None,
         output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        output_ffn_outputs: bool = False,
         **kwargs,
     ) -> AaspModelOutput:
         r"""
@@ -598,51 +662,50 @@ class AaspModel(AaspPreTrainedModel):
         visible_indices (`torch.LongTensor` of shape `(B, M, V)`, *optional*): masked pre-training — encode only
             these patch tokens (time-major indices) of M views of each clip; the output batch is then B·M and
             `last_hidden_state` is `(B·M, 1 + V, D)`. Not combinable with `attention_mask`.
-        output_ffn_outputs (`bool`, *optional*, False): also return each layer's FFN output (`ffn_outputs`), the
-            teacher targets of `config.target_layer="ffn"`.
+        output_attentions (`bool`, *optional*): return each block's attention weights (computed eagerly).
+        output_hidden_states (`bool`, *optional*): return the embedding output and each block's output.
+        output_ffn_outputs (`bool`, *optional*, False): return each block's FFN output (`ffn_outputs`), the teacher
+            targets of `config.target_layer="ffn"`.
+        The three `output_*` flags are recorded by transformers' `capture_outputs` (see `_can_record_outputs`).
         """
-        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
         c = self.config
+        output_attentions = output_attentions if output_attentions is not None else c.output_attentions
         if visible_indices is not None:
             self._check_views(input_values, attention_mask, visible_indices)
         input_values, frame_mask = self._check_and_pad(input_values, attention_mask)
         input_values = input_values.to(self.embeddings.projection.weight.dtype)
 
-        token_mask = attn_mask = None
+        patch_mask = token_mask = None
         if frame_mask is not None:
             patch_mask = _frame_mask_to_token_mask(frame_mask, c.time_patch_size, c.num_frequency_patches)  # (B, N)
-            attn_mask = patch_mask[:, None, None, :]  # (B, N) -> (B, 1, 1, N)
-            token_mask = F.pad(patch_mask, (1, 0), value=True)  # CLS first: (B, 1 + N)
+            token_mask = F.pad(patch_mask, (1, 0), value=True)  # CLS first: (B, N) -> (B, 1 + N)
 
-        patches = self.embeddings(input_values, frame_mask, attn_mask, visible_indices)  # (B, N, D) or (B·M, V, D)
+        patches = self.embeddings(input_values, frame_mask, patch_mask, visible_indices)  # (B, N, D) or (B·M, V, D)
         cls = self.cls_token.expand(patches.shape[0], -1, -1).to(patches.dtype)  # (B, 1, D), no position
         hidden_states = self.embedding_dropout(self.embedding_norm(torch.cat([cls, patches], dim=1)))  # (B, 1 + N, D)
 
-        attn_mask = None if token_mask is None else token_mask[:, None, None, :]  # (B, 1, 1, 1 + N)
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
-        all_ffn_outputs = () if output_ffn_outputs else None
+        attn_mask = create_bidirectional_mask(config=c, inputs_embeds=hidden_states, attention_mask=token_mask)
         for layer in self.layers:
-            hidden_states, attn_weights, ffn_output = layer(hidden_states, attn_mask, output_attentions)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_attentions += (attn_weights,)
-            if output_ffn_outputs:
-                all_ffn_outputs += (ffn_output,)
+            hidden_states, _, _ = layer(hidden_states, attn_mask, output_attentions)
         if self.norm is not None:
             hidden_states = self.norm(hidden_states)
 
         return AaspModelOutput(
             last_hidden_state=hidden_states,
-            hidden_states=all_hidden_states,
-            attentions=all_attentions,
-            token_mask=token_mask,
-            ffn_outputs=all_ffn_outputs,
+            token_mask=None if token_mask is None else token_mask.long(),
         )
+
+
+class AaspClassificationHead(nn.Module):
+    """LayerNorm then Linear on the pooled encoder output, as AST's MLP head: (B, D) -> (B, num_labels)."""
+
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dense = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, pooled):
+        return self.dense(self.layernorm(pooled))
 
 
 class AaspForAudioClassification(AaspPreTrainedModel):
@@ -652,8 +715,7 @@ class AaspForAudioClassification(AaspPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.aasp = AaspModel(config)
-        self.classifier_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.classifier = AaspClassificationHead(config)
         self.post_init()
 
     def freeze_feature_encoder(self):
@@ -662,7 +724,8 @@ class AaspForAudioClassification(AaspPreTrainedModel):
             parameter.requires_grad = False
 
     def pool(self, last_hidden_state, token_mask=None):
-        """(B, 1 + N, D) -> (B, D): the CLS token, or the mean of the real patch tokens."""
+        """(B, 1 + N, D) -> (B, D): the CLS token, or the mean of the real patch tokens (token_mask (B, 1 + N),
+        1 = real, or None)."""
         if self.config.classifier_pooling == "cls":
             return last_hidden_state[:, 0]
         patches = last_hidden_state[:, 1:]  # (B, N, D)
@@ -677,24 +740,17 @@ class AaspForAudioClassification(AaspPreTrainedModel):
         input_values: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
         r"""
         labels (`torch.LongTensor` of shape `(B,)` or `torch.FloatTensor` of shape `(B, num_labels)`, *optional*):
             class indices (cross-entropy), multi-hot / soft targets (BCE with logits), or values (MSE, 1 label).
             The loss follows `config.problem_type`; when unset it is inferred as in transformers.
+        `output_attentions` / `output_hidden_states` are passed to the encoder (`AaspModel.forward`).
         """
-        outputs = self.aasp(
-            input_values,
-            attention_mask=attention_mask,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
+        outputs = self.aasp(input_values, attention_mask=attention_mask, **kwargs)
         pooled = self.pool(outputs.last_hidden_state, outputs.token_mask)  # (B, D)
-        logits = self.classifier(self.classifier_norm(pooled))  # (B, num_labels)
+        logits = self.classifier(pooled)  # (B, num_labels)
 
         loss = None
         if labels is not None:
@@ -720,9 +776,24 @@ class AaspForAudioClassification(AaspPreTrainedModel):
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 
+# Checkpoints saved before the classification head was one module (AaspClassificationHead) name its LayerNorm
+# `classifier_norm` and its Linear `classifier`. transformers renames them on loading and back on saving (its
+# `save_original_format`), so checkpoints on disk keep the names every released version reads.
+register_checkpoint_conversion_mapping(
+    "AaspForAudioClassification",
+    [
+        WeightRenaming(source_patterns=r"^classifier_norm\.", target_patterns="classifier.layernorm."),
+        WeightRenaming(source_patterns=r"^classifier\.weight", target_patterns="classifier.dense.weight"),
+        WeightRenaming(source_patterns=r"^classifier\.bias", target_patterns="classifier.dense.bias"),
+    ],
+    overwrite=True,  # a checkpoint's remote code may import this file again under another module name
+)
+
+
 __all__ = [
     "AaspModel",
     "AaspForAudioClassification",
     "AaspPreTrainedModel",
     "AaspModelOutput",
+    "AaspClassificationHead",
 ]

@@ -1,3 +1,4 @@
+# Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
 """AaSP pre-training: the predictors, the contrastive head and `AaspForPreTraining` (student, EMA teacher, losses).
 
 Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers", Sec. "Predictor" and
@@ -19,6 +20,7 @@ from torch import nn
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils.output_capturing import maybe_install_capturing_hooks
 from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
@@ -73,9 +75,9 @@ class AaspPredictorCrossAttention(nn.Module):
         # (B', Q, P) -> (B', heads, Q, d)
         key_value = self.key_value(context).view(batch_size, context.shape[1], 2, self.num_heads, self.head_dim)
         key, value = key_value.permute(2, 0, 3, 1, 4)  # (B', L, 2, heads, d) -> 2 × (B', heads, L, d)
-        attention_interface = eager_attention_forward
-        if self.config._attn_implementation != "eager":
-            attention_interface = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
         attn_output, _ = attention_interface(self, query, key, value, None, scaling=self.scaling, is_causal=False)
         return self.output(attn_output.reshape(batch_size, num_queries, width))  # (B', Q, heads, d) -> (B', Q, P)
 
@@ -236,6 +238,10 @@ class AaspForPreTraining(AaspPreTrainedModel):
             for teacher_param, student_param in zip(self.teacher.parameters(), self.aasp.parameters()):
                 teacher_param.copy_(student_param)
         self.teacher.eval()
+        # The teacher's targets are recorded by transformers' output hooks (`_can_record_outputs`), which it installs
+        # the first time they are asked for; installed here, before any torch.compile, the compiled step traces them
+        # instead of breaking its graph on the installation.
+        maybe_install_capturing_hooks(self.teacher)
 
     @torch.no_grad()
     def _init_weights(self, module):

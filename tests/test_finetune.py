@@ -50,14 +50,14 @@ def test_layer_decay_groups_scale_lr_by_depth_and_skip_decay_on_biases_norms_cls
                                 else int(n.split(".")[2]) + 1 if n.startswith("aasp.layers.") else L + 1)
     for name in trainable:
         assert lr_of[name] == pytest.approx(5e-5 * 0.7 ** (L + 1 - expected_depth(name))), name
-    assert lr_of["classifier.weight"] == pytest.approx(5e-5) and lr_of["aasp.cls_token"] == pytest.approx(5e-5 * 0.7**3)
+    assert lr_of["classifier.dense.weight"] == pytest.approx(5e-5) and lr_of["aasp.cls_token"] == pytest.approx(5e-5 * 0.7**3)
     params = dict(model.named_parameters())
     no_decay = {n for n in trainable if wd_of[n] == 0.0}
     assert no_decay == {n for n in trainable if params[n].ndim < 2 or n.endswith(".bias") or "cls_token" in n
                         or "position_embeddings" in n}
-    assert {"aasp.cls_token", "classifier.bias", "classifier_norm.weight"} <= no_decay
+    assert {"aasp.cls_token", "classifier.dense.bias", "classifier.layernorm.weight"} <= no_decay
     matrices = {n for n in trainable if params[n].ndim == 2 and "position_embeddings" not in n}
-    assert "classifier.weight" in matrices and not matrices & no_decay
+    assert "classifier.dense.weight" in matrices and not matrices & no_decay
     assert all(wd_of[n] == 0.05 for n in trainable - no_decay) and len(trainable - no_decay) > 0
 
 
@@ -162,7 +162,7 @@ def test_resume_n_plus_n_equals_2n_including_ema(encoder_dir, tmp_path):
     weights_a, weights_b = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
     assert_states_close(weights_b, weights_a)  # two computations: close, not bit-exact (depends on the CPU)
     ema_a, ema_b = (torch.load(c / "process_state_0.pt", weights_only=False)["ema"] for c in (a, b))
-    assert not torch.equal(ema_a["classifier.weight"], weights_a["classifier.weight"])  # the EMA is its own state
+    assert not torch.equal(ema_a["classifier.dense.weight"], weights_a["classifier.dense.weight"])  # the EMA is its own state
     assert_states_close(ema_b, ema_a)
     results_a, results_b = (json.loads((d / "all_results.json").read_text()) for d in (tmp_path / "straight",
                                                                                       tmp_path / "split"))

@@ -295,7 +295,7 @@ def test_freeze_feature_encoder_freezes_only_the_stem(tiny_config):
     model.freeze_feature_encoder()
     assert not any(p.requires_grad for p in model.aasp.embeddings.parameters())
     assert all(p.requires_grad for p in model.aasp.layers.parameters())
-    assert model.classifier.weight.requires_grad
+    assert model.classifier.dense.weight.requires_grad
 
 
 def test_save_and_load_round_trip_keeps_outputs_and_fixed_tensors(tiny_config, tmp_path):
@@ -462,7 +462,7 @@ def test_bf16_models_run_and_keep_the_sblu_branch_in_float32(tiny_config, tmp_pa
     loaded = AaspForAudioClassification.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
     sblu_dtypes = {p.dtype for n, p in loaded.named_parameters() if ".sblu." in n}
     assert sblu_dtypes == {torch.float32}
-    assert loaded.classifier.weight.dtype == torch.bfloat16
+    assert loaded.classifier.dense.weight.dtype == torch.bfloat16
     assert (loaded(x).logits.float() - reference).abs().max() < 0.1
     cast = model.to(torch.bfloat16)  # a plain .to() casts everything; the branch computes in float32 anyway
     assert (cast(x).logits.float() - reference).abs().max() < 0.1
@@ -484,7 +484,7 @@ def test_layer_ids_for_layer_wise_learning_rate_decay(tiny_config):
     assert ids["aasp.embeddings.projection.weight"] == 0 and ids["aasp.cls_token"] == 0
     assert ids["aasp.embeddings.lambda_encoder.layers.0.mlp.fc1.weight"] == 0  # inside the stem, not block 0
     assert ids["aasp.layers.0.attention.query.weight"] == 1 and ids["aasp.layers.1.norm2.bias"] == 2
-    assert ids["classifier.weight"] == 3 and ids["classifier_norm.weight"] == 3
+    assert ids["classifier.dense.weight"] == 3 and ids["classifier.layernorm.weight"] == 3
     assert set(ids.values()) == {0, 1, 2, 3}
     base = model.aasp
     assert base.layer_id("layers.1.mlp.fc2.weight") == 2 and base.layer_id("embedding_norm.weight") == 0

@@ -1,7 +1,8 @@
 """A new user's audio-input mistakes: each gets one clear message or the right answer, never a silent wrong result.
 
 Real parts throughout: WAV files written with soundfile, a tiny classifier saved to disk and loaded by
-`pipeline("audio-classification", trust_remote_code=True)` (the checkpoint's own pipeline class), transformers' own
+`pipeline("audio-classification", pipeline_class=AaspAudioClassificationPipeline)` (the class a checkpoint ships and
+builds with `trust_remote_code=True` where the package is not installed), transformers' own
 ffmpeg reader.
 """
 
@@ -44,7 +45,8 @@ def classifier(tmp_path_factory):
                                 label2id={"a": 0, "b": 1})
     aasp_hf.AaspForAudioClassification(config).save_pretrained(folder)
     AaspFeatureExtractor(feature_size=32).save_pretrained(folder)
-    return pipeline("audio-classification", model=str(folder), trust_remote_code=True, device="cpu")
+    return pipeline("audio-classification", model=str(folder), pipeline_class=aasp_hf.AaspAudioClassificationPipeline,
+                    device="cpu")
 
 
 def scores(classifier, audio):
@@ -156,19 +158,40 @@ def test_the_pipeline_says_what_is_wrong_with_a_file_it_cannot_decode(tmp_path, 
         classifier(str(broken))
 
 
-def test_a_pipeline_without_trust_remote_code_says_what_to_pass(classifier):
-    """The checkpoint names its pipeline class in config.json (custom_pipelines), which transformers loads only with
-    trust_remote_code=True; without it, transformers' own one-line error says so. `pipeline_class=` is the way to
-    use the installed class without running the checkpoint's code."""
-    from transformers import pipeline
-
-    from aasp_hf.pipeline_aasp import AaspAudioClassificationPipeline
+def test_the_plain_pipeline_call_works_where_the_package_is_installed(classifier, tmp_path):
+    """In a fresh interpreter that imports aasp_hf: `pipeline("audio-classification", model=folder)` with no flag
+    builds transformers' pipeline class over the installed model (same scores as our class on an array), and so
+    does `trust_remote_code=True` (transformers prefers installed code to a checkpoint's); `pipeline_class=` gives
+    ours (one downmix rule for files). Without the package, `trust_remote_code=True` builds the checkpoint's own
+    class (tests/test_hub_integration.py)."""
+    import json
+    import subprocess
+    import sys
 
     folder = classifier.model.name_or_path
-    with pytest.raises(ValueError, match=r"set the option `trust_remote_code=True` to remove this error\.$"):
-        pipeline("audio-classification", model=folder)
-    local = pipeline("audio-classification", model=folder, pipeline_class=AaspAudioClassificationPipeline)
-    assert type(local) is AaspAudioClassificationPipeline
+    audio = stereo_clip().mean(axis=0)
+    np.save(tmp_path / "audio.npy", audio)
+    script = f"""
+import json, numpy as np
+import aasp_hf
+from transformers import pipeline
+audio = np.load({str(tmp_path / "audio.npy")!r})
+plain = pipeline("audio-classification", model={folder!r}, device="cpu")
+own = pipeline("audio-classification", model={folder!r}, trust_remote_code=True, device="cpu")
+local = pipeline("audio-classification", model={folder!r}, pipeline_class=aasp_hf.AaspAudioClassificationPipeline)
+scores = lambda p: {{x["label"]: x["score"] for x in p(audio, top_k=2)}}
+print(json.dumps({{"types": [type(p).__name__ for p in (plain, own, local)],
+                   "model": type(plain.model).__module__, "scores": [scores(plain), scores(own)]}}))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env={**__import__("os").environ, "HF_MODULES_CACHE": str(tmp_path / "modules")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["types"] == ["AudioClassificationPipeline", "AudioClassificationPipeline",
+                               "AaspAudioClassificationPipeline"]
+    assert report["model"] == "aasp_hf.modeling_aasp"  # the installed package's class, no remote code
+    plain, own = report["scores"]
+    assert plain.keys() == own.keys() and all(abs(plain[k] - own[k]) < 1e-6 for k in plain)
 
 
 @pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs ffmpeg")

@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 def pool_features(last_hidden_state: torch.Tensor, token_mask, num_frequency_patches: int) -> torch.Tensor:
     """(B, 1 + N, D) encoder output -> (B, D + F̃·D): [CLS ; mean over real time patches of each frequency row].
 
-    token_mask: bool (B, 1 + N) (True = real token, CLS first) or None (all real).
+    token_mask: (B, 1 + N), 1 (or True) = real token, CLS first, as `AaspModelOutput.token_mask`; or None (all real).
     """
     batch_size, num_tokens, hidden_size = last_hidden_state.shape
     num_patches = num_tokens - 1
