@@ -1,5 +1,6 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
-# Both create .venv, install the pinned stack (constraints.txt) and ffmpeg when missing.
+# Both create .venv, install the pinned stack (constraints.txt) and ffmpeg when missing, and unpack transformers'
+# own common test mixins from the pinned release's sdist (tests/transformers_release.py).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,6 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -r constraints.txt
 	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) tests/transformers_release.py
 	touch $(STAMP)
 
 # ffmpeg decodes audio files for `datasets` (torchcodec) and the pipeline. Install it when we can.
