@@ -560,16 +560,17 @@ class AaspGroupedProjection(nn.Conv1d):
     """B̄ (F -> H) or C̄ (H -> C): a 1×1 convolution with F̃ groups, in its input's dtype (the caller chooses it).
 
     Dense: x (B, C_in, T) -> (B, C_out, T). Visible tokens: x (B·M, V, C_in/F̃, L), the channels of each token's group
-    over L frames, -> (B·M, V, C_out/F̃, L).
+    over L frames, -> (B·M, V, C_out/F̃, L). nn.Conv1d's constructor, so tools that build a layer like it
+    (``type(layer)(in_channels, out_channels, kernel_size, ...)``, as PEFT's LoRA does) get a working one.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, groups: int):
-        super().__init__(in_channels, out_channels, kernel_size=1, groups=groups)
-
     def forward(self, x, group_index=None):
-        weight, bias = self.weight.to(x.dtype), self.bias.to(x.dtype)  # (C_out, C_in/F̃, 1), (C_out,)
+        weight = self.weight.to(x.dtype)  # (C_out, C_in/F̃, 1)
+        bias = None if self.bias is None else self.bias.to(x.dtype)  # (C_out,)
         if group_index is None:
-            return F.conv1d(x, weight, bias, groups=self.groups)  # (B, C_in, T) -> (B, C_out, T)
+            return self._conv_forward(x, weight, bias)  # (B, C_in, T) -> (B, C_out, T)
+        if self.kernel_size != (1,) or bias is None:
+            raise ValueError("the visible-token path needs a 1×1 convolution with a bias")
         outputs = self.out_channels // self.groups  # C_out/F̃
         weight = _per_group(weight.reshape(self.groups, outputs, -1), group_index)  # (B·M, V, C_out/F̃, C_in/F̃)
         bias = _per_group(bias.reshape(self.groups, outputs, 1), group_index)  # (B·M, V, C_out/F̃, 1)
@@ -608,11 +609,8 @@ class AaspTimePatchify(nn.Conv1d):
     """The time patchifier of AaPE (d): a depthwise convolution over C channels with kernel = stride = P_time.
 
     Dense: x (B, C, T) -> (B, C, T̃). Visible tokens: x (B·M, V, C̃, P), each token's group's C̃ channels over its P
-    frames, -> (B·M, V, C̃), in x's dtype.
+    frames, -> (B·M, V, C̃), in x's dtype. nn.Conv1d's constructor (see AaspGroupedProjection).
     """
-
-    def __init__(self, channels: int, patch_size: int):
-        super().__init__(channels, channels, kernel_size=patch_size, stride=patch_size, groups=channels)
 
     def forward(self, x, group_index=None):
         if group_index is None:
@@ -641,10 +639,12 @@ class AaspSBLU(nn.Module):
         self.step = config.sblu_step
         self.kernel_size = config.sblu_kernel_size
         self.phase = config.sblu_phase
-        self.input_projection = AaspGroupedProjection(config.num_mel_bins, config.sblu_hidden_size, groups)  # B̄
-        self.output_projection = AaspGroupedProjection(config.sblu_hidden_size, config.sblu_output_size, groups)  # C̄
-        self.norm = AaspMaskedGroupNorm(groups, config.sblu_output_size)
-        self.time_patchify = AaspTimePatchify(config.sblu_output_size, config.time_patch_size)
+        hidden_size, output_size = config.sblu_hidden_size, config.sblu_output_size  # H, C
+        self.input_projection = AaspGroupedProjection(config.num_mel_bins, hidden_size, 1, groups=groups)  # B̄
+        self.output_projection = AaspGroupedProjection(hidden_size, output_size, 1, groups=groups)  # C̄
+        self.norm = AaspMaskedGroupNorm(groups, output_size)
+        patch = config.time_patch_size  # depthwise, kernel = stride = P_time
+        self.time_patchify = AaspTimePatchify(output_size, output_size, patch, stride=patch, groups=output_size)
         self.register_buffer("highpass_kernel", self.compute_highpass_kernel(config), persistent=False)
         self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
         self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
@@ -759,7 +759,7 @@ class AaspSBLU(nn.Module):
                 frequency = _per_group(static_frequency.reshape(num_groups, -1), group_index)  # (B·M, V, H/F̃)
             windows, window_visible = self._token_windows(mel, views, visibility)  # (a)
             values = self.input_projection(windows, group_index)  # (b) B̄: -> (B·M, V, H/F̃, P + 2c)
-            values = values * window_visible[:, :, None]  # v: frames that do not count (outside the clip; hidden) zeroed
+            values = values * window_visible[:, :, None]  # v: frames that do not count (_token_windows) zeroed
             response = self._token_response(values, decay, frequency)  # (c) 2Γ|r|: (B·M, V, H/F̃, P)
             response = response.to(torch.promote_types(self.output_projection.weight.dtype, torch.float32))
             features = self.output_projection(response, group_index)  # C̄: (B·M, V, H/F̃, P) -> (B·M, V, C̃, P)

@@ -116,3 +116,23 @@ def test_forward_hooks_on_the_sblu_modules_fire_and_change_the_output(saved_mode
         finally:
             handle.remove()
         assert (perturbed - reference).abs().max() > 1e-3, f"perturbing sblu.{name} did not change the {kind} output"
+
+
+def test_a_lora_adapter_on_the_sblu_input_projection_changes_the_output(saved_models):
+    """PEFT wraps B̄ (a grouped 1×1 Conv1d) in its LoRA layer: with the adapter's weights nonzero the encoder's output
+    changes; with the adapter disabled it is the base model's again."""
+    peft = pytest.importorskip("peft")
+    model, folder = saved_models[AaspModel, True]
+    base = AaspModel.from_pretrained(folder).eval()
+    inputs = model_inputs("padded")
+    reference = model_output(model, inputs)
+    config = peft.LoraConfig(r=4, target_modules=["embeddings.sblu.input_projection"], init_lora_weights=False)
+    with pytest.warns(UserWarning, match="groups > 1"):  # PEFT cannot merge a grouped convolution's adapter
+        adapted = peft.get_peft_model(base, config).eval()
+    assert isinstance(adapted.base_model.model.embeddings.sblu.input_projection, peft.tuners.lora.LoraLayer)
+    with torch.no_grad():
+        output = adapted(**inputs).last_hidden_state
+        with adapted.disable_adapter():
+            disabled = adapted(**inputs).last_hidden_state
+    assert (output - reference).abs().max() > 1e-2
+    torch.testing.assert_close(disabled, reference)
