@@ -199,7 +199,7 @@ def test_streaming_run_crosses_epochs_and_resumes_exactly(tmp_path):
     with pytest.raises(ValueError, match="not --synthetic_clips"):
         pretrain.main(argv(tmp_path / "bad", streaming=True))
     pretrain.main(argv(tmp_path / "map_style", max_steps=2, save_steps=2))  # synthetic clips, no stream position
-    with pytest.raises(ValueError, match="not written by a --streaming run"):
+    with pytest.raises(ValueError, match="streaming false → true, which a resumed run cannot change"):
         pretrain.main(argv(tmp_path / "map_style", resume=True, **common))
 
 
