@@ -136,3 +136,38 @@ def test_a_lora_adapter_on_the_sblu_input_projection_changes_the_output(saved_mo
             disabled = adapted(**inputs).last_hidden_state
     assert (output - reference).abs().max() > 1e-2
     torch.testing.assert_close(disabled, reference)
+
+
+def test_each_sblu_module_per_token_equals_its_dense_forward():
+    """The visible-token forward of B̄ / C̄, the GroupNorm and the time patchifier, given every token of a clip, is the
+    dense forward of the same module cut into tokens (float64): B̄ and C̄ at each token's group block, the GroupNorm
+    with each group's statistics over all its tokens, the patchifier on each token's P frames."""
+    from aasp_hf.sblu import AaspSBLU
+
+    torch.manual_seed(0)
+    config = AaspConfig(**tiny_config_kwargs())
+    sblu = AaspSBLU(config).double()
+    for parameter in sblu.parameters():
+        torch.nn.init.normal_(parameter)  # non-trivial γ and b as well
+    groups, patch = config.num_frequency_patches, config.time_patch_size  # F̃, P
+    num_time_patches = NUM_FRAMES // patch  # T̃
+    tokens = torch.arange(num_time_patches * groups).repeat(2, 1)  # (B, N): every token of two clips, time-major
+    group_index = tokens % groups  # (B, N)
+    time_index = tokens // groups  # (B, N)
+
+    def per_token(dense):
+        """(B, C, T) -> (B, N, C/F̃, P): each token's group's channels over its P frames."""
+        blocks = dense.reshape(2, groups, -1, num_time_patches, patch)  # (B, F̃, C/F̃, T̃, P)
+        rows = torch.arange(2)[:, None]
+        return blocks.permute(0, 1, 3, 2, 4)[rows, group_index, time_index]  # (B, N, C/F̃, P)
+
+    g = torch.Generator().manual_seed(1)
+    for module, in_channels in [(sblu.input_projection, NUM_MEL_BINS), (sblu.output_projection, 8)]:
+        x = torch.randn(2, in_channels, NUM_FRAMES, generator=g, dtype=torch.float64)
+        torch.testing.assert_close(module(per_token(x), group_index), per_token(module(x)))
+    x = 3.0 + torch.randn(2, config.sblu_output_size, NUM_FRAMES, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(sblu.norm(per_token(x), group_index=group_index), per_token(sblu.norm(x)))
+    dense = sblu.time_patchify(x)  # (B, C, T̃)
+    expected = dense.reshape(2, groups, -1, num_time_patches).permute(0, 1, 3, 2)  # (B, F̃, T̃, C̃)
+    expected = expected[torch.arange(2)[:, None], group_index, time_index]  # (B, N, C̃)
+    torch.testing.assert_close(sblu.time_patchify(per_token(x), group_index), expected)
