@@ -38,6 +38,7 @@ def _script(path: str):
     ("conversion/convert_pretraining_checkpoint.py", "--wich", "--which"),
     ("conversion/export_onnx.py", "--chek", "--check"),
     ("benchmarks/quality/run.py", "--max_stpes", "--max_steps"),
+    ("benchmarks/quality/build_data.py", "--jobz", "--jobs"),
     ("benchmarks/speed/run.py", "--repeets", "--repeats"),
 ])
 def test_a_misspelt_flag_is_one_line_with_the_closest_flag_in_every_script(script, typo, right, tmp_path):

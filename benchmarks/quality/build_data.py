@@ -39,6 +39,8 @@ from multiprocessing import Pool
 import numpy as np
 import soundfile as sf
 
+from aasp_hf.errors import parse_command_line, run_script
+
 SR = 16000
 MAX_CLIP_SEC = 10.0
 MIN_CLIP_SEC = 0.3  # shorter pieces (and silent ones) are dropped
@@ -922,7 +924,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(here, "data"), help="output directory (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=2, help="parallel decoding processes (default 2)")
     parser.add_argument("--no-0ad", action="store_true", help="skip 0ad-data (a 1.4 GB download, 3 GB unpacked)")
-    args = parser.parse_args(argv)
+    args = parse_command_line(parser, argv)  # a misspelt flag: one line with the closest flag
     try:
         manifest = build(args.out, jobs=max(1, args.jobs), include_0ad=not args.no_0ad)
     except BuildError as err:
@@ -936,4 +938,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main, "build_data.py"))
