@@ -368,8 +368,8 @@ def map_state_dict(state: dict, layout: EatLayout, config: AaspConfig, with_head
     ]
     if with_head and all(k in state for k in head_keys):
         for suffix in ("weight", "bias"):
-            take(f"{layout.classifier_norm}.{suffix}", f"classifier_norm.{suffix}")
-            take(f"{layout.classifier}.{suffix}", f"classifier.{suffix}")
+            take(f"{layout.classifier_norm}.{suffix}", f"classifier.layernorm.{suffix}")  # AaspClassificationHead
+            take(f"{layout.classifier}.{suffix}", f"classifier.dense.{suffix}")
     else:
         for key in head_keys:
             if key in state:

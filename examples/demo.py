@@ -11,7 +11,7 @@ Steps:
 4. fine-tune AaspForAudioClassification from scratch and from the pre-trained encoder, the same number of steps
    and the same recipe each (AdamW, warm-up + cosine by step)
 5. save_pretrained the fine-tuned model (with a model card), reload it with
-   pipeline("audio-classification", trust_remote_code=True), predict
+   pipeline("audio-classification"), predict
 
     python examples/demo.py [--pretrain-steps 1500] [--finetune-steps 250] [--output-dir demo_output] [--seed 0]
 
@@ -200,7 +200,7 @@ def main(argv=None) -> dict:
     candidates[best_name].save_pretrained(classifier_dir)
     feature_extractor.save_pretrained(classifier_dir)
     print(f"5. saved the model fine-tuned from {best_name} to {classifier_dir}/; reloading with the pipeline")
-    classifier = pipeline("audio-classification", model=str(classifier_dir), trust_remote_code=True, device="cpu")
+    classifier = pipeline("audio-classification", model=str(classifier_dir), device="cpu")  # aasp_hf is installed
     predictions = classifier(list(test_clips), top_k=1, batch_size=16)
     results["pipeline_accuracy"] = float(np.mean([p[0]["label"] == LABELS[y] for p, y in zip(predictions, test_y)]))
     results["finetuned_from"] = best_name
@@ -232,7 +232,7 @@ def main(argv=None) -> dict:
               f"TensorBoard events)")
         print(f"   pre-trained encoder   {encoder_dir}/  (AutoModel.from_pretrained; model card README.md)")
     print(f"   fine-tuned classifier {classifier_dir}/  (model card; load it with "
-          f"pipeline(\"audio-classification\", model=..., trust_remote_code=True))")
+          f"pipeline(\"audio-classification\", model=...))")
     print(f"   results               {output_dir / 'all_results.json'}")
     return results
 
