@@ -18,6 +18,8 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import tiny_config_kwargs
+
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
 
 try:
@@ -38,7 +40,7 @@ from transformers_release_tests.utils.test_configuration_utils import config_com
 
 
 class AaspModelTester:
-    """A tiny AaPE encoder: 32 mel bins (2 frequency patches), 64 frames (4 time patches), D = 32, 2 layers.
+    """The suite's tiny AaPE encoder (conftest): 32 mel bins (2 frequency patches), 64 frames (4 time patches).
     `padded=True` gives the batch a frame attention_mask in which every other clip is cut short (not on a patch
     boundary), as AaspFeatureExtractor pads a batch of unequal clips."""
 
@@ -49,9 +51,10 @@ class AaspModelTester:
         self.num_frames = num_frames
         self.num_mel_bins = num_mel_bins
         self.num_labels = num_labels
-        self.hidden_size = 32
-        self.num_hidden_layers = 2
-        self.num_attention_heads = 2
+        tiny = tiny_config_kwargs()
+        self.hidden_size = tiny["hidden_size"]
+        self.num_hidden_layers = tiny["num_hidden_layers"]
+        self.num_attention_heads = tiny["num_attention_heads"]
         self.is_training = True
         # The attention mask is per frame (B, T): the common tests build theirs `seq_length` long; the encoder's
         # sequence (hidden states, attention maps) is CLS plus the patch tokens, `encoder_seq_length`.
@@ -59,21 +62,8 @@ class AaspModelTester:
         self.encoder_seq_length = 1 + (num_frames // 16) * (num_mel_bins // 16)
 
     def get_config(self):
-        return AaspConfig(
-            hidden_size=self.hidden_size,
-            num_hidden_layers=self.num_hidden_layers,
-            num_attention_heads=self.num_attention_heads,
-            intermediate_size=37,
-            num_mel_bins=self.num_mel_bins,
-            num_frames=self.num_frames,
-            sblu_hidden_size=8,
-            sblu_output_size=16,
-            sblu_kernel_size=15,
-            lambda_encoder_reduction=4,
-            lambda_encoder_num_layers=1,
-            lambda_encoder_num_attention_heads=2,
-            num_labels=self.num_labels,
-        )
+        return AaspConfig(**tiny_config_kwargs(num_frames=self.num_frames, num_mel_bins=self.num_mel_bins,
+                                               num_labels=self.num_labels))
 
     def prepare_config_and_inputs(self):
         input_values = floats_tensor([self.batch_size, self.num_frames, self.num_mel_bins])
