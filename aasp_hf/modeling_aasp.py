@@ -36,7 +36,7 @@ from transformers.utils import ModelOutput, TransformersKwargs
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .configuration_aasp import AaspConfig
+from .configuration_aasp import _LOADED_AS_REMOTE_CODE, AaspConfig
 from .sblu import AaspSBLU, sblu_decay_min, sblu_frequency_range
 
 
@@ -555,7 +555,11 @@ class AaspPreTrainedModel(PreTrainedModel):
             from .pipeline_aasp import CUSTOM_PIPELINES
 
             self.config.custom_pipelines = CUSTOM_PIPELINES
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        try:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        finally:  # the installed package's configs never hold the entry (see AaspConfig): only the saved file does
+            if not _LOADED_AS_REMOTE_CODE and hasattr(self.config, "custom_pipelines"):
+                del self.config.custom_pipelines
 
     def layer_id(self, parameter_name: str) -> int:
         """Depth of a parameter for layer-wise learning-rate decay: 0 = patch embedding (SPE/AaPE), CLS and the
