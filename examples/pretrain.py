@@ -459,7 +459,7 @@ def main(argv=None) -> dict:
     # a folder holding a run is refused without --resume / --overwrite_output_dir (before anything is written)
     stale = check_output_dir(output_dir, args.resume, args.overwrite_output_dir,
                              RUN_ARTEFACTS + ("encoder", "teacher_encoder", "ranks", "tensorboard",
-                                              "resolved_config.json"))
+                                              "resolved_config.json", "decode_failures.txt"))
     trackers = None if args.report_to in ("none", "", None) else args.report_to
     accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=trackers, project_dir=str(output_dir))
     rank, world = accelerator.process_index, accelerator.num_processes
@@ -635,7 +635,7 @@ def main(argv=None) -> dict:
     clips_per_step = args.per_device_train_batch_size * world * accum
     history_path = output_dir / "log_history.jsonl"
     progress = tqdm(total=args.max_steps, initial=start_step, disable=not accelerator.is_local_main_process)
-    sums, num_summed, decode_failures, seen = {}, 0, 0, hashlib.sha256()
+    sums, num_summed, seen = {}, 0, hashlib.sha256()
     failure_log = FailureLog(output_dir / "decode_failures.txt")  # names the clips that fail to decode
     skipped_since_read = torch.zeros((), dtype=torch.long, device=accelerator.device)  # skipped steps not yet counted
     t_start, t_log, step_of_last_log = time.time(), time.time(), start_step
@@ -648,7 +648,6 @@ def main(argv=None) -> dict:
         for micro in range(accum):
             epoch, examples = next(batches)
             examples, failed = replace_failed(examples)
-            decode_failures += len(failed)
             failure_log(failed)
             seen.update(str([e["index"] for e in examples]).encode())
             batch = collator(examples)
@@ -758,7 +757,8 @@ def main(argv=None) -> dict:
     elapsed = time.time() - t_start
 
     # 8. Export and results. Every process writes a summary (parameter checksums, data seen) to check the sync.
-    decode_failures = int(accelerator.reduce(torch.tensor(decode_failures, device=accelerator.device), "sum"))
+    accelerator.wait_for_everyone()  # every process has appended its failures to the one list
+    decode_failures = failure_log.failed_files()  # distinct files, not the micro-batches they failed in
     ranks_dir = output_dir / "ranks"
     ranks_dir.mkdir(parents=True, exist_ok=True)
     (ranks_dir / f"rank{rank}.json").write_text(json.dumps({
@@ -784,7 +784,7 @@ def main(argv=None) -> dict:
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         if decode_failures:
-            print(f"skipped {decode_failures} clip(s) that failed to decode (replaced by other clips of their batch); "
+            print(f"skipped {decode_failures} file(s) that failed to decode (replaced by other clips of their batch); "
                   f"each file and what was wrong: {failure_log.path}")
         export(unwrapped, feature_extractor, output_dir, args.export_teacher, training_summary(data_args, args, results))
         (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
