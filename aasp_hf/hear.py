@@ -132,7 +132,9 @@ class AaspHearModel(nn.Module):
         """(B, L) 16 kHz audio -> the feature extractor's normalised log-mel (B, T, F) on the encoder's device, T the
         real frames of an L-sample clip (no padding frames)."""
         if not isinstance(audio, torch.Tensor):
-            raise UsageError(f"audio must be a torch.Tensor of shape (n_sounds, n_samples), got {type(audio).__name__}.")
+            raise UsageError(
+                f"audio must be a torch.Tensor of shape (n_sounds, n_samples), got {type(audio).__name__}."
+            )
         if audio.ndim != 2:
             raise UsageError(
                 f"audio must have shape (n_sounds, n_samples) at {self.sample_rate} Hz, got {tuple(audio.shape)}."
@@ -195,7 +197,11 @@ class AaspHearModel(nn.Module):
     def _layer_output(self, input_values, attention_mask):
         """(b, C, F) -> the mean of the chosen layers' outputs (b, 1 + N, D); index L is the encoder's final output
         (after its last LayerNorm in a pre-norm model)."""
-        output = self.encoder(input_values, attention_mask=attention_mask, output_hidden_states=True)
+        final = self.encoder.config.num_hidden_layers
+        needs_states = any(i != final for i in self.layer_indices)  # the final output alone needs no other layer
+        output = self.encoder(input_values, attention_mask=attention_mask, output_hidden_states=needs_states)
+        if not needs_states:
+            return output.last_hidden_state
         states = list(output.hidden_states[:-1]) + [output.last_hidden_state]  # L + 1 entries: embedding, blocks
         return torch.stack([states[i] for i in self.layer_indices]).mean(0)
 
@@ -227,7 +233,7 @@ class AaspHearModel(nn.Module):
         if self.timestamp_method == "shift":
             offsets = [s * self.hop_frames for s in range(passes) if s * self.hop_frames < num_frames]
             encoded = self.encode_columns(features, offsets)
-            embeddings = self.pool_frequency(encoded[0][0]).new_zeros(
+            embeddings = features.new_zeros(
                 features.shape[0], math.ceil(count / passes) * passes, self.timestamp_embedding_size
             )  # (B, ceil(J/S)·S, E)
             for s, (columns, _) in enumerate(encoded):  # pass s holds columns j = t·S + s
@@ -268,7 +274,8 @@ def load_model(model_file_path: str = "", **options) -> AaspHearModel:
     """
     unknown = set(options) - set(DEFAULT_OPTIONS)
     if unknown:
-        raise unknown_keys_error(unknown, DEFAULT_OPTIONS, "load_model's options", "aasp_hf.hear.load_model's docstring")
+        raise unknown_keys_error(unknown, DEFAULT_OPTIONS, "load_model's options",
+                                 "aasp_hf.hear.load_model's docstring")
     folder = _checkpoint_folder(model_file_path)
     encoder = AaspModel.from_pretrained(folder, local_files_only=True)
     config = encoder.config

@@ -27,7 +27,8 @@ def write_task(root: Path, task: str, embedding_type: str, prediction_type: str,
                 "splits": list(splits)}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "task_metadata.json").write_text(json.dumps(metadata))
-    (folder / "labelvocabulary.csv").write_text("idx,label\n" + "".join(f"{i},{name}\n" for i, name in enumerate(labels)))
+    vocabulary = "".join(f"{i},{name}\n" for i, name in enumerate(labels))
+    (folder / "labelvocabulary.csv").write_text("idx,label\n" + vocabulary)
     for split, items in splits.items():
         (folder / str(SR) / split).mkdir(parents=True, exist_ok=True)
         table = {}
