@@ -171,3 +171,18 @@ def test_each_sblu_module_per_token_equals_its_dense_forward():
     expected = dense.reshape(2, groups, -1, num_time_patches).permute(0, 1, 3, 2)  # (B, F̃, T̃, C̃)
     expected = expected[torch.arange(2)[:, None], group_index, time_index]  # (B, N, C̃)
     torch.testing.assert_close(sblu.time_patchify(per_token(x), group_index), expected)
+
+
+@pytest.mark.parametrize("model_class", [AaspModel, AaspForAudioClassification])
+def test_device_map_auto_with_cpu_and_disk_offload_gives_the_one_device_output(saved_models, tmp_path, model_class):
+    """`device_map="auto"` with a CPU budget of about half the model: accelerate puts what does not fit on disk, at
+    the granularity of `_no_split_modules` (the stem, the blocks), and the output is the one-device one."""
+    model, folder = saved_models[model_class, True]
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    offloaded = model_class.from_pretrained(folder, device_map="auto", max_memory={"cpu": size // 2},
+                                            offload_folder=tmp_path).eval()
+    placements = set(offloaded.hf_device_map.values())
+    assert placements == {"cpu", "disk"}, offloaded.hf_device_map
+    for kind in ["clips", "padded"]:
+        inputs = model_inputs(kind)
+        torch.testing.assert_close(model_output(offloaded, inputs), model_output(model, inputs), msg=kind)
