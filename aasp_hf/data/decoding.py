@@ -17,6 +17,7 @@ import logging
 import math
 
 import numpy as np
+import torch
 from datasets import Audio, DatasetDict, IterableDatasetDict
 
 from ..pipeline_aasp import wav_truncation
@@ -50,10 +51,11 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
     Accepts a torchcodec `AudioDecoder` (datasets' decoded cell), a `{"array" (or "raw"), "sampling_rate"}` dict
     (float, or integer PCM scaled to [-1, 1); (C, L) or (L, C) channels averaged), a `{"path", "bytes"}` dict
     (`Audio(decode=False)`) or a path. Its output is what `pipeline("audio-classification")` takes at 16 kHz, which
-    itself resamples only 1-D float arrays and rejects integer PCM at other rates and multi-channel arrays. Files are
-    decoded by torchcodec (resampled by it), sample for sample as the checkpoint's pipeline decodes a path; when
-    torchcodec is not importable, by soundfile + scipy's polyphase resampler. Channels are always averaged,
-    (L + R) / 2. A WAV whose header promises more frames than the file holds decodes to the whole frames it holds,
+    itself resamples only 1-D float arrays and rejects integer PCM at other rates and multi-channel arrays. Files give
+    the samples the checkpoint's pipeline (torchcodec) gives for a path: WAV and FLAC at `sampling_rate` read by
+    soundfile bit for bit, OGG/Vorbis and MP3 within float rounding, everything else (other rates: resampled) by
+    torchcodec itself (`_decode_file`); when torchcodec is not importable, soundfile + scipy's polyphase resampler.
+    Channels are always averaged, (L + R) / 2. A WAV whose header promises more frames than the file holds decodes to the whole frames it holds,
     with a warning that names the file.
     """
     if hasattr(audio, "get_all_samples"):  # torchcodec AudioDecoder
@@ -105,19 +107,55 @@ def _undecodable(audio, error) -> ValueError:
     )
 
 
+# What libsndfile (through soundfile) decodes to the same samples as torchcodec (ffmpeg), so that training and the
+# checkpoint's pipeline see the same clip: {major format: subtypes}. Opening a file with torchcodec costs ~40 ms (it
+# probes the container), more than decoding a 10-s clip; soundfile opens one in well under a millisecond.
+# - Bit for bit (PCM and float in WAV, integer PCM in FLAC: both decoders scale integers by a power of two).
+SOUNDFILE_EXACT = {
+    "WAV": {"PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE"},
+    "WAVEX": {"PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE"},
+    "FLAC": {"PCM_S8", "PCM_16", "PCM_24"},
+}
+# - Same length, samples within float rounding (lossy codecs: libvorbis / mpg123 against ffmpeg's own decoders, which
+#   round their inverse transforms differently; tests/test_data_path_speed.py bounds the difference).
+SOUNDFILE_LOSSY = {"OGG": {"VORBIS"}, "MP3": {"MPEG_LAYER_III"}}
+
+
 def _decode_file(source, sampling_rate: int) -> np.ndarray:
     """A path or the bytes of a file -> mono float32 (L,) at `sampling_rate`: the channel mean.
 
-    torchcodec decodes (and resamples), as the checkpoint's pipeline does; soundfile when torchcodec is not
-    importable (datasets 5 decodes audio only through torchcodec). The channels are averaged here rather than by
+    A file at `sampling_rate` in a format of `SOUNDFILE_EXACT` or `SOUNDFILE_LOSSY` is read by soundfile; any other
+    (another rate, format or codec, or one soundfile cannot open) by torchcodec, which resamples it as the
+    checkpoint's pipeline does. Without torchcodec, soundfile reads everything and scipy's polyphase filter resamples.
+    The channels are averaged here (torch's mean over the channel axis, as for torchcodec's samples) rather than by
     torchcodec's `num_channels=1`, whose downmix is (L + R) / sqrt(2).
     """
+    channels = _read_with_soundfile(source, sampling_rate)
+    if channels is None:
+        try:
+            from torchcodec.decoders import AudioDecoder
+        except ImportError:
+            return _decode_with_soundfile(source, sampling_rate)
+        channels = AudioDecoder(source, sample_rate=sampling_rate).get_all_samples().data
+    return channels.mean(dim=0).numpy().astype(np.float32, copy=False)  # (C, L) -> (L,)
+
+
+def _read_with_soundfile(source, sampling_rate: int):
+    """float32 (C, L) tensor of a file that soundfile decodes as torchcodec does (`SOUNDFILE_EXACT` /
+    `SOUNDFILE_LOSSY`) at `sampling_rate`; None for any other file (or when soundfile is missing or fails)."""
     try:
-        from torchcodec.decoders import AudioDecoder
+        import soundfile as sf
     except ImportError:
-        return _decode_with_soundfile(source, sampling_rate)
-    samples = AudioDecoder(source, sample_rate=sampling_rate).get_all_samples()
-    return samples.data.mean(dim=0).numpy().astype(np.float32, copy=False)  # (C, L) -> (L,)
+        return None
+    try:
+        with sf.SoundFile(io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source) as file:
+            subtypes = SOUNDFILE_EXACT.get(file.format, set()) | SOUNDFILE_LOSSY.get(file.format, set())
+            if file.samplerate != sampling_rate or file.subtype not in subtypes:
+                return None
+            frames = file.read(dtype="float32", always_2d=True)  # (L, C)
+    except Exception:  # noqa: BLE001 - not a file soundfile reads: torchcodec decodes it or says what is wrong
+        return None
+    return torch.from_numpy(np.ascontiguousarray(frames.T))  # (L, C) -> (C, L), laid out as torchcodec's
 
 
 def _decode_with_soundfile(source, sampling_rate: int) -> np.ndarray:

@@ -1,0 +1,73 @@
+"""The fast training data path gives the samples the slow one gave.
+
+Training decodes files with soundfile where it gives what the checkpoint's pipeline (torchcodec) gives, and with
+torchcodec otherwise (`aasp_hf.data.decoding`); a stream decodes in DataLoader workers in the order the main process
+read it in (`aasp_hf.data.clips.AudioStream`). The speed itself is measured by benchmarks/speed/run.py, not here.
+"""
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from aasp_hf.data.decoding import SOUNDFILE_EXACT, SOUNDFILE_LOSSY, decode_audio
+from aasp_hf.pipeline_aasp import decode_clip as pipeline_decode
+
+
+pytest.importorskip("torchcodec")
+
+# lossy codecs: libvorbis / mpg123 (soundfile) against ffmpeg's decoders (torchcodec) on a 1-s clip at 0.3 of full
+# scale; measured 1.3e-7 (Vorbis) and 1.7e-6 (MP3) on 10-s noise at 0.1 of full scale, 16 kHz stereo
+LOSSY_TOLERANCE = 1e-5
+
+
+def _stereo(seconds=1.0, rate=16000, seed=0):
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    left = 0.3 * np.sin(2 * np.pi * 440 * t) + 0.05 * rng.standard_normal(t.size)
+    right = 0.2 * np.sin(2 * np.pi * 660 * t) + 0.05 * rng.standard_normal(t.size)
+    return np.stack([left, right], axis=1).astype(np.float32)  # (L, C)
+
+
+@pytest.mark.parametrize("major", sorted(SOUNDFILE_EXACT))
+def test_pcm_files_decode_bit_for_bit_as_the_pipeline(tmp_path, major):
+    """Every (format, subtype) soundfile reads for training equals the pipeline's torchcodec decoding exactly,
+    mono and stereo (the channel mean, (L + R) / 2)."""
+    extension = "flac" if major == "FLAC" else "wav"
+    for subtype in sorted(SOUNDFILE_EXACT[major]):
+        for channels in (1, 2):
+            path = tmp_path / f"{subtype}_{channels}.{extension}"
+            sf.write(path, _stereo()[:, :channels], 16000, format=major, subtype=subtype)
+            ours, theirs = decode_audio(str(path)), pipeline_decode(str(path), 16000)
+            assert ours.dtype == np.float32 and ours.shape == theirs.shape, (subtype, channels)
+            assert np.array_equal(ours, theirs), (major, subtype, channels, np.abs(ours - theirs).max())
+
+
+@pytest.mark.parametrize("major,subtype", [(m, s) for m in sorted(SOUNDFILE_LOSSY) for s in SOUNDFILE_LOSSY[m]])
+def test_lossy_files_decode_within_rounding_of_the_pipeline(tmp_path, major, subtype):
+    path = tmp_path / f"clip.{major.lower()}"
+    sf.write(path, _stereo(), 16000, format=major, subtype=subtype)
+    ours, theirs = decode_audio(str(path)), pipeline_decode(str(path), 16000)
+    assert ours.shape == theirs.shape
+    difference = np.abs(ours - theirs).max()
+    assert 0 < difference <= LOSSY_TOLERANCE  # a different decoder (0 would mean torchcodec decoded it)
+
+
+def test_other_rates_and_bytes_decode_as_the_pipeline(tmp_path):
+    """A 44.1-kHz file is resampled by torchcodec, as before; a file's bytes decode as its path."""
+    path = tmp_path / "cd.wav"
+    sf.write(path, _stereo(rate=44100), 44100, subtype="PCM_16")
+    assert np.array_equal(decode_audio(str(path)), pipeline_decode(str(path), 16000))
+    flac = tmp_path / "clip.flac"
+    sf.write(flac, _stereo(), 16000, subtype="PCM_24")
+    assert np.array_equal(decode_audio({"path": None, "bytes": flac.read_bytes()}), pipeline_decode(str(flac), 16000))
+
+
+def test_truncated_wav_still_warns_and_gives_its_whole_frames(tmp_path, caplog):
+    path = tmp_path / "cut.wav"
+    sf.write(path, _stereo(), 16000, subtype="PCM_16")
+    path.write_bytes(path.read_bytes()[:-1001])  # 250 frames of 4 bytes and one byte of the next one cut
+    with pytest.warns(UserWarning, match="truncated"):
+        theirs = pipeline_decode(str(path), 16000)
+    ours = decode_audio(str(path))
+    assert ours.shape == (16000 - 251,) and np.array_equal(ours, theirs)
+    assert "cut.wav" in caplog.text and "truncated" in caplog.text
