@@ -124,7 +124,7 @@ class DataArguments:
     dataloader_num_workers: int = field(default=0, metadata={"help": "worker processes that decode audio"})
     streaming: bool = field(
         default=False, metadata={"help": "read the dataset as a stream (datasets' IterableDataset): each process its "
-                                 "shard, reshuffled per epoch in a buffer, decoded in the main process"}
+                                 "shard, reshuffled per epoch in a buffer, decoded in --dataloader_num_workers workers"}
     )
     shuffle_buffer_size: int = field(default=1000, metadata={"help": "--streaming: examples in the shuffle buffer"})
     features_on_device: bool = field(default=False, metadata={"help": "log-mel on the accelerator, not the CPU"})

@@ -71,3 +71,41 @@ def test_truncated_wav_still_warns_and_gives_its_whole_frames(tmp_path, caplog):
     ours = decode_audio(str(path))
     assert ours.shape == (16000 - 251,) and np.array_equal(ours, theirs)
     assert "cut.wav" in caplog.text and "truncated" in caplog.text
+
+
+def test_train_dir_rows_carry_their_file_and_decode_as_the_pipeline(tmp_path):
+    """A map-style --train_dir is read without datasets' own decoding (which opens every file with torchcodec):
+    rows carry {"path", "bytes"}, and the clip is the pipeline's decoding of that file."""
+    from types import SimpleNamespace
+
+    from aasp_hf.data.clips import load_clips
+
+    sf.write(tmp_path / "a.flac", _stereo(), 16000, subtype="PCM_16")
+    sf.write(tmp_path / "b.wav", _stereo(rate=22050), 22050, subtype="PCM_16")
+    data_args = SimpleNamespace(synthetic_clips=0, dataset=None, train_dir=str(tmp_path), dataset_name=None,
+                                streaming=False, dataloader_num_workers=0, dataset_split="train", audio_column="audio")
+    clips = load_clips(data_args, seed=0, batch_size=1, num_processes=1, process_index=0)
+    for index in range(len(clips)):
+        cell = clips.source[index]["audio"]
+        assert set(cell) == {"path", "bytes"}
+        assert np.array_equal(clips[index]["waveform"].numpy(), pipeline_decode(cell["path"], 16000))
+
+
+def test_stream_decoded_in_workers_trains_and_resumes_as_in_the_main_process(tmp_path):
+    """--streaming with 2 DataLoader workers (each decoding every other micro-batch) stopped after 1 step and resumed
+    gives the run that decodes in the main process uninterrupted: same micro-batches, epochs and weights."""
+    from conftest import assert_states_close
+    from safetensors.torch import load_file
+    from test_pretrain_script import argv, history, pretrain, write_audioset_layout
+
+    root = write_audioset_layout(tmp_path / "audioset")
+    common = dict(synthetic_clips=0, dataset="as2m", data_root=str(root), streaming=True, shuffle_buffer_size=3,
+                  per_device_train_batch_size=2, max_steps=3, save_steps=3)
+    full = pretrain.main(argv(tmp_path / "main_process", **common))
+    first = pretrain.main(argv(tmp_path / "workers", stop_after_steps=1, dataloader_num_workers=2, **common))
+    assert first["step"] == 1
+    resumed = pretrain.main(argv(tmp_path / "workers", resume=True, dataloader_num_workers=2, **common))
+    assert resumed["start_step"] == 1 and resumed["step"] == 3 and full["decode_failures"] == 0
+    assert [h["train/epoch"] for h in history(tmp_path / "workers")] == [0, 0, 1]
+    assert_states_close(load_file(tmp_path / "workers" / "checkpoint-3" / "model.safetensors"),
+                        load_file(tmp_path / "main_process" / "checkpoint-3" / "model.safetensors"))

@@ -4,7 +4,7 @@
 - `AudioClips`: a map-style dataset of mono float32 16-kHz waveforms from a list of arrays or a `datasets.Dataset`
   with an Audio column; a clip that cannot be decoded comes back as a `FailedClip` (its file and what was wrong).
 - `AudioStream`: a streamed `datasets` dataset (IterableDataset), each process reading its own shard in
-  micro-batches, with a position that a checkpoint saves and a resumed run restores.
+  micro-batches decoded in DataLoader workers, with a position that a checkpoint saves and a resumed run restores.
 - `load_clips(data_args, ...)`: either of the two from examples/pretrain.py's data arguments (`--synthetic_clips`,
   `--dataset`, `--train_dir` or `--dataset_name`, `--streaming`).
 - `decode_clip`, `replace_failed`, `FailureLog`: one row to {"waveform", "index"} or a `FailedClip`; a micro-batch's
@@ -22,7 +22,7 @@ import torch
 
 from ..errors import UsageError
 from ._common import SAMPLING_RATE
-from .decoding import _describe, decode_audio
+from .decoding import _describe, decode_audio, for_safe_decoding
 
 
 logger = logging.getLogger(__name__)
@@ -105,40 +105,76 @@ def _source_of(item, audio_column: str) -> str:
 
 
 class AudioStream:
-    """A streamed `datasets` dataset (IterableDataset) for pre-training, read in the main process.
+    """A streamed `datasets` dataset (IterableDataset) for pre-training, decoded in DataLoader workers.
 
     Each process reads its own shard (`split_dataset_by_node`), reshuffled every epoch (shard order and a buffer of
     `buffer_size` examples, seeded with seed + epoch by `datasets`), in micro-batches of `batch_size` (an incomplete
     last one is dropped). Shards may differ in length, so each process counts its own epochs. `position` (epoch and
     micro-batches taken in it) is saved with every checkpoint; `--resume` restores it and skips to exactly there.
+
+    With `num_workers` > 0, worker w of W decodes micro-batches w, w + W, w + 2W, ... of that order (its shard of the
+    micro-batches), and the DataLoader hands them back in turn, so the micro-batches, their order and the position are
+    the same for any number of workers (0: decoded in the main process). Every worker reads the rows of the whole
+    shard to keep that order, which is cheap for files (a row is a path) and for rows that carry their audio bytes
+    costs W reads of them (a stream from the Hub is read W times).
     """
 
-    def __init__(self, dataset, audio_column, batch_size, num_processes, process_index, seed, buffer_size):
+    def __init__(self, dataset, audio_column, batch_size, num_processes, process_index, seed, buffer_size,
+                 num_workers: int = 0):
         from datasets.distributed import split_dataset_by_node
 
-        shard = split_dataset_by_node(dataset, rank=process_index, world_size=num_processes)
+        shard = split_dataset_by_node(for_safe_decoding(dataset, audio_column), rank=process_index,
+                                      world_size=num_processes)  # rows carry their file ({"path", "bytes"})
         self.shard = shard.shuffle(seed=seed, buffer_size=buffer_size)
-        self.audio_column, self.batch_size = audio_column, batch_size
+        self.audio_column, self.batch_size, self.num_workers = audio_column, batch_size, num_workers
         self.position = {"epoch": 0, "micro_batches": 0}
 
     def micro_batches(self):
-        """Yields (epoch, list of `batch_size` examples) from `position` on, forever."""
+        """Yields (epoch, list of `batch_size` decoded examples) from `position` on, forever; `position` follows
+        what has been yielded (not what the workers decoded ahead)."""
+        micro_batches = StreamMicroBatches(self.shard, self.audio_column, self.batch_size, dict(self.position))
+        # its own generator: creating an iterator must not draw from the global RNG (exact resume mid-epoch)
+        loader = torch.utils.data.DataLoader(micro_batches, batch_size=None, collate_fn=_as_is,
+                                             num_workers=self.num_workers, generator=torch.Generator().manual_seed(0))
+        for epoch, examples, position in loader:
+            self.position = position
+            yield epoch, examples
+
+
+def _as_is(item):
+    return item
+
+
+class StreamMicroBatches(torch.utils.data.IterableDataset):
+    """The micro-batches of a stream's shard from `position` on, as (epoch, decoded examples, position after it);
+    in DataLoader worker w of W, only micro-batches w, w + W, ... counted from `position` (see `AudioStream`)."""
+
+    def __init__(self, shard, audio_column: str, batch_size: int, position: dict):
+        self.shard, self.audio_column, self.batch_size, self.position = shard, audio_column, batch_size, position
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        num_workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
+        epoch, taken = self.position["epoch"], self.position["micro_batches"]
+        count = 0  # micro-batches read since `position`, by every worker alike
         while True:
-            epoch, taken = self.position["epoch"], self.position["micro_batches"]
             self.shard.set_epoch(epoch)
-            examples = []
-            # skipped by reading past them, not with IterableDataset.skip, which turns off the per-epoch shard-order
-            # shuffle and would not replay the uninterrupted order; skipped clips are not decoded
-            for number, item in itertools.islice(enumerate(self.shard), taken * self.batch_size, None):
-                examples.append(decode_clip(item, self.audio_column, index=f"{epoch}:{number}"))
-                if len(examples) == self.batch_size:
-                    taken += 1
-                    self.position = {"epoch": epoch, "micro_batches": taken}
-                    yield epoch, examples
-                    examples = []
+            # .iter(batch_size=1) rather than iter(shard): in a DataLoader worker, datasets' own __iter__ would hand
+            # this worker only some of the shard's files. Skipped rows (a resume) are read past, not decoded, and not
+            # with IterableDataset.skip, which turns off the per-epoch shard-order shuffle.
+            rows = ({key: values[0] for key, values in batch.items()} for batch in self.shard.iter(batch_size=1))
+            rows = itertools.islice(enumerate(rows), taken * self.batch_size, None)
+            for group in iter(lambda: list(itertools.islice(rows, self.batch_size)), []):
+                if len(group) < self.batch_size:  # the incomplete last micro-batch of the epoch is dropped
+                    break
+                taken, count = taken + 1, count + 1
+                if (count - 1) % num_workers == worker:
+                    examples = [decode_clip(row, self.audio_column, index=f"{epoch}:{number}")
+                                for number, row in group]
+                    yield epoch, examples, {"epoch": epoch, "micro_batches": taken}
             if taken == 0:
                 raise ValueError(f"this process's shard of the stream cannot fill one micro-batch of {self.batch_size}")
-            self.position = {"epoch": epoch + 1, "micro_batches": 0}
+            epoch, taken = epoch + 1, 0
 
 
 def check_audio_folder(folder) -> None:
@@ -165,8 +201,6 @@ def load_clips(data_args, seed: int, batch_size: int, num_processes: int, proces
         raise UsageError(f"give one data source, got {', '.join(sources)}")
     if data_args.streaming and data_args.synthetic_clips > 0:
         raise UsageError("--streaming reads --dataset, --train_dir or --dataset_name, not --synthetic_clips")
-    if data_args.streaming and data_args.dataloader_num_workers:
-        raise UsageError("--streaming decodes in the main process: leave --dataloader_num_workers at 0")
     if data_args.synthetic_clips > 0:
         from .synthetic import unlabelled_clips
 
@@ -194,11 +228,12 @@ def load_clips(data_args, seed: int, batch_size: int, num_processes: int, proces
                 "give one of --dataset (with --data_root), --train_dir, --dataset_name or --synthetic_clips N"
             )
         audio_column = data_args.audio_column
-        ds = ds.cast_column(audio_column, datasets.Audio(sampling_rate=SAMPLING_RATE))
     if data_args.streaming:
         return AudioStream(ds, audio_column, batch_size, num_processes, process_index, seed,
-                           data_args.shuffle_buffer_size)
-    return AudioClips(ds, audio_column)
+                           data_args.shuffle_buffer_size, data_args.dataloader_num_workers)
+    # rows carry their file ({"path", "bytes"}) and `decode_audio` decodes it: datasets' own decoding would open
+    # every file with torchcodec (~40 ms each), which soundfile reads in a fraction of that
+    return AudioClips(for_safe_decoding(ds, audio_column), audio_column)
 
 
 def replace_failed(examples):
