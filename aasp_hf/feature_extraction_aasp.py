@@ -1,28 +1,14 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
-"""AaSP front end: waveform (16 kHz) -> normalised log-mel spectrogram (B, T, F).
+"""AaSP feature extractor: 16 kHz waveforms -> normalised log-mel `input_values` (B, T, F) and a frame
+`attention_mask` (B, T), T a multiple of the model's time patch size.
 
-Two modes (the paper, Sec. Training Setup, fixes 16 kHz, Hann 400, hop 160, n_fft 1024, 128 mel bins and the
-standardisation (−7.1, 4.1); what it leaves open follows M2D, see docs/paper_to_code.md):
+`AaspFeatureExtractor` holds the settings, turns the accepted inputs into clips (`unpack_audio_rows`, `audio_to_clips`)
+and pads the output (`pad_frames`); the two front ends it runs, the paper's M2D log-mel (`mode="m2d"`) and EAT's Kaldi
+fbank (`mode="kaldi"`), are in `audio_frontends_aasp.py`.
 
-- ``"m2d"`` (default, the paper's front end, following M2D): centred STFT with reflect padding,
-  periodic Hann window of 400 samples inside a 1024-point FFT, hop 160, power 2, 128 Slaney mel bins
-  (Slaney norm) from 50 Hz to 8 kHz, ``log(x + eps_float32)``, then ``(x - (-7.1)) / 4.1``.
-- ``"kaldi"`` (for converted EAT checkpoints): EAT's front end, i.e. the waveform minus its own mean,
-  then ``torchaudio.compliance.kaldi.fbank(wav, htk_compat=True, sample_frequency=16000, use_energy=False,
-  window_type="hanning", num_mel_bins=128, dither=0.0, frame_shift=10)`` reimplemented in torch, then
-  ``(x - (-4.268)) / (2 * 4.569)``.
-
-Both modes run batched in torch (no per-clip loop in the compute) and give, for every clip of a batch,
-the same frames as that clip processed alone. Frames are padded to a multiple of ``frame_multiple`` (16, the
-model's time patch size, `configuration_aasp.TIME_PATCH_SIZE`) with ``padding_value`` and an ``attention_mask``
-marks the real frames.
-
-`AaspFeatureExtractor` holds the settings, checks the input and pads the output (`normalize`, `pad_frames`); the
-numerical kernels (`m2d_log_mel`, `kaldi_log_fbank` and their steps) are plain functions below it.
-
-This file is shipped to the Hub as remote code: it imports only the standard library, numpy, torch,
-transformers and its sibling `configuration_aasp.py` (for `TIME_PATCH_SIZE`).
-Dimension legend: B clips, L samples, T frames, F mel bins, K FFT bins, W window samples.
+Shipped to the Hub as remote code with its siblings `audio_frontends_aasp.py` and `configuration_aasp.py` (for
+`TIME_PATCH_SIZE`), which it imports relatively; otherwise it imports only the standard library, numpy, torch and
+transformers. Dimension legend: B clips, L samples, T frames, F mel bins.
 """
 
 import copy
@@ -31,35 +17,22 @@ import math
 import numpy as np
 import torch
 
-from transformers.audio_utils import mel_filter_bank
 from transformers.feature_extraction_sequence_utils import SequenceFeatureExtractor
 from transformers.feature_extraction_utils import BatchFeature
 from transformers.utils import PaddingStrategy, TensorType, logging
 
+from .audio_frontends_aasp import MODE_DEFAULTS, LogMelFrontEnd, normalize_log_mel, subtract_clip_means
 from .configuration_aasp import TIME_PATCH_SIZE, init_arguments, unknown_keys_message
 
 
 logger = logging.get_logger(__name__)
 
-# Defaults that depend on the mode; a `None` argument in `__init__` resolves to these.
-_MODE_DEFAULTS = {
-    # M2D: Slaney mel 50 Hz - 8 kHz inside a 1024-point FFT; statistics (-7.1, 4.1).
-    "m2d": {"n_fft": 1024, "f_min": 50.0, "f_max": 8000.0, "mean": -7.1, "std": 4.1},
-    # EAT / Kaldi fbank: FFT of the next power of two above the window (512), mel 20 Hz - Nyquist
-    # (f_max None -> sampling_rate / 2); EAT normalises with (x + 4.268) / (2 * 4.569).
-    "kaldi": {"n_fft": 512, "f_min": 20.0, "f_max": None, "mean": -4.268, "std": 2 * 4.569},
-}
-_KALDI_PREEMPHASIS = 0.97  # torchaudio.compliance.kaldi.fbank default
-_MEL_GROUP = 32  # filters per band of the sparse mel projection (`_mel_bands`)
-_CPU_BLOCK_FRAMES = 2048  # frames per block of the CPU m2d path: its spectrum (~8 MiB) stays in (L2/L3) cache
 _PCM_SCALE = {  # integer PCM -> float in [-1, 1): (x - offset) / scale
     torch.int16: (0.0, 32768.0),
     torch.int32: (0.0, 2147483648.0),
     torch.uint8: (128.0, 128.0),
     torch.int8: (0.0, 128.0),
 }
-
-
 # Keys besides the constructor's own that transformers passes back to `__init__` when it loads a saved
 # preprocessor_config.json (`from_dict`): written by `to_dict`, `register_for_auto_class` and processors.
 SAVED_KEYS = ("feature_extractor_type", "auto_map", "processor_class", "padding_side")
@@ -74,7 +47,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         sampling_rate (`int`, defaults to 16000): the rate audio must have; other rates raise an error.
         padding_value (`float`, defaults to 0.0): value of padding frames, in the normalised domain.
         mode (`str`, defaults to `"m2d"`): `"m2d"` (the paper's front end) or `"kaldi"` (EAT's front end, for
-            converted EAT checkpoints).
+            converted EAT checkpoints); see `audio_frontends_aasp.py`.
         n_fft (`int`, *optional*): FFT size. Default 1024 (m2d) or 512 (kaldi).
         win_length (`int`, defaults to 400): window length in samples (25 ms).
         hop_length (`int`, defaults to 160): hop in samples (10 ms, the step Δ of the paper).
@@ -89,14 +62,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
 
     Any other keyword is refused with a ValueError that names it and the closest valid one (a misspelt setting would
     otherwise be kept as an inert attribute), except the keys a saved preprocessor_config.json holds (`SAVED_KEYS`).
-
-    Input layout: a 1-D waveform is one clip and a list of 1-D waveforms is a batch. A 2-D array or tensor is a
-    `(batch, samples)` batch, as everywhere in transformers, except for the two layouts that look like one
-    multi-channel clip, which are refused with a message that says what to pass: `(samples, C)` with C <= 8 (as
-    soundfile reads a file) and `(2, samples)` (a stereo clip as `torchaudio.load` returns it, which would otherwise
-    become two clips). Pass `mono=True` (or downmix with `x.mean(0)` yourself) for one multi-channel clip, and a list
-    of 1-D waveforms (`list(x)`) or `batched=True` for a batch. `(1, samples)` is one clip either way. Channels are
-    always downmixed to their mean, (L + R) / 2.
+    The inputs `__call__` accepts are listed in its docstring.
     """
 
     model_input_names = ["input_values", "attention_mask"]
@@ -131,9 +97,9 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             return_attention_mask=return_attention_mask,
             **kwargs,
         )
-        if mode not in _MODE_DEFAULTS:
+        if mode not in MODE_DEFAULTS:
             raise ValueError(f"mode={mode!r} is not supported: use 'm2d' (the paper's front end) or 'kaldi' (EAT's).")
-        defaults = _MODE_DEFAULTS[mode]
+        defaults = MODE_DEFAULTS[mode]
         self.mode = mode
         self.n_fft = int(defaults["n_fft"] if n_fft is None else n_fft)
         self.win_length = int(win_length)
@@ -148,8 +114,6 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         self.max_frames = max_frames
         self._validate_fields()
         self.max_frames = None if max_frames is None else int(max_frames)  # numpy int -> int, for the JSON
-        # Filter banks and windows, built on first use per device; private, so `to_dict` leaves them out.
-        self._tensor_cache = {}
 
     def _validate_fields(self):
         """Raise a ValueError naming the first field that cannot work."""
@@ -184,43 +148,24 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             )
 
     def to_dict(self):
-        """The constructor arguments only: cached filter banks and windows (private attributes) are dropped."""
+        """The constructor arguments only: the cached front end (a private attribute) is dropped."""
         output = {k: copy.deepcopy(v) for k, v in self.__dict__.items() if not k.startswith("_")}
         output["feature_extractor_type"] = self.__class__.__name__
         return output
 
-    # ------------------------------------------------------------------------------------------------
-    # Frame counts
-    # ------------------------------------------------------------------------------------------------
+    def _front_end(self) -> LogMelFrontEnd:
+        """The front end of the current settings; kept (with its filter banks and windows) until a setting changes."""
+        settings = (self.mode, self.sampling_rate, self.feature_size, self.n_fft, self.win_length, self.hop_length,
+                    self.f_min, self.f_max)
+        front_end = getattr(self, "_front_end_cache", None)
+        if front_end is None or front_end.settings != settings:
+            front_end = self._front_end_cache = LogMelFrontEnd(*settings)
+        return front_end
 
     def num_frames(self, num_samples: int) -> int:
-        """Frames of one clip of `num_samples` samples, before truncation, rounding and padding.
-
-        m2d: centred frames, ``1 + (L + 2 * (n_fft // 2) - n_fft) // hop`` (= ``1 + L // hop`` for even n_fft).
-        kaldi: frames that fit entirely (snip_edges), ``1 + (L - win_length) // hop``.
-        """
-        num_samples = int(num_samples)
-        if num_samples <= 0:
-            raise ValueError(f"num_samples={num_samples}: a clip needs at least one sample.")
-        if self.mode == "kaldi":
-            if num_samples < self.win_length:
-                raise ValueError(
-                    f"num_samples={num_samples}: kaldi mode needs at least win_length={self.win_length} samples "
-                    f"({1000 * self.win_length / self.sampling_rate:g} ms)."
-                )
-            return 1 + (num_samples - self.win_length) // self.hop_length
-        return 1 + (num_samples + 2 * (self.n_fft // 2) - self.n_fft) // self.hop_length
-
-    def _samples_for_frames(self, num_frames: int) -> int:
-        """Fewest leading samples from which the first `num_frames` frames come out as from the whole clip."""
-        if self.mode == "kaldi":
-            return (num_frames - 1) * self.hop_length + self.win_length
-        # Frame t reads padded samples [t*hop, t*hop + n_fft), i.e. original samples < t*hop + n_fft - n_fft//2.
-        return (num_frames - 1) * self.hop_length + self.n_fft - self.n_fft // 2
-
-    # ------------------------------------------------------------------------------------------------
-    # Normalisation and padding (also used on cached log-mel: aasp_hf.data.collators.crop_log_mel)
-    # ------------------------------------------------------------------------------------------------
+        """Frames of one clip of `num_samples` samples, before truncation, rounding and padding
+        (`LogMelFrontEnd.num_frames`: m2d ``1 + L // hop`` for even n_fft, kaldi ``1 + (L - win_length) // hop``)."""
+        return self._front_end().num_frames(num_samples)
 
     def normalize(self, log_mel):
         """``(log_mel - mean) / std``: this extractor's normalisation of an unnormalised log-mel (..., F), a tensor
@@ -254,10 +199,6 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         out = torch.where(keep[..., None], x, self.padding_value)  # (..., T, F)
         return out.numpy() if as_numpy else out
 
-    # ------------------------------------------------------------------------------------------------
-    # Call
-    # ------------------------------------------------------------------------------------------------
-
     def __call__(
         self,
         raw_speech,
@@ -276,11 +217,19 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         Featurise one clip or a batch of clips.
 
         Args:
-            raw_speech: one clip (1-D numpy array, torch tensor or list of floats), a list of clips of any
-                lengths, or a 2-D `(B, L)` array/tensor of equal-length clips. Integer PCM (int16, int32, uint8)
-                is scaled to [-1, 1); float64 is cast to float32. A dict `{"array", "sampling_rate"}` (a datasets
-                Audio cell; `"raw"` for `"array"` as the pipeline takes it) or a list of them brings its own rate, and
-                its multi-channel array is downmixed.
+            raw_speech: the audio, in one of these forms (`audio_to_clips`, `unpack_audio_rows`):
+                - a 1-D numpy array, torch tensor or list of floats: one clip;
+                - a list or tuple of 1-D arrays / tensors: a batch of clips of any lengths;
+                - a 2-D `(batch, samples)` array / tensor: a batch of equal-length clips. Two shapes that look like
+                  ONE multi-channel clip are refused unless `batched=True`: `(2, samples)`, the stereo clip
+                  `torchaudio.load` returns, and `(samples, C <= 8)`, as soundfile reads a file. `(1, samples)` is
+                  one clip either way;
+                - with `mono=True`, a 2-D array / tensor (or each 2-D list element) is one multi-channel clip;
+                - a dict `{"array": waveform, "sampling_rate": rate}` (a datasets Audio cell; `"raw"` for `"array"`,
+                  as the pipeline takes it), or a list of them: brings its own rate; a multi-channel array is one
+                  clip.
+                Integer PCM (int8, int16, int32, uint8) is scaled to [-1, 1); float64 is cast to float32. Channels
+                are averaged, (L + R) / 2 for stereo.
             sampling_rate (`int`): the rate of `raw_speech`; must equal `self.sampling_rate` (16000).
             return_tensors (`str`, *optional*): `"pt"` for torch tensors (left on the compute device),
                 `"np"` or `None` for numpy arrays.
@@ -294,40 +243,59 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             return_attention_mask (`bool`, *optional*): defaults to `self.return_attention_mask`.
             device (`str` or `torch.device`, *optional*): compute there (e.g. `"cuda"`); by default the device
                 of the input tensors (CPU for numpy).
-            mono (`bool`, defaults to `False`): a 2-D input (or each 2-D list element) is ONE multi-channel clip,
-                averaged over its smaller axis: the mean of the channels, (L + R) / 2 for stereo.
-            batched (`bool`, defaults to `False`): a 2-D input is a `(batch, samples)` batch whatever its shape;
-                without it, `(2, samples)` and `(samples, C <= 8)` inputs, which look like one multi-channel clip,
-                are refused (see the class docstring).
+            mono (`bool`, defaults to `False`): a 2-D input is one multi-channel clip, averaged over its smaller
+                axis (the channels).
+            batched (`bool`, defaults to `False`): a 2-D input is a `(batch, samples)` batch whatever its shape.
 
         Returns:
             [`BatchFeature`] with `input_values` float32 `(B, T, F)` and `attention_mask` int64 `(B, T)`
             (1 = real frame, 0 = padding), T a multiple of `frame_multiple`.
         """
-        # 1. Check the call's options before touching the audio. A datasets row {"array", "sampling_rate"} (or a list
-        #    of them) brings its own rate; its multi-channel array is one clip.
         if mono and batched:
             raise ValueError(
                 "mono=True (one multi-channel clip) and batched=True (a batch of clips) exclude each other."
             )
-        raw_speech, sampling_rate, mono = self._unpack_rows(raw_speech, sampling_rate, mono)
+        raw_speech, sampling_rate, mono = unpack_audio_rows(raw_speech, sampling_rate, mono)
         self._check_sampling_rate(sampling_rate)
         if kwargs:
             logger.warning(f"AaspFeatureExtractor ignores unknown arguments: {sorted(kwargs)}")
-        pad_to_max = self._padding_to_max_length(padding)
+        pad_to_max = padding_to_max_length(padding)
         max_frames = self.max_frames if max_frames is None else max_frames
         self._check_max_frames(max_frames, "max_frames")
         if pad_to_max and max_frames is None:
             raise ValueError("padding='max_length' needs max_frames (pass it here or to the constructor).")
-        return_type = self._resolve_return_tensors(return_tensors)
+        return_type = resolve_return_tensors(return_tensors)
         if return_attention_mask is None:
             return_attention_mask = self.return_attention_mask
 
-        # 2. Waveforms: one float32 1-D tensor per clip, validated, zero-padded into one batch.
-        clips = self._to_clips(raw_speech, mono, batched)
-        if device is None:
-            device = clips[0].device
-        clips = [clip.to(device) for clip in clips]
+        waveforms, lengths = self._stack_clips(audio_to_clips(raw_speech, mono, batched), device)  # (B, L), B
+        front_end = self._front_end()
+        if self.mode == "kaldi":  # EAT removes each clip's mean over the whole clip, before any truncation
+            waveforms = subtract_clip_means(waveforms, lengths)
+        clip_frames = [front_end.num_frames(length) for length in lengths.tolist()]
+        if max_frames is not None and truncation:  # keep only the samples the first max_frames frames read
+            clip_frames = [min(frames, max_frames) for frames in clip_frames]
+            keep = front_end.samples_for_frames(max_frames)
+            if waveforms.shape[1] > keep:
+                waveforms, lengths = waveforms[:, :keep], lengths.clamp(max=keep)  # (B, L) -> (B, keep)
+        num_frames = max(clip_frames + ([max_frames] if pad_to_max else []))
+        num_frames = math.ceil(num_frames / self.frame_multiple) * self.frame_multiple
+        mean, std = (self.mean, self.std) if self.do_normalize else (None, None)  # normalised inside, in place
+        features = front_end(waveforms, lengths, min_frames=num_frames, mean=mean, std=std)  # (B, L) -> (B, T', F)
+        features = self.pad_frames(features, num_frames, lengths=clip_frames)  # (B, T', F) -> (B, T, F)
+
+        data = {"input_values": features}
+        if return_attention_mask:
+            frames = torch.tensor(clip_frames, device=features.device)  # (B,)
+            data["attention_mask"] = (torch.arange(num_frames, device=features.device) < frames[:, None]).long()
+        if return_type != "pt":
+            data = {key: value.cpu().numpy() for key, value in data.items()}
+        return BatchFeature(data, tensor_type=return_type)
+
+    def _stack_clips(self, clips, device):
+        """1-D float32 clips -> a zero-padded (B, L_max) batch on `device` (default: the first clip's) and the B
+        lengths (int64 tensor on that device); refuses clips too short for kaldi mode and NaN / inf samples."""
+        device = clips[0].device if device is None else device
         lengths = [int(clip.shape[0]) for clip in clips]
         for index, length in enumerate(lengths):
             if self.mode == "kaldi" and length < self.win_length:
@@ -335,7 +303,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
                     f"Clip {index} has {length} samples; kaldi mode needs at least win_length={self.win_length} "
                     f"({1000 * self.win_length / self.sampling_rate:g} ms). Pad it with zeros or drop it."
                 )
-        waveforms = torch.nn.utils.rnn.pad_sequence(clips, batch_first=True)  # B x (L_i,) -> (B, L_max)
+        waveforms = torch.nn.utils.rnn.pad_sequence([clip.to(device) for clip in clips], batch_first=True)
         finite = torch.isfinite(waveforms.sum(dim=1))  # NaN/inf in a clip make its sum non-finite: (B,)
         if not finite.all():
             bad = (~finite).nonzero().flatten().tolist()
@@ -343,78 +311,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
                 f"Clip(s) {bad} contain NaN or inf samples (or values so large that their sum overflows float32); "
                 f"clean or drop them before featurising."
             )
-        lengths_t = torch.tensor(lengths, device=device)  # (B,)
-
-        # 3. Kaldi mode removes each clip's own mean, over the whole clip (before any truncation), as EAT does.
-        if self.mode == "kaldi":
-            waveforms = subtract_clip_means(waveforms, lengths_t)
-
-        # 4. Truncation: keep only the samples the first `max_frames` frames read.
-        clip_frames = [self.num_frames(length) for length in lengths]
-        if max_frames is not None and truncation:
-            clip_frames = [min(n, max_frames) for n in clip_frames]
-            keep = self._samples_for_frames(max_frames)
-            if waveforms.shape[1] > keep:
-                waveforms = waveforms[:, :keep]  # (B, L_max) -> (B, keep)
-                lengths_t = lengths_t.clamp(max=keep)
-
-        # 5. Features for the whole batch at once: (B, L) -> (B, T_max, F), with room for the output length:
-        #    the longest clip (or max_frames), rounded up to a multiple of frame_multiple.
-        target = max(clip_frames)
-        if pad_to_max:
-            target = max(target, max_frames)
-        target = math.ceil(target / self.frame_multiple) * self.frame_multiple
-        statistics = (self.mean, self.std) if self.do_normalize else (None, None)  # normalised inside, in place
-        window, bands = self._window(waveforms.device), self._mel_bands(waveforms.device)
-        if self.mode == "m2d":
-            features = m2d_log_mel(
-                waveforms, lengths_t, window, bands, self.n_fft, self.hop_length, self.feature_size,
-                min_frames=target, mean=statistics[0], std=statistics[1],
-            )  # (B, L) -> (B, max(T_max, T), F)
-        else:
-            features = kaldi_log_fbank(
-                waveforms, window, bands, self.n_fft, self.hop_length, self.feature_size, *statistics
-            )  # (B, L) -> (B, T_max, F)
-        # 6. Output (B, T, F): frames past each clip's own count (and past T_max) become padding_value.
-        features = self.pad_frames(features, target, lengths=clip_frames)  # (B, T_max, F) -> (B, T, F)
-        frames_t = torch.tensor(clip_frames, device=device)  # (B,)
-        attention_mask = (torch.arange(target, device=device)[None, :] < frames_t[:, None]).long()  # (B, T)
-
-        # 7. Package.
-        data = {"input_values": features}
-        if return_attention_mask:
-            data["attention_mask"] = attention_mask
-        if return_type != "pt":
-            data = {key: value.cpu().numpy() for key, value in data.items()}
-        return BatchFeature(data, tensor_type=return_type)
-
-    # ------------------------------------------------------------------------------------------------
-    # Argument checks
-    # ------------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _unpack_rows(raw_speech, sampling_rate, mono):
-        """A dict {"array" or "raw", "sampling_rate"} (a datasets Audio cell, the pipeline's input form), or a list of
-        them -> (its array(s), their common rate, mono=True); anything else is returned unchanged."""
-        rows = raw_speech if isinstance(raw_speech, (list, tuple)) else [raw_speech]
-        if not rows or not all(isinstance(row, dict) for row in rows):
-            return raw_speech, sampling_rate, mono
-        arrays, rates = [], set()
-        for index, row in enumerate(rows):
-            array = row.get("array", row.get("raw"))
-            if array is None or row.get("sampling_rate") is None:
-                raise ValueError(
-                    f"Clip {index} is a dict with the keys {sorted(row)}: pass {{'array': waveform, "
-                    f"'sampling_rate': rate}} (a datasets Audio cell) or {{'raw': waveform, 'sampling_rate': rate}}."
-                )
-            arrays.append(array)
-            rates.add(int(row["sampling_rate"]))
-        if len(rates) > 1:
-            raise ValueError(f"The clips have different sampling rates {sorted(rates)}: resample them to one rate.")
-        rate = rates.pop()
-        if sampling_rate is not None and int(sampling_rate) != rate:
-            raise ValueError(f"sampling_rate={sampling_rate} was passed, but the clips say sampling_rate={rate}.")
-        return (arrays if isinstance(raw_speech, (list, tuple)) else arrays[0]), rate, True
+        return waveforms, torch.tensor(lengths, device=device)
 
     def _check_sampling_rate(self, sampling_rate):
         sr = self.sampling_rate
@@ -434,358 +331,154 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
                 f"audio (`x.mean(axis=1)` for (samples, channels))."
             )
 
-    @staticmethod
-    def _padding_to_max_length(padding) -> bool:
-        """True for 'max_length', False for 'longest' (or True); anything else is an error."""
-        value = padding.value if isinstance(padding, PaddingStrategy) else padding
-        if value is True or value == "longest":
-            return False
-        if value == "max_length":
-            return True
-        raise ValueError(
-            f"padding={padding!r} is not supported: use 'longest' (pad to the longest clip) or 'max_length' "
-            f"(pad to max_frames). A batch is always padded, to a multiple of frame_multiple frames."
-        )
 
-    @staticmethod
-    def _resolve_return_tensors(return_tensors):
-        if return_tensors is None:
-            return None
-        value = return_tensors.value if isinstance(return_tensors, TensorType) else return_tensors
-        if value not in ("pt", "np"):
-            raise ValueError(f"return_tensors={return_tensors!r} is not supported: use 'pt', 'np' or None.")
-        return value
+# ----------------------------------------------------------------------------------------------------
+# Call options and accepted inputs (the forms `AaspFeatureExtractor.__call__` lists)
+# ----------------------------------------------------------------------------------------------------
 
-    # ------------------------------------------------------------------------------------------------
-    # Input conversion: anything accepted -> list of 1-D float32 tensors
-    # ------------------------------------------------------------------------------------------------
 
-    def _to_clips(self, raw_speech, mono, batched=False):
-        """Split the input into clips and convert each to a 1-D float32 tensor.
+def padding_to_max_length(padding) -> bool:
+    """True for 'max_length', False for 'longest' (or True); anything else is an error."""
+    value = padding.value if isinstance(padding, PaddingStrategy) else padding
+    if value is True or value == "longest":
+        return False
+    if value == "max_length":
+        return True
+    raise ValueError(
+        f"padding={padding!r} is not supported: use 'longest' (pad to the longest clip) or 'max_length' "
+        f"(pad to max_frames). A batch is always padded, to a multiple of frame_multiple frames."
+    )
 
-        - 1-D array/tensor or list of numbers: one clip.
-        - 2-D array/tensor: a (B, L) batch; with `mono=True` one multi-channel clip. Without `batched=True`,
-          (L, C <= 8) and (2, L > 8), which look like one multi-channel clip, are refused.
-        - list/tuple of arrays/tensors: one clip each (2-D elements need `mono=True`).
-        """
-        if isinstance(raw_speech, (list, tuple)):
-            if len(raw_speech) == 0:
-                raise ValueError("Got an empty list of clips: pass at least one waveform.")
-            if all(isinstance(x, (int, float, np.number)) for x in raw_speech):
-                raw_list = [np.asarray(raw_speech, dtype=np.float32)]  # a single clip given as a list of numbers
-            else:
-                raw_list = list(raw_speech)
-            clips = [self._to_float_tensor(x, index) for index, x in enumerate(raw_list)]
-            return [self._as_mono_clip(clip, index, mono) for index, clip in enumerate(clips)]
 
-        array = self._to_float_tensor(raw_speech, 0)
+def resolve_return_tensors(return_tensors):
+    """'pt', 'np' or None (a `TensorType` as its value); anything else is an error."""
+    if return_tensors is None:
+        return None
+    value = return_tensors.value if isinstance(return_tensors, TensorType) else return_tensors
+    if value not in ("pt", "np"):
+        raise ValueError(f"return_tensors={return_tensors!r} is not supported: use 'pt', 'np' or None.")
+    return value
+
+
+def unpack_audio_rows(raw_speech, sampling_rate, mono):
+    """A dict {"array" or "raw": waveform, "sampling_rate": rate} (a datasets Audio cell, the pipeline's input form),
+    or a list of them -> (the waveform(s), their common rate, mono=True); any other input is returned unchanged."""
+    rows = raw_speech if isinstance(raw_speech, (list, tuple)) else [raw_speech]
+    if not rows or not all(isinstance(row, dict) for row in rows):
+        return raw_speech, sampling_rate, mono
+    arrays, rates = [], set()
+    for index, row in enumerate(rows):
+        array = row.get("array", row.get("raw"))
+        if array is None or row.get("sampling_rate") is None:
+            raise ValueError(
+                f"Clip {index} is a dict with the keys {sorted(row)}: pass {{'array': waveform, "
+                f"'sampling_rate': rate}} (a datasets Audio cell) or {{'raw': waveform, 'sampling_rate': rate}}."
+            )
+        arrays.append(array)
+        rates.add(int(row["sampling_rate"]))
+    if len(rates) > 1:
+        raise ValueError(f"The clips have different sampling rates {sorted(rates)}: resample them to one rate.")
+    rate = rates.pop()
+    if sampling_rate is not None and int(sampling_rate) != rate:
+        raise ValueError(f"sampling_rate={sampling_rate} was passed, but the clips say sampling_rate={rate}.")
+    return (arrays if isinstance(raw_speech, (list, tuple)) else arrays[0]), rate, True
+
+
+def audio_to_clips(raw_speech, mono=False, batched=False) -> list:
+    """The audio forms `AaspFeatureExtractor.__call__` accepts -> a list of non-empty 1-D float32 tensors.
+
+    - a 1-D array / tensor or a list of numbers: one clip;
+    - a list / tuple of arrays / tensors: one clip each (a 2-D element needs `mono=True`, which averages it);
+    - a 2-D array / tensor: with `mono=True` one multi-channel clip, averaged; else a (B, L) batch, except that
+      without `batched=True` the shapes of one multi-channel clip, (2, L > 8) and (L, C <= 8), are refused.
+    """
+    if isinstance(raw_speech, (list, tuple)):
+        if len(raw_speech) == 0:
+            raise ValueError("Got an empty list of clips: pass at least one waveform.")
+        if all(isinstance(x, (int, float, np.number)) for x in raw_speech):
+            raw_speech = [np.asarray(raw_speech, dtype=np.float32)]  # a single clip given as a list of numbers
+        clips = [_float_waveform(x, index) for index, x in enumerate(raw_speech)]
+        for index, clip in enumerate(clips):
+            if clip.ndim == 2 and mono:
+                clips[index] = _downmix(clip)
+            elif clip.ndim == 2:
+                raise ValueError(
+                    f"Clip {index} is 2-D (shape {tuple(clip.shape)}): pass mono=True to average its channels, or "
+                    f"downmix it yourself (`x.mean(axis=1)` for (samples, channels))."
+                )
+            elif clip.ndim != 1:
+                raise ValueError(f"Clip {index} has {clip.ndim} dimensions (shape {tuple(clip.shape)}): expected 1-D.")
+            _check_not_empty(clips[index], index)
+        return clips
+    else:
+        array = _float_waveform(raw_speech, 0)
         if array.ndim == 1:
             clips = [array]
+        elif array.ndim == 2 and mono:
+            clips = [_downmix(array)]
         elif array.ndim == 2:
-            if mono:
-                clips = [self._downmix(array)]
-            else:
-                rows, cols = array.shape
-                if not batched and rows == 2 and cols > 8:  # (2, L): torchaudio.load's stereo clip, or two clips?
-                    raise ValueError(
-                        f"Got a 2-D input of shape {tuple(array.shape)}: one stereo clip (channels, samples), as "
-                        f"torchaudio.load returns it, or a batch of two clips? For one stereo clip, downmix it "
-                        f"(`x.mean(0)`) or pass mono=True; for two clips, pass a list of 1-D waveforms (`list(x)`) "
-                        f"or batched=True."
-                    )
-                if not batched and 0 < cols <= 8 and cols < rows:  # (B, 0): empty clips, reported below
-                    raise ValueError(
-                        f"Got a 2-D input of shape {tuple(array.shape)}, which looks like (samples, channels) "
-                        f"multi-channel audio. Downmix it first (`x.mean(axis=1)`) or pass mono=True. "
-                        f"If it is a (batch, samples) batch of short clips, pass batched=True."
-                    )
-                clips = list(array)  # (B, L) -> B x (L,)
+            rows, cols = array.shape
+            if not batched and rows == 2 and cols > 8:  # (2, L): torchaudio.load's stereo clip, or two clips?
+                raise ValueError(
+                    f"Got a 2-D input of shape {tuple(array.shape)}: one stereo clip (channels, samples), as "
+                    f"torchaudio.load returns it, or a batch of two clips? For one stereo clip, downmix it "
+                    f"(`x.mean(0)`) or pass mono=True; for two clips, pass a list of 1-D waveforms (`list(x)`) "
+                    f"or batched=True."
+                )
+            if not batched and 0 < cols <= 8 and cols < rows:  # (B, 0): empty clips, reported below
+                raise ValueError(
+                    f"Got a 2-D input of shape {tuple(array.shape)}, which looks like (samples, channels) "
+                    f"multi-channel audio. Downmix it first (`x.mean(axis=1)`) or pass mono=True. "
+                    f"If it is a (batch, samples) batch of short clips, pass batched=True."
+                )
+            clips = list(array)  # (B, L) -> B x (L,)
         else:
             raise ValueError(
                 f"Got an input with {array.ndim} dimensions (shape {tuple(array.shape)}): pass a 1-D waveform, "
                 f"a (batch, samples) array, or a list of 1-D waveforms."
             )
-        for index, clip in enumerate(clips):
-            self._check_not_empty(clip, index)
-        return clips
+    for index, clip in enumerate(clips):
+        _check_not_empty(clip, index)
+    return clips
 
-    def _as_mono_clip(self, clip, index, mono):
-        """One list element -> a 1-D clip (a 2-D element is downmixed when `mono=True`)."""
-        if clip.ndim == 2 and mono:
-            clip = self._downmix(clip)
-        elif clip.ndim == 2:
+
+def _check_not_empty(clip, index):
+    if clip.numel() == 0:
+        raise ValueError(f"Clip {index} is empty (0 samples): drop it or pass audio.")
+
+
+def _downmix(array):
+    """Average a 2-D multi-channel clip over its smaller axis (the channels): (C, L) or (L, C) -> (L,)."""
+    channel_axis = 0 if array.shape[0] <= array.shape[1] else 1
+    return array.mean(dim=channel_axis)
+
+
+def _float_waveform(x, index):
+    """numpy / torch / list -> float32 tensor (same device for torch); integer PCM is scaled to [-1, 1)."""
+    if isinstance(x, (list, tuple)):
+        x = np.asarray(x, dtype=np.float32)
+    elif isinstance(x, np.generic):
+        x = np.asarray(x)
+    if isinstance(x, np.ndarray):
+        if x.dtype == np.uint8 or x.dtype == np.int8 or x.dtype == np.int16 or x.dtype == np.int32:
+            x = torch.tensor(x)  # copy: keeps the caller's array untouched (and allows read-only arrays)
+        elif np.issubdtype(x.dtype, np.floating):
+            x = torch.tensor(x.astype(np.float32, copy=False))
+        else:
             raise ValueError(
-                f"Clip {index} is 2-D (shape {tuple(clip.shape)}): pass mono=True to average its channels, or "
-                f"downmix it yourself (`x.mean(axis=1)` for (samples, channels))."
+                f"Clip {index} has dtype {x.dtype}: pass float audio in [-1, 1] or int16/int32/uint8 PCM."
             )
-        elif clip.ndim != 1:
-            raise ValueError(f"Clip {index} has {clip.ndim} dimensions (shape {tuple(clip.shape)}): expected 1-D.")
-        self._check_not_empty(clip, index)
-        return clip
-
-    @staticmethod
-    def _downmix(array):
-        """Average a 2-D multi-channel clip over its smaller axis (the channels): (C, L) or (L, C) -> (L,)."""
-        channel_axis = 0 if array.shape[0] <= array.shape[1] else 1
-        return array.mean(dim=channel_axis)
-
-    @staticmethod
-    def _check_not_empty(clip, index):
-        if clip.numel() == 0:
-            raise ValueError(f"Clip {index} is empty (0 samples): drop it or pass audio.")
-
-    @staticmethod
-    def _to_float_tensor(x, index):
-        """numpy / torch / list -> float32 tensor (same device for torch); integer PCM is scaled to [-1, 1)."""
-        if isinstance(x, (list, tuple)):
-            x = np.asarray(x, dtype=np.float32)
-        elif isinstance(x, np.generic):
-            x = np.asarray(x)
-        if isinstance(x, np.ndarray):
-            if x.dtype == np.uint8 or x.dtype == np.int8 or x.dtype == np.int16 or x.dtype == np.int32:
-                x = torch.tensor(x)  # copy: keeps the caller's array untouched (and allows read-only arrays)
-            elif np.issubdtype(x.dtype, np.floating):
-                x = torch.tensor(x.astype(np.float32, copy=False))
-            else:
-                raise ValueError(
-                    f"Clip {index} has dtype {x.dtype}: pass float audio in [-1, 1] or int16/int32/uint8 PCM."
-                )
-        elif not isinstance(x, torch.Tensor):
-            raise ValueError(
-                f"Clip {index} is a {type(x).__name__}: pass decoded audio (numpy array, torch tensor or list of "
-                f"floats), e.g. from soundfile.read or a datasets Audio column."
-            )
-        if x.dtype in _PCM_SCALE:
-            offset, scale = _PCM_SCALE[x.dtype]
-            return (x.float() - offset) / scale
-        if x.is_floating_point():
-            return x.float()
-        raise ValueError(f"Clip {index} has dtype {x.dtype}: pass float audio in [-1, 1] or int16/int32/uint8 PCM.")
-
-    # ------------------------------------------------------------------------------------------------
-    # Filter banks and windows, built once per device
-    # ------------------------------------------------------------------------------------------------
-
-    def _cached(self, name, device, build):
-        """Build a fixed tensor once per device; kept in a private attribute that `to_dict` drops."""
-        if not hasattr(self, "_tensor_cache"):
-            self._tensor_cache = {}
-        key = (name, str(device))
-        if key not in self._tensor_cache:
-            self._tensor_cache[key] = build()
-        return self._tensor_cache[key]
-
-    def _mel_filters(self) -> np.ndarray:
-        """This mode's mel filters, float64 (K, F) with K = n_fft // 2 + 1."""
-        filters = slaney_mel_filters if self.mode == "m2d" else kaldi_mel_filters
-        return filters(self.n_fft, self.feature_size, self.f_min, self.f_max, self.sampling_rate)
-
-    def _mel_bands(self, device):
-        """`mel_bands` of this mode's filters on `device` (cached)."""
-        return self._cached(
-            "mel_bands", device, lambda: [(*band[:4], band[4].to(device)) for band in mel_bands(self._mel_filters())]
+    elif not isinstance(x, torch.Tensor):
+        raise ValueError(
+            f"Clip {index} is a {type(x).__name__}: pass decoded audio (numpy array, torch tensor or list of "
+            f"floats), e.g. from soundfile.read or a datasets Audio column."
         )
-
-    def _window(self, device):
-        """M2D: periodic Hann (torch.stft's); kaldi: symmetric Hann (Kaldi's "hanning"). float32 (W,), cached."""
-        periodic = self.mode == "m2d"
-        return self._cached(
-            f"hann_{'periodic' if periodic else 'symmetric'}",
-            device,
-            lambda: torch.hann_window(self.win_length, periodic=periodic).to(device),
-        )
-
-
-# ----------------------------------------------------------------------------------------------------
-# Numerical kernels: plain functions of tensors and settings, batched over clips (the class above only
-# resolves its settings and caches the filter banks and windows they take).
-# ----------------------------------------------------------------------------------------------------
-
-
-def normalize_log_mel(log_mel, mean: float, std: float, inplace: bool = False):
-    """``(log_mel - mean) / std`` for a tensor or numpy array of any shape; ``inplace`` (tensors only) reuses it."""
-    if inplace:
-        return log_mel.sub_(mean).div_(std)
-    return (log_mel - mean) / std
-
-
-def slaney_mel_filters(n_fft, num_mel_bins, f_min, f_max, sampling_rate) -> np.ndarray:
-    """M2D filters: Slaney-scale, Slaney-normalised triangles, float64 (K, F) with K = n_fft // 2 + 1."""
-    return mel_filter_bank(
-        num_frequency_bins=n_fft // 2 + 1,
-        num_mel_filters=num_mel_bins,
-        min_frequency=f_min,
-        max_frequency=f_max,
-        sampling_rate=sampling_rate,
-        norm="slaney",
-        mel_scale="slaney",
-    )
-
-
-def kaldi_mel_filters(n_fft, num_mel_bins, f_min, f_max, sampling_rate) -> np.ndarray:
-    """Kaldi's filters (torchaudio.compliance.kaldi.get_mel_banks without VTLN), float64 (K, F).
-
-    Triangles equally spaced on mel = 1127 ln(1 + f / 700) between f_min and f_max, evaluated at FFT bins
-    0 .. n_fft/2 - 1; the Nyquist bin gets weight 0.
-    """
-    mel = lambda f: 1127.0 * np.log1p(np.asarray(f, dtype=np.float64) / 700.0)  # noqa: E731
-    mel_low, mel_high = mel(f_min), mel(f_max)
-    delta = (mel_high - mel_low) / (num_mel_bins + 1)
-    edges = mel_low + delta * np.arange(num_mel_bins + 2)  # (F + 2,): left, centre, right mels
-    left, centre, right = edges[:-2, None], edges[1:-1, None], edges[2:, None]  # (F, 1) each
-    bin_mel = mel(sampling_rate / n_fft * np.arange(n_fft // 2))[None, :]  # (1, K - 1)
-    up = (bin_mel - left) / (centre - left)
-    down = (right - bin_mel) / (right - centre)
-    banks = np.maximum(0.0, np.minimum(up, down))  # (F, K - 1)
-    banks = np.pad(banks, ((0, 0), (0, 1)))  # Nyquist column = 0: (F, K - 1) -> (F, K)
-    return banks.T  # (K, F)
-
-
-def mel_bands(filters: np.ndarray) -> list:
-    """A filter bank (K, F) as bands of consecutive filters, for a sparse |X|^2 -> mel product (`power_to_mel`).
-
-    Each FFT bin feeds at most two triangular filters, so instead of one dense (2K, F) matmul the projection
-    is done per group of ``_MEL_GROUP`` consecutive filters over only the rows their triangles cover:
-    ``(lo, hi, first, last, weights)`` with ``weights`` float32 = interleaved rows ``[lo, hi)`` of filters
-    ``[first, last)``, about 1/8 of the dense multiply-adds for the M2D filters. Groups whose filters are all
-    zero are left out (their outputs are 0). CPU tensors.
-    """
-    stacked = torch.from_numpy(filters).float().repeat_interleave(2, dim=0)  # (K, F) -> (2K, F): rows Re², Im²
-    bands = []
-    for first in range(0, stacked.shape[1], _MEL_GROUP):
-        last = min(first + _MEL_GROUP, stacked.shape[1])
-        rows = stacked[:, first:last].ne(0).any(dim=1).nonzero().flatten()  # rows these filters read
-        if rows.numel():
-            lo, hi = int(rows[0]), int(rows[-1]) + 1
-            bands.append((lo, hi, first, last, stacked[lo:hi, first:last].contiguous()))
-    return bands
-
-
-def power_to_mel(spectrum, bands, num_mel_bins: int, out=None):
-    """|X|^2 @ M for a complex spectrum (B, T, K) and filters M (K, F) given as `mel_bands` -> (B, T, F).
-
-    Computed as [Re^2, Im^2] @ [M; M] (rows interleaved), i.e. one in-place square of the freshly made
-    spectrum (which it overwrites) and no separate |X|^2 pass, and with M banded: one small matmul per group
-    of filters over only the FFT bins that group reads. ``out``: an optional (B·T, F) tensor (rows may be
-    strided) to write into.
-    """
-    batch, frames, bins = spectrum.shape
-    squares = torch.view_as_real(spectrum).square_().reshape(batch * frames, 2 * bins)  # (B·T, 2K), no copy
-    if out is None:
-        out = squares.new_empty(batch * frames, num_mel_bins)  # (B·T, F)
-    covered = 0
-    for lo, hi, first, last, weights in bands:
-        if first > covered:
-            out[:, covered:first] = 0.0  # filters that read no bin at all
-        torch.mm(squares[:, lo:hi], weights, out=out[:, first:last])  # (B·T, hi-lo) @ (hi-lo, g)
-        covered = last
-    if covered < num_mel_bins:
-        out[:, covered:] = 0.0
-    return out.view(batch, frames, num_mel_bins)  # (B·T, F) -> (B, T, F)
-
-
-def reflect_pad(waveforms, lengths, pad: int):
-    """Centre padding as torch.stft(center=True, pad_mode="reflect") does, but at each clip's own edges.
-
-    Clip i (length L_i, zero beyond) becomes ``reflect(clip_i)`` of length L_i + 2P (P = ``pad``, n_fft // 2),
-    then zeros up to L_max + 2P. Out-of-range sample positions j fold into [0, L_i) with period 2(L_i - 1)
-    (repeated reflection, so clips shorter than P + 1 also work; L_i = 1 repeats its one sample).
-    (B, L_max) -> (B, L_max + 2P).
-    """
-    batch = waveforms.shape[0]
-    lengths = lengths[:, None]  # (B,) -> (B, 1)
-    period = (2 * (lengths - 1)).clamp(min=1)  # (B, 1)
-
-    def fold(j):  # j: (B, P) sample positions, possibly outside [0, L_i) -> indices inside
-        j = torch.remainder(j, period)
-        return torch.where(j < lengths, j, period - j).clamp(min=0)
-
-    offsets = torch.arange(pad, device=waveforms.device)[None, :]  # (1, P)
-    left = torch.gather(waveforms, 1, fold(offsets - pad).expand(batch, pad))  # samples -P .. -1: (B, P)
-    right = torch.gather(waveforms, 1, fold(lengths + offsets))  # samples L_i .. L_i + P - 1: (B, P)
-    padded = torch.cat([left, waveforms, waveforms.new_zeros(batch, pad)], dim=1)  # (B, L_max + 2P)
-    return padded.scatter_(1, pad + lengths + offsets, right)  # right edge of clip i at P + L_i + k
-
-
-def m2d_log_mel(waveforms, lengths, window, bands, n_fft, hop_length, num_mel_bins, min_frames=0, mean=None,
-                std=None):
-    """M2D log-mel: (B, L_max) -> (B, T_max, F), T_max = frames of the longest clip.
-
-    1. reflect-pad each clip at its own edges; 2. STFT (``window`` of win_length centred in n_fft, hop);
-    3. power |X|^2; 4. mel filters (``bands``, a banded matmul); 5. log(x + eps); 6. with ``mean``/``std``,
-    (x - mean) / std.
-    On the CPU, steps 2-6 run block by block (one clip and up to ``_CPU_BLOCK_FRAMES`` of its frames, or
-    several whole short clips), so that a block's frames, spectrum and squares stay in cache: about twice
-    as fast as whole-batch passes, and the same frames (every frame is computed on its own either way).
-    The result has max(T_max, min_frames) frames; frames past T_max are left uninitialised for the caller.
-    """
-    padded = reflect_pad(waveforms, lengths, n_fft // 2)  # (B, L_max) -> (B, L_max + 2P)
-    batch = padded.shape[0]
-    total = 1 + (padded.shape[1] - n_fft) // hop_length  # T_max
-    out = padded.new_empty(batch, max(total, min_frames), num_mel_bins)  # (B, T, F)
-    block_frames = _CPU_BLOCK_FRAMES  # read at call time (tests vary it)
-    if padded.device.type != "cpu":
-        blocks = [(0, batch, 0, total)]  # one pass on accelerators
-    elif total >= block_frames // 2:  # long clips: one clip, a range of its frames
-        blocks = [
-            (clip, clip + 1, start, min(start + block_frames, total))
-            for clip in range(batch)
-            for start in range(0, total, block_frames)
-        ]
-    else:  # short clips: several whole clips
-        step = block_frames // total
-        blocks = [(first, min(first + step, batch), 0, total) for first in range(0, batch, step)]
-    for first, last, start, stop in blocks:
-        spectrum = torch.stft(
-            padded[first:last, start * hop_length : (stop - 1) * hop_length + n_fft],
-            n_fft=n_fft,
-            hop_length=hop_length,
-            win_length=window.shape[0],
-            window=window,
-            center=False,
-            return_complex=True,
-        ).transpose(1, 2)  # (b, K, t) -> (b, t, K), stft's own (contiguous) layout
-        target = out[first, start:stop] if last == first + 1 else None  # (t, F) rows of `out`, written in place
-        mel = power_to_mel(spectrum, bands, num_mel_bins, out=target)  # (b, t, F)
-        mel.add_(torch.finfo(torch.float32).eps).log_()
-        if mean is not None:
-            normalize_log_mel(mel, mean, std, inplace=True)
-        if target is None:
-            out[first:last, start:stop] = mel
-    return out
-
-
-def subtract_clip_means(waveforms, lengths):
-    """Subtract each clip's mean over its own L_i samples; padding stays zero. (B, L_max) -> (B, L_max).
-
-    The sum runs in float64 so that the mean does not depend on the batch's padded length: kaldi features
-    are sensitive to it (a one-ulp change of a 0.2 DC offset moves low mel bins by ~2e-5).
-    """
-    accumulate = torch.float32 if waveforms.device.type == "mps" else torch.float64  # MPS has no float64
-    means = (waveforms.to(accumulate).sum(dim=1) / lengths).to(waveforms.dtype)  # (B,)
-    valid = torch.arange(waveforms.shape[1], device=waveforms.device)[None, :] < lengths[:, None]  # (B, L_max)
-    return torch.where(valid, waveforms - means[:, None], 0.0)
-
-
-def kaldi_log_fbank(waveforms, window, bands, n_fft, hop_length, num_mel_bins, mean=None, std=None):
-    """Kaldi fbank (torchaudio.compliance.kaldi.fbank with EAT's options): (B, L_max) -> (B, T_max, F).
-
-    1. frames of win_length (``window``'s length) every hop that fit entirely (snip_edges); 2. remove each
-    frame's mean; 3. pre-emphasis x[n] - 0.97 x[n-1] (first sample replicated); 4. ``window`` (Kaldi's
-    symmetric Hann); 5. zero-pad to n_fft, power |rfft|^2; 6. mel filters (``bands``); 7. log(max(x, eps));
-    8. with ``mean``/``std``, (x - mean) / std.
-    """
-    frames = waveforms.unfold(1, window.shape[0], hop_length)  # (B, L_max) -> (B, T_max, W)
-    frames = frames - frames.mean(dim=-1, keepdim=True)  # (B, T_max, W)
-    emphasised = torch.empty_like(frames)  # (B, T_max, W), filled in place (no concatenated copy)
-    emphasised[..., 0] = frames[..., 0] - _KALDI_PREEMPHASIS * frames[..., 0]  # x[-1] := x[0]
-    torch.mul(frames[..., :-1], _KALDI_PREEMPHASIS, out=emphasised[..., 1:])  # 0.97 x[n-1], n >= 1
-    torch.sub(frames[..., 1:], emphasised[..., 1:], out=emphasised[..., 1:])  # x[n] - 0.97 x[n-1]
-    frames = emphasised.mul_(window)  # (B, T_max, W)
-    spectrum = torch.fft.rfft(frames, n=n_fft)  # zero-pad W -> n_fft: (B, T_max, W) -> (B, T_max, K) complex
-    mel = power_to_mel(spectrum, bands, num_mel_bins)  # (B, T_max, F)
-    log_mel = torch.log(mel.clamp(min=torch.finfo(torch.float32).eps))
-    return log_mel if mean is None else normalize_log_mel(log_mel, mean, std, inplace=True)
+    if x.dtype in _PCM_SCALE:
+        offset, scale = _PCM_SCALE[x.dtype]
+        return (x.float() - offset) / scale
+    if x.is_floating_point():
+        return x.float()
+    raise ValueError(f"Clip {index} has dtype {x.dtype}: pass float audio in [-1, 1] or int16/int32/uint8 PCM.")
 
 
 __all__ = ["AaspFeatureExtractor"]
