@@ -53,101 +53,131 @@ _LOADED_AS_REMOTE_CODE = __name__.split(".")[0] != "aasp_hf"
 
 
 class AaspConfig(PreTrainedConfig):
-    r"""Configuration of an AaSP audio spectrogram transformer (`AaspModel` and its heads).
+    r"""
+    Configuration of an AaSP audio spectrogram transformer: `AaspModel`, `AaspForAudioClassification` and
+    `AaspForPreTraining`. The defaults are the paper's model, a ViT-B encoder with the AaPE stem (Sec. 4.2). Why each
+    choice the paper leaves open is made as it is: docs/model.md, docs/pretraining.md and docs/paper_to_code.md.
 
-    Encoder (ViT-B by default):
-        hidden_size (`int`, 768): D, width of the encoder.
-        num_hidden_layers (`int`, 12), num_attention_heads (`int`, 12), intermediate_size (`int`, 3072).
-        hidden_act (`str`, "gelu"), hidden_dropout_prob (`float`, 0.0), attention_probs_dropout_prob (`float`, 0.0).
-        drop_path_rate (`float`, 0.0): stochastic depth, increasing linearly over the layers up to this value.
-        layer_norm_eps (`float`, 1e-6), initializer_range (`float`, 0.02), qkv_bias (`bool`, True).
-        initialization (`str`, "trunc_normal"): how a new model's weights are drawn (loaded weights are untouched).
-            "trunc_normal": every Linear and Conv weight and the CLS token from N(0, `initializer_range`²)
-            truncated at ±2 (absolute), biases zero. "eat": EAT's initialisation, as its code does it: Linear weights
-            N(0, `initializer_range`²) (fairseq's `init_bert_params`), the conv patch stem Xavier-uniform on its
-            kernel flattened to (D, P_time·P_freq) with PyTorch's default bias (EAT models/images.py
-            `ImageEncoder`), the CLS token N(0, 1) (models/base.py, `init_extra_token_zero: false`), and the CNN
-            predictor at PyTorch's default (EAT resets its decoder with `reset_parameters`); AaPE's own
-            convolutions, which EAT lacks, keep the trunc_normal draw. The default stays "trunc_normal": the paper
-            does not state an initialisation, and every measurement in this repository was made with it; choose
-            "eat" to reproduce EAT's set-up. The CLS token passes through the embedding LayerNorm before the first
-            block, so its scale (N(0, 1) against std 0.02) changes its effective step size under AdamW, not the
-            initial forward.
-        layer_norm_first (`bool`, False): False = EAT's post-norm blocks without a final norm;
-            True = pre-norm ViT blocks with a final LayerNorm.
-
-    Input grid:
-        num_mel_bins (`int`, 128): F. num_frames (`int`, 608): T at pre-training (6 s), the length of the
-        position table. frequency_patch_size / time_patch_size (`int`, 16): P_freq, P_time (non-overlapping).
-
-    Patch embedding (paper Sec. AaPE):
-        patch_embedding (`str`, "aape"): "aape" (aliasing-aware) or "spe" (standard 16×16 conv).
-        sblu_kernel_size (`int`, 63): K, odd. sblu_hidden_size (`int`, 128): H. sblu_output_size (`int`, 1024): C.
-        sblu_epsilon (`float`, 0.01): ε, edge attenuation that sets α_min. sblu_step (`float`, 0.01): Δ in seconds.
-        sblu_adaptive (`bool`, True): Lambda-encoder-driven (α, β) per frame; False = learnable static (α, β)
-            per hidden channel. sblu_phase (`str`, "symmetric"): kernel phase, "symmetric" (Eq. 3 as written)
-            or "analytic" (one-sided phase). sblu_highpass_num_taps (`int`, 63): taps of the zero-phase FIR.
-        lambda_encoder_reduction (`int`, 6): r, width D/r. lambda_encoder_num_layers (`int`, 3): L.
-        lambda_encoder_num_attention_heads (`int`, 2). lambda_encoder_mlp_ratio (`float`, 4.0).
-
-    Classification head:
-        classifier_pooling (`str`, "cls"): "cls" or "mean" (mean of the valid patch tokens).
-
-    Pre-training (`AaspForPreTraining`, paper Sec. Predictor and Pre-training Objectives, and Training Setup):
-        predictor_type (`str`, "cross_attention"): the paper's CrossMAE predictor, or "cnn" (EAT's, for the ablation).
-        predictor_hidden_size (`int`, 512), predictor_num_layers (`int`, 3), predictor_num_attention_heads (`int`, 16),
-        predictor_mlp_ratio (`float`, 4.0): the CrossMAE cross-attention predictor.
-        predictor_cnn_hidden_size (`int`, 768), predictor_cnn_num_layers (`int`, 6), predictor_cnn_kernel_size
-        (`int`, 3), predictor_cnn_groups (`int`, 16): EAT's CNN predictor (EAT config/pretraining_AS2M.yaml,
-        `decoder`). Each block adds its input when the widths match, the first block included (data2vec 2.0's
-        `Decoder2d`), so at the default width 768 = D the first block is residual too.
-        predictor_cnn_mask_noise_std (`float`, 0.01): σ of the N(0, σ²) noise that fills the hidden positions of
-            the CNN predictor's input grid (EAT's `mask_noise_std`, models/base.py `decoder_input`); 0 fills them
-            with zeros. Drawn with torch's global RNG in each forward (seeded and checkpointed by
-            `examples/pretrain.py`, as dropout is). Unused by the cross-attention predictor.
-        mask_ratio (`float`, 0.8), mask_num_views (`int`, 4): M, mask_query_ratio (`float`, 0.75),
-        mask_block_sizes (`list`, [[3, 8], [4, 6], [5, 5]]): inverse block masking, (frequency × time) patches.
-        target_norm_axis (`str`, "tokens"): instance norm of each teacher layer across tokens per channel (EAT)
-            or "channels" (per token across the embedding, the paper's wording).
-        target_layer (`str`, "ffn"): which output of each teacher block enters the targets.
-            "block": the block's final output (`hidden_states[1:]`). The small presets
-            (`examples/configs/pretrain_tiny_cpu.json`, `pretrain_tiny_quality.json`, `pretrain_small_quality.json`)
-            keep it because their published figures (the CPU quality benchmark, `make demo`) were measured with it.
-            The one measurement of the choice is within seed noise: the small preset at 1,000 steps probes 63.3 ± 0.7
-            with "ffn" against 64.9 ± 0.9 with "block" (two seeds each, research/2026-11-cpu-learning-study/
-            findings.md); "ffn" alone was not measured on the tiny presets.
-            "ffn" (the default: the paper's Sec. "Predictor and Pre-training Objectives" trains "following EAT"):
-            EAT / data2vec 2.0
-            (`end_of_block_targets: false` in EAT's config/pretraining_AS2M.yaml): the block's FFN (MLP) output
-            before the residual add and, in the post-norm block, before the second LayerNorm. EAT's block
-            (AltBlock in EAT models/modules.py, the same in fairseq
-            examples/data2vec/models/modalities/modules.py) returns `(x, t)` with, post-norm,
-            `r = x = norm1(x + attn(x)); x = mlp(x); t = x; x = norm2(r + drop_path(post_mlp_dropout(x)))`, and
-            `ffn_targets = not end_of_block_targets`; EAT_pretraining.py averages `lr[:, extra_tokens:]` (the `t`
-            of every teacher block, CLS dropped). Pre-norm blocks (`layer_norm_first=True`) take `mlp(norm2(x))`,
-            also before the residual add. The teacher runs in eval mode, so drop path and dropout are off.
-        loss_scaling (`str`, "mean"): the reductions of L_m and L_u (L_c is a mean over anchors in both).
-            "mean": L_m is the mean of the squared error over query tokens and D, L_u over views and D.
-            "eat": EAT's effective loss. EAT's `d2v_loss` is the element-wise squared error times 1/√D
-            (reduction "none"); the CLS term is multiplied by `sample_size` = the number of predicted (masked)
-            tokens of the batch; fairseq's `model` criterion sums every element and the trainer divides the
-            gradient by `sample_size`. So L_m = Σ_tokens Σ_d e²/√D / (number of query tokens) = √D × the "mean"
-            L_m, and L_u = Σ_views Σ_d e²/√D = B·M·√D × the "mean" L_u, with B·M the views of this process's
-            batch (EAT: 12 clips × 16 clones per GPU, so its clip term weighs 192× its per-token term per
-            element). The clip factor grows with the batch. η_u and η_c apply on top as usual.
-        student_stem_input (`str`, "masked"): what the student's AaPE branch (high-pass, B̄, SBLU) sees in
-            masked pre-training. The Lambda encoder attends among the visible tokens in both modes and the SBLU
-            GroupNorm statistics cover each view's visible tokens in both modes.
-            "masked": each view's hidden patches are zeroed before the high-pass and after B̄, so nothing of the
-            hidden patches reaches a visible token (the high-pass sees step edges at the patch borders).
-            "full": EAT's order: the stem runs on the unmasked clip (the high-pass once per clip, shared by the M
-            views; the SBLU windows see the real neighbouring frames) and only the visible tokens are kept. This
-            leaks hidden context into visible tokens: through the SBLU's ±(K−1)/2 taps (±31 frames, about ±2
-            patches) and the zero-phase high-pass's ±(K'−1) frames (K' = `sblu_highpass_num_taps`, ±62 frames,
-            most of its weight near the centre), so a visible frame depends on frames up to
-            ±((K−1)/2 + K'−1) away (±93 frames, about ±6 patches at the defaults).
-        clip_loss_weight (`float`, 1.0): η_u. contrastive_loss_weight (`float`, 0.1): η_c.
-        contrastive_temperature (`float`, 0.2): τ.
+    Args:
+        hidden_size (`int`, *optional*, defaults to 768):
+            D, the width of the encoder (ViT-B, Sec. 4.2); a multiple of 4 (2-D sin-cos positions).
+        num_hidden_layers (`int`, *optional*, defaults to 12):
+            Number of encoder blocks.
+        num_attention_heads (`int`, *optional*, defaults to 12):
+            Attention heads per encoder block; divides `hidden_size`.
+        intermediate_size (`int`, *optional*, defaults to 3072):
+            Width of each encoder block's MLP.
+        hidden_act (`str`, *optional*, defaults to `"gelu"`):
+            Activation of the MLPs: `"gelu"`, `"gelu_new"`, `"gelu_pytorch_tanh"`, `"relu"` or `"silu"`.
+        hidden_dropout_prob (`float`, *optional*, defaults to 0.0):
+            Dropout on the embeddings, the attention outputs and the MLPs.
+        attention_probs_dropout_prob (`float`, *optional*, defaults to 0.0):
+            Dropout on the attention weights.
+        drop_path_rate (`float`, *optional*, defaults to 0.0):
+            Stochastic depth: the drop probability grows linearly over the blocks up to this value.
+        layer_norm_eps (`float`, *optional*, defaults to 1e-6):
+            Epsilon of the LayerNorms.
+        initializer_range (`float`, *optional*, defaults to 0.02):
+            Standard deviation of the initial weights.
+        qkv_bias (`bool`, *optional*, defaults to `True`):
+            Whether the query, key and value projections have a bias.
+        layer_norm_first (`bool`, *optional*, defaults to `False`):
+            `False`: EAT's post-norm blocks without a final LayerNorm; `True`: pre-norm ViT blocks with a final one.
+        initialization (`str`, *optional*, defaults to `"trunc_normal"`):
+            How a new model's weights are drawn (loaded weights are untouched): `"trunc_normal"` or `"eat"`, EAT's
+            initialisation. The two schemes: docs/model.md, "Initialisation".
+        num_mel_bins (`int`, *optional*, defaults to 128):
+            F, the mel bins of the input (Sec. 4.2).
+        num_frames (`int`, *optional*, defaults to 608):
+            T at pre-training (6 s, Sec. 4.2): the length of the position table; a longer input gets its positions
+            interpolated along time.
+        frequency_patch_size (`int`, *optional*, defaults to 16):
+            P_freq, the patch height in mel bins (Sec. 3.3); divides `num_mel_bins`.
+        time_patch_size (`int`, *optional*, defaults to 16):
+            P_time, the patch width in frames; patches do not overlap, so the stride S_time = P_time (Sec. 3.3).
+        patch_embedding (`str`, *optional*, defaults to `"aape"`):
+            `"aape"`: the aliasing-aware patch embedding (Sec. 3.3); `"spe"`: the standard strided-conv patch
+            embedding alone.
+        sblu_kernel_size (`int`, *optional*, defaults to 63):
+            K, the odd number of SBLU taps (Sec. 3.2, Eq. 2).
+        sblu_hidden_size (`int`, *optional*, defaults to 128):
+            H, the SBLU hidden channels (the rows of B̄); a multiple of the number of frequency patches.
+        sblu_output_size (`int`, *optional*, defaults to 1024):
+            C, the SBLU output channels (the rows of C̄); a multiple of the number of frequency patches.
+        sblu_epsilon (`float`, *optional*, defaults to 0.01):
+            ε, the window's edge attenuation, which sets the decay's lower bound α_min = −2 log ε / (Δ(K − 1))
+            (Sec. 3.2).
+        sblu_step (`float`, *optional*, defaults to 0.01):
+            Δ, the spectrogram hop in seconds (Sec. 3.2).
+        sblu_adaptive (`bool`, *optional*, defaults to `True`):
+            `True`: the Lambda encoder predicts (α, β) per frequency group and time patch (Sec. 3.3); `False`: learnable
+            static (α, β) per hidden channel (the non-adaptive ablation, Sec. 4.4).
+        sblu_phase (`str`, *optional*, defaults to `"symmetric"`):
+            The kernel's phase: `"symmetric"` (Eq. 3 as written) or `"analytic"` (one-sided phase).
+        sblu_highpass_num_taps (`int`, *optional*, defaults to 63):
+            Odd number of taps of the zero-phase high-pass FIR before B̄ (Sec. 3.3 (a)).
+        lambda_encoder_reduction (`int`, *optional*, defaults to 6):
+            r: the Lambda encoder's width is D / r (Sec. 3.3).
+        lambda_encoder_num_layers (`int`, *optional*, defaults to 3):
+            L, the Lambda encoder's blocks (Sec. 3.3).
+        lambda_encoder_num_attention_heads (`int`, *optional*, defaults to 2):
+            Attention heads of the Lambda encoder's blocks; divides D / r.
+        lambda_encoder_mlp_ratio (`float`, *optional*, defaults to 4.0):
+            MLP width of the Lambda encoder's blocks, as a multiple of D / r.
+        classifier_pooling (`str`, *optional*, defaults to `"cls"`):
+            What `AaspForAudioClassification` classifies: `"cls"`, the class token (Sec. 4.2, fine-tuning), or
+            `"mean"`, the mean of the valid patch tokens.
+        predictor_type (`str`, *optional*, defaults to `"cross_attention"`):
+            `"cross_attention"`: the paper's CrossMAE predictor (Sec. 3.4); `"cnn"`: EAT's CNN predictor.
+        predictor_hidden_size (`int`, *optional*, defaults to 512):
+            Width of the cross-attention predictor (Sec. 4.2).
+        predictor_num_layers (`int`, *optional*, defaults to 3):
+            Cross-attention blocks of the predictor (Sec. 3.4).
+        predictor_num_attention_heads (`int`, *optional*, defaults to 16):
+            Attention heads of the cross-attention predictor (Sec. 4.2).
+        predictor_mlp_ratio (`float`, *optional*, defaults to 4.0):
+            MLP width of the cross-attention predictor's blocks, as a multiple of its width.
+        predictor_cnn_hidden_size (`int`, *optional*, defaults to 768):
+            Channels of the CNN predictor (EAT's `decoder`; docs/model.md, "EAT's CNN predictor").
+        predictor_cnn_num_layers (`int`, *optional*, defaults to 6):
+            Blocks of the CNN predictor.
+        predictor_cnn_kernel_size (`int`, *optional*, defaults to 3):
+            Odd kernel size of the CNN predictor's convolutions.
+        predictor_cnn_groups (`int`, *optional*, defaults to 16):
+            Groups of the CNN predictor's convolutions; divides `predictor_cnn_hidden_size` and `hidden_size`.
+        predictor_cnn_mask_noise_std (`float`, *optional*, defaults to 0.01):
+            σ of the N(0, σ²) noise that fills the hidden positions of the CNN predictor's input grid (0: zeros),
+            drawn from torch's global RNG in each forward. Unused by the cross-attention predictor.
+        mask_ratio (`float`, *optional*, defaults to 0.8):
+            Fraction of the patch tokens hidden from the student in each view (Sec. 4.2).
+        mask_num_views (`int`, *optional*, defaults to 4):
+            M, the masked views of each clip (Sec. 3.4); at least 2 when `contrastive_loss_weight` > 0.
+        mask_query_ratio (`float`, *optional*, defaults to 0.75):
+            Fraction of the hidden tokens the predictor queries (Sec. 4.2).
+        mask_block_sizes (`list`, *optional*, defaults to `[[3, 8], [4, 6], [5, 5]]`):
+            The (frequency × time) patch blocks of inverse block masking; each view draws one (Sec. 4.2).
+        target_norm_axis (`str`, *optional*, defaults to `"tokens"`):
+            The instance norm of each teacher layer before the layers are averaged: `"tokens"`, per channel across
+            the tokens (EAT's code), or `"channels"`, per token across the embedding (the paper's wording, Sec. 3.4).
+        target_layer (`str`, *optional*, defaults to `"ffn"`):
+            Which output of each teacher block enters the targets: `"ffn"`, the block's MLP output before the
+            residual add (and, post-norm, before the second LayerNorm), as EAT and data2vec 2.0; `"block"`, the
+            block's output (`hidden_states[1:]`). docs/model.md, "Teacher targets".
+        loss_scaling (`str`, *optional*, defaults to `"mean"`):
+            The reductions of L_m and L_u (Sec. 3.4): `"mean"`, L_m the mean squared error over query tokens and D,
+            L_u over views and D; `"eat"`, EAT's effective weights, L_m × √D and L_u × B·M·√D with B·M the views of
+            this process's batch (docs/model.md, "EAT's loss scaling"). L_c is a mean over anchors in both.
+        student_stem_input (`str`, *optional*, defaults to `"masked"`):
+            What the student's AaPE high-pass, B̄ and SBLU see in masked pre-training: `"masked"`, the clip with each
+            view's hidden patches zeroed (before the high-pass and after B̄), so nothing of them reaches a visible
+            token; `"full"`, the whole clip, keeping only the visible tokens after the stem (EAT's order; hidden
+            context then leaks into visible tokens: docs/model.md, "The student's stem under masking").
+        clip_loss_weight (`float`, *optional*, defaults to 1.0):
+            η_u, the weight of the clip-level loss L_u (Sec. 3.4).
+        contrastive_loss_weight (`float`, *optional*, defaults to 0.1):
+            η_c, the weight of the contrastive loss L_c (Sec. 3.4, 4.2).
+        contrastive_temperature (`float`, *optional*, defaults to 0.2):
+            τ of the contrastive loss (Sec. 3.4).
     """
 
     model_type = "aasp"

@@ -417,19 +417,8 @@ class AaspPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
-        """`config.initialization`: "trunc_normal" (default) or "eat" (EAT's published initialisation).
-
-        trunc_normal: every Linear / Conv1d / Conv2d weight from N(0, `initializer_range`²) truncated at ±2
-        (absolute, as timm's `trunc_normal_`: at std 0.02 practically untruncated), biases zero, the CLS token
-        likewise. eat: EAT's (and data2vec 2.0's) initialisation,
-        read from its code: `init_bert_params` (fairseq, applied by EAT models/EAT_pretraining.py
-        `Data2VecMultiModel.__init__`) draws every Linear weight from N(0, 0.02²), bias zero; EAT models/images.py
-        `ImageEncoder.__init__` applies `xavier_uniform_` to the conv stem's weight viewed as (D, P_time·P_freq), i.e.
-        U(±sqrt(6 / (P_time·P_freq + D))), and leaves its bias at PyTorch's default U(±1/sqrt(P_time·P_freq));
-        models/base.py `ModalitySpecificEncoder.__init__` draws the CLS token (`extra_tokens`,
-        `init_extra_token_zero: false`) from N(0, 1). AaPE's own convolutions (no EAT counterpart) keep the
-        trunc_normal scheme in both. LayerNorm / GroupNorm: weight one, bias zero in both.
-        """
+        """Draw a new model's weights as `config.initialization` says ("trunc_normal" or EAT's "eat"; the two schemes
+        and where EAT's comes from: docs/model.md, "Initialisation") and recompute the fixed tensors."""
         std = self.config.initializer_range
         eat = self.config.initialization == "eat"
         if isinstance(module, nn.Linear) and eat:
