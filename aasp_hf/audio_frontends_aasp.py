@@ -46,7 +46,8 @@ class LogMelFrontEnd:
     def __init__(self, mode, sampling_rate, num_mel_bins, n_fft, win_length, hop_length, f_min, f_max):
         self.settings = (mode, sampling_rate, num_mel_bins, n_fft, win_length, hop_length, f_min, f_max)
         self.mode, self.sampling_rate, self.num_mel_bins = mode, sampling_rate, num_mel_bins
-        self.n_fft, self.win_length, self.hop_length, self.f_min, self.f_max = n_fft, win_length, hop_length, f_min, f_max
+        self.n_fft, self.win_length, self.hop_length = n_fft, win_length, hop_length
+        self.f_min, self.f_max = f_min, f_max
         self._tensors = {}  # device -> (window, mel bands)
 
     def num_frames(self, num_samples: int) -> int:
