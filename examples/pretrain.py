@@ -452,7 +452,7 @@ def main(argv=None) -> dict:
         from aasp_hf.training.plan import print_pretraining_plan
 
         try:
-            return print_pretraining_plan(model_args, args)
+            return print_pretraining_plan(model_args, args, data_args)
         except ValueError as error:
             raise SystemExit(f"pretrain.py --plan: error: {error}") from None
     output_dir = Path(args.output_dir)

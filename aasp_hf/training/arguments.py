@@ -42,6 +42,10 @@ class PlanArguments:
     plan_num_processes: int | None = dataclasses.field(
         default=None, metadata={"help": "--plan: processes (GPUs) to plan for; unset: what `accelerate launch` gives"}
     )
+    plan_data_clips: int = dataclasses.field(
+        default=256, metadata={"help": "--plan of pretrain.py: clips to decode, crop and collate on this host to time "
+                               "the data path (0: skip it)"}
+    )
 
 
 def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:

@@ -38,7 +38,16 @@
 4. Step time for a named accelerator (`ACCELERATORS`, datasheet figures): the larger of the compute time at an
    ASSUMED model-FLOPs utilisation (MFU; `--plan_mfu`, default 0.4: an assumption, not a measurement) and the time
    to move the bytes every step must move at the datasheet bandwidth (AdamW and EMA updates, activations written
-   once and read once). Gradient all-reduce, data loading and host overhead are not modelled.
+   once and read once).
+5. DDP's gradient all-reduce within one node: a ring all-reduce sends and receives 2(n − 1)/n × the float32
+   gradients per GPU at the interconnect's one-way datasheet bandwidth (`AcceleratorSpec.interconnect`; NVLink 4 on
+   H100 SXM: 900 GB/s bidirectional, 450 GB/s each way), printed beside the step it mostly overlaps. Beside the
+   prediction, the paper's own end-to-end throughput (2.83 batches/s, its predictor ablation), read as its
+   pre-training run's global batch of 512 clips on 4 H100s, and the MFU that rate implies by this FLOP count.
+6. The data side (`data_path_plan`, pretrain.py only), MEASURED on this host: the run's data source decoded,
+   cropped and collated as training does it, on one core; the clips/s per DataLoader worker, the workers per GPU
+   the predicted step needs and whether this host's cores can run them. Host overhead, logging and checkpoint
+   steps and all-reduce between nodes are not modelled.
 """
 
 import math
@@ -58,7 +67,8 @@ GiB = 2**30
 @dataclass(frozen=True)
 class AcceleratorSpec:
     """Datasheet figures of one accelerator: peak dense (no sparsity) tensor-core bf16 and plain fp32 FLOP/s, memory
-    bandwidth in bytes/s, memory in GiB; `source` names the datasheet."""
+    bandwidth in bytes/s, memory in GiB; `source` names the datasheet. `interconnect`: bytes/s each way between the
+    GPUs of one node (half the bidirectional figure datasheets give), `interconnect_name` what it is."""
 
     name: str
     bf16_flops: float
@@ -66,6 +76,8 @@ class AcceleratorSpec:
     bandwidth: float
     memory_gib: float
     source: str
+    interconnect: float = 0.0
+    interconnect_name: str = ""
 
 
 ACCELERATORS = {
@@ -73,22 +85,34 @@ ACCELERATORS = {
     for spec in (
         # NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column: BF16 1,979 TFLOPS with sparsity (989 dense),
         # FP32 67 TFLOPS, 80 GB HBM3 at 3.35 TB/s
-        AcceleratorSpec("H100 SXM", 989e12, 67e12, 3.35e12, 80, "NVIDIA H100 Tensor Core GPU datasheet (SXM)"),
+        # NVLink 4: 900 GB/s bidirectional per GPU, 450 GB/s each way
+        AcceleratorSpec("H100 SXM", 989e12, 67e12, 3.35e12, 80, "NVIDIA H100 Tensor Core GPU datasheet (SXM)",
+                        450e9, "NVLink 4, 900 GB/s bidirectional per GPU"),
         # same datasheet, H100 PCIe column: BF16 1,513 TFLOPS with sparsity (756 dense), FP32 51 TFLOPS, 80 GB HBM2e
-        # at 2.0 TB/s
-        AcceleratorSpec("H100 PCIe", 756e12, 51e12, 2.0e12, 80, "NVIDIA H100 Tensor Core GPU datasheet (PCIe)"),
+        # at 2.0 TB/s; PCIe Gen5 128 GB/s bidirectional (its NVLink bridge joins pairs of cards only)
+        AcceleratorSpec("H100 PCIe", 756e12, 51e12, 2.0e12, 80, "NVIDIA H100 Tensor Core GPU datasheet (PCIe)",
+                        64e9, "PCIe Gen5 x16, 128 GB/s bidirectional"),
         # NVIDIA H200 Tensor Core GPU datasheet, H200 SXM column: BF16 1,979 TFLOPS with sparsity (989 dense),
-        # FP32 67 TFLOPS, 141 GB HBM3e at 4.8 TB/s
-        AcceleratorSpec("H200", 989e12, 67e12, 4.8e12, 141, "NVIDIA H200 Tensor Core GPU datasheet (SXM)"),
+        # FP32 67 TFLOPS, 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s bidirectional
+        AcceleratorSpec("H200", 989e12, 67e12, 4.8e12, 141, "NVIDIA H200 Tensor Core GPU datasheet (SXM)",
+                        450e9, "NVLink 4, 900 GB/s bidirectional per GPU"),
         # NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM column: BF16 312 TFLOPS dense (624 with sparsity),
-        # FP32 19.5 TFLOPS, 80 GB HBM2e at 2,039 GB/s
-        AcceleratorSpec("A100 80GB", 312e12, 19.5e12, 2.039e12, 80, "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)"),
+        # FP32 19.5 TFLOPS, 80 GB HBM2e at 2,039 GB/s; NVLink 3, 600 GB/s bidirectional
+        AcceleratorSpec("A100 80GB", 312e12, 19.5e12, 2.039e12, 80, "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)",
+                        300e9, "NVLink 3, 600 GB/s bidirectional per GPU"),
         # NVIDIA L4 Tensor Core GPU datasheet: BF16 242 TFLOPS with sparsity (121 dense), FP32 30.3 TFLOPS, 24 GB GDDR6
-        # at 300 GB/s
-        AcceleratorSpec("L4", 121e12, 30.3e12, 300e9, 24, "NVIDIA L4 Tensor Core GPU datasheet"),
+        # at 300 GB/s; PCIe Gen4 x16, 64 GB/s bidirectional
+        AcceleratorSpec("L4", 121e12, 30.3e12, 300e9, 24, "NVIDIA L4 Tensor Core GPU datasheet",
+                        32e9, "PCIe Gen4 x16, 64 GB/s bidirectional"),
     )
 }
 PRECISIONS = ("no", "bf16", "fp16")
+# The paper's own throughput (its predictor ablation: "end-to-end training throughput", 2.83 batches/s with the
+# cross-attention predictor) and the pre-training run it belongs to (its hyper-parameter table: a total batch of 512
+# on 4 H100-80GB GPUs). The ablation does not restate its batch: read here as that run's global batch of 512.
+PAPER_BATCHES_PER_SECOND = 2.83
+PAPER_GLOBAL_BATCH = 512
+PAPER_NUM_GPUS = 4
 # Memory kept free for the CUDA context, NCCL buffers and the caching allocator's fragmentation when the largest
 # batch that fits is computed: an ASSUMPTION (10 % of the device memory), not a measurement.
 MEMORY_HEADROOM = 0.10
@@ -348,6 +372,7 @@ class RunPlan:
     accelerator: AcceleratorSpec
     mfu: float
     bytes_moved_per_step: float
+    gradient_bytes: float = 0.0  # float32 gradients of the trainable parameters: what DDP all-reduces every step
     notes: list = field(default_factory=list)
 
     @property
@@ -381,6 +406,12 @@ class RunPlan:
         compute = self.flops_per_step / (self.peak_flops() * self.mfu)
         memory = self.bytes_moved_per_step / self.accelerator.bandwidth
         return {"compute": compute, "memory": memory, "step": max(compute, memory)}
+
+    def allreduce_seconds(self, num_processes: int) -> float:
+        """DDP's gradient all-reduce per optimiser step over `num_processes` GPUs of one node: a ring all-reduce
+        sends and receives 2(n − 1)/n × the gradient bytes per GPU, at the interconnect's one-way bandwidth (no
+        latency term; DDP overlaps it with the backward pass bucket by bucket, all but the last bucket)."""
+        return 2 * (num_processes - 1) / num_processes * self.gradient_bytes / self.accelerator.interconnect
 
 
 def _bytes_moved(static: dict, trainable: int, teacher: int, dynamic_peak: float) -> float:
@@ -485,6 +516,7 @@ def plan_pretraining(config, per_device_batch: int, precision: str = "bf16", num
         flops_per_micro_batch=parts, memory=memory, dynamic_bytes=dynamic, memory_gib=memory_gb,
         accelerator=ACCELERATORS[accelerator], mfu=mfu,
         bytes_moved_per_step=_bytes_moved(memory, trainable, teacher, peak) * gradient_accumulation_steps,
+        gradient_bytes=4 * trainable,
     )
 
 
@@ -542,6 +574,7 @@ def plan_finetuning(config, per_device_batch: int, num_frames: int, precision: s
         accelerator=ACCELERATORS[accelerator], mfu=mfu,
         bytes_moved_per_step=_bytes_moved(memory, trainable, total if weight_ema else 0, peak)
         * gradient_accumulation_steps,
+        gradient_bytes=4 * trainable,
     )
 
 
@@ -635,8 +668,146 @@ def format_plan(plan: RunPlan) -> str:
     row(f"wall-clock for {plan.max_steps:,} steps", _duration(total_seconds))
     gpu_hours = total_seconds * plan.num_processes / 3600
     row(f"GPU-hours ({plan.num_processes} × wall-clock)", f"{gpu_hours:,.1f}" if gpu_hours >= 1 else f"{gpu_hours:.2g}")
-    rows.append("  not modelled: gradient all-reduce, data loading, logging and checkpoint steps, host overhead")
+
+    rows += ["", f"Gradient all-reduce per step (DDP, ring: each GPU sends and receives 2(n − 1)/n × "
+             f"{_bytes(plan.gradient_bytes)} of float32 gradients; {spec.interconnect_name}, "
+             f"{spec.interconnect / 1e9:g} GB/s each way: {spec.source})"]
+    for n in (plan.num_processes,) if plan.num_processes > 1 else (4, 8):
+        seconds = plan.allreduce_seconds(n)
+        row(f"{n} GPUs of one node{'' if n == plan.num_processes else ' (if launched so)'}", _duration(seconds),
+            f"({seconds / times['step']:.0%} of the step; DDP overlaps all but its last bucket with the backward)")
+    if plan.kind == "pre-training":
+        paper_per_gpu = PAPER_BATCHES_PER_SECOND * PAPER_GLOBAL_BATCH / PAPER_NUM_GPUS
+        ours_per_gpu = plan.per_device_batch * plan.gradient_accumulation_steps / times["step"]
+        rows += ["", f"The paper's reported throughput: {PAPER_BATCHES_PER_SECOND} batches/s end to end (its predictor "
+                 f"ablation, cross-attention predictor), read as global batches of {PAPER_GLOBAL_BATCH} clips on "
+                 f"{PAPER_NUM_GPUS} H100s (its pre-training run; the ablation does not restate its batch)"]
+        row("paper: clips/s per GPU", f"{paper_per_gpu:,.0f}",
+            f"({PAPER_BATCHES_PER_SECOND * PAPER_GLOBAL_BATCH:,.0f} clips/s on {PAPER_NUM_GPUS} GPUs)")
+        row("this plan: clips/s per GPU", f"{ours_per_gpu:,.0f}", f"({ours_per_gpu / paper_per_gpu:.1f}× the paper's)")
+        per_clip = plan.flops_per_step / (plan.per_device_batch * plan.gradient_accumulation_steps)
+        row("MFU the paper's rate gives by this plan's FLOP count", f"{per_clip * paper_per_gpu / plan.peak_flops():.3f}",
+            "(for the paper's ViT-B configuration only)")
+    rows.append("  not modelled: data loading (pretrain.py --plan times it on this host), all-reduce between nodes, "
+                "logging and checkpoint steps, host overhead")
     return "\n".join(rows) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------- the data path
+def time_data_path(clips, collator, num_clips: int, batch_size: int) -> dict:
+    """Times the data path training runs, in this process on one torch thread (one DataLoader worker's share of a
+    core): `clips` (an `aasp_hf.data.clips.AudioClips`, rows read in order and cycled, or an `AudioStream`, whose own
+    micro-batches are read) decoded as the loader's workers decode them, failed clips replaced, then cropped,
+    featurised and masked by `collator` (the training process's share), in micro-batches of `batch_size`, until
+    `num_clips` clips are done. One micro-batch is run first, untimed (imports, first calls).
+
+    Returns {"clips", "decode_seconds", "collate_seconds", "failed"}.
+    """
+    import itertools
+    import time
+
+    from ..data.clips import AudioStream, replace_failed
+
+    if isinstance(clips, AudioStream):
+        batches = (examples for _, examples in clips.micro_batches())
+    else:
+        rows = itertools.cycle(range(len(clips)))
+        batches = ([clips[next(rows)] for _ in range(batch_size)] for _ in itertools.count())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        collator(replace_failed(next(batches))[0])  # warm-up
+        done, failed, decode, collate = 0, 0, 0.0, 0.0
+        while done < num_clips:
+            start = time.perf_counter()
+            examples, failures = replace_failed(next(batches))
+            middle = time.perf_counter()
+            collator(examples)
+            decode, collate = decode + middle - start, collate + time.perf_counter() - middle
+            done, failed = done + len(examples), failed + len(failures)
+    finally:
+        torch.set_num_threads(threads)
+    return {"clips": done, "decode_seconds": decode, "collate_seconds": collate, "failed": failed}
+
+
+def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int = 0) -> tuple[str, dict]:
+    """The data side of a pre-training plan, measured on this host: `time_data_path` on the run's data source
+    (`data_args`: examples/pretrain.py's, read with `aasp_hf.data.clips.load_clips` as training reads it, decoded in
+    this process) or, with none given, synthetic 10-s clips written as 16-bit 16-kHz WAV files to a temporary folder
+    and read as `--train_dir` reads them. Returns (the lines to print, the figures)."""
+    import dataclasses
+    import os
+    import tempfile
+
+    import soundfile as sf
+
+    from .. import AaspFeatureExtractor
+    from ..data.clips import load_clips
+    from ..data.collators import PretrainingCollator
+
+    batch_size = max(1, min(plan.per_device_batch, 32, num_clips))
+    collator = PretrainingCollator(AaspFeatureExtractor(feature_size=config.num_mel_bins), config,
+                                   crop_seconds=data_args.crop_seconds, generator=torch.Generator().manual_seed(seed),
+                                   student_eq_strength=data_args.student_eq_strength)
+    sources = [name for name in ("dataset", "train_dir", "dataset_name") if getattr(data_args, name) is not None]
+    with tempfile.TemporaryDirectory() as folder:
+        if sources or data_args.synthetic_clips > 0:
+            read = dataclasses.replace(data_args, dataloader_num_workers=0)
+            what = (f"--{sources[0]} {getattr(data_args, sources[0])}" if sources else
+                    f"--synthetic_clips {data_args.synthetic_clips} (arrays in memory: nothing to decode)")
+            what += ", as a stream" if data_args.streaming else ""
+        else:
+            from ..data.synthetic import unlabelled_clips
+
+            for number, clip in enumerate(unlabelled_clips(min(num_clips, 32), seed, 10.0)):
+                sf.write(os.path.join(folder, f"clip{number:03d}.wav"), clip, 16000, subtype="PCM_16")
+            read = dataclasses.replace(data_args, train_dir=folder, streaming=False, dataloader_num_workers=0)
+            what = ("none given, so synthetic 10-s clips written as 16-bit 16-kHz WAV files and read as --train_dir "
+                    "reads them (give --train_dir, --dataset or --dataset_name, with --streaming or not, to time "
+                    "your own)")
+        import datasets
+
+        quiet = datasets.utils.are_progress_bars_disabled()
+        datasets.disable_progress_bars()  # the folder's "Generating train split" bars would break the table
+        try:
+            clips = load_clips(read, seed, batch_size, 1, 0)
+            timed = time_data_path(clips, collator, num_clips, batch_size)
+        finally:
+            if not quiet:
+                datasets.enable_progress_bars()
+    step = plan.step_seconds()["step"]
+    needed = plan.per_device_batch * plan.gradient_accumulation_steps / step  # clips/s per GPU
+    decode_rate = timed["clips"] / max(timed["decode_seconds"], 1e-9)
+    collate_rate = timed["clips"] / timed["collate_seconds"]
+    whole_rate = timed["clips"] / (timed["decode_seconds"] + timed["collate_seconds"])
+    workers = math.ceil(needed / decode_rate)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores_needed = plan.num_processes * (workers + 1)  # + the training process, which collates
+    on_device = getattr(data_args, "features_on_device", False)
+    rows = [f"Data path on this host, measured: {timed['clips']} clips in micro-batches of {batch_size}, one process, 1 "
+            f"torch thread, {timed['failed']} failed to decode", f"  data source: {what}"]
+
+    def row(label, value, note=""):
+        rows.append(f"  {label:<60} {value:>14}{'  ' + note if note else ''}")
+
+    row("decode (what each DataLoader worker does)", f"{decode_rate:,.0f} clips/s", "per worker")
+    row("crop + log-mel + masks (the collator, in the training process)", f"{collate_rate:,.0f} clips/s",
+        "on the CPU" + ("; with --features_on_device the log-mel runs on the accelerator" if on_device else ""))
+    row("decode + crop + collate on one core", f"{whole_rate:,.0f} clips/s")
+    row("clips/s per GPU the predicted step needs", f"{needed:,.0f} clips/s",
+        f"({plan.per_device_batch * plan.gradient_accumulation_steps} clips every {_duration(step)})")
+    row("DataLoader workers per GPU for decoding (--dataloader_num_workers)", f"{workers:,}")
+    verdict = "yes" if cores_needed <= cores else "no"
+    row(f"this host's cores supply {plan.num_processes} GPU process(es) × ({workers} workers + 1)",
+        f"{verdict}: {cores_needed:,} of {cores}")
+    if collate_rate < needed and not on_device:
+        rows.append(f"  the training process collates {collate_rate:,.0f} clips/s on one core, below the "
+                    f"{needed:,.0f} the step needs: pass --features_on_device (the log-mel on the accelerator) or read "
+                    f"a --log_mel_cache")
+    figures = {"clips": timed["clips"], "decode_clips_per_s": decode_rate, "collate_clips_per_s": collate_rate,
+               "decode_crop_collate_clips_per_s": whole_rate, "needed_clips_per_s": needed, "workers": workers,
+               "cores": cores, "cores_needed": cores_needed}
+    return "\n".join(rows) + "\n", figures
 
 
 # ----------------------------------------------------------------------------------------------- the scripts' --plan
@@ -649,11 +820,13 @@ def launch_environment() -> tuple[int, str | None, bool]:
             int(os.environ.get("RANK", "0")) == 0)
 
 
-def print_pretraining_plan(model_args, args) -> dict:
+def print_pretraining_plan(model_args, args, data_args=None) -> dict:
     """`examples/pretrain.py --plan`: the plan of the run its arguments describe, printed by the main process (under
     `accelerate launch` every process would otherwise print it). The model configuration comes from
     `--model_config` (a JSON file, an inline object or a preset's object) or `--init_from`'s config.json; no
-    weights, data or output folder are touched. Returns {"plan": the table}."""
+    weights or output folder are touched. With `data_args` and `--plan_data_clips` > 0, the data path is timed on
+    this host too (`data_path_plan`: the run's data source is read, nothing is written but a temporary folder).
+    Returns {"plan": the table, "data": the data path's figures (when timed)}."""
     import json
     from pathlib import Path
 
@@ -678,7 +851,11 @@ def print_pretraining_plan(model_args, args) -> dict:
     table = format_plan(plan)
     if is_main:
         print(table, flush=True)
-    return {"plan": table}
+    if data_args is None or args.plan_data_clips <= 0 or not is_main:
+        return {"plan": table}
+    lines, figures = data_path_plan(plan, config, data_args, args.plan_data_clips, args.seed)
+    print(lines, flush=True)
+    return {"plan": table + "\n" + lines, "data": figures}
 
 
 def print_finetuning_plan(args) -> dict:
