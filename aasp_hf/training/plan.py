@@ -701,7 +701,9 @@ def time_data_path(clips, collator, num_clips: int, batch_size: int) -> dict:
     featurised and masked by `collator` (the training process's share), in micro-batches of `batch_size`, until
     `num_clips` clips are done. One micro-batch is run first, untimed (imports, first calls).
 
-    Returns {"clips", "decode_seconds", "collate_seconds", "failed"}.
+    Returns {"clips", "decode_seconds", "collate_seconds", "failed"}, the seconds in CPU time of this process
+    (`time.process_time`: what the work costs a core of its own, also when other processes share this host's
+    cores), and the wall-clock seconds as "decode_wall_seconds", "collate_wall_seconds".
     """
     import itertools
     import time
@@ -717,17 +719,19 @@ def time_data_path(clips, collator, num_clips: int, batch_size: int) -> dict:
     torch.set_num_threads(1)
     try:
         collator(replace_failed(next(batches))[0])  # warm-up
-        done, failed, decode, collate = 0, 0, 0.0, 0.0
+        done, failed, cpu, wall = 0, 0, [0.0, 0.0], [0.0, 0.0]  # [decode, collate]
         while done < num_clips:
-            start = time.perf_counter()
+            cpu_start, wall_start = time.process_time(), time.perf_counter()
             examples, failures = replace_failed(next(batches))
-            middle = time.perf_counter()
+            cpu_middle, wall_middle = time.process_time(), time.perf_counter()
             collator(examples)
-            decode, collate = decode + middle - start, collate + time.perf_counter() - middle
+            cpu = [cpu[0] + cpu_middle - cpu_start, cpu[1] + time.process_time() - cpu_middle]
+            wall = [wall[0] + wall_middle - wall_start, wall[1] + time.perf_counter() - wall_middle]
             done, failed = done + len(examples), failed + len(failures)
     finally:
         torch.set_num_threads(threads)
-    return {"clips": done, "decode_seconds": decode, "collate_seconds": collate, "failed": failed}
+    return {"clips": done, "decode_seconds": cpu[0], "collate_seconds": cpu[1], "decode_wall_seconds": wall[0],
+            "collate_wall_seconds": wall[1], "failed": failed}
 
 
 def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int = 0) -> tuple[str, dict]:
@@ -784,8 +788,11 @@ def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int =
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores_needed = plan.num_processes * (workers + 1)  # + the training process, which collates
     on_device = getattr(data_args, "features_on_device", False)
+    wall = timed["decode_wall_seconds"] + timed["collate_wall_seconds"]
     rows = [f"Data path on this host, measured: {timed['clips']} clips in micro-batches of {batch_size}, one process, 1 "
-            f"torch thread, {timed['failed']} failed to decode", f"  data source: {what}"]
+            f"torch thread, {timed['failed']} failed to decode; rates per core of its own (CPU time; wall-clock "
+            f"{timed['clips'] / wall:,.0f} clips/s for decode + crop + collate while this host was shared)",
+            f"  data source: {what}"]
 
     def row(label, value, note=""):
         rows.append(f"  {label:<60} {value:>14}{'  ' + note if note else ''}")
