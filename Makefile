@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.aasp-installed
 
-.PHONY: setup demo test test-fast bench quality-data study study-quick ffmpeg clean
+.PHONY: setup demo test test-fast bench quality-data study study-quick ffmpeg clean hear-check
 
 setup: $(STAMP) ffmpeg
 
@@ -61,5 +61,49 @@ study: quality-data
 study-quick: quality-data
 	$(PY) benchmarks/quality/run.py --quick $(STUDY_ARGS)
 
+# HEAR's official tools, unmodified, on an AaSP checkpoint (docs/hear.md): the validator, then heareval's embedding
+# and prediction runners on two small synthetic tasks, for the checkpoint and for a log-mel floor without weights.
+# heareval 2021.1.3 and hearvalidator 2021.0.2 pin packages older than the project's (PyTorch Lightning 1.x,
+# NumPy < 2), so they get a venv of their own (.venv-hear, benchmarks/hear/requirements*.txt); the task builder runs
+# in .venv. Without HEAR_MODEL it checks the encoder `make demo` writes (and runs `make demo` when it is missing).
+# TensorFlow, which both tools import, sees no GPU: with CUDA_VISIBLE_DEVICES="" torch sees none either, or the
+# runner refuses to start. TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1: heareval reloads its own Lightning checkpoints, which
+# torch >= 2.6 refuses to unpickle by default.
+HEAR_VENV := .venv-hear
+HEAR_PY := $(HEAR_VENV)/bin/python
+HEAR_STAMP := $(HEAR_VENV)/.hear-installed
+HEAR_MODEL ?= demo_output/pretrain/encoder
+HEAR_OUT ?= hear_output
+HEAR_GRID ?= fast
+HEAR_GRID_POINTS ?= 4
+HEAR_ENV := TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 CUDA_VISIBLE_DEVICES="" TF_CPP_MIN_LOG_LEVEL=2
+
+$(HEAR_STAMP): benchmarks/hear/requirements.txt benchmarks/hear/requirements-no-deps.txt pyproject.toml
+	test -x $(HEAR_PY) || $(PYTHON) -m venv $(HEAR_VENV)
+	$(HEAR_PY) -m pip install --quiet -r benchmarks/hear/requirements.txt
+	$(HEAR_PY) -m pip install --quiet --no-deps -r benchmarks/hear/requirements-no-deps.txt
+	$(HEAR_PY) -m pip install --quiet --no-deps -e .
+	touch $(HEAR_STAMP)
+
+hear-check: setup $(HEAR_STAMP)
+	@if [ ! -f "$(HEAR_MODEL)/config.json" ]; then \
+		if [ "$(HEAR_MODEL)" = "demo_output/pretrain/encoder" ]; then $(MAKE) demo; \
+		else echo "HEAR_MODEL=$(HEAR_MODEL) is not a checkpoint folder (no config.json)"; exit 2; fi; fi
+	$(HEAR_ENV) $(HEAR_VENV)/bin/hear-validator aasp_hf.hear -m $(HEAR_MODEL)
+	$(HEAR_ENV) PYTHONPATH=benchmarks/hear $(HEAR_VENV)/bin/hear-validator logmel_floor
+	$(PY) benchmarks/hear/build_tasks.py $(HEAR_OUT)/tasks
+	rm -rf $(HEAR_OUT)/embeddings $(HEAR_OUT)/logs && mkdir -p $(HEAR_OUT)/logs
+	@echo "heareval's runners: progress in $(HEAR_OUT)/logs/ (a failure prints its last lines)"
+	$(HEAR_ENV) $(HEAR_PY) -m heareval.embeddings.runner aasp_hf.hear --model $(HEAR_MODEL) \
+		--tasks-dir $(HEAR_OUT)/tasks --embeddings-dir $(HEAR_OUT)/embeddings \
+		> $(HEAR_OUT)/logs/embeddings-aasp.log 2>&1 || { tail -n 30 $(HEAR_OUT)/logs/embeddings-aasp.log; exit 1; }
+	$(HEAR_ENV) PYTHONPATH=benchmarks/hear $(HEAR_PY) -m heareval.embeddings.runner logmel_floor \
+		--tasks-dir $(HEAR_OUT)/tasks --embeddings-dir $(HEAR_OUT)/embeddings \
+		> $(HEAR_OUT)/logs/embeddings-floor.log 2>&1 || { tail -n 30 $(HEAR_OUT)/logs/embeddings-floor.log; exit 1; }
+	$(HEAR_ENV) $(HEAR_PY) -m heareval.predictions.runner $(HEAR_OUT)/embeddings/*/* --grid $(HEAR_GRID) \
+		--grid-points $(HEAR_GRID_POINTS) \
+		> $(HEAR_OUT)/logs/predictions.log 2>&1 || { tail -n 30 $(HEAR_OUT)/logs/predictions.log; exit 1; }
+	$(HEAR_PY) benchmarks/hear/scores.py $(HEAR_OUT)/embeddings
+
 clean:
-	rm -rf $(VENV) demo_output .pytest_cache
+	rm -rf $(VENV) demo_output .pytest_cache $(HEAR_VENV) hear_output
