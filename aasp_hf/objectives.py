@@ -124,13 +124,15 @@ def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
     """
     if not is_distributed():
         return tensor
-    world_size = torch.distributed.get_world_size()
-    shape = torch.tensor(tensor.shape, dtype=torch.long, device=tensor.device)
-    shapes = [torch.empty_like(shape) for _ in range(world_size)]
-    torch.distributed.all_gather(shapes, shape)
-    shapes = [tuple(s.tolist()) for s in shapes]
-    if any(s != shapes[0] for s in shapes):
-        raise ValueError(f"gather_with_grad needs the same tensor shape on every process, got shapes {shapes}")
+    if not torch.compiler.is_compiling():  # the check reads other processes' shapes back to the host: a compiled
+        # graph cannot (data-dependent), and its all-gather already fails on a shape that differs
+        world_size = torch.distributed.get_world_size()
+        shape = torch.tensor(tensor.shape, dtype=torch.long, device=tensor.device)
+        shapes = [torch.empty_like(shape) for _ in range(world_size)]
+        torch.distributed.all_gather(shapes, shape)
+        shapes = [tuple(s.tolist()) for s in shapes]
+        if any(s != shapes[0] for s in shapes):
+            raise ValueError(f"gather_with_grad needs the same tensor shape on every process, got shapes {shapes}")
     return _GatherWithGrad.apply(tensor)
 
 

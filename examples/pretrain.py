@@ -16,9 +16,12 @@ after `optimizer.step()`), 6. logging (TensorBoard + progress bar), 7. crash-saf
 
 Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of the dataset (seed + epoch); global
 micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W) of it, process r taking its r-th slice of B clips (W
-processes, the incomplete last global batch is dropped). The data position is therefore a pure function of the step,
-and so are the learning rate and the teacher momentum; RNG states (accelerate) and the collator's generator are
-saved with each checkpoint, so a resumed run repeats exactly what the uninterrupted run would have done. With
+processes, the incomplete last global batch is dropped). Each clip's crop, masks, queries and equaliser are drawn
+from a generator seeded by its position in that order (`clip_seed`), not by the process that reads it. The data
+position is therefore a pure function of the step, and so are the learning rate and the teacher momentum; RNG
+states (accelerate: dropout, drop path) are saved with each checkpoint, so a resumed run repeats exactly what the
+uninterrupted run would have done — on another number of processes too, given the per-device batch that keeps the
+B·W clips of a global micro-batch (`check_process_count` says what cannot carry over). With
 `--streaming` the data is a `datasets` IterableDataset: each process reads its shard, reshuffled every epoch, and
 the stream position (epoch, micro-batches taken) is saved per process with each checkpoint instead (see
 `aasp_hf.data.clips.AudioStream`).
@@ -39,7 +42,7 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import DistributedDataParallelKwargs, set_seed
 from tqdm.auto import tqdm
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
@@ -52,7 +55,7 @@ from aasp_hf.training import (
     save_checkpoint,
     teacher_momentum,
 )
-from aasp_hf.training.data_order import micro_batches
+from aasp_hf.training.data_order import clip_seed, micro_batches
 from aasp_hf.training.optim import set_learning_rates
 from aasp_hf.training.step import apply_update
 from aasp_hf.training.checkpointing import (
@@ -77,7 +80,8 @@ DATA_SOURCES = ("dataset", "train_dir", "dataset_name", "synthetic_clips", "log_
 # What defines a pre-training run: every checkpoint stores these arguments (trainer_state.json, "run_arguments",
 # with the resolved model config as "model_config") and --resume refuses other values unless --resume_allow_changes
 # names them. The value says what a change touches from the resume step on (`describe_resume_changes`). The number
-# of processes is checked apart: the data are sharded by it and each process restores its own saved state.
+# of processes is checked apart (`check_process_count`): a run may resume on another number when the clips of a
+# global micro-batch (per-device batch × processes) stay the same.
 RUN_ARGUMENTS = {
     # the learning rate, a pure function of the step: linear warm-up, then cosine from the peak to the floor at
     # max_steps (max_steps also ends the teacher-momentum cosine)
@@ -180,6 +184,10 @@ class PretrainingArguments(PlanArguments):
         default=None, metadata={"help": "'no' | 'bf16' | 'fp16'; unset: what `accelerate launch` was given"}
     )
     torch_compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
+    ddp_bucket_cap_mb: float | None = field(
+        default=None, metadata={"help": "DDP's gradient buckets in MiB (unset: PyTorch's 25); each bucket's all-reduce "
+                                "starts when its gradients are ready, and --torch_compile splits the graph at them"}
+    )
     gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
     logging_steps: int = field(default=10, metadata={"help": "log every N steps"})
     save_steps: int = field(default=1000, metadata={"help": "checkpoint every N steps (and at the last step)"})
@@ -226,11 +234,15 @@ def parse_args(argv=None):
     data_args, model_args, args = parse_arguments((DataArguments, ModelArguments, PretrainingArguments), argv,
                                                   exclusive=DATA_SOURCES)
     model_args.model_config = check_model_config(model_args.model_config, AaspConfig)  # a typo is refused here
+    if args.torch_compile and args.ddp_bucket_cap_mb is not None and args.ddp_bucket_cap_mb < 1:
+        raise UsageError(f"--ddp_bucket_cap_mb {args.ddp_bucket_cap_mb:g} with --torch_compile: DDP's first bucket "
+                         "holds 1 MiB and dynamo's DDP optimiser needs the others at least as large; pass 1 or more")
     if args.resume_allow_changes:
         if not args.resume:
             raise UsageError("--resume_allow_changes goes with --resume (it names what a resumed run may change)")
         args.resume_allow_changes = [n for item in args.resume_allow_changes for n in item.split(",") if n]
-        valid = [*RUN_ARGUMENTS, "model_config", *(f"model_config.{k}" for k in init_arguments(AaspConfig))]
+        valid = [*RUN_ARGUMENTS, "num_processes", "model_config",
+                 *(f"model_config.{k}" for k in init_arguments(AaspConfig))]
         check_keys(args.resume_allow_changes, valid, "--resume_allow_changes", "docs/pretraining.md#resuming")
     return data_args, model_args, args
 
@@ -268,6 +280,64 @@ def run_arguments(data_args, args, config: AaspConfig, mixed_precision: str) -> 
     """The values of RUN_ARGUMENTS for this run and its resolved model config: what a checkpoint stores."""
     given = {**asdict(data_args), **asdict(args), "mixed_precision": mixed_precision}
     return {**{name: given[name] for name in RUN_ARGUMENTS}, "model_config": resolved_model_config(config)}
+
+
+def check_process_count(checkpoint, stored_world: int, world: int, stored: dict | None, current: dict, allowed,
+                        config: AaspConfig) -> dict:
+    """A checkpoint written by `stored_world` processes, resumed on `world`: `current` (this command's run arguments)
+    as they compare with the checkpoint's, or a UsageError of one line that says what to pass instead.
+
+    What carries over exactly: the model, optimiser and teacher (one copy, the same on every process), the schedules
+    (functions of the step) and the data. The data order is cut into global micro-batches of B·W clips and each
+    clip's crop and masks come from its position in the order (`clip_seed`), so keeping B·W — the per-device batch
+    scaled by the inverse of the process count — gives the same global batches; so does the contrastive loss, whose
+    negatives are the B·W clips of a micro-batch over all processes. Keeping only the global batch by the
+    accumulation instead would split the contrastive loss's micro-batch: refused, unless --resume_allow_changes
+    per_device_train_batch_size accepts another micro-batch. What cannot carry over: a --streaming run's position
+    (one shard per process) and the random states each process saved for dropout, drop path or the CNN predictor's
+    mask noise (--resume_allow_changes num_processes continues with fresh ones, seeded by --seed and the step)."""
+    if stored_world == world:
+        return current
+    allowed = set(allowed or ())
+    head = f"--resume: {checkpoint} was written by {stored_world} process(es)"
+    if current["streaming"]:
+        raise UsageError(f"{head}, each reading its own shard of the stream from a saved position that {world} "
+                         f"process(es) cannot take over: resume it on {stored_world} process(es).")
+    if stored is None:
+        raise UsageError(f"{head} and predates stored run arguments, so its per-device batch is unknown: resume it on "
+                         f"{stored_world} process(es).")
+    old_batch, new_batch = stored["per_device_train_batch_size"], current["per_device_train_batch_size"]
+    clips = old_batch * stored_world  # a global micro-batch: the data order's unit and the contrastive loss's batch
+    if new_batch * world != clips and "per_device_train_batch_size" not in allowed:
+        other = (f"pass --per_device_train_batch_size {clips // world} to keep its micro-batch of {clips} clips"
+                 if clips % world == 0 else
+                 f"its micro-batch of {clips} clips cannot be split evenly over {world}: resume on a number of "
+                 f"processes that divides {clips}")
+        raise UsageError(f"{head} × {old_batch} clips; on {world} {other} (the data order and the contrastive "
+                         f"loss's negatives), or pass --resume_allow_changes per_device_train_batch_size to go on "
+                         f"with micro-batches of {new_batch} × {world} clips.")
+    if new_batch * world == clips:  # the same micro-batch over all processes: not a change of the run
+        current = {**current, "per_device_train_batch_size": old_batch}
+    random = [f"{name} {getattr(config, name):g}" for name in
+              ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate")
+              if getattr(config, name) > 0]
+    if config.predictor_type == "cnn" and config.predictor_cnn_mask_noise_std > 0:
+        random.append(f"predictor_cnn_mask_noise_std {config.predictor_cnn_mask_noise_std:g}")
+    if random and "num_processes" not in allowed:
+        raise UsageError(f"{head}, whose random states for {', '.join(random)} cannot be dealt to {world}: resume on "
+                         f"{stored_world} process(es) to repeat its draws, or pass --resume_allow_changes "
+                         "num_processes to go on with new ones.")
+    return current
+
+
+def collate_clips(collator: PretrainingCollator, examples, seeds) -> dict:
+    """The collator's batch with each clip's random draws (crop, masks, queries, equaliser) from its own seed (its
+    `clip_seed`), so that they depend neither on the process that collates the clip nor on the rest of its batch."""
+    parts = []
+    for example, seed in zip(examples, seeds):
+        collator.generator.manual_seed(seed)
+        parts.append(collator([example]))
+    return {key: torch.cat([part[key] for part in parts]) for key in parts[0]}  # B × (1, ...) -> (B, ...)
 
 
 def describe_resume_changes(changes, stored: dict, current: dict, step: int, streaming: bool) -> list[str]:
@@ -461,7 +531,9 @@ def main(argv=None) -> dict:
                              RUN_ARTEFACTS + ("encoder", "teacher_encoder", "ranks", "tensorboard",
                                               "resolved_config.json", "decode_failures.txt"))
     trackers = None if args.report_to in ("none", "", None) else args.report_to
-    accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=trackers, project_dir=str(output_dir))
+    ddp = [] if args.ddp_bucket_cap_mb is None else [DistributedDataParallelKwargs(bucket_cap_mb=args.ddp_bucket_cap_mb)]
+    accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=trackers, project_dir=str(output_dir),
+                              kwargs_handlers=ddp)
     rank, world = accelerator.process_index, accelerator.num_processes
 
     # 7a'. --resume: the newest complete checkpoint (a damaged one is named and passed over). A run with nothing left
@@ -500,15 +572,13 @@ def main(argv=None) -> dict:
     current_arguments = run_arguments(data_args, args, config, accelerator.mixed_precision)
     resume_changes = []
     if checkpoint is not None:
-        if trainer_state.get("num_processes", world) != world:  # the data order is sharded by process count
-            raise ValueError(f"{checkpoint} was written by {trainer_state['num_processes']} processes; exact "
-                             f"resume needs the same number, got {world}")
         stored = trainer_state.get("run_arguments")
+        compared = check_process_count(checkpoint, trainer_state.get("num_processes", world), world, stored,
+                                       current_arguments, args.resume_allow_changes, config)
         fixed = {name for name, kind in RUN_ARGUMENTS.items() if kind == "fixed"}
         if "fp16" in ((stored or {}).get("mixed_precision"), accelerator.mixed_precision):
             fixed.add("mixed_precision")  # fp16 has a gradient scaler whose state only an fp16 checkpoint holds
-        resume_changes = check_resume_arguments(checkpoint, stored, current_arguments, args.resume_allow_changes,
-                                                fixed)
+        resume_changes = check_resume_arguments(checkpoint, stored, compared, args.resume_allow_changes, fixed)
         if stored is None:
             accelerator.print(f"warning: {checkpoint} predates stored run arguments; the command's arguments are "
                               "taken as the run's without comparison")
@@ -579,11 +649,14 @@ def main(argv=None) -> dict:
     #    error) whose backward AOTAutograd compiles with it, and the EMA update as a second graph. Between them stay
     #    autograd's engine, the gradient clipping (foreach kernels; accelerate unscales fp16 and handles FSDP there)
     #    and fused AdamW, which PyTorch excludes from compilation because it already is a single fused kernel.
+    #    The model is compiled in place, inside its DDP wrapper: DDP's own forward (its bookkeeping, which dynamo
+    #    cannot trace in one graph) stays eager and calls the compiled model, whose graph dynamo then splits at DDP's
+    #    gradient-bucket boundaries so that each bucket's all-reduce starts while the backward goes on.
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
     update_teacher = unwrapped.update_teacher
     if args.torch_compile:
-        model = torch.compile(model, fullgraph=True)
+        unwrapped.compile(fullgraph=True)
         update_teacher = torch.compile(unwrapped.update_teacher, fullgraph=True)
 
     # 7a. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
@@ -592,7 +665,9 @@ def main(argv=None) -> dict:
         if checkpoint is None:
             accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
         else:
-            check_random_states(checkpoint, rank)  # load_state would skip an unreadable RNG file silently
+            same_world = trainer_state.get("num_processes", world) == world
+            if same_world:  # load_state would skip an unreadable RNG file silently
+                check_random_states(checkpoint, rank)
             # the optimiser's hyper-parameters are the arguments' (load_state restores the checkpoint's with its
             # moments; an allowed change of weight decay, betas or ε takes effect here)
             hyper = [{k: g[k] for k in ("weight_decay", "betas", "eps", "lr_scale") if k in g}
@@ -600,8 +675,11 @@ def main(argv=None) -> dict:
             accelerator.load_state(str(checkpoint))
             for group, values in zip(optimizer.param_groups, hyper):
                 group.update(values)
-            process_state = load_process_state(checkpoint, rank)
-            collator.load_state_dict(process_state["collator"])
+            if not same_world:  # the saved per-process states do not map to these processes (check_process_count)
+                set_seed(args.seed + trainer_state["step"], device_specific=True)
+            process_state = (load_process_state(checkpoint, rank) if same_world else None) or {}
+            if "collator" in process_state:  # a stream's collator draws from its own generator
+                collator.load_state_dict(process_state["collator"])
             if stream is not None:
                 if "stream" not in process_state:
                     raise ValueError(f"{checkpoint} was not written by a --streaming run: resume it without "
@@ -631,7 +709,8 @@ def main(argv=None) -> dict:
         batches = stream.micro_batches()
     else:  # the position is a pure function of the step
         batches = micro_batches(dataset, args.per_device_train_batch_size, world, rank, args.seed,
-                                start=start_step * accum, num_workers=data_args.dataloader_num_workers)
+                                start=start_step * accum, num_workers=data_args.dataloader_num_workers,
+                                with_positions=True)
     clips_per_step = args.per_device_train_batch_size * world * accum
     history_path = output_dir / "log_history.jsonl"
     progress = tqdm(total=args.max_steps, initial=start_step, disable=not accelerator.is_local_main_process)
@@ -646,11 +725,14 @@ def main(argv=None) -> dict:
         set_learning_rates(optimizer, lr)  # each group's lr_scale × lr
         step_sums, step_finite = {}, torch.ones((), dtype=torch.bool, device=accelerator.device)
         for micro in range(accum):
-            epoch, examples = next(batches)
+            epoch, examples, *positions = next(batches)
             examples, failed = replace_failed(examples)
             failure_log(failed)
             seen.update(str([e["index"] for e in examples]).encode())
-            batch = collator(examples)
+            if stream is not None:  # the stream's order depends on the process count anyway
+                batch = collator(examples)
+            else:  # each clip's draws follow its position in the global order (the same on any number of processes)
+                batch = collate_clips(collator, examples, [clip_seed(args.seed, epoch, p) for p in positions[0]])
             if accelerator.device.type == "cuda":  # page-locked host memory: the copy runs without stalling the host
                 batch = {k: v if v.is_cuda else v.pin_memory() for k, v in batch.items()}
             batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
@@ -777,6 +859,12 @@ def main(argv=None) -> dict:
         "decode_failures": decode_failures,
         "nonfinite_steps": nonfinite_steps,
     }
+    if args.torch_compile:  # graphs dynamo captured (DDP splits them at bucket boundaries) and compiled pieces
+        from torch._dynamo.utils import counters
+
+        results["compiled_graphs"] = counters["stats"]["unique_graphs"]
+        results["compiled_subgraphs"] = counters["aot_autograd"]["total"]
+        results["graph_breaks"] = sum(counters["graph_break"].values())
     if step == start_step:  # nothing was trained (a resume that only exports): no throughput to report
         del results["clips_per_second_overall"]
     if previous_results is not None:  # a resumed run keeps what the earlier segment reported and this one did not

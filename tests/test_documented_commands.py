@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MARKDOWN = ["README.md", "MODEL_CARD.md", "docs/*.md", "benchmarks/*/README.md", "conversion/README.md",
             "examples/accelerate_configs/README.md"]
 DOCSTRINGS = ["examples/*.py", "conversion/*.py", "benchmarks/*/*.py"]  # the module docstring of each
-PROGRAMS = ("python", ".venv/bin/python", "accelerate", "make")
+PROGRAMS = ("python", ".venv/bin/python", "accelerate", "torchrun", "make")
 SHELL_FENCES = ("", "bash", "sh", "shell", "console")
 PLACEHOLDERS = {"R": "0"}  # `--machine_rank R` in a multi-node example
 OUTPUT_FLAGS = ("--out", "--output", "--output_dir", "--output-dir", "--results")  # files they name are written
@@ -243,8 +243,16 @@ def check_make(words: list[str]) -> None:
 
 
 def script_and_argv(words: list[str]) -> tuple[str, list[str]]:
-    """(script, its arguments) of a `python` or `accelerate launch` command; accelerate's flags are parsed by
-    accelerate's own parser and its --config_file must exist."""
+    """(script, its arguments) of a `python`, `torchrun` or `accelerate launch` command; accelerate's and torchrun's
+    flags are parsed by their own parsers and accelerate's --config_file must exist."""
+    if words[0] == "torchrun":
+        from torch.distributed.run import get_args_parser
+
+        try:
+            run = get_args_parser().parse_args(words[1:])
+        except SystemExit:
+            raise StaleCommand(f"torchrun refused {' '.join(words[1:])}") from None
+        return run.training_script, list(run.training_script_args)
     if words[0] != "accelerate":
         return words[1], words[2:]
     from accelerate.commands.launch import launch_command_parser

@@ -6,8 +6,15 @@ Each epoch is a seeded permutation of the rows (`epoch_order`, seed · 100003 + 
 such as `aasp_hf.data.ClassBalancedSampler` reseeded per epoch. Global micro-batch g of an epoch is positions
 [g·B·W, (g+1)·B·W) of that order, process r taking its r-th slice of B rows (W processes); the incomplete last global
 batch is dropped (`micro_batches`).
+
+The random draws of a clip (its crop, its masks and queries, the student's equaliser) come from a generator seeded
+by the clip's place in that order (`clip_seed`: seed, epoch, position), not from a stream per process: a global
+micro-batch of B·W clips then gets the same crops and masks whether W processes read B clips each or one process
+reads all B·W, so a run resumed on another number of processes (with the per-device batch that keeps B·W) trains
+on the same global batches as the uninterrupted run.
 """
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -21,10 +28,18 @@ def epoch_order(num_rows: int, seed: int, epoch: int, sampler=None) -> torch.Ten
     return torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
 
 
+def clip_seed(seed: int, epoch: int, position: int) -> int:
+    """The seed of the random draws of the clip at `position` of epoch `epoch`'s order (a 64-bit integer for
+    `torch.Generator.manual_seed`): a function of where the clip sits in the global order, the same whichever process
+    reads it. numpy's SeedSequence hashes the three numbers, so neighbouring positions get unrelated streams."""
+    return int(np.random.SeedSequence([seed, epoch, position]).generate_state(1, np.uint64)[0])
+
+
 def micro_batches(rows, batch_size: int, num_processes: int, process_index: int, seed: int, start: int = 0,
-                  num_workers: int = 0, sampler=None):
+                  num_workers: int = 0, sampler=None, with_positions: bool = False):
     """Yields (epoch, list of `batch_size` rows) for process `process_index`, from global micro-batch `start` on,
-    forever. `rows` is indexable (a list or a map-style dataset, read through a DataLoader with `num_workers`)."""
+    forever; with `with_positions`, (epoch, rows, their positions in the epoch's order) — what `clip_seed` takes.
+    `rows` is indexable (a list or a map-style dataset, read through a DataLoader with `num_workers`)."""
     per_epoch_draws = len(sampler) if sampler is not None else len(rows)
     per_epoch = per_epoch_draws // (batch_size * num_processes)
     if per_epoch == 0:
@@ -36,6 +51,10 @@ def micro_batches(rows, batch_size: int, num_processes: int, process_index: int,
         # its own generator: creating an iterator must not draw from the global RNG (exact resume mid-epoch)
         loader = DataLoader(rows, batch_sampler=order.tolist(), collate_fn=list, num_workers=num_workers,
                             generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
-        for examples in loader:
-            yield epoch, examples
+        for g, examples in enumerate(loader, start=offset):
+            if with_positions:  # global micro-batch g of the epoch: positions g·B·W + r·B + [0, B)
+                first = (g * num_processes + process_index) * batch_size
+                yield epoch, examples, list(range(first, first + batch_size))
+            else:
+                yield epoch, examples
         epoch, offset = epoch + 1, 0
