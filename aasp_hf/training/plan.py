@@ -803,7 +803,7 @@ def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int =
     row("decode + crop + collate on one core", f"{whole_rate:,.0f} clips/s")
     row("clips/s per GPU the predicted step needs", f"{needed:,.0f} clips/s",
         f"({plan.per_device_batch * plan.gradient_accumulation_steps} clips every {_duration(step)})")
-    row("DataLoader workers per GPU for decoding (--dataloader_num_workers)", f"{workers:,}")
+    row("decoding workers per GPU (--dataloader_num_workers)", f"{workers:,}")
     verdict = "yes" if cores_needed <= cores else "no"
     row(f"this host's cores supply {plan.num_processes} GPU process(es) × ({workers} workers + 1)",
         f"{verdict}: {cores_needed:,} of {cores}")
