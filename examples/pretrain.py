@@ -531,7 +531,8 @@ def main(argv=None) -> dict:
                              RUN_ARTEFACTS + ("encoder", "teacher_encoder", "ranks", "tensorboard",
                                               "resolved_config.json", "decode_failures.txt"))
     trackers = None if args.report_to in ("none", "", None) else args.report_to
-    ddp = [] if args.ddp_bucket_cap_mb is None else [DistributedDataParallelKwargs(bucket_cap_mb=args.ddp_bucket_cap_mb)]
+    ddp = ([] if args.ddp_bucket_cap_mb is None else
+           [DistributedDataParallelKwargs(bucket_cap_mb=args.ddp_bucket_cap_mb)])
     accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=trackers, project_dir=str(output_dir),
                               kwargs_handlers=ddp)
     rank, world = accelerator.process_index, accelerator.num_processes
@@ -575,6 +576,10 @@ def main(argv=None) -> dict:
         stored = trainer_state.get("run_arguments")
         compared = check_process_count(checkpoint, trainer_state.get("num_processes", world), world, stored,
                                        current_arguments, args.resume_allow_changes, config)
+        if trainer_state.get("num_processes", world) != world:
+            accelerator.print(f"resuming {trainer_state['num_processes']} process(es) × "
+                              f"{stored['per_device_train_batch_size']} clips on {world} × "
+                              f"{args.per_device_train_batch_size}")
         fixed = {name for name, kind in RUN_ARGUMENTS.items() if kind == "fixed"}
         if "fp16" in ((stored or {}).get("mixed_precision"), accelerator.mixed_precision):
             fixed.add("mixed_precision")  # fp16 has a gradient scaler whose state only an fp16 checkpoint holds
