@@ -55,8 +55,8 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
     the samples the checkpoint's pipeline (torchcodec) gives for a path: WAV and FLAC at `sampling_rate` read by
     soundfile bit for bit, OGG/Vorbis and MP3 within float rounding, everything else (other rates: resampled) by
     torchcodec itself (`_decode_file`); when torchcodec is not importable, soundfile + scipy's polyphase resampler.
-    Channels are always averaged, (L + R) / 2. A WAV whose header promises more frames than the file holds decodes to the whole frames it holds,
-    with a warning that names the file.
+    Channels are always averaged, (L + R) / 2. A WAV whose header promises more frames than the file holds decodes
+    to the whole frames it holds, with a warning that names the file.
     """
     if hasattr(audio, "get_all_samples"):  # torchcodec AudioDecoder
         encoded = getattr(audio, "_hf_encoded", None) or {}  # a datasets cell keeps its {"path", "bytes"} here

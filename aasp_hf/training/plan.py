@@ -686,7 +686,8 @@ def format_plan(plan: RunPlan) -> str:
             f"({PAPER_BATCHES_PER_SECOND * PAPER_GLOBAL_BATCH:,.0f} clips/s on {PAPER_NUM_GPUS} GPUs)")
         row("this plan: clips/s per GPU", f"{ours_per_gpu:,.0f}", f"({ours_per_gpu / paper_per_gpu:.1f}× the paper's)")
         per_clip = plan.flops_per_step / (plan.per_device_batch * plan.gradient_accumulation_steps)
-        row("MFU the paper's rate gives by this plan's FLOP count", f"{per_clip * paper_per_gpu / plan.peak_flops():.3f}",
+        implied_mfu = per_clip * paper_per_gpu / plan.peak_flops()
+        row("MFU the paper's rate gives by this plan's FLOP count", f"{implied_mfu:.3f}",
             "(for the paper's ViT-B configuration only)")
     rows.append("  not modelled: data loading (pretrain.py --plan times it on this host), all-reduce between nodes, "
                 "logging and checkpoint steps, host overhead")
@@ -789,8 +790,8 @@ def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int =
     cores_needed = plan.num_processes * (workers + 1)  # + the training process, which collates
     on_device = getattr(data_args, "features_on_device", False)
     wall = timed["decode_wall_seconds"] + timed["collate_wall_seconds"]
-    rows = [f"Data path on this host, measured: {timed['clips']} clips in micro-batches of {batch_size}, one process, 1 "
-            f"torch thread, {timed['failed']} failed to decode; rates per core of its own (CPU time; wall-clock "
+    rows = [f"Data path on this host, measured: {timed['clips']} clips in micro-batches of {batch_size}, one process, "
+            f"1 torch thread, {timed['failed']} failed to decode; rates per core of its own (CPU time; wall-clock "
             f"{timed['clips'] / wall:,.0f} clips/s for decode + crop + collate while this host was shared)",
             f"  data source: {what}"]
 

@@ -477,7 +477,8 @@ def bench_pipeline(repeats, num_files=48, seconds=10.0, batch_size=16):
             for number, clip in enumerate(unlabelled_clips(num_files, 0, seconds)):
                 sf.write(folder / f"clip{number:03d}.{extension}", clip, 16000, **options)
             rows = datasets.load_dataset("audiofolder", data_dir=str(folder), drop_labels=True, split="train")
-            sources[extension] = AudioClips(rows.cast_column("audio", datasets.Audio(sampling_rate=16000, decode=False)))
+            undecoded = datasets.Audio(sampling_rate=16000, decode=False)
+            sources[extension] = AudioClips(rows.cast_column("audio", undecoded))
             if extension in ("wav", "mp3"):  # before: datasets decodes (torchcodec), decode_audio takes its decoder
                 sources[f"{extension}_torchcodec_before"] = AudioClips(
                     rows.cast_column("audio", datasets.Audio(sampling_rate=16000)))
