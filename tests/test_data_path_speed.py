@@ -31,12 +31,13 @@ def _stereo(seconds=1.0, rate=16000, seed=0):
 @pytest.mark.parametrize("major", sorted(SOUNDFILE_EXACT))
 def test_pcm_files_decode_bit_for_bit_as_the_pipeline(tmp_path, major):
     """Every (format, subtype) soundfile reads for training equals the pipeline's torchcodec decoding exactly,
-    mono and stereo (the channel mean, (L + R) / 2)."""
+    mono, stereo and 6 channels (the channel mean, (L + R) / 2 for stereo)."""
     extension = "flac" if major == "FLAC" else "wav"
+    six = np.concatenate([_stereo(seed=1), _stereo(seed=2), _stereo(seed=3)], axis=1)  # (L, 6)
     for subtype in sorted(SOUNDFILE_EXACT[major]):
-        for channels in (1, 2):
+        for channels in (1, 2, 6):
             path = tmp_path / f"{subtype}_{channels}.{extension}"
-            sf.write(path, _stereo()[:, :channels], 16000, format=major, subtype=subtype)
+            sf.write(path, six[:, :channels], 16000, format=major, subtype=subtype)
             ours, theirs = decode_audio(str(path)), pipeline_decode(str(path), 16000)
             assert ours.dtype == np.float32 and ours.shape == theirs.shape, (subtype, channels)
             assert np.array_equal(ours, theirs), (major, subtype, channels, np.abs(ours - theirs).max())
