@@ -333,11 +333,7 @@ def check_process_count(checkpoint, stored_world: int, world: int, stored: dict 
 def collate_clips(collator: PretrainingCollator, examples, seeds) -> dict:
     """The collator's batch with each clip's random draws (crop, masks, queries, equaliser) from its own seed (its
     `clip_seed`), so that they depend neither on the process that collates the clip nor on the rest of its batch."""
-    parts = []
-    for example, seed in zip(examples, seeds):
-        collator.generator.manual_seed(seed)
-        parts.append(collator([example]))
-    return {key: torch.cat([part[key] for part in parts]) for key in parts[0]}  # B × (1, ...) -> (B, ...)
+    return collator.collate_seeded(examples, seeds)
 
 
 def describe_resume_changes(changes, stored: dict, current: dict, step: int, streaming: bool) -> list[str]:

@@ -154,3 +154,26 @@ def test_plan_times_the_data_path_of_a_folder(tmp_path, streaming):
     assert data["cores_needed"] == data["workers"] + 1
     assert f"--train_dir {tmp_path}" + (", as a stream" if streaming else "") in results["plan"]
     assert "0 failed to decode" in results["plan"] and not (tmp_path / "never").exists()
+
+
+def test_seeded_collation_gives_each_clip_the_draws_of_its_seed_alone():
+    """`collate_seeded`: a clip's crop, features and masks are those of the clip collated alone from its seed,
+    whatever else is in the batch (what lets a resumed run on another number of processes repeat them)."""
+    import torch
+    from conftest import tiny_config_kwargs
+
+    from aasp_hf import AaspConfig, AaspFeatureExtractor
+    from aasp_hf.data.collators import PretrainingCollator
+
+    config = AaspConfig(**tiny_config_kwargs())
+    collator = PretrainingCollator(AaspFeatureExtractor(feature_size=config.num_mel_bins), config, crop_seconds=0.5)
+    clips = [{"waveform": torch.from_numpy(_stereo(seed=seed)[:, 0])} for seed in range(3)]
+    batch = collator.collate_seeded(clips, [11, 12, 13])
+    for index, seed in enumerate([11, 12, 13]):
+        collator.generator.manual_seed(seed)
+        alone = collator([clips[index]])
+        for key in alone:
+            assert torch.equal(batch[key][index], alone[key][0]), key
+    other = collator.collate_seeded([clips[2], clips[1]], [13, 12])
+    assert torch.equal(other["input_values"][0], batch["input_values"][2])
+    assert not torch.equal(batch["input_values"][0], collator.collate_seeded(clips[:1], [99])["input_values"][0])

@@ -181,6 +181,17 @@ class PretrainingCollator:
             batch["student_input_values"] = features + curves.to(features)[:, None, :]  # (B, F) -> (B, 1, F)
         return batch
 
+    def collate_seeded(self, examples, seeds) -> dict:
+        """`self(examples)` with each clip's random draws (crop, masks, queries, equaliser) from its own seed instead
+        of the collator's running stream, so that they depend neither on the process that collates the clip nor on the
+        rest of its batch (examples/pretrain.py seeds a clip by its position in the global order). Each clip is
+        collated alone and the parts are concatenated: B × (1, ...) -> (B, ...)."""
+        parts = []
+        for example, seed in zip(examples, seeds):
+            self.generator.manual_seed(seed)
+            parts.append(self([example]))
+        return {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
+
     def cropped_log_mel(self, examples) -> torch.Tensor:
         """1. (cache) random crops of cached log-mel in the frame domain, normalised, padded to T: (B, T, F)."""
         crop_frames = self.feature_extractor.num_frames(self.crop_samples)

@@ -699,8 +699,9 @@ def time_data_path(clips, collator, num_clips: int, batch_size: int) -> dict:
     """Times the data path training runs, in this process on one torch thread (one DataLoader worker's share of a
     core): `clips` (an `aasp_hf.data.clips.AudioClips`, rows read in order and cycled, or an `AudioStream`, whose own
     micro-batches are read) decoded as the loader's workers decode them, failed clips replaced, then cropped,
-    featurised and masked by `collator` (the training process's share), in micro-batches of `batch_size`, until
-    `num_clips` clips are done. One micro-batch is run first, untimed (imports, first calls).
+    featurised and masked by `collator` (the training process's share: map-style clips one by one from their
+    `clip_seed`, `PretrainingCollator.collate_seeded`; a stream's micro-batch at once), in micro-batches of
+    `batch_size`, until `num_clips` clips are done. One micro-batch is run first, untimed (imports, first calls).
 
     Returns {"clips", "decode_seconds", "collate_seconds", "failed"}, the seconds in CPU time of this process
     (`time.process_time`: what the work costs a core of its own, also when other processes share this host's
@@ -710,22 +711,27 @@ def time_data_path(clips, collator, num_clips: int, batch_size: int) -> dict:
     import time
 
     from ..data.clips import AudioStream, replace_failed
+    from .data_order import clip_seed
 
     if isinstance(clips, AudioStream):
         batches = (examples for _, examples in clips.micro_batches())
+        collate = collator
     else:
         rows = itertools.cycle(range(len(clips)))
         batches = ([clips[next(rows)] for _ in range(batch_size)] for _ in itertools.count())
+        positions = itertools.count()
+        collate = lambda examples: collator.collate_seeded(  # noqa: E731
+            examples, [clip_seed(0, 0, next(positions)) for _ in examples])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        collator(replace_failed(next(batches))[0])  # warm-up
+        collate(replace_failed(next(batches))[0])  # warm-up
         done, failed, cpu, wall = 0, 0, [0.0, 0.0], [0.0, 0.0]  # [decode, collate]
         while done < num_clips:
             cpu_start, wall_start = time.process_time(), time.perf_counter()
             examples, failures = replace_failed(next(batches))
             cpu_middle, wall_middle = time.process_time(), time.perf_counter()
-            collator(examples)
+            collate(examples)
             cpu = [cpu[0] + cpu_middle - cpu_start, cpu[1] + time.process_time() - cpu_middle]
             wall = [wall[0] + wall_middle - wall_start, wall[1] + time.perf_counter() - wall_middle]
             done, failed = done + len(examples), failed + len(failures)
