@@ -44,7 +44,8 @@ def get_timestamp_embeddings(audio: torch.Tensor, model: LogMel) -> tuple[torch.
     """(n_sounds, n_samples) -> (embeddings (n_sounds, n_frames, N_MELS), timestamps (n_sounds, n_frames) in ms)."""
     with torch.no_grad():
         embeddings = model(audio)
-    timestamps = torch.arange(embeddings.shape[1], dtype=torch.float32, device=audio.device) * (1000 * HOP / SAMPLE_RATE)
+    frames = torch.arange(embeddings.shape[1], dtype=torch.float32, device=audio.device)
+    timestamps = frames * (1000 * HOP / SAMPLE_RATE)  # frame k is centred at k·HOP samples
     return embeddings, timestamps.expand(audio.shape[0], -1)
 
 
