@@ -29,6 +29,18 @@ def tiny_config_kwargs(**overrides):
     return kwargs
 
 
+def save_tiny_encoder(path, **overrides):
+    """Saves a tiny 128-mel-bin, one-layer encoder with the default feature extractor to `path` (a folder the
+    downstream scripts take as --model_name_or_path); `overrides` change its config. Seeds torch first."""
+    from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
+
+    torch.manual_seed(0)
+    config = AaspConfig(**tiny_config_kwargs(**{"num_mel_bins": 128, "num_hidden_layers": 1, **overrides}))
+    AaspModel(config).save_pretrained(path)
+    AaspFeatureExtractor().save_pretrained(path)
+    return path
+
+
 @pytest.fixture
 def tiny_config():
     from aasp_hf import AaspConfig

@@ -103,16 +103,9 @@ def own_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def encoder(tmp_path_factory):
-    import torch
+    from conftest import save_tiny_encoder
 
-    from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
-    from conftest import tiny_config_kwargs
-
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("encoder")
-    AaspModel(AaspConfig(**tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1))).save_pretrained(path)
-    AaspFeatureExtractor().save_pretrained(path)
-    return path
+    return save_tiny_encoder(tmp_path_factory.mktemp("encoder"))
 
 
 def test_linear_eval_on_an_own_folder_derives_the_clip_length_from_the_clips(own_folder, encoder, tmp_path, caplog):

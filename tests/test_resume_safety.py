@@ -243,14 +243,9 @@ def test_checkpoint_problems_are_named_and_a_folder_of_damaged_checkpoints_is_re
 def finetuned(tmp_path_factory):
     """A finished fine-tuning run of a tiny saved encoder: 2 steps, checkpoints 1 and 2, results and best model."""
     import finetune
-    from conftest import tiny_config_kwargs
+    from conftest import save_tiny_encoder
 
-    from aasp_hf import AaspFeatureExtractor, AaspModel
-
-    torch.manual_seed(0)
-    encoder = tmp_path_factory.mktemp("encoder")
-    AaspModel(AaspConfig(**tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1))).save_pretrained(encoder)
-    AaspFeatureExtractor().save_pretrained(encoder)
+    encoder = save_tiny_encoder(tmp_path_factory.mktemp("encoder"))
     out = tmp_path_factory.mktemp("finetuned") / "run"
     command = ["--model_name_or_path", str(encoder), "--synthetic_per_class", "4", "--clip_seconds", "0.5",
                "--per_device_train_batch_size", "10", "--per_device_eval_batch_size", "32", "--max_steps", "2",
