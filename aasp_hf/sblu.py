@@ -277,11 +277,17 @@ def _row_blocks(shape, width):
             yield b, slice(start, min(start + per_block, rows))
 
 
+# On the CPU the operator works in cache-sized blocks, an accelerator in one whole-tensor pass; True makes the CPU take
+# the accelerator's single pass too (same arithmetic), so that a step measured on the CPU has an accelerator's
+# temporaries: the run planner (`aasp_hf.plan`) sets it while it measures.
+WHOLE_TENSOR_PASS = False
+
+
 def _blocks(values, half):
     """The blocks of the eager CPU path, or one whole-tensor block (accelerators, torch.compile / torch.export:
-    no Python loop over blocks in a traced graph, and no thousands of tiny kernels on a GPU)."""
+    no Python loop over blocks in a traced graph, and no thousands of tiny kernels on a GPU; `WHOLE_TENSOR_PASS`)."""
     traced = torch.compiler.is_compiling() or torch.compiler.is_exporting()
-    if traced or values.device.type != "cpu":
+    if traced or WHOLE_TENSOR_PASS or values.device.type != "cpu":
         return [(Ellipsis,)]
     return _row_blocks(values.shape, values.shape[-1] + 2 * half)
 
