@@ -651,7 +651,7 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
 def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.plan:  # what the run will cost, computed on fake tensors; builds nothing else, writes nothing
-        from aasp_hf.training.plan import print_finetuning_plan
+        from aasp_hf.plan import print_finetuning_plan
 
         try:
             return print_finetuning_plan(args)

@@ -515,7 +515,7 @@ def write_logs(accelerator, history_path: Path, step: int, logs: dict):
 def main(argv=None) -> dict:
     data_args, model_args, args = parse_args(argv)
     if args.plan:  # what the run will cost, computed on fake tensors; builds nothing else, writes nothing
-        from aasp_hf.training.plan import print_pretraining_plan
+        from aasp_hf.plan import print_pretraining_plan
 
         try:
             return print_pretraining_plan(model_args, args, data_args)

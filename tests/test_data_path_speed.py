@@ -119,7 +119,7 @@ def test_plan_models_the_gradient_all_reduce_and_prints_the_papers_throughput():
     from conftest import tiny_config_kwargs
 
     from aasp_hf import AaspConfig, AaspForPreTraining
-    from aasp_hf.training.plan import format_plan, plan_pretraining
+    from aasp_hf.plan import format_plan, plan_pretraining
 
     config = AaspConfig(**tiny_config_kwargs())
     plan = plan_pretraining(config, 4, precision="no", num_processes=4, max_steps=10)

@@ -1,4 +1,4 @@
-"""`--plan` (aasp_hf.training.plan): its memory figure against a real CPU step, its FLOPs against an analytic count,
+"""`--plan` (aasp_hf.plan): its memory figure against a real CPU step, its FLOPs against an analytic count,
 and the scripts' `--plan` on the tiny preset."""
 
 import subprocess
@@ -11,7 +11,7 @@ import torch
 from conftest import tiny_config_kwargs
 
 from aasp_hf import AaspConfig, AaspForPreTraining
-from aasp_hf.training.plan import (
+from aasp_hf.plan import (
     accelerator_code_path,
     fake_model,
     flop_counter,

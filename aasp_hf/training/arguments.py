@@ -23,11 +23,11 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(kw_only=True)  # keyword-only: a script's own required fields may follow these defaults
 class PlanArguments:
-    """`--plan` and its settings, shared by examples/pretrain.py and examples/finetune.py (aasp_hf.training.plan)."""
+    """`--plan` and its settings, shared by examples/pretrain.py and examples/finetune.py (aasp_hf.plan)."""
 
     plan: bool = dataclasses.field(
         default=False, metadata={"help": "print what the run will cost (parameters, FLOPs, peak memory per device, "
-                                 "largest batch, step time, GPU-hours; aasp_hf.training.plan) and exit; no GPU, data "
+                                 "largest batch, step time, GPU-hours; aasp_hf.plan) and exit; no GPU, data "
                                  "or output folder needed (fine-tuning reads the encoder's config.json)"}
     )
     plan_memory_gb: float = dataclasses.field(

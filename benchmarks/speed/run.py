@@ -26,8 +26,8 @@ import torch
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
 from aasp_hf.errors import parse_command_line, run_script
-from aasp_hf.training.masking import sample_query_indices, sample_view_masks, visible_indices
-from aasp_hf.training import plan
+from aasp_hf.data.masking import sample_batch_masks
+from aasp_hf import plan
 from aasp_hf.sblu import sblu_magnitude
 
 HERE = Path(__file__).resolve().parent
@@ -89,8 +89,8 @@ def peak_memory_growth_mib(code: str) -> float:
 
 def live_tensor_peak_mib(f) -> float:
     """torch's own view of the peak: the largest sum of live CPU allocations (MiB) while running f(), from the
-    profiler's memory events (aasp_hf.training.plan.profiler_peak_bytes; what existed before is not counted)."""
-    from aasp_hf.training.plan import profiler_peak_bytes
+    profiler's memory events (aasp_hf.plan.profiler_peak_bytes; what existed before is not counted)."""
+    from aasp_hf.plan import profiler_peak_bytes
 
     return profiler_peak_bytes(f) / 2**20
 
@@ -280,12 +280,11 @@ def pretrain_case_config(name: str, stem: str) -> AaspConfig:
 
 
 def pretrain_inputs(config: AaspConfig, batch_size: int):
-    """A batch of random log-mel (B, T, F) with M = 4 views of block masks, as pretrain.py builds it."""
+    """A batch of random log-mel (B, T, F) with the config's M views of block masks, as pretrain.py builds it."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(batch_size, config.num_frames, config.num_mel_bins, generator=g)
-    mask = sample_view_masks(batch_size, 4, config.num_frequency_patches, config.num_time_patches,
-                             mask_ratio=config.mask_ratio, block_sizes=config.mask_block_sizes, generator=g)
-    return x, visible_indices(mask), sample_query_indices(mask, generator=g)
+    masks = sample_batch_masks(config, batch_size, generator=g)
+    return x, masks["visible_indices"], masks["query_indices"]  # (B, M, V), (B, M, Q)
 
 
 def bench_pretrain(repeats):
@@ -346,7 +345,7 @@ def bench_pretrain(repeats):
 
 # ----------------------------------------------------------------------------------------------- 5. FLOPs of the stems
 def sblu_tap_flops(config, num_sequences: int) -> dict:
-    """FLOPs of the dense SBLU arithmetic that FlopCounterMode does not see (`aasp_hf.training.plan.sblu_tap_flops`,
+    """FLOPs of the dense SBLU arithmetic that FlopCounterMode does not see (`aasp_hf.plan.sblu_tap_flops`,
     which `--plan` uses too; the per-element count is derived there from aasp_hf/sblu.py's forward).
     In masked pre-training the taps are a depthwise conv1d per visible token, which the counter does see."""
     return {"sblu_taps": plan.sblu_tap_flops(config, num_sequences),
@@ -355,7 +354,7 @@ def sblu_tap_flops(config, num_sequences: int) -> dict:
 
 def highpass_flops(config, num_sequences: int) -> int:
     """The zero-phase high-pass is an FFT convolution; counted as its direct equivalent, 2·L per output sample
-    (`aasp_hf.training.plan.highpass_flops`)."""
+    (`aasp_hf.plan.highpass_flops`)."""
     return plan.highpass_flops(config, num_sequences)
 
 
@@ -397,9 +396,9 @@ def bench_flops(repeats):
         embeddings = AaspModel(config).eval().embeddings
         x = torch.randn(1, config.num_frames, config.num_mel_bins)
         g = torch.Generator().manual_seed(0)
-        mask = sample_view_masks(1, 1, config.num_frequency_patches, config.num_time_patches,
-                                 mask_ratio=config.mask_ratio, block_sizes=config.mask_block_sizes, generator=g)
-        regimes = {"masked_pretraining (20% visible)": visible_indices(mask), "all_tokens (inference)": None}
+        # one masked view of the clip, as pre-training draws them (the count depends only on V, not on which tokens)
+        one_view = sample_batch_masks(config, 1, generator=g)["visible_indices"][:, :1]  # (1, M, V) -> (1, 1, V)
+        regimes = {"masked_pretraining (20% visible)": one_view, "all_tokens (inference)": None}
         for regime, views in regimes.items():
             counter = FlopCounterMode(display=False)
             with torch.no_grad(), counter:
@@ -447,7 +446,7 @@ def bench_pipeline(repeats, num_files=48, seconds=10.0, batch_size=16):
     """The training data path, per DataLoader worker: files read as pretrain.py reads `--train_dir` (map-style, and
     as a `--streaming` stream), decoded by `aasp_hf.data.clips` (one process, 1 torch thread: one worker's core),
     then the pre-training collator (random 6-s crop, log-mel, M = 4 masks) in micro-batches, timed by the code
-    `--plan` uses (`aasp_hf.training.plan.time_data_path`). Beside it, the path before soundfile: datasets' own
+    `--plan` uses (`aasp_hf.plan.time_data_path`). Beside it, the path before soundfile: datasets' own
     decoding (torchcodec opens every file), timed interleaved. The clips/s one H100 needs is the plan's prediction
     for the paper preset (`plan_pretraining`, 40 % MFU assumed)."""
     import tempfile
@@ -458,7 +457,7 @@ def bench_pipeline(repeats, num_files=48, seconds=10.0, batch_size=16):
     from aasp_hf.data.clips import AudioClips, AudioStream
     from aasp_hf.data.collators import PretrainingCollator
     from aasp_hf.data.synthetic import unlabelled_clips
-    from aasp_hf.training.plan import plan_pretraining, time_data_path
+    from aasp_hf.plan import plan_pretraining, time_data_path
 
     preset = json.loads((HERE.parents[1] / "examples" / "configs" / "pretrain_paper.json").read_text())
     config = AaspConfig(**preset["model_config"])

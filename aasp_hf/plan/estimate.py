@@ -296,7 +296,7 @@ def fake_model(config, kind: str):
 def pretraining_inputs(config, batch_size: int, seed: int = 0) -> dict:
     """Real index tensors as `PretrainingCollator` makes them (M views, V visible and Q query tokens per view, drawn
     by `aasp_hf.training.masking`) and the shape of `input_values`; the log-mel itself is made where it is used."""
-    from .masking import sample_query_indices, sample_view_masks, visible_indices
+    from ..training.masking import sample_query_indices, sample_view_masks, visible_indices
 
     c = config
     generator = torch.Generator().manual_seed(seed)
@@ -711,7 +711,7 @@ def time_data_path(clips, collator, num_clips: int, batch_size: int) -> dict:
     import time
 
     from ..data.clips import AudioStream, replace_failed
-    from .data_order import clip_seed
+    from ..training.data_order import clip_seed
 
     if isinstance(clips, AudioStream):
         batches = (examples for _, examples in clips.micro_batches())
@@ -879,7 +879,7 @@ def print_finetuning_plan(args) -> dict:
     script makes it up (`total_train_batch_size`: gradient accumulation on fewer processes)."""
     from .. import AaspConfig, AaspFeatureExtractor
     from ..data import evar_clip_seconds, evar_task
-    from .arguments import gradient_accumulation_for
+    from ..training.arguments import gradient_accumulation_for
 
     config = AaspConfig.from_pretrained(args.model_name_or_path, drop_path_rate=args.drop_path_rate)
     if args.synthetic_per_class > 0:
