@@ -8,7 +8,8 @@ Dimensions as in `modeling_aasp.py` (B batch, T frames, N tokens, D hidden), and
 per view, Q query tokens per view, B' = B·M views, P predictor width, L context tokens (CLS + V).
 
 This file is shipped to the Hub as remote code with pre-training checkpoints only (`AutoModelForPreTraining`): it
-imports only torch, transformers and its sibling files (`modeling_aasp.py`, `objectives.py`, `configuration_aasp.py`).
+imports only torch, transformers and its sibling files (`modeling_aasp.py`, `transformer_block_aasp.py`,
+`objectives.py`, `configuration_aasp.py`).
 Encoder and classifier checkpoints ship neither this file nor `objectives.py`.
 """
 
@@ -25,8 +26,9 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_aasp import AaspConfig
-from .modeling_aasp import AaspMLP, AaspModel, AaspPreTrainedModel, eager_attention_forward, sincos_position_embeddings
+from .modeling_aasp import AaspModel, AaspPreTrainedModel, sincos_position_embeddings
 from .objectives import clip_loss, masked_prediction_loss, multi_view_contrastive_loss, teacher_targets
+from .transformer_block_aasp import AaspMLP, eager_attention_forward
 
 
 # ----------------------------------------------------------------------------------------------- outputs
