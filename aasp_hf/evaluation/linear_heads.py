@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..training.schedules import learning_rate
-from . import classification_score
+from .results import classification_score
 
 
 def train_linear_heads(train, valid, test, learning_rates, *, multi_label, num_classes, max_steps, batch_size,

@@ -23,7 +23,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import extract_features
+from ..data.collators import AaspFineTuningCollator
+from ..data.protocol import load_downstream
+from ..data.synthetic import LABELS, synthetic_splits
+from .features import extract_features
 
 logger = logging.getLogger(__name__)
 SPLITS = ("train", "validation", "test")  # the crop seed of a split is feature_seed + its index
@@ -76,18 +79,14 @@ def evaluation_parts(args) -> tuple[dict, bool, int, float]:
     `data.load_downstream` (the protocol finetune.py uses too). A K-fold dataset gives one part per test fold of
     `--folds` (default all). The validation draws are seeded with `--feature_seed`, which is part of the feature
     cache's identity (finetune.py uses seed 0: the same split when `--feature_seed` is 0, the default)."""
-    from .. import data
-
     if args.synthetic_per_class > 0:
-        from ..data.synthetic import LABELS, synthetic_splits
-
         # 1.25-s clips, a bit longer than the 1-s EVAR length: train / validation crops are random, test takes the start
         return {"synthetic": synthetic_splits(args.synthetic_per_class, args.feature_seed)}, False, len(LABELS), (
             args.clip_seconds or 1.0
         )
     if args.dataset is None:
         raise ValueError("Pass --dataset (with --data_root) or --synthetic_per_class N.")
-    downstream = data.load_downstream(
+    downstream = load_downstream(
         args.dataset, root=args.data_root,
         loader_kwargs=json.loads(args.dataset_kwargs) if args.dataset_kwargs else None,
         task=args.task, clip_seconds=args.clip_seconds, folds=args.folds,
@@ -100,8 +99,6 @@ def evaluation_parts(args) -> tuple[dict, bool, int, float]:
 
 def cached_features(args, model, feature_extractor, part, rows, split, clip_seconds, num_labels, device):
     """Features and labels of one split, from `features/<part>/` when cached there, else extracted and saved."""
-    from ..data import AaspFineTuningCollator
-
     folder = Path(args.output_dir) / "features" / part
     feature_file, label_file = folder / f"features_{split}.npy", folder / f"labels_{split}.npy"
     if feature_file.is_file() and label_file.is_file():

@@ -1,0 +1,67 @@
+# Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
+"""Scores and summaries of the downstream scripts (paper Sec. Training Setup).
+
+- `classification_score`: accuracy / mAP for model selection in the loop (the same numbers as the shipped
+  `evaluate` modules in `aasp_hf.metrics`, which report the final scores).
+- `mean_std`, `write_finetune_markdown`, `write_linear_eval_markdown`: the scripts' summaries over seeds and parts
+  (mean ± std with ddof=1) and their `results.md` tables.
+"""
+
+from pathlib import Path
+
+import numpy as np
+from sklearn.metrics import average_precision_score
+
+
+def classification_score(logits: np.ndarray, labels: np.ndarray, multi_label: bool) -> float:
+    """Accuracy (single-label, labels (N,)) or macro mAP over classes with positives (multi-label, (N, C))."""
+    if not multi_label:
+        return float((logits.argmax(-1) == labels).mean())
+    with_positives = np.flatnonzero(labels.sum(0) > 0)
+    return float(np.mean([average_precision_score(labels[:, c], logits[:, c]) for c in with_positives]))
+
+
+def mean_std(values, single_std: float = 0.0) -> tuple[float, float]:
+    """(mean, sample std with ddof=1) of the per-seed scores; the std of a single value is `single_std` (0, or NaN
+    where a table should show it as undefined)."""
+    values = np.asarray(values, dtype=np.float64)
+    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else single_std
+
+
+def write_finetune_markdown(path: Path, summary: dict):
+    """examples/finetune.py's `results.md`: one row per (part, seed) sub-run, then the test mean ± std (×100)."""
+    metric = summary["metric"]
+    lines = [f"# Fine-tuning: {summary['task']} ({summary['model_name_or_path']})", "",
+             f"{metric} (×100) on test within {summary['max_steps']} steps; mean ± std over seeds "
+             f"{summary['seeds']} of the mean over parts {summary['parts']}.", "",
+             f"Model selection (`--select_on {summary['select_on']}`): {summary['selection_rule']}.", "",
+             "| part | seed | selected step | valid | test |", "|---|---|---|---|---|"]
+    for r in summary["runs"]:
+        valid = f"{100 * r['best_valid_score']:.2f}" if r.get("select_on", "validation") == "validation" else "–"
+        lines.append(f"| {r['part']} | {r['seed']} | {r['best_step']} | {valid} | {100 * r['test_score']:.2f} |")
+    lines += ["", f"**{summary['task']} {metric}: {100 * summary['test_mean']:.2f} ± {100 * summary['test_std']:.2f}**",
+              ""]
+    Path(path).write_text("\n".join(lines))
+
+
+def write_linear_eval_markdown(path: Path, results: dict):
+    """examples/linear_eval.py's `results.md`: one row per (part, seed) with the chosen lr, then mean ± std (×100)."""
+    metric = results["metric"]
+    lines = [
+        f"# Linear evaluation: {results['task']} ({results['model_name_or_path']})",
+        "",
+        f"{metric} (×100), mean ± std over seeds {results['seeds']}; per seed the mean over parts "
+        f"{results['parts']}. Learning rates {results['learning_rates']}, {results['max_steps']} steps.",
+        "",
+        f"Validation: {results['validation_rule']}.",
+        "",
+        "| part | seed | chosen lr | best step | valid | test |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in results["runs"]:
+        lines.append(f"| {run['part']} | {run['seed']} | {run['chosen_learning_rate']:g} | "
+                     f"{run['best_steps'][run['chosen_index']]} | {100 * run['valid_score']:.2f} | "
+                     f"{100 * run['test_score']:.2f} |")
+    lines += ["", f"**{results['task']} {metric}: {100 * results['test_mean']:.2f} ± {100 * results['test_std']:.2f}**",
+              ""]
+    Path(path).write_text("\n".join(lines))
