@@ -294,7 +294,7 @@ class AaspForPreTraining(AaspPreTrainedModel):
         r"""
         input_values (`torch.FloatTensor` of shape `(B, T, F)`): normalised log-mel crops (T = `num_frames`).
         visible_indices (`torch.LongTensor` of shape `(B, M, V)`): visible tokens of each view (see
-            `aasp_hf.training.masking`).
+            `aasp_hf.data.masking`).
         query_indices (`torch.LongTensor` of shape `(B, M, Q)`): masked tokens each view's predictor reconstructs.
         student_input_values (`torch.FloatTensor` of shape `(B, T, F)`, *optional*): the student's view of the same
             clips (e.g. re-coloured by the collator's `student_eq_strength`); default `input_values`. The teacher

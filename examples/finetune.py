@@ -67,7 +67,8 @@ from transformers import AutoFeatureExtractor
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
 from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification
 from aasp_hf.evaluation import classification_score, mean_std, without_truncation, write_finetune_markdown
-from aasp_hf.training import learning_rate, save_checkpoint
+from aasp_hf.schedules import learning_rate
+from aasp_hf.training import save_checkpoint
 from aasp_hf.training.augment import mixup, spec_augment
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,

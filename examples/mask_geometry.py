@@ -4,7 +4,7 @@
     python examples/mask_geometry.py --num_views 500 --output_dir /tmp/mask_geometry   # quicker, noisier
 
 Paper Sec. "Training Setup": inverse block masking [EAT] at 80 %, a block size drawn per view from {3×8, 4×6, 5×5}
-(frequency × time patches), the remaining visible tokens chosen at random (`aasp_hf.training.masking`). The blocks
+(frequency × time patches), the remaining visible tokens chosen at random (`aasp_hf.data.masking`). The blocks
 were chosen for the paper's 38 × 8 (time × frequency) token grid; the small presets crop 2.07 s, a 13 × 8 grid, where
 one block (24 or 25 tokens) already exceeds the V = 21 visible tokens, so each view shows one blob.
 
@@ -30,7 +30,7 @@ import torch
 from aasp_hf import AaspConfig
 from aasp_hf.errors import run_script
 from aasp_hf.training.arguments import parse_arguments
-from aasp_hf.training.masking import sample_view_masks
+from aasp_hf.data.masking import sample_view_masks
 
 logger = logging.getLogger(__name__)
 CONFIGS = Path(__file__).resolve().parent / "configs"

@@ -48,13 +48,8 @@ from tqdm.auto import tqdm
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
 from aasp_hf.configuration_aasp import init_arguments
 from aasp_hf.data.collators import PretrainingCollator
-from aasp_hf.training import (
-    find_latest_checkpoint,
-    learning_rate,
-    param_groups,
-    save_checkpoint,
-    teacher_momentum,
-)
+from aasp_hf.schedules import learning_rate, teacher_momentum
+from aasp_hf.training import find_latest_checkpoint, param_groups, save_checkpoint
 from aasp_hf.training.data_order import clip_seed, micro_batches
 from aasp_hf.training.optim import set_learning_rates
 from aasp_hf.training.step import apply_update

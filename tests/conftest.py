@@ -128,20 +128,12 @@ def assert_states_close(actual: dict, expected: dict, rtol: float = 1e-5, atol: 
 
 def pretraining_batch(config, batch_size=3, seed=0, dtype=torch.float32):
     """(input_values (B, T, F), visible_indices (B, M, V), query_indices (B, M, Q)) for `AaspForPreTraining`, seeded."""
-    from aasp_hf.training.masking import sample_query_indices, sample_view_masks, visible_indices
+    from aasp_hf.data.masking import sample_batch_masks
 
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(batch_size, config.num_frames, config.num_mel_bins, generator=g, dtype=dtype)
-    mask = sample_view_masks(
-        batch_size,
-        config.mask_num_views,
-        config.num_frequency_patches,
-        config.num_time_patches,
-        config.mask_ratio,
-        config.mask_block_sizes,
-        generator=g,
-    )
-    return x, visible_indices(mask), sample_query_indices(mask, config.mask_query_ratio, generator=g)
+    masks = sample_batch_masks(config, batch_size, generator=g)
+    return x, masks["visible_indices"], masks["query_indices"]
 
 
 def tiny_pretraining_config(**overrides):

@@ -29,7 +29,7 @@ from aasp_hf.hub import (
     push_folder,
     write_hub_folder,
 )
-from aasp_hf.training.masking import sample_query_indices, sample_view_masks, visible_indices
+from aasp_hf.data.masking import sample_batch_masks
 from conftest import remote_code_logits, run_without_aasp_hf, tiny_config_kwargs
 
 LABELS = ["dog", "rain", "siren"]
@@ -238,9 +238,8 @@ def test_only_pretraining_folders_ship_pretraining_code_and_each_loads_without_t
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, config.num_frames, config.num_mel_bins, generator=g)
-    mask = sample_view_masks(2, config.mask_num_views, config.num_frequency_patches, config.num_time_patches,
-                             config.mask_ratio, config.mask_block_sizes, generator=g)
-    visible, queries = visible_indices(mask), sample_query_indices(mask, config.mask_query_ratio, generator=g)
+    masks = sample_batch_masks(config, 2, generator=g)
+    visible, queries = masks["visible_indices"], masks["query_indices"]
     torch.save({"x": x, "visible": visible, "queries": queries}, tmp_path / "inputs.pt")
     with torch.no_grad():
         expected_hidden = encoder(x).last_hidden_state

@@ -1,4 +1,4 @@
-"""Tests for aasp_hf/training/masking.py: inverse block masking of the student views and the predictor's query sampling.
+"""Tests for aasp_hf/data/masking.py: inverse block masking of the student views and the predictor's query sampling.
 
 Grid convention: F̃ frequency patches x T̃ time patches, tokens time-major (index t·F̃ + f); block sizes (f x t).
 """
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aasp_hf.training.masking import num_visible_tokens, sample_query_indices, sample_view_masks, visible_indices
+from aasp_hf.data.masking import num_visible_tokens, sample_query_indices, sample_view_masks, visible_indices
 
 
 PAPER_GRID = (8, 38)  # F̃ x T̃ of a 608-frame, 128-mel spectrogram with 16 x 16 patches: N = 304

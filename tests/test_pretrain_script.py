@@ -16,7 +16,8 @@ from conftest import assert_states_close, cli_args, tiny_config_kwargs
 ROOT = Path(__file__).resolve().parents[1]
 import pretrain
 
-from aasp_hf.training import find_latest_checkpoint, learning_rate, teacher_momentum
+from aasp_hf.schedules import learning_rate, teacher_momentum
+from aasp_hf.training import find_latest_checkpoint
 
 MODEL = tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1, predictor_num_attention_heads=2,
                            mask_num_views=2, mask_block_sizes=[[1, 2], [2, 1]],

@@ -2,8 +2,8 @@
 """Collators: a list of examples -> one batch.
 
 Pre-training (`PretrainingCollator`; `crop_log_mel`, `crop_log_mel_batch` for cached log-mel; `random_eq_curves`):
-random crops -> batched log-mel -> M inverse-block-masked views per clip (paper Sec. Training Setup, Pre-training
-Setup: 6-s crops padded or truncated to 608 frames, M = 4 views at 80 %).
+random crops -> batched log-mel -> M inverse-block-masked views per clip, drawn by `masking.sample_batch_masks` (paper
+Sec. Training Setup, Pre-training Setup: 6-s crops padded or truncated to 608 frames, M = 4 views at 80 %).
 
 The collator owns its ``torch.Generator``; its ``state_dict`` / ``load_state_dict`` save and restore it, so a resumed
 run draws exactly the crops and masks the uninterrupted run would have drawn. ``examples/pretrain.py`` calls it in
@@ -26,6 +26,7 @@ import torch
 from ..feature_extraction_aasp import AaspFeatureExtractor
 from ._common import EVAR_CLIP_SECONDS, SAMPLING_RATE
 from .decoding import SafeAudioDecoder
+from .masking import sample_batch_masks
 
 logger = logging.getLogger(__name__)
 
@@ -154,26 +155,13 @@ class PretrainingCollator:
                 features = features.to(device)
         else:
             features = self.waveform_features(examples, device)  # (B, T, F)
-        c = self.config
 
         # 2. M independent inverse block masks per clip, their visible tokens and the predictor's queries.
-        from ..training.masking import sample_query_indices, sample_view_masks, visible_indices  # aasp_hf.training
-        # re-exports this collator, so the mask samplers are imported here, not when aasp_hf.data is
-        mask = sample_view_masks(
-            features.shape[0],
-            c.mask_num_views,
-            c.num_frequency_patches,
-            c.num_time_patches,
-            mask_ratio=c.mask_ratio,
-            block_sizes=c.mask_block_sizes,
-            generator=self.generator,
-        )  # (B, M, N), True = hidden from the student
-        queries = sample_query_indices(mask, c.mask_query_ratio, generator=self.generator)  # (B, M, Q)
-        visible = visible_indices(mask)  # (B, M, V)
+        masks = sample_batch_masks(self.config, features.shape[0], generator=self.generator)
         batch = {
             "input_values": features,
-            "visible_indices": visible.to(features.device),
-            "query_indices": queries.to(features.device),
+            "visible_indices": masks["visible_indices"].to(features.device),  # (B, M, V)
+            "query_indices": masks["query_indices"].to(features.device),  # (B, M, Q)
         }
         # 3. (optional) the student's re-coloured view; the teacher keeps `input_values`.
         if self.student_eq_strength > 0:

@@ -3,6 +3,9 @@ hyperparams 1: cosine with linear warm-up; Sec. Training Setup: DINOv2's cosine 
 
 Nothing is stateful: resuming at step s needs only s. ``step`` is the 0-based index of the optimiser step about to
 be taken (the value used for step s is the one the s-th update uses).
+
+Pure math (imports only ``math``), below the packages that use it: the pre-training and fine-tuning scripts and the
+linear-evaluation heads (`aasp_hf.evaluation.linear_heads`).
 """
 
 import math

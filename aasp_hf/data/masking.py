@@ -23,9 +23,11 @@ reproduces the masks exactly):
     sample_view_masks      bool (B, M, N), True = masked (hidden from the student); exactly V visible per view
     sample_query_indices   (B, M, Q) masked tokens used as predictor queries, Q = round(query_ratio · (N - V))
     visible_indices        (B, M, V) indices of the visible tokens, ascending
+    sample_batch_masks     the three above for one pre-training batch, with the config's ``mask_*`` settings
 
-Training side: ``PretrainingCollator`` (``data/collators.py``) draws the masks of each pre-training batch with
-these; the model (the Hub-shipped files) only receives the index tensors. Imports only ``math`` and ``torch``.
+``PretrainingCollator`` (``data/collators.py``) draws the masks of each pre-training batch with
+``sample_batch_masks``; so do ``training.plan`` and the speed benchmark for their stand-in batches. The model (the
+Hub-shipped files) only receives the index tensors. Imports only ``math`` and ``torch``.
 """
 
 import math
@@ -214,3 +216,33 @@ def visible_indices(mask: torch.BoolTensor) -> torch.LongTensor:
     # A stable sort of the 0/1 mask puts the visible (0) tokens first, in their original (ascending) order.
     order = mask.to(torch.uint8).sort(dim=-1, stable=True).indices  # (B, M, N)
     return order[..., :num_visible]  # (B, M, V)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+def sample_batch_masks(config, batch_size: int, generator: torch.Generator | None = None) -> dict:
+    """The masks of one pre-training batch as ``PretrainingCollator`` draws them: M inverse block masks per clip
+    (`sample_view_masks`), then each view's queries (`sample_query_indices`) from the same ``generator``, in that
+    order, and each view's visible tokens (`visible_indices`, no random draw).
+
+    Args:
+        config: any object with the ``AaspConfig`` fields ``mask_num_views`` (M), ``num_frequency_patches`` (F̃),
+            ``num_time_patches`` (T̃), ``mask_ratio``, ``mask_block_sizes`` and ``mask_query_ratio``.
+        batch_size (`int`): B, clips in the batch.
+        generator (`torch.Generator`, *optional*): source of all randomness; random numbers are drawn on its device.
+
+    Returns:
+        `dict` with ``mask`` bool (B, M, N) (True = hidden from the student), ``visible_indices`` int64 (B, M, V) and
+        ``query_indices`` int64 (B, M, Q), on the generator's device (CPU without one).
+    """
+    mask = sample_view_masks(
+        batch_size,
+        config.mask_num_views,
+        config.num_frequency_patches,
+        config.num_time_patches,
+        mask_ratio=config.mask_ratio,
+        block_sizes=config.mask_block_sizes,
+        generator=generator,
+    )  # (B, M, N), True = hidden from the student
+    queries = sample_query_indices(mask, config.mask_query_ratio, generator=generator)  # (B, M, Q)
+    visible = visible_indices(mask)  # (B, M, V)
+    return {"mask": mask, "visible_indices": visible, "query_indices": queries}
