@@ -12,16 +12,16 @@ synthetic audio (no files); `clips` reads pre-training clips, map-style or strea
 files never import this package.
 """
 
-from ._common import EVAR_CLIP_SECONDS, SAMPLING_RATE, fold_split, hold_out_test, split_for_node, to_streaming
 from .audio_dataset import load_audio_dataset
 from .audioset import load_audioset
 from .clips import AudioClips, AudioStream, FailedClip, FailureLog, decode_clip, load_clips, replace_failed
 from .collators import AaspFineTuningCollator, PretrainingCollator, crop_or_pad
-from .decoding import SafeAudioDecoder, decode_audio, filter_decodable, for_safe_decoding
+from .decoding import SAMPLING_RATE, SafeAudioDecoder, decode_audio, filter_decodable, for_safe_decoding
 from .esc50 import load_esc50
 from .evar_tasks import load_cremad, load_evar_task, load_gtzan, load_surge, load_voxceleb1, load_voxforge
 from .nsynth import load_nsynth
 from .protocol import (
+    EVAR_CLIP_SECONDS,
     KFOLD_VALIDATION,
     SELECT_ON,
     TASK_ALIASES,
@@ -39,6 +39,7 @@ from .protocol import (
 )
 from .samplers import ClassBalancedSampler, class_balanced_weights
 from .speech_commands import load_speech_commands
+from .splits import fold_split, hold_out_test, split_for_node, to_streaming
 from .statistics import compute_mel_statistics
 from .urbansound8k import load_urbansound8k
 

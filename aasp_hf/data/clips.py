@@ -21,8 +21,7 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
-from ._common import SAMPLING_RATE
-from .decoding import _describe, decode_audio, for_safe_decoding
+from .decoding import SAMPLING_RATE, _describe, decode_audio, for_safe_decoding
 
 
 logger = logging.getLogger(__name__)

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from ..feature_extraction_aasp import AaspFeatureExtractor
-from ._common import EVAR_CLIP_SECONDS, SAMPLING_RATE
-from .decoding import SafeAudioDecoder
+from .decoding import SAMPLING_RATE, SafeAudioDecoder
 from .masking import sample_batch_masks
+from .protocol import EVAR_CLIP_SECONDS
 
 logger = logging.getLogger(__name__)
 

@@ -21,10 +21,11 @@ import torch
 from datasets import Audio, DatasetDict, IterableDatasetDict
 
 from ..pipeline_aasp import wav_truncation
-from ._common import SAMPLING_RATE
 
 
 logger = logging.getLogger(__name__)
+
+SAMPLING_RATE = 16000  # every clip is decoded to 16 kHz mono, the rate the model's front end takes
 _WARNED_TRUNCATED = set()  # files whose truncation was logged already: one warning per file and process
 
 

@@ -29,8 +29,8 @@ import numpy as np
 from datasets import DatasetDict
 
 from ..errors import UsageError
-from ._common import EVAR_CLIP_SECONDS, fold_split, hold_out_test
 from .decoding import decode_audio, for_safe_decoding
+from .splits import fold_split, hold_out_test
 
 
 logger = logging.getLogger(__name__)
@@ -38,6 +38,22 @@ logger = logging.getLogger(__name__)
 KFOLD_VALIDATION = ("evar", "next")
 SELECT_ON = ("validation", "test", "last")
 SPLITS = ("train", "validation", "test")
+
+# EVAR clip lengths in seconds (`unit_sec` of `_defs` in EVAR's evar/ds_tasks.py; the paper's linear evaluation follows
+# EVAR, Sec. Training Setup): fine-tuning crops/pads each clip to this length.
+EVAR_CLIP_SECONDS = {
+    "audioset": 10.0,
+    "esc50": 5.0,
+    "us8k": 4.0,
+    "scv2": 1.0,
+    "nsynth": 4.0,
+    "cremad": 2.5,
+    "voxceleb1": 8.2,
+    "voxforge": 5.8,
+    "gtzan": 30.0,
+    "surge": 4.0,
+}
+
 MAX_DRAWS = 100
 MAX_MEASURED_CLIPS = 1000  # clips whose length is read to derive a clip length (spread evenly over the split)
 # dataset names (lower case, without "-") whose EVAR task key differs

@@ -11,8 +11,7 @@ import logging
 import numpy as np
 
 from ..feature_extraction_aasp import AaspFeatureExtractor
-from ._common import SAMPLING_RATE
-from .decoding import SafeAudioDecoder, for_safe_decoding
+from .decoding import SAMPLING_RATE, SafeAudioDecoder, for_safe_decoding
 
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ._common import SAMPLING_RATE
+from .decoding import SAMPLING_RATE
 
 
 LABELS = ["tone", "am_4hz", "am_30hz", "chirp", "noise_bursts"]
