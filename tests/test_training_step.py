@@ -9,11 +9,12 @@ import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
 from conftest import tiny_config_kwargs
+from host_sync import HostSyncCounter
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining
 from aasp_hf.data.collators import PretrainingCollator
 from aasp_hf.training import param_groups
-from aasp_hf.training.step import HostSyncCounter, apply_update
+from aasp_hf.training.step import apply_update
 
 
 def tiny_setup(seed=0, batch_size=3, **overrides):

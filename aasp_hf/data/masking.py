@@ -26,7 +26,7 @@ reproduces the masks exactly):
     sample_batch_masks     the three above for one pre-training batch, with the config's ``mask_*`` settings
 
 ``PretrainingCollator`` (``data/collators.py``) draws the masks of each pre-training batch with
-``sample_batch_masks``; so do ``training.plan`` and the speed benchmark for their stand-in batches. The model (the
+``sample_batch_masks``; so do ``aasp_hf.plan`` and the speed benchmark for their stand-in batches. The model (the
 Hub-shipped files) only receives the index tensors. Imports only ``math`` and ``torch``.
 """
 
