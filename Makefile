@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
-# Both create .venv, install the pinned stack (constraints.txt) and ffmpeg when missing, and unpack transformers'
-# own common test mixins from the pinned release's sdist (tests/transformers_release.py).
+# Both create .venv, install the package with every extra (pyproject.toml) at the versions pinned in constraints.txt
+# and ffmpeg when missing, and unpack transformers' own common test mixins from the pinned release's sdist
+# (tests/transformers_release.py).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,8 +14,7 @@ setup: $(STAMP) ffmpeg
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -r constraints.txt
-	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[all,test]"
 	$(PY) tests/transformers_release.py
 	touch $(STAMP)
 
