@@ -73,6 +73,7 @@ def test_audioset_like_dataset_trains_on_all_of_train_unless_selecting_on_valida
 
 def test_load_downstream_names_the_task_and_its_clip_length_and_picks_the_test_folds(monkeypatch):
     import aasp_hf.data as data
+    from aasp_hf.data import protocol
 
     dataset = fold_dataset()
     dataset = dataset.add_column("audio", [f"/nowhere/{clip}.wav" for clip in dataset["clip"]])  # never read
@@ -82,7 +83,7 @@ def test_load_downstream_names_the_task_and_its_clip_length_and_picks_the_test_f
         calls.append((name, root, kwargs))
         return DatasetDict({"train": dataset})
 
-    monkeypatch.setattr(data, "load", fake_load)
+    monkeypatch.setattr(protocol, "load", fake_load)  # the name load_downstream calls
     first = data.load_downstream("ESC-50", root="/data", loader_kwargs={"metadata_csv": "m.csv"}, max_folds=1)
     assert calls == [("ESC-50", "/data", {"metadata_csv": "m.csv"})]
     assert (first.task, first.clip_seconds, first.multi_label) == ("esc50", 5.0, False)

@@ -22,6 +22,8 @@ import torch
 
 from ..errors import UsageError
 from .decoding import SAMPLING_RATE, _describe, decode_audio, for_safe_decoding
+from .loaders import load
+from .synthetic import unlabelled_clips
 
 
 logger = logging.getLogger(__name__)
@@ -201,14 +203,10 @@ def load_clips(data_args, seed: int, batch_size: int, num_processes: int, proces
     if data_args.streaming and data_args.synthetic_clips > 0:
         raise UsageError("--streaming reads --dataset, --train_dir or --dataset_name, not --synthetic_clips")
     if data_args.synthetic_clips > 0:
-        from .synthetic import unlabelled_clips
-
         return AudioClips(unlabelled_clips(data_args.synthetic_clips, seed, data_args.synthetic_seconds))
     import datasets
 
     if data_args.dataset is not None:
-        from . import load
-
         splits = load(data_args.dataset, root=data_args.data_root, streaming=data_args.streaming)
         if data_args.dataset_split not in splits:
             raise UsageError(f"--dataset {data_args.dataset} has the splits {sorted(splits)}, not "

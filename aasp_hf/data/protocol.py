@@ -30,6 +30,7 @@ from datasets import DatasetDict
 
 from ..errors import UsageError
 from .decoding import decode_audio, for_safe_decoding
+from .loaders import load
 from .splits import fold_split, hold_out_test
 
 
@@ -260,8 +261,6 @@ def load_downstream(dataset: str, *, root=None, loader_kwargs: dict | None = Non
     a `task` given by name must have an EVAR length, checked before anything is read).
     K-fold tasks: the test folds `folds` (default all), at most the first `max_folds` of them.
     """
-    from . import load
-
     if task is not None:  # a task named on purpose must be one of EVAR's: refused before anything is read
         clip_seconds = evar_clip_seconds(evar_task(dataset, task), clip_seconds)
     task = evar_task(dataset, task)

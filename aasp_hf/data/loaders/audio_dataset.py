@@ -5,7 +5,7 @@ import os
 
 from datasets import Audio, DatasetDict, IterableDatasetDict, load_dataset
 
-from .decoding import SAMPLING_RATE
+from ..decoding import SAMPLING_RATE
 
 
 def _audio_columns(features) -> list:

@@ -1,5 +1,6 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
-"""Shared pieces of the dataset loaders: file checks, CSV reading, DatasetDict building.
+"""How the dataset loaders read an official layout: file and column checks, CSV rows, class names by index, the
+16 kHz audio features, and the DatasetDict (or its cross-validation folds) built from paths and metadata.
 
 Every loader builds its datasets from paths and metadata only; the audio is read later, when a row is
 accessed (datasets' `Audio` column, decoded by torchcodec) or by `aasp_hf.data.decoding.SafeAudioDecoder`
@@ -12,8 +13,8 @@ from pathlib import Path
 
 from datasets import Audio, Dataset, DatasetDict, Features
 
-from .decoding import SAMPLING_RATE
-from .splits import fold_split, to_streaming
+from ..decoding import SAMPLING_RATE
+from ..splits import fold_split, to_streaming
 
 
 def require_file(path, what: str, source: str) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from datasets import ClassLabel, Sequence, Value
 
-from ._common import audio_features, build_dataset_dict, check_labels, require_dir, require_file
+from .layout import audio_features, build_dataset_dict, check_labels, require_dir, require_file
 
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from datasets import ClassLabel, Value
 
-from ._common import audio_features, build_dataset_dict, check_audio_files, check_labels, require_file
+from .layout import audio_features, build_dataset_dict, check_audio_files, check_labels, require_file
 
 
 NSYNTH_FAMILIES = [

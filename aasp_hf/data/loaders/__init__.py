@@ -1,0 +1,81 @@
+# Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
+"""Dataset loaders for the paper's evaluation protocols (Sec. Datasets: AS-2M/AS-20K and nine single-label tasks,
+with the official or M2D/EVAR splits), one module per dataset (`layout` holds what they share).
+
+`load(name, root=..., **kwargs)` returns a `datasets.DatasetDict` with a 16 kHz `audio` column, a `ClassLabel`
+`label` (AudioSet: `labels`, a sequence of 527 ClassLabels) and the protocol's fold/split columns, built from
+paths and metadata only. Names: audioset (as20k, as2m), esc50, us8k, scv2, nsynth, cremad, gtzan, voxforge,
+surge, voxceleb1, audiofolder; any other name is passed to `load_audio_dataset` (a Hub id or local path).
+See docs/datasets.md.
+"""
+
+from .audio_dataset import load_audio_dataset
+from .audioset import load_audioset
+from .esc50 import load_esc50
+from .evar_tasks import load_cremad, load_evar_task, load_gtzan, load_surge, load_voxceleb1, load_voxforge
+from .nsynth import load_nsynth
+from .speech_commands import load_speech_commands
+from .urbansound8k import load_urbansound8k
+
+
+LOADERS = {
+    "audioset": load_audioset,
+    "esc50": load_esc50,
+    "us8k": load_urbansound8k,
+    "urbansound8k": load_urbansound8k,
+    "scv2": load_speech_commands,
+    "speech_commands": load_speech_commands,
+    "nsynth": load_nsynth,
+    "cremad": load_cremad,
+    "gtzan": load_gtzan,
+    "voxforge": load_voxforge,
+    "surge": load_surge,
+    "voxceleb1": load_voxceleb1,
+}
+
+
+def load(name: str, root=None, **kwargs):
+    """One call per dataset: `load("esc50", root="/data/ESC-50-master")`.
+
+    `name` is a key of `LOADERS`, "as20k"/"as2m" (AudioSet variants), "audiofolder" (root = a folder of
+    class sub-folders), or a Hub dataset id / local dataset path given to `load_audio_dataset`.
+    Keyword arguments go to the loader (e.g. `test_fold=1`, `metadata_csv=...`, `streaming=True`).
+    """
+    key = _NORMALISED.get(name.lower().replace("-", "_"))
+    if key in ("as20k", "as2m"):
+        return load_audioset(_require_root(name, root), variant=key, **kwargs)
+    if key is not None:
+        return LOADERS[key](_require_root(name, root), **kwargs)
+    if name == "audiofolder":
+        return load_audio_dataset(str(_require_root(name, root)), **kwargs)
+    if root is not None:
+        raise ValueError(f"Unknown dataset {name!r} with root={root!r}: known names are {sorted(_NORMALISED)}.")
+    return load_audio_dataset(name, **kwargs)
+
+
+_NORMALISED = {**{k: k for k in LOADERS}, "as20k": "as20k", "as2m": "as2m", "esc_50": "esc50",
+               "crema_d": "cremad", "voxceleb": "voxceleb1", "speechcommands": "scv2"}
+
+
+def _require_root(name, root):
+    if root is None:
+        raise ValueError(f"load({name!r}) needs root= the dataset's folder in its official layout.")
+    return root
+
+
+__all__ = [
+    "LOADERS",
+    "load",
+    "load_audio_dataset",
+    "load_audioset",
+    "load_cremad",
+    "load_esc50",
+    "load_evar_task",
+    "load_gtzan",
+    "load_nsynth",
+    "load_speech_commands",
+    "load_surge",
+    "load_urbansound8k",
+    "load_voxceleb1",
+    "load_voxforge",
+]
