@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..data.decoding import decode_audio
 from ..evaluation import pool_features, standardization_stats, standardize
 
 logger = logging.getLogger(__name__)
@@ -291,8 +292,6 @@ class FrozenFeatureProbe:
 
     def __init__(self, root, feature_extractor, num_frames: int, max_clips: int | None = 200, k: int = 10,
                  ridge: float = 1.0, batch_size: int = 32):
-        from ..data.decoding import decode_audio
-
         self.k, self.ridge, self.batch_size = k, ridge, batch_size
         self.splits, self.num_skipped, classes = {}, 0, None
         test_split = "test" if (Path(root) / "test").is_dir() else "validation"
