@@ -8,11 +8,12 @@
 Arguments come from the dataclasses below: on the command line, from one JSON file (`pretrain.py preset.json`),
 or from `--config preset.json` followed by command-line overrides.
 
-Steps: 1. data (a dataset of `aasp_hf.data` in its official layout — AS-2M's train split leaves the eval segments
-out —, an audio folder, any `datasets` dataset, or synthetic clips), 2. model, 3. optimiser and schedules
-(pure functions of the step), 4. `accelerator.prepare`, 5. training loop (the EMA teacher update in plain sight
-after `optimizer.step()`), 6. logging (TensorBoard + progress bar), 7. crash-safe checkpoints and exact `--resume`,
-8. export of the student encoder (and on request the teacher) for `AutoModel.from_pretrained`.
+Steps: 1. `--resume` finds the newest complete checkpoint, 2. model and data (a dataset of `aasp_hf.data` in its
+official layout — AS-2M's train split leaves the eval segments out —, an audio folder, any `datasets` dataset, or
+synthetic clips), 3. learning-health monitors, 4. optimiser and schedules (pure functions of the step),
+5. `accelerator.prepare`, 6. exact `--resume` of the states, 7. training loop: 7a. the update (the EMA teacher update
+in plain sight after `optimizer.step()`), 7b. monitors, 7c. logging (TensorBoard + progress bar), 7d. crash-safe
+checkpoints, 8. export of the student encoder (and on request the teacher) for `AutoModel.from_pretrained`.
 
 Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of the dataset (seed + epoch); global
 micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W) of it, process r taking its r-th slice of B clips (W
@@ -463,7 +464,7 @@ def training_summary(data_args, args, results: dict) -> dict:
     return summary
 
 
-# ----------------------------------------------------------------------------------------------- 6a. monitors
+# ----------------------------------------------------------------------------------------------- 3. monitors
 def is_due(step: int, every: int, stop_step: int) -> bool:
     """Every `every` steps and at the last step; never when `every` is 0."""
     return every > 0 and (step % every == 0 or step == stop_step)
@@ -528,8 +529,8 @@ def main(argv=None) -> dict:
                               kwargs_handlers=ddp)
     rank, world = accelerator.process_index, accelerator.num_processes
 
-    # 7a'. --resume: the newest complete checkpoint (a damaged one is named and passed over). A run with nothing left
-    #      to train whose results and encoder were written is left exactly as it is.
+    # 1. --resume: the newest complete checkpoint (a damaged one is named and passed over). A run with nothing left
+    #    to train whose results and encoder were written is left exactly as it is.
     checkpoint = checkpoint_to_resume(output_dir, accelerator.print) if args.resume else None
     trainer_state = load_trainer_state(checkpoint) if checkpoint is not None else {}
     previous_results = None
@@ -555,9 +556,9 @@ def main(argv=None) -> dict:
         remove_artefacts(stale)
     accelerator.wait_for_everyone()
 
-    # 1./2. Model, feature extractor and data: decoding (or reading cached log-mel) in DataLoader workers;
-    #       cropping, features and masks in the collator, called in the loop. The model config is built-in defaults
-    #       < preset < command line, key by key; the arguments that define the run are compared with the checkpoint's.
+    # 2. Model, feature extractor and data: decoding (or reading cached log-mel) in DataLoader workers;
+    #    cropping, features and masks in the collator, called in the loop. The model config is built-in defaults
+    #    < preset < command line, key by key; the arguments that define the run are compared with the checkpoint's.
     model = build_model(model_args)
     config = model.config
     accelerator.print(describe_model(config, model, output_dir / "resolved_config.json"))
@@ -608,8 +609,8 @@ def main(argv=None) -> dict:
         device=accelerator.device if data_args.features_on_device else None,
         student_eq_strength=data_args.student_eq_strength,
     )
-    # 6a'. Learning-health monitors (aasp_hf.training.monitors), on the main process only: no gradients, eval mode, no
-    #      draws from any random stream, so they do not change what the run trains.
+    # 3. Learning-health monitors (aasp_hf.training.monitors), on the main process only: no gradients, eval mode, no
+    #    draws from any random stream, so they do not change what the run trains.
     monitor_steps = args.logging_steps if args.monitor_steps is None else args.monitor_steps
     probe_steps = args.save_steps if args.probe_steps is None else args.probe_steps
     probe_encoders = [name.strip() for name in args.probe_encoders.split(",") if name.strip()]
@@ -624,7 +625,7 @@ def main(argv=None) -> dict:
         probe = FrozenFeatureProbe(args.probe_dataset, feature_extractor, config.num_frames, args.probe_max_clips,
                                    args.probe_k, args.probe_ridge)
 
-    # 3. Optimiser: AdamW without decay on biases, norms, CLS and positions; the teacher is frozen and not in it.
+    # 4. Optimiser: AdamW without decay on biases, norms, CLS and positions; the teacher is frozen and not in it.
     #    lr and momentum are pure functions of the step (set by hand each step; no scheduler object).
     #    --patch_embedding_lr_scale: 0 freezes the stem (student and teacher then share it for the whole run),
     #    another value gives the stem's parameters groups of their own with that lr scale.
@@ -639,7 +640,7 @@ def main(argv=None) -> dict:
         fused=True,  # one kernel per device and dtype; it skips a non-finite step on the device (training.step)
     )
 
-    # 4. Distribute: DDP/FSDP, device placement and mixed-precision autocast come from accelerate.
+    # 5. Distribute: DDP/FSDP, device placement and mixed-precision autocast come from accelerate.
     #    --torch_compile compiles what the step runs (aasp_hf.training.step): the forward — student on the masked
     #    views, EMA teacher on the clip, predictor, the three losses — as one graph (fullgraph: a graph break is an
     #    error) whose backward AOTAutograd compiles with it, and the EMA update as a second graph. Between them stay
@@ -655,7 +656,7 @@ def main(argv=None) -> dict:
         unwrapped.compile(fullgraph=True)
         update_teacher = torch.compile(unwrapped.update_teacher, fullgraph=True)
 
-    # 7a. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
+    # 6. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
     start_step, nonfinite_steps, last_logs = 0, 0, {}
     if args.resume:
         if checkpoint is None:
@@ -698,7 +699,7 @@ def main(argv=None) -> dict:
         write_logs(accelerator, output_dir / "log_history.jsonl", 0,
                    probe_logs(probe, accelerator.unwrap_model(model), probe_encoders, accelerator.autocast))
 
-    # 5. Training loop.
+    # 7. Training loop.
     accum = args.gradient_accumulation_steps
     stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
     if stream is not None:  # its position came with the checkpoint
@@ -740,7 +741,7 @@ def main(argv=None) -> dict:
             step_finite = step_finite & torch.isfinite(outputs.loss.detach())  # on the device: nothing read back
             for name in ("loss", "masked_prediction_loss", "clip_loss", "contrastive_loss"):
                 step_sums[name] = step_sums.get(name, 0.0) + getattr(outputs, name).detach().float() / accum
-        # 5a. Clip, AdamW step and EMA teacher update (aasp_hf.training.step.apply_update). A NaN/inf loss on any
+        # 7a. Clip, AdamW step and EMA teacher update (aasp_hf.training.step.apply_update). A NaN/inf loss on any
         #     process (or a non-finite gradient norm; under fp16 the grad scaler handles overflow itself) skips the
         #     update on every process — no optimiser step, no EMA update — decided on the device, so the host never
         #     waits for the step to finish. The step still counts, so the data position and the schedules stay pure
@@ -782,7 +783,7 @@ def main(argv=None) -> dict:
                     f"--max_nonfinite_steps."
                 )
 
-        # 6a. Monitors (main process): after a good update, every --monitor_steps the collapse statistics of this
+        # 7b. Monitors (main process): after a good update, every --monitor_steps the collapse statistics of this
         #     batch (student CLS of one view per clip, the teacher targets of its forward) and the student's (α, β) on
         #     the fixed batch; every --probe_steps the frozen-feature probe. Their time is logged (monitor/seconds,
         #     probe/seconds) and left out of the throughput.
@@ -794,8 +795,8 @@ def main(argv=None) -> dict:
             health.update(probe_logs(probe, unwrapped, probe_encoders, accelerator.autocast))
         t_log += time.time() - started
 
-        # 6. Logging: loss parts (mean over the good steps since the last log and over processes), lr, momentum, grad
-        #    norm, throughput and the visible-token ratio. A stretch of skipped steps only logs nothing.
+        # 7c. Logging: loss parts (mean over the good steps since the last log and over processes), lr, momentum, grad
+        #     norm, throughput and the visible-token ratio. A stretch of skipped steps only logs nothing.
         good_steps = int(num_summed) if due_log else 0  # the same on every process
         if good_steps > 0:
             means = {k: accelerator.reduce(v / good_steps, reduction="mean").item() for k, v in sums.items()}
@@ -821,7 +822,7 @@ def main(argv=None) -> dict:
         elif health:  # a monitor step that is not a logging step: a line of its own
             write_logs(accelerator, history_path, step, health)
 
-        # 7b. Checkpoint: state + data position (the step) + this process's collator generator.
+        # 7d. Checkpoint: state + data position (the step) + this process's collator generator.
         if due_save:
             save_checkpoint(accelerator, output_dir, step,
                             extra_state={"micro_batches": step * accum, "num_processes": world,
