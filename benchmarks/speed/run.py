@@ -274,7 +274,7 @@ CUDA_BATCH_SIZES = {"tiny_preset": 256, "tiny_encoder_paper_stem": 64, "vit_b": 
 def pretrain_case_config(name: str, stem: str) -> AaspConfig:
     overrides = PRETRAIN_CASES[name][1]
     if overrides is None:
-        preset = json.loads((HERE.parent / "examples" / "configs" / "pretrain_tiny_cpu.json").read_text())
+        preset = json.loads((HERE.parents[1] / "examples" / "configs" / "pretrain_tiny_cpu.json").read_text())
         overrides = preset["model_config"]
     return AaspConfig(patch_embedding=stem, **overrides)
 
