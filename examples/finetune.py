@@ -17,17 +17,18 @@ and they state the global batch, `total_train_batch_size` 128: on fewer processe
 (1 process: 4 micro-batches of 32 per step; `aasp_hf.training.arguments.gradient_accumulation_for`).
 
 Steps: 1. data (`aasp_hf.data.load`, one test fold of a K-fold task, or synthetic demo clips), 2. model
-(`AaspForAudioClassification`: LayerNorm + Linear on CLS over a pre-trained encoder, drop path), 3. AdamW with
-layer-wise lr decay (lr · decay^(L+1 − layer_id)), no weight decay on biases / norms / CLS / positions, warm-up +
-cosine by step (pure functions), 4. `accelerator.prepare`, 5. loop: mixup (then BCE on soft targets), SpecAugment
-(one time and one frequency mask of at most 1/5 of the input), gradient clipping, weight EMA updated right after
-`optimizer.step()`, 6. evaluation every `eval_steps` with the EMA weights (accuracy or mAP) on the split that
-`--select_on` names: the best validation score within the budget, its step and the test score there (`validation`),
-the best test score within the budget (`test`), or the last step's (`last`), 7. atomic checkpoints and exact `--resume`
-(step, RNG states, data position, EMA weights, best-so-far), 8. the best model saved with `save_pretrained` (+ the
-feature extractor and `id2label`) for `pipeline("audio-classification", model=output_dir, trust_remote_code=True)`,
-`all_results.json`, `results.md`. `--seeds 0 1 2` and `--all_folds` run one sub-run per (fold, seed) and report
-mean ± std over seeds of the mean over folds (the paper's protocol: 3 seeds).
+(`AaspForAudioClassification`: LayerNorm + Linear on CLS over a pre-trained encoder, drop path), 3. crops and features
+in the collator, 4. AdamW with layer-wise lr decay (lr · decay^(L+1 − layer_id)), no weight decay on biases / norms /
+CLS / positions, warm-up + cosine by step (pure functions), 5. `accelerator.prepare`, 6. exact `--resume` (step, RNG
+states, data position, EMA weights, best-so-far), 7. loop: mixup (then BCE on soft targets), SpecAugment (one time and
+one frequency mask of at most 1/5 of the input), gradient clipping, weight EMA updated right after `optimizer.step()`,
+7a. evaluation every `eval_steps` with the EMA weights (accuracy or mAP) on the split that `--select_on` names: the
+best validation score within the budget, its step and the test score there (`validation`), the best test score within
+the budget (`test`), or the last step's (`last`), 7b. atomic checkpoints, 8. the best model saved with
+`save_pretrained` (+ the feature extractor and `id2label`) for
+`pipeline("audio-classification", model=output_dir, trust_remote_code=True)`, `all_results.json`, `results.md`.
+`--seeds 0 1 2` and `--all_folds` run one sub-run per (fold, seed) and report mean ± std over seeds of the mean over
+folds (the paper's protocol: 3 seeds).
 
 Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of train (AS-2M: 200K class-balanced
 draws with replacement, seeded by epoch); global micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W), process
@@ -252,7 +253,7 @@ def scale_batch_to_data(args, parts: dict, world: int):
     return replace(args, per_device_train_batch_size=batch)
 
 
-# ----------------------------------------------------------------------------------------------- 1. data
+# ----------------------------------------------------------------------------------------------- data (step 1)
 def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
     """-> ({part: {split: rows}}, multi_label, class names, clip seconds, task): the arguments mapped onto
     `data.load_downstream` (the protocol linear_eval.py uses too). A K-fold dataset gives one part: the test fold
@@ -293,7 +294,7 @@ def clip_labels(rows, multi_label: bool) -> list[list[int]]:
     return [list(v) if multi_label else [int(v)] for v in values]
 
 
-# ----------------------------------------------------------------------------------------------- 5./6. loss, eval
+# ----------------------------------------------------------------------------------------------- loss, eval (step 7)
 def soft_targets(labels: torch.Tensor, num_labels: int) -> torch.Tensor:
     """(B,) class ids -> (B, C) one-hot float; (B, C) multi-hot stays (as float)."""
     return F.one_hot(labels, num_labels).float() if labels.ndim == 1 else labels.float()
@@ -457,7 +458,7 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
     ema = create_ema(model) if args.ema_decay > 0 else None
     set_seed(args.seed, device_specific=True)  # dropout / drop path: one stream per process
 
-    # 1. Data: crops and features in the collator (called in the loop, so its generator is checkpointed).
+    # 3. Data: crops and features in the collator (called in the loop, so its generator is checkpointed).
     collator = AaspFineTuningCollator(feature_extractor, clip_seconds=clip_seconds, split="train",
                                       num_labels=num_labels if multi_label else None, seed=args.seed * 1000 + 1 + rank)
     augment_rng = np.random.default_rng(args.seed * 1000 + 2 + rank)
@@ -471,17 +472,17 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         sampler = ClassBalancedSampler(clip_labels(splits["train"], multi_label), num_classes=num_labels,
                                        num_samples=args.samples_per_epoch, seed=0)
 
-    # 3. Optimiser: layer-wise lr decay on top of the decay / no-decay split; lr a pure function of the step.
+    # 4. Optimiser: layer-wise lr decay on top of the decay / no-decay split; lr a pure function of the step.
     optimizer = torch.optim.AdamW(layer_decay_param_groups(model, args.weight_decay, args.layer_decay),
                                   lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
 
-    # 4. Distribute.
+    # 5. Distribute.
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
     if ema is not None:
         ema.to(accelerator.device)
 
-    # 7a. Resume: model, optimiser and RNG states, generators, EMA weights, data position and best-so-far.
+    # 6. Resume: model, optimiser and RNG states, generators, EMA weights, data position and best-so-far.
     step, micro_position, decode_failures_before = 0, 0, 0
     best = {"valid_score": -math.inf, "step": 0, "test_score": float("nan")}
     history = []
@@ -520,7 +521,7 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
             truncate_log(output_dir / "log_history.jsonl", step)
 
-    # 5. Training loop.
+    # 7. Training loop.
     stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
     batches = micro_batches(splits["train"], args.per_device_train_batch_size, world, rank, args.seed,
                             start=micro_position, num_workers=args.dataloader_num_workers, sampler=sampler)
@@ -576,7 +577,7 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
             progress.set_postfix(loss=f"{logs['loss']:.4f}", lr=f"{lr:.2e}")
             loss_sum, num_summed, t_log, step_of_log = 0.0, 0, now, step
 
-        # 6. Evaluation with the EMA weights (the trained weights when the EMA is off), selection by --select_on.
+        # 7a. Evaluation with the EMA weights (the trained weights when the EMA is off), selection by --select_on.
         if step % args.eval_steps == 0 or step == args.max_steps:
             evaluated = ema if ema is not None else unwrapped
 

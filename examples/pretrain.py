@@ -243,7 +243,7 @@ def parse_args(argv=None):
     return data_args, model_args, args
 
 
-# ----------------------------------------------------------------------------------------------- 2. model
+# ----------------------------------------------------------------------------------------------- model (step 2)
 def build_model(model_args: ModelArguments) -> AaspForPreTraining:
     if model_args.init_from is not None:
         config = AaspConfig.from_pretrained(model_args.init_from)
@@ -464,7 +464,7 @@ def training_summary(data_args, args, results: dict) -> dict:
     return summary
 
 
-# ----------------------------------------------------------------------------------------------- 3. monitors
+# ----------------------------------------------------------------------------------------------- monitors (steps 3, 7b)
 def is_due(step: int, every: int, stop_step: int) -> bool:
     """Every `every` steps and at the last step; never when `every` is 0."""
     return every > 0 and (step % every == 0 or step == stop_step)
