@@ -23,8 +23,8 @@ logger = logging.getLogger(__name__)
 MODEL_CARD_TEMPLATE = Path(__file__).resolve().parents[1] / "MODEL_CARD.md"
 # The remote code save_pretrained ships: an encoder or classifier folder holds exactly CODE_FILES (the modeling file,
 # the feature extractor, what they import relatively, the pipeline); a pre-training folder also PRETRAINING_CODE_FILES.
-CODE_FILES = ("configuration_aasp.py", "modeling_aasp.py", "transformer_block_aasp.py", "sblu.py",
-              "feature_extraction_aasp.py", "audio_frontends_aasp.py", "pipeline_aasp.py")
+CODE_FILES = ("configuration_aasp.py", "modeling_aasp.py", "patch_embedding_aasp.py", "transformer_block_aasp.py",
+              "sblu.py", "feature_extraction_aasp.py", "audio_frontends_aasp.py", "pipeline_aasp.py")
 PRETRAINING_CODE_FILES = ("modeling_aasp_pretraining.py", "objectives.py")
 # YAML metadata keys a caller may set through `model_card_fields`.
 YAML_FIELDS = ("library_name", "pipeline_tag", "license", "tags", "datasets", "base_model", "language", "metrics")

@@ -1,18 +1,19 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
-"""AaSP audio spectrogram transformer: the SPE/AaPE patch embedding, the ViT encoder and its classification head.
+"""AaSP audio spectrogram transformer: the encoder `AaspModel`, the classifier `AaspForAudioClassification` with its
+head, and their base class `AaspPreTrainedModel` (initialisation, the checks on loading, the saved `auto_map`).
 
-Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers".
-Symbols -> names: Λ = α + jβ -> (decay, frequency); Δ -> sblu_step; K -> sblu_kernel_size; H -> sblu_hidden_size;
-C -> sblu_output_size; B̄ -> input_projection; C̄ -> output_projection; Γ -> sblu_gamma.
+Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers". The encoder is EAT's
+layout, which the paper follows: patch embedding (SPE or AaPE, `AaspEmbeddings`) -> prepend CLS -> LayerNorm -> ViT
+blocks (`AaspLayer`).
 
 Dimensions: B batch, T frames, F mel bins, F̃/T̃ frequency/time patches, N = T̃·F̃ tokens (time-major: token
-t·F̃ + f), D hidden size, H SBLU hidden channels, C SBLU output channels, C̃ = C/F̃, K SBLU taps.
+t·F̃ + f), D hidden size.
 
 This file is shipped to the Hub as remote code: it imports only torch, transformers, numpy and its sibling files
-(`configuration_aasp.py`, `transformer_block_aasp.py`, the ViT block of the encoder and the Lambda encoder, and
-`sblu.py`). The SBLU branch of AaPE (`AaspSBLU`) lives beside its operator in `sblu.py`;
-pre-training (predictors, contrastive head, `AaspForPreTraining`) in `modeling_aasp_pretraining.py`, which only a
-pre-training checkpoint ships.
+`configuration_aasp.py`, `patch_embedding_aasp.py` (the SPE/AaPE stem: positions, Lambda encoder, SBLU branch, patch
+fusion; the SBLU operator it uses is in `sblu.py`) and `transformer_block_aasp.py` (the ViT block of the encoder and
+of the Lambda encoder). Pre-training (predictors, contrastive head, `AaspForPreTraining`) is in
+`modeling_aasp_pretraining.py`, which only a pre-training checkpoint ships.
 """
 
 import os
@@ -34,8 +35,8 @@ from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_aasp import _LOADED_AS_REMOTE_CODE, AaspConfig
-from .sblu import AaspSBLU, sblu_decay_min, sblu_frequency_range
-from .transformer_block_aasp import AaspLambdaEncoderLayer, AaspLayer
+from .patch_embedding_aasp import AaspEmbeddings, AaspSBLU
+from .transformer_block_aasp import AaspLayer
 
 
 # ----------------------------------------------------------------------------------------------- outputs
@@ -59,199 +60,12 @@ class AaspModelOutput(ModelOutput):
     ffn_outputs: tuple[torch.FloatTensor, ...] | None = None
 
 
-# ----------------------------------------------------------------------------------------------- positions
-def sincos_position_embeddings(hidden_size: int, num_frequency_patches: int, num_time_patches: int) -> torch.Tensor:
-    """Fixed 2-D sin-cos positions (MAE/EAT), float64 `(N, D)` in time-major token order.
-
-    The first D/2 dimensions encode the frequency-patch index, the last D/2 the time-patch index (as EAT does);
-    each half is [sin(p·ω), cos(p·ω)] with ω_i = 10000^(−i/(D/4)).
-    """
-    quarter = hidden_size // 4
-    omega = 1.0 / 10000 ** (np.arange(quarter, dtype=np.float64) / quarter)  # (D/4,)
-
-    def one_axis(positions):
-        angles = np.outer(positions, omega)  # (P, D/4)
-        return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)  # (P, D/2)
-
-    time_index, freq_index = np.meshgrid(
-        np.arange(num_time_patches), np.arange(num_frequency_patches), indexing="ij"
-    )  # each (T̃, F̃)
-    table = np.concatenate([one_axis(freq_index.reshape(-1)), one_axis(time_index.reshape(-1))], axis=1)  # (N, D)
-    return torch.from_numpy(table)
-
-
+# ----------------------------------------------------------------------------------------------- token mask
 def _frame_mask_to_token_mask(frame_mask: torch.Tensor, time_patch_size: int, num_frequency_patches: int):
     """(B, T) frame mask -> (B, N) token mask: a patch is real when any of its frames is real."""
     batch_size, num_frames = frame_mask.shape
     patch_mask = frame_mask.reshape(batch_size, num_frames // time_patch_size, time_patch_size).any(-1)  # (B, T̃)
     return patch_mask.repeat_interleave(num_frequency_patches, dim=1)  # (B, T̃) -> (B, N), time-major
-
-
-# ----------------------------------------------------------------------------------------------- AaPE parts
-class AaspLambdaEncoder(nn.Module):
-    """Lambda encoder (paper Sec. AaPE (1)): estimates the SBLU decay α and frequency β for every token.
-
-    X_spec + positions -> Linear(D -> D/r) -> L pre-norm ViT blocks -> LayerNorm -> Linear(D/r -> 2H/F̃), split into
-    α, β (H/F̃ each per token), bounded as α = softplus(·) + α_min, β = (β_max − β_min)·σ(·) + β_min.
-    Attention is restricted to the real tokens given by `attention_mask`, so in masked pre-training it attends
-    only among visible tokens.
-    """
-
-    def __init__(self, config: AaspConfig):
-        super().__init__()
-        width = config.lambda_encoder_hidden_size
-        self.input_projection = nn.Linear(config.hidden_size, width)
-        self.layers = nn.ModuleList(
-            [
-                AaspLambdaEncoderLayer(
-                    config,
-                    width,
-                    config.lambda_encoder_num_attention_heads,
-                    int(width * config.lambda_encoder_mlp_ratio),
-                    layer_norm_first=True,
-                    drop_path=0.0,
-                )
-                for _ in range(config.lambda_encoder_num_layers)
-            ]
-        )
-        self.config = config
-        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
-        self.output_projection = nn.Linear(width, 2 * config.sblu_hidden_size // config.num_frequency_patches)
-        self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
-        self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
-
-    def forward(self, tokens, attention_mask=None):
-        """tokens: (B, N, D) with positions; attention_mask: (B, N) token mask (1 = real patch) or None.
-        Returns decay α and frequency β, each float32 (B, N, H/F̃)."""
-        hidden_states = self.input_projection(tokens)  # (B, N, D) -> (B, N, D/r)
-        attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
-        )  # the form config._attn_implementation takes: (B, 1, N, N) for eager/SDPA, None when nothing is padded
-        for layer in self.layers:
-            hidden_states, _, _ = layer(hidden_states, attention_mask)
-        lambdas = self.output_projection(self.norm(hidden_states)).float()  # (B, N, 2H/F̃)
-        decay, frequency = lambdas.chunk(2, dim=-1)  # (B, N, H/F̃) each
-        decay = F.softplus(decay) + self.decay_min
-        frequency = (self.frequency_max - self.frequency_min) * torch.sigmoid(frequency) + self.frequency_min
-        return decay, frequency
-
-
-class AaspEmbeddings(nn.Module):
-    """Patch embedding stage: SPE (16×16 conv + fixed positions) or AaPE (SPE + Lambda encoder + SBLU + fusion).
-
-    Input (B, T, F) normalised log-mel; output (B, N, D) patch tokens with positions, time-major.
-    The position table covers `num_frames` (608); shorter inputs truncate it, longer ones interpolate it linearly
-    along time only (paper Sec. Training Setup).
-    """
-
-    def __init__(self, config: AaspConfig):
-        super().__init__()
-        self.config = config
-        # X_spec: the input is (B, 1, T, F), so the kernel is (P_time, P_freq) as in EAT.
-        self.projection = nn.Conv2d(
-            1,
-            config.hidden_size,
-            kernel_size=(config.time_patch_size, config.frequency_patch_size),
-            stride=(config.time_patch_size, config.frequency_patch_size),
-        )
-        # Fixed sin-cos positions with a zero row for CLS, a non-trainable parameter as in AudioMAE.
-        self.position_embeddings = nn.Parameter(
-            torch.zeros(1, 1 + config.num_patches, config.hidden_size), requires_grad=False
-        )
-        if config.patch_embedding == "aape":
-            self.lambda_encoder = AaspLambdaEncoder(config) if config.sblu_adaptive else None
-            self.sblu = AaspSBLU(config)
-            alias_size = config.sblu_output_size // config.num_frequency_patches  # C̃
-            self.spec_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-            self.alias_norm = nn.LayerNorm(alias_size, eps=config.layer_norm_eps)
-            self.fusion = nn.Linear(config.hidden_size + alias_size, config.hidden_size)  # f_fuse
-
-    def compute_position_embeddings(self) -> torch.Tensor:
-        """Float32 (1, 1 + N, D): zero row for CLS, then the sin-cos table."""
-        c = self.config
-        table = sincos_position_embeddings(c.hidden_size, c.num_frequency_patches, c.num_time_patches)  # (N, D)
-        return torch.cat([torch.zeros(1, c.hidden_size, dtype=table.dtype), table])[None].float()
-
-    def patch_positions(self, num_time_patches: int, valid_time_patches: torch.Tensor | None = None) -> torch.Tensor:
-        """Positions (B or 1, T̃'·F̃, D) for an input with T̃' time patches.
-
-        Each clip uses its own length (`valid_time_patches`, (B,), default T̃'): a clip that fits the table takes its
-        first rows; a longer clip gets the table linearly interpolated along time (F.interpolate's "linear",
-        align_corners=False, mapping). Per-clip lengths make a padded batch give every clip the positions it gets
-        alone. Rows past a clip's length (padding) are clamped copies.
-        """
-        c = self.config
-        table = self.position_embeddings[0, 1:].reshape(c.num_time_patches, -1)  # (N, D) -> (T̃, F̃·D)
-        target = torch.arange(num_time_patches, device=table.device, dtype=torch.float32)[None]  # (1, T̃')
-        if valid_time_patches is None:
-            length = torch.full((1, 1), num_time_patches, device=table.device, dtype=torch.float32)
-        else:
-            length = valid_time_patches.to(device=table.device, dtype=torch.float32)[:, None]  # (B, 1)
-        stretched = (target + 0.5) * (c.num_time_patches / length) - 0.5
-        source = torch.where(length > c.num_time_patches, stretched, target).clamp(0, c.num_time_patches - 1)
-        low = source.floor().long()  # (B, T̃')
-        high = (low + 1).clamp(max=c.num_time_patches - 1)
-        weight = (source - low)[..., None].to(table.dtype)  # (B, T̃', 1)
-        rows = table[low] * (1 - weight) + table[high] * weight  # (B, T̃', F̃·D)
-        return rows.reshape(rows.shape[0], -1, c.hidden_size)  # (B, T̃', F̃·D) -> (B, T̃'·F̃, D)
-
-    def forward(self, input_values, frame_mask=None, attention_mask=None, visible_indices=None):
-        """input_values: (B, T, F), T a multiple of P_time; frame_mask: (B, T) bool or None;
-        attention_mask: (B, N) token mask for the Lambda encoder (1 = real patch) or None;
-        visible_indices: (B, M, V) long or None — masked pre-training: embed only the V visible tokens of each of
-        M views per clip (the Lambda encoder attends among them only).
-        Returns (B, N, D) patch tokens with positions, or (B·M, V, D) with `visible_indices`."""
-        c = self.config
-        batch_size, num_frames, _ = input_values.shape
-        num_time_patches = num_frames // c.time_patch_size
-        valid_time_patches = None
-        if frame_mask is not None:  # (B, T) -> (B, T̃, P_time) -> (B,)
-            valid_time_patches = frame_mask.reshape(batch_size, num_time_patches, -1).any(-1).sum(-1)
-        positions = self.patch_positions(num_time_patches, valid_time_patches).to(input_values.dtype)  # (B|1, N, D)
-        positions = positions.expand(batch_size, -1, -1)  # (B, N, D)
-
-        spec = self.projection(input_values.unsqueeze(1))  # (B, T, F) -> (B, 1, T, F) -> (B, D, T̃, F̃)
-        spec = spec.flatten(2).transpose(1, 2)  # (B, D, T̃, F̃) -> (B, N, D), time-major
-        mel = input_values.transpose(1, 2)  # (B, T, F) -> (B, F, T)
-        visibility = None if frame_mask is None else frame_mask[:, None, :]  # (B, 1, T)
-
-        views = None
-        if visible_indices is not None:
-            num_views = visible_indices.shape[1]
-            views = visible_indices.reshape(batch_size * num_views, -1)  # (B, M, V) -> (B·M, V)
-            spec = self._take(spec.repeat_interleave(num_views, dim=0), views)  # (B·M, V, D)
-            positions = self._take(positions.repeat_interleave(num_views, dim=0), views)  # (B·M, V, D)
-        if c.patch_embedding == "spe":
-            return spec + positions
-
-        decay = frequency = None
-        if self.lambda_encoder is not None:
-            decay, frequency = self.lambda_encoder(spec + positions, attention_mask)  # (B', N|V, H/F̃) each
-        if views is not None:  # masked pre-training: only the visible tokens' SBLU features are computed
-            alias = self.sblu(mel, decay, frequency, visible_indices=views)  # (B·M, V, C̃)
-        else:
-            if decay is not None:
-                decay = self._lambda_to_frames(decay)  # (B, N, H/F̃) -> (B, H, T)
-                frequency = self._lambda_to_frames(frequency)  # (B, H, T)
-            alias = self.sblu(mel, decay, frequency, visibility)  # (B, N, C̃)
-        fused = self.fusion(torch.cat([self.spec_norm(spec), self.alias_norm(alias.to(spec.dtype))], dim=-1))
-        return fused + positions  # (B', N|V, D)
-
-    @staticmethod
-    def _take(tokens, indices):
-        """(B', N, X) gathered at (B', V) token indices -> (B', V, X)."""
-        return tokens.gather(1, indices[..., None].expand(-1, -1, tokens.shape[-1]))
-
-    def _lambda_to_frames(self, per_token):
-        """(B, N, H/F̃) per-token parameters -> (B, H, T): token (t, f) drives hidden channels f·H/F̃ ... (f+1)·H/F̃−1
-        (the channels B̄ fills from frequency patch f) for the P_time frames of time patch t."""
-        c = self.config
-        batch_size, num_tokens, per_group = per_token.shape
-        num_time_patches = num_tokens // c.num_frequency_patches
-        grid = per_token.reshape(batch_size, num_time_patches, c.num_frequency_patches, per_group)  # (B, T̃, F̃, H/F̃)
-        grid = grid.permute(0, 2, 3, 1)  # (B, T̃, F̃, H/F̃) -> (B, F̃, H/F̃, T̃)
-        grid = grid.reshape(batch_size, c.num_frequency_patches * per_group, num_time_patches)  # -> (B, H, T̃)
-        return grid.repeat_interleave(c.time_patch_size, dim=-1)  # (B, H, T̃) -> (B, H, T)
 
 
 # ----------------------------------------------------------------------------------------------- models

@@ -9,7 +9,7 @@ per view, Q query tokens per view, B' = B·M views, P predictor width, L context
 
 This file is shipped to the Hub as remote code with pre-training checkpoints only (`AutoModelForPreTraining`): it
 imports only torch, transformers and its sibling files (`modeling_aasp.py`, `transformer_block_aasp.py`,
-`objectives.py`, `configuration_aasp.py`).
+`patch_embedding_aasp.py`, `objectives.py`, `configuration_aasp.py`).
 Encoder and classifier checkpoints ship neither this file nor `objectives.py`.
 """
 
@@ -26,8 +26,9 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_aasp import AaspConfig
-from .modeling_aasp import AaspModel, AaspPreTrainedModel, sincos_position_embeddings
+from .modeling_aasp import AaspModel, AaspPreTrainedModel
 from .objectives import clip_loss, masked_prediction_loss, multi_view_contrastive_loss, teacher_targets
+from .patch_embedding_aasp import sincos_position_embeddings
 from .transformer_block_aasp import AaspMLP, eager_attention_forward
 
 
