@@ -299,7 +299,7 @@ class AaspConfig(PreTrainedConfig):
             # Loaded as the checkpoint's own code (trust_remote_code=True), the entry stays and builds ours.
             kwargs.pop("custom_pipelines", None)
         super().__init__(**kwargs)
-        self._validate()
+        _validate_config(self)
 
     # ------------------------------------------------------------------ derived sizes
     @property
@@ -322,111 +322,101 @@ class AaspConfig(PreTrainedConfig):
         """D / r (128 for the defaults)."""
         return self.hidden_size // self.lambda_encoder_reduction
 
-    # ------------------------------------------------------------------ validation
-    def _validate(self):
-        def fail(field, message):
-            raise ValueError(f"AaspConfig.{field}={getattr(self, field)!r}: {message}")
 
-        for field in (
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "num_mel_bins",
-            "num_frames",
-            "frequency_patch_size",
-            "time_patch_size",
-            "sblu_hidden_size",
-            "sblu_output_size",
-            "sblu_highpass_num_taps",
-            "lambda_encoder_reduction",
-            "lambda_encoder_num_layers",
+# The fields `_validate_config` checks by kind: each must be a positive integer, a probability in [0, 1), a
+# positive number, a bool, or a non-negative number.
+POSITIVE_INTEGER_FIELDS = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "num_mel_bins", "num_frames",
+    "frequency_patch_size", "time_patch_size", "sblu_hidden_size", "sblu_output_size", "sblu_highpass_num_taps",
+    "lambda_encoder_reduction", "lambda_encoder_num_layers", "lambda_encoder_num_attention_heads",
+    "predictor_hidden_size", "predictor_num_layers", "predictor_num_attention_heads", "predictor_cnn_hidden_size",
+    "predictor_cnn_num_layers", "predictor_cnn_kernel_size", "predictor_cnn_groups", "mask_num_views",
+)
+PROBABILITY_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate")
+POSITIVE_NUMBER_FIELDS = (
+    "layer_norm_eps", "initializer_range", "sblu_step", "lambda_encoder_mlp_ratio", "predictor_mlp_ratio",
+    "contrastive_temperature",
+)
+BOOLEAN_FIELDS = ("qkv_bias", "layer_norm_first", "sblu_adaptive")
+NON_NEGATIVE_FIELDS = ("clip_loss_weight", "contrastive_loss_weight", "predictor_cnn_mask_noise_std")
+
+
+def _validate_config(config) -> None:
+    """The checks on an `AaspConfig`'s values, run at the end of its `__init__`: a ValueError naming the field, its
+    value and what it must be (types and ranges, the fields of `CHOICES`, and the sizes that must divide each other)."""
+
+    def fail(field, message):
+        raise ValueError(f"AaspConfig.{field}={getattr(config, field)!r}: {message}")
+
+    for field in POSITIVE_INTEGER_FIELDS:
+        value = getattr(config, field)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            fail(field, "must be a positive integer")
+    for field in PROBABILITY_FIELDS:
+        value = getattr(config, field)
+        if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            fail(field, "must be a probability in [0, 1)")
+    for field in POSITIVE_NUMBER_FIELDS:
+        value = getattr(config, field)
+        if not isinstance(value, (int, float)) or not value > 0:
+            fail(field, "must be a positive number")
+    for field in BOOLEAN_FIELDS:
+        if not isinstance(getattr(config, field), bool):
+            fail(field, "must be True or False")
+
+    for field, allowed in CHOICES.items():
+        if getattr(config, field) not in allowed:
+            fail(field, f"must be one of {allowed}")
+    if config.hidden_size % 4:
+        fail("hidden_size", "must be a multiple of 4 (2-D sin-cos positions use D/4 frequencies per axis)")
+    if config.hidden_size % config.num_attention_heads:
+        fail("num_attention_heads", f"must divide hidden_size={config.hidden_size}")
+    if config.num_mel_bins % config.frequency_patch_size:
+        fail("frequency_patch_size", f"must divide num_mel_bins={config.num_mel_bins}")
+    if config.num_frames % config.time_patch_size:
+        fail("num_frames", f"must be a multiple of time_patch_size={config.time_patch_size}")
+
+    k = config.sblu_kernel_size
+    if isinstance(k, bool) or not isinstance(k, int) or k < 3 or k % 2 == 0:
+        fail("sblu_kernel_size", "must be an odd integer >= 3 (the kernel is centred)")
+    if config.sblu_highpass_num_taps % 2 == 0:
+        fail("sblu_highpass_num_taps", "must be odd (a type-I linear-phase high-pass FIR)")
+    if not isinstance(config.sblu_epsilon, (int, float)) or not 0.0 < config.sblu_epsilon < 1.0:
+        fail("sblu_epsilon", "must be in (0, 1): the window's edge attenuation")
+    f_groups = config.num_frequency_patches
+    if config.sblu_hidden_size % f_groups:
+        fail("sblu_hidden_size", f"must be a multiple of the number of frequency patches ({f_groups})")
+    if config.sblu_output_size % f_groups:
+        fail("sblu_output_size", f"must be a multiple of the number of frequency patches ({f_groups})")
+    if config.predictor_type == "cnn" and config.predictor_cnn_kernel_size % 2 == 0:
+        fail("predictor_cnn_kernel_size", "must be odd (same-size padding)")
+    groups = config.predictor_cnn_groups
+    if config.predictor_type == "cnn" and (config.predictor_cnn_hidden_size % groups or config.hidden_size % groups):
+        fail("predictor_cnn_groups", "must divide predictor_cnn_hidden_size and hidden_size")
+    if config.predictor_hidden_size % config.predictor_num_attention_heads:
+        fail("predictor_num_attention_heads", f"must divide predictor_hidden_size={config.predictor_hidden_size}")
+    for field in ("mask_ratio", "mask_query_ratio"):
+        value = getattr(config, field)
+        if not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
+            fail(field, "must be in (0, 1)")
+    if config.mask_num_views < 2 and config.contrastive_loss_weight > 0:
+        fail("mask_num_views", "must be >= 2 for the multi-view contrastive loss (or set contrastive_loss_weight=0)")
+    if not config.mask_block_sizes or any(
+        len(size) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in size)
+        for size in config.mask_block_sizes
+    ):
+        fail("mask_block_sizes", "must be a non-empty list of (frequency, time) pairs of positive integers")
+    for field in NON_NEGATIVE_FIELDS:
+        value = getattr(config, field)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            fail(field, "must be a non-negative number")
+    if config.hidden_size % config.lambda_encoder_reduction:
+        fail("lambda_encoder_reduction", f"must divide hidden_size={config.hidden_size}")
+    if config.lambda_encoder_hidden_size % config.lambda_encoder_num_attention_heads:
+        fail(
             "lambda_encoder_num_attention_heads",
-            "predictor_hidden_size",
-            "predictor_num_layers",
-            "predictor_num_attention_heads",
-            "predictor_cnn_hidden_size",
-            "predictor_cnn_num_layers",
-            "predictor_cnn_kernel_size",
-            "predictor_cnn_groups",
-            "mask_num_views",
-        ):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                fail(field, "must be a positive integer")
-        for field in ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate"):
-            value = getattr(self, field)
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                fail(field, "must be a probability in [0, 1)")
-        for field in (
-            "layer_norm_eps",
-            "initializer_range",
-            "sblu_step",
-            "lambda_encoder_mlp_ratio",
-            "predictor_mlp_ratio",
-            "contrastive_temperature",
-        ):
-            value = getattr(self, field)
-            if not isinstance(value, (int, float)) or not value > 0:
-                fail(field, "must be a positive number")
-        for field in ("qkv_bias", "layer_norm_first", "sblu_adaptive"):
-            if not isinstance(getattr(self, field), bool):
-                fail(field, "must be True or False")
-
-        for field, allowed in CHOICES.items():
-            if getattr(self, field) not in allowed:
-                fail(field, f"must be one of {allowed}")
-        if self.hidden_size % 4:
-            fail("hidden_size", "must be a multiple of 4 (2-D sin-cos positions use D/4 frequencies per axis)")
-        if self.hidden_size % self.num_attention_heads:
-            fail("num_attention_heads", f"must divide hidden_size={self.hidden_size}")
-        if self.num_mel_bins % self.frequency_patch_size:
-            fail("frequency_patch_size", f"must divide num_mel_bins={self.num_mel_bins}")
-        if self.num_frames % self.time_patch_size:
-            fail("num_frames", f"must be a multiple of time_patch_size={self.time_patch_size}")
-
-        k = self.sblu_kernel_size
-        if isinstance(k, bool) or not isinstance(k, int) or k < 3 or k % 2 == 0:
-            fail("sblu_kernel_size", "must be an odd integer >= 3 (the kernel is centred)")
-        if self.sblu_highpass_num_taps % 2 == 0:
-            fail("sblu_highpass_num_taps", "must be odd (a type-I linear-phase high-pass FIR)")
-        if not isinstance(self.sblu_epsilon, (int, float)) or not 0.0 < self.sblu_epsilon < 1.0:
-            fail("sblu_epsilon", "must be in (0, 1): the window's edge attenuation")
-        f_groups = self.num_frequency_patches
-        if self.sblu_hidden_size % f_groups:
-            fail("sblu_hidden_size", f"must be a multiple of the number of frequency patches ({f_groups})")
-        if self.sblu_output_size % f_groups:
-            fail("sblu_output_size", f"must be a multiple of the number of frequency patches ({f_groups})")
-        if self.predictor_type == "cnn" and self.predictor_cnn_kernel_size % 2 == 0:
-            fail("predictor_cnn_kernel_size", "must be odd (same-size padding)")
-        if self.predictor_type == "cnn" and (
-            self.predictor_cnn_hidden_size % self.predictor_cnn_groups or self.hidden_size % self.predictor_cnn_groups
-        ):
-            fail("predictor_cnn_groups", "must divide predictor_cnn_hidden_size and hidden_size")
-        if self.predictor_hidden_size % self.predictor_num_attention_heads:
-            fail("predictor_num_attention_heads", f"must divide predictor_hidden_size={self.predictor_hidden_size}")
-        for field in ("mask_ratio", "mask_query_ratio"):
-            value = getattr(self, field)
-            if not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
-                fail(field, "must be in (0, 1)")
-        if self.mask_num_views < 2 and self.contrastive_loss_weight > 0:
-            fail("mask_num_views", "must be >= 2 for the multi-view contrastive loss (or set contrastive_loss_weight=0)")
-        if not self.mask_block_sizes or any(
-            len(size) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in size)
-            for size in self.mask_block_sizes
-        ):
-            fail("mask_block_sizes", "must be a non-empty list of (frequency, time) pairs of positive integers")
-        for field in ("clip_loss_weight", "contrastive_loss_weight", "predictor_cnn_mask_noise_std"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                fail(field, "must be a non-negative number")
-        if self.hidden_size % self.lambda_encoder_reduction:
-            fail("lambda_encoder_reduction", f"must divide hidden_size={self.hidden_size}")
-        if self.lambda_encoder_hidden_size % self.lambda_encoder_num_attention_heads:
-            fail(
-                "lambda_encoder_num_attention_heads",
-                f"must divide the Lambda encoder width hidden_size/reduction={self.lambda_encoder_hidden_size}",
-            )
+            f"must divide the Lambda encoder width hidden_size/reduction={config.lambda_encoder_hidden_size}",
+        )
 
 
 __all__ = ["AaspConfig"]
