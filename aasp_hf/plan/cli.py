@@ -3,6 +3,14 @@
 reads what `accelerate launch` / torchrun set. The arguments themselves are
 `aasp_hf.training.arguments.PlanArguments`."""
 
+import json
+import os
+from pathlib import Path
+
+from ..configuration_aasp import AaspConfig
+from ..data.protocol import evar_clip_seconds, evar_task
+from ..feature_extraction_aasp import AaspFeatureExtractor
+from ..training.arguments import gradient_accumulation_for
 from .data_path import data_path_plan
 from .estimate import plan_finetuning, plan_pretraining
 from .report import format_plan
@@ -11,7 +19,6 @@ from .report import format_plan
 def launch_environment() -> tuple[int, str | None, bool]:
     """(number of processes, mixed precision or None, is the main process) as `accelerate launch` / torchrun set
     them in the environment (WORLD_SIZE, ACCELERATE_MIXED_PRECISION, RANK); 1, None, True for a plain `python`."""
-    import os
 
     return (int(os.environ.get("WORLD_SIZE", "1")), os.environ.get("ACCELERATE_MIXED_PRECISION"),
             int(os.environ.get("RANK", "0")) == 0)
@@ -24,10 +31,6 @@ def print_pretraining_plan(model_args, args, data_args=None) -> dict:
     weights or output folder are touched. With `data_args` and `--plan_data_clips` > 0, the data path is timed on
     this host too (`data_path_plan`: the run's data source is read, nothing is written but a temporary folder).
     Returns {"plan": the table, "data": the data path's figures (when timed)}."""
-    import json
-    from pathlib import Path
-
-    from .. import AaspConfig
 
     if model_args.init_from is not None:
         config = AaspConfig.from_pretrained(model_args.init_from)
@@ -60,9 +63,6 @@ def print_finetuning_plan(args) -> dict:
     The encoder's configuration is read from `--model_name_or_path`'s config.json (no weights); the clip length
     from `--clip_seconds` or the task's EVAR length (`--task`, or `--dataset`'s task); the global batch as the
     script makes it up (`total_train_batch_size`: gradient accumulation on fewer processes)."""
-    from .. import AaspConfig, AaspFeatureExtractor
-    from ..data import evar_clip_seconds, evar_task
-    from ..training.arguments import gradient_accumulation_for
 
     config = AaspConfig.from_pretrained(args.model_name_or_path, drop_path_rate=args.drop_path_rate)
     if args.synthetic_per_class > 0:

@@ -1,10 +1,21 @@
 """The data side of a pre-training plan, measured on this host: `time_data_path` times decoding and collating as
 training does them, `data_path_plan` turns that into the DataLoader workers and cores the predicted step needs."""
 
+import dataclasses
+import itertools
 import math
+import os
+import tempfile
+import time
 
+import soundfile as sf
 import torch
 
+from ..data.clips import AudioStream, load_clips, replace_failed
+from ..data.collators import PretrainingCollator
+from ..data.synthetic import unlabelled_clips
+from ..feature_extraction_aasp import AaspFeatureExtractor
+from ..training.data_order import clip_seed
 from .estimate import RunPlan
 from .report import _duration
 
@@ -21,11 +32,6 @@ def time_data_path(clips, collator, num_clips: int, batch_size: int) -> dict:
     (`time.process_time`: what the work costs a core of its own, also when other processes share this host's
     cores), and the wall-clock seconds as "decode_wall_seconds", "collate_wall_seconds".
     """
-    import itertools
-    import time
-
-    from ..data.clips import AudioStream, replace_failed
-    from ..training.data_order import clip_seed
 
     if isinstance(clips, AudioStream):
         batches = (examples for _, examples in clips.micro_batches())
@@ -60,15 +66,6 @@ def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int =
     (`data_args`: examples/pretrain.py's, read with `aasp_hf.data.clips.load_clips` as training reads it, decoded in
     this process) or, with none given, synthetic 10-s clips written as 16-bit 16-kHz WAV files to a temporary folder
     and read as `--train_dir` reads them. Returns (the lines to print, the figures)."""
-    import dataclasses
-    import os
-    import tempfile
-
-    import soundfile as sf
-
-    from .. import AaspFeatureExtractor
-    from ..data.clips import load_clips
-    from ..data.collators import PretrainingCollator
 
     batch_size = max(1, min(plan.per_device_batch, 32, num_clips))
     collator = PretrainingCollator(AaspFeatureExtractor(feature_size=config.num_mel_bins), config,
@@ -82,8 +79,6 @@ def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int =
                     f"--synthetic_clips {data_args.synthetic_clips} (arrays in memory: nothing to decode)")
             what += ", as a stream" if data_args.streaming else ""
         else:
-            from ..data.synthetic import unlabelled_clips
-
             for number, clip in enumerate(unlabelled_clips(min(num_clips, 32), seed, 10.0)):
                 sf.write(os.path.join(folder, f"clip{number:03d}.wav"), clip, 16000, subtype="PCM_16")
             read = dataclasses.replace(data_args, train_dir=folder, streaming=False, dataloader_num_workers=0)

@@ -5,7 +5,12 @@ accelerator's code path (`accelerator_code_path`), measured for peak live bytes 
 from contextlib import contextmanager, nullcontext
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
+from .. import sblu
+from ..data.masking import sample_batch_masks
+from ..modeling_aasp import AaspForAudioClassification
+from ..modeling_aasp_pretraining import AaspForPreTraining
 from .counting import flop_counter
 from .memory import LiveTensorBytes
 
@@ -15,7 +20,6 @@ def accelerator_code_path():
     """Runs the SBLU's custom autograd function as on an accelerator: one whole-tensor pass (`aasp_hf.sblu`'s
     `WHOLE_TENSOR_PASS`; on the CPU it cuts the tensors into cache-sized blocks, whose temporaries an accelerator does
     not have). The arithmetic is the same; only the size of the temporaries differs."""
-    from .. import sblu
 
     before = sblu.WHOLE_TENSOR_PASS
     sblu.WHOLE_TENSOR_PASS = True
@@ -29,9 +33,6 @@ def fake_model(config, kind: str):
     """(model, fake_mode): `AaspForPreTraining` ("pretraining") or `AaspForAudioClassification` ("classification")
     built on the meta device (instant; no initialiser runs on data), its parameters and buffers then made fake CPU
     tensors of the same shapes and dtypes. In training mode."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from .. import AaspForAudioClassification, AaspForPreTraining
 
     model_class = AaspForPreTraining if kind == "pretraining" else AaspForAudioClassification
     with torch.device("meta"):
@@ -46,7 +47,6 @@ def pretraining_inputs(config, batch_size: int, seed: int = 0) -> dict:
     """Real index tensors as `PretrainingCollator` makes them (M views, V visible and Q query tokens per view, drawn
     by `aasp_hf.data.masking.sample_batch_masks`) and the shape of `input_values`; the log-mel itself is made where it
     is used."""
-    from ..data.masking import sample_batch_masks
 
     masks = sample_batch_masks(config, batch_size, generator=torch.Generator().manual_seed(seed))
     return {"input_values": (batch_size, config.num_frames, config.num_mel_bins),
