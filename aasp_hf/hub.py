@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from .errors import UsageError
+
 logger = logging.getLogger(__name__)
 
 MODEL_CARD_TEMPLATE = Path(__file__).resolve().parents[1] / "MODEL_CARD.md"
@@ -70,8 +72,6 @@ def training_checkpoint_message(path) -> str | None:
 
 def check_model_folder(path) -> None:
     """A `UsageError` with `training_checkpoint_message` when `path` is a training checkpoint, not a saved model."""
-    from .errors import UsageError
-
     message = training_checkpoint_message(path)
     if message is not None:
         raise UsageError(message)
