@@ -220,8 +220,9 @@ class AaspPreTrainedModel(PreTrainedModel):
             self.config.auto_map = auto_map
             # transformers' own audio-classification pipeline downmixes a stereo file to (L + R) / sqrt(2) (ffmpeg's
             # -ac 1), the feature extractor to (L + R) / 2; the checkpoint names its own pipeline, which averages the
-            # channels of the files it decodes. The relative import makes save_pretrained ship pipeline_aasp.py too; it is
-            # made here, not at the top, so that a checkpoint loaded as remote code does not import transformers' pipelines.
+            # channels of the files it decodes. The relative import makes save_pretrained ship pipeline_aasp.py too;
+            # it is made here, not at the top, so that a checkpoint loaded as remote code does not import
+            # transformers' pipelines.
             from .pipeline_aasp import CUSTOM_PIPELINES
 
             self.config.custom_pipelines = CUSTOM_PIPELINES
