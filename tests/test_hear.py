@@ -294,7 +294,8 @@ def test_hear_validator_passes_on_a_saved_checkpoint(checkpoint):
     """HEAR's own validator, as installed (`hear-validator`, from hearvalidator 2021.0.2), in a fresh process."""
     validator = Path(sys.executable).parent / "hear-validator"
     if not validator.exists():
-        pytest.fail(f"{validator} is missing: install the pinned stack (`make setup` installs constraints.txt)")
+        pytest.fail(f"{validator} is missing: install the pinned stack (`make setup` installs the package with its "
+                    "test extra at the constraints.txt pins)")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
     result = subprocess.run([str(validator), "aasp_hf.hear", "--model", str(checkpoint)], capture_output=True,
                             text=True, timeout=300, env=env)
