@@ -15,8 +15,9 @@ Modules: `accelerators` (datasheets, precisions, the paper's throughput, the `--
    initialisers would read random values, which fake tensors cannot give), its parameters become fake tensors
    (`FakeTensorMode`: shapes and dtypes, no storage), and one step runs on fake inputs shaped as the collator makes
    them (`AaspForPreTraining.forward` with `visible_indices` / `query_indices` drawn by
-   `aasp_hf.data.masking.sample_batch_masks`), under `torch.utils.flop_counter.FlopCounterMode`. Nothing is allocated, so the configured per-device batch is
-   run as it is (128 clips × 4 views for the paper) in about a second. Three corrections:
+   `aasp_hf.data.masking.sample_batch_masks`), under `torch.utils.flop_counter.FlopCounterMode`. Nothing is
+   allocated, so the configured per-device batch is run as it is (128 clips × 4 views for the paper) in about a
+   second. Three corrections:
    - FlopCounterMode's weight-gradient formula for `convolution_backward` ignores `groups` and counts a grouped
      convolution as a dense one: G× too many FLOPs for G groups (for the per-token SBLU taps, a depthwise conv1d
      over B·M·V·H/F̃ rows, that is ~10⁵× too many). `conv_backward_flop` replaces it (each gradient of a
