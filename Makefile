@@ -100,9 +100,10 @@ hear-check: setup $(HEAR_STAMP)
 	$(HEAR_ENV) PYTHONPATH=benchmarks/hear $(HEAR_PY) -m heareval.embeddings.runner logmel_floor \
 		--tasks-dir $(HEAR_OUT)/tasks --embeddings-dir $(HEAR_OUT)/embeddings \
 		> $(HEAR_OUT)/logs/embeddings-floor.log 2>&1 || { tail -n 30 $(HEAR_OUT)/logs/embeddings-floor.log; exit 1; }
-	$(HEAR_ENV) $(HEAR_PY) -m heareval.predictions.runner $(HEAR_OUT)/embeddings/*/* --grid $(HEAR_GRID) \
-		--grid-points $(HEAR_GRID_POINTS) \
-		> $(HEAR_OUT)/logs/predictions.log 2>&1 || { tail -n 30 $(HEAR_OUT)/logs/predictions.log; exit 1; }
+	@# the prediction runner writes Lightning's logs under ./logs/: run it in $(HEAR_OUT) so that they land there
+	cd $(HEAR_OUT) && $(HEAR_ENV) $(abspath $(HEAR_PY)) -m heareval.predictions.runner embeddings/*/* \
+		--grid $(HEAR_GRID) --grid-points $(HEAR_GRID_POINTS) \
+		> logs/predictions.log 2>&1 || { tail -n 30 logs/predictions.log; exit 1; }
 	$(HEAR_PY) benchmarks/hear/scores.py $(HEAR_OUT)/embeddings
 
 clean:
