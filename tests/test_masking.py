@@ -9,7 +9,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aasp_hf.data.masking import num_visible_tokens, sample_query_indices, sample_view_masks, visible_indices
+from aasp_hf import AaspConfig
+from aasp_hf.data.masking import (
+    build_batch_masks,
+    draw_batch_masks,
+    num_visible_tokens,
+    sample_batch_masks,
+    sample_query_indices,
+    sample_view_masks,
+    visible_indices,
+)
 
 
 PAPER_GRID = (8, 38)  # F̃ x T̃ of a 608-frame, 128-mel spectrogram with 16 x 16 patches: N = 304
@@ -310,3 +319,32 @@ def test_sample_query_indices_rejects_bad_ratio(query_ratio):
     mask = sample_view_masks(1, 2, *PAPER_GRID, generator=_generator(0))
     with pytest.raises(ValueError, match=str(query_ratio)):
         sample_query_indices(mask, query_ratio)
+
+
+# ----------------------------------------------------------------------------------------------- draws, then build
+def test_batch_masks_are_their_draws_built():
+    """`sample_batch_masks` = `build_batch_masks(draw_batch_masks(...))`, drawing the same numbers from the generator
+    as the view masks, then the queries, drawn one after the other."""
+    config = AaspConfig(mask_num_views=3, mask_ratio=0.7, mask_query_ratio=0.5)
+    sampled = sample_batch_masks(config, 5, generator=torch.Generator().manual_seed(4))
+    built = build_batch_masks(config, draw_batch_masks(config, 5, generator=torch.Generator().manual_seed(4)))
+    g = torch.Generator().manual_seed(4)
+    mask = sample_view_masks(5, 3, config.num_frequency_patches, config.num_time_patches, mask_ratio=0.7,
+                             block_sizes=config.mask_block_sizes, generator=g)
+    queries = sample_query_indices(mask, 0.5, generator=g)
+    for masks in (sampled, built):
+        assert torch.equal(masks["mask"], mask) and torch.equal(masks["query_indices"], queries)
+        assert torch.equal(masks["visible_indices"], visible_indices(mask))
+
+
+def test_clips_drawn_one_by_one_build_the_masks_each_gets_alone():
+    """Each clip's draws from its own seed, concatenated and built in one pass, give every clip the masks it gets
+    when sampled alone: the rows of the build do not interact."""
+    config = AaspConfig()
+    seeds = [7, 123, 0, 99999]
+    alone = [sample_batch_masks(config, 1, generator=torch.Generator().manual_seed(s)) for s in seeds]
+    draws = [draw_batch_masks(config, 1, generator=torch.Generator().manual_seed(s)) for s in seeds]
+    built = build_batch_masks(config, {key: torch.cat([d[key] for d in draws]) for key in draws[0]})
+    for key in ("mask", "visible_indices", "query_indices"):
+        assert torch.equal(built[key], torch.cat([a[key] for a in alone])), key
+    assert built["mask"].shape == (4, config.mask_num_views, config.num_patches)

@@ -24,6 +24,8 @@ reproduces the masks exactly):
     sample_query_indices   (B, M, Q) masked tokens used as predictor queries, Q = round(query_ratio · (N - V))
     visible_indices        (B, M, V) indices of the visible tokens, ascending
     sample_batch_masks     the three above for one pre-training batch, with the config's ``mask_*`` settings
+    draw_batch_masks       its random numbers alone, in its order (clips drawn one by one concatenate to a batch)
+    build_batch_masks      its masks from those random numbers, for a whole batch at once (no random draw)
 
 ``PretrainingCollator`` (``data/collators.py``) draws the masks of each pre-training batch with
 ``sample_batch_masks``; so do ``aasp_hf.plan`` and the speed benchmark for their stand-in batches. The model (the
@@ -51,9 +53,8 @@ def _random_device(generator, device):
     return torch.device(device) if device is not None else torch.device("cpu")
 
 
-def _uniform_int(high: torch.Tensor, size, generator, device) -> torch.Tensor:
-    """Integers uniform in [0, high) with a per-row ``high`` (R,) broadcast over ``size`` = (R, P)."""
-    u = torch.rand(size, generator=generator, device=device)  # (R, P) in [0, 1)
+def _uniform_int(u: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """Uniforms ``u`` (R, P) in [0, 1) -> integers uniform in [0, high) with a per-row ``high`` (R,)."""
     return torch.minimum((u * high[:, None]).long(), high[:, None] - 1)  # clamp guards float rounding up to high
 
 
@@ -100,21 +101,29 @@ def sample_view_masks(
         `torch.BoolTensor` of shape `(B, M, N)`, N = F̃·T̃ time-major (token t·F̃ + f); True = masked (hidden from the
         student), False = visible. Every view has exactly V visible tokens.
     """
+    block_sizes, num_visible = _check_view_masks(batch_size, num_views, num_frequency_patches, num_time_patches,
+                                                 mask_ratio, block_sizes)
+    rand_device = _random_device(generator, device)
+    out_device = torch.device(device) if device is not None else rand_device
+    draws = _draw_view_masks(batch_size * num_views, num_frequency_patches, num_time_patches, num_visible, block_sizes,
+                             generator, rand_device)
+    mask = _view_masks_from_draws(draws, num_frequency_patches, num_time_patches, num_visible, block_sizes)  # (R, N)
+    return mask.reshape(batch_size, num_views, mask.shape[-1]).to(out_device)  # (R, N) -> (B, M, N)
+
+
+def _check_view_masks(batch_size, num_views, num_f, num_t, mask_ratio, block_sizes) -> tuple[tuple, int]:
+    """`sample_view_masks`'s arguments checked: (the block sizes as a tuple of (frequency, time) pairs, V)."""
     if not 0.0 < mask_ratio < 1.0:
         raise ValueError(f"mask_ratio must be in (0, 1), got {mask_ratio}")
     if batch_size < 0 or num_views < 1:
         raise ValueError(f"batch_size must be >= 0 and num_views >= 1, got {batch_size} and {num_views}")
-    if num_frequency_patches < 1 or num_time_patches < 1:
-        raise ValueError(
-            f"the patch grid must be positive, got {num_frequency_patches} x {num_time_patches} (frequency x time)"
-        )
+    if num_f < 1 or num_t < 1:
+        raise ValueError(f"the patch grid must be positive, got {num_f} x {num_t} (frequency x time)")
     block_sizes = tuple(tuple(int(s) for s in size) for size in block_sizes)
     if len(block_sizes) == 0:
         raise ValueError("block_sizes must hold at least one (frequency, time) block size, got an empty sequence")
     if any(len(size) != 2 or min(size) < 1 for size in block_sizes):
         raise ValueError(f"block_sizes must be positive (frequency, time) pairs, got {block_sizes}")
-
-    num_f, num_t = num_frequency_patches, num_time_patches
     num_tokens = num_f * num_t
     num_visible = num_visible_tokens(num_tokens, mask_ratio)
     if not 0 < num_visible < num_tokens:
@@ -122,23 +131,46 @@ def sample_view_masks(
             f"mask_ratio={mask_ratio} leaves {num_visible} of {num_tokens} tokens visible; need at least one visible "
             "and one masked token"
         )
-    rand_device = _random_device(generator, device)
-    out_device = torch.device(device) if device is not None else rand_device
-    num_rows = batch_size * num_views  # R
+    return block_sizes, num_visible
 
-    # 1. One block size per view, clipped to the grid.
-    sizes = torch.tensor(block_sizes, dtype=torch.long, device=rand_device)  # (S, 2) (frequency, time)
-    sizes = torch.minimum(sizes, torch.tensor([num_f, num_t], device=rand_device))
-    choice = torch.randint(len(block_sizes), (num_rows,), generator=generator, device=rand_device)  # (R,)
-    block_f, block_t = sizes[choice].unbind(-1)  # (R,), (R,)
 
-    # 2. P candidate blocks per view at uniformly random in-grid positions (top-left corner f0, t0).
+def _block_sizes(block_sizes, num_f: int, num_t: int, device) -> torch.Tensor:
+    """(S, 2) block sizes (frequency, time), each clipped to the F̃ x T̃ grid."""
+    sizes = torch.tensor(block_sizes, dtype=torch.long, device=device)  # (S, 2)
+    return torch.minimum(sizes, torch.tensor([num_f, num_t], device=device))
+
+
+def _draw_view_masks(num_rows, num_f, num_t, num_visible, block_sizes, generator, device) -> dict:
+    """Every random number of R views' masks, in the order they are drawn: each view's block size ("choice" (R,)),
+    the corners of its P candidate blocks as uniforms ("corner_f", "corner_t" (R, P)) and its tokens' scores for
+    step 4 ("score" (R, N)). Drawn for R = M views of one clip at a time and concatenated along the first dimension,
+    they are what `_view_masks_from_draws` needs for the batch."""
+    sizes = _block_sizes(block_sizes, num_f, num_t, device)
     smallest_area = int((sizes[:, 0] * sizes[:, 1]).min())
     num_candidates = 2 * math.ceil(num_visible / smallest_area) + 2  # P
-    f0 = _uniform_int(num_f - block_f + 1, (num_rows, num_candidates), generator, rand_device)  # (R, P)
-    t0 = _uniform_int(num_t - block_t + 1, (num_rows, num_candidates), generator, rand_device)  # (R, P)
-    f = torch.arange(num_f, device=rand_device)
-    t = torch.arange(num_t, device=rand_device)
+    return {
+        "choice": torch.randint(len(block_sizes), (num_rows,), generator=generator, device=device),  # (R,)
+        "corner_f": torch.rand((num_rows, num_candidates), generator=generator, device=device),  # (R, P)
+        "corner_t": torch.rand((num_rows, num_candidates), generator=generator, device=device),  # (R, P)
+        "score": torch.rand(num_rows, num_f * num_t, generator=generator, device=device),  # (R, N)
+    }
+
+
+def _view_masks_from_draws(draws: dict, num_f, num_t, num_visible, block_sizes) -> torch.BoolTensor:
+    """Steps 1-4 of `sample_view_masks` on the random numbers of `_draw_view_masks`: (R, N), True = masked. No random
+    draw; each view (row) depends only on its own draws."""
+    device = draws["choice"].device
+    num_rows, num_candidates = draws["corner_f"].shape  # R, P
+    num_tokens = num_f * num_t
+
+    # 1. One block size per view, clipped to the grid.
+    block_f, block_t = _block_sizes(block_sizes, num_f, num_t, device)[draws["choice"]].unbind(-1)  # (R,), (R,)
+
+    # 2. P candidate blocks per view at uniformly random in-grid positions (top-left corner f0, t0).
+    f0 = _uniform_int(draws["corner_f"], num_f - block_f + 1)  # (R, P)
+    t0 = _uniform_int(draws["corner_t"], num_t - block_t + 1)  # (R, P)
+    f = torch.arange(num_f, device=device)
+    t = torch.arange(num_t, device=device)
     in_f = (f >= f0[..., None]) & (f < (f0 + block_f[:, None])[..., None])  # (R, P, F̃)
     in_t = (t >= t0[..., None]) & (t < (t0 + block_t[:, None])[..., None])  # (R, P, T̃)
     member = in_t[..., :, None] & in_f[..., None, :]  # (R, P, T̃, F̃)
@@ -157,11 +189,11 @@ def sample_view_masks(
     # 4. Exactly V visible: rank tokens by a random score lifted by 1 inside the kept blocks and take the top V. With
     #    fewer than V block tokens this keeps all of them plus uniformly random others; with more (first block > V)
     #    it keeps a uniformly random V of the block.
-    score = torch.rand(num_rows, num_tokens, generator=generator, device=rand_device) + blocks  # (R, N)
+    score = draws["score"] + blocks  # (R, N)
     visible = score.topk(num_visible, dim=-1, sorted=False).indices  # (R, V), in no particular order
-    mask = torch.ones(num_rows, num_tokens, dtype=torch.bool, device=rand_device)
+    mask = torch.ones(num_rows, num_tokens, dtype=torch.bool, device=device)
     mask.scatter_(1, visible, False)
-    return mask.reshape(batch_size, num_views, num_tokens).to(out_device)  # (R, N) -> (B, M, N)
+    return mask
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -181,10 +213,20 @@ def sample_query_indices(
     Returns:
         `torch.LongTensor` of shape `(B, M, Q)` on ``mask.device``: token indices (time-major), ascending per view.
     """
-    if not 0.0 < query_ratio <= 1.0:
-        raise ValueError(f"query_ratio must be in (0, 1], got {query_ratio}")
+    _check_query_ratio(query_ratio)
     if mask.dim() != 3 or mask.dtype != torch.bool:
         raise ValueError(f"mask must be a bool tensor of shape (B, M, N), got {mask.dtype} {tuple(mask.shape)}")
+    score = torch.rand(mask.shape, generator=generator, device=_random_device(generator, mask.device))  # (B, M, N)
+    return _queries_from_scores(mask, score, query_ratio)
+
+
+def _check_query_ratio(query_ratio: float) -> None:
+    if not 0.0 < query_ratio <= 1.0:
+        raise ValueError(f"query_ratio must be in (0, 1], got {query_ratio}")
+
+
+def _queries_from_scores(mask: torch.BoolTensor, score: torch.Tensor, query_ratio: float) -> torch.LongTensor:
+    """`sample_query_indices` on its uniform scores (B, M, N): the Q masked tokens with the largest scores."""
     num_masked = mask.sum(-1)  # (B, M)
     if num_masked.numel() and not bool((num_masked == num_masked.flatten()[0]).all()):
         raise ValueError(f"every view must mask the same number of tokens, got counts {num_masked.unique().tolist()}")
@@ -192,7 +234,6 @@ def sample_query_indices(
     num_queries = int(round(query_ratio * num_masked))  # Q
 
     # A uniformly random subset of the masked tokens: the Q largest of iid uniform scores, visible tokens scored -1.
-    score = torch.rand(mask.shape, generator=generator, device=_random_device(generator, mask.device))  # (B, M, N)
     score = score.to(mask.device).masked_fill(~mask, -1.0)
     queries = score.topk(num_queries, dim=-1).indices  # (B, M, Q)
     return queries.sort(dim=-1).values
@@ -222,7 +263,8 @@ def visible_indices(mask: torch.BoolTensor) -> torch.LongTensor:
 def sample_batch_masks(config, batch_size: int, generator: torch.Generator | None = None) -> dict:
     """The masks of one pre-training batch as ``PretrainingCollator`` draws them: M inverse block masks per clip
     (`sample_view_masks`), then each view's queries (`sample_query_indices`) from the same ``generator``, in that
-    order, and each view's visible tokens (`visible_indices`, no random draw).
+    order, and each view's visible tokens (`visible_indices`, no random draw). The same as
+    ``build_batch_masks(config, draw_batch_masks(config, batch_size, generator))``.
 
     Args:
         config: any object with the ``AaspConfig`` fields ``mask_num_views`` (M), ``num_frequency_patches`` (F̃),
@@ -234,15 +276,40 @@ def sample_batch_masks(config, batch_size: int, generator: torch.Generator | Non
         `dict` with ``mask`` bool (B, M, N) (True = hidden from the student), ``visible_indices`` int64 (B, M, V) and
         ``query_indices`` int64 (B, M, Q), on the generator's device (CPU without one).
     """
-    mask = sample_view_masks(
-        batch_size,
-        config.mask_num_views,
-        config.num_frequency_patches,
-        config.num_time_patches,
-        mask_ratio=config.mask_ratio,
-        block_sizes=config.mask_block_sizes,
-        generator=generator,
-    )  # (B, M, N), True = hidden from the student
-    queries = sample_query_indices(mask, config.mask_query_ratio, generator=generator)  # (B, M, Q)
+    return build_batch_masks(config, draw_batch_masks(config, batch_size, generator))
+
+
+def draw_batch_masks(config, batch_size: int, generator: torch.Generator | None = None) -> dict:
+    """Every random number of `sample_batch_masks`, in its order (the views' block sizes, block corners and token
+    scores, then the queries' scores), and nothing else. Clips drawn one at a time, each from its own seed, and
+    concatenated along the first dimension give the draws of their batch, so ``build_batch_masks`` makes the
+    batch's masks in one pass: ``PretrainingCollator.collate_seeded`` does this.
+
+    Returns:
+        `dict` of tensors, each with B·M rows ("choice" (B·M,), "corner_f", "corner_t" (B·M, P), "score" (B·M, N))
+        or B rows ("query_score" (B, M, N)).
+    """
+    c = config
+    block_sizes, num_visible = _check_view_masks(batch_size, c.mask_num_views, c.num_frequency_patches,
+                                                 c.num_time_patches, c.mask_ratio, c.mask_block_sizes)
+    _check_query_ratio(c.mask_query_ratio)
+    device = _random_device(generator, None)
+    draws = _draw_view_masks(batch_size * c.mask_num_views, c.num_frequency_patches, c.num_time_patches, num_visible,
+                             block_sizes, generator, device)
+    num_tokens = c.num_frequency_patches * c.num_time_patches
+    draws["query_score"] = torch.rand((batch_size, c.mask_num_views, num_tokens), generator=generator, device=device)
+    return draws
+
+
+def build_batch_masks(config, draws: dict) -> dict:
+    """`sample_batch_masks`'s masks from the random numbers of `draw_batch_masks` (no random draw): ``mask``
+    (B, M, N), ``visible_indices`` (B, M, V) and ``query_indices`` (B, M, Q)."""
+    c = config
+    block_sizes, num_visible = _check_view_masks(draws["query_score"].shape[0], c.mask_num_views,
+                                                 c.num_frequency_patches, c.num_time_patches, c.mask_ratio,
+                                                 c.mask_block_sizes)
+    view_masks = _view_masks_from_draws(draws, c.num_frequency_patches, c.num_time_patches, num_visible, block_sizes)
+    mask = view_masks.reshape(draws["query_score"].shape)  # (B·M, N) -> (B, M, N), True = hidden from the student
+    queries = _queries_from_scores(mask, draws["query_score"], c.mask_query_ratio)  # (B, M, Q)
     visible = visible_indices(mask)  # (B, M, V)
     return {"mask": mask, "visible_indices": visible, "query_indices": queries}
