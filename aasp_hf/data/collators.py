@@ -2,8 +2,9 @@
 """Collators: a list of examples -> one batch.
 
 Pre-training (`PretrainingCollator`; `crop_log_mel`, `crop_log_mel_batch` for cached log-mel; `random_eq_curves`):
-random crops -> batched log-mel -> M inverse-block-masked views per clip, drawn by `masking.sample_batch_masks` (paper
-Sec. Training Setup, Pre-training Setup: 6-s crops padded or truncated to 608 frames, M = 4 views at 80 %).
+random crops -> batched log-mel -> M inverse-block-masked views per clip, drawn by `masking.draw_batch_masks` and
+built by `masking.build_batch_masks` (paper Sec. Training Setup, Pre-training Setup: 6-s crops padded or truncated to
+608 frames, M = 4 views at 80 %).
 
 The collator owns its ``torch.Generator``; its ``state_dict`` / ``load_state_dict`` save and restore it, so a resumed
 run draws exactly the crops and masks the uninterrupted run would have drawn. ``examples/pretrain.py`` calls it in
@@ -25,7 +26,7 @@ import torch
 
 from ..feature_extraction_aasp import AaspFeatureExtractor
 from .decoding import SAMPLING_RATE, SafeAudioDecoder
-from .masking import sample_batch_masks
+from .masking import build_batch_masks, draw_batch_masks
 from .protocol import EVAR_CLIP_SECONDS
 
 logger = logging.getLogger(__name__)
@@ -148,37 +149,57 @@ class PretrainingCollator:
         return waveform[start : start + self.crop_samples]
 
     def __call__(self, examples, device=None) -> dict:
-        device = device if device is not None else self.device
-        if examples and isinstance(examples[0], dict) and "log_mel" in examples[0]:
-            features = self.cropped_log_mel(examples)  # (B, T, F)
-            if device is not None:
-                features = features.to(device)
-        else:
-            features = self.waveform_features(examples, device)  # (B, T, F)
-
-        # 2. M independent inverse block masks per clip, their visible tokens and the predictor's queries.
-        masks = sample_batch_masks(self.config, features.shape[0], generator=self.generator)
-        batch = {
-            "input_values": features,
-            "visible_indices": masks["visible_indices"].to(features.device),  # (B, M, V)
-            "query_indices": masks["query_indices"].to(features.device),  # (B, M, Q)
-        }
-        # 3. (optional) the student's re-coloured view; the teacher keeps `input_values`.
-        if self.student_eq_strength > 0:
-            curves = random_eq_curves(features.shape[0], features.shape[-1], self.student_eq_strength, self.generator)
-            batch["student_input_values"] = features + curves.to(features)[:, None, :]  # (B, F) -> (B, 1, F)
-        return batch
+        features = self.features(examples, device)  # 1. (B, T, F)
+        draws = draw_batch_masks(self.config, features.shape[0], generator=self.generator)  # 2.
+        curves = self.eq_curves(features.shape[0], features.shape[-1])  # 3. (B, F) or None
+        return self.assemble(features, draws, curves)
 
     def collate_seeded(self, examples, seeds) -> dict:
         """`self(examples)` with each clip's random draws (crop, masks, queries, equaliser) from its own seed instead
         of the collator's running stream, so that they depend neither on the process that collates the clip nor on the
         rest of its batch (examples/pretrain.py seeds a clip by its position in the global order). Each clip is
-        collated alone and the parts are concatenated: B × (1, ...) -> (B, ...)."""
-        parts = []
+        cropped, featurised and drawn for alone; the masks of all of them are then built in one pass from their draws
+        (`masking.build_batch_masks`), which gives each clip the masks it gets alone."""
+        features, draws, curves = [], [], []
         for example, seed in zip(examples, seeds):
             self.generator.manual_seed(seed)
-            parts.append(self([example]))
-        return {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
+            features.append(self.features([example]))  # 1. (1, T, F)
+            draws.append(draw_batch_masks(self.config, 1, generator=self.generator))  # 2.
+            curves.append(self.eq_curves(1, features[-1].shape[-1]))  # 3. (1, F) or None
+        return self.assemble(
+            torch.cat(features),  # B × (1, T, F) -> (B, T, F)
+            {key: torch.cat([draw[key] for draw in draws]) for key in draws[0]},  # B × (M, ...) -> (B·M, ...)
+            None if curves[0] is None else torch.cat(curves),  # B × (1, F) -> (B, F)
+        )
+
+    def features(self, examples, device=None) -> torch.Tensor:
+        """1. Random crops, normalised log-mel padded to T frames: (B, T, F), on ``device`` (default: the collator's)."""
+        device = device if device is not None else self.device
+        if examples and isinstance(examples[0], dict) and "log_mel" in examples[0]:
+            features = self.cropped_log_mel(examples)  # (B, T, F)
+            return features.to(device) if device is not None else features
+        return self.waveform_features(examples, device)  # (B, T, F)
+
+    def eq_curves(self, batch_size: int, num_mel_bins: int):
+        """3. (optional) one random equaliser curve per clip (B, F) for the student's re-coloured view, or None when
+        ``student_eq_strength`` is 0 (no draw)."""
+        if self.student_eq_strength == 0:
+            return None
+        return random_eq_curves(batch_size, num_mel_bins, self.student_eq_strength, self.generator)
+
+    def assemble(self, features, draws, curves) -> dict:
+        """The batch from its features (B, T, F), its mask draws and its equaliser curves: 2. the M inverse block masks
+        per clip, their visible tokens and the predictor's queries (`masking.build_batch_masks`, no random draw);
+        3. the student's re-coloured view when there are curves (the teacher keeps ``input_values``)."""
+        masks = build_batch_masks(self.config, draws)
+        batch = {
+            "input_values": features,
+            "visible_indices": masks["visible_indices"].to(features.device),  # (B, M, V)
+            "query_indices": masks["query_indices"].to(features.device),  # (B, M, Q)
+        }
+        if curves is not None:
+            batch["student_input_values"] = features + curves.to(features)[:, None, :]  # (B, F) -> (B, 1, F)
+        return batch
 
     def cropped_log_mel(self, examples) -> torch.Tensor:
         """1. (cache) random crops of cached log-mel in the frame domain, normalised, padded to T: (B, T, F)."""
