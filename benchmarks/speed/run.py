@@ -4,7 +4,7 @@ Each benchmark times the candidate and its baseline interleaved (median of repea
 holds even when the absolute numbers drift with the machine's load. Results go to benchmarks/speed/results.json and
 benchmarks/speed/results.md (the README links the latter). Nothing here is asserted in the unit tests.
 
-    python benchmarks/speed/run.py [--only sblu,features,pipeline,flops,encoder,ast,pretrain] [--repeats 7]
+    python benchmarks/speed/run.py [--only sblu,features,pipeline,collate,flops,encoder,ast,pretrain] [--repeats 7]
     python benchmarks/speed/run.py --device cuda     # on a GPU: -> results_cuda.json / .md, with the GPU's name
 
 With --device cuda the timed work runs on the GPU (the clock is read after torch.cuda.synchronize), memory is
@@ -526,10 +526,64 @@ def bench_pipeline(repeats, num_files=48, seconds=10.0, batch_size=16):
     }
 
 
+def bench_collate(repeats, batch_size=32):
+    """The pre-training collator's share of the training process, per core (1 torch thread, CPU time):
+    `PretrainingCollator.collate_seeded` (each clip cropped, featurised and drawn for from its own seed, then the
+    masks of the whole micro-batch built in one pass, `masking.build_batch_masks`) against the same draws made clip
+    by clip through the collator's own call (`collator([clip])` per seed, then concatenated: how `collate_seeded`
+    collated before), on 10-s waveforms cropped to 6 s and on cached log-mel (`--log_mel_cache`, where no log-mel
+    is computed), paper preset. Both give identical batches (checked here)."""
+    from aasp_hf.data.collators import PretrainingCollator
+
+    preset = json.loads((HERE.parents[1] / "examples" / "configs" / "pretrain_paper.json").read_text())
+    config = AaspConfig(**preset["model_config"])
+    collator = PretrainingCollator(AaspFeatureExtractor(feature_size=config.num_mel_bins), config,
+                                   crop_seconds=preset["crop_seconds"])
+    g = torch.Generator().manual_seed(0)
+    sources = {
+        "waveform_10s": [torch.randn(160_000, generator=g) for _ in range(batch_size)],
+        "cached_log_mel_10s": [{"log_mel": torch.randn(998, config.num_mel_bins, generator=g)}
+                               for _ in range(batch_size)],
+    }
+    seeds = list(range(batch_size))
+
+    def clip_by_clip(clips):
+        parts = []
+        for clip, seed in zip(clips, seeds):
+            collator.generator.manual_seed(seed)
+            parts.append(collator([clip]))
+        return {key: torch.cat([part[key] for part in parts]) for key in parts[0]}
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    results = {}
+    try:
+        for name, clips in sources.items():
+            candidate, baseline = collator.collate_seeded(clips, seeds), clip_by_clip(clips)
+            identical = all(torch.equal(candidate[key], baseline[key]) for key in baseline)
+            times = {"clip_by_clip": [], "collate_seeded": []}
+            for _ in range(repeats):  # interleaved, CPU time of this process
+                for label, run in (("clip_by_clip", lambda: clip_by_clip(clips)),
+                                   ("collate_seeded", lambda: collator.collate_seeded(clips, seeds))):
+                    start = time.process_time()
+                    run()
+                    times[label].append(time.process_time() - start)
+            rates = {label: batch_size / statistics.median(values) for label, values in times.items()}
+            results[name] = {"identical_batches": identical, "clip_by_clip_clips_per_s": rates["clip_by_clip"],
+                             "collate_seeded_clips_per_s": rates["collate_seeded"],
+                             "speedup": rates["collate_seeded"] / rates["clip_by_clip"]}
+    finally:
+        torch.set_num_threads(threads)
+    return {"what": f"pre-training collator per core (1 torch thread, CPU time), micro-batches of {batch_size}, paper "
+                    "preset: collate_seeded (masks built for the micro-batch in one pass) against the same draws "
+                    "collated clip by clip (before)", **results}
+
+
 BENCHMARKS = {
     "sblu": bench_sblu,
     "features": bench_features,
     "pipeline": bench_pipeline,
+    "collate": bench_collate,
     "flops": bench_flops,
     "encoder": bench_encoder,
     "ast": bench_ast,
