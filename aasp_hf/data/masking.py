@@ -145,8 +145,7 @@ def _draw_view_masks(num_rows, num_f, num_t, num_visible, block_sizes, generator
     the corners of its P candidate blocks as uniforms ("corner_f", "corner_t" (R, P)) and its tokens' scores for
     step 4 ("score" (R, N)). Drawn for R = M views of one clip at a time and concatenated along the first dimension,
     they are what `_view_masks_from_draws` needs for the batch."""
-    sizes = _block_sizes(block_sizes, num_f, num_t, device)
-    smallest_area = int((sizes[:, 0] * sizes[:, 1]).min())
+    smallest_area = min(min(f, num_f) * min(t, num_t) for f, t in block_sizes)  # of the blocks clipped to the grid
     num_candidates = 2 * math.ceil(num_visible / smallest_area) + 2  # P
     return {
         "choice": torch.randint(len(block_sizes), (num_rows,), generator=generator, device=device),  # (R,)
