@@ -7,6 +7,8 @@ accessed (datasets' `Audio` column, decoded by torchcodec) or by `aasp_hf.data.d
 in training.
 """
 
+import contextlib
+import contextvars
 import csv
 import os
 from pathlib import Path
@@ -46,14 +48,36 @@ def read_csv_rows(path: Path, required_columns, what: str) -> list:
         return list(reader)
 
 
+# Set by `recording_missing_files`: where `check_audio_files` records missing files instead of raising.
+_MISSING_FILES_RECORD = contextvars.ContextVar("missing_files_record", default=None)
+
+
+@contextlib.contextmanager
+def recording_missing_files():
+    """Within this block `check_audio_files` does not raise: each failed check appends a dict (`listed_in`,
+    `audio_dir`, `total`, `missing`: the paths, `message`: what it would have raised) to the yielded list, and the
+    loader goes on with the rows of the missing files. `python -m aasp_hf.data.check` uses it to report them all."""
+    record = []
+    token = _MISSING_FILES_RECORD.set(record)
+    try:
+        yield record
+    finally:
+        _MISSING_FILES_RECORD.reset(token)
+
+
 def check_audio_files(paths, listed_in, audio_dir) -> None:
     """Every listed audio file must exist (a stat per file; the audio itself is not read)."""
     missing = [p for p in paths if not os.path.isfile(p)]
     if missing:
-        raise FileNotFoundError(
+        message = (
             f"{len(missing)} of {len(paths)} audio files listed in {listed_in} are missing under {audio_dir}, "
             f"e.g. {missing[:3]}. Check that `root` points at the dataset's top folder in its official layout."
         )
+        record = _MISSING_FILES_RECORD.get()
+        if record is None:
+            raise FileNotFoundError(message)
+        record.append({"listed_in": str(listed_in), "audio_dir": str(audio_dir), "total": len(paths),
+                       "missing": missing, "message": message})
 
 
 def check_labels(found, known, where: str) -> None:
