@@ -6,13 +6,15 @@ with the official or M2D/EVAR splits), one module per dataset (`layout` holds wh
 `label` (AudioSet: `labels`, a sequence of 527 ClassLabels) and the protocol's fold/split columns, built from
 paths and metadata only. Names: audioset (as20k, as2m), esc50, us8k, scv2, nsynth, cremad, gtzan, voxforge,
 surge, voxceleb1, audiofolder; any other name is passed to `load_audio_dataset` (a Hub id or local path).
-See docs/datasets.md.
+See docs/datasets.md. `load_fairseq_manifest(path)` reads a fairseq manifest (`.tsv`) of unlabelled clips for
+pre-training (examples/pretrain.py --train_manifest; docs/pretraining.md).
 """
 
 from .audio_dataset import load_audio_dataset
 from .audioset import load_audioset
 from .esc50 import load_esc50
 from .evar_tasks import load_cremad, load_evar_task, load_gtzan, load_surge, load_voxceleb1, load_voxforge
+from .fairseq_manifest import load_fairseq_manifest, read_fairseq_manifest
 from .nsynth import load_nsynth
 from .speech_commands import load_speech_commands
 from .urbansound8k import load_urbansound8k
@@ -71,6 +73,7 @@ __all__ = [
     "load_cremad",
     "load_esc50",
     "load_evar_task",
+    "load_fairseq_manifest",
     "load_gtzan",
     "load_nsynth",
     "load_speech_commands",
@@ -78,4 +81,5 @@ __all__ = [
     "load_urbansound8k",
     "load_voxceleb1",
     "load_voxforge",
+    "read_fairseq_manifest",
 ]
