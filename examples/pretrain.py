@@ -9,10 +9,10 @@ Arguments come from the dataclasses below: on the command line, from one JSON fi
 or from `--config preset.json` followed by command-line overrides.
 
 Steps: 1. `--resume` finds the newest complete checkpoint, 2. model and data (a dataset of `aasp_hf.data` in its
-official layout — AS-2M's train split leaves the eval segments out —, an audio folder, any `datasets` dataset, or
-synthetic clips), 3. learning-health monitors, 4. optimiser and schedules (pure functions of the step),
-5. `accelerator.prepare`, 6. exact `--resume` of the states, 7. training loop: 7a. the update (the EMA teacher update
-in plain sight after `optimizer.step()`), 7b. monitors, 7c. logging (TensorBoard + progress bar), 7d. crash-safe
+official layout — AS-2M's train split leaves the eval segments out —, an audio folder, a fairseq manifest, any
+`datasets` dataset, or synthetic clips), 3. learning-health monitors, 4. optimiser and schedules (pure functions of the
+step), 5. `accelerator.prepare`, 6. exact `--resume` of the states, 7. training loop: 7a. the update (the EMA teacher
+update in plain sight after `optimizer.step()`), 7b. monitors, 7c. logging (TensorBoard + progress bar), 7d. crash-safe
 checkpoints, 8. export of the student encoder (and on request the teacher) for `AutoModel.from_pretrained`.
 
 Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of the dataset (seed + epoch); global
@@ -71,7 +71,8 @@ from aasp_hf.errors import UsageError, check_keys, run_script
 from aasp_hf.training.arguments import PlanArguments, check_model_config, parse_arguments
 from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
 
-DATA_SOURCES = ("dataset", "train_dir", "dataset_name", "synthetic_clips", "log_mel_cache")  # a run reads one
+# the data sources, of which a run reads one
+DATA_SOURCES = ("dataset", "train_dir", "train_manifest", "dataset_name", "synthetic_clips", "log_mel_cache")
 
 # What defines a pre-training run: every checkpoint stores these arguments (trainer_state.json, "run_arguments",
 # with the resolved model config as "model_config") and --resume refuses other values unless --resume_allow_changes
@@ -88,9 +89,10 @@ RUN_ARGUMENTS = {
     # batch × processes; a step takes gradient_accumulation_steps of them (so the global batch is their product)
     "seed": "data", "per_device_train_batch_size": "data", "gradient_accumulation_steps": "data",
     # the clips: where they come from, and what the collator makes of each one (crop, the student's equaliser)
-    "dataset": "data", "data_root": "data", "train_dir": "data", "dataset_name": "data", "dataset_config": "data",
-    "dataset_split": "data", "audio_column": "data", "synthetic_clips": "data", "synthetic_seconds": "data",
-    "log_mel_cache": "data", "crop_seconds": "data", "student_eq_strength": "data", "shuffle_buffer_size": "data",
+    "dataset": "data", "data_root": "data", "train_dir": "data", "train_manifest": "data", "dataset_name": "data",
+    "dataset_config": "data", "dataset_split": "data", "audio_column": "data", "synthetic_clips": "data",
+    "synthetic_seconds": "data", "log_mel_cache": "data", "crop_seconds": "data", "student_eq_strength": "data",
+    "shuffle_buffer_size": "data",
     # the update: AdamW's hyper-parameters (the restored optimiser state keeps its moments) and the clipping norm
     "weight_decay": "optimiser", "adam_beta1": "optimiser", "adam_beta2": "optimiser", "adam_epsilon": "optimiser",
     "max_grad_norm": "optimiser",
@@ -111,6 +113,11 @@ class DataArguments:
     )
     data_root: str | None = field(default=None, metadata={"help": "that dataset's folder in its official layout"})
     train_dir: str | None = field(default=None, metadata={"help": "folder of audio files (datasets' audiofolder)"})
+    train_manifest: str | None = field(
+        default=None, metadata={"help": "a fairseq manifest (wav2vec/data2vec/EAT/BEATs `train.tsv`: the root folder, "
+                                "then `relative/path<TAB>num_samples` per clip); a listed file missing on disk is "
+                                "skipped and counted"}
+    )
     dataset_name: str | None = field(default=None, metadata={"help": "any `datasets.load_dataset` name or path"})
     dataset_config: str | None = field(default=None, metadata={"help": "its configuration name"})
     dataset_split: str = field(default="train")
@@ -445,6 +452,8 @@ def training_summary(data_args, args, results: dict) -> dict:
         data = f"`{data_args.dataset}` ({data_args.dataset_split} split) from {data_args.data_root}"
     elif data_args.train_dir:
         data = f"the audio files of {data_args.train_dir}"
+    elif data_args.train_manifest:
+        data = f"the clips of the fairseq manifest {data_args.train_manifest}"
     else:
         data = f"the `{data_args.dataset_name}` dataset ({data_args.dataset_split} split)"
     summary = {
@@ -838,6 +847,7 @@ def main(argv=None) -> dict:
     # 8. Export and results. Every process writes a summary (parameter checksums, data seen) to check the sync.
     accelerator.wait_for_everyone()  # every process has appended its failures to the one list
     decode_failures = failure_log.failed_files()  # distinct files, not the micro-batches they failed in
+    missing_files = failure_log.missing_files()  # of those, the files the data source lists that are not on disk
     ranks_dir = output_dir / "ranks"
     ranks_dir.mkdir(parents=True, exist_ok=True)
     (ranks_dir / f"rank{rank}.json").write_text(json.dumps({
@@ -854,6 +864,7 @@ def main(argv=None) -> dict:
         "num_clips": None if stream is not None else len(dataset),
         "clips_per_second_overall": clips_per_step * (step - start_step) / max(elapsed, 1e-9),
         "decode_failures": decode_failures,
+        "missing_files": missing_files,
         "nonfinite_steps": nonfinite_steps,
     }
     if args.torch_compile:  # graphs dynamo captured (DDP splits them at bucket boundaries) and compiled pieces
@@ -869,8 +880,9 @@ def main(argv=None) -> dict:
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         if decode_failures:
-            print(f"skipped {decode_failures} file(s) that failed to decode (replaced by other clips of their batch); "
-                  f"each file and what was wrong: {failure_log.path}")
+            missing = f", {missing_files} of them missing on disk" if missing_files else ""
+            print(f"skipped {decode_failures} file(s) that failed to decode{missing} (replaced by other clips of their "
+                  f"batch); each file and what was wrong: {failure_log.path}")
         export(unwrapped, feature_extractor, output_dir, args.export_teacher, training_summary(data_args, args, results))
         (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
         print(f"saved the pre-trained encoder to {output_dir / 'encoder'}; load it with\n"

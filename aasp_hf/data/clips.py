@@ -6,7 +6,7 @@
 - `AudioStream`: a streamed `datasets` dataset (IterableDataset), each process reading its own shard in
   micro-batches decoded in DataLoader workers, with a position that a checkpoint saves and a resumed run restores.
 - `load_clips(data_args, ...)`: either of the two from examples/pretrain.py's data arguments (`--synthetic_clips`,
-  `--dataset`, `--train_dir` or `--dataset_name`, `--streaming`).
+  `--dataset`, `--train_dir`, `--train_manifest` (a fairseq manifest) or `--dataset_name`, `--streaming`).
 - `decode_clip`, `replace_failed`, `FailureLog`: one row to {"waveform", "index"} or a `FailedClip`; a micro-batch's
   failed clips replaced by copies of decoded ones; the failed clips named, the first few in the log and every one in
   a file.
@@ -14,6 +14,7 @@
 
 import itertools
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,11 +23,15 @@ import torch
 
 from ..errors import UsageError
 from .decoding import SAMPLING_RATE, _describe, decode_audio, for_safe_decoding
-from .loaders import load
+from .loaders import load, load_fairseq_manifest
 from .synthetic import unlabelled_clips
 
 
 logger = logging.getLogger(__name__)
+
+# The reason a `FailedClip` gives for a file its data source lists that is not on disk (a fairseq manifest's clip of a
+# video taken down, a folder moved): counted apart from the clips that are there but fail to decode.
+MISSING_FILE = "no such file: listed in the data source but not on disk"
 
 
 @dataclass
@@ -94,8 +99,21 @@ def decode_clip(item, audio_column: str, index):
         return {"waveform": waveform, "index": index}
     except Exception as error:  # noqa: BLE001 - any decoding failure skips the clip
         source = f"array {index}" if isinstance(item, np.ndarray) else _source_of(item, audio_column)
+        if _is_missing_file(item, audio_column):
+            return FailedClip(index, source, MISSING_FILE)
         return FailedClip(index, source, str(error) if isinstance(error, ValueError) else
                           f"{type(error).__name__}: {error}")
+
+
+def _is_missing_file(item, audio_column: str) -> bool:
+    """Whether the row's audio is a path alone (no bytes) to no file: asked only once decoding failed, so a clip that
+    decodes costs no extra look-up."""
+    try:
+        cell = item[audio_column]
+    except Exception:  # noqa: BLE001 - an array, or a row without the column
+        return False
+    path = cell.get("path") if isinstance(cell, dict) and not cell.get("bytes") else cell
+    return isinstance(path, (str, os.PathLike)) and not os.path.exists(path)
 
 
 def _source_of(item, audio_column: str) -> str:
@@ -193,15 +211,17 @@ def check_audio_folder(folder) -> None:
 
 
 def load_clips(data_args, seed: int, batch_size: int, num_processes: int, process_index: int):
-    """`AudioClips` (map-style) of `--synthetic_clips`, `--dataset`, `--train_dir` or `--dataset_name`; with
-    `--streaming` the same sources read as an `AudioStream` of this process's shard. `data_args` is examples/
-    pretrain.py's `DataArguments` (or any object with its fields)."""
-    sources = [f"--{name}" for name in ("dataset", "train_dir", "dataset_name") if getattr(data_args, name) is not None]
+    """`AudioClips` (map-style) of `--synthetic_clips`, `--dataset`, `--train_dir`, `--train_manifest` or
+    `--dataset_name`; with `--streaming` the same sources read as an `AudioStream` of this process's shard. `data_args`
+    is examples/pretrain.py's `DataArguments` (or any object with its fields; `train_manifest` may be absent)."""
+    sources = [f"--{name}" for name in ("dataset", "train_dir", "train_manifest", "dataset_name")
+               if getattr(data_args, name, None) is not None]
     sources += ["--synthetic_clips"] if data_args.synthetic_clips > 0 else []
     if len(sources) > 1:
         raise UsageError(f"give one data source, got {', '.join(sources)}")
     if data_args.streaming and data_args.synthetic_clips > 0:
-        raise UsageError("--streaming reads --dataset, --train_dir or --dataset_name, not --synthetic_clips")
+        raise UsageError("--streaming reads --dataset, --train_dir, --train_manifest or --dataset_name, not "
+                         "--synthetic_clips")
     if data_args.synthetic_clips > 0:
         return AudioClips(unlabelled_clips(data_args.synthetic_clips, seed, data_args.synthetic_seconds))
     import datasets
@@ -212,6 +232,8 @@ def load_clips(data_args, seed: int, batch_size: int, num_processes: int, proces
             raise UsageError(f"--dataset {data_args.dataset} has the splits {sorted(splits)}, not "
                              f"--dataset_split {data_args.dataset_split!r}")
         ds, audio_column = splits[data_args.dataset_split], "audio"  # our loaders: a 16 kHz `audio` column
+    elif getattr(data_args, "train_manifest", None) is not None:  # the manifest is the split: no --dataset_split
+        ds, audio_column = load_fairseq_manifest(data_args.train_manifest, streaming=data_args.streaming), "audio"
     else:
         if data_args.train_dir is not None:
             check_audio_folder(data_args.train_dir)
@@ -221,9 +243,8 @@ def load_clips(data_args, seed: int, batch_size: int, num_processes: int, proces
             ds = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config,
                                        split=data_args.dataset_split, streaming=data_args.streaming)
         else:
-            raise UsageError(
-                "give one of --dataset (with --data_root), --train_dir, --dataset_name or --synthetic_clips N"
-            )
+            raise UsageError("give one of --dataset (with --data_root), --train_dir, --train_manifest, --dataset_name "
+                             "or --synthetic_clips N")
         audio_column = data_args.audio_column
     if data_args.streaming:
         return AudioStream(ds, audio_column, batch_size, num_processes, process_index, seed,
@@ -269,9 +290,17 @@ class FailureLog:
 
     def failed_files(self) -> int:
         """Distinct files listed in `path` by every process that appends to it (call it once they all have)."""
+        return len(self._listed())
+
+    def missing_files(self) -> int:
+        """Of `failed_files()`, those that were not on disk (`MISSING_FILE`)."""
+        return sum(reason == MISSING_FILE for reason in self._listed().values())
+
+    def _listed(self) -> dict:
+        """{file: reason} of every line of `path`."""
         if not self.path.is_file():
-            return 0
-        return len({line.split("\t", 1)[0] for line in self.path.read_text().splitlines() if line.strip()})
+            return {}
+        return dict(line.split("\t", 1) for line in self.path.read_text().splitlines() if "\t" in line)
 
     def __call__(self, failures):
         for failure in failures:
