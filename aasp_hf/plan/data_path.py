@@ -13,6 +13,7 @@ import torch
 
 from ..data.clips import AudioStream, load_clips, replace_failed
 from ..data.collators import PretrainingCollator
+from ..data.loaders.fairseq_manifest import read_fairseq_manifest
 from ..data.synthetic import unlabelled_clips
 from ..feature_extraction_aasp import AaspFeatureExtractor
 from ..training.data_order import clip_seed
@@ -65,13 +66,16 @@ def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int =
     """The data side of a pre-training plan, measured on this host: `time_data_path` on the run's data source
     (`data_args`: examples/pretrain.py's, read with `aasp_hf.data.clips.load_clips` as training reads it, decoded in
     this process) or, with none given, synthetic 10-s clips written as 16-bit 16-kHz WAV files to a temporary folder
-    and read as `--train_dir` reads them. Returns (the lines to print, the figures)."""
+    and read as `--train_dir` reads them. A `--train_manifest` is timed on its first listed clips (a listed file missing
+    on disk counts among the failed), and its `num_samples` give the lengths of all its clips without decoding them
+    (`manifest_lengths`). Returns (the lines to print, the figures)."""
 
     batch_size = max(1, min(plan.per_device_batch, 32, num_clips))
     collator = PretrainingCollator(AaspFeatureExtractor(feature_size=config.num_mel_bins), config,
                                    crop_seconds=data_args.crop_seconds, generator=torch.Generator().manual_seed(seed),
                                    student_eq_strength=data_args.student_eq_strength)
-    sources = [name for name in ("dataset", "train_dir", "dataset_name") if getattr(data_args, name) is not None]
+    sources = [name for name in ("dataset", "train_dir", "train_manifest", "dataset_name")
+               if getattr(data_args, name, None) is not None]
     with tempfile.TemporaryDirectory() as folder:
         if sources or data_args.synthetic_clips > 0:
             read = dataclasses.replace(data_args, dataloader_num_workers=0)
@@ -83,8 +87,8 @@ def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int =
                 sf.write(os.path.join(folder, f"clip{number:03d}.wav"), clip, 16000, subtype="PCM_16")
             read = dataclasses.replace(data_args, train_dir=folder, streaming=False, dataloader_num_workers=0)
             what = ("none given, so synthetic 10-s clips written as 16-bit 16-kHz WAV files and read as --train_dir "
-                    "reads them (give --train_dir, --dataset or --dataset_name, with --streaming or not, to time "
-                    "your own)")
+                    "reads them (give --train_dir, --train_manifest, --dataset or --dataset_name, with --streaming "
+                    "or not, to time your own)")
         import datasets
 
         quiet = datasets.utils.are_progress_bars_disabled()
@@ -109,6 +113,16 @@ def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int =
             f"1 torch thread, {timed['failed']} failed to decode; rates per core of its own (CPU time; wall-clock "
             f"{timed['clips'] / wall:,.0f} clips/s for decode + crop + collate while this host was shared)",
             f"  data source: {what}"]
+    lengths = None
+    if getattr(data_args, "train_manifest", None) is not None:
+        lengths = manifest_lengths(data_args.train_manifest, data_args.crop_seconds)
+        clips_per_step = plan.per_device_batch * plan.num_processes * plan.gradient_accumulation_steps
+        rows.append(f"  its clips, from the manifest's num_samples (not decoded): {lengths['clips']:,} listed, "
+                    f"{lengths['hours']:,.1f} h in all, {lengths['mean_seconds']:.2f} s on average (shortest "
+                    f"{lengths['min_seconds']:.2f} s, longest {lengths['max_seconds']:.2f} s) at {lengths['rate']:,} "
+                    f"Hz ({lengths['rate_from']}); {lengths['shorter_than_crop']:,} shorter than --crop_seconds "
+                    f"{data_args.crop_seconds:g} (used whole, padded); an epoch is "
+                    f"{lengths['clips'] // clips_per_step:,} steps of {clips_per_step:,} clips")
 
     def row(label, value, note=""):
         rows.append(f"  {label:<60} {value:>14}{'  ' + note if note else ''}")
@@ -130,4 +144,29 @@ def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int =
     figures = {"clips": timed["clips"], "decode_clips_per_s": decode_rate, "collate_clips_per_s": collate_rate,
                "decode_crop_collate_clips_per_s": whole_rate, "needed_clips_per_s": needed, "workers": workers,
                "cores": cores, "cores_needed": cores_needed}
+    if lengths is not None:
+        figures["manifest"] = lengths
     return "\n".join(rows) + "\n", figures
+
+
+def manifest_lengths(path, crop_seconds: float, max_headers: int = 20) -> dict:
+    """The clip lengths a fairseq manifest lists (`num_samples`), without decoding a clip: {"clips", "hours",
+    "mean_seconds", "min_seconds", "max_seconds", "shorter_than_crop", "rate", "rate_from"}.
+
+    `num_samples` counts samples at the file's own rate (wav2vec_manifest.py writes the decoded length; AudioSet copies
+    are 16 or 32 kHz), which the manifest does not give: it is read from the header of the first listed file that
+    opens (of the first `max_headers`), and taken as 16 kHz when none does (`rate_from` says which)."""
+    root, entries = read_fairseq_manifest(path)
+    rate, rate_from = 16000, f"assumed: none of the first {min(max_headers, len(entries))} listed files opened"
+    for _, listed, _ in entries[:max_headers]:
+        try:
+            rate = sf.info(os.path.join(root, listed)).samplerate
+        except Exception:  # noqa: BLE001 - missing or not a format soundfile reads: try the next
+            continue
+        rate_from = f"the header of {listed}"
+        break
+    samples = [num_samples for _, _, num_samples in entries]
+    total = sum(samples)
+    return {"clips": len(samples), "hours": total / rate / 3600, "mean_seconds": total / len(samples) / rate,
+            "min_seconds": min(samples) / rate, "max_seconds": max(samples) / rate,
+            "shorter_than_crop": sum(n < crop_seconds * rate for n in samples), "rate": rate, "rate_from": rate_from}
