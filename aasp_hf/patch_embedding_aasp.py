@@ -185,7 +185,10 @@ class AaspMaskedGroupNorm(nn.GroupNorm):
 
     def forward(self, x, visibility=None, group_index=None):
         if group_index is None:
-            return super().forward(x) if visibility is None else _masked_group_norm(x, self, visibility)
+            if visibility is not None:
+                return _masked_group_norm(x, self, visibility)
+            dtype = torch.promote_types(x.dtype, torch.float32)  # float32 also from the weights of a .half() model
+            return F.group_norm(x.to(dtype), self.num_groups, self.weight.to(dtype), self.bias.to(dtype), self.eps)
         batch_views, num_visible, channels, patch = x.shape
         group_id = (torch.arange(batch_views, device=x.device)[:, None] * self.num_groups + group_index).flatten()
         # group_id: (B·M·V,), the (view, group) of each token
@@ -211,7 +214,7 @@ class AaspTimePatchify(nn.Conv1d):
 
     def forward(self, x, group_index=None):
         if group_index is None:
-            return super().forward(x)  # (B, C, T) -> (B, C, T̃)
+            return self._conv_forward(x, self.weight.to(x.dtype), self.bias.to(x.dtype))  # (B, C, T) -> (B, C, T̃)
         channels = x.shape[2]  # C̃
         num_groups = self.out_channels // channels  # F̃
         weight = self.weight.to(x.dtype).reshape(num_groups, channels, -1)  # (C, 1, P) -> (F̃, C̃, P)
@@ -232,24 +235,30 @@ class AaspSBLU(nn.Module):
     def __init__(self, config: AaspConfig):
         super().__init__()
         self.config = config
+        # Float32 however the model is built (`_keep_in_fp32_modules_strict = ["sblu"]`): transformers keeps the
+        # branch float32 when it loads a checkpoint, and a model built under a half default dtype (`_from_config` or
+        # `from_config` with `dtype`, torch.set_default_dtype) must hardcode it. A float64 model stays float64.
+        dtype = torch.promote_types(torch.get_default_dtype(), torch.float32)
         groups = config.num_frequency_patches
         self.step = config.sblu_step
         self.kernel_size = config.sblu_kernel_size
         self.phase = config.sblu_phase
         hidden_size, output_size = config.sblu_hidden_size, config.sblu_output_size  # H, C
-        self.input_projection = AaspGroupedProjection(config.num_mel_bins, hidden_size, 1, groups=groups)  # B̄
-        self.output_projection = AaspGroupedProjection(hidden_size, output_size, 1, groups=groups)  # C̄
-        self.norm = AaspMaskedGroupNorm(groups, output_size)
+        mel_bins = config.num_mel_bins
+        self.input_projection = AaspGroupedProjection(mel_bins, hidden_size, 1, groups=groups, dtype=dtype)  # B̄
+        self.output_projection = AaspGroupedProjection(hidden_size, output_size, 1, groups=groups, dtype=dtype)  # C̄
+        self.norm = AaspMaskedGroupNorm(groups, output_size, dtype=dtype)
         patch = config.time_patch_size  # depthwise, kernel = stride = P_time
-        self.time_patchify = AaspTimePatchify(output_size, output_size, patch, stride=patch, groups=output_size)
-        self.register_buffer("highpass_kernel", self.compute_highpass_kernel(config), persistent=False)
+        self.time_patchify = AaspTimePatchify(output_size, output_size, patch, stride=patch, groups=output_size,
+                                              dtype=dtype)
+        self.register_buffer("highpass_kernel", self.compute_highpass_kernel(config).to(dtype), persistent=False)
         self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
         self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
         if config.sblu_adaptive:
             self.static_decay = self.static_frequency = None
         else:  # unbounded parameters, mapped like the Lambda encoder's outputs
-            self.static_decay = nn.Parameter(torch.zeros(config.sblu_hidden_size))
-            self.static_frequency = nn.Parameter(torch.zeros(config.sblu_hidden_size))
+            self.static_decay = nn.Parameter(torch.zeros(config.sblu_hidden_size, dtype=dtype))
+            self.static_frequency = nn.Parameter(torch.zeros(config.sblu_hidden_size, dtype=dtype))
 
     @staticmethod
     def compute_highpass_kernel(config) -> torch.Tensor:
@@ -334,7 +343,9 @@ class AaspSBLU(nn.Module):
             magnitude = sblu_magnitude(values, decay, frequency, self.step, self.kernel_size, self.phase)  # (c)
             response = 2.0 * sblu_gamma(decay, frequency, self.step) * magnitude  # 2Γ|r|, (B, H, T)
 
-        features = self.output_projection(response.to(self.output_projection.weight.dtype))  # C̄: (B, H, T) -> (B, C, T)
+        # C̄, the GroupNorm and the time patchifier compute in float32 also when a plain .half() cast their weights
+        response = response.to(torch.promote_types(self.output_projection.weight.dtype, torch.float32))
+        features = self.output_projection(response)  # C̄: (B, H, T) -> (B, C, T)
         features = self.norm(features, visibility)  # (d)
         features = self.time_patchify(features)  # (B, C, T) -> (B, C, T̃)
         num_groups = c.num_frequency_patches
