@@ -85,6 +85,9 @@ def test_check_missing_metadata_is_one_line(esc50_root, capsys):
     code, out, err = run_main(["esc50", "--root", esc50_root], capsys)
     assert code == 1 and out == ""
     assert len(err) == 1 and "meta/esc50.csv not found" in err[0] and "github.com/karolpiczak/ESC-50" in err[0]
+    code, out, err = run_main(["esc50", "--root", esc50_root, "--split_file", "x.txt"], capsys)
+    assert code == 1 and err == ["error: esc50 does not take --split_file; its options are in the esc50 section of "
+                                 "docs/datasets.md."]
     code, out, err = run_main(["gtzan", "--root", esc50_root], capsys)  # EVAR tasks need their CSV
     assert code == 2 and err == ["error: gtzan needs --metadata_csv, EVAR's metadata CSV for it (docs/datasets.md)."]
 

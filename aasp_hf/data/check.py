@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -172,7 +173,9 @@ def check_dataset(name: str, root, *, sample_files: int = 200, seed: int = 0, **
         report["errors"].append(" ".join(str(error).split()))
         return report
     except TypeError as error:  # an option this loader does not take
-        report["errors"].append(f"{name}: {error} (an option this dataset's loader does not take?)")
+        option = re.search(r"unexpected keyword argument '(\w+)'", str(error))
+        report["errors"].append(f"{name} does not take --{option.group(1)}; its options are in the {name} section of "
+                                f"docs/datasets.md." if option else f"{name}: {error}")
         return report
     finally:
         logger.removeHandler(collect)
