@@ -11,6 +11,7 @@ import contextlib
 import contextvars
 import csv
 import os
+import re
 from pathlib import Path
 
 from datasets import Audio, Dataset, DatasetDict, Features
@@ -78,6 +79,22 @@ def check_audio_files(paths, listed_in, audio_dir) -> None:
             raise FileNotFoundError(message)
         record.append({"listed_in": str(listed_in), "audio_dir": str(audio_dir), "total": len(paths),
                        "missing": missing, "message": message})
+
+
+def is_index_column(name: str) -> bool:
+    """Whether a CSV header names the unnamed index column that pandas' `DataFrame.to_csv()` writes first: `""`, or
+    `Unnamed: 0` once pandas has read and written the file again. It is a row number, not a property of the clip."""
+    return name.strip() == "" or re.fullmatch(r"Unnamed: \d+", name.strip()) is not None
+
+
+def numbers_as_numbers(labels) -> list:
+    """The distinct labels in the order `sorted()` gives once pandas has parsed the column: by value when every label
+    reads as a number (Surge's MIDI pitches: 21, 60, 100 -- not "100", "21", "60"), else as strings."""
+    labels = set(labels)
+    try:
+        return sorted(labels, key=float)
+    except ValueError:
+        return sorted(labels)
 
 
 def check_labels(found, known, where: str) -> None:
