@@ -215,7 +215,8 @@ def test_audioset_naming_schemes_labels_and_missing(audioset_root, caplog):
         ds = data.load("as20k", root=audioset_root)
     assert {k: v.num_rows for k, v in ds.items()} == {"train": 3, "test": 1}
     assert ds.missing_clips == {"train": ["missingAAAA"], "test": ["missingBBBB"]}
-    assert "1 of 4 segments have no audio file" in caplog.text
+    assert "as20k train: 1 of 4 segments missing" in caplog.text
+    assert "as20k test: 1 of 2 segments missing" in caplog.text
     feature = ds["train"].features["labels"]
     assert isinstance(feature, Sequence) and feature.feature.names == ["Speech", "Music", "Animal"]
     by_id = dict(zip(ds["train"]["ytid"], ds["train"]["labels"]))
