@@ -22,7 +22,7 @@ ESC50_SOURCE = (
 
 
 def load_esc50(root, *, test_fold=None, valid_fold=None, streaming=False, num_shards=None):
-    """ESC-50: 2,000 clips of 5 s, 50 classes, 5 folds (evaluate by 5-fold cross-validation).
+    """ESC-50: 2,000 clips of 5 s, 50 classes, 5 folds of 400 (evaluate by 5-fold cross-validation).
 
     Returns a DatasetDict with one "train" split holding every clip and its `fold` (1-5); with `test_fold`
     (and optionally `valid_fold`), the cross-validation split {"train", ["validation",] "test"} instead.

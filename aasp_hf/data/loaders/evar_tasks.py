@@ -13,8 +13,8 @@ others), read here as EVAR's own dataset class (`WavDataset` in `evar/data.py`) 
   EVAR's ``df[df.split == split]`` leaves it out; the loader logs how many. GTZAN's CSV has 70 such rows: its
   1,000 files, of which the fault-filtered lists keep 930. Any other value is an error.
 - label order: ``sorted(df.label.unique())`` of the column as pandas parsed it, so numeric labels sort as numbers
-  (Surge's pitches 21 ... 108, not "100" before "21"). EVAR takes the classes from the train split only; here they
-  come from every row the splits use, which is the same set when train holds every class (it does in all five).
+  (Surge's MIDI pitches: 60 before 100, not "100" before "60"). EVAR takes the classes from the train split only;
+  here they come from every row the splits use, which is the same set whenever train holds every class.
 """
 
 import logging
@@ -51,7 +51,7 @@ KNOWN_LABELS = {
     "cremad": ["ANG", "DIS", "FEA", "HAP", "NEU", "SAD"],
     "gtzan": ["blues", "classical", "country", "disco", "hiphop", "jazz", "metal", "pop", "reggae", "rock"],
     "voxforge": None,  # 6 languages
-    "surge": None,  # 88 pitches (MIDI notes 21-108): the file stems
+    "surge": None,  # 88 pitches (MIDI note numbers): the file stems
     "voxceleb1": None,  # 1,251 speaker ids
 }
 # Split sizes (train, validation, test) of the paper's protocol (Sec. Datasets, following M2D/EVAR): a mismatch is
@@ -160,7 +160,7 @@ def load_voxforge(root, metadata_csv, **kwargs):
 
 
 def load_surge(root, metadata_csv, **kwargs):
-    """Surge synthesizer pitch task: 88 classes, the pitches (MIDI notes 21-108, the file stems of
+    """Surge synthesizer pitch task: 88 classes, the pitches (MIDI note numbers, the file stems of
     ``<tone>/<pitch>.ogg``), and EVAR's split by tone preset (2,084 tones: 1,692/195/197, so 148,896/17,160/17,336
     clips), so that no tone is in two splits: root = the folder holding the tone folders.
 

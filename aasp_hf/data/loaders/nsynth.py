@@ -20,7 +20,8 @@ NSYNTH_SOURCE = (
 
 
 def load_nsynth(root, *, streaming=False, num_shards=None):
-    """NSynth, 11 instrument families: {"train", "validation", "test"} from nsynth-{train,valid,test}/examples.json.
+    """NSynth, 11 instrument families: {"train", "validation", "test"} from nsynth-{train,valid,test}/examples.json
+    (official splits of 305,979 notes: 289,205 / 12,678 / 4,096).
 
     Columns: audio, label (instrument_family_str), pitch (MIDI 0-127), velocity, instrument_source_str, note_str.
     """
