@@ -13,6 +13,7 @@ from ..feature_extraction_aasp import AaspFeatureExtractor
 from ..training.arguments import gradient_accumulation_for
 from .data_path import data_path_plan
 from .estimate import plan_finetuning, plan_pretraining
+from .measure import compare, format_measured, measure_pretraining, write_report
 from .report import format_plan
 
 
@@ -40,6 +41,7 @@ def print_pretraining_plan(model_args, args, data_args=None) -> dict:
             fields = json.loads(fields) if fields.lstrip().startswith("{") else json.loads(Path(fields).read_text())
         config = AaspConfig(**fields)
     world, launched_precision, is_main = launch_environment()
+    _check_measured_processes(args, world)
     plan = plan_pretraining(
         config, args.per_device_train_batch_size, precision=args.mixed_precision or launched_precision or "no",
         num_processes=args.plan_num_processes or world, max_steps=args.max_steps,
@@ -51,11 +53,35 @@ def print_pretraining_plan(model_args, args, data_args=None) -> dict:
     table = format_plan(plan)
     if is_main:
         print(table, flush=True)
-    if data_args is None or args.plan_data_clips <= 0 or not is_main:
-        return {"plan": table}
-    lines, figures = data_path_plan(plan, config, data_args, args.plan_data_clips, args.seed)
-    print(lines, flush=True)
-    return {"plan": table + "\n" + lines, "data": figures}
+    result = {"plan": table}
+    if data_args is not None and args.plan_data_clips > 0 and is_main:
+        lines, figures = data_path_plan(plan, config, data_args, args.plan_data_clips, args.seed)
+        print(lines, flush=True)
+        result = {"plan": table + "\n" + lines, "data": figures}
+    if getattr(args, "plan_measure", 0) > 0:
+        result.update(_measure(plan, result["plan"], measure_pretraining(config, data_args, args, args.plan_measure),
+                               args.output_dir, is_main))
+    return result
+
+
+def _check_measured_processes(args, world: int):
+    """--plan_measure runs the processes launched: a plan for another number cannot be compared with them."""
+    if getattr(args, "plan_measure", 0) > 0 and args.plan_num_processes not in (None, world):
+        raise ValueError(f"--plan_measure measures the {world} process(es) launched, not --plan_num_processes "
+                         f"{args.plan_num_processes}: drop --plan_num_processes or launch that many processes")
+
+
+def _measure(plan, plan_text: str, measured: dict, output_dir, is_main: bool) -> dict:
+    """The main process prints measured beside predicted and writes plan.txt and plan_measured.json to
+    `output_dir` (nothing else); returns {"measured": the report, "report_path"} (the report on every process)."""
+    report = compare(plan, measured)
+    if not is_main:
+        return {"measured": report}
+    text = format_measured(report)
+    print(text, flush=True)
+    path = write_report(output_dir, plan_text + "\n" + text, report)
+    print(f"measured beside predicted: {path}", flush=True)
+    return {"measured": report, "report_path": str(path)}
 
 
 def print_finetuning_plan(args) -> dict:
@@ -64,6 +90,9 @@ def print_finetuning_plan(args) -> dict:
     from `--clip_seconds` or the task's EVAR length (`--task`, or `--dataset`'s task); the global batch as the
     script makes it up (`total_train_batch_size`: gradient accumulation on fewer processes)."""
 
+    if getattr(args, "plan_measure", 0) > 0:
+        raise ValueError("--plan_measure measures pre-training steps (examples/pretrain.py); finetune.py --plan "
+                         "prints the plan only")
     config = AaspConfig.from_pretrained(args.model_name_or_path, drop_path_rate=args.drop_path_rate)
     if args.synthetic_per_class > 0:
         seconds = args.clip_seconds or 1.0  # the script's synthetic demo clips

@@ -46,6 +46,16 @@ class PlanArguments:
         default=256, metadata={"help": "--plan of pretrain.py: clips to decode, crop and collate on this host to time "
                                "the data path (0: skip it)"}
     )
+    plan_measure: int = dataclasses.field(
+        default=0, metadata={"help": "N > 0 (implies --plan; pretrain.py): after the plan, run N optimiser steps of "
+                             "this run here after an untimed warm-up and print measured beside predicted (step time, "
+                             "clips/s, MFU, peak memory, data wait, all-reduce); writes only plan.txt and "
+                             "plan_measured.json to --output_dir"}
+    )
+
+    def __post_init__(self):
+        if self.plan_measure:  # measuring is checking a plan: it prints the plan first
+            self.plan = True
 
 
 def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:
@@ -160,7 +170,7 @@ POSITIVE = (
 NON_NEGATIVE = (
     "warmup_steps", "min_learning_rate", "weight_decay", "max_nonfinite_steps", "synthetic_clips",
     "dataloader_num_workers", "patch_embedding_lr_scale", "student_eq_strength", "save_total_limit", "seed",
-    "monitor_steps", "probe_ridge", "mixup_alpha", "drop_path_rate", "synthetic_per_class",
+    "monitor_steps", "probe_ridge", "mixup_alpha", "drop_path_rate", "synthetic_per_class", "plan_measure",
 )
 UNIT_INTERVAL = (  # [0, 1]
     "teacher_momentum_base", "teacher_momentum_final", "ema_decay", "spec_augment_fraction", "test_fraction",
