@@ -1,0 +1,120 @@
+"""`--plan_measure N` (aasp_hf.plan.measure): the plan's figures beside N real optimiser steps of the same run, on the
+tiny preset in one process and in two real gloo processes; the one-line refusals; and the GPU acceptance check's CPU
+dry run (benchmarks/gpu_acceptance.py --dry_run)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_pretrain_script import _free_port
+
+import pretrain
+from aasp_hf import AaspConfig, AaspForPreTraining
+from aasp_hf.plan.report import _bytes, _duration
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESET = str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json")
+ENV = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+TWO_PROCESSES = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                 "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+STEPS = 2
+BATCH = 4
+
+
+def measure_args(output_dir, *extra):
+    return ["--config", PRESET, "--plan_measure", str(STEPS), "--plan_data_clips", "0", "--synthetic_clips", "32",
+            "--per_device_train_batch_size", str(BATCH), "--output_dir", str(output_dir), *extra]
+
+
+def plan_row(plan_text: str, label: str) -> str:
+    return next(line for line in plan_text.splitlines() if line.strip().startswith(label))
+
+
+def check_report(report: dict, plan_text: str, num_processes: int):
+    """What every report holds: measured beside predicted, the predictions the plan's own table printed."""
+    figures = report["figures"]
+    step = figures["step_seconds"]
+    assert report["steps"] == STEPS and len(report["samples"]["step_seconds"]) == STEPS
+    assert report["num_processes"] == num_processes and report["device"].startswith("cpu")
+    assert report["predicted_for"] == "H100 SXM" and report["comparable_time"] is False
+    assert report["warmup_steps"] == 1 and report["first_step_seconds"] > 0
+    assert 0 < step["spread"]["min"] <= step["measured"] <= step["spread"]["max"]
+    assert step["measured"] == step["spread"]["median"]
+    # the predictions are the plan's: its printed step time and peak memory
+    assert _duration(step["predicted"]) in plan_row(plan_text, "step time (the larger of the two)")
+    assert _bytes(figures["peak_memory_bytes"]["predicted"]) in plan_row(plan_text, "total (without CUDA context")
+    clips = figures["clips_per_second_per_device"]
+    assert clips["predicted"] == pytest.approx(BATCH / step["predicted"])
+    assert clips["measured"] == pytest.approx(BATCH / step["measured"])
+    # a CPU step is not an H100 step: the time figures are shown, not judged
+    assert step["within_15_percent"] is None and "not comparable: measured on cpu" in step["note"]
+    assert figures["mfu"] == {"measured": None, "predicted": 0.4}
+    assert figures["achieved_flops_per_second"] > 0
+    # memory is judged on any device: the CPU step's weights, optimiser state and allocator peak against the plan
+    memory = figures["peak_memory_bytes"]
+    assert memory["measured"] > report["static_bytes"] > 0
+    assert 0.85 <= memory["ratio"] <= 1.15 and memory["within_15_percent"] is True, memory
+    wait = figures["data_wait_seconds"]
+    assert 0 < wait["measured"] < step["measured"] and wait["predicted"] == 0.0
+    assert wait["fraction_of_step"] == pytest.approx(wait["measured"] / step["measured"])
+    assert wait["within_limit"] == (wait["fraction_of_step"] <= 0.05)
+
+
+def test_plan_measure_one_process(tmp_path, capsys):
+    """`pretrain.py --plan_measure 2` (no --plan: it implies it) prints the plan, then the measured table, and writes
+    plan.txt and plan_measured.json to --output_dir and nothing else: no checkpoint, log or encoder."""
+    output_dir = tmp_path / "run"
+    result = pretrain.main(measure_args(output_dir))
+    out = capsys.readouterr().out
+    assert out.index("Plan of a pre-training run") < out.index("Measured on this machine: 2 steps on 1 × cpu")
+    for line in ("step time (median)", "spread: min / max / interquartile", "clips/s per device",
+                 "MFU (the plan's FLOPs per step)", "peak memory per device", "data wait per step (median)"):
+        assert line in out, line
+    assert "gradient all-reduce (" not in out  # one process: nothing is all-reduced
+    assert sorted(p.name for p in output_dir.iterdir()) == ["plan.txt", "plan_measured.json"]
+    report = json.loads((output_dir / "plan_measured.json").read_text())
+    assert report == json.loads(json.dumps(result["measured"]))
+    plan_text = (output_dir / "plan.txt").read_text()
+    assert plan_text.startswith("Plan of a pre-training run") and "Measured on this machine" in plan_text
+    check_report(report, plan_text, 1)
+    assert "allreduce_seconds" not in report["figures"]
+    assert report["precision"] == "no" and report["torch_compile"] is False
+
+
+def test_plan_measure_two_processes(tmp_path):
+    """Two real gloo processes (accelerate launch): both run the steps under DDP, the main one reports, with the
+    gradient all-reduce measured beside the plan's ring formula for 2 processes."""
+    output_dir = tmp_path / "run"
+    command = [*TWO_PROCESSES, "--main_process_port", str(_free_port()), str(ROOT / "examples" / "pretrain.py"),
+               *measure_args(output_dir)]
+    done = subprocess.run(command, env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.stdout.count("Measured on this machine: 2 steps on 2 × cpu") == 1  # printed by the main process
+    assert sorted(p.name for p in output_dir.iterdir()) == ["plan.txt", "plan_measured.json"]
+    report = json.loads((output_dir / "plan_measured.json").read_text())
+    plan_text = (output_dir / "plan.txt").read_text()
+    assert f"{BATCH} clips per device × 2 process(es)" in plan_text
+    check_report(report, plan_text, 2)
+    allreduce = report["figures"]["allreduce_seconds"]
+    model = AaspForPreTraining(AaspConfig(**json.loads(Path(PRESET).read_text())["model_config"]))
+    gradient_bytes = 4 * sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert allreduce["predicted"] == pytest.approx(2 * (2 - 1) / 2 * gradient_bytes / 450e9)  # NVLink 4, each way
+    assert allreduce["measured"] > 0 and "not comparable" in allreduce["note"]
+    assert "gradient all-reduce (2 processes)" in plan_text
+
+
+def test_plan_measure_refusals(tmp_path):
+    """A plan for other processes than the ones launched, or a negative count: one line each, nothing written."""
+    output_dir = tmp_path / "run"
+    with pytest.raises(SystemExit, match=r"--plan_measure measures the 1 process\(es\) launched, not "
+                                         r"--plan_num_processes 4: drop --plan_num_processes or launch"):
+        pretrain.main(measure_args(output_dir, "--plan_num_processes", "4"))
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "pretrain.py"), "--config", PRESET,
+                           "--plan_measure", "-1", "--output_dir", str(output_dir)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "plan_measure" in done.stderr.strip().splitlines()[-1]
+    assert not output_dir.exists()
