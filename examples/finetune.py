@@ -86,6 +86,7 @@ from aasp_hf.training.model_ema import create_ema, ema_update_
 from aasp_hf.training.optim import layer_decay_param_groups, set_learning_rates
 from aasp_hf.training.arguments import PlanArguments, gradient_accumulation_for, parse_arguments
 from aasp_hf.errors import UsageError, check_keys, run_script
+from aasp_hf.training.launch import check_launch
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -425,6 +426,7 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
 
     output_dir = Path(args.output_dir)
     accelerator = Accelerator(mixed_precision=args.mixed_precision, project_dir=str(output_dir))
+    check_launch(accelerator.num_processes, "finetune.py")  # a launcher's processes that did not join: one line
     rank, world = accelerator.process_index, accelerator.num_processes
     accum = gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size, world,
                                       args.gradient_accumulation_steps)  # the preset's global batch on `world`

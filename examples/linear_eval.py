@@ -56,6 +56,7 @@ from aasp_hf.evaluation.linear_protocol import (
     evaluation_parts,
 )
 from aasp_hf.training.arguments import parse_arguments
+from aasp_hf.training.launch import check_launch
 from aasp_hf.errors import run_script
 
 
@@ -73,6 +74,7 @@ def parse_args(argv=None) -> LinearEvalArguments:
 # ----------------------------------------------------------------------------------------------- main
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    check_launch(1, "linear_eval.py", one_process=True)  # one process: a launcher's several would each do it all
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -52,6 +52,7 @@ from aasp_hf.data.collators import PretrainingCollator
 from aasp_hf.schedules import learning_rate, teacher_momentum
 from aasp_hf.training import find_latest_checkpoint, param_groups, save_checkpoint
 from aasp_hf.training.data_order import clip_seed, micro_batches
+from aasp_hf.training.launch import check_launch
 from aasp_hf.training.optim import set_learning_rates
 from aasp_hf.training.step import apply_update
 from aasp_hf.training.checkpointing import (
@@ -536,6 +537,7 @@ def main(argv=None) -> dict:
            [DistributedDataParallelKwargs(bucket_cap_mb=args.ddp_bucket_cap_mb)])
     accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=trackers, project_dir=str(output_dir),
                               kwargs_handlers=ddp)
+    check_launch(accelerator.num_processes, "pretrain.py")  # a launcher's processes that did not join: one line
     rank, world = accelerator.process_index, accelerator.num_processes
 
     # 1. --resume: the newest complete checkpoint (a damaged one is named and passed over). A run with nothing left
