@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 from pathlib import Path
 
@@ -71,10 +72,116 @@ def training_checkpoint_message(path) -> str | None:
 
 
 def check_model_folder(path) -> None:
-    """A `UsageError` with `training_checkpoint_message` when `path` is a training checkpoint, not a saved model."""
-    message = training_checkpoint_message(path)
+    """A `UsageError` in one line (what `path` is, what to pass instead) when `path` exists but cannot load as a
+    model: a training checkpoint (`training_checkpoint_message`); a folder without `config.json` (a pre-training
+    run's own folder names its `encoder/`, any other folder the model folders it holds); a file. A path that does not
+    exist passes (it may be a Hub id; `check_model_path` decides), so the scripts call this while parsing their
+    arguments. transformers alone gives a traceback ("Unrecognized model ... Should have a `model_type` key")."""
+    folder = Path(path).expanduser()
+    message = training_checkpoint_message(folder)
+    if message is None and folder.is_dir() and not (folder / "config.json").is_file():
+        message = _folder_without_config(folder)
+    elif message is None and folder.is_file():
+        message = f"{path} is a file, not a model folder: pass the folder that holds it, {WHAT_TO_PASS}"
     if message is not None:
         raise UsageError(message)
+
+
+def check_model_path(path) -> None:
+    """`check_model_folder`, and a `UsageError` in one line for a path that is not there before anything loads:
+
+    - a path that does not exist and is not a Hub model id (`runs/pt/encodr`, or `runs/encodr` where `runs` is a
+      local folder): the closest names in the nearest folder that exists (transformers: "Repo id must be in the
+      form ...", a traceback);
+    - a Hub id that is neither a local folder nor in the Hub cache, when the Hub is out of reach (`HF_HUB_OFFLINE`
+      set, or its host name does not resolve): refused at once, instead of after the download's retries (about a
+      minute); with the Hub reachable, an id it does not give is refused in one line too."""
+    check_model_folder(path)
+    if not Path(path).expanduser().exists():
+        message = _missing_model_message(str(path))
+        if message is not None:
+            raise UsageError(message)
+
+
+WHAT_TO_PASS = "a folder that save_pretrained wrote, with its config.json, such as a pre-training run's encoder/"
+
+
+def _missing_model_message(path: str) -> str | None:
+    """Why `path`, which is not on disk, is not a reachable Hub model either, in one line; None when it may load."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    folder = Path(path).expanduser()
+    try:
+        validate_repo_id(path)
+        looks_local = folder.parent != Path(".") and folder.parent.is_dir()  # `runs/encodr`: `runs` is a local folder
+    except HFValidationError:
+        looks_local = True
+    if looks_local:
+        return f"{path} does not exist: {_nearest_names(folder)}pass {WHAT_TO_PASS}"
+    return _unreachable_hub_model(path)
+
+
+def _folder_without_config(folder: Path) -> str:
+    if (folder / "encoder" / "config.json").is_file():  # examples/pretrain.py's output folder
+        return (f"{folder} is a pre-training run's folder, not a model folder: pass the encoder it exported, "
+                f"{folder / 'encoder'}")
+    models = sorted(p.name for p in folder.iterdir() if (p / "config.json").is_file())
+    if models:
+        return (f"{folder} holds no config.json, so it is not a model folder; the model folders in it: "
+                f"{', '.join(models)}: pass one of them, e.g. {folder / models[0]}")
+    checkpoints = sorted((p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+                         key=lambda p: int(p.name.split("-")[-1]))
+    if checkpoints and (message := training_checkpoint_message(checkpoints[-1])) is not None:
+        return f"{folder} is a training run's folder without a saved model yet; its newest checkpoint: {message}"
+    return f"{folder} holds no config.json, so it is not a model folder: pass {WHAT_TO_PASS}"
+
+
+def _nearest_names(missing: Path) -> str:
+    """'did you mean runs/pt/encoder? Otherwise, ' for a missing `runs/pt/encodr` (the closest names in the deepest
+    folder of the path that exists), or what that folder lacks."""
+    import difflib
+
+    parent = missing.parent
+    while not parent.is_dir() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return ""
+    names = sorted(p.name for p in parent.iterdir() if p.is_dir() and not p.name.startswith("."))
+    wanted = missing.relative_to(parent).parts[0] if missing.is_relative_to(parent) else missing.name
+    close = difflib.get_close_matches(wanted, names, n=3, cutoff=0.6)
+    if not close:
+        return f"{parent} holds no folder named like {wanted!r}; "
+    return f"did you mean {' or '.join(str(parent / name) for name in close)}? Otherwise, "
+
+
+def _unreachable_hub_model(repo_id: str) -> str | None:
+    """One line when `repo_id` (not a local path) is not in the Hub cache and the Hub cannot be asked, else None."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        return None  # downloaded before: transformers loads it from the cache
+    given = f"{repo_id} is not a local folder, nor a model in the Hub cache"
+    if constants.HF_HUB_OFFLINE:
+        return f"{given}, and HF_HUB_OFFLINE is set: pass {WHAT_TO_PASS}, or unset HF_HUB_OFFLINE to download it"
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None  # the proxy resolves the host: let the download say what it finds
+    host = urlparse(constants.ENDPOINT).hostname
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError as error:  # no network: the download would retry for about a minute before failing
+        return (f"{given}, and the Hub ({host}) cannot be reached from here ({error.strerror or error}): pass "
+                f"{WHAT_TO_PASS}, or download it where the Hub is reachable")
+    from huggingface_hub import hf_hub_download
+
+    try:
+        hf_hub_download(repo_id, "config.json")
+    except Exception as error:  # noqa: BLE001 - the Hub's answer, in one line: unknown, gated, private ...
+        reason = " ".join(str(error).split())[:200]
+        return f"{given}, and the Hub did not give it ({type(error).__name__}: {reason}): pass {WHAT_TO_PASS}"
+    return None
 
 
 _FALLBACK_TEMPLATE = """---

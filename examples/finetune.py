@@ -86,6 +86,7 @@ from aasp_hf.training.model_ema import create_ema, ema_update_
 from aasp_hf.training.optim import layer_decay_param_groups, set_learning_rates
 from aasp_hf.training.arguments import PlanArguments, gradient_accumulation_for, parse_arguments
 from aasp_hf.errors import UsageError, check_keys, run_script
+from aasp_hf.hub import check_model_path
 from aasp_hf.training.launch import check_launch
 
 logger = logging.getLogger(__name__)
@@ -670,6 +671,7 @@ def main(argv=None) -> dict:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size or DEFAULT_BATCH_SIZE,
                               world, args.gradient_accumulation_steps)  # fail early
+    check_model_path(args.model_name_or_path)  # a misspelt path or an unreachable Hub id: one line, before the data
     parts, multi_label, names, clip_seconds, task = load_parts(args)
     args = scale_batch_to_data(args, parts, world)
     from aasp_hf.data import describe_protocol, is_kfold

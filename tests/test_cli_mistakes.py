@@ -126,10 +126,14 @@ def test_a_resumed_run_logs_each_step_once_and_says_where_the_encoder_is(tmp_pat
 
 def test_a_batch_larger_than_the_training_clips_names_the_argument_and_the_clips(tmp_path):
     """The synthetic demo data holds 5 classes × 20 training clips; a batch that was set is not scaled down (an unset
-    one is: tests/test_newcomer.py)."""
+    one is: tests/test_newcomer.py). The encoder path must exist (a missing one is refused first), but the batch is
+    refused before anything loads from it."""
+    from conftest import save_tiny_encoder
+
+    encoder = save_tiny_encoder(tmp_path / "encoder")
     with pytest.raises(UsageError, match=r"^--per_device_train_batch_size 128 × 1 process is more than the 100 "
                                          r"training clips: pass --per_device_train_batch_size 100 or less$"):
-        finetune.main(["--model_name_or_path", str(tmp_path / "never_loaded"), "--synthetic_per_class", "20",
+        finetune.main(["--model_name_or_path", str(encoder), "--synthetic_per_class", "20",
                        "--per_device_train_batch_size", "128", "--max_steps", "2", "--warmup_steps", "1",
                        "--output_dir", str(tmp_path / "out")])
 

@@ -18,7 +18,7 @@ import torch
 from transformers import AutoFeatureExtractor, AutoModel
 
 from ..feature_extraction_aasp import AaspFeatureExtractor
-from ..hub import check_model_folder
+from ..hub import check_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ def load_frozen_encoder(model_name_or_path, device="cpu"):
 
     Falls back to `AaspFeatureExtractor()` (the paper's front end) with a warning when none was saved with the model.
     """
-    check_model_folder(model_name_or_path)  # a checkpoint-<step>/ folder: say what to load instead
+    check_model_path(model_name_or_path)  # a checkpoint, a run's folder, a misspelt path: say what to load
     model = AutoModel.from_pretrained(model_name_or_path).to(device).eval().requires_grad_(False)
     try:
         feature_extractor = AutoFeatureExtractor.from_pretrained(model_name_or_path)
