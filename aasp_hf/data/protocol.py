@@ -24,6 +24,7 @@ Rules, each named by an argument value that the scripts record in their results:
 import logging
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from datasets import DatasetDict
@@ -233,6 +234,35 @@ def label_info(dataset) -> tuple[bool, list[str]]:
     return False, list(features["label"].names)
 
 
+def check_classes(rows, where) -> None:
+    """A `UsageError` in one line when `rows` (a Dataset of `load`, audio undecoded) have fewer than two classes.
+
+    An audiofolder takes its classes from the names of the folders that hold the clips, and with one such name it
+    gives no `label` column at all (`label_info` then failed with `KeyError: 'label'`): the message names the one
+    class found, its folder and what is needed; a folder whose clips lie in it directly is said so."""
+    features = rows.features
+    if "labels" in features:
+        return
+    if "label" in features:
+        folders, parents = list(getattr(features["label"], "names", None) or []), set()
+        if len(folders) != 1:
+            return
+    else:
+        parents = {Path(cell["path"]).parent for cell in rows["audio"] if cell.get("path")} if "audio" in features \
+            else set()
+        folders = sorted({parent.name for parent in parents})
+    root = Path(str(where))
+    if len(folders) == 1 and root.is_dir() and root.resolve() in {p.resolve() for p in parents}:
+        found = f"no class sub-folders (its {len(rows)} clips lie in it directly)"
+    elif len(folders) == 1:
+        found = f"one class, {folders[0]!r}" + (f" ({len(rows)} clips in {root / folders[0]})"
+                                                if (root / folders[0]).is_dir() else f" ({len(rows)} clips)")
+    else:
+        found = f"no classes ({len(rows)} clips, columns {sorted(features)}, no 'label')"
+    raise UsageError(f"{where} holds {found}: fine-tuning and linear evaluation need at least "
+                     f"two classes, one sub-folder of clips per class ({root / '<class>' / '<clip>.wav'})")
+
+
 def is_kfold(parts: dict) -> bool:
     """Whether `parts` (of `downstream_parts`) are the test folds of a K-fold task ("fold<k>")."""
     return all(part.startswith("fold") for part in parts)
@@ -265,8 +295,9 @@ def load_downstream(dataset: str, *, root=None, loader_kwargs: dict | None = Non
         clip_seconds = evar_clip_seconds(evar_task(dataset, task), clip_seconds)
     task = evar_task(dataset, task)
     loaded = for_safe_decoding(load(dataset, root=root, **(loader_kwargs or {})))
-    clip_seconds = downstream_clip_seconds(task, clip_seconds, loaded)
     first = next(iter(loaded.values()))
+    check_classes(first, root if root is not None else dataset)
+    clip_seconds = downstream_clip_seconds(task, clip_seconds, loaded)
     multi_label, names = label_info(first)
     if max_folds is not None and "fold" in first.column_names and set(loaded) == {"train"}:
         folds = list(folds if folds is not None else sorted(set(first["fold"])))[:max_folds]
