@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.aasp-installed
 
-.PHONY: setup demo test test-fast bench quality-data study study-quick ffmpeg clean hear-check
+.PHONY: setup demo test test-fast test-newest bench quality-data study study-quick ffmpeg clean hear-check
 
 setup: $(STAMP) ffmpeg
 
@@ -37,6 +37,28 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -ra -m "not slow" tests
+
+# The transformers-facing tests against the newest releases users would install: a venv of its own (.venv-newest) with
+# the package and every extra upgraded to the newest versions the registry offers (no constraints.txt), that
+# transformers release's own common test mixins (unpacked into .venv-newest/transformers-tests, which replaces
+# pyproject's .venv/transformers-tests on pytest's pythonpath), then the tests. Not part of CI: a new release of a
+# dependency must not block a landing. The versions last seen passing are in the README's test section.
+NEWEST_VENV := .venv-newest
+NEWEST_PY := $(NEWEST_VENV)/bin/python
+NEWEST_MIXINS := $(NEWEST_VENV)/transformers-tests
+NEWEST_TESTS := tests/test_transformers_common.py tests/test_transformers_mechanisms.py tests/test_offload.py \
+	tests/test_no_network.py tests/test_hub_integration.py tests/test_user_path.py tests/test_core_install.py \
+	tests/test_feature_extraction.py tests/test_sblu_float32.py
+
+test-newest: ffmpeg
+	test -x $(NEWEST_PY) || $(PYTHON) -m venv $(NEWEST_VENV)
+	$(NEWEST_PY) -m pip install --quiet --upgrade pip
+	$(NEWEST_PY) -m pip install --quiet --upgrade --upgrade-strategy eager -e ".[all,test]"
+	$(NEWEST_PY) tests/transformers_release.py --installed --target $(NEWEST_MIXINS)
+	@$(NEWEST_PY) -c "import importlib.metadata as m; print('testing with', ', '.join(f'{p} {m.version(p)}' for p in \
+		('transformers', 'torch', 'accelerate', 'datasets', 'huggingface_hub', 'safetensors', 'peft', 'onnxruntime')))"
+	$(NEWEST_PY) -m pytest -q -ra \
+		-o pythonpath="examples conversion benchmarks/quality $(NEWEST_MIXINS)" $(NEWEST_TESTS)
 
 # Speed/memory ratios against baselines timed in the same run -> benchmarks/speed/results.{json,md}
 bench: setup

@@ -20,8 +20,13 @@ that lets the top-level files import, and what that leaves untested is said wher
   names every one of them, so it cannot fall behind the pinned release).
 
 Usage: `python tests/transformers_release.py` (idempotent: a finished layout for the pinned version is kept).
+`--installed` lays out the release installed next to the interpreter that runs it instead of the pinned one, and
+`--target` puts it in another folder: `make test-newest` runs `.venv-newest/bin/python tests/transformers_release.py
+--installed --target .venv-newest/transformers-tests` and points pytest's pythonpath there.
 """
 
+import argparse
+import importlib.metadata
 import shutil
 import subprocess
 import sys
@@ -70,13 +75,35 @@ def pinned_version() -> str:
     raise SystemExit("constraints.txt pins no transformers version")
 
 
-def main() -> None:
-    version = pinned_version()
-    package = TARGET / PACKAGE
-    stamp = TARGET / f".done-{version}"
+def installed_version() -> str:
+    try:
+        return importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        raise SystemExit(f"--installed: transformers is not installed for {sys.executable}; install it first") from None
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Unpack transformers' common test mixins from its release's sdist.")
+    parser.add_argument("--installed", action="store_true",
+                        help="the transformers release installed for this interpreter, not the version constraints.txt "
+                             "pins (make test-newest)")
+    parser.add_argument("--target", type=Path, default=TARGET,
+                        help="the folder to unpack into (default .venv/transformers-tests); pytest's pythonpath must "
+                             "name it")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    version = installed_version() if args.installed else pinned_version()
+    target = args.target.resolve()
+    package = target / PACKAGE
+    stamp = target / f".done-{version}"
     if stamp.exists():
         return
-    shutil.rmtree(TARGET, ignore_errors=True)
+    if target.is_dir() and any(target.iterdir()) and not package.is_dir():  # never empty a folder that is not ours
+        raise SystemExit(f"--target {target} holds other files: name a new folder or one this script laid out")
+    shutil.rmtree(target, ignore_errors=True)
     with tempfile.TemporaryDirectory() as download:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
