@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..errors import UsageError
-from .decoding import SAMPLING_RATE, _describe, decode_audio, for_safe_decoding
+from .decoding import SAMPLING_RATE, _describe, decode_audio, for_safe_decoding, short_reason
 from .loaders import load, load_fairseq_manifest
 from .synthetic import unlabelled_clips
 
@@ -79,7 +79,7 @@ class AudioClips(torch.utils.data.Dataset):
         failure = decode_clip({self.audio_column: cell}, self.audio_column, index)
         if isinstance(failure, FailedClip):
             return failure
-        return FailedClip(index, _describe(cell), f"{type(error).__name__}: {error}")
+        return FailedClip(index, _describe(cell), short_reason(error))
 
 
 def decode_clip(item, audio_column: str, index):
@@ -101,8 +101,7 @@ def decode_clip(item, audio_column: str, index):
         source = f"array {index}" if isinstance(item, np.ndarray) else _source_of(item, audio_column)
         if _is_missing_file(item, audio_column):
             return FailedClip(index, source, MISSING_FILE)
-        return FailedClip(index, source, str(error) if isinstance(error, ValueError) else
-                          f"{type(error).__name__}: {error}")
+        return FailedClip(index, source, str(error) if type(error) is ValueError else short_reason(error))
 
 
 def _is_missing_file(item, audio_column: str) -> bool:

@@ -15,6 +15,8 @@ One downmix rule everywhere: multi-channel audio becomes the mean of its channel
 import io
 import logging
 import math
+import os
+import re
 
 import numpy as np
 import torch
@@ -27,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 SAMPLING_RATE = 16000  # every clip is decoded to 16 kHz mono, the rate the model's front end takes
 _WARNED_TRUNCATED = set()  # files whose truncation was logged already: one warning per file and process
+_REPORTED_FAILURES = set()  # files named as failed already (SafeAudioDecoder): one line per file and process
 
 
 def for_safe_decoding(dataset, audio_column: str = "audio"):
@@ -57,7 +60,8 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
     soundfile bit for bit, OGG/Vorbis and MP3 within float rounding, everything else (other rates: resampled) by
     torchcodec itself (`_decode_file`); when torchcodec is not importable, soundfile + scipy's polyphase resampler.
     Channels are always averaged, (L + R) / 2. A WAV whose header promises more frames than the file holds decodes
-    to the whole frames it holds, with a warning that names the file.
+    to the whole frames it holds, with a warning that names the file. A file that cannot be decoded, or holds no
+    samples (0 bytes, or a header alone), raises `UndecodableAudio` (a ValueError) with the file and a short reason.
     """
     if hasattr(audio, "get_all_samples"):  # torchcodec AudioDecoder
         encoded = getattr(audio, "_hf_encoded", None) or {}  # a datasets cell keeps its {"path", "bytes"} here
@@ -65,7 +69,7 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
             try:
                 samples = audio.get_all_samples()
             except Exception as error:  # noqa: BLE001 - torchcodec's message does not name the file
-                raise _undecodable(audio, error) from error
+                raise _undecodable(audio, error, encoded.get("bytes") or encoded.get("path")) from error
             array, sr = samples.data.mean(dim=0).numpy(), samples.sample_rate  # (C, L) -> (L,)
             return _resample(array.astype(np.float32, copy=False), sr, sampling_rate)
         audio = encoded  # a truncated WAV: decoded from its file below, with a warning
@@ -89,23 +93,71 @@ def decode_audio(audio, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
     truncation = _wav_truncation(source)
     name = _describe(audio)
     if truncation is not None:
+        if truncation[2] == 0:
+            raise UndecodableAudio(name, NO_SAMPLES)  # nothing to decode (torchcodec would raise)
         if name not in _WARNED_TRUNCATED:
             _WARNED_TRUNCATED.add(name)
             logger.warning(f"{name}: {truncation[0]}; using the audio it holds.")
-        if truncation[2] == 0:
-            return np.zeros(0, dtype=np.float32)  # nothing to decode (torchcodec would raise)
         source = truncation[1]  # the header and the whole frames: a partial last frame would fail to decode
     try:
-        return _decode_file(source, sampling_rate)
+        array = _decode_file(source, sampling_rate)
     except Exception as error:  # the decoders' own messages may not name the file (soundfile: "Malformed ...")
-        raise _undecodable(audio, error) from error
+        raise _undecodable(audio, error, source) from error
+    if array.size == 0:
+        raise UndecodableAudio(name, NO_SAMPLES)
+    return array
 
 
-def _undecodable(audio, error) -> ValueError:
-    return ValueError(
-        f"Could not decode {_describe(audio)} as audio ({type(error).__name__}: {error}). Is it an audio file "
-        f"(wav, flac, mp3, ogg, ...) that is complete? ffmpeg must be installed to decode compressed formats."
-    )
+NO_SAMPLES = "a header and no audio samples"
+
+
+class UndecodableAudio(ValueError):
+    """A clip that cannot be used as audio. `source`: its file (or what was passed); `reason`: why, short and on one
+    line (the decoder's own message without its C++ source location), which the training scripts log once per file:
+    `skipped a clip that failed to decode: <source>: <reason>`. The message adds what to check."""
+
+    def __init__(self, source: str, reason: str):
+        self.source, self.reason = source, reason
+        super().__init__(f"Could not decode {source} as audio ({reason}). Is it an audio file (wav, flac, mp3, ogg, "
+                         f"...) that is complete? ffmpeg must be installed to decode compressed formats.")
+
+
+def _undecodable(audio, error, source=None) -> UndecodableAudio:
+    """The error for a clip whose decoder raised `error`: an empty file and a header without samples are said so;
+    anything else gets the decoder's message, shortened."""
+    return UndecodableAudio(_describe(audio), _empty_file_reason(source) or short_reason(error))
+
+
+def _empty_file_reason(source) -> str | None:
+    """"an empty file (0 bytes)" or `NO_SAMPLES` for such a file (a path or its bytes), else None."""
+    try:
+        if isinstance(source, (bytes, bytearray)):
+            size = len(source)
+        elif source is not None:
+            size = os.path.getsize(source)
+        else:
+            return None
+        if size == 0:
+            return "an empty file (0 bytes)"
+        import soundfile as sf
+
+        with sf.SoundFile(io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source) as file:
+            return NO_SAMPLES if file.frames == 0 else None
+    except Exception:  # noqa: BLE001 - not a file soundfile opens: the decoder's message says why
+        return None
+
+
+_CPP_LOCATION = re.compile(r"^\w+, \S+\.(?:cpp|h|cc):\d+, ")  # torchcodec's "SingleStreamDecoder, /.../x.cpp:41, "
+
+
+def short_reason(error) -> str:
+    """The decoder's error in one short line: its type and message, without torchcodec's C++ source location, at most
+    200 characters."""
+    if isinstance(error, UndecodableAudio):
+        return error.reason
+    message = _CPP_LOCATION.sub("", " ".join(str(error).split()))
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return text if len(text) <= 200 else text[:199] + "…"
 
 
 # What libsndfile (through soundfile) decodes to the same samples as torchcodec (ffmpeg), so that training and the
@@ -188,7 +240,11 @@ def _describe(audio) -> str:
 
 
 class SafeAudioDecoder:
-    """Callable: audio cell -> waveform (L,) at 16 kHz, or None when it fails to decode (logged and counted).
+    """Callable: audio cell -> waveform (L,) at 16 kHz, or None when it fails to decode (counted, and named once).
+
+    Each file that fails is named in one line, `skipped a clip that failed to decode: <file>: <reason>` (the line
+    pre-training's `FailureLog` writes), the first time it fails in this process: a fine-tuning run that evaluates
+    every few steps, or reads a small folder every few micro-batches, names it once, not at every reading.
 
     Attributes:
         num_failures (`int`): clips that failed so far.
@@ -200,23 +256,29 @@ class SafeAudioDecoder:
         self.max_logged = max_logged
         self.keep = keep
         self.num_failures = 0
+        self.num_named = 0  # files this decoder named first (each file is named once per process)
         self.failures = []
 
     def __call__(self, audio):
         try:
             array = decode_audio(audio, self.sampling_rate)
             if array.size == 0:
-                raise ValueError("decoded to 0 samples")
+                raise ValueError("no audio samples")  # an empty array (a file without samples raised above)
             if not np.isfinite(array).all():
-                raise ValueError("contains NaN or infinite samples")
+                bad = int((~np.isfinite(array)).sum())
+                raise ValueError(f"{bad} of its {array.size} samples are NaN or infinite")
             return array
         except Exception as error:  # any decoder error: skip the clip, keep training
             self.num_failures += 1
             name = _describe(audio)
             if len(self.failures) < self.keep:
                 self.failures.append(name)
-            if self.num_failures <= self.max_logged:
-                logger.warning(f"Skipping a clip that failed to decode ({self.num_failures} so far): {name}: {error}")
+            if name not in _REPORTED_FAILURES:
+                _REPORTED_FAILURES.add(name)
+                self.num_named += 1
+                if self.num_named <= self.max_logged:
+                    reason = str(error) if type(error) is ValueError else short_reason(error)  # ours: plain words
+                    logger.warning(f"skipped a clip that failed to decode: {name}: {reason}")
             return None
 
 

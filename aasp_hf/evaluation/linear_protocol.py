@@ -114,7 +114,8 @@ def cached_features(args, model, feature_extractor, part, rows, split, clip_seco
     with tqdm(total=len(rows), desc=f"features {part}/{split}", unit="clip") as progress:
         features, labels = extract_features(model, loader, device=device, progress=progress)
     if collator.num_skipped:
-        logger.warning(f"{part}/{split}: {collator.num_skipped} clips failed to decode and were skipped.")
+        logger.warning(f"{part}/{split}: {collator.num_skipped} clip(s) failed to decode and were skipped (each file "
+                       f"is named in a line of its own above)")
     folder.mkdir(parents=True, exist_ok=True)
     for path, array in ((feature_file, features), (label_file, labels)):  # write-then-rename: no partial cache
         tmp = path.with_suffix(".tmp.npy")
