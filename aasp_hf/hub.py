@@ -378,7 +378,9 @@ def model_card(model, feature_extractor=None, fields: dict | None = None, all_re
     title = fields.get("title") or (f"AaSP {'audio classifier' if classifier else 'encoder'} "
                                     f"({c.num_hidden_layers} layers, hidden {c.hidden_size})")
     where = json.dumps(str(fields.get("repo_id") or fields.get("path") or "."))  # quoted for the snippet
-    uses = ["from transformers import AutoFeatureExtractor, AutoModel, AutoModelForAudioClassification, pipeline", "",
+    uses = ["from transformers import AutoFeatureExtractor, AutoModel, AutoModelForAudioClassification, pipeline",
+            "# where aasp_hf is installed, `import aasp_hf` registers the classes instead: no trust_remote_code needed",
+            "",
             f"features = AutoFeatureExtractor.from_pretrained({where}, trust_remote_code=True)",
             "inputs = features([waveform], sampling_rate=16000, return_tensors=\"pt\")  # 1-D float32 at 16 kHz",
             f"encoder = AutoModel.from_pretrained({where}, trust_remote_code=True)",
