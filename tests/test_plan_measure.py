@@ -2,6 +2,7 @@
 tiny preset in one process and in two real gloo processes; the one-line refusals; and the GPU acceptance check's CPU
 dry run (benchmarks/gpu_acceptance.py --dry_run)."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -9,10 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from test_pretrain_script import _free_port
 
 import pretrain
 from aasp_hf import AaspConfig, AaspForPreTraining
+from aasp_hf.errors import UsageError
 from aasp_hf.plan.report import _bytes, _duration
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,3 +121,65 @@ def test_plan_measure_refusals(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "plan_measure" in done.stderr.strip().splitlines()[-1]
     assert not output_dir.exists()
+
+
+def _acceptance():
+    spec = importlib.util.spec_from_file_location("gpu_acceptance", ROOT / "benchmarks" / "gpu_acceptance.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow  # three fresh interpreters (pytest, two pretrain.py runs): about 80 s on two busy cores
+def test_gpu_acceptance_dry_run(tmp_path):
+    """`benchmarks/gpu_acceptance.py --dry_run`: the GPU check's four steps on the CPU with the tiny preset (CUDA-only
+    tests, --plan --plan_measure with the AaPE and the SPE stem, attention implementations on a padded batch), its
+    report written where it is told, benchmarks/results_cuda.md untouched, the targets computed but not judged."""
+    acceptance = _acceptance()
+    results = ROOT / "benchmarks" / "results_cuda.md"
+    before = results.read_text() if results.is_file() else None
+    report_path = tmp_path / "dry.md"
+    outcome = acceptance.main(["--dry_run", "--output", str(report_path)])
+    assert outcome["ok"] is True and outcome["output"] == str(report_path)
+    assert (results.read_text() if results.is_file() else None) == before
+    text = report_path.read_text()
+    assert text.startswith("# GPU acceptance check, CPU dry run\n") and "Device: **cpu (dry run)**" in text
+    targets = [row["target"] for row in outcome["rows"]]
+    assert targets == ["CUDA-only tests: none failed, at least one ran", "MFU >= 40% at the paper batch",
+                       "AaPE step <= 1.15 × SPE step", "peak memory within 10% of the plan",
+                       "data wait <= 5% of the step",
+                       "sdpa within 0.0001 of eager (float32, padded batch, real tokens)"]
+    assert text.count("| not judged: a CPU dry run |") == len(targets)
+    # step 1: the CUDA-only tests were collected and skipped here, none failed
+    tests = outcome["tests"]
+    assert tests["failed"] == 0 and tests["skipped"] >= 1 and "tests/test_feature_extraction.py" in tests["command"]
+    # steps 2 and 3: the exact commands, and each run's measured table
+    for stem in ("aape", "spe"):
+        run = outcome[stem]
+        assert run["returncode"] == 0
+        assert "examples/pretrain.py --config examples/configs/pretrain_tiny_cpu.json --plan --plan_measure 2" in \
+            run["command"] and f"`{run['command']}`" in text
+        assert run["report"]["steps"] == 2 and run["report"]["precision"] == "bf16"
+    assert "--model_config '{\"patch_embedding\": \"spe\"}'" in outcome["spe"]["command"]
+    assert "AAPE stem" in outcome["aape"]["plan_text"] and "SPE stem" in outcome["spe"]["plan_text"]
+    assert text.count("Measured on this machine: 2 steps on 1 × cpu") == 2
+    ratio = outcome["aape"]["report"]["figures"]["step_seconds"]["measured"] / \
+        outcome["spe"]["report"]["figures"]["step_seconds"]["measured"]
+    assert f"| AaPE step <= 1.15 × SPE step | {ratio:.3f}× |" in text
+    memory = outcome["aape"]["report"]["figures"]["peak_memory_bytes"]["ratio"]
+    assert 0.85 <= memory <= 1.15 and f"{memory:.3f}× the plan" in text
+    # step 4: SDPA against eager on the real tokens of a padded batch
+    attention = outcome["attention"]
+    assert attention["padded_clips"] == 2 and set(attention["implementations"]) == {"eager", "sdpa"}
+    assert attention["implementations"]["sdpa"]["max_abs_difference"] < 1e-4
+    assert "| sdpa | " in text
+
+
+def test_gpu_acceptance_refusals(tmp_path):
+    """A dry run never writes the GPU's results file; without --dry_run a machine without CUDA is told what to do."""
+    acceptance = _acceptance()
+    with pytest.raises(UsageError, match="--dry_run writes CPU figures: not to benchmarks/results_cuda.md"):
+        acceptance.main(["--dry_run", "--output", str(ROOT / "benchmarks" / "results_cuda.md")])
+    if not torch.cuda.is_available():
+        with pytest.raises(UsageError, match="no CUDA device here: run it on a GPU machine, or pass --dry_run"):
+            acceptance.main([])

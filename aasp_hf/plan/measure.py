@@ -53,7 +53,7 @@ from ..training.optim import param_groups, set_learning_rates
 from ..training.step import apply_update
 from .accelerators import ACCELERATORS
 from .memory import profiler_peak_bytes
-from .report import _bytes, _duration
+from .report import _bytes, _duration, _flops
 
 TOLERANCE = 0.15  # a measured figure within ±15 % of the plan agrees with it
 DATA_WAIT_LIMIT = 0.05  # the data may hold up at most 5 % of a step
@@ -333,14 +333,14 @@ def format_measured(report: dict) -> str:
         if entry.get("note"):
             verdict = f"{verdict}: {entry['note']}" if verdict else entry["note"]
         rows.append(f"  {label:<40} {_fmt(entry['measured'], unit):>14} {_fmt(entry['predicted'], unit):>14} "
-                    f"{'' if ratio is None else f'{ratio:.3g}':>7}  {verdict}")
+                    f"{'' if ratio is None else f'{ratio:.3f}' if ratio < 100 else f'{ratio:.3g}':>7}  {verdict}")
 
     row("step time (median)", f["step_seconds"], "s")
     rows.append(f"  {'  spread: min / max / interquartile':<40} {_fmt(step['min'], 's')} / {_fmt(step['max'], 's')} / "
                 f"{_fmt(step['iqr'], 's')}")
     row("clips/s per device", f["clips_per_second_per_device"], "")
     row("MFU (the plan's FLOPs per step)", f["mfu"], "%")
-    rows.append(f"  {'  achieved':<40} {f['achieved_flops_per_second'] / 1e12:,.3f} TFLOP/s")
+    rows.append(f"  {'  achieved':<40} {_flops(f['achieved_flops_per_second']):>14}/s")
     row("peak memory per device", f["peak_memory_bytes"], "B")
     wait = f["data_wait_seconds"]
     rows.append(f"  {'data wait per step (median)':<40} {_fmt(wait['measured'], 's'):>14} {_fmt(0.0, 's'):>14} "

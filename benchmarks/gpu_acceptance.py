@@ -1,0 +1,260 @@
+"""The GPU acceptance check: what to run first on a new GPU machine, one command, nothing downloaded.
+
+    timeout 1200 python benchmarks/gpu_acceptance.py           # one CUDA GPU -> benchmarks/results_cuda.md
+    python benchmarks/gpu_acceptance.py --dry_run              # the same sequence on the CPU, tiny preset, temp file
+
+Expected duration on one H100: not yet measured (planned at about 5 minutes: two compiles of the paper model and
+20 timed steps each). The sequence, each step's exact command written to the report:
+1. the CUDA-only tests: `pytest -m gpu` over the test files that hold `gpu`-marked tests;
+2. `examples/pretrain.py --config examples/configs/pretrain_paper.json --plan --plan_measure N` from synthetic 10-s
+   clips at the paper's per-GPU batch (128), bf16, `--torch_compile`, planned for the accelerator this GPU is
+   (`aasp_hf.plan.measure.accelerator_of`);
+3. the same with the SPE stem (`--model_config '{"patch_embedding": "spe"}'`): the AaPE step against the SPE step;
+4. SDPA and flash attention (where `flash_attn` is installed) against eager attention on a padded batch (half of the
+   clips padded to 60 % of their frames): the largest difference on the real tokens, and each forward's time.
+Targets (pass/fail in the report): MFU >= 40 % at the paper batch, AaPE step <= 1.15 × SPE step, peak memory within
+10 % of the plan, data wait <= 5 % of the step, every CUDA test passed, attention within 2e-2 (bf16) of eager.
+
+`--dry_run` runs the same four steps on the CPU with the tiny preset (examples/configs/pretrain_tiny_cpu.json), 2
+timed steps, batch 4, no compilation, and writes the report to a temporary folder (never benchmarks/results_cuda.md);
+its targets are computed but not judged (a CPU is not the plan's accelerator). The test suite runs it
+(tests/test_plan_measure.py). Exit status: 0 when every step ran and, on a GPU, every target passed; 1 otherwise.
+"""
+
+import argparse
+import datetime
+import importlib.util
+import json
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from aasp_hf import AaspConfig, AaspModel
+from aasp_hf.errors import UsageError, parse_command_line, run_script
+from aasp_hf.plan.measure import accelerator_of
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results_cuda.md"
+TARGETS = {"mfu": 0.40, "aape_over_spe": 1.15, "memory_within": 0.10, "data_wait": 0.05, "attention_atol": 2e-2}
+GPU_RUN = {"config": "examples/configs/pretrain_paper.json", "synthetic_clips": 256, "synthetic_seconds": 10,
+           "steps": 20, "extra": ["--torch_compile", "--mixed_precision", "bf16"]}
+DRY_RUN = {"config": "examples/configs/pretrain_tiny_cpu.json", "synthetic_clips": 32, "synthetic_seconds": 1,
+           "steps": 2, "extra": ["--per_device_train_batch_size", "4", "--plan_data_clips", "0",
+                                 "--mixed_precision", "bf16"]}
+
+
+def gpu_test_files() -> list[str]:
+    """The test files that hold CUDA-only (`gpu`-marked) tests."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
+                  if "pytest.mark.gpu" in p.read_text())
+
+
+def run_command(command: list[str], timeout: int) -> dict:
+    """Runs `command` in the repository root; {"command", "returncode", "seconds", "output"}."""
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        returncode, output = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as expired:
+        returncode, output = "timeout", f"timed out after {timeout} s\n{expired.stdout or ''}"
+    return {"command": shlex.join(command), "returncode": returncode, "seconds": time.perf_counter() - started,
+            "output": output}
+
+
+def cuda_tests(timeout: int) -> dict:
+    """Step 1: `pytest -m gpu` over the files with gpu-marked tests; the counts from pytest's last line."""
+    result = run_command([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
+                          *gpu_test_files()], timeout)
+    last = result["output"].strip().splitlines()[-1] if result["output"].strip() else ""
+    counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error|errors|deselected)", last)}
+    return {**result, "summary": last, "passed": counts.get("passed", 0), "skipped": counts.get("skipped", 0),
+            "failed": counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0)}
+
+
+def measure_run(settings: dict, output_dir: Path, accelerator: str | None, stem: str, timeout: int) -> dict:
+    """Steps 2 and 3: `pretrain.py --plan --plan_measure` with one stem; the run's plan_measured.json and plan.txt."""
+    command = [sys.executable, "examples/pretrain.py", "--config", settings["config"], "--plan",
+               "--plan_measure", str(settings["steps"]), "--synthetic_clips", str(settings["synthetic_clips"]),
+               "--synthetic_seconds", str(settings["synthetic_seconds"]), "--report_to", "none",
+               "--output_dir", str(output_dir / stem), *settings["extra"]]
+    if accelerator is not None:
+        command += ["--plan_accelerator", accelerator]
+    if stem == "spe":
+        command += ["--model_config", json.dumps({"patch_embedding": "spe"})]
+    result = run_command(command, timeout)
+    report_path = output_dir / stem / "plan_measured.json"
+    if result["returncode"] == 0 and report_path.is_file():
+        result["report"] = json.loads(report_path.read_text())
+        result["plan_text"] = (output_dir / stem / "plan.txt").read_text()
+    return result
+
+
+def attention_check(dry_run: bool, device: torch.device, repeats: int = 5) -> dict:
+    """Step 4: each attention implementation against eager on one padded batch (bf16 on CUDA, float32 on the CPU):
+    the largest absolute difference of `last_hidden_state` on the real tokens, and the median forward time."""
+    if dry_run:
+        config = AaspConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                            num_mel_bins=128, num_frames=64, sblu_hidden_size=16, sblu_output_size=64,
+                            lambda_encoder_reduction=4, lambda_encoder_num_layers=1,
+                            lambda_encoder_num_attention_heads=2)
+        batch = 4
+    else:
+        config, batch = AaspConfig(), 32  # the paper's ViT-B, 608 frames
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    torch.manual_seed(0)
+    model = AaspModel(config).to(device=device, dtype=dtype).eval()
+    frames = config.num_frames
+    values = torch.randn(batch, frames, config.num_mel_bins, device=device, dtype=dtype)  # (B, T, F)
+    mask = torch.ones(batch, frames, dtype=torch.long, device=device)  # (B, T)
+    mask[batch // 2:, int(0.6 * frames):] = 0  # half of the clips padded to 60 % of their frames
+    implementations = ["eager", "sdpa"]
+    flash_installed = importlib.util.find_spec("flash_attn") is not None
+    if flash_installed and device.type == "cuda":
+        implementations.append("flash_attention_2")
+    results, reference = {}, None
+    for name in implementations:
+        model.set_attn_implementation(name)
+        times = []
+        with torch.no_grad():
+            for _ in range(repeats + 1):
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                started = time.perf_counter()
+                out = model(values, attention_mask=mask)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - started)
+        real = out.token_mask.bool()  # (B, 1 + N): CLS and the tokens of real frames
+        hidden = out.last_hidden_state[real].float()
+        if reference is None:
+            reference = hidden
+        results[name] = {"max_abs_difference": float((hidden - reference).abs().max()),
+                         "forward_seconds": statistics.median(times[1:])}
+    return {"dtype": str(dtype).removeprefix("torch."), "batch": batch, "frames": frames,
+            "padded_clips": batch - batch // 2, "implementations": results, "flash_attn_installed": flash_installed,
+            "tolerance": TARGETS["attention_atol"] if dtype == torch.bfloat16 else 1e-4}
+
+
+def verdicts(tests: dict, aape: dict, spe: dict, attention: dict) -> list[dict]:
+    """The targets, each {"target", "value", "passed"} (passed None when it could not be computed)."""
+    rows = []
+    report = aape.get("report")
+    figures = report["figures"] if report else {}
+    rows.append({"target": "CUDA-only tests: none failed, at least one ran",
+                 "value": f"{tests['passed']} passed, {tests['skipped']} skipped, {tests['failed']} failed",
+                 "passed": tests["failed"] == 0 and tests["passed"] > 0 and tests["returncode"] == 0})
+    mfu = figures.get("mfu", {}).get("measured")
+    rows.append({"target": f"MFU >= {TARGETS['mfu']:.0%} at the paper batch",
+                 "value": "-" if mfu is None else f"{mfu:.1%}", "passed": None if mfu is None else
+                 mfu >= TARGETS["mfu"]})
+    ratio = None
+    if report and spe.get("report"):
+        ratio = figures["step_seconds"]["measured"] / spe["report"]["figures"]["step_seconds"]["measured"]
+    rows.append({"target": f"AaPE step <= {TARGETS['aape_over_spe']} × SPE step",
+                 "value": "-" if ratio is None else f"{ratio:.3f}×", "passed": None if ratio is None else
+                 ratio <= TARGETS["aape_over_spe"]})
+    memory = figures.get("peak_memory_bytes", {}).get("ratio")
+    rows.append({"target": f"peak memory within {TARGETS['memory_within']:.0%} of the plan",
+                 "value": "-" if memory is None else f"{memory:.3f}× the plan", "passed": None if memory is None
+                 else abs(memory - 1) <= TARGETS["memory_within"]})
+    wait = figures.get("data_wait_seconds", {}).get("fraction_of_step")
+    rows.append({"target": f"data wait <= {TARGETS['data_wait']:.0%} of the step",
+                 "value": "-" if wait is None else f"{wait:.1%}", "passed": None if wait is None else
+                 wait <= TARGETS["data_wait"]})
+    for name, entry in attention["implementations"].items():
+        if name != "eager":
+            rows.append({"target": f"{name} within {attention['tolerance']:g} of eager ({attention['dtype']}, "
+                                   "padded batch, real tokens)",
+                         "value": f"{entry['max_abs_difference']:.2e}",
+                         "passed": entry["max_abs_difference"] <= attention["tolerance"]})
+    return rows
+
+
+def markdown(title: str, device: str, started: str, tests: dict, aape: dict, spe: dict, attention: dict,
+             rows: list[dict], dry_run: bool) -> str:
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    judged = "not judged: a CPU dry run" if dry_run else None
+    lines = [f"# {title}", "",
+             f"Device: **{device}**; torch {torch.__version__}; commit `{commit or 'unknown'}`; started {started} UTC.",
+             "Every figure below comes from the commands listed with it, run by `benchmarks/gpu_acceptance.py`"
+             + (" --dry_run (the tiny preset on the CPU: not a GPU figure)." if dry_run else "."), "",
+             "## Targets", "", "| target | value | verdict |", "|---|---|---|"]
+    for row in rows:
+        verdict = judged or ("n/a" if row["passed"] is None else "pass" if row["passed"] else "FAIL")
+        lines.append(f"| {row['target']} | {row['value']} | {verdict} |")
+    lines += ["", "## Commands", ""]
+    for name, step in (("CUDA-only tests", tests), ("AaPE (paper stem)", aape), ("SPE", spe)):
+        lines.append(f"- {name} ({step['seconds']:.0f} s, exit {step['returncode']}): `{step['command']}`")
+    lines += ["- attention: in-process, `attention_check` of benchmarks/gpu_acceptance.py", "",
+              "## CUDA-only tests", "", f"`{tests['summary']}`", ""]
+    for name, step in (("AaPE", aape), ("SPE", spe)):
+        lines += [f"## {name}: measured beside the plan", ""]
+        if "plan_text" in step:
+            measured = step["plan_text"][step["plan_text"].index("Measured on this machine"):]
+            lines += ["```", measured.rstrip(), "```", ""]
+        else:
+            lines += ["The run failed; the end of its output:", "", "```", step["output"][-3000:].rstrip(), "```", ""]
+    lines += ["## Attention on a padded batch", "",
+              f"{attention['batch']} clips of {attention['frames']} frames, {attention['padded_clips']} padded to 60 %, "
+              f"{attention['dtype']}; flash_attn installed: {attention['flash_attn_installed']}.", "",
+              "| implementation | max abs difference to eager (real tokens) | forward |", "|---|---|---|"]
+    for name, entry in attention["implementations"].items():
+        lines.append(f"| {name} | {entry['max_abs_difference']:.2e} | {entry['forward_seconds'] * 1e3:.1f} ms |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(prog="gpu_acceptance.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--dry_run", action="store_true", help="the same sequence on the CPU, tiny preset")
+    parser.add_argument("--output", default=None, help="the report (default: benchmarks/results_cuda.md; with "
+                        "--dry_run a temporary folder's results_cuda_dry_run.md)")
+    parser.add_argument("--timeout", type=int, default=600, help="seconds each command may run")
+    args = parse_command_line(parser, argv)
+    if not args.dry_run and not torch.cuda.is_available():
+        raise UsageError("no CUDA device here: run it on a GPU machine, or pass --dry_run for the CPU sequence")
+    if args.dry_run and args.output is not None and Path(args.output).resolve() == RESULTS:
+        raise UsageError(f"--dry_run writes CPU figures: not to {RESULTS.relative_to(ROOT)}, which holds a GPU's")
+    work = Path(tempfile.mkdtemp(prefix="gpu_acceptance_"))
+    output = Path(args.output) if args.output else (work / "results_cuda_dry_run.md" if args.dry_run else RESULTS)
+    device = torch.device("cuda" if not args.dry_run else "cpu")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (dry run)"
+    accelerator = accelerator_of(name) if device.type == "cuda" else None
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    settings = DRY_RUN if args.dry_run else GPU_RUN
+
+    print(f"1/4 CUDA-only tests ({', '.join(gpu_test_files())})", flush=True)
+    tests = cuda_tests(args.timeout)
+    print(f"    {tests['summary']}", flush=True)
+    print("2/4 --plan --plan_measure, AaPE stem", flush=True)
+    aape = measure_run(settings, work, accelerator, "aape", args.timeout)
+    print("3/4 --plan --plan_measure, SPE stem", flush=True)
+    spe = measure_run(settings, work, accelerator, "spe", args.timeout)
+    print("4/4 attention implementations on a padded batch", flush=True)
+    attention = attention_check(args.dry_run, device)
+    rows = verdicts(tests, aape, spe, attention)
+    title = "GPU acceptance check, CPU dry run" if args.dry_run else f"GPU acceptance check on {name}"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(markdown(title, name, started, tests, aape, spe, attention, rows, args.dry_run))
+    print(f"report: {output}", flush=True)
+    ran = all(step["returncode"] == 0 and "report" in step for step in (aape, spe))
+    ran = ran and tests["returncode"] in (0, 5)  # 5: pytest collected no test
+    ok = ran and (args.dry_run or all(row["passed"] is not False for row in rows))
+    for row in rows:
+        print(f"  {row['target']}: {row['value']}" + ("" if args.dry_run else
+                                                       f" -> {'pass' if row['passed'] else 'FAIL'}"))
+    if not ok:
+        failed = [s["command"] for s in (aape, spe) if s["returncode"] != 0]
+        print("not accepted" + (f"; failed: {failed}" if failed else ""), flush=True)
+    return {"ok": ok, "output": str(output), "rows": rows, "tests": tests, "aape": aape, "spe": spe,
+            "attention": attention}
+
+
+if __name__ == "__main__":
+    sys.exit(0 if run_script(main, "gpu_acceptance.py")["ok"] else 1)
