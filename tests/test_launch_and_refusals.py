@@ -321,7 +321,7 @@ def test_the_readme_pipeline_sentence_as_written(tmp_path):
     np.testing.assert_allclose([s["score"] for s in remote_scores], [s["score"] for s in scores], atol=1e-6)
 
 
-# ----------------------------------------------------------------------------------------------- files that do not decode
+# ---------------------------------------------------------------------------------------------- undecodable files
 def test_an_empty_or_header_only_wav_is_named_once_per_run_in_one_short_line(tmp_path, caplog):
     """An empty WAV (0 bytes) and a header-only one (8 kHz: torchcodec's C++ error before) in a two-class folder:
     fine-tuning (evaluating at every step) and linear evaluation each name every bad file once, as
