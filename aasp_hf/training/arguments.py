@@ -16,6 +16,7 @@ from transformers import HfArgumentParser
 
 from ..configuration_aasp import init_arguments
 from ..errors import UsageError, check_flags, check_keys, one_line_errors
+from .short_run import fit_warmup
 
 
 logger = logging.getLogger(__name__)
@@ -67,7 +68,9 @@ def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:
     `--config preset.json --train_dir DIR` reads DIR instead of failing on the preset's own data source.
 
     Every dataclass with `max_steps` and `warmup_steps` must have no more warm-up steps than steps; this is checked
-    here, before any data or model is loaded.
+    here, before any data or model is loaded. A warm-up typed on the command line that is longer than the run is
+    refused; one from a preset or a default is cut to 10 % of the run and a line says so (`short_run.fit_warmup`),
+    so `--config preset.json --max_steps 3` runs in every script.
     """
     parser = HfArgumentParser(dataclass_types)
     for action in parser._actions:  # HfArgumentParser gives `--no_x` the help of `--x`; say what it does instead
@@ -83,8 +86,10 @@ def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:
     classes = dataclass_types if isinstance(dataclass_types, (list, tuple)) else (dataclass_types,)
     valid = [field.name for cls in classes for field in dataclasses.fields(cls)]
     if len(argv) == 1 and argv[0].endswith(".json"):
-        check_keys(_read_preset(argv[0]), valid, f"the preset {argv[0]}", "the script's --help")
-        return _check(parser.parse_json_file(os.path.abspath(argv[0])))
+        preset = _read_preset(argv[0])
+        check_keys(preset, valid, f"the preset {argv[0]}", "the script's --help")
+        return _check(parser.parse_json_file(os.path.abspath(argv[0])), typed=set(), preset=set(preset))
+    preset = {}
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
@@ -101,7 +106,23 @@ def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:
     if stray:
         raise UsageError(f"unexpected argument{'s' if len(stray) > 1 else ''} {' '.join(stray)}: every value follows "
                          f"its --flag (see the script's --help)")
-    return _check(tuple(parsed))
+    return _check(tuple(parsed), typed=typed_names(parser, argv), preset=set(preset))
+
+
+def typed_names(parser, argv) -> set:
+    """The argument names that `argv` gives, each flag resolved as argparse resolves it (a unique prefix such as
+    `--warmup` names `warmup_steps`; `--no_x` names `x`)."""
+    options = {option: action.dest for action in parser._actions for option in action.option_strings}
+    names = set()
+    for arg in argv:
+        if not arg.startswith("--"):
+            continue
+        flag = arg.split("=", 1)[0]
+        matches = {options[flag]} if flag in options else {dest for option, dest in options.items()
+                                                           if option.startswith(flag)}
+        if len(matches) == 1:
+            names |= matches
+    return names
 
 
 def json_object(value) -> dict | None:
@@ -179,10 +200,14 @@ UNIT_INTERVAL = (  # [0, 1]
 BELOW_ONE = ("adam_beta1", "adam_beta2")  # [0, 1)
 
 
-def _check(parsed: tuple) -> tuple:
+def _check(parsed: tuple, typed: set = frozenset(), preset: set = frozenset()) -> tuple:
     """Every numeric argument in its range (POSITIVE, NON_NEGATIVE, UNIT_INTERVAL, BELOW_ONE), warm-up within the
-    steps, the lr floor under the peak: a UsageError naming the argument and the fix, before any data or model."""
-    for arguments in parsed:
+    steps, the lr floor under the peak: a UsageError naming the argument and the fix, before any data or model.
+    `typed`: the names the command line gave, `preset`: those the preset gave; a warm-up the command line did not give
+    (the preset's or the script's default) that is longer than the run is cut to 10 % of it, with a line that says
+    so."""
+    parsed = list(parsed)
+    for i, arguments in enumerate(parsed):
         for name, value in vars(arguments).items():
             if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
@@ -197,6 +222,10 @@ def _check(parsed: tuple) -> tuple:
             if isinstance(value, float) and math.isinf(value) and name in POSITIVE + NON_NEGATIVE:
                 raise UsageError(f"--{name} must be finite, got {value}")
         max_steps, warmup = getattr(arguments, "max_steps", None), getattr(arguments, "warmup_steps", None)
+        if max_steps is not None and warmup is not None and warmup > max_steps and "warmup_steps" not in typed:
+            warmup, line = fit_warmup(warmup, max_steps, "the preset's" if "warmup_steps" in preset else "the default")
+            print(line)
+            parsed[i] = arguments = dataclasses.replace(arguments, warmup_steps=warmup)
         if max_steps is not None and warmup is not None and warmup > max_steps:
             raise UsageError(
                 f"--warmup_steps {warmup} must be at most --max_steps {max_steps}: lower --warmup_steps "
@@ -205,7 +234,7 @@ def _check(parsed: tuple) -> tuple:
         peak, floor = getattr(arguments, "learning_rate", None), getattr(arguments, "min_learning_rate", None)
         if peak is not None and floor is not None and floor > peak:
             raise UsageError(f"--min_learning_rate {floor} must be at most --learning_rate {peak}")
-    return parsed
+    return tuple(parsed)
 
 
 def config_keys(config_class) -> set:
