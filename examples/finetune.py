@@ -85,6 +85,10 @@ from aasp_hf.training.data_order import micro_batches
 from aasp_hf.training.model_ema import create_ema, ema_update_
 from aasp_hf.training.optim import layer_decay_param_groups, set_learning_rates
 from aasp_hf.training.arguments import PlanArguments, gradient_accumulation_for, parse_arguments
+from aasp_hf.training.short_run import (
+    DEFAULT_BATCH_SIZE, DEFAULT_WARMUP_STEPS, PAPER_EMA_DECAY, PAPER_LEARNING_RATE, batch_size_for, ema_decay_for,
+    learning_rate_for, warmup_steps_for,
+)
 from aasp_hf.errors import UsageError, check_keys, run_script
 from aasp_hf.hub import check_model_path
 from aasp_hf.training.launch import check_launch
@@ -93,9 +97,9 @@ logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
 SPLITS = ("train", "validation", "test")
 SPLIT_SEED = 0  # the held-out validation / test draws: one split for every seed of a run
-# Defaults for the paper's datasets, scaled down for a small folder of one's own clips (a line says what was scaled):
-# the warm-up to 10 % of a shorter --max_steps, the batch to the training clips.
-DEFAULT_WARMUP_STEPS, DEFAULT_BATCH_SIZE = 100, 128
+# The defaults that depend on the run's length or the data's size (lr, weight EMA, warm-up, batch) are the paper's for
+# a long run on a large set and are derived for a short run or a small folder when left unset, one printed line each
+# (aasp_hf.training.short_run); the presets set them, so they keep the paper's values.
 # What a run leaves in output_dir (sub-runs of --seeds / --all_folds in <part>_seed<k>/; the best model copied in).
 FINETUNE_ARTEFACTS = RUN_ARTEFACTS + ("best_model*", "results.md", "*_seed*", "model.safetensors", "config.json",
                                       "preprocessor_config.json")
@@ -171,7 +175,9 @@ class FinetuneArguments(PlanArguments):
     warmup_steps: int | None = field(default=None, metadata={
         "help": f"linear warm-up steps (at most --max_steps); unset: {DEFAULT_WARMUP_STEPS}, or 10 %% of --max_steps "
                 f"when that is fewer"})
-    learning_rate: float = field(default=5e-5, metadata={"help": "peak lr (of the head; layer l gets lr·decay^(L+1-l))"})
+    learning_rate: float | None = field(default=None, metadata={
+        "help": f"peak lr (of the head; layer l gets lr·decay^(L+1-l)); unset: the paper's {PAPER_LEARNING_RATE:g} "
+                f"from 8,000 steps on, for a shorter run the same lr × steps, at most 2e-3 (a line says so)"})
     min_learning_rate: float = field(default=1e-7, metadata={"help": "end of the cosine decay"})
     layer_decay: float = field(default=0.65, metadata={"help": "layer-wise lr decay factor (1: none)"})
     weight_decay: float = field(default=0.05, metadata={"help": "AdamW weight decay (not on biases, norms, CLS, "
@@ -186,7 +192,9 @@ class FinetuneArguments(PlanArguments):
     spec_augment_fraction: float = field(default=0.2, metadata={"help": "maximum mask size / input size (1/5)"})
     class_balanced_sampling: bool = field(default=False, metadata={"help": "AS-2M: weighted draws with replacement"})
     samples_per_epoch: int = field(default=200_000, metadata={"help": "draws per epoch of class-balanced sampling"})
-    ema_decay: float = field(default=0.995, metadata={"help": "weight EMA for evaluation; 0 disables (ESC-50)"})
+    ema_decay: float | None = field(default=None, metadata={
+        "help": f"weight EMA for evaluation; 0 disables (ESC-50); unset: the paper's {PAPER_EMA_DECAY:g}, or for a "
+                f"run under 2,000 steps the decay whose horizon 1/(1-d) is a tenth of --max_steps (a line says so)"})
     # evaluation, logging, checkpoints
     eval_steps: int = field(default=500, metadata={"help": "validate every N steps (and at the last step)"})
     logging_steps: int = field(default=50)
@@ -220,11 +228,13 @@ def parse_args(argv=None) -> FinetuneArguments:
         raise ValueError(f"kfold_validation={args.kfold_validation!r}: use one of {KFOLD_VALIDATION}")
     if args.select_on not in SELECT_ON:
         raise ValueError(f"select_on={args.select_on!r}: use one of {SELECT_ON}")
-    if args.warmup_steps is None:
-        args = replace(args, warmup_steps=min(DEFAULT_WARMUP_STEPS, args.max_steps // 10))
-        if args.warmup_steps < DEFAULT_WARMUP_STEPS:
-            print(f"--warmup_steps {args.warmup_steps}: 10 % of --max_steps {args.max_steps} (the default "
-                  f"{DEFAULT_WARMUP_STEPS} is more than that; pass --warmup_steps to choose)")
+    for name, rule in (("learning_rate", learning_rate_for), ("ema_decay", ema_decay_for),
+                       ("warmup_steps", warmup_steps_for)):  # unset: derived from the run's length, said in a line
+        if getattr(args, name) is None:
+            value, line = rule(args.max_steps)
+            args = replace(args, **{name: value})
+            if line:
+                print(line)
     from aasp_hf.hub import check_model_folder
 
     check_model_folder(args.model_name_or_path)  # a checkpoint-<step>/ folder: say what to load instead
@@ -241,17 +251,15 @@ def parse_args(argv=None) -> FinetuneArguments:
 
 def scale_batch_to_data(args, parts: dict, world: int):
     """`args` with the unset `--per_device_train_batch_size` resolved: DEFAULT_BATCH_SIZE, or the training clips per
-    process of the smallest part when they are fewer (printed). A batch that was set and is too large stays an error
-    (in `run`). Class-balanced sampling draws with replacement: any batch fits."""
+    process of the smallest part when they are fewer (printed; `short_run.batch_size_for`). A batch that was set and
+    is too large stays an error (in `run`). Class-balanced sampling draws with replacement: any batch fits."""
     if args.per_device_train_batch_size is not None:
         return args
-    clips = min(len(splits["train"]) for splits in parts.values())
-    batch = DEFAULT_BATCH_SIZE
-    if not args.class_balanced_sampling and batch * world > clips:
-        batch = max(1, clips // world)
-        print(f"--per_device_train_batch_size {batch}: the {clips} training clips"
-              f"{f' over {world} processes' if world > 1 else ''} (the default {DEFAULT_BATCH_SIZE} is more than "
-              f"that; pass --per_device_train_batch_size to choose)")
+    batch, line = DEFAULT_BATCH_SIZE, None
+    if not args.class_balanced_sampling:
+        batch, line = batch_size_for(min(len(splits["train"]) for splits in parts.values()), world)
+    if line:
+        print(line)
     return replace(args, per_device_train_batch_size=batch)
 
 

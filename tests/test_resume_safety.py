@@ -267,7 +267,7 @@ def test_finetune_resume_leaves_a_finished_run_and_refuses_a_changed_one(finetun
     assert files(run) == before and results == json.loads((run / "all_results.json").read_text())
     assert f"{run} holds a finished run (step 2 of --max_steps 2); nothing was changed." in capsys.readouterr().out
     with pytest.raises(UsageError, match=r"^--resume: .*checkpoint-2 was written with other arguments: max_steps 2 → "
-                                         r"3, learning_rate 5e-05 → 0\.0001\. .*--resume_allow_changes max_steps "
+                                         r"3, learning_rate 0\.002 → 0\.0001\. .*--resume_allow_changes max_steps "
                                          r"learning_rate "):
         finetune.main(command + ["--resume", "--max_steps", "3", "--learning_rate", "1e-4"])
     assert files(run) == before
