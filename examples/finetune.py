@@ -667,7 +667,7 @@ def main(argv=None) -> dict:
         from aasp_hf.plan import print_finetuning_plan
 
         try:
-            return print_finetuning_plan(args)
+            return print_finetuning_plan(args, load_parts)  # load_parts: the data --plan_measure steps on
         except ValueError as error:
             raise SystemExit(f"finetune.py --plan: error: {error}") from None
     logging.basicConfig(level=logging.INFO, format="%(message)s")

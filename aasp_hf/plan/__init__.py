@@ -2,8 +2,9 @@
 
 Modules: `accelerators` (datasheets, precisions, the paper's throughput, the `--plan_*` checks), `counting` (FLOPs),
 `memory` (live tensor bytes), `fake_step` (the step on fake tensors), `estimate` (`RunPlan`, `plan_pretraining`,
-`plan_finetuning`), `report` (`format_plan`), `data_path` (the data side, timed on this host), `cli` (the scripts'
-`--plan`). This package sits above `training/`, `data/` and the model files: it builds the model classes itself.
+`plan_finetuning`), `report` (`format_plan`), `data_path` (the data side, timed on this host), `measure` (the plan
+beside real steps, `--plan_measure`), `cli` (the scripts' `--plan`). This package sits above `training/`, `data/`
+and the model files: it builds the model classes itself.
 
     python examples/pretrain.py --config examples/configs/pretrain_paper.json --plan [--plan_num_processes 4]
 
@@ -54,6 +55,10 @@ Modules: `accelerators` (datasheets, precisions, the paper's throughput, the `--
    cropped and collated as training does it, on one core; the clips/s per DataLoader worker, the workers per GPU
    the predicted step needs and whether this host's cores can run them. Host overhead, logging and checkpoint
    steps and all-reduce between nodes are not modelled.
+7. `--plan_measure N` (pretrain.py; `measure`): the plan checked on the machine it runs on. N real optimiser steps
+   of the same run (its compile, precision, batch, views, data source and workers, `--features_on_device`), after an
+   untimed warm-up, each figure measured beside the plan's (step time, clips/s per device, MFU, peak memory, data
+   wait, all-reduce), flagged with its likely cause when more than 15 % off; written to `plan_measured.json`.
 """
 
 from .accelerators import ACCELERATORS, PRECISIONS, AcceleratorSpec, check_plan_arguments
@@ -63,6 +68,7 @@ from .data_path import data_path_plan, time_data_path
 from .estimate import RunPlan, plan_finetuning, plan_pretraining
 from .fake_step import accelerator_code_path, fake_model, measure_fake_step, pretraining_inputs, run_step
 from .memory import LiveTensorBytes, profiler_peak_bytes
+from .measure import accelerator_of, compare, format_measured, measure_pretraining
 from .report import format_plan
 
 __all__ = [
@@ -72,14 +78,18 @@ __all__ = [
     "LiveTensorBytes",
     "RunPlan",
     "accelerator_code_path",
+    "accelerator_of",
     "check_plan_arguments",
+    "compare",
     "data_path_plan",
     "fake_model",
     "flop_counter",
+    "format_measured",
     "format_plan",
     "highpass_flops",
     "launch_environment",
     "measure_fake_step",
+    "measure_pretraining",
     "plan_finetuning",
     "plan_pretraining",
     "pretraining_inputs",

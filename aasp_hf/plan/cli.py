@@ -13,7 +13,7 @@ from ..feature_extraction_aasp import AaspFeatureExtractor
 from ..training.arguments import gradient_accumulation_for
 from .data_path import data_path_plan
 from .estimate import plan_finetuning, plan_pretraining
-from .measure import compare, format_measured, measure_pretraining, write_report
+from .measure import compare, format_measured, measure_finetuning, measure_pretraining, write_report
 from .report import format_plan
 
 
@@ -84,15 +84,13 @@ def _measure(plan, plan_text: str, measured: dict, output_dir, is_main: bool) ->
     return {"measured": report, "report_path": str(path)}
 
 
-def print_finetuning_plan(args) -> dict:
+def print_finetuning_plan(args, load_parts=None) -> dict:
     """`examples/finetune.py --plan`: the plan of the run its arguments describe (see `print_pretraining_plan`).
     The encoder's configuration is read from `--model_name_or_path`'s config.json (no weights); the clip length
     from `--clip_seconds` or the task's EVAR length (`--task`, or `--dataset`'s task); the global batch as the
-    script makes it up (`total_train_batch_size`: gradient accumulation on fewer processes)."""
+    script makes it up (`total_train_batch_size`: gradient accumulation on fewer processes). With `--plan_measure N`,
+`load_parts` (the script's) reads the task's data and N steps are measured (`measure_finetuning`)."""
 
-    if getattr(args, "plan_measure", 0) > 0:
-        raise ValueError("--plan_measure measures pre-training steps (examples/pretrain.py); finetune.py --plan "
-                         "prints the plan only")
     config = AaspConfig.from_pretrained(args.model_name_or_path, drop_path_rate=args.drop_path_rate)
     if args.synthetic_per_class > 0:
         seconds = args.clip_seconds or 1.0  # the script's synthetic demo clips
@@ -102,6 +100,7 @@ def print_finetuning_plan(args) -> dict:
         seconds = evar_clip_seconds(evar_task(args.dataset or args.task, args.task), args.clip_seconds)
     num_frames = AaspFeatureExtractor(feature_size=config.num_mel_bins).num_frames(int(round(seconds * 16000)))
     world, launched_precision, is_main = launch_environment()
+    _check_measured_processes(args, world)
     world = args.plan_num_processes or world
     accumulation = gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size, world,
                                              args.gradient_accumulation_steps)
@@ -115,4 +114,12 @@ def print_finetuning_plan(args) -> dict:
     table = format_plan(plan)
     if is_main:
         print(table, flush=True)
-    return {"plan": table}
+    result = {"plan": table}
+    if getattr(args, "plan_measure", 0) > 0:
+        if load_parts is None:
+            raise ValueError("--plan_measure needs the script's data: pass its load_parts")
+        parts, multi_label, names, clip_seconds, _ = load_parts(args)
+        splits = next(iter(parts.values()))  # the first part (test fold) a run trains on
+        measured = measure_finetuning(args, splits, multi_label, names, clip_seconds, args.plan_measure)
+        result.update(_measure(plan, table, measured, args.output_dir, is_main))
+    return result

@@ -2,13 +2,15 @@
 the run its arguments describe run here, after an untimed warm-up, and each figure of the plan is printed beside its
 measured value (`measure_pretraining`, `compare`, `format_measured`); `plan_measured.json` holds both.
 
-What runs is the run's own setup and step, built from the library pieces `examples/pretrain.py` builds it from: the
-model from the plan's config, the data source through `load_clips` (or the `--log_mel_cache`), its DataLoader
-workers and `micro_batches` order, the collator with `--features_on_device`, AdamW groups (fused), `accelerate`'s
-mixed precision, DDP and `--torch_compile` as the script compiles it, and per step the script's forward/backward per
-micro-batch and `aasp_hf.training.step.apply_update` (clip, the skip decision on the device, AdamW, EMA teacher).
-It is not the script's loop itself: that loop also logs, monitors, checkpoints and exports, which a measurement must
-not do (no checkpoint, no output beyond the report), and it keeps no per-step clock.
+What runs is the run's own setup and step, built from the library pieces the script builds it from.
+`measure_pretraining` (`examples/pretrain.py`): the model from the plan's config, the data source through
+`load_clips` (or the `--log_mel_cache`), its DataLoader workers and `micro_batches` order, the collator with
+`--features_on_device`, AdamW groups (fused), `accelerate`'s mixed precision, DDP and `--torch_compile` as the script
+compiles it, and per step the script's forward/backward per micro-batch and `aasp_hf.training.step.apply_update`
+(clip, the skip decision on the device, AdamW, EMA teacher). `measure_finetuning` (`examples/finetune.py`): the
+classifier from `--model_name_or_path`, the task's training clips, crops, mixup, SpecAugment, layer-decay AdamW,
+clipping and the weight EMA. Neither is the script's loop itself: that loop also logs, evaluates, checkpoints and
+exports, which a measurement must not do (no checkpoint, no output beyond the report), and keeps no per-step clock.
 
 How each figure is taken:
 - step time: wall-clock of each timed step, the device synchronised at its end (`torch.cuda.synchronize`), so a step
@@ -38,18 +40,25 @@ import warnings
 from contextlib import nullcontext
 from pathlib import Path
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
 from ..data.cache import LogMelCache
 from ..data.clips import AudioStream, load_clips, replace_failed
-from ..data.collators import PretrainingCollator
+from ..data.collators import AaspFineTuningCollator, PretrainingCollator
+from ..data.samplers import ClassBalancedSampler
 from ..feature_extraction_aasp import AaspFeatureExtractor
+from ..modeling_aasp import AaspForAudioClassification
 from ..modeling_aasp_pretraining import AaspForPreTraining
 from ..schedules import learning_rate, teacher_momentum
+from ..training.arguments import gradient_accumulation_for
+from ..training.augment import mixup, spec_augment
 from ..training.data_order import clip_seed, micro_batches
-from ..training.optim import param_groups, set_learning_rates
+from ..training.model_ema import create_ema, ema_update_
+from ..training.optim import layer_decay_param_groups, param_groups, set_learning_rates
 from ..training.step import apply_update
 from .accelerators import ACCELERATORS
 from .memory import profiler_peak_bytes
@@ -153,6 +162,101 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
                      torch.tensor(momentum, dtype=torch.float64, device=device), update_teacher)
         return waited
 
+    static = [*unwrapped.parameters(), *unwrapped.buffers()]
+    return _timed_steps(accelerator, model, optimizer, step, static, num_steps, args.torch_compile)
+
+
+def measure_finetuning(args, splits: dict, multi_label: bool, names: list, clip_seconds: float,
+                       num_steps: int) -> dict:
+    """N timed optimiser steps of the `examples/finetune.py` run `args` describes, on the training split of `splits`
+    (the part its `load_parts` gives first): the classifier loaded from `--model_name_or_path`, the collator's crops,
+    mixup and SpecAugment as the arguments set them, AdamW with layer-wise lr decay, gradient clipping and the weight
+    EMA after the step, as the script's loop runs them (its loss read back every micro-batch included). Writes
+    nothing."""
+    accelerator = Accelerator(mixed_precision=args.mixed_precision)
+    rank, world, device = accelerator.process_index, accelerator.num_processes, accelerator.device
+    accum = gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size, world,
+                                      args.gradient_accumulation_steps)
+    num_labels = len(names)
+    set_seed(args.seed)
+    model = AaspForAudioClassification.from_pretrained(
+        args.model_name_or_path, num_labels=num_labels, id2label=dict(enumerate(names)),
+        label2id={n: i for i, n in enumerate(names)}, drop_path_rate=args.drop_path_rate,
+        problem_type="multi_label_classification" if multi_label else "single_label_classification")
+    if args.freeze_feature_encoder:
+        model.freeze_feature_encoder()
+    feature_extractor = AaspFeatureExtractor(feature_size=model.config.num_mel_bins)
+    ema = create_ema(model) if args.ema_decay > 0 else None
+    set_seed(args.seed, device_specific=True)
+    collator = AaspFineTuningCollator(feature_extractor, clip_seconds=clip_seconds, split="train",
+                                      num_labels=num_labels if multi_label else None, seed=args.seed * 1000 + 1 + rank)
+    augment_rng = np.random.default_rng(args.seed * 1000 + 2 + rank)
+    sampler = None
+    if args.class_balanced_sampling:
+        rows, column = splits["train"], "labels" if multi_label else "label"
+        labels = rows[column] if hasattr(rows, "column_names") else [row[column] for row in rows]
+        sampler = ClassBalancedSampler([list(v) if multi_label else [int(v)] for v in labels],
+                                       num_classes=num_labels, num_samples=args.samples_per_epoch, seed=0)
+    optimizer = torch.optim.AdamW(layer_decay_param_groups(model, args.weight_decay, args.layer_decay),
+                                  lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
+                                  eps=args.adam_epsilon)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    unwrapped = accelerator.unwrap_model(model)
+    if ema is not None:
+        ema.to(device)
+    batches = micro_batches(splits["train"], args.per_device_train_batch_size, world, rank, args.seed,
+                            num_workers=args.dataloader_num_workers, sampler=sampler)
+    soft = multi_label or args.mixup_alpha > 0
+    max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
+    model.train()
+
+    def step(index: int) -> float:
+        """One optimiser step as examples/finetune.py runs it; returns the seconds spent getting its batches."""
+        set_learning_rates(optimizer, learning_rate(index, args.max_steps, args.warmup_steps, args.learning_rate,
+                                                    args.min_learning_rate))
+        waited = 0.0
+        for micro in range(accum):
+            started = time.perf_counter()
+            batch = None
+            while batch is None:  # a micro-batch where every clip failed to decode is skipped
+                _, rows = next(batches)
+                batch = collator(rows)
+            inputs, mask, labels = batch["input_values"], batch["attention_mask"], batch["labels"]
+            targets = (F.one_hot(labels, num_labels).float() if labels.ndim == 1 else labels.float()) if soft \
+                else labels
+            if args.mixup_alpha > 0:
+                inputs, targets, mask, _, _ = mixup(inputs, targets, args.mixup_alpha, augment_rng, mask)
+            if args.spec_augment:
+                inputs, _, _ = spec_augment(inputs, augment_rng, args.spec_augment_fraction,
+                                            args.spec_augment_fraction)
+            inputs, mask, targets = (t.to(device) for t in (inputs, mask, targets))
+            waited += time.perf_counter() - started
+            with accelerator.no_sync(model) if micro < accum - 1 else nullcontext():
+                logits = model(input_values=inputs, attention_mask=mask).logits
+                if soft:
+                    loss = F.binary_cross_entropy_with_logits(logits.float(), targets)
+                else:
+                    loss = unwrapped.classification_loss(logits, targets)
+                accelerator.backward(loss / accum)
+            loss.detach().float().item()  # the script sums the loss on the host every micro-batch
+        accelerator.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if ema is not None:
+            ema_update_(ema, unwrapped, args.ema_decay)
+        return waited
+
+    static = [*unwrapped.parameters(), *unwrapped.buffers(),
+              *([] if ema is None else [*ema.parameters(), *ema.buffers()])]
+    return _timed_steps(accelerator, model, optimizer, step, static, num_steps, False)
+
+
+def _timed_steps(accelerator, model, optimizer, step, static_tensors, num_steps: int, compiled: bool) -> dict:
+    """Runs `step(index)` (returns its data wait) for the warm-up (2 steps compiled, else 1), then `num_steps` timed
+    steps, the device synchronised around each; then the peak memory, host syncs (CUDA), compile counters and the
+    all-reduce (more than one process). The measured figures `compare` takes."""
+    device, world = accelerator.device, accelerator.num_processes
+
     def timed(index: int) -> tuple[float, float]:
         synchronize(device)
         started = time.perf_counter()
@@ -160,14 +264,14 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
         synchronize(device)
         return time.perf_counter() - started, waited
 
-    warmup = 2 if args.torch_compile else 1
+    warmup = 2 if compiled else 1
     warmup_seconds = [timed(i)[0] for i in range(warmup)]
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     samples = [timed(warmup + i) for i in range(num_steps)]
     accelerator.wait_for_everyone()
     figures = {"device": device_name(device), "device_type": device.type, "num_processes": world,
-               "precision": accelerator.mixed_precision, "torch_compile": bool(args.torch_compile),
+               "precision": accelerator.mixed_precision, "torch_compile": bool(compiled),
                "steps": num_steps, "warmup_steps": warmup, "first_step_seconds": warmup_seconds[0],
                "warmup_seconds": sum(warmup_seconds),
                "step_seconds": [s for s, _ in samples], "data_wait_seconds": [w for _, w in samples]}
@@ -177,10 +281,10 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
         figures["host_syncs"] = _count_host_syncs(lambda: step(warmup + num_steps))
     else:
         state = [t for s in optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
-        static = sum(t.untyped_storage().nbytes() for t in [*unwrapped.parameters(), *unwrapped.buffers(), *state])
+        static = sum(t.untyped_storage().nbytes() for t in [*static_tensors, *state])
         figures["static_bytes"] = static
         figures["peak_bytes"] = static + profiler_peak_bytes(lambda: step(warmup + num_steps))
-    if args.torch_compile:
+    if compiled:
         counters = torch._dynamo.utils.counters
         figures["graph_breaks"] = sum(counters["graph_break"].values())
         figures["compiled_graphs"] = counters["stats"]["unique_graphs"]

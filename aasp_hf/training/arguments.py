@@ -48,7 +48,7 @@ class PlanArguments:
                                "the data path (0: skip it)"}
     )
     plan_measure: int = dataclasses.field(
-        default=0, metadata={"help": "N > 0 (implies --plan; pretrain.py): after the plan, run N optimiser steps of "
+        default=0, metadata={"help": "N > 0 (implies --plan): after the plan, run N optimiser steps of "
                              "this run here after an untimed warm-up and print measured beside predicted (step time, "
                              "clips/s, MFU, peak memory, data wait, all-reduce); writes only plan.txt and "
                              "plan_measured.json to --output_dir"}
