@@ -202,8 +202,8 @@ def markdown(title: str, device: str, started: str, tests: dict, aape: dict, spe
         else:
             lines += ["The run failed; the end of its output:", "", "```", step["output"][-3000:].rstrip(), "```", ""]
     lines += ["## Attention on a padded batch", "",
-              f"{attention['batch']} clips of {attention['frames']} frames, {attention['padded_clips']} padded to 60 %, "
-              f"{attention['dtype']}; flash_attn installed: {attention['flash_attn_installed']}.", "",
+              f"{attention['batch']} clips of {attention['frames']} frames, {attention['padded_clips']} padded to "
+              f"60 %, {attention['dtype']}; flash_attn installed: {attention['flash_attn_installed']}.", "",
               "| implementation | max abs difference to eager (real tokens) | forward |", "|---|---|---|"]
     for name, entry in attention["implementations"].items():
         lines.append(f"| {name} | {entry['max_abs_difference']:.2e} | {entry['forward_seconds'] * 1e3:.1f} ms |")
