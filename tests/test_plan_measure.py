@@ -211,3 +211,12 @@ def test_gpu_acceptance_refusals(tmp_path):
     if not torch.cuda.is_available():
         with pytest.raises(UsageError, match="no CUDA device here: run it on a GPU machine, or pass --dry_run"):
             acceptance.main([])
+
+
+def test_cuda_device_names_map_to_the_plan_accelerators():
+    """MFU and step time are judged only on the plan's accelerator: the CUDA device name decides which it is."""
+    from aasp_hf.plan.measure import accelerator_of
+
+    names = {"NVIDIA H100 80GB HBM3": "H100 SXM", "NVIDIA H100 PCIe": "H100 PCIe", "NVIDIA H200": "H200",
+             "NVIDIA A100-SXM4-80GB": "A100 80GB", "NVIDIA L4": "L4", "NVIDIA L40S": None, "Tesla V100-SXM2-32GB": None}
+    assert {name: accelerator_of(name) for name in names} == names

@@ -34,6 +34,7 @@ A figure more than 15 % off the plan is flagged with its likely cause.
 """
 
 import json
+import re
 import statistics
 import time
 import warnings
@@ -82,7 +83,7 @@ def accelerator_of(name: str) -> str | None:
     if "H100" in upper:
         return "H100 PCIe" if "PCIE" in upper else "H100 SXM"
     for key in ("H200", "A100", "L4"):
-        if key in upper:
+        if re.search(rf"\b{key}\b", upper):  # a whole word: an L40S is not an L4
             return next(spec for spec in ACCELERATORS if spec.upper().startswith(key))
     return None
 
