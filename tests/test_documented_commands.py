@@ -81,9 +81,11 @@ def _joined(lines: list[str], i: int) -> tuple[str, int]:
 
 
 def _inline(line: str) -> list[str]:
-    """Inline code spans that are commands naming a script or a make target (`python examples/...` is prose)."""
+    """Inline code spans that are commands naming a script, a make target or a module with its arguments (`python
+    examples/...` and a bare `python -m aasp_hf.data.check` are prose)."""
     return [span for span in re.findall(r"`([^`]+)`", line)
-            if _is_command(span) and (span.lstrip().startswith("make ") or ".py" in span)]
+            if _is_command(span) and (span.lstrip().startswith("make ") or ".py" in span
+                                      or re.search(r" -m \S+ \S", span))]
 
 
 def commands_in_markdown(text: str) -> list[tuple[int, str]]:
@@ -167,6 +169,15 @@ def how(script_argv: list[str]) -> tuple:
 
 
 def load_script(relative: str):
+    """The module of a script (a path ending in .py) or of `python -m NAME`; None for a module of another package
+    (its arguments are its own, and it may live in another environment, as heareval's runners in .venv-hear)."""
+    if not relative.endswith(".py"):
+        if relative.split(".")[0] != "aasp_hf":
+            return None
+        try:
+            return importlib.import_module(relative)
+        except ModuleNotFoundError:
+            raise StaleCommand(f"python -m {relative}: no such module") from None
     path = ROOT / relative
     if not path.is_file():
         raise StaleCommand(f"{relative} does not exist")
@@ -188,6 +199,8 @@ def parse_script(relative: str, argv: list[str]):
     `main` stopped right after argparse parsed. A refusal becomes a StaleCommand. Abbreviated flags are refused
     (argparse takes `--synthetic_clip` for `--synthetic_clips`, until another flag makes it ambiguous)."""
     module = load_script(relative)
+    if module is None:
+        return None
     for flag, value in zip(argv, argv[1:]):
         if (re.fullmatch(r"(examples|benchmarks|conversion|docs)/\S+\.(json|yaml)", value) and flag not in OUTPUT_FLAGS
                 and not (ROOT / value).is_file()):
@@ -243,8 +256,9 @@ def check_make(words: list[str]) -> None:
 
 
 def script_and_argv(words: list[str]) -> tuple[str, list[str]]:
-    """(script, its arguments) of a `python`, `torchrun` or `accelerate launch` command; accelerate's and torchrun's
-    flags are parsed by their own parsers and accelerate's --config_file must exist."""
+    """(script, its arguments) of a `python`, `torchrun` or `accelerate launch` command (for `python -m NAME`, the
+    module's name stands for the script); accelerate's and torchrun's flags are parsed by their own parsers and
+    accelerate's --config_file must exist."""
     if words[0] == "torchrun":
         from torch.distributed.run import get_args_parser
 
@@ -254,7 +268,7 @@ def script_and_argv(words: list[str]) -> tuple[str, list[str]]:
             raise StaleCommand(f"torchrun refused {' '.join(words[1:])}") from None
         return run.training_script, list(run.training_script_args)
     if words[0] != "accelerate":
-        return words[1], words[2:]
+        return (words[2], words[3:]) if words[1:2] == ["-m"] else (words[1], words[2:])
     from accelerate.commands.launch import launch_command_parser
 
     try:
@@ -378,3 +392,117 @@ def test_the_extractor_and_the_checker_catch_a_stale_command():
     docstring = "Title.\n\n    python examples/demo.py [--seed 0]\n    accelerate launch x.py \\\n        --a 1\n"
     assert commands_in_docstring(docstring) == [(3, "python examples/demo.py [--seed 0]"),
                                                 (4, "accelerate launch x.py --a 1")]
+
+
+def test_a_module_run_with_python_m_is_parsed_by_its_own_parser():
+    """`python -m aasp_hf.data.check ...` in a shell block or an inline span is the module's command, not a script
+    named `-m`; a misspelt module or flag is stale; a module of another package is not checked."""
+    assert [c for _, c in commands_in_markdown("Run `python -m aasp_hf.data.check esc50 --root /data/ESC-50`.\n")] == [
+        "python -m aasp_hf.data.check esc50 --root /data/ESC-50"]
+    assert kind_of("python -m aasp_hf.data.check esc50 --root /data/ESC-50") == PARSE
+    check_parses("python -m aasp_hf.data.check esc50 --root /data/ESC-50 --json report.json")
+    with pytest.raises(StaleCommand, match=r"aasp_hf\.data\.chek: no such module"):
+        check_parses("python -m aasp_hf.data.chek esc50 --root /data/ESC-50")
+    with pytest.raises(StaleCommand, match=r"aasp_hf\.data\.check esc50 --rot /data: argparse refused it"):
+        check_parses("python -m aasp_hf.data.check esc50 --rot /data")
+    check_parses("python -m heareval.embeddings.runner MODULE --tasks-dir TASKS")  # another package's: not checked
+    assert commands_in_markdown("the module `python -m aasp_hf.data.check` checks a copy\n") == []  # a name: prose
+
+
+# ----------------------------------------------------------------------------------------------- links
+class BrokenLink(AssertionError):
+    """A link of the documentation to a file or a heading that does not exist."""
+
+
+def _outside_fences(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of the lines outside fenced code blocks."""
+    kept, fence = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip().startswith("```"):
+            fence = not fence
+        elif not fence:
+            kept.append((number, line))
+    return kept
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: its text without Markdown (code ticks, emphasis, link targets),
+    lowercased, punctuation dropped (letters, digits, '_', '-' and spaces stay), each space a '-'."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # [text](target) -> text
+    text = re.sub(r"[`*]", "", text).strip().lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors of a Markdown file's headings; a repeated one gets -1, -2, ... as on GitHub."""
+    found, seen = set(), {}
+    for _, line in _outside_fences(text):
+        heading = re.match(r"#{1,6} (.+)", line)
+        if heading:
+            anchor = github_anchor(heading.group(1))
+            found.add(anchor if anchor not in seen else f"{anchor}-{seen[anchor]}")
+            seen[anchor] = seen.get(anchor, 0) + 1
+    return found
+
+
+def links_in_markdown(text: str) -> list[tuple[int, str]]:
+    """(line number, target) of each `[text](target)` link outside code, web addresses left out."""
+    found = []
+    for number, line in _outside_fences(text):
+        prose = re.sub(r"`[^`]*`", "", line)
+        for target in re.findall(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)", prose):
+            if not re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+                found.append((number, target))
+    return found
+
+
+def check_link(source: Path, target: str) -> None:
+    """The file (or folder) a relative link names exists, and so does the heading its #anchor names."""
+    path_part, _, anchor = target.partition("#")
+    path = (source.parent / path_part).resolve() if path_part else source
+    if not path.exists():
+        raise BrokenLink(f"{target}: no such file ({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path})")
+    if anchor and (path.suffix != ".md" or anchor not in anchors(path.read_text())):
+        raise BrokenLink(f"{target}: no heading with the anchor #{anchor} in {path.name}")
+
+
+LINKED = [path for pattern in MARKDOWN for path in sorted(ROOT.glob(pattern))]
+
+
+@pytest.mark.parametrize("source", LINKED, ids=[str(p.relative_to(ROOT)) for p in LINKED])
+def test_every_link_of_the_documentation_resolves(source):
+    broken = []
+    for number, target in links_in_markdown(source.read_text()):
+        try:
+            check_link(source, target)
+        except BrokenLink as error:
+            broken.append(f"{source.relative_to(ROOT)}:{number}: {error}")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_docs_index_names_every_doc():
+    """docs/README.md, the index: one line per page of docs/, each a link."""
+    index = ROOT / "docs" / "README.md"
+    linked = {(index.parent / target.partition("#")[0]).resolve() for _, target in links_in_markdown(index.read_text())}
+    pages = {path.resolve() for path in (ROOT / "docs").glob("*.md")} - {index.resolve()}
+    assert pages <= linked, f"docs/README.md does not link {sorted(p.name for p in pages - linked)}"
+
+
+def test_the_link_checker_catches_a_missing_file_or_anchor(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Top\n\n## Running on GPUs: `--plan`\n\n## Top\n\n```bash\n# not a heading\n```\n"
+                    "[ok](#running-on-gpus---plan) [twice](#top-1) [code](`x`) `[not](a link)` [web](https://x.y/z)\n"
+                    "[self](page.md#top) [gone](other.md) [anchor](page.md#not-a-heading) [fence](#not-a-heading)\n")
+    assert anchors(page.read_text()) == {"top", "running-on-gpus---plan", "top-1"}
+    assert github_anchor("EAT → AaSP (`convert_eat_checkpoint.py`)") == "eat--aasp-convert_eat_checkpointpy"
+    assert github_anchor("Does pre-training learn at small scale?") == "does-pre-training-learn-at-small-scale"
+    links = links_in_markdown(page.read_text())
+    assert links == [(10, "#running-on-gpus---plan"), (10, "#top-1"), (11, "page.md#top"), (11, "other.md"),
+                     (11, "page.md#not-a-heading"), (11, "#not-a-heading")]
+    for _, target in links[:3]:
+        check_link(page, target)
+    with pytest.raises(BrokenLink, match=r"other.md: no such file"):
+        check_link(page, "other.md")
+    for target in ("page.md#not-a-heading", "#not-a-heading"):
+        with pytest.raises(BrokenLink, match=r"no heading with the anchor #not-a-heading in page.md"):
+            check_link(page, target)
