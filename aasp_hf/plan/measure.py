@@ -73,7 +73,8 @@ ALLREDUCE_REPEATS = 5
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{device.type} ({torch.get_num_threads()} threads)"
+    threads = torch.get_num_threads()
+    return f"{device.type} ({threads} thread{'' if threads == 1 else 's'})"
 
 
 def accelerator_of(name: str) -> str | None:
