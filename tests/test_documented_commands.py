@@ -506,3 +506,36 @@ def test_the_link_checker_catches_a_missing_file_or_anchor(tmp_path):
     for target in ("page.md#not-a-heading", "#not-a-heading"):
         with pytest.raises(BrokenLink, match=r"no heading with the anchor #not-a-heading in page.md"):
             check_link(page, target)
+
+
+# ----------------------------------------------------------------------------------------------- the README's example
+def test_the_readme_inference_example_runs_on_the_folders_make_demo_writes(tmp_path, monkeypatch):
+    """The README's Python block, as written, on a tiny encoder and classifier saved where `make demo` saves its own
+    (demo_output/pretrain/encoder, demo_output/classifier) and a 1.5-s stereo clip.wav at 22.05 kHz."""
+    import numpy as np
+    import soundfile as sf
+    from conftest import save_tiny_encoder
+    from test_hub_integration import LABELS, tiny_classifier
+
+    from aasp_hf import AaspFeatureExtractor
+
+    section = (ROOT / "README.md").read_text().split("\n## Inference\n", 1)[1].split("\n## ", 1)[0]
+    [block] = re.findall(r"```python\n(.*?)```", section, re.S)
+    save_tiny_encoder(tmp_path / "demo_output" / "pretrain" / "encoder")
+    tiny_classifier().save_pretrained(tmp_path / "demo_output" / "classifier")
+    AaspFeatureExtractor().save_pretrained(tmp_path / "demo_output" / "classifier")
+    sf.write(tmp_path / "clip.wav", 0.1 * np.random.default_rng(0).standard_normal((33075, 2)), 22050)
+    code = ast.parse(block)
+    if isinstance(code.body[-1], ast.Expr):  # keep the value of the last line, as a notebook shows it
+        code.body[-1] = ast.Assign([ast.Name("last", ast.Store())], code.body[-1].value, lineno=0)
+    scope = {}
+    monkeypatch.chdir(tmp_path)
+    exec(compile(ast.fix_missing_locations(code), "README.md (Inference)", "exec"), scope)
+
+    frames, hidden = scope["inputs"]["input_values"].shape[1], scope["model"].config.hidden_size
+    assert scope["inputs"]["input_values"].shape == (1, frames, 128) and frames % 16 == 0
+    assert scope["tokens"].shape == (1, 1 + frames // 16 * 8, hidden)  # CLS + 8 frequency patches per time patch
+    assert type(scope["classifier"]).__name__ == "AaspAudioClassificationPipeline"
+    labels, scores = [entry["label"] for entry in scope["last"]], [entry["score"] for entry in scope["last"]]
+    assert sorted(labels) == sorted(LABELS) and scores == sorted(scores, reverse=True)  # top_k=3: all, best first
+    assert abs(sum(scores) - 1) < 1e-5
