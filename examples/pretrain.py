@@ -39,6 +39,7 @@ import json
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -67,7 +68,14 @@ from aasp_hf.training.checkpointing import (
     truncate_log,
 )
 from aasp_hf.data.cache import LogMelCache
-from aasp_hf.data.clips import AudioStream, FailureLog, decode_clip, load_clips, replace_failed
+from aasp_hf.data.clips import (
+    AudioStream,
+    CollatedMicroBatches,
+    FailureLog,
+    decode_clip,
+    load_clips,
+    load_micro_batches,
+)
 from aasp_hf.errors import UsageError, check_keys, run_script
 from aasp_hf.training.arguments import PlanArguments, check_model_config, parse_arguments
 from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
@@ -129,7 +137,10 @@ class DataArguments:
         default=None, metadata={"help": "a cache from aasp_hf.data.cache.build_log_mel_cache (no audio decoding)"}
     )
     crop_seconds: float = field(default=6.0, metadata={"help": "random crop per clip (6 s = 601 frames -> 608)"})
-    dataloader_num_workers: int = field(default=0, metadata={"help": "worker processes that decode audio"})
+    dataloader_num_workers: int = field(
+        default=0, metadata={"help": "worker processes that decode and collate whole micro-batches (0: the training "
+                             "process does it)"}
+    )
     streaming: bool = field(
         default=False, metadata={"help": "read the dataset as a stream (datasets' IterableDataset): each process its "
                                  "shard, reshuffled per epoch in a buffer, decoded in --dataloader_num_workers workers"}
@@ -338,6 +349,21 @@ def collate_clips(collator: PretrainingCollator, examples, seeds) -> dict:
     """The collator's batch with each clip's random draws (crop, masks, queries, equaliser) from its own seed (its
     `clip_seed`), so that they depend neither on the process that collates the clip nor on the rest of its batch."""
     return collator.collate_seeded(examples, seeds)
+
+
+def clip_plan(num_rows: int, batch_size: int, world: int, rank: int, seed: int, start: int):
+    """(epoch, row numbers, clip seeds) of this process's micro-batches from global micro-batch `start` on: the data
+    order (`micro_batches` over the row numbers) and each clip's `clip_seed`; what the loader workers read and
+    collate (`aasp_hf.data.clips.CollatedMicroBatches`)."""
+    order = micro_batches(range(num_rows), batch_size, world, rank, seed, start=start, with_positions=True)
+    for epoch, rows, positions in order:
+        yield epoch, rows, [clip_seed(seed, epoch, p) for p in positions]
+
+
+def stream_clip_seeds(seed: int, world: int, rank: int, epoch: int, numbers) -> list[int]:
+    """The seeds of a stream's clips: clip `number` of this process's shard in epoch `epoch` is place number·W + r
+    of that epoch (the W shards interleaved), seeded by `clip_seed` as a map-style clip by its position."""
+    return [clip_seed(seed, epoch, number * world + rank) for number in numbers]
 
 
 def describe_resume_changes(changes, stored: dict, current: dict, step: int, streaming: bool) -> list[str]:
@@ -567,8 +593,8 @@ def main(argv=None) -> dict:
         remove_artefacts(stale)
     accelerator.wait_for_everyone()
 
-    # 2. Model, feature extractor and data: decoding (or reading cached log-mel) in DataLoader workers;
-    #    cropping, features and masks in the collator, called in the loop. The model config is built-in defaults
+    # 2. Model, feature extractor and data: decoding (or reading cached log-mel), cropping, features and masks in
+    #    DataLoader workers (step 7). The model config is built-in defaults
     #    < preset < command line, key by key; the arguments that define the run are compared with the checkpoint's.
     model = build_model(model_args)
     config = model.config
@@ -686,7 +712,7 @@ def main(argv=None) -> dict:
             if not same_world:  # the saved per-process states do not map to these processes (check_process_count)
                 set_seed(args.seed + trainer_state["step"], device_specific=True)
             process_state = (load_process_state(checkpoint, rank) if same_world else None) or {}
-            if "collator" in process_state:  # a stream's collator draws from its own generator
+            if "collator" in process_state:  # kept in checkpoints; every clip now draws from its own seed
                 collator.load_state_dict(process_state["collator"])
             if stream is not None:
                 if "stream" not in process_state:
@@ -713,12 +739,20 @@ def main(argv=None) -> dict:
     # 7. Training loop.
     accum = args.gradient_accumulation_steps
     stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
+    # The loader workers make whole micro-batches: read, decode, replace failed clips, crop, log-mel, masks, queries
+    # and equaliser, each clip from its own seed (with --features_on_device all but the log-mel, which `finish` below
+    # computes on the accelerator). The training process receives them pinned (on CUDA) and in order.
+    worker_collator = PretrainingCollator(feature_extractor, config, crop_seconds=data_args.crop_seconds,
+                                          student_eq_strength=data_args.student_eq_strength)  # CPU, in the workers
+    collate = worker_collator.draw_seeded if data_args.features_on_device else worker_collator.collate_seeded
+    pin_memory = accelerator.device.type == "cuda"  # page-locked host memory: the copy runs without stalling the host
     if stream is not None:  # its position came with the checkpoint
-        batches = stream.micro_batches()
+        batches = stream.finished_micro_batches(collate, partial(stream_clip_seeds, args.seed, world, rank), pin_memory)
     else:  # the position is a pure function of the step
-        batches = micro_batches(dataset, args.per_device_train_batch_size, world, rank, args.seed,
-                                start=start_step * accum, num_workers=data_args.dataloader_num_workers,
-                                with_positions=True)
+        plan = partial(clip_plan, len(dataset), args.per_device_train_batch_size, world, rank, args.seed,
+                       start_step * accum)
+        batches = load_micro_batches(CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers,
+                                     pin_memory)
     clips_per_step = args.per_device_train_batch_size * world * accum
     history_path = output_dir / "log_history.jsonl"
     progress = tqdm(total=args.max_steps, initial=start_step, disable=not accelerator.is_local_main_process)
@@ -733,16 +767,11 @@ def main(argv=None) -> dict:
         set_learning_rates(optimizer, lr)  # each group's lr_scale × lr
         step_sums, step_finite = {}, torch.ones((), dtype=torch.bool, device=accelerator.device)
         for micro in range(accum):
-            epoch, examples, *positions = next(batches)
-            examples, failed = replace_failed(examples)
-            failure_log(failed)
-            seen.update(str([e["index"] for e in examples]).encode())
-            if stream is not None:  # the stream's order depends on the process count anyway
-                batch = collator(examples)
-            else:  # each clip's draws follow its position in the global order (the same on any number of processes)
-                batch = collate_clips(collator, examples, [clip_seed(args.seed, epoch, p) for p in positions[0]])
-            if accelerator.device.type == "cuda":  # page-locked host memory: the copy runs without stalling the host
-                batch = {k: v if v.is_cuda else v.pin_memory() for k, v in batch.items()}
+            micro_batch = next(batches)  # finished in a loader worker (aasp_hf.data.clips.finish_micro_batch)
+            epoch = micro_batch["epoch"]
+            failure_log(micro_batch["failed"])  # the clips the worker replaced, named and counted here
+            seen.update(str(micro_batch["indices"]).encode())
+            batch = collator.finish(micro_batch["batch"])  # --features_on_device: the log-mel on the accelerator
             batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
             # no gradient all-reduce until the last micro-batch of the step
             with accelerator.no_sync(model) if micro < accum - 1 else nullcontext():

@@ -10,6 +10,9 @@
 - `decode_clip`, `replace_failed`, `FailureLog`: one row to {"waveform", "index"} or a `FailedClip`; a micro-batch's
   failed clips replaced by copies of decoded ones; the failed clips named, the first few in the log and every one in
   a file.
+- `CollatedMicroBatches`, `AudioStream.finished_micro_batches`, `load_micro_batches`: finished micro-batches made in
+  the DataLoader workers (read, decode, replace the failed clips, collate from per-clip seeds), handed to the training
+  process in order, pinned for the copy to the GPU; `finish_micro_batch` is one worker's share of one.
 """
 
 import itertools
@@ -130,9 +133,10 @@ class AudioStream:
     last one is dropped). Shards may differ in length, so each process counts its own epochs. `position` (epoch and
     micro-batches taken in it) is saved with every checkpoint; `--resume` restores it and skips to exactly there.
 
-    With `num_workers` > 0, worker w of W decodes micro-batches w, w + W, w + 2W, ... of that order (its shard of the
-    micro-batches), and the DataLoader hands them back in turn, so the micro-batches, their order and the position are
-    the same for any number of workers (0: decoded in the main process). Every worker reads the rows of the whole
+    With `num_workers` > 0, worker w of W decodes (and, through `finished_micro_batches`, collates) micro-batches
+    w, w + W, w + 2W, ... of that order (its shard of the micro-batches), and the DataLoader hands them back in turn,
+    so the micro-batches, their order and the position are the same for any number of workers (0: made in the main
+    process). Every worker reads the rows of the whole
     shard to keep that order, which is cheap for files (a row is a path) and for rows that carry their audio bytes
     costs W reads of them (a stream from the Hub is read W times).
     """
@@ -159,20 +163,82 @@ class AudioStream:
             yield epoch, examples
 
 
+    def finished_micro_batches(self, collate, seeds, pin_memory: bool = False):
+        """Yields finished micro-batches (`finish_micro_batch`'s dicts) from `position` on, forever, made in the
+        `num_workers` DataLoader workers: `seeds(epoch, numbers)` gives the seeds of the clips numbered `numbers` in
+        this process's shard of epoch `epoch`, and `collate(examples, seeds)` makes the batch. `position` follows what
+        has been yielded."""
+        micro_batches = StreamMicroBatches(self.shard, self.audio_column, self.batch_size, dict(self.position),
+                                           collate=collate, seeds=seeds)
+        for item in load_micro_batches(micro_batches, self.num_workers, pin_memory):
+            self.position = item["position"]
+            yield item
+
+
 def _as_is(item):
     return item
 
 
-class StreamMicroBatches(torch.utils.data.IterableDataset):
-    """The micro-batches of a stream's shard from `position` on, as (epoch, decoded examples, position after it);
-    in DataLoader worker w of W, only micro-batches w, w + W, ... counted from `position` (see `AudioStream`)."""
+def finish_micro_batch(examples, seeds, collate, epoch, position=None) -> dict:
+    """What a loader worker makes of one micro-batch: its failed clips replaced (`replace_failed`), then
+    `collate(examples, seeds)` (the seeds by place in the micro-batch, as the training loop paired them before).
 
-    def __init__(self, shard, audio_column: str, batch_size: int, position: dict):
-        self.shard, self.audio_column, self.batch_size, self.position = shard, audio_column, batch_size, position
+    Returns {"batch": the collated tensors, "epoch", "indices": the clips' indices (the run's data checksum),
+    "failed": the `FailedClip`s (the training process's `FailureLog` names and counts them), "position": a stream's
+    position after this micro-batch (None for a map-style dataset)}."""
+    examples, failed = replace_failed(examples)
+    return {"batch": collate(examples, seeds), "epoch": epoch, "indices": [e["index"] for e in examples],
+            "failed": failed, "position": position}
+
+
+class CollatedMicroBatches(torch.utils.data.IterableDataset):
+    """Finished micro-batches of a map-style dataset (`AudioClips`, `LogMelCache`), made in DataLoader workers.
+
+    `plan()` iterates over this process's micro-batches in training order as (epoch, row numbers, per-clip seeds)
+    (examples/pretrain.py: `training.data_order.micro_batches` over the row numbers, the seeds from `clip_seed`).
+    Worker w of W reads, decodes and collates micro-batches w, w + W, w + 2W, ... of it (`finish_micro_batch` with
+    `collate`), and the DataLoader hands them back in turn: the same micro-batches in the same order for any number
+    of workers (0: made in the training process). Every worker walks the whole plan, which costs one permutation of
+    the row numbers per epoch.
+    """
+
+    def __init__(self, dataset, plan, collate):
+        self.dataset, self.plan, self.collate = dataset, plan, collate
 
     def __iter__(self):
-        info = torch.utils.data.get_worker_info()
-        num_workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
+        num_workers, worker = _worker()
+        for count, (epoch, rows, seeds) in enumerate(self.plan()):
+            if count % num_workers == worker:
+                yield finish_micro_batch([self.dataset[row] for row in rows], seeds, self.collate, epoch)
+
+
+def load_micro_batches(micro_batches, num_workers: int, pin_memory: bool = False):
+    """The items of `micro_batches` (an IterableDataset of finished micro-batches) made in `num_workers` DataLoader
+    workers, in order; with `pin_memory` (a CUDA run) their tensors arrive in page-locked memory, so the copy to the
+    GPU runs without stalling the training process."""
+    # its own generator: creating an iterator must not draw from the global RNG (exact resume mid-epoch)
+    return iter(torch.utils.data.DataLoader(micro_batches, batch_size=None, collate_fn=_as_is, num_workers=num_workers,
+                                            pin_memory=pin_memory, generator=torch.Generator().manual_seed(0)))
+
+
+def _worker() -> tuple[int, int]:
+    """(number of DataLoader workers, this one's id); (1, 0) in the main process."""
+    info = torch.utils.data.get_worker_info()
+    return (1, 0) if info is None else (info.num_workers, info.id)
+
+
+class StreamMicroBatches(torch.utils.data.IterableDataset):
+    """The micro-batches of a stream's shard from `position` on, as (epoch, decoded examples, position after it), or
+    with `collate` and `seeds` as finished micro-batches (`finish_micro_batch`; `seeds(epoch, numbers)` gives the
+    seeds of the clips numbered `numbers` in the shard's epoch); in DataLoader worker w of W, only micro-batches
+    w, w + W, ... counted from `position` (see `AudioStream`)."""
+
+    def __init__(self, shard, audio_column: str, batch_size: int, position: dict, collate=None, seeds=None):
+        self.shard, self.audio_column, self.batch_size, self.position = shard, audio_column, batch_size, position
+        self.collate, self.seeds = collate, seeds
+
+    def __iter__(self):
+        num_workers, worker = _worker()
         epoch, taken = self.position["epoch"], self.position["micro_batches"]
         count = 0  # micro-batches read since `position`, by every worker alike
         while True:
@@ -189,7 +255,12 @@ class StreamMicroBatches(torch.utils.data.IterableDataset):
                 if (count - 1) % num_workers == worker:
                     examples = [decode_clip(row, self.audio_column, index=f"{epoch}:{number}")
                                 for number, row in group]
-                    yield epoch, examples, {"epoch": epoch, "micro_batches": taken}
+                    position = {"epoch": epoch, "micro_batches": taken}
+                    if self.collate is None:
+                        yield epoch, examples, position
+                    else:
+                        seeds = self.seeds(epoch, [number for number, _ in group])
+                        yield finish_micro_batch(examples, seeds, self.collate, epoch, position)
             if taken == 0:
                 raise ValueError(f"this process's shard of the stream cannot fill one micro-batch of {self.batch_size}")
             epoch, taken = epoch + 1, 0

@@ -6,10 +6,12 @@ random crops -> batched log-mel -> M inverse-block-masked views per clip, drawn 
 built by `masking.build_batch_masks` (paper Sec. Training Setup, Pre-training Setup: 6-s crops padded or truncated to
 608 frames, M = 4 views at 80 %).
 
-The collator owns its ``torch.Generator``; its ``state_dict`` / ``load_state_dict`` save and restore it, so a resumed
-run draws exactly the crops and masks the uninterrupted run would have drawn. ``examples/pretrain.py`` calls it in
-the training loop (the DataLoader workers only decode audio), so its state advances once per micro-batch consumed,
-independent of DataLoader prefetching and worker processes.
+The collator owns its ``torch.Generator``; its ``state_dict`` / ``load_state_dict`` save and restore it.
+``examples/pretrain.py`` draws every clip from its own seed instead (`PretrainingCollator.collate_seeded`: the seed
+is the clip's place in the data order), so the draws depend neither on the process nor on the DataLoader worker that
+collates the clip: the loader workers decode and collate whole micro-batches, and the training process only moves
+them to the device. With the log-mel on the accelerator, a worker does everything but the log-mel
+(`PretrainingCollator.draw_seeded`) and the training process finishes the batch (`PretrainingCollator.finish`).
 
 Clips come as waveforms (cropped in samples, `PretrainingCollator.random_crop`) or as cached unnormalised log-mel
 (`aasp_hf.data.cache.LogMelCache`, cropped in frames by `crop_log_mel`); both crops draw the start the same way
@@ -92,6 +94,16 @@ def random_eq_curves(batch_size: int, num_bins: int, strength: float, generator=
     return (coefficients @ basis).float()  # (B, K) @ (K, F) -> (B, F)
 
 
+def as_waveform(example) -> torch.Tensor:
+    """A float32 1-D tensor from a waveform (numpy array or tensor) or a dict holding one under ``"waveform"``."""
+    waveform = example["waveform"] if isinstance(example, dict) else example
+    waveform = torch.as_tensor(np.asarray(waveform, dtype=np.float32) if not torch.is_tensor(waveform)
+                               else waveform.float())
+    if waveform.dim() != 1:
+        raise ValueError(f"each example must be a 1-D waveform, got shape {tuple(waveform.shape)}")
+    return waveform
+
+
 class PretrainingCollator:
     """Turns a list of examples into ``{"input_values", "visible_indices", "query_indices"}`` for AaspForPreTraining.
 
@@ -172,6 +184,46 @@ class PretrainingCollator:
             None if curves[0] is None else torch.cat(curves),  # B × (1, F) -> (B, F)
         )
 
+    def draw_seeded(self, examples, seeds) -> dict:
+        """`collate_seeded` but the log-mel of waveforms, for a loader worker when the log-mel runs on the accelerator
+        (`finish` computes it there): each clip's crop, masks, queries and equaliser from its seed, drawn exactly as
+        `collate_seeded` draws them. Returns ``waveforms`` float32 (B, L), the crops zero-padded to the longest,
+        ``waveform_lengths`` int64 (B,), ``visible_indices``, ``query_indices`` and, with an equaliser,
+        ``eq_curves`` (B, F). Cached log-mel has no log-mel left to compute: its batch is `collate_seeded`'s."""
+        if examples and isinstance(examples[0], dict) and "log_mel" in examples[0]:
+            return self.collate_seeded(examples, seeds)
+        crops, draws, curves = [], [], []
+        for example, seed in zip(examples, seeds):
+            self.generator.manual_seed(seed)
+            crops.append(self.random_crop(as_waveform(example)))  # 1. the crop's draw; its log-mel comes later
+            draws.append(draw_batch_masks(self.config, 1, generator=self.generator))  # 2.
+            curves.append(self.eq_curves(1, self.feature_extractor.feature_size))  # 3. (1, F) or None
+        lengths = torch.tensor([crop.shape[0] for crop in crops], dtype=torch.long)  # (B,)
+        masks = build_batch_masks(self.config, {key: torch.cat([d[key] for d in draws]) for key in draws[0]})
+        parts = {"waveforms": torch.nn.utils.rnn.pad_sequence(crops, batch_first=True),  # B × (L_i,) -> (B, L)
+                 "waveform_lengths": lengths, "visible_indices": masks["visible_indices"],
+                 "query_indices": masks["query_indices"]}
+        if curves[0] is not None:
+            parts["eq_curves"] = torch.cat(curves)  # B × (1, F) -> (B, F)
+        return parts
+
+    def finish(self, parts) -> dict:
+        """The batch from `draw_seeded`'s parts: the log-mel of the crops on the collator's device, in one call for the
+        micro-batch, and the student's re-coloured view; what `collate_seeded` returns for the same seeds. A finished
+        batch (no ``waveforms``) is returned as it is."""
+        if "waveforms" not in parts:
+            return parts
+        device = self.device if self.device is not None else parts["waveforms"].device
+        waveforms = parts["waveforms"].to(device, non_blocking=True)  # (B, L)
+        crops = [waveforms[i, :n] for i, n in enumerate(parts["waveform_lengths"].tolist())]  # views, no copies
+        features = self.waveform_features(crops, device)  # (B, T, F); cropped already, so no draw
+        batch = {"input_values": features,
+                 "visible_indices": parts["visible_indices"].to(device, non_blocking=True),  # (B, M, V)
+                 "query_indices": parts["query_indices"].to(device, non_blocking=True)}  # (B, M, Q)
+        if "eq_curves" in parts:
+            batch["student_input_values"] = features + parts["eq_curves"].to(features)[:, None, :]  # (B, 1, F)
+        return batch
+
     def features(self, examples, device=None) -> torch.Tensor:
         """1. Random crops, normalised log-mel padded to T frames: (B, T, F), on ``device`` (default: the collator's)."""
         device = device if device is not None else self.device
@@ -211,14 +263,7 @@ class PretrainingCollator:
     def waveform_features(self, examples, device) -> torch.Tensor:
         """1. random waveform crops -> features for the whole batch at once, padded/truncated to T: (B, T, F)."""
         c = self.config
-        waveforms = []
-        for example in examples:
-            waveform = example["waveform"] if isinstance(example, dict) else example
-            waveform = torch.as_tensor(np.asarray(waveform, dtype=np.float32) if not torch.is_tensor(waveform)
-                                       else waveform.float())
-            if waveform.dim() != 1:
-                raise ValueError(f"each example must be a 1-D waveform, got shape {tuple(waveform.shape)}")
-            waveforms.append(self.random_crop(waveform))
+        waveforms = [self.random_crop(as_waveform(example)) for example in examples]
 
         return self.feature_extractor(
             waveforms,
