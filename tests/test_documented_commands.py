@@ -1,8 +1,8 @@
 """Every command the documentation shows runs as written.
 
 The commands are read from the Markdown files (fenced shell blocks, with their `\\` continuations, and inline code
-spans that name a script or a make target) and from the indented examples of the scripts' module docstrings. Each is
-checked in one of three ways, chosen by the table `HOW` below:
+spans that name a script, a make target or `python -m aasp_hf...` with its arguments) and from the indented examples
+of the scripts' module docstrings. Each is checked in one of three ways, chosen by the table `HOW` below:
 
 - RUN: commands whose data is built in (synthetic audio) run in this process, as written, with a few overrides
   appended (fewer steps and clips, a temporary output folder, the encoder the documented pre-training command made);
@@ -12,8 +12,9 @@ checked in one of three ways, chosen by the table `HOW` below:
   accelerate's parser;
 - TARGET: `make X` needs the target X in the Makefile, and the scripts its recipe runs are parsed as above.
 
-A stale flag, a renamed preset or a removed make target thus fails here (see the tests at the end, which feed the
-checker a bad command).
+A stale flag, a renamed preset or a removed make target thus fails here (see the tests of the checker, which feed
+it a bad command). The same files' relative links must name existing files and their #anchors existing headings,
+docs/README.md must link every page of docs/, and the README's inference example runs as written.
 """
 
 import argparse
