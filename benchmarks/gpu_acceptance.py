@@ -10,10 +10,12 @@ Expected duration on one H100: not yet measured (planned at about 5 minutes: two
    clips at the paper's per-GPU batch (128), bf16, `--torch_compile`, planned for the accelerator this GPU is
    (`aasp_hf.plan.measure.accelerator_of`);
 3. the same with the SPE stem (`--model_config '{"patch_embedding": "spe"}'`): the AaPE step against the SPE step;
-4. SDPA and flash attention (where `flash_attn` is installed) against eager attention on a padded batch (half of the
-   clips padded to 60 % of their frames): the largest difference on the real tokens, and each forward's time.
+4. eager, SDPA and flash attention (where `flash_attn` is installed) in bf16 against eager attention in float32 on a
+   padded batch (half of the clips padded to 60 % of their frames): the largest difference on the real tokens, and
+   each forward's time.
 Targets (pass/fail in the report): MFU >= 40 % at the paper batch, AaPE step <= 1.15 × SPE step, peak memory within
-10 % of the plan, data wait <= 5 % of the step, every CUDA test passed, attention within 2e-2 (bf16) of eager.
+10 % of the plan, data wait <= 5 % of the step, every CUDA test passed, each attention implementation no further
+from float32 eager than 2 × bf16 eager's own difference.
 
 `--dry_run` runs the same four steps on the CPU with the tiny preset (examples/configs/pretrain_tiny_cpu.json), 2
 timed steps, batch 4, no compilation, and writes the report to a temporary folder (never benchmarks/results_cuda.md);
@@ -42,7 +44,8 @@ from aasp_hf.plan.measure import accelerator_of
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results_cuda.md"
-TARGETS = {"mfu": 0.40, "aape_over_spe": 1.15, "memory_within": 0.10, "data_wait": 0.05, "attention_atol": 2e-2}
+TARGETS = {"mfu": 0.40, "aape_over_spe": 1.15, "memory_within": 0.10, "data_wait": 0.05}
+ATTENTION_SLACK, ATTENTION_FLOOR = 2.0, 1e-4  # an attention kernel may be at most 2x eager's own rounding error
 GPU_RUN = {"config": "examples/configs/pretrain_paper.json", "synthetic_clips": 256, "synthetic_seconds": 10,
            "steps": 20, "extra": ["--torch_compile", "--mixed_precision", "bf16"]}
 DRY_RUN = {"config": "examples/configs/pretrain_tiny_cpu.json", "synthetic_clips": 32, "synthetic_seconds": 1,
@@ -97,8 +100,11 @@ def measure_run(settings: dict, output_dir: Path, accelerator: str | None, stem:
 
 
 def attention_check(dry_run: bool, device: torch.device, repeats: int = 5) -> dict:
-    """Step 4: each attention implementation against eager on one padded batch (bf16 on CUDA, float32 on the CPU):
-    the largest absolute difference of `last_hidden_state` on the real tokens, and the median forward time."""
+    """Step 4: each attention implementation on one padded batch (bf16 on CUDA, float32 on the CPU) against eager
+    attention in float32 (the reference): the largest absolute difference of `last_hidden_state` on the real tokens,
+    and the median forward time. An implementation passes when it is no further from the reference than
+    ATTENTION_SLACK × eager's own error in the same dtype (at least ATTENTION_FLOOR): fused kernels round differently,
+    not worse."""
     if dry_run:
         config = AaspConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                             num_mel_bins=128, num_frames=64, sblu_hidden_size=16, sblu_output_size=64,
@@ -109,16 +115,22 @@ def attention_check(dry_run: bool, device: torch.device, repeats: int = 5) -> di
         config, batch = AaspConfig(), 32  # the paper's ViT-B, 608 frames
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
-    model = AaspModel(config).to(device=device, dtype=dtype).eval()
+    model = AaspModel(config).to(device=device).eval()
     frames = config.num_frames
-    values = torch.randn(batch, frames, config.num_mel_bins, device=device, dtype=dtype)  # (B, T, F)
+    values = torch.randn(batch, frames, config.num_mel_bins, device=device)  # (B, T, F)
     mask = torch.ones(batch, frames, dtype=torch.long, device=device)  # (B, T)
     mask[batch // 2:, int(0.6 * frames):] = 0  # half of the clips padded to 60 % of their frames
+    with torch.no_grad():
+        model.set_attn_implementation("eager")
+        out = model(values, attention_mask=mask)  # float32 eager: the reference
+        real = out.token_mask.bool()  # (B, 1 + N): CLS and the tokens of real frames
+        reference = out.last_hidden_state[real]
+    model.to(dtype)
     implementations = ["eager", "sdpa"]
     flash_installed = importlib.util.find_spec("flash_attn") is not None
     if flash_installed and device.type == "cuda":
         implementations.append("flash_attention_2")
-    results, reference = {}, None
+    results = {}
     for name in implementations:
         model.set_attn_implementation(name)
         times = []
@@ -127,19 +139,16 @@ def attention_check(dry_run: bool, device: torch.device, repeats: int = 5) -> di
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 started = time.perf_counter()
-                out = model(values, attention_mask=mask)
+                out = model(values.to(dtype), attention_mask=mask)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 times.append(time.perf_counter() - started)
-        real = out.token_mask.bool()  # (B, 1 + N): CLS and the tokens of real frames
-        hidden = out.last_hidden_state[real].float()
-        if reference is None:
-            reference = hidden
-        results[name] = {"max_abs_difference": float((hidden - reference).abs().max()),
-                         "forward_seconds": statistics.median(times[1:])}
+        error = float((out.last_hidden_state[real].float() - reference).abs().max())
+        results[name] = {"max_abs_difference": error, "forward_seconds": statistics.median(times[1:])}
+    bound = max(ATTENTION_SLACK * results["eager"]["max_abs_difference"], ATTENTION_FLOOR)
     return {"dtype": str(dtype).removeprefix("torch."), "batch": batch, "frames": frames,
             "padded_clips": batch - batch // 2, "implementations": results, "flash_attn_installed": flash_installed,
-            "tolerance": TARGETS["attention_atol"] if dtype == torch.bfloat16 else 1e-4}
+            "bound": bound}
 
 
 def verdicts(tests: dict, aape: dict, spe: dict, attention: dict) -> list[dict]:
@@ -170,10 +179,10 @@ def verdicts(tests: dict, aape: dict, spe: dict, attention: dict) -> list[dict]:
                  wait <= TARGETS["data_wait"]})
     for name, entry in attention["implementations"].items():
         if name != "eager":
-            rows.append({"target": f"{name} within {attention['tolerance']:g} of eager ({attention['dtype']}, "
-                                   "padded batch, real tokens)",
-                         "value": f"{entry['max_abs_difference']:.2e}",
-                         "passed": entry["max_abs_difference"] <= attention["tolerance"]})
+            rows.append({"target": f"{name} ({attention['dtype']}) from fp32 eager <= {ATTENTION_SLACK:g} × eager's "
+                                   "own error (padded batch, real tokens)",
+                         "value": f"{entry['max_abs_difference']:.2e} (bound {attention['bound']:.2e})",
+                         "passed": entry["max_abs_difference"] <= attention["bound"]})
     return rows
 
 
@@ -204,7 +213,7 @@ def markdown(title: str, device: str, started: str, tests: dict, aape: dict, spe
     lines += ["## Attention on a padded batch", "",
               f"{attention['batch']} clips of {attention['frames']} frames, {attention['padded_clips']} padded to "
               f"60 %, {attention['dtype']}; flash_attn installed: {attention['flash_attn_installed']}.", "",
-              "| implementation | max abs difference to eager (real tokens) | forward |", "|---|---|---|"]
+              "| implementation | max abs difference to fp32 eager (real tokens) | forward |", "|---|---|---|"]
     for name, entry in attention["implementations"].items():
         lines.append(f"| {name} | {entry['max_abs_difference']:.2e} | {entry['forward_seconds'] * 1e3:.1f} ms |")
     return "\n".join(lines) + "\n"
