@@ -509,34 +509,69 @@ def test_the_link_checker_catches_a_missing_file_or_anchor(tmp_path):
             check_link(page, target)
 
 
-# ----------------------------------------------------------------------------------------------- the README's example
-def test_the_readme_inference_example_runs_on_the_folders_make_demo_writes(tmp_path, monkeypatch):
-    """The README's Python block, as written, on a tiny encoder and classifier saved where `make demo` saves its own
-    (demo_output/pretrain/encoder, demo_output/classifier) and a 1.5-s stereo clip.wav at 22.05 kHz."""
+# ----------------------------------------------------------------------------------------------- Python examples
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+@pytest.fixture
+def demo_folders(tmp_path, monkeypatch) -> Path:
+    """A folder holding what the inference examples read, as `make demo` leaves it: a tiny encoder in
+    demo_output/pretrain/encoder, a tiny three-label classifier in demo_output/classifier, and a 1.5-s stereo clip.wav
+    at 22.05 kHz; the test runs in it."""
     import numpy as np
     import soundfile as sf
     from conftest import save_tiny_encoder
-    from test_hub_integration import LABELS, tiny_classifier
+    from test_hub_integration import tiny_classifier
 
     from aasp_hf import AaspFeatureExtractor
 
-    section = (ROOT / "README.md").read_text().split("\n## Inference\n", 1)[1].split("\n## ", 1)[0]
-    [block] = re.findall(r"```python\n(.*?)```", section, re.S)
     save_tiny_encoder(tmp_path / "demo_output" / "pretrain" / "encoder")
     tiny_classifier().save_pretrained(tmp_path / "demo_output" / "classifier")
     AaspFeatureExtractor().save_pretrained(tmp_path / "demo_output" / "classifier")
     sf.write(tmp_path / "clip.wav", 0.1 * np.random.default_rng(0).standard_normal((33075, 2)), 22050)
-    code = ast.parse(block)
-    if isinstance(code.body[-1], ast.Expr):  # keep the value of the last line, as a notebook shows it
-        code.body[-1] = ast.Assign([ast.Name("last", ast.Store())], code.body[-1].value, lineno=0)
-    scope = {}
     monkeypatch.chdir(tmp_path)
-    exec(compile(ast.fix_missing_locations(code), "README.md (Inference)", "exec"), scope)
+    return tmp_path
+
+
+def run_python_block(block: str, where: str) -> tuple[dict, list]:
+    """Runs a documented Python block as written; returns its variables and the value of each expression statement
+    (what a notebook would show)."""
+    code = ast.parse(block)
+    show = ast.Attribute(ast.Name("shown_", ast.Load()), "append", ast.Load())
+    code.body = [ast.Expr(ast.Call(show, [node.value], [])) if isinstance(node, ast.Expr) else node
+                 for node in code.body]
+    scope = {"shown_": []}
+    exec(compile(ast.fix_missing_locations(code), where, "exec"), scope)
+    return scope, scope.pop("shown_")
+
+
+def assert_all_labels_best_first(scores: list[dict]) -> None:
+    """A pipeline's answer for the three-label classifier with top_k >= 3: every label once, best first."""
+    from test_hub_integration import LABELS
+
+    labels, values = [entry["label"] for entry in scores], [entry["score"] for entry in scores]
+    assert sorted(labels) == sorted(LABELS) and values == sorted(values, reverse=True), scores
+    assert abs(sum(values) - 1) < 1e-5
+
+
+def test_the_readme_inference_example_runs_on_the_folders_make_demo_writes(demo_folders):
+    section = (ROOT / "README.md").read_text().split("\n## Inference\n", 1)[1].split("\n## ", 1)[0]
+    [block] = python_blocks(section)
+    scope, shown = run_python_block(block, "README.md (Inference)")
 
     frames, hidden = scope["inputs"]["input_values"].shape[1], scope["model"].config.hidden_size
     assert scope["inputs"]["input_values"].shape == (1, frames, 128) and frames % 16 == 0
     assert scope["tokens"].shape == (1, 1 + frames // 16 * 8, hidden)  # CLS + 8 frequency patches per time patch
     assert type(scope["classifier"]).__name__ == "AaspAudioClassificationPipeline"
-    labels, scores = [entry["label"] for entry in scope["last"]], [entry["score"] for entry in scope["last"]]
-    assert sorted(labels) == sorted(LABELS) and scores == sorted(scores, reverse=True)  # top_k=3: all, best first
-    assert abs(sum(scores) - 1) < 1e-5
+    [scores] = shown  # classifier("clip.wav", top_k=3)
+    assert_all_labels_best_first(scores)
+
+
+def test_the_inference_page_examples_run_as_written(demo_folders):
+    """docs/inference.md: a file, a float array at 22.05 kHz and integer stereo PCM through decode_audio."""
+    [block] = python_blocks((ROOT / "docs" / "inference.md").read_text())
+    _, shown = run_python_block(block, "docs/inference.md")
+    assert len(shown) == 3
+    for scores in shown:
+        assert_all_labels_best_first(scores)
