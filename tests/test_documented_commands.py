@@ -177,7 +177,9 @@ def load_script(relative: str):
             return None
         try:
             return importlib.import_module(relative)
-        except ModuleNotFoundError:
+        except ModuleNotFoundError as error:
+            if error.name != relative:  # the module exists; something it imports is missing
+                raise
             raise StaleCommand(f"python -m {relative}: no such module") from None
     path = ROOT / relative
     if not path.is_file():
