@@ -137,7 +137,7 @@ def test_plan_models_the_gradient_all_reduce_and_prints_the_papers_throughput():
 @pytest.mark.parametrize("streaming", [False, True])
 def test_plan_times_the_data_path_of_a_folder(tmp_path, streaming):
     """--plan with --train_dir (read as files or as a stream) decodes, crops and collates the folder's clips and
-    derives the workers from the rates: ceil(clips/s the step needs ÷ decoded clips/s per worker)."""
+    derives the workers from the rates: ceil(clips/s the step needs ÷ decoded and collated clips/s per worker)."""
     import math
     from pathlib import Path
 
@@ -150,7 +150,8 @@ def test_plan_times_the_data_path_of_a_folder(tmp_path, streaming):
             "--per_device_train_batch_size", "2", "--output_dir", str(tmp_path / "never")]
     results = pretrain.main(argv + (["--streaming", "true"] if streaming else []))
     data = results["data"]
-    assert data["clips"] >= 8 and data["workers"] == math.ceil(data["needed_clips_per_s"] / data["decode_clips_per_s"])
+    assert data["clips"] >= 8 and data["workers"] == math.ceil(data["needed_clips_per_s"] /
+                                                               data["decode_crop_collate_clips_per_s"])
     assert data["cores_needed"] == data["workers"] + 1
     assert f"--train_dir {tmp_path}" + (", as a stream" if streaming else "") in results["plan"]
     assert "0 failed to decode" in results["plan"] and not (tmp_path / "never").exists()

@@ -192,3 +192,35 @@ def test_a_run_stopped_and_resumed_with_workers_ends_where_a_run_without_workers
         assert results["decode_failures"] == 1 and results["missing_files"] == 0, run
         listed = (tmp_path / run / "decode_failures.txt").read_text().splitlines()
         assert {line.split("\t")[0] for line in listed} == {str(folder / "broken.wav")}, run
+
+
+@pytest.mark.parametrize("source", ["cache", "folder_on_device"])
+def test_plan_times_the_workers_and_the_training_process_on_the_runs_own_path(source, tmp_path, cache):
+    """--plan: a loader worker's decode + collate per clip gives the workers per GPU; the training process's CPU time
+    per micro-batch of the run's size, received from a real worker, is its share of the predicted step, judged
+    against 10 %. With --features_on_device and no GPU the log-mel it would launch is left out, and it says so."""
+    import math
+
+    preset = pretrain.Path(pretrain.__file__).parent / "configs" / "pretrain_tiny_cpu.json"
+    argv = ["--config", str(preset), "--plan", "--plan_data_clips", "8", "--per_device_train_batch_size", "4",
+            "--output_dir", str(tmp_path / "never"), "--model_config", json.dumps(CONFIG), "--crop_seconds", "0.5"]
+    if source == "cache":
+        argv += ["--log_mel_cache", str(cache.cache_dir)]
+    else:
+        argv += ["--train_dir", str(write_folder(tmp_path / "audio")), "--features_on_device", "true"]
+    results = pretrain.main(argv)
+    data, text = results["data"], results["plan"]
+    assert data["workers"] == math.ceil(data["needed_clips_per_s"] / data["decode_crop_collate_clips_per_s"])
+    step = 4 / data["needed_clips_per_s"]  # the predicted step: 4 clips per GPU
+    assert data["training_process_seconds_per_step"] == data["training_process_seconds_per_micro_batch"] > 0
+    assert data["training_process_share_of_step"] == pytest.approx(data["training_process_seconds_per_step"] / step)
+    assert "the training process per micro-batch of 4 (CPU)" in text
+    assert "of the predicted step: " in text and "the target of at most 10%" in text
+    if source == "cache":
+        assert f"--log_mel_cache {cache.cache_dir} (cached log-mel: nothing to decode)" in text
+        assert "read (cached log-mel)" in text and data["training_process_finish_timed"] is True
+    else:
+        assert "crop + masks (the log-mel: --features_on_device)" in text and "1 failed to decode" in text
+        assert data["training_process_finish_timed"] is torch.cuda.is_available()
+        assert ("left out (no GPU here)" in text) is not torch.cuda.is_available()
+    assert not (tmp_path / "never").exists()
