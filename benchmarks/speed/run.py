@@ -4,7 +4,8 @@ Each benchmark times the candidate and its baseline interleaved (median of repea
 holds even when the absolute numbers drift with the machine's load. Results go to benchmarks/speed/results.json and
 benchmarks/speed/results.md (the README links the latter). Nothing here is asserted in the unit tests.
 
-    python benchmarks/speed/run.py [--only sblu,features,pipeline,collate,flops,encoder,ast,pretrain] [--repeats 7]
+    python benchmarks/speed/run.py [--only sblu,features,pipeline,collate,training_process,flops,encoder,ast,pretrain]
+                                   [--repeats 7]
     python benchmarks/speed/run.py --device cuda     # on a GPU: -> results_cuda.json / .md, with the GPU's name
 
 With --device cuda the timed work runs on the GPU (the clock is read after torch.cuda.synchronize), memory is
@@ -484,14 +485,16 @@ def bench_pipeline(repeats, num_files=48, seconds=10.0, batch_size=16):
         stream = datasets.load_dataset("audiofolder", data_dir=str(Path(tmp) / "flac"), drop_labels=True,
                                        split="train", streaming=True)
 
-        def runner(clips):
+        def runner(clips, on_device=False):
             def run():
                 source = clips() if callable(clips) else clips
-                return time_data_path(source, collator, num_files, batch_size)
+                return time_data_path(source, collator, num_files, batch_size, on_device)
             return run
 
         runs = {name: runner(clips) for name, clips in sources.items()}
         runs["flac_stream"] = runner(lambda: AudioStream(stream, "audio", batch_size, 1, 0, seed=0, buffer_size=16))
+        for extension in formats:  # a worker's share when the log-mel runs on the accelerator: decode, crop, masks
+            runs[f"{extension}_features_on_device"] = runner(sources[extension], on_device=True)
         samples = {name: [] for name in runs}
         for _ in range(max(3, repeats // 2)):
             for name, run in runs.items():  # interleaved
@@ -519,10 +522,11 @@ def bench_pipeline(repeats, num_files=48, seconds=10.0, batch_size=16):
         "predicted_step": f"{plan.per_device_batch} clips in {plan.step_seconds()['step'] * 1e3:.1f} ms (--plan, paper "
         f"preset, H100 SXM, MFU 0.4 assumed)",
         "target_clips_per_s_per_worker": target,
-        "targets": {"decode_crop_collate_clips_per_s (wav, flac, mp3, flac_stream)":
+        "targets": {"decode_crop_collate_clips_per_s (wav, flac, mp3, flac_stream, *_features_on_device)":
                     f">= {target:.0f} (one H100's need / {DATA_PATH_CORES} cores)"},
         "met": {name: rates[name]["decode_crop_collate_clips_per_s"] >= target
-                for name in ("wav", "flac", "mp3", "flac_stream")},
+                for name in ("wav", "flac", "mp3", "flac_stream", "wav_features_on_device",
+                             "flac_features_on_device", "mp3_features_on_device")},
     }
 
 
@@ -579,11 +583,87 @@ def bench_collate(repeats, batch_size=32):
                     "collated clip by clip (before)", **results}
 
 
+def bench_training_process(repeats, batch_size=128, seconds=10.0):
+    """The training process's CPU time per micro-batch of 128 (paper preset, 1 torch thread, CPU time of this process
+    only), before and after collation moved into the loader workers, timed interleaved:
+
+    - before: the training process replaced failed clips and collated the decoded micro-batch itself
+      (`collate_seeded`; with --features_on_device all but the log-mel, `draw_seeded`, since the log-mel ran on the
+      GPU: its launches are not timed here without a GPU);
+    - after: it receives a finished micro-batch from one DataLoader worker (`CollatedMicroBatches`), names its failed
+      clips (`FailureLog`), hashes its indices and finishes it (`PretrainingCollator.finish`: nothing without
+      --features_on_device; the log-mel on the GPU with it, left out here without a GPU).
+
+    The clips are 10-s waveforms in memory (the worker decodes nothing; its work is not counted anyway). Target:
+    <= 10 % of the predicted step (--plan, paper preset, H100 SXM, MFU 0.4 assumed)."""
+    import hashlib
+    import tempfile
+    from functools import partial
+
+    from aasp_hf.data.clips import AudioClips, CollatedMicroBatches, FailureLog, load_micro_batches, replace_failed
+    from aasp_hf.data.collators import PretrainingCollator
+    from aasp_hf.data.synthetic import unlabelled_clips
+    from aasp_hf.plan import plan_pretraining
+    from aasp_hf.plan.data_path import _cycled_order
+
+    preset = json.loads((HERE.parents[1] / "examples" / "configs" / "pretrain_paper.json").read_text())
+    config = AaspConfig(**preset["model_config"])
+    plan = plan_pretraining(config, preset["per_device_train_batch_size"], precision="bf16")
+    step = plan.step_seconds()["step"]
+    clips = AudioClips(list(unlabelled_clips(16, 0, seconds)))
+    collator = PretrainingCollator(AaspFeatureExtractor(feature_size=config.num_mel_bins), config,
+                                   crop_seconds=preset["crop_seconds"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    results = {}
+    try:
+        for on_device in (False, True):
+            collate = collator.draw_seeded if on_device else collator.collate_seeded
+            order = partial(_cycled_order, len(clips), batch_size)
+            received = load_micro_batches(CollatedMicroBatches(clips, order, collate), 1)
+            before_order = order()
+            times = {"before": [], "after": []}
+            with tempfile.TemporaryDirectory() as folder:
+                failure_log, digest = FailureLog(Path(folder) / "failures.txt"), hashlib.sha256()
+                next(received)  # the worker's start
+                for _ in range(repeats):  # interleaved
+                    _, rows, seeds = next(before_order)
+                    examples = [clips[row] for row in rows]
+                    start = time.process_time()
+                    examples, failed = replace_failed(examples)
+                    failure_log(failed)
+                    collate(examples, seeds)
+                    times["before"].append(time.process_time() - start)
+                    start = time.process_time()
+                    item = next(received)
+                    failure_log(item["failed"])
+                    digest.update(str(item["indices"]).encode())
+                    if not on_device:
+                        collator.finish(item["batch"])
+                    times["after"].append(time.process_time() - start)
+            del received
+            medians = {label: statistics.median(values) for label, values in times.items()}
+            results["features_on_device" if on_device else "features_on_cpu"] = {
+                "before_ms": medians["before"] * 1e3, "after_ms": medians["after"] * 1e3,
+                "before_share_of_step": medians["before"] / step, "after_share_of_step": medians["after"] / step,
+                "after_met": medians["after"] <= 0.10 * step}
+    finally:
+        torch.set_num_threads(threads)
+    return {"what": f"the training process's CPU time per micro-batch of {batch_size} (paper preset, 1 torch thread, "
+                    "this process's CPU time): before, collating the decoded clips itself; after, receiving a finished "
+                    "micro-batch from a loader worker. With --features_on_device the log-mel's GPU launches are not "
+                    "timed (no GPU in this benchmark's CPU run)",
+            "predicted_step_ms": step * 1e3,
+            "target": f"<= 10 % of the predicted step: <= {0.10 * step * 1e3:.2f} ms per micro-batch of {batch_size}",
+            **results}
+
+
 BENCHMARKS = {
     "sblu": bench_sblu,
     "features": bench_features,
     "pipeline": bench_pipeline,
     "collate": bench_collate,
+    "training_process": bench_training_process,
     "flops": bench_flops,
     "encoder": bench_encoder,
     "ast": bench_ast,
