@@ -39,7 +39,7 @@ TARGET = ROOT / ".venv" / "transformers-tests"
 PACKAGE = "transformers_release_tests"
 
 STAND_INS = {
-    "__init__.py": '"""transformers\' own test mixins, unpacked from the pinned release\'s sdist."""\n',
+    "__init__.py": '"""transformers\' own test mixins, unpacked from a release\'s sdist (tests/transformers_release.py)."""\n',
     "exporters/__init__.py": "",
     "exporters/test_export.py": (
         '"""Stand-in: the sdist does not ship transformers\' exporter tests (see tests/transformers_release.py)."""\n\n\n'
