@@ -70,9 +70,10 @@ def time_data_path(clips, collator, num_clips: int, batch_size: int, on_device: 
 def time_training_process(clips, collator, num_micro_batches: int, batch_size: int, on_device: bool) -> dict:
     """The training process's CPU time per micro-batch as training spends it: finished micro-batches made by one
     DataLoader worker (`CollatedMicroBatches` over the rows of `clips` cycled in micro-batches of `batch_size`, or
-    the stream's own micro-batches through `finished_micro_batches`), received in this process (pinned when CUDA is available), their failed clips named
-    (`FailureLog`, into a temporary file), their indices hashed, `collator.finish` (with `on_device` on CUDA: the
-    log-mel launched on the GPU; without a GPU it is left out, and `finish_timed` says so) and the copy to the device.
+    the stream's own micro-batches through `finished_micro_batches`), received in this process (pinned when CUDA is
+    available), their failed clips named (`FailureLog`, into a temporary file), their indices hashed,
+    `collator.finish` (with `on_device` on CUDA: the log-mel launched on the GPU; without a GPU it is left out, and
+    `finish_timed` says so) and the copy to the device.
     One micro-batch is received first, untimed (the worker's start). `time.process_time` counts this process only
     (its threads, the pin-memory thread included), not the worker.
 
