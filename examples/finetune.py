@@ -76,6 +76,7 @@ from aasp_hf.training.checkpointing import (
     check_output_dir,
     check_resume_arguments,
     checkpoint_to_resume,
+    find_latest_checkpoint,
     load_process_state,
     load_trainer_state,
     remove_artefacts,
@@ -228,10 +229,14 @@ def parse_args(argv=None) -> FinetuneArguments:
         raise ValueError(f"kfold_validation={args.kfold_validation!r}: use one of {KFOLD_VALIDATION}")
     if args.select_on not in SELECT_ON:
         raise ValueError(f"select_on={args.select_on!r}: use one of {SELECT_ON}")
+    resumed = resumed_run_arguments(args.output_dir) if args.resume else {}
     for name, rule in (("learning_rate", learning_rate_for), ("ema_decay", ema_decay_for),
                        ("warmup_steps", warmup_steps_for)):  # unset: derived from the run's length, said in a line
         if getattr(args, name) is None:
             value, line = rule(args.max_steps)
+            if resumed.get(name) is not None and resumed[name] != value:  # a longer resumed run keeps its own values
+                value, line = resumed[name], (f"--{name} {resumed[name]:g}: the value the resumed run derived from its "
+                                              f"--max_steps {resumed['max_steps']} (pass --{name} to choose)")
             args = replace(args, **{name: value})
             if line:
                 print(line)
@@ -247,6 +252,19 @@ def parse_args(argv=None) -> FinetuneArguments:
         args = replace(args, resume_allow_changes=names)
         check_keys(args.resume_allow_changes, RUN_ARGUMENTS, "--resume_allow_changes", "docs/pretraining.md#resuming")
     return args
+
+
+def resumed_run_arguments(output_dir) -> dict:
+    """The run arguments stored by the checkpoint that `--resume` will continue (of the run in `output_dir`, or of its
+    first sub-run `<part>_seed<k>/` with one), {} when there is none. A run that derived its lr, EMA decay or warm-up
+    from `--max_steps` keeps them when resumed with a longer `--max_steps`: re-deriving them would change the EMA
+    (which no resume may change) and the lr mid-run."""
+    output_dir = Path(output_dir)
+    run_dirs = [output_dir] + (sorted(output_dir.glob("*_seed*")) if output_dir.is_dir() else [])
+    for run_dir in run_dirs:
+        if run_dir.is_dir() and (checkpoint := find_latest_checkpoint(run_dir)) is not None:
+            return load_trainer_state(checkpoint).get("run_arguments") or {}
+    return {}
 
 
 def scale_batch_to_data(args, parts: dict, world: int):

@@ -288,3 +288,25 @@ def test_finetune_resume_passes_over_a_damaged_checkpoint(finetuned, tmp_path, c
             "the newest complete checkpoint") in capsys.readouterr().out
     assert results["step"] == 2 and checkpoint_problem(run / "checkpoint-2") is None
     assert_states_close(load_file(run / "checkpoint-2" / "model.safetensors"), reference)
+
+
+def test_finetune_resumed_with_a_longer_run_keeps_the_lr_and_ema_it_derived(finetuned, tmp_path, capsys):
+    """A run that derived its lr and weight-EMA decay from --max_steps 2 (0.002, no EMA) keeps them when resumed with
+    --max_steps 800, for which they would be derived as 5e-4 and 0.9875: the EMA may not change on resume, and the lr
+    should not jump. A value typed on the command line is used as given."""
+    import finetune
+
+    finished, command = finetuned
+    run = Path(shutil.copytree(finished, tmp_path / "run"))
+    command = [*command[:-1], str(run), "--resume", "--max_steps", "800", "--resume_allow_changes", "max_steps"]
+    capsys.readouterr()
+    args = finetune.parse_args(command)
+    assert (args.learning_rate, args.ema_decay) == (0.002, 0.0)
+    assert capsys.readouterr().out.splitlines() == [
+        "--learning_rate 0.002: the value the resumed run derived from its --max_steps 2 (pass --learning_rate to "
+        "choose)",
+        "--ema_decay 0: the value the resumed run derived from its --max_steps 2 (pass --ema_decay to choose)",
+    ]
+    assert finetune.parse_args(command + ["--learning_rate", "1e-4"]).learning_rate == 1e-4
+    fresh = finetune.parse_args([*finetuned[1][:-1], str(tmp_path / "new"), "--max_steps", "800"])  # a new run
+    assert (fresh.learning_rate, fresh.ema_decay) == (5e-4, 0.9875)
