@@ -52,7 +52,7 @@ from aasp_hf.configuration_aasp import init_arguments
 from aasp_hf.data.collators import PretrainingCollator
 from aasp_hf.schedules import learning_rate, teacher_momentum
 from aasp_hf.training import find_latest_checkpoint, param_groups, save_checkpoint
-from aasp_hf.training.data_order import clip_seed, micro_batches
+from aasp_hf.training.data_order import clip_plan, stream_clip_seeds
 from aasp_hf.training.launch import check_launch
 from aasp_hf.training.optim import set_learning_rates
 from aasp_hf.training.step import apply_update
@@ -349,21 +349,6 @@ def collate_clips(collator: PretrainingCollator, examples, seeds) -> dict:
     """The collator's batch with each clip's random draws (crop, masks, queries, equaliser) from its own seed (its
     `clip_seed`), so that they depend neither on the process that collates the clip nor on the rest of its batch."""
     return collator.collate_seeded(examples, seeds)
-
-
-def clip_plan(num_rows: int, batch_size: int, world: int, rank: int, seed: int, start: int):
-    """(epoch, row numbers, clip seeds) of this process's micro-batches from global micro-batch `start` on: the data
-    order (`micro_batches` over the row numbers) and each clip's `clip_seed`; what the loader workers read and
-    collate (`aasp_hf.data.clips.CollatedMicroBatches`)."""
-    order = micro_batches(range(num_rows), batch_size, world, rank, seed, start=start, with_positions=True)
-    for epoch, rows, positions in order:
-        yield epoch, rows, [clip_seed(seed, epoch, p) for p in positions]
-
-
-def stream_clip_seeds(seed: int, world: int, rank: int, epoch: int, numbers) -> list[int]:
-    """The seeds of a stream's clips: clip `number` of this process's shard in epoch `epoch` is place number·W + r
-    of that epoch (the W shards interleaved), seeded by `clip_seed` as a map-style clip by its position."""
-    return [clip_seed(seed, epoch, number * world + rank) for number in numbers]
 
 
 def describe_resume_changes(changes, stored: dict, current: dict, step: int, streaming: bool) -> list[str]:

@@ -23,6 +23,7 @@ from aasp_hf import AaspConfig, AaspFeatureExtractor
 from aasp_hf.data.cache import LogMelCache, build_log_mel_cache
 from aasp_hf.data.clips import AudioClips, CollatedMicroBatches, FailedClip, load_clips, load_micro_batches
 from aasp_hf.data.collators import PretrainingCollator
+from aasp_hf.training.data_order import clip_plan, clip_seed, stream_clip_seeds
 
 CONFIG = tiny_config_kwargs(mask_num_views=2, mask_block_sizes=[[1, 2], [2, 1]])
 SEED, BATCH = 3, 3
@@ -61,7 +62,7 @@ def reference(dataset, make, start, count):
     `collate_seeded` on the plan's seeds."""
     from aasp_hf.data.clips import replace_failed
 
-    plan = pretrain.clip_plan(len(dataset), BATCH, 1, 0, SEED, start)
+    plan = clip_plan(len(dataset), BATCH, 1, 0, SEED, start)
     out = []
     for _, (epoch, rows, seeds) in zip(range(count), plan):
         examples, failed = replace_failed([dataset[row] for row in rows])
@@ -81,7 +82,7 @@ def test_the_workers_batches_are_collate_seeded_bit_for_bit(path, workers, cache
     dataset = cache if path == "cache" else AudioClips(clips(with_nan=True))
     make = partial(collator, 0.5 if path == "equaliser" else 0.0)
     # from global micro-batch 1 (a resume), 5 micro-batches: across the epoch boundary (7 clips: 2 per epoch)
-    plan = partial(pretrain.clip_plan, len(dataset), BATCH, 1, 0, SEED, 1)
+    plan = partial(clip_plan, len(dataset), BATCH, 1, 0, SEED, 1)
     loader = load_micro_batches(CollatedMicroBatches(dataset, plan, make().collate_seeded), workers)
     expected = reference(dataset, make, 1, 5)
     got = [next(loader) for _ in expected]
@@ -105,7 +106,7 @@ def test_with_the_log_mel_on_the_accelerator_the_workers_draw_the_rest_and_finis
     """--features_on_device: a worker crops and draws masks, queries and equaliser (`draw_seeded`); the training
     process's `finish` computes the log-mel of the micro-batch in one call: the batch `collate_seeded` makes."""
     dataset, make = AudioClips(clips()), partial(collator, 0.5)
-    plan = partial(pretrain.clip_plan, len(dataset), BATCH, 1, 0, SEED, 0)
+    plan = partial(clip_plan, len(dataset), BATCH, 1, 0, SEED, 0)
     loader = load_micro_batches(CollatedMicroBatches(dataset, plan, make().draw_seeded), workers)
     finisher = make()
     for epoch, batch, indices, _ in reference(dataset, make, 0, 3):
@@ -129,7 +130,7 @@ def test_a_streams_finished_micro_batches_are_collate_seeded_and_keep_its_positi
     data_args = pretrain.DataArguments(train_dir=str(folder), streaming=True, shuffle_buffer_size=4,
                                        dataloader_num_workers=workers)
     make = partial(collator, 0.5)
-    seeds = partial(pretrain.stream_clip_seeds, SEED, 1, 0)
+    seeds = partial(stream_clip_seeds, SEED, 1, 0)
     stream = load_clips(data_args, SEED, 2, 1, 0)
     stream.position = {"epoch": 0, "micro_batches": 1}  # as a resume restores it
     got = stream.finished_micro_batches(make().collate_seeded, seeds)
@@ -147,7 +148,7 @@ def test_a_streams_finished_micro_batches_are_collate_seeded_and_keep_its_positi
         assert_batches_equal(item["batch"], make().collate_seeded(examples, seeds(epoch, numbers)))
     assert [item["position"] for item in items] == [{"epoch": 0, "micro_batches": 2}, {"epoch": 0, "micro_batches": 3},
                                                     {"epoch": 1, "micro_batches": 1}, {"epoch": 1, "micro_batches": 2}]
-    assert pretrain.stream_clip_seeds(SEED, 2, 1, 0, [0, 1]) == [pretrain.clip_seed(SEED, 0, p) for p in (1, 3)]
+    assert stream_clip_seeds(SEED, 2, 1, 0, [0, 1]) == [clip_seed(SEED, 0, p) for p in (1, 3)]
 
 
 def write_folder(folder):

@@ -52,9 +52,10 @@ and the model files: it builds the model classes itself.
    prediction, the paper's own end-to-end throughput (2.83 batches/s, its predictor ablation), read as its
    pre-training run's global batch of 512 clips on 4 H100s, and the MFU that rate implies by this FLOP count.
 6. The data side (`data_path_plan`, pretrain.py only), MEASURED on this host: the run's data source decoded,
-   cropped and collated as training does it, on one core; the clips/s per DataLoader worker, the workers per GPU
-   the predicted step needs and whether this host's cores can run them. Host overhead, logging and checkpoint
-   steps and all-reduce between nodes are not modelled.
+   cropped and collated as a loader worker does it, on one core; the clips/s per worker, the workers per GPU the
+   predicted step needs and whether this host's cores can run them; and the training process's CPU time per
+   micro-batch it receives from a worker, as a share of the predicted step. Logging and checkpoint steps and
+   all-reduce between nodes are not modelled.
 7. `--plan_measure N` (pretrain.py; `measure`): the plan checked on the machine it runs on. N real optimiser steps
    of the same run (its compile, precision, batch, views, data source and workers, `--features_on_device`), after an
    untimed warm-up, each figure measured beside the plan's (step time, clips/s per device, MFU, peak memory, data

@@ -4,8 +4,8 @@ measured value (`measure_pretraining`, `compare`, `format_measured`); `plan_meas
 
 What runs is the run's own setup and step, built from the library pieces the script builds it from.
 `measure_pretraining` (`examples/pretrain.py`): the model from the plan's config, the data source through
-`load_clips` (or the `--log_mel_cache`), its DataLoader workers and `micro_batches` order, the collator with
-`--features_on_device`, AdamW groups (fused), `accelerate`'s mixed precision, DDP and `--torch_compile` as the script
+`load_clips` (or the `--log_mel_cache`), its loader workers finishing whole micro-batches in the script's order
+(`clip_plan`; with `--features_on_device` the log-mel is left to the device), AdamW groups (fused), `accelerate`'s mixed precision, DDP and `--torch_compile` as the script
 compiles it, and per step the script's forward/backward per micro-batch and `aasp_hf.training.step.apply_update`
 (clip, the skip decision on the device, AdamW, EMA teacher). `measure_finetuning` (`examples/finetune.py`): the
 classifier from `--model_name_or_path`, the task's training clips, crops, mixup, SpecAugment, layer-decay AdamW,
@@ -15,8 +15,8 @@ exports, which a measurement must not do (no checkpoint, no output beyond the re
 How each figure is taken:
 - step time: wall-clock of each timed step, the device synchronised at its end (`torch.cuda.synchronize`), so a step
   is the time from its first batch to its last kernel; median and spread (min, max, interquartile range) over N.
-- data wait: the part of each step spent getting its micro-batches (the DataLoader's next batch, the collator, the
-  copy to the device) while the device is idle (the previous step was synchronised): an upper bound on what the run,
+- data wait: the part of each step spent getting its micro-batches (the next one the loader workers finished, the
+  log-mel with `--features_on_device`, the copy to the device) while the device is idle (the previous step was synchronised): an upper bound on what the run,
   which queues the next step without waiting, loses to data.
 - compile and warm-up: the first steps (2 with `--torch_compile`, else 1) are run and timed apart; the first
   holds the compilation.
@@ -39,6 +39,7 @@ import statistics
 import time
 import warnings
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,7 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
 from ..data.cache import LogMelCache
-from ..data.clips import AudioStream, load_clips, replace_failed
+from ..data.clips import AudioStream, CollatedMicroBatches, load_clips, load_micro_batches
 from ..data.collators import AaspFineTuningCollator, PretrainingCollator
 from ..data.samplers import ClassBalancedSampler
 from ..feature_extraction_aasp import AaspFeatureExtractor
@@ -57,7 +58,7 @@ from ..modeling_aasp_pretraining import AaspForPreTraining
 from ..schedules import learning_rate, teacher_momentum
 from ..training.arguments import gradient_accumulation_for
 from ..training.augment import mixup, spec_augment
-from ..training.data_order import clip_seed, micro_batches
+from ..training.data_order import clip_plan, micro_batches, stream_clip_seeds
 from ..training.model_ema import create_ema, ema_update_
 from ..training.optim import layer_decay_param_groups, param_groups, set_learning_rates
 from ..training.step import apply_update
@@ -114,10 +115,12 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
     set_seed(args.seed, device_specific=True)
     if args.gradient_checkpointing:
         getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
-    collator = PretrainingCollator(
-        feature_extractor, config, crop_seconds=data_args.crop_seconds,
-        generator=torch.Generator().manual_seed(args.seed * 1_000 + 1 + rank),
-        device=device if data_args.features_on_device else None, student_eq_strength=data_args.student_eq_strength)
+    # the script's data path: loader workers finish whole micro-batches (with --features_on_device all but the
+    # log-mel, which `collator.finish` computes on the device)
+    collator = PretrainingCollator(feature_extractor, config, crop_seconds=data_args.crop_seconds,
+                                   device=device if data_args.features_on_device else None,
+                                   student_eq_strength=data_args.student_eq_strength)
+    collate = collator.draw_seeded if data_args.features_on_device else collator.collate_seeded
     if args.patch_embedding_lr_scale == 0:
         model.aasp.embeddings.requires_grad_(False)
     lr_scales = {} if args.patch_embedding_lr_scale in (0, 1) else {"aasp.embeddings.": args.patch_embedding_lr_scale}
@@ -130,11 +133,13 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
         torch._dynamo.utils.counters.clear()
         unwrapped.compile(fullgraph=True)
         update_teacher = torch.compile(unwrapped.update_teacher, fullgraph=True)
+    pin_memory = device.type == "cuda"
     if stream is not None:
-        batches = stream.micro_batches()
+        batches = stream.finished_micro_batches(collate, partial(stream_clip_seeds, args.seed, world, rank), pin_memory)
     else:
-        batches = micro_batches(dataset, batch_size, world, rank, args.seed,
-                                num_workers=data_args.dataloader_num_workers, with_positions=True)
+        plan = partial(clip_plan, len(dataset), batch_size, world, rank, args.seed, 0)
+        batches = load_micro_batches(CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers,
+                                     pin_memory)
     max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
     model.train()
 
@@ -145,14 +150,7 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
         waited, step_finite = 0.0, torch.ones((), dtype=torch.bool, device=device)
         for micro in range(accum):
             started = time.perf_counter()
-            epoch, examples, *positions = next(batches)
-            examples, _ = replace_failed(examples)
-            if stream is not None:
-                batch = collator(examples)
-            else:
-                batch = collator.collate_seeded(examples, [clip_seed(args.seed, epoch, p) for p in positions[0]])
-            if device.type == "cuda":
-                batch = {k: v if v.is_cuda else v.pin_memory() for k, v in batch.items()}
+            batch = collator.finish(next(batches)["batch"])  # finished in a loader worker
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             waited += time.perf_counter() - started
             with accelerator.no_sync(model) if micro < accum - 1 else nullcontext():

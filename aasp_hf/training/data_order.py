@@ -58,3 +58,18 @@ def micro_batches(rows, batch_size: int, num_processes: int, process_index: int,
             else:
                 yield epoch, examples
         epoch, offset = epoch + 1, 0
+
+
+def clip_plan(num_rows: int, batch_size: int, world: int, rank: int, seed: int, start: int):
+    """(epoch, row numbers, clip seeds) of this process's micro-batches from global micro-batch `start` on: the data
+    order (`micro_batches` over the row numbers) and each clip's `clip_seed`; what the loader workers read and
+    collate (`aasp_hf.data.clips.CollatedMicroBatches`) in examples/pretrain.py and `--plan_measure`."""
+    order = micro_batches(range(num_rows), batch_size, world, rank, seed, start=start, with_positions=True)
+    for epoch, rows, positions in order:
+        yield epoch, rows, [clip_seed(seed, epoch, p) for p in positions]
+
+
+def stream_clip_seeds(seed: int, world: int, rank: int, epoch: int, numbers) -> list[int]:
+    """The seeds of a stream's clips: clip `number` of this process's shard in epoch `epoch` is place number·W + r
+    of that epoch (the W shards interleaved), seeded by `clip_seed` as a map-style clip by its position."""
+    return [clip_seed(seed, epoch, number * world + rank) for number in numbers]
