@@ -35,7 +35,7 @@ def test_unknown_values_raise_naming_the_field(field):
 
 
 def test_defaults_follow_eat_where_the_evidence_allows_and_survive_a_round_trip():
-    # FFN targets (EAT); mean losses and the masked stem (README "Does pre-training learn?" says why)
+    # FFN targets (EAT); mean losses and the masked stem (docs/model.md says why)
     config = AaspConfig()
     assert (config.target_layer, config.loss_scaling, config.student_stem_input) == ("ffn", "mean", "masked")
     options = dict(target_layer="block", loss_scaling="eat", student_stem_input="full")

@@ -279,7 +279,7 @@ def test_probe_cache_key_tells_apart_configs_with_the_same_weights(tmp_path):
 def test_tiny_quality_preset_is_the_recipe_study_tiny_500_measured(data_dir):
     """examples/configs/pretrain_tiny_quality.json restates the study's unit (tiny size, 500 steps, frozen stem):
     the small preset with variants.MODEL_SIZES["tiny"], --max_steps 500 (warm-up scaled) and the
-    frozen_patch_embedding variant's overrides. If either side changes, the README's numbers no longer describe it."""
+    frozen_patch_embedding variant's overrides. If either side changes, docs/pretraining.md and the study's numbers no longer describe it."""
     preset_path = ROOT / "examples" / "configs" / "pretrain_tiny_quality.json"
     preset = json.loads(preset_path.read_text())
     args = quality.parse_args(["--data_dir", str(data_dir), "--model_size", "tiny", "--max_steps", "500"])

@@ -197,7 +197,7 @@ print(json.dumps({{"types": [type(p).__name__ for p in (plain, own, local)],
 @pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs ffmpeg")
 def test_transformers_ffmpeg_reader_downmixes_stereo_to_the_sum_over_sqrt2(tmp_path):
     """Why checkpoints ship their own pipeline class: transformers' reader of a file path, ffmpeg's `-ac 1`, gives
-    (L + R) / sqrt(2) for float output (README, Inference). If this fails, that README line is stale."""
+    (L + R) / sqrt(2) for float output (docs/inference.md). If this fails, that line of the docs is stale."""
     from transformers.pipelines.audio_utils import ffmpeg_read
 
     stereo = stereo_clip()

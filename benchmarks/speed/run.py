@@ -2,7 +2,7 @@
 
 Each benchmark times the candidate and its baseline interleaved (median of repeats) in one process, so the ratio
 holds even when the absolute numbers drift with the machine's load. Results go to benchmarks/speed/results.json and
-benchmarks/speed/results.md (the README links the latter). Nothing here is asserted in the unit tests.
+benchmarks/speed/results.md (the docs link the latter). Nothing here is asserted in the unit tests.
 
     python benchmarks/speed/run.py [--only sblu,features,pipeline,collate,training_process,flops,encoder,ast,pretrain]
                                    [--repeats 7]
