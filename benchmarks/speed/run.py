@@ -4,8 +4,8 @@ Each benchmark times the candidate and its baseline interleaved (median of repea
 holds even when the absolute numbers drift with the machine's load. Results go to benchmarks/speed/results.json and
 benchmarks/speed/results.md (the docs link the latter). Nothing here is asserted in the unit tests.
 
-    python benchmarks/speed/run.py [--only sblu,features,pipeline,collate,training_process,flops,encoder,ast,pretrain]
-                                   [--repeats 7]
+    python benchmarks/speed/run.py [--only sblu,features,pipeline,collate,training_process,log_mel_cache,flops,encoder,
+                                           ast,pretrain] [--repeats 7]
     python benchmarks/speed/run.py --device cuda     # on a GPU: -> results_cuda.json / .md, with the GPU's name
 
 With --device cuda the timed work runs on the GPU (the clock is read after torch.cuda.synchronize), memory is
@@ -658,12 +658,140 @@ def bench_training_process(repeats, batch_size=128, seconds=10.0):
             **results}
 
 
+def _evict_from_page_cache(paths):
+    """Ask the OS to drop these files' pages from its page cache (`posix_fadvise` DONTNEED after `fsync`: our own
+    files only, nothing system-wide), so that the next read comes from the disk. Returns False where unsupported."""
+    import os
+
+    if not hasattr(os, "posix_fadvise"):
+        return False
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    return True
+
+
+def bench_log_mel_cache(repeats, num_files=300, seconds=10.0, batch_size=128):
+    """`--log_mel_cache` per core: building it (`build_log_mel_cache` with num_workers=1: one DataLoader worker
+    decodes, featurises and writes; its CPU time from the reaped worker's rusage) from `num_files` synthetic 10-s
+    clips (`data.synthetic.unlabelled_clips`: tones, modulated tones, chirps, noise bursts, plus background noise)
+    written as 16-bit 16-kHz WAV with soundfile; the bytes it holds per clip; and reading it as a loader worker does
+    (`time_data_path` on a `LogMelCache`: `__getitem__` reads the .npy, then `collate_seeded` crops 6 s, normalises
+    and draws the masks, paper preset, micro-batches of 128, 1 torch thread, CPU time). Beside it, the read alone, as
+    `LogMelCache.__getitem__` does it (the whole file, `np.load`) and through a memory map (`mmap_mode="r"`), timed
+    interleaved and checked to give identical arrays, with the files in the OS page cache (just written) and, once,
+    after dropping them from it (`posix_fadvise`), read from this machine's disk."""
+    import hashlib
+    import math
+    import os
+    import resource
+    import tempfile
+
+    import soundfile as sf
+
+    from aasp_hf.data.cache import LogMelCache, build_log_mel_cache
+    from aasp_hf.data.collators import PretrainingCollator
+    from aasp_hf.data.synthetic import unlabelled_clips
+    from aasp_hf.plan import plan_pretraining, time_data_path
+
+    preset = json.loads((HERE.parents[1] / "examples" / "configs" / "pretrain_paper.json").read_text())
+    config = AaspConfig(**preset["model_config"])
+    plan = plan_pretraining(config, preset["per_device_train_batch_size"], precision="bf16")
+    needed = plan.per_device_batch / plan.step_seconds()["step"]  # clips/s per GPU
+    extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins)
+    collator = PretrainingCollator(extractor, config, crop_seconds=preset["crop_seconds"])
+
+    def children_cpu():
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    def read(path, mmap):  # LogMelCache.__getitem__'s read, with or without a memory map
+        return torch.from_numpy(np.load(path, mmap_mode="r" if mmap else None).astype(np.float32))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for number, clip in enumerate(unlabelled_clips(num_files, 0, seconds)):
+            paths.append(os.path.join(tmp, "wav", f"clip{number:03d}.wav"))
+            os.makedirs(os.path.dirname(paths[-1]), exist_ok=True)
+            sf.write(paths[-1], clip, 16000, subtype="PCM_16")
+        cache_dir = os.path.join(tmp, "cache")
+        children, cpu, wall = children_cpu(), time.process_time(), time.perf_counter()
+        summary = build_log_mel_cache(paths, cache_dir, extractor, num_workers=1)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        worker_cpu = children_cpu() - children
+        cache = LogMelCache(cache_dir, extractor)
+        files = [os.path.join(cache_dir, name) for name in cache.files]
+        sizes = [os.path.getsize(path) for path in files]
+        on_disk = [os.stat(path).st_blocks * 512 for path in files]
+        digests = [hashlib.sha1(clip_id.encode("utf-8")).hexdigest() for clip_id in cache.ids]
+        named_by_sha1 = all(name == f"{digest[:2]}/{digest}.npy" for digest, name in zip(digests, cache.files))
+        identical = all(torch.equal(read(path, False), read(path, True)) for path in files)
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            reads = {"whole_file": [], "mmap": []}
+            for _ in range(repeats):  # interleaved, CPU time of this process
+                for label in reads:
+                    start = time.process_time()
+                    for path in files:
+                        read(path, label == "mmap")
+                    reads[label].append(len(files) / (time.process_time() - start))
+            cold = {}
+            for label in ("whole_file", "mmap"):
+                if not _evict_from_page_cache(files):
+                    break
+                cpu_start, wall_start = time.process_time(), time.perf_counter()
+                for path in files:
+                    read(path, label == "mmap")
+                cold[label] = {"cpu_clips_per_s": len(files) / (time.process_time() - cpu_start),
+                               "wall_clock_clips_per_s": len(files) / (time.perf_counter() - wall_start)}
+        finally:
+            torch.set_num_threads(threads)
+        timed = [time_data_path(cache, collator, 3 * batch_size, batch_size) for _ in range(max(3, repeats // 2))]
+    read_rate = statistics.median(t["clips"] / t["decode_seconds"] for t in timed)
+    collate_rate = statistics.median(t["clips"] / t["collate_seconds"] for t in timed)
+    worker_rate = statistics.median(t["clips"] / (t["decode_seconds"] + t["collate_seconds"]) for t in timed)
+    build_rate = summary["num_written"] / worker_cpu
+    bytes_per_clip = statistics.median(sizes)
+    as2m = 2_000_000
+    return {
+        "what": f"--log_mel_cache per core: built from {num_files} synthetic {seconds:g}-s clips (tones, modulated "
+        f"tones, chirps, noise bursts + background noise) written as 16-bit 16-kHz WAV, build_log_mel_cache "
+        f"num_workers=1; read as a loader worker reads it (LogMelCache.__getitem__ + collate_seeded: 6-s crop, "
+        f"normalise, 4 masked views; paper preset, micro-batches of {batch_size}, 1 torch thread, CPU time); files "
+        f"in the OS page cache unless marked cold",
+        "build": {"clips_written": summary["num_written"], "failed": summary["num_failed"],
+                  "worker_cpu_seconds": worker_cpu, "main_process_cpu_seconds": cpu, "wall_seconds": wall,
+                  "clips_per_s_per_core": build_rate,
+                  "as2m_extrapolated_core_hours": as2m / build_rate / 3600},
+        "disk": {"frames_per_clip": cache.num_frames[0], "bins": cache.settings["feature_size"], "dtype": "float16",
+                 "bytes_per_clip": bytes_per_clip, "allocated_bytes_per_clip": statistics.median(on_disk),
+                 "as2m_extrapolated_bytes": as2m * bytes_per_clip,
+                 "subfolders_used": len({name.split("/")[0] for name in cache.files}),
+                 "named_by_sha1_of_clip_id": named_by_sha1},
+        "read_only_clips_per_s": {"whole_file": statistics.median(reads["whole_file"]),
+                                  "mmap": statistics.median(reads["mmap"]), "identical_arrays": identical,
+                                  "cold_once": cold},
+        "loader_worker_clips_per_s": {"read": read_rate, "crop_collate": collate_rate,
+                                      "read_crop_collate": worker_rate},
+        "one_h100_needs_clips_per_s": needed,
+        "workers_per_gpu_needed": math.ceil(needed / worker_rate),
+        "disk_read_per_gpu_bytes_per_s": needed * bytes_per_clip,
+    }
+
+
 BENCHMARKS = {
     "sblu": bench_sblu,
     "features": bench_features,
     "pipeline": bench_pipeline,
     "collate": bench_collate,
     "training_process": bench_training_process,
+    "log_mel_cache": bench_log_mel_cache,
     "flops": bench_flops,
     "encoder": bench_encoder,
     "ast": bench_ast,
