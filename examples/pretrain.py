@@ -77,6 +77,7 @@ from aasp_hf.data.clips import (
     load_micro_batches,
 )
 from aasp_hf.errors import UsageError, check_keys, run_script
+from aasp_hf.hub import check_model_path
 from aasp_hf.training.arguments import PlanArguments, check_model_config, parse_arguments
 from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
 
@@ -265,6 +266,7 @@ def parse_args(argv=None):
 # ----------------------------------------------------------------------------------------------- model (step 2)
 def build_model(model_args: ModelArguments) -> AaspForPreTraining:
     if model_args.init_from is not None:
+        check_model_path(model_args.init_from)  # a misspelt path, a run folder, an unreachable Hub id: one line
         config = AaspConfig.from_pretrained(model_args.init_from)
         if "AaspForPreTraining" in (config.architectures or []):
             return AaspForPreTraining.from_pretrained(model_args.init_from)

@@ -199,6 +199,7 @@ def test_a_wrong_model_path_is_one_line_saying_what_it_is_and_what_to_pass(tmp_p
     traceback): one line each, from the scripts themselves."""
     import finetune
     import linear_eval
+    import pretrain
 
     run = tmp_path / "runs" / "pt"
     save_tiny_encoder(run / "encoder")
@@ -220,6 +221,9 @@ def test_a_wrong_model_path_is_one_line_saying_what_it_is_and_what_to_pass(tmp_p
                 main(["--model_name_or_path", given, "--synthetic_per_class", "2", "--max_steps", "1",
                       "--output_dir", str(tmp_path / script)])
             assert one_line(error).startswith(expected), (script, str(error.value))
+        with pytest.raises(UsageError) as error:  # pretrain.py --init_from loads through the same check
+            pretrain.build_model(pretrain.ModelArguments(init_from=given))
+        assert one_line(error).startswith(expected), ("pretrain --init_from", str(error.value))
 
 
 def test_an_unknown_hub_id_fails_at_once_when_the_hub_cannot_be_reached(monkeypatch):
