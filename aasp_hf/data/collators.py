@@ -217,12 +217,7 @@ class PretrainingCollator:
         waveforms = parts["waveforms"].to(device, non_blocking=True)  # (B, L)
         crops = [waveforms[i, :n] for i, n in enumerate(parts["waveform_lengths"].tolist())]  # views, no copies
         features = self.waveform_features(crops, device)  # (B, T, F); cropped already, so no draw
-        batch = {"input_values": features,
-                 "visible_indices": parts["visible_indices"].to(device, non_blocking=True),  # (B, M, V)
-                 "query_indices": parts["query_indices"].to(device, non_blocking=True)}  # (B, M, Q)
-        if "eq_curves" in parts:
-            batch["student_input_values"] = features + parts["eq_curves"].to(features)[:, None, :]  # (B, 1, F)
-        return batch
+        return self.batch(features, parts, parts.get("eq_curves"))
 
     def features(self, examples, device=None) -> torch.Tensor:
         """1. Random crops, normalised log-mel padded to T frames: (B, T, F), on ``device`` (default: the collator's)."""
@@ -243,11 +238,17 @@ class PretrainingCollator:
         """The batch from its features (B, T, F), its mask draws and its equaliser curves: 2. the M inverse block masks
         per clip, their visible tokens and the predictor's queries (`masking.build_batch_masks`, no random draw);
         3. the student's re-coloured view when there are curves (the teacher keeps ``input_values``)."""
-        masks = build_batch_masks(self.config, draws)
+        return self.batch(features, build_batch_masks(self.config, draws), curves)
+
+    @staticmethod
+    def batch(features, masks, curves) -> dict:
+        """The model's inputs on the features' device: the features (B, T, F), the built masks' visible tokens and
+        queries, and, when there are equaliser curves (B, F), the student's re-coloured view (the teacher keeps
+        ``input_values``)."""
         batch = {
             "input_values": features,
-            "visible_indices": masks["visible_indices"].to(features.device),  # (B, M, V)
-            "query_indices": masks["query_indices"].to(features.device),  # (B, M, Q)
+            "visible_indices": masks["visible_indices"].to(features.device, non_blocking=True),  # (B, M, V)
+            "query_indices": masks["query_indices"].to(features.device, non_blocking=True),  # (B, M, Q)
         }
         if curves is not None:
             batch["student_input_values"] = features + curves.to(features)[:, None, :]  # (B, F) -> (B, 1, F)
