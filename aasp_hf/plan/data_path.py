@@ -22,7 +22,7 @@ from ..data.collators import PretrainingCollator
 from ..data.loaders.fairseq_manifest import read_fairseq_manifest
 from ..data.synthetic import unlabelled_clips
 from ..feature_extraction_aasp import AaspFeatureExtractor
-from ..training.data_order import clip_seed
+from ..training.data_order import clip_seed, stream_clip_seeds
 from .estimate import RunPlan
 from .report import _duration
 
@@ -83,7 +83,7 @@ def time_training_process(clips, collator, num_micro_batches: int, batch_size: i
     collate = collator.draw_seeded if on_device else collator.collate_seeded
     if isinstance(clips, AudioStream):
         clips.num_workers = 1
-        items = clips.finished_micro_batches(collate, partial(_seeds, 0), pin_memory=cuda)
+        items = clips.finished_micro_batches(collate, partial(stream_clip_seeds, 0, 1, 0), pin_memory=cuda)
     else:
         order = partial(_cycled_order, len(clips), batch_size)
         items = load_micro_batches(CollatedMicroBatches(clips, order, collate), 1, pin_memory=cuda)
@@ -116,10 +116,6 @@ def _cycled_order(num_rows: int, batch_size: int):
     rows, positions = itertools.cycle(range(num_rows)), itertools.count()
     while True:
         yield 0, [next(rows) for _ in range(batch_size)], [clip_seed(0, 0, next(positions)) for _ in range(batch_size)]
-
-
-def _seeds(seed: int, epoch: int, numbers) -> list[int]:
-    return [clip_seed(seed, epoch, number) for number in numbers]
 
 
 def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int = 0) -> tuple[str, dict]:
