@@ -30,7 +30,7 @@ import soundfile as sf
 from torchcodec.decoders import AudioDecoder
 
 from .loaders import load
-from .loaders.layout import recording_missing_files
+from .loaders.layout import default_audio_dir, recording_missing_files
 
 
 NAMES = ("as20k", "as2m", "esc50", "us8k", "scv2", "nsynth", "cremad", "gtzan", "voxforge", "surge", "voxceleb1",
@@ -68,14 +68,8 @@ def canonical_name(name: str) -> str:
 def audio_folder(name: str, root: Path, options: dict):
     """The folder the loader reads the clips from (walked for files that no split names); None for an audiofolder,
     where the files are the metadata."""
-    if name in ("as20k", "as2m"):
-        if options.get("audio_dir"):
-            return Path(options["audio_dir"])
-        return root / "audio" if (root / "audio").is_dir() else root
-    if name == "voxceleb1":
-        if options.get("audio_dir"):
-            return Path(options["audio_dir"])
-        return root / "wav" if (root / "wav").is_dir() else root
+    if name in ("as20k", "as2m", "voxceleb1"):  # the loader's own default
+        return default_audio_dir(root, options.get("audio_dir"), "wav" if name == "voxceleb1" else "audio")
     if name in ("esc50", "us8k"):
         return root / "audio"
     return None if name == "audiofolder" else root

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from datasets import ClassLabel, Sequence, Value
 
-from .layout import audio_features, build_dataset_dict, check_labels, require_dir, require_file
+from .layout import audio_features, build_dataset_dict, check_labels, default_audio_dir, require_dir, require_file
 
 
 logger = logging.getLogger(__name__)
@@ -199,9 +199,7 @@ def load_audioset(
         raise ValueError(f"variant={variant!r}: use 'as20k' (balanced train) or 'as2m' (balanced + unbalanced).")
     root = Path(root)
     metadata_dir = Path(metadata_dir) if metadata_dir is not None else root
-    if audio_dir is None:
-        audio_dir = root / "audio" if (root / "audio").is_dir() else root
-    audio_dir = require_dir(audio_dir, "AudioSet audio folder", "Pass audio_dir= the folder holding the clips.")
+    audio_dir = require_dir(default_audio_dir(root, audio_dir), "AudioSet audio folder", "Pass audio_dir= the folder holding the clips.")
     mids, display_names = read_class_labels(metadata_dir / "class_labels_indices.csv")
     mid_index = {mid: i for i, mid in enumerate(mids)}
     files = index_audio_folder(audio_dir)

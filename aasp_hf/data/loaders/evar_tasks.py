@@ -27,6 +27,7 @@ from .layout import (
     build_dataset_dict,
     check_audio_files,
     check_labels,
+    default_audio_dir,
     is_index_column,
     numbers_as_numbers,
     read_csv_rows,
@@ -186,9 +187,7 @@ def load_voxceleb1(root, *, split_file=None, audio_dir=None, metadata_csv=None, 
         return load_evar_task(metadata_csv, root, task="voxceleb1", streaming=streaming, num_shards=num_shards)
     root = Path(root)
     split_file = require_file(split_file or root / "iden_split.txt", "VoxCeleb1 iden_split.txt", VOXCELEB1_SOURCE)
-    if audio_dir is None:
-        audio_dir = root / "wav" if (root / "wav").is_dir() else root
-    audio_dir = Path(audio_dir)
+    audio_dir = default_audio_dir(root, audio_dir, "wav")
     entries = []
     with open(split_file, encoding="utf-8") as f:
         for line_number, line in enumerate(f, start=1):

@@ -35,6 +35,15 @@ def require_dir(path, what: str, source: str) -> Path:
     return path
 
 
+def default_audio_dir(root, audio_dir=None, subfolder: str = "audio") -> Path:
+    """Where a loader reads the clips: `audio_dir` when given, else `root/subfolder` when that is a folder (the
+    dataset's own layout), else `root` itself."""
+    if audio_dir is not None:
+        return Path(audio_dir)
+    root = Path(root)
+    return root / subfolder if (root / subfolder).is_dir() else root
+
+
 def read_csv_rows(path: Path, required_columns, what: str) -> list:
     """Rows of a CSV file with a header, as dicts; a ValueError names the missing columns."""
     with open(path, newline="", encoding="utf-8") as f:
