@@ -76,6 +76,17 @@ def assert_batches_equal(actual: dict, expected: dict):
         assert torch.equal(actual[key], expected[key]), key
 
 
+def assert_batches_close(actual: dict, expected: dict):
+    """The same draws (masks and queries exactly) and features from another computation (the micro-batch's log-mel in
+    one call against clip by clip): equal within float32 rounding, which other CPU kernels may order differently."""
+    assert actual.keys() == expected.keys()
+    for key in expected:
+        if expected[key].is_floating_point():
+            torch.testing.assert_close(actual[key], expected[key], atol=1e-5, rtol=1e-5, msg=key)
+        else:
+            assert torch.equal(actual[key], expected[key]), key
+
+
 @pytest.mark.parametrize("workers", [0, 1, 2])
 @pytest.mark.parametrize("path", ["waveform", "cache", "equaliser"])
 def test_the_workers_batches_are_collate_seeded_bit_for_bit(path, workers, cache):
@@ -114,7 +125,7 @@ def test_with_the_log_mel_on_the_accelerator_the_workers_draw_the_rest_and_finis
         assert set(item["batch"]) == {"waveforms", "waveform_lengths", "visible_indices", "query_indices",
                                       "eq_curves"}
         assert item["batch"]["waveforms"].shape[1] == 8_000  # the 0.5-s crop, the longest of the micro-batch
-        assert_batches_equal(finisher.finish(item["batch"]), batch)
+        assert_batches_close(finisher.finish(item["batch"]), batch)
         assert item["indices"] == indices
     # cached log-mel has no log-mel left to compute: the worker's batch is finished already
     cached = make().draw_seeded([cache[0], cache[1]], [5, 6])
