@@ -29,6 +29,9 @@ the budget (`test`), or the last step's (`last`), 7b. atomic checkpoints, 8. the
 `pipeline("audio-classification", model=output_dir, trust_remote_code=True)`, `all_results.json`, `results.md`.
 `--seeds 0 1 2` and `--all_folds` run one sub-run per (fold, seed) and report mean ± std over seeds of the mean over
 folds (the paper's protocol: 3 seeds).
+Beside the results, the log-mel baseline (`aasp_hf.evaluation.baseline`: log-mel statistics + logistic regression on
+the same parts and clips, seconds on a CPU; `--baseline none` skips it, `--baseline_max_clips` caps its clips per split)
+and a line when the model is below it (docs/downstream.md#the-log-mel-baseline).
 
 Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of train (AS-2M: 200K class-balanced
 draws with replacement, seeded by epoch); global micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W), process
@@ -68,6 +71,7 @@ from transformers import AutoFeatureExtractor
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
 from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification
 from aasp_hf.evaluation import classification_score, mean_std, without_truncation, write_finetune_markdown
+from aasp_hf.evaluation import baseline as logmel_baseline
 from aasp_hf.schedules import learning_rate
 from aasp_hf.training import save_checkpoint
 from aasp_hf.training.augment import mixup, spec_augment
@@ -214,6 +218,10 @@ class FinetuneArguments(PlanArguments):
                                  "and saved model are deleted first); without it or --resume such a folder is refused"}
     )
     mixed_precision: str | None = field(default=None, metadata={"help": "'no' | 'bf16' | 'fp16'"})
+    # the reference beside the results (aasp_hf.evaluation.baseline)
+    baseline: str = field(default="logmel", metadata={"help": logmel_baseline.BASELINE_HELP})
+    baseline_max_clips: int = field(default=logmel_baseline.DEFAULT_MAX_CLIPS,
+                                    metadata={"help": logmel_baseline.MAX_CLIPS_HELP})
 
 
 def parse_args(argv=None) -> FinetuneArguments:
@@ -229,6 +237,7 @@ def parse_args(argv=None) -> FinetuneArguments:
         raise ValueError(f"kfold_validation={args.kfold_validation!r}: use one of {KFOLD_VALIDATION}")
     if args.select_on not in SELECT_ON:
         raise ValueError(f"select_on={args.select_on!r}: use one of {SELECT_ON}")
+    logmel_baseline.check_choice(args.baseline, args.baseline_max_clips)
     resumed = resumed_run_arguments(args.output_dir) if args.resume else {}
     for name, rule in (("learning_rate", learning_rate_for), ("ema_decay", ema_decay_for),
                        ("warmup_steps", warmup_steps_for)):  # unset: derived from the run's length, said in a line
@@ -744,9 +753,16 @@ def main(argv=None) -> dict:
     }
     if int(os.environ.get("RANK", "0")) == 0:
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "all_results.json").write_text(json.dumps(summary, indent=2))
-        write_finetune_markdown(output_dir / "results.md", summary)
+
+        def write(summary):
+            (output_dir / "all_results.json").write_text(json.dumps(summary, indent=2))
+            write_finetune_markdown(output_dir / "results.md", summary)
+
+        write(summary)
         print(f"{task} {summary['metric']}: {100 * test_mean:.2f} ± {100 * test_std:.2f} -> {output_dir}/results.md")
+        # the log-mel baseline on the same parts and clips, its crops from run()'s evaluation seeds (7 + split index)
+        summary = logmel_baseline.with_baseline(summary, write, args.baseline, parts, clip_seconds, multi_label,
+                                                len(names), args.baseline_max_clips, crop_seed=7)
     return summary
 
 

@@ -16,7 +16,10 @@ TRAIN statistics, 5. for each part and seed (`aasp_hf.evaluation.linear_heads`),
 all trained in one pass over the cached features (Adam, cosine schedule to `min_learning_rate`, CE or BCE for multi-label),
 evaluated on validation every `eval_steps`; each learning rate's test score is taken at its best validation
 step ("the best result within the budget"), and the learning rate with the best validation score is chosen,
-6. results: mean over folds per seed, then mean ± std (ddof=1) over seeds -> `all_results.json`, `results.md`.
+6. results: mean over folds per seed, then mean ± std (ddof=1) over seeds -> `all_results.json`, `results.md`,
+7. beside them the log-mel baseline (`aasp_hf.evaluation.baseline`: log-mel statistics + logistic regression on the
+same parts and clips; `--baseline none` skips it, `--baseline_max_clips` caps the clips per split), with a line when
+the model is below it.
 
 Resume: cached features are reused, and each finished (part, seed) result (`runs/<part>_seed<k>.json`) is
 loaded instead of retrained; a cache made with another model or data setting raises an error.
@@ -47,6 +50,7 @@ from aasp_hf.evaluation import (
     standardize,
     write_linear_eval_markdown,
 )
+from aasp_hf.evaluation import baseline as logmel_baseline
 from aasp_hf.evaluation.linear_heads import final_test_score, train_linear_heads
 from aasp_hf.evaluation.linear_protocol import (
     SPLITS,
@@ -68,6 +72,7 @@ def parse_args(argv=None) -> LinearEvalArguments:
 
     if args.kfold_validation not in KFOLD_VALIDATION:
         raise ValueError(f"kfold_validation={args.kfold_validation!r}: use one of {KFOLD_VALIDATION}")
+    logmel_baseline.check_choice(args.baseline, args.baseline_max_clips)
     return args
 
 
@@ -165,10 +170,16 @@ def main(argv=None) -> dict:
         "runs": runs,
         "arguments": asdict(args),
     }
-    (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
-    write_linear_eval_markdown(output_dir / "results.md", results)
+
+    def write(results):
+        (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
+        write_linear_eval_markdown(output_dir / "results.md", results)
+
+    write(results)
     print(f"   {task} {results['metric']}: {100 * test_mean:.2f} ± {100 * test_std:.2f} -> {output_dir}/results.md")
-    return results
+    # the log-mel baseline on the same parts and clips, its crops seeded as the features' (feature_seed + split index)
+    return logmel_baseline.with_baseline(results, write, args.baseline, parts, clip_seconds, multi_label, num_classes,
+                                         args.baseline_max_clips, crop_seed=args.feature_seed)
 
 
 if __name__ == "__main__":

@@ -111,6 +111,16 @@ def test_best_validation_score_and_its_step_are_recorded_consistently(single_lab
     losses = [json.loads(line)["loss"] for line in (out / "log_history.jsonl").read_text().splitlines()]
     assert len(losses) == 9 and all(np.isfinite(losses))
     assert "synthetic accuracy" in (out / "results.md").read_text()
+    # the log-mel baseline on the same clips (the run's evaluation crops, seeds 7 + split index), and the line that
+    # says the model is below it when it is
+    block = stored["baseline"]
+    assert block["parts"]["synthetic"]["clips"] == {split: {"used": n, "of": n} for split, n in
+                                                    (("train", 30), ("validation", 15), ("test", 15))}
+    assert block["settings"]["crop_seeds"] == {"train": 7, "validation": 8, "test": 9}
+    assert block["parts"]["synthetic"]["C_chosen_on"] == "validation"
+    markdown = (out / "results.md").read_text()
+    assert f"**baseline accuracy: {100 * block['test_mean']:.2f}**" in markdown
+    assert stored["test_mean"] < block["test_mean"] and stored["below_baseline"] in markdown
 
 
 def test_saved_model_in_the_pipeline_reproduces_the_reported_test_accuracy(single_label_run):
@@ -216,9 +226,11 @@ def test_select_on_test_and_last_and_the_global_batch_by_accumulation(encoder_di
     losses = [json.loads(line) for line in (tmp_path / "test" / "log_history.jsonl").read_text().splitlines()]
     assert len(losses) == 2  # logged every 2 optimiser steps (each of 2 micro-batches of 10 clips)
     assert "--select_on test" in (tmp_path / "test" / "results.md").read_text()
+    assert "held out" in picked["baseline"]["parts"]["synthetic"]["C_chosen_on"]  # no validation split: C on train
 
-    last = finetune.main(common + ["--select_on", "last", "--output_dir", str(tmp_path / "last")])
+    last = finetune.main(common + ["--select_on", "last", "--baseline", "none", "--output_dir", str(tmp_path / "last")])
     assert last["best_step"] == 4 and last["test_score"] == last["eval_history"][-1]["test_score"]
+    assert "baseline" not in json.loads((tmp_path / "last" / "all_results.json").read_text())
     assert last["select_on"] == "last" and (tmp_path / "last" / "model.safetensors").is_file()
 
     args = finetune.parse_args(["--model_name_or_path", "x", "--kfold_validation", "test"])  # the old spelling

@@ -12,7 +12,9 @@ from conftest import tiny_config_kwargs
 import linear_eval
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
-from aasp_hf.evaluation import extract_features, linear_protocol, pool_features, standardization_stats, standardize
+from aasp_hf.evaluation import (
+    baseline, extract_features, linear_protocol, pool_features, standardization_stats, standardize,
+)
 from aasp_hf.evaluation.linear_heads import final_test_score, train_linear_heads
 
 TINY_128 = tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1, sblu_hidden_size=16, sblu_output_size=16)
@@ -127,6 +129,17 @@ def test_end_to_end_on_synthetic_clips_and_resume(encoder_dir, tmp_path):
     feats = out / "features" / "synthetic"
     assert np.load(feats / "features_train.npy").shape == (20, 288)
     assert np.load(feats / "labels_test.npy").shape == (10,)
+    # the log-mel baseline beside the model: the same clips, its crops seeded as the features' are; the tiny encoder
+    # trained 12 steps is below it, which all_results.json and results.md say in one line
+    block = stored["baseline"]
+    assert block["name"] == baseline.NAME and list(block["parts"]) == ["synthetic"]
+    assert block["parts"]["synthetic"]["clips"] == {split: {"used": n, "of": n} for split, n in
+                                                    (("train", 20), ("validation", 10), ("test", 10))}
+    assert block["settings"]["crop_seeds"] == {"train": 0, "validation": 1, "test": 2} and block["capped"] == []
+    assert stored["test_mean"] < block["test_mean"]
+    assert stored["below_baseline"] == baseline.compare(stored["test_mean"], block, "accuracy")
+    markdown = (out / "results.md").read_text()
+    assert stored["below_baseline"] in markdown and f"**baseline accuracy: {100 * block['test_mean']:.2f}**" in markdown
 
     # resume: nothing is recomputed — neither the cached features nor the finished runs
     cached = {p: p.stat().st_mtime_ns for p in list(feats.iterdir()) + list((out / "runs").iterdir())}
@@ -175,5 +188,8 @@ def test_k_fold_dataset_from_the_loader(encoder_dir, tmp_path):
         sizes = [len(np.load(out / "features" / part / f"labels_{s}.npy")) for s in ("train", "validation", "test")]
         assert sizes == [7, 1, 2]
     assert results["kfold_validation"] == "evar" and "EVAR" in results["validation_rule"]
+    for part in ("fold1", "fold4"):  # the baseline on the same folds and the same train / validation / test clips
+        clips = results["baseline"]["parts"][part]["clips"]
+        assert [clips[s]["used"] for s in ("train", "validation", "test")] == [7, 1, 2]
     assert "random 10% of the training folds" in (out / "results.md").read_text()
     assert results["test_per_seed"]["0"] == pytest.approx(np.mean([r["test_score"] for r in results["runs"]]))

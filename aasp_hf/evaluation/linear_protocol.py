@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from ..data.collators import AaspFineTuningCollator
 from ..data.protocol import load_downstream
 from ..data.synthetic import LABELS, synthetic_splits
+from .baseline import BASELINE_HELP, DEFAULT_MAX_CLIPS, MAX_CLIPS_HELP
 from .features import extract_features
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ class LinearEvalArguments:
     dataloader_num_workers: int = field(default=0)
     device: str | None = field(default=None, metadata={"help": "default: cuda when available, else cpu"})
     output_dir: str = field(default="linear_eval_output")
+    baseline: str = field(default="logmel", metadata={"help": BASELINE_HELP})
+    baseline_max_clips: int = field(default=DEFAULT_MAX_CLIPS, metadata={"help": MAX_CLIPS_HELP})
 
 
 

@@ -4,7 +4,8 @@
 - `classification_score`: accuracy / mAP for model selection in the loop (the same numbers as the shipped
   `evaluate` modules in `aasp_hf.metrics`, which report the final scores).
 - `mean_std`, `write_finetune_markdown`, `write_linear_eval_markdown`: the scripts' summaries over seeds and parts
-  (mean ± std with ddof=1) and their `results.md` tables.
+  (mean ± std with ddof=1) and their `results.md` tables, each followed by the log-mel baseline's section
+  (`baseline_markdown`; the baseline itself: `aasp_hf.evaluation.baseline`).
 """
 
 from pathlib import Path
@@ -41,7 +42,7 @@ def write_finetune_markdown(path: Path, summary: dict):
         lines.append(f"| {r['part']} | {r['seed']} | {r['best_step']} | {valid} | {100 * r['test_score']:.2f} |")
     lines += ["", f"**{summary['task']} {metric}: {100 * summary['test_mean']:.2f} ± {100 * summary['test_std']:.2f}**",
               ""]
-    Path(path).write_text("\n".join(lines))
+    Path(path).write_text("\n".join(lines + baseline_markdown(summary)))
 
 
 def write_linear_eval_markdown(path: Path, results: dict):
@@ -64,4 +65,30 @@ def write_linear_eval_markdown(path: Path, results: dict):
                      f"{100 * run['test_score']:.2f} |")
     lines += ["", f"**{results['task']} {metric}: {100 * results['test_mean']:.2f} ± {100 * results['test_std']:.2f}**",
               ""]
-    Path(path).write_text("\n".join(lines))
+    Path(path).write_text("\n".join(lines + baseline_markdown(results)))
+
+
+def baseline_markdown(summary: dict) -> list[str]:
+    """The lines after a `results.md` score: the line saying the model is below the log-mel baseline (when it is),
+    then the baseline's section (its settings, one row per part, its mean over parts); none without a baseline."""
+    baseline = summary.get("baseline")
+    if not baseline:
+        return []
+    lines = [f"**The model is {summary['below_baseline']}.**", ""] if summary.get("below_baseline") else []
+    lines += [f"## Baseline: {baseline['name']}", ""]
+    if "error" in baseline:
+        return lines + [f"Not computed: {baseline['error']}.", ""]
+    s = baseline["settings"]
+    cut = f"cut here: {', '.join(baseline['capped'])}" if baseline["capped"] else "no split was cut"
+    lines += [f"{s['front_end']}; {s['features']}; {s['probe']}; C from {s['C_grid']} chosen on the validation "
+              f"split (without one: on 10 % of the train clips held out, seed 0, then refitted on all). The same "
+              f"parts, clips and crops as the model; deterministic, so the same for every seed. At most "
+              f"{s['max_clips_per_split'] or 'all'} clips per split ({cut}); {baseline['seconds']:.1f} s.", "",
+              "| part | C | train clips | valid | test |", "|---|---|---|---|---|"]
+    for part, p in baseline["parts"].items():
+        train = p["clips"]["train"]
+        lines.append(f"| {part} | {p['C']:g} | {train['used']} of {train['of']} | {100 * p['valid_score']:.2f} | "
+                     f"{100 * p['test_score']:.2f} |")
+    lines += ["", f"**baseline {summary['metric']}: {100 * baseline['test_mean']:.2f}** (mean over parts; the model: "
+                  f"{100 * summary['test_mean']:.2f})", ""]
+    return lines

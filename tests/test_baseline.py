@@ -1,0 +1,123 @@
+"""aasp_hf.evaluation.baseline, the log-mel reference beside every downstream result: the statistics against numpy
+on a known array, the clips and crops the model's collator gives, the probe on an easy task and on shuffled labels
+(single- and multi-label), the cap on the clips, the comparison line, and a failure that leaves the model's results.
+The scripts' results with the baseline: tests/test_finetune.py and tests/test_linear_eval.py."""
+
+import numpy as np
+import pytest
+
+from aasp_hf import AaspFeatureExtractor
+from aasp_hf.data.collators import crop_or_pad
+from aasp_hf.data.synthetic import LABELS, synthetic_splits
+from aasp_hf.errors import UsageError
+from aasp_hf.evaluation import baseline
+from aasp_hf.evaluation.results import baseline_markdown
+
+
+def test_statistics_are_mean_std_max_and_step_rms_per_bin_over_real_frames():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 7, 4))  # (B, T, F)
+    mask = np.ones((3, 7))
+    mask[1, 5:] = 0  # clip 1: 5 real frames
+    mask[2, 1:] = 0  # clip 2: 1 real frame (no pair of frames: step RMS 0)
+    x[1, 5:] = 1e6  # padding values that must not leak
+    got = baseline.log_mel_statistics(x, mask)
+    assert got.shape == (3, 16) and got.dtype == np.float32
+    for b, frames in enumerate((7, 5, 1)):
+        real = x[b, :frames]  # (T_b, F)
+        steps = np.diff(real, axis=0)
+        expected = np.concatenate([real.mean(0), real.std(0), real.max(0),
+                                   np.sqrt((steps**2).mean(0)) if frames > 1 else np.zeros(4)])
+        np.testing.assert_allclose(got[b], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(baseline.log_mel_statistics(x[:1]), got[:1], rtol=1e-6)  # no mask: all frames real
+    with pytest.raises(ValueError, match="at least one real frame"):
+        baseline.log_mel_statistics(x, np.zeros((3, 7)))
+
+
+def test_clip_features_are_the_statistics_of_the_model_s_test_crops():
+    """Test clips: the first `clip_seconds` of each clip (padded when shorter), the package's 128-bin log-mel."""
+    rows = synthetic_splits(2, seed=3, seconds=0.8)["test"]
+    features, labels = baseline.clip_features(rows, 0.5, "test")
+    extractor = AaspFeatureExtractor()
+    for i, row in enumerate(rows):
+        clip = crop_or_pad(row["audio"]["array"], 8000, random_crop=False)
+        alone = extractor(clip, sampling_rate=16000, return_tensors="np")
+        np.testing.assert_allclose(features[i], baseline.log_mel_statistics(alone["input_values"],
+                                                                            alone["attention_mask"])[0], atol=1e-4)
+    assert features.shape == (len(rows), 4 * baseline.N_MELS) and labels.tolist() == [r["label"] for r in rows]
+
+
+def gaussian_classes(seed, n, num_classes=4, dim=12, shift=3.0):
+    rng = np.random.default_rng(seed)
+    centres = np.random.default_rng(99).normal(0, shift, (num_classes, dim))
+    y = rng.integers(0, num_classes, n)
+    return (centres[y] + rng.normal(0, 1, (n, dim))).astype(np.float32), y
+
+
+def test_probe_separates_an_easy_task_and_is_at_chance_on_shuffled_labels():
+    train, valid, test = gaussian_classes(0, 400), gaussian_classes(1, 100), gaussian_classes(2, 2000)
+    fitted = baseline.fit_probe(train, valid, 4, multi_label=False)
+    assert baseline.evaluate(fitted, test, 4, False) > 0.95
+    assert len(fitted["valid_scores"]) == len(baseline.C_GRID) and fitted["C"] in baseline.C_GRID
+    assert fitted["valid_score"] == max(fitted["valid_scores"])
+    shuffled = np.random.default_rng(5).permutation(train[1])
+    chance = baseline.fit_probe((train[0], shuffled), None, 4, multi_label=False)  # C on a held-out 10 % of train
+    assert "held out" in chance["c_chosen_on"]
+    assert abs(baseline.evaluate(chance, test, 4, False) - 0.25) < 0.05  # 2,000 test clips: chance ± 2.2 std
+
+
+def test_multi_label_probe_is_one_vs_rest_scored_by_map():
+    rng = np.random.default_rng(0)
+
+    def split(n):
+        y = (rng.random((n, 5)) < 0.3).astype(np.float32)
+        return (y.repeat(2, axis=1) + rng.normal(0, 0.4, (n, 10))).astype(np.float32), y
+    train, valid, test = split(300), split(60), split(1000)
+    fitted = baseline.fit_probe(train, valid, 5, multi_label=True)
+    assert baseline.evaluate(fitted, test, 5, True) > 0.95
+    shuffled = (train[0], train[1][np.random.default_rng(1).permutation(len(train[1]))])
+    chance = baseline.evaluate(baseline.fit_probe(shuffled, valid, 5, multi_label=True), test, 5, True)
+    assert abs(chance - test[1].mean()) < 0.06  # AP of a random ranking = the positives' share (0.3)
+
+
+def test_a_class_missing_from_train_scores_minus_infinity():
+    x, y = gaussian_classes(0, 200, num_classes=3)
+    fitted = baseline.fit_probe((x[y != 1], y[y != 1]), None, 3, multi_label=False)
+    scores = baseline.probe_scores(fitted["model"], x, 3, False)
+    assert scores.shape == (200, 3) and np.all(scores[:, 1] == -np.inf) and np.isfinite(scores[:, [0, 2]]).all()
+
+
+def test_baseline_on_parts_with_a_cap_and_the_comparison_line():
+    parts = {"synthetic": synthetic_splits(4, seed=0)}  # 20 train, 10 validation, 10 test clips of 1.25 s
+    record = baseline.log_mel_baseline(parts, 1.0, False, len(LABELS), max_clips=8, log=lambda line: None)
+    clips = record["parts"]["synthetic"]["clips"]
+    assert clips == {"train": {"used": 8, "of": 20}, "validation": {"used": 8, "of": 10},
+                     "test": {"used": 8, "of": 10}} and record["capped"] == ["test", "train", "validation"]
+    assert baseline.capped_indices(20, 8) == baseline.capped_indices(20, 8) and baseline.capped_indices(5, 8) == [
+        0, 1, 2, 3, 4] and baseline.capped_indices(20, 0) == list(range(20))
+    assert record["test_mean"] == record["parts"]["synthetic"]["test_score"]
+    assert record["settings"]["max_clips_per_split"] == 8 and record["settings"]["crop_seeds"]["test"] == 2
+
+    summary = {"metric": "accuracy", "test_mean": record["test_mean"] - 0.1}
+    below = baseline.attach(summary, record)
+    assert below["below_baseline"].startswith(f"below the log-mel baseline: {100 * summary['test_mean']:.1f} vs "
+                                              f"{100 * record['test_mean']:.1f} %")
+    assert baseline.ANCHOR in below["below_baseline"]
+    lines = "\n".join(baseline_markdown(below))
+    assert below["below_baseline"] in lines and "| synthetic |" in lines and "8 of 20" in lines
+    above = baseline.attach({"metric": "accuracy", "test_mean": record["test_mean"]}, record)
+    assert "below_baseline" not in above and "below" not in "\n".join(baseline_markdown(above)).lower()
+    assert baseline.attach(summary, None) is summary
+
+
+def test_a_failing_baseline_is_recorded_and_never_raises():
+    bad = [{"audio": {"bytes": b"not audio", "path": "x.wav"}, "label": 0}] * 3
+    record = baseline.safe_log_mel_baseline("logmel", {"p": {"train": bad, "test": bad}}, 1.0, False, 2, 10, 0)
+    assert record["name"] == baseline.NAME and "could be decoded" in record["error"]
+    summary = baseline.attach({"metric": "accuracy", "test_mean": 0.5}, record)
+    assert "below_baseline" not in summary and "Not computed" in "\n".join(baseline_markdown(summary))
+    assert baseline.safe_log_mel_baseline("none", {}, 1.0, False, 2, 10, 0) is None
+    with pytest.raises(UsageError, match="--baseline 'lgmel'"):
+        baseline.check_choice("lgmel", 10)
+    with pytest.raises(UsageError, match="--baseline_max_clips -1"):
+        baseline.check_choice("logmel", -1)
