@@ -121,3 +121,15 @@ def test_a_failing_baseline_is_recorded_and_never_raises():
         baseline.check_choice("lgmel", 10)
     with pytest.raises(UsageError, match="--baseline_max_clips -1"):
         baseline.check_choice("logmel", -1)
+
+
+def test_the_scripts_refuse_an_unknown_baseline_in_one_line():
+    import finetune
+    import linear_eval
+
+    for script in (finetune, linear_eval):
+        with pytest.raises(UsageError, match="--baseline 'logmell': use one of logmel, none"):
+            script.parse_args(["--model_name_or_path", "x", "--baseline", "logmell"])
+        args = script.parse_args(["--model_name_or_path", "x", "--baseline", "none", "--baseline_max_clips", "7"])
+        assert (args.baseline, args.baseline_max_clips) == ("none", 7)
+    assert finetune.parse_args(["--model_name_or_path", "x"]).baseline_max_clips == baseline.DEFAULT_MAX_CLIPS
