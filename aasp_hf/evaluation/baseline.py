@@ -3,10 +3,10 @@
 
 A learned representation is only worth its cost where it beats what a few seconds of CPU give without any training:
 the time-averaged log-mel spectrum, its spread, peak and frame-to-frame change over time, fed to a regularised
-linear classifier. examples/finetune.py
-and examples/linear_eval.py compute it on the same parts (folds), the same train / validation / test clips and the same
-clip lengths and crops as the model, and write it beside the model's score (`all_results.json` "baseline",
-`results.md`), with one line when the model scores below it. docs/downstream.md#the-log-mel-baseline says how to read it.
+linear classifier. examples/finetune.py and examples/linear_eval.py compute it on the same parts (folds), the same
+train / validation / test clips and the same clip lengths and crops as the model, and write it beside the model's
+score (`all_results.json` "baseline", `results.md`), with one line when the model scores below it.
+docs/downstream.md#the-log-mel-baseline says how to read it.
 
 - `log_mel_statistics`: (B, T, F) log-mel and its (B, T) frame mask -> (B, 4F): per mel bin over the clip's real
   frames, the mean, the standard deviation (ddof 0), the maximum and the root mean square of the frame-to-frame
