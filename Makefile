@@ -153,7 +153,10 @@ DEVICE_WHEELS = $(shell sed -e 's/\#.*//' $(DEVICE_WHEEL_LIST))
 DEVICE_VENV := .venv-device-image
 DEVICE_PY := $(DEVICE_VENV)/bin/python
 DEVICE_STAMP := $(DEVICE_VENV)/.aasp-device-image
-DEVICE_TESTS := tests/test_gpu_image.py tests/test_plan_measure.py tests/test_feature_extraction.py
+# test_plan_measure_finetune is left out: finetune.py reads its downstream data through datasets (not in the image;
+# the check does not run it)
+DEVICE_TESTS := tests/test_gpu_image.py tests/test_plan_measure.py tests/test_feature_extraction.py \
+	--deselect tests/test_plan_measure.py::test_plan_measure_finetune
 DEVICE_ENV := PYTHONPATH=$(CURDIR) HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2
 
 .PHONY: device-wheels test-device-image
