@@ -134,3 +134,57 @@ hear-check: setup $(HEAR_STAMP)
 
 clean:
 	rm -rf $(VENV) demo_output .pytest_cache $(HEAR_VENV) hear_output
+
+# ---- the GPU machine's image (docs/gpus.md, "The GPU acceptance check") --------------------------------------------
+# device-wheels: the wheels of benchmarks/gpu_wheels.txt (what the acceptance check needs beyond that machine's image;
+# none today) for CPython 3.12 manylinux x86-64, without their dependencies, into .whl/ (made anew), which a call to the
+# machine carries: refused when a name comes in two versions (pip there would stop) or when the wheels and the tracked
+# files together pass the 64 MiB a call may carry.
+# test-device-image: the rehearsal on this machine's CPU: .venv-device-image holds the image's packages at its versions
+# (benchmarks/gpu_image.txt, for this machine's Python; the file says where they differ) and the same wheels for this
+# Python, nothing else (no datasets, soundfile, torchcodec, evaluate); aasp_hf comes from PYTHONPATH as it does there.
+# It runs the check's --dry_run as the GPU machine's command runs the check, then the tests that need nothing else.
+DEVICE_WHEEL_LIST := benchmarks/gpu_wheels.txt
+DEVICE_WHEEL_DIR := .whl
+DEVICE_CARRY_MIB := 64
+DEVICE_PLATFORMS := --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64
+DEVICE_WHEELS = $(shell sed -e 's/\#.*//' $(DEVICE_WHEEL_LIST))
+DEVICE_VENV := .venv-device-image
+DEVICE_PY := $(DEVICE_VENV)/bin/python
+DEVICE_STAMP := $(DEVICE_VENV)/.aasp-device-image
+# test_plan_measure_finetune is left out: finetune.py reads its downstream data through datasets (not in the image;
+# the check does not run it)
+DEVICE_TESTS := tests/test_gpu_image.py tests/test_plan_measure.py tests/test_feature_extraction.py \
+	--deselect tests/test_plan_measure.py::test_plan_measure_finetune
+DEVICE_ENV := PYTHONPATH=$(CURDIR) HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2
+
+.PHONY: device-wheels test-device-image
+
+device-wheels:
+	rm -rf $(DEVICE_WHEEL_DIR) && mkdir -p $(DEVICE_WHEEL_DIR)
+	@if [ -z "$(strip $(DEVICE_WHEELS))" ]; then \
+		echo "device-wheels: $(DEVICE_WHEEL_LIST) lists none (the GPU image holds all the check imports): $(DEVICE_WHEEL_DIR)/ is empty"; \
+	else \
+		$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+			$(DEVICE_PLATFORMS) -d $(DEVICE_WHEEL_DIR) $(DEVICE_WHEELS) || exit 1; \
+	fi
+	@twice=$$(ls $(DEVICE_WHEEL_DIR) | grep '\.whl$$' | cut -d- -f1 | tr 'A-Z.-' 'a-z__' | sort | uniq -d); \
+	if [ -n "$$twice" ]; then echo "device-wheels: two versions of $$twice in $(DEVICE_WHEEL_DIR)/: keep one"; exit 1; fi
+	@wheels=$$(cat $(DEVICE_WHEEL_DIR)/* 2>/dev/null | wc -c); tracked=$$(git ls-files -z | xargs -0 cat 2>/dev/null | wc -c); \
+	echo "device-wheels: $$(ls $(DEVICE_WHEEL_DIR) | wc -l) wheel(s), $$wheels bytes; with the tracked files $$((wheels + tracked)) bytes of the $(DEVICE_CARRY_MIB) MiB a call carries"; \
+	if [ $$((wheels + tracked)) -gt $$(($(DEVICE_CARRY_MIB) * 1048576)) ]; then \
+		echo "device-wheels: over $(DEVICE_CARRY_MIB) MiB: a call to the GPU machine would be refused"; exit 1; fi
+
+$(DEVICE_STAMP): benchmarks/gpu_image.txt $(DEVICE_WHEEL_LIST)
+	test -x $(DEVICE_PY) || $(PYTHON) -m venv $(DEVICE_VENV)
+	$(DEVICE_PY) -m pip install --quiet -r benchmarks/gpu_image.txt
+	$(if $(strip $(DEVICE_WHEELS)),$(DEVICE_PY) -m pip install --quiet --no-deps --only-binary=:all: $(DEVICE_WHEELS))
+	touch $(DEVICE_STAMP)
+
+test-device-image: $(DEVICE_STAMP)
+	@$(DEVICE_PY) -I -c "import importlib.util as u, sys; there = [m for m in ('datasets', 'soundfile', 'torchcodec', \
+		'evaluate', 'aasp_hf') if u.find_spec(m)]; sys.exit(f'$(DEVICE_VENV) holds {there}: not the GPU image') if there else \
+		print('$(DEVICE_VENV): no datasets, soundfile, torchcodec, evaluate; aasp_hf from PYTHONPATH')"
+	$(DEVICE_ENV) $(DEVICE_PY) benchmarks/gpu_acceptance.py --dry_run
+	$(DEVICE_ENV) $(DEVICE_PY) -m pytest -q -ra -p no:cacheprovider $(DEVICE_TESTS)

@@ -1,14 +1,17 @@
 """The GPU acceptance check: what to run first on a new GPU machine, one command, nothing downloaded.
 
-    timeout 1200 python benchmarks/gpu_acceptance.py           # one CUDA GPU -> benchmarks/results_cuda.md
+    timeout 330 python3 benchmarks/gpu_acceptance.py           # one CUDA GPU -> benchmarks/results_cuda.md
     python benchmarks/gpu_acceptance.py --dry_run              # the same sequence on the CPU, tiny preset, temp file
 
-Expected duration on one H100: not yet measured (planned at about 5 minutes: two compiles of the paper model and
-20 timed steps each). The sequence, each step's exact command written to the report:
+Expected duration on one H100 or H200: not yet measured; planned at about 4 minutes, at most 5 (docs/gpus.md gives
+the estimate and the one command for the GPU machine). Each step has its own time limit (`LIMITS`, `--time_limits`):
+a step that runs past it is stopped (a command with every process it started) and reported as timed out, and the
+next step runs. It imports nothing that the GPU machine's image lacks (no datasets, soundfile, torchcodec, evaluate;
+tests/test_gpu_image.py). The sequence, each step's exact command written to the report:
 1. the CUDA-only tests: `pytest -m gpu` over the test files that hold `gpu`-marked tests;
 2. `examples/pretrain.py --config examples/configs/pretrain_paper.json --plan --plan_measure N` from synthetic 10-s
    clips at the paper's per-GPU batch (128), bf16, `--torch_compile`, planned for the accelerator this GPU is
-   (`aasp_hf.plan.measure.accelerator_of`);
+   (`aasp_hf.plan.measure.accelerator_of`), the host's data path timed on 64 clips;
 3. the same with the SPE stem (`--model_config '{"patch_embedding": "spe"}'`): the AaPE step against the SPE step;
 4. eager, SDPA and flash attention (where `flash_attn` is installed) in bf16 against eager attention in float32 on a
    padded batch (half of the clips padded to 60 % of their frames): the largest difference on the real tokens, and
@@ -19,16 +22,19 @@ from float32 eager than 2 × bf16 eager's own difference.
 
 `--dry_run` runs the same four steps on the CPU with the tiny preset (examples/configs/pretrain_tiny_cpu.json), 2
 timed steps, batch 4, no compilation, and writes the report to a temporary folder (never benchmarks/results_cuda.md);
-its targets are computed but not judged (a CPU is not the plan's accelerator). The test suite runs it
-(tests/test_plan_measure.py). Exit status: 0 when every step ran and, on a GPU, every target passed; 1 otherwise.
+its targets are computed but not judged (a CPU is not the plan's accelerator), and its time limits are the CPU's
+(`DRY_RUN_LIMITS`). The test suite runs it (tests/test_plan_measure.py). Exit status: 0 when every step ran and, on a
+GPU, every target passed; 1 otherwise.
 """
 
 import argparse
 import datetime
 import importlib.util
 import json
+import os
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -47,10 +53,19 @@ RESULTS = ROOT / "benchmarks" / "results_cuda.md"
 TARGETS = {"mfu": 0.40, "aape_over_spe": 1.15, "memory_within": 0.10, "data_wait": 0.05}
 ATTENTION_SLACK, ATTENTION_FLOOR = 2.0, 1e-4  # an attention kernel may be at most 2x eager's own rounding error
 GPU_RUN = {"config": "examples/configs/pretrain_paper.json", "synthetic_clips": 256, "synthetic_seconds": 10,
-           "steps": 20, "extra": ["--torch_compile", "--mixed_precision", "bf16"]}
+           "steps": 20, "extra": ["--torch_compile", "--mixed_precision", "bf16", "--plan_data_clips", "64"]}
 DRY_RUN = {"config": "examples/configs/pretrain_tiny_cpu.json", "synthetic_clips": 32, "synthetic_seconds": 1,
            "steps": 2, "extra": ["--per_device_train_batch_size", "4", "--plan_data_clips", "0",
                                  "--mixed_precision", "bf16"]}
+# Seconds each step may run on the GPU. The estimate behind them (docs/gpus.md; nothing here was measured on a GPU): a
+# fresh interpreter imports torch, transformers and accelerate in about 10 s; the CUDA-only tests are two small
+# feature-extraction comparisons; each --plan_measure run is the plan (fake-tensor FLOP count, the host's data path on
+# 64 clips: under 30 s), the compilation of the paper model's training step (fullgraph, forward and backward of the
+# student, teacher and predictor: the bulk, about a minute, less for the second stem, whose kernels the first one's
+# Triton cache partly holds), then 2 + 20 + 2 steps of about 0.07 s (the plan's step at 40 % MFU) to 0.35 s (the
+# paper's own rate); the attention check is 19 forwards of ViT-B on 32 clips. Together about 4 minutes, at most 5.
+LIMITS = {"tests": 45, "aape": 120, "spe": 100, "attention": 30}
+DRY_RUN_LIMITS = {"tests": 300, "aape": 600, "spe": 600, "attention": 300}  # a shared 2-core CPU, no compilation
 
 
 def gpu_test_files() -> list[str]:
@@ -59,19 +74,46 @@ def gpu_test_files() -> list[str]:
                   if "pytest.mark.gpu" in p.read_text())
 
 
-def run_command(command: list[str], timeout: int) -> dict:
-    """Runs `command` in the repository root; {"command", "returncode", "seconds", "output"}."""
+RUNNING = []  # the command running now (`stop` ends it with this process)
+
+
+def run_command(command: list[str], timeout: float) -> dict:
+    """Runs `command` in the repository root, at most `timeout` seconds; {"command", "returncode", "seconds",
+    "output"}. Past the limit the command and every process it started (its process group: torch.compile's workers,
+    DataLoader workers) are killed, and the returncode is "timeout"."""
     started = time.perf_counter()
+    # a process group of its own, in this session (where a machine's cleanup of the session still finds it)
+    group = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **group)
+    RUNNING.append(process)
     try:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        returncode, output = done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired as expired:
-        returncode, output = "timeout", f"timed out after {timeout} s\n{expired.stdout or ''}"
+        stdout, stderr = process.communicate(timeout=timeout)
+        returncode, output = process.returncode, stdout + stderr
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        returncode, output = "timeout", f"{stdout}{stderr}\ntimed out after {timeout:g} s (its time limit)"
+    finally:
+        RUNNING.remove(process)
     return {"command": shlex.join(command), "returncode": returncode, "seconds": time.perf_counter() - started,
             "output": output}
 
 
-def cuda_tests(timeout: int) -> dict:
+def within(seconds: float, function, *args):
+    """`function(*args)` in this process, stopped with TimeoutError after `seconds` (SIGALRM: the main thread)."""
+    def expire(signum, frame):
+        raise TimeoutError(f"timed out after {seconds:g} s (its time limit)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return function(*args)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def cuda_tests(timeout: float) -> dict:
     """Step 1: `pytest -m gpu` over the files with gpu-marked tests; the counts from pytest's last line."""
     result = run_command([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
                           *gpu_test_files()], timeout)
@@ -81,7 +123,7 @@ def cuda_tests(timeout: int) -> dict:
             "failed": counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0)}
 
 
-def measure_run(settings: dict, output_dir: Path, accelerator: str | None, stem: str, timeout: int) -> dict:
+def measure_run(settings: dict, output_dir: Path, accelerator: str | None, stem: str, timeout: float) -> dict:
     """Steps 2 and 3: `pretrain.py --plan --plan_measure` with one stem; the run's plan_measured.json and plan.txt."""
     command = [sys.executable, "examples/pretrain.py", "--config", settings["config"], "--plan",
                "--plan_measure", str(settings["steps"]), "--synthetic_clips", str(settings["synthetic_clips"]),
@@ -177,6 +219,9 @@ def verdicts(tests: dict, aape: dict, spe: dict, attention: dict) -> list[dict]:
     rows.append({"target": f"data wait <= {TARGETS['data_wait']:.0%} of the step",
                  "value": "-" if wait is None else f"{wait:.1%}", "passed": None if wait is None else
                  wait <= TARGETS["data_wait"]})
+    if "error" in attention:
+        rows.append({"target": "attention implementations on a padded batch", "value": attention["error"],
+                     "passed": False})
     for name, entry in attention["implementations"].items():
         if name != "eager":
             rows.append({"target": f"{name} ({attention['dtype']}) from fp32 eager <= {ATTENTION_SLACK:g} × eager's "
@@ -188,7 +233,10 @@ def verdicts(tests: dict, aape: dict, spe: dict, attention: dict) -> list[dict]:
 
 def markdown(title: str, device: str, started: str, tests: dict, aape: dict, spe: dict, attention: dict,
              rows: list[dict], dry_run: bool) -> str:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    try:  # the GPU machine gets a copy of the working tree: maybe no .git, maybe no git
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = ""
     judged = "not judged: a CPU dry run" if dry_run else None
     lines = [f"# {title}", "",
              f"Device: **{device}**; torch {torch.__version__}; commit `{commit or 'unknown'}`; started {started} UTC.",
@@ -210,8 +258,10 @@ def markdown(title: str, device: str, started: str, tests: dict, aape: dict, spe
             lines += ["```", measured.rstrip(), "```", ""]
         else:
             lines += ["The run failed; the end of its output:", "", "```", step["output"][-3000:].rstrip(), "```", ""]
-    lines += ["## Attention on a padded batch", "",
-              f"{attention['batch']} clips of {attention['frames']} frames, {attention['padded_clips']} padded to "
+    lines += ["## Attention on a padded batch", ""]
+    if "error" in attention:
+        return "\n".join(lines + [f"Not finished: {attention['error']}."]) + "\n"
+    lines += [f"{attention['batch']} clips of {attention['frames']} frames, {attention['padded_clips']} padded to "
               f"60 %, {attention['dtype']}; flash_attn installed: {attention['flash_attn_installed']}.", "",
               "| implementation | max abs difference to fp32 eager (real tokens) | forward |", "|---|---|---|"]
     for name, entry in attention["implementations"].items():
@@ -219,13 +269,38 @@ def markdown(title: str, device: str, started: str, tests: dict, aape: dict, spe
     return "\n".join(lines) + "\n"
 
 
+def time_limits(text: str, defaults: dict) -> dict:
+    """`defaults` with the seconds of `--time_limits` ("step=seconds,..."); a one-line UsageError for anything else."""
+    limits = dict(defaults)
+    for item in filter(None, text.split(",")):
+        step, _, seconds = (part.strip() for part in item.partition("="))
+        try:
+            value = float(seconds)
+        except ValueError:
+            value = 0.0
+        if step not in limits or not value > 0:
+            raise UsageError(f"--time_limits {text!r}: give step=seconds pairs, seconds > 0, for the steps "
+                             f"{', '.join(limits)} (e.g. 'aape=240,spe=200')")
+        limits[step] = value
+    return limits
+
+
+def finished(step: dict) -> str:
+    """How a command ended, for the progress lines: "exit 0 after 70 s" or "timed out after 120 s"."""
+    ended = "timed out" if step["returncode"] == "timeout" else f"exit {step['returncode']}"
+    return f"{ended} after {step['seconds']:.0f} s"
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(prog="gpu_acceptance.py", description=__doc__.split("\n")[0])
     parser.add_argument("--dry_run", action="store_true", help="the same sequence on the CPU, tiny preset")
     parser.add_argument("--output", default=None, help="the report (default: benchmarks/results_cuda.md; with "
                         "--dry_run a temporary folder's results_cuda_dry_run.md)")
-    parser.add_argument("--timeout", type=int, default=600, help="seconds each command may run")
+    parser.add_argument("--time_limits", default="", help="seconds per step instead of the defaults, e.g. "
+                        f"'aape=240,spe=200' (steps: {', '.join(LIMITS)}; defaults {LIMITS} on a GPU, "
+                        f"{DRY_RUN_LIMITS} with --dry_run)")
     args = parse_command_line(parser, argv)
+    limits = time_limits(args.time_limits, DRY_RUN_LIMITS if args.dry_run else LIMITS)
     if not args.dry_run and not torch.cuda.is_available():
         raise UsageError("no CUDA device here: run it on a GPU machine, or pass --dry_run for the CPU sequence")
     if args.dry_run and args.output is not None and Path(args.output).resolve() == RESULTS:
@@ -238,32 +313,48 @@ def main(argv=None) -> dict:
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
     settings = DRY_RUN if args.dry_run else GPU_RUN
 
-    print(f"1/4 CUDA-only tests ({', '.join(gpu_test_files())})", flush=True)
-    tests = cuda_tests(args.timeout)
-    print(f"    {tests['summary']}", flush=True)
-    print("2/4 --plan --plan_measure, AaPE stem", flush=True)
-    aape = measure_run(settings, work, accelerator, "aape", args.timeout)
-    print("3/4 --plan --plan_measure, SPE stem", flush=True)
-    spe = measure_run(settings, work, accelerator, "spe", args.timeout)
-    print("4/4 attention implementations on a padded batch", flush=True)
-    attention = attention_check(args.dry_run, device)
+    print(f"1/4 CUDA-only tests ({', '.join(gpu_test_files())}; at most {limits['tests']:g} s)", flush=True)
+    tests = cuda_tests(limits["tests"])
+    print(f"    {tests['summary']} ({finished(tests)})", flush=True)
+    print(f"2/4 --plan --plan_measure, AaPE stem (at most {limits['aape']:g} s)", flush=True)
+    aape = measure_run(settings, work, accelerator, "aape", limits["aape"])
+    print(f"    {finished(aape)}", flush=True)
+    print(f"3/4 --plan --plan_measure, SPE stem (at most {limits['spe']:g} s)", flush=True)
+    spe = measure_run(settings, work, accelerator, "spe", limits["spe"])
+    print(f"    {finished(spe)}", flush=True)
+    print(f"4/4 attention implementations on a padded batch (at most {limits['attention']:g} s)", flush=True)
+    try:
+        attention = within(limits["attention"], attention_check, args.dry_run, device)
+    except TimeoutError as error:
+        attention = {"error": str(error), "implementations": {}}
     rows = verdicts(tests, aape, spe, attention)
     title = "GPU acceptance check, CPU dry run" if args.dry_run else f"GPU acceptance check on {name}"
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(markdown(title, name, started, tests, aape, spe, attention, rows, args.dry_run))
     print(f"report: {output}", flush=True)
     ran = all(step["returncode"] == 0 and "report" in step for step in (aape, spe))
-    ran = ran and tests["returncode"] in (0, 5)  # 5: pytest collected no test
+    ran = ran and tests["returncode"] in (0, 5) and "error" not in attention  # 5: pytest collected no test
     ok = ran and (args.dry_run or all(row["passed"] is not False for row in rows))
     for row in rows:
         print(f"  {row['target']}: {row['value']}" + ("" if args.dry_run else
                                                        f" -> {'pass' if row['passed'] else 'FAIL'}"))
     if not ok:
-        failed = [s["command"] for s in (aape, spe) if s["returncode"] != 0]
+        failed = [s["command"] for s in (tests, aape, spe) if s["returncode"] not in (0, 5)]
+        failed += ["attention check: " + attention["error"]] if "error" in attention else []
         print("not accepted" + (f"; failed: {failed}" if failed else ""), flush=True)
     return {"ok": ok, "output": str(output), "rows": rows, "tests": tests, "aape": aape, "spe": spe,
             "attention": attention}
 
 
+def stop(signum, frame):
+    """SIGTERM (an outer `timeout`) or SIGHUP: the command running now ends with this process, with every process it
+    started, instead of running on in its own process group."""
+    for process in RUNNING:
+        os.killpg(process.pid, signal.SIGKILL)
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
     sys.exit(0 if run_script(main, "gpu_acceptance.py")["ok"] else 1)

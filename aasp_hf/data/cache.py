@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from datasets import Dataset
 
 from ..feature_extraction_aasp import AaspFeatureExtractor
 from .decoding import SafeAudioDecoder, for_safe_decoding
@@ -204,6 +203,8 @@ def build_log_mel_cache(dataset, cache_dir, feature_extractor=None, audio_column
         if mismatch:
             raise ValueError(f"{cache_dir} holds a log-mel cache built with other front-end settings "
                              f"({'; '.join(mismatch)}); pass overwrite=True to rebuild it or use another cache_dir.")
+    from datasets import Dataset  # here: reading a cache (LogMelCache) never needs datasets
+
     if isinstance(dataset, Dataset):
         dataset = for_safe_decoding(dataset, audio_column)
 

@@ -27,7 +27,6 @@ import torch
 
 from ..errors import UsageError
 from .decoding import SAMPLING_RATE, _describe, decode_audio, for_safe_decoding, short_reason
-from .loaders import load, load_fairseq_manifest
 from .synthetic import unlabelled_clips
 
 
@@ -311,7 +310,9 @@ def load_clips(data_args, seed: int, batch_size: int, num_processes: int, proces
                          "--synthetic_clips")
     if data_args.synthetic_clips > 0:
         return AudioClips(unlabelled_clips(data_args.synthetic_clips, seed, data_args.synthetic_seconds))
-    import datasets
+    import datasets  # here, as the loaders: synthetic clips are arrays in memory and need no datasets
+
+    from .loaders import load, load_fairseq_manifest
 
     if data_args.dataset is not None:
         splits = load(data_args.dataset, root=data_args.data_root, streaming=data_args.streaming)

@@ -29,7 +29,6 @@ import torch
 from ..feature_extraction_aasp import AaspFeatureExtractor
 from .decoding import SAMPLING_RATE, SafeAudioDecoder
 from .masking import build_batch_masks, draw_batch_masks
-from .protocol import EVAR_CLIP_SECONDS
 
 logger = logging.getLogger(__name__)
 
@@ -307,6 +306,8 @@ class AaspFineTuningCollator:
     def __init__(self, feature_extractor, task=None, clip_seconds=None, split="train", num_labels=None,
                  label_column=None, audio_column="audio", seed=0, decoder=None):
         if clip_seconds is None:
+            from .protocol import EVAR_CLIP_SECONDS  # here: protocol imports datasets, pre-training needs none
+
             if task not in EVAR_CLIP_SECONDS:
                 raise ValueError(f"task={task!r}: pass clip_seconds= or one of {sorted(EVAR_CLIP_SECONDS)}.")
             clip_seconds = EVAR_CLIP_SECONDS[task]

@@ -20,7 +20,6 @@ import re
 
 import numpy as np
 import torch
-from datasets import Audio, DatasetDict, IterableDatasetDict
 
 from ..pipeline_aasp import wav_truncation
 
@@ -34,6 +33,8 @@ _REPORTED_FAILURES = set()  # files named as failed already (SafeAudioDecoder): 
 
 def for_safe_decoding(dataset, audio_column: str = "audio"):
     """Cast `audio_column` to `Audio(sampling_rate=16000, decode=False)` (paths only) on a (Iterable)Dataset(Dict)."""
+    from datasets import Audio, DatasetDict, IterableDatasetDict  # here: the in-memory data paths never need datasets
+
     feature = Audio(sampling_rate=SAMPLING_RATE, decode=False)
     if isinstance(dataset, (DatasetDict, IterableDatasetDict)):
         return type(dataset)({k: v.cast_column(audio_column, feature) for k, v in dataset.items()})

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 from ..configuration_aasp import AaspConfig
-from ..data.protocol import evar_clip_seconds, evar_task
 from ..feature_extraction_aasp import AaspFeatureExtractor
 from ..training.arguments import gradient_accumulation_for
 from .data_path import data_path_plan
@@ -97,6 +96,8 @@ def print_finetuning_plan(args, load_parts=None) -> dict:
     elif args.dataset is None and args.task is None and args.clip_seconds is None:
         raise ValueError("--plan needs the clip length: give --dataset, --task or --clip_seconds")
     else:
+        from ..data.protocol import evar_clip_seconds, evar_task  # here: it imports datasets, --plan of pretrain.py none
+
         seconds = evar_clip_seconds(evar_task(args.dataset or args.task, args.task), args.clip_seconds)
     num_frames = AaspFeatureExtractor(feature_size=config.num_mel_bins).num_frames(int(round(seconds * 16000)))
     world, launched_precision, is_main = launch_environment()

@@ -13,13 +13,11 @@ import tempfile
 import time
 from functools import partial
 
-import soundfile as sf
 import torch
 
 from ..data.cache import LogMelCache
 from ..data.clips import AudioStream, CollatedMicroBatches, FailureLog, load_clips, load_micro_batches, replace_failed
 from ..data.collators import PretrainingCollator
-from ..data.loaders.fairseq_manifest import read_fairseq_manifest
 from ..data.synthetic import unlabelled_clips
 from ..feature_extraction_aasp import AaspFeatureExtractor
 from ..training.data_order import clip_seed, stream_clip_seeds
@@ -149,16 +147,20 @@ def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int =
                     f"--synthetic_clips {data_args.synthetic_clips} (arrays in memory: nothing to decode)")
             what += ", as a stream" if data_args.streaming else ""
         else:
+            import soundfile as sf  # here, as datasets below: in-memory clips and a cache read no file
+
             for number, clip in enumerate(unlabelled_clips(min(num_clips, 32), seed, 10.0)):
                 sf.write(os.path.join(folder, f"clip{number:03d}.wav"), clip, 16000, subtype="PCM_16")
             read = dataclasses.replace(data_args, train_dir=folder, streaming=False, dataloader_num_workers=0)
             what = ("none given, so synthetic 10-s clips written as 16-bit 16-kHz WAV files and read as --train_dir "
                     "reads them (give --train_dir, --train_manifest, --dataset or --dataset_name, with --streaming "
                     "or not, to time your own)")
-        import datasets
+        quiet = True
+        if read is not None and read.synthetic_clips == 0:  # files, which datasets reads (in-memory clips need none)
+            import datasets
 
-        quiet = datasets.utils.are_progress_bars_disabled()
-        datasets.disable_progress_bars()  # the folder's "Generating train split" bars would break the table
+            quiet = datasets.utils.are_progress_bars_disabled()
+            datasets.disable_progress_bars()  # the folder's "Generating train split" bars would break the table
         try:
             clips = LogMelCache(cache, feature_extractor) if cache is not None else load_clips(read, seed, batch_size,
                                                                                                  1, 0)
@@ -237,6 +239,10 @@ def manifest_lengths(path, crop_seconds: float, max_headers: int = 20) -> dict:
     `num_samples` counts samples at the file's own rate (wav2vec_manifest.py writes the decoded length; AudioSet copies
     are 16 or 32 kHz), which the manifest does not give: it is read from the header of the first listed file that
     opens (of the first `max_headers`), and taken as 16 kHz when none does (`rate_from` says which)."""
+    import soundfile as sf
+
+    from ..data.loaders.fairseq_manifest import read_fairseq_manifest
+
     root, entries = read_fairseq_manifest(path)
     rate, rate_from = 16000, f"assumed: none of the first {min(max_headers, len(entries))} listed files opened"
     for _, listed, _ in entries[:max_headers]:
