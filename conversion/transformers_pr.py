@@ -12,6 +12,8 @@ The tree gets, generated from this repository's files (one source of truth; noth
   tree's own `utils/check_auto.py --fix_and_overwrite`, its mappings sorted by `utils/sort_auto_mappings.py`;
 - `docs/source/en/model_doc/aasp.md` with its `_toctree.yml` entry (Audio models), dated by the tree's
   `utils/add_dates.py --models aasp`;
+- on the branch `add-aasp` (made at the tree's commit when the tree is on `main`: the tree's checks compare a branch
+  with main), one commit holding all of it, amended by a rerun (offline, add_dates dates a model by its git history);
 - `tests/models/aasp/`: our transformers-facing tests (tests/test_transformers_common.py, the model and feature
   extractor against transformers' common mixins; tests/test_pretraining_model.py) with their imports pointed at the
   tree (`from transformers import ...`, `from ...test_modeling_common import ...`) and the helpers they take from
@@ -426,6 +428,34 @@ def check_tree(tree: Path) -> None:
                              "clone of https://github.com/huggingface/transformers")
 
 
+PR_BRANCH = "add-aasp"
+
+
+def ensure_pr_branch(tree: Path) -> str:
+    """The branch the checks run on. Several of the tree's checks compare the branch with `main` (check_modular_conversion
+    converts every modular file of the tree when it runs on `main` itself, only the changed models' on a branch;
+    add_dates reads the branch's diff), so a tree on `main` is moved to a new branch `add-aasp` at the same commit
+    (`git switch -c`; uncommitted changes come along), as a contributor starts a pull request."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tree), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+
+    current = git("branch", "--show-current")
+    if current.returncode != 0:
+        raise UsageError(f"{tree} is not a git clone ({current.stdout.strip()}): the tree's checks read its history; "
+                         "clone https://github.com/huggingface/transformers")
+    branch = current.stdout.strip()
+    if branch != "main":
+        return branch
+    if git("rev-parse", "--verify", "--quiet", f"refs/heads/{PR_BRANCH}").returncode == 0:
+        raise UsageError(f"{tree} is on main and a branch {PR_BRANCH} exists: switch to it (git -C {tree} switch "
+                         f"{PR_BRANCH}) or to another branch, and run again")
+    switched = git("switch", "-c", PR_BRANCH)
+    if switched.returncode != 0:
+        raise UsageError(f"could not create the branch {PR_BRANCH} in {tree}: {switched.stdout.strip()}")
+    return PR_BRANCH
+
+
 def write(tree: Path) -> dict:
     """Everything a pull request adds, written by this repository's files alone (no tree scripts run)."""
     check_tree(tree)
@@ -450,9 +480,41 @@ def tree_fixes(python: str, style: bool) -> list[tuple[list[str], bool]]:
     if style:
         out += [([ruff, "check", "--fix", *WRITTEN], False), ([ruff, "format", *WRITTEN], True)]
     out += [([python, "utils/check_auto.py", "--fix_and_overwrite"], True),
-            ([python, "utils/sort_auto_mappings.py"], True),
-            ([python, "utils/add_dates.py", "--models", MODEL], True)]
+            ([python, "utils/sort_auto_mappings.py"], True)]
     return out
+
+
+# Dated after the commit: offline, add_dates takes a new model's date from the git history of its files (with the
+# network it asks GitHub's main and takes today's date for a file main lacks).
+DATE_FIX = ["utils/add_dates.py", "--models", MODEL]
+COMMIT_SUBJECT = "Add AaSP (written by aasp_hf's conversion/transformers_pr.py)"
+PR_PATHS = [f"src/transformers/models/{MODEL}", f"tests/models/{MODEL}", f"docs/source/en/model_doc/{MODEL}.md",
+            "docs/source/en/_toctree.yml", "src/transformers/models/__init__.py",
+            "src/transformers/models/auto/modeling_auto.py", "src/transformers/models/auto/auto_mappings.py"]
+
+
+def commit_pr(tree: Path) -> str:
+    """Commits what the pull request changes on its branch `add-aasp`, amending our previous commit there (so a rerun
+    replaces it; the author date, which add_dates reads, stays the first one). On any other branch nothing is
+    committed. Returns what was done, for the log."""
+    def git(*args, check=True):
+        proc = subprocess.run(["git", "-C", str(tree), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+        if check and proc.returncode != 0:
+            raise UsageError(f"git {' '.join(args[:2])} failed in {tree}: {proc.stdout.strip()}")
+        return proc.stdout.strip()
+
+    branch = git("branch", "--show-current")
+    if branch != PR_BRANCH:
+        return f"left uncommitted: the tree is on {branch}, not {PR_BRANCH}"
+    git("add", "-A", "--", *[path for path in PR_PATHS if (tree / path).exists()])
+    identity = [] if git("config", "user.email", check=False) else [
+        "-c", "user.name=aasp_hf transformers_pr.py", "-c", "user.email=aasp_hf@localhost"]
+    if git("log", "-1", "--format=%s") == COMMIT_SUBJECT:
+        git(*identity, "commit", "-q", "--amend", "--no-edit", "--allow-empty")
+        return f"amended {COMMIT_SUBJECT!r} on {PR_BRANCH}"
+    git(*identity, "commit", "-q", "-m", COMMIT_SUBJECT, "--allow-empty")
+    return f"committed {COMMIT_SUBJECT!r} on {PR_BRANCH}"
 
 
 def _run(cmd, tree: Path, python: str) -> tuple[int, str]:
@@ -465,7 +527,12 @@ def _run(cmd, tree: Path, python: str) -> tuple[int, str]:
 
 
 def run_fixes(tree: Path, python: str, log, style: bool = False) -> None:
-    for cmd, required in tree_fixes(python, style):
+    """The tree's fixes, the commit, the dates, the commit again."""
+    steps = tree_fixes(python, style) + [("commit", True), ([python, *DATE_FIX], True), ("commit", True)]
+    for cmd, required in steps:
+        if cmd == "commit":
+            log.write(f"$ git commit\n{commit_pr(tree)}\n\n")
+            continue
         shown = " ".join(cmd[1:] if cmd[0] == python else [Path(cmd[0]).name, *cmd[1:]])
         rc, out = _run(cmd, tree, python)
         log.write(f"$ {shown}\n{out}\n(exit {rc})\n\n")
@@ -512,8 +579,10 @@ def installed_version(python: str, package: str) -> str | None:
 
 
 def summary_line(output: str) -> str:
-    """The last non-empty line of a check's output (pytest's counts, ruff's totals, a checker's verdict)."""
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    """The last line of a check's output (pytest's counts, ruff's totals, a checker's verdict), less the lines
+    utils/checkers.py adds around every checker."""
+    runner = re.compile(r"^(All \d+ checks passed|\d+ failed: |OK \(|FAILED \(|\$ )")  # utils/checkers.py's own lines
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not runner.match(ln.strip())]
     return lines[-1][:160] if lines else ""
 
 
@@ -560,9 +629,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     tree = args.transformers_src.resolve()
     check_tree(tree)
+    branch = ensure_pr_branch(tree)
     written = write(tree)
     print(f"wrote src/transformers/models/{MODEL}/ ({len(written['model'])} files), tests/models/{MODEL}/ "
-          f"({len(written['tests'])} files), docs/source/en/model_doc/{MODEL}.md and the shared entries", flush=True)
+          f"({len(written['tests'])} files), docs/source/en/model_doc/{MODEL}.md and the shared entries (branch {branch})",
+          flush=True)
     if args.write_only:
         return 0
     if shutil.which(args.python) is None and not Path(args.python).is_file():

@@ -244,3 +244,47 @@ def test_not_a_tree_is_one_clear_error(tmp_path):
                                          r"is missing\)"):
         pr.main([str(tmp_path), "--write-only"])
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_a_tree_on_main_moves_to_a_pull_request_branch(tree):
+    """The tree's checks compare the branch with main (check_modular_conversion converts every modular file on main):
+    a tree on main is moved to `add-aasp` at the same commit; on that branch (or any other) it stays."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True, text=True).stdout
+
+    with pytest.raises(UsageError, match="is not a git clone"):
+        pr.ensure_pr_branch(tree)
+    git("init", "-q", "-b", "main")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "base")
+    assert pr.ensure_pr_branch(tree) == "add-aasp"
+    assert git("branch", "--show-current").strip() == "add-aasp"
+    assert pr.ensure_pr_branch(tree) == "add-aasp"  # again: stays
+    git("switch", "-q", "main")
+    with pytest.raises(UsageError, match="is on main and a branch add-aasp exists: switch to it"):
+        pr.ensure_pr_branch(tree)
+    assert git("branch", "--show-current").strip() == "main"
+
+
+def test_the_pull_request_is_one_commit_that_a_rerun_amends(tree):
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base")
+    assert "left uncommitted: the tree is on main" in pr.commit_pr(tree)  # never on main
+    pr.ensure_pr_branch(tree)
+    pr.write(tree)
+    assert pr.commit_pr(tree).startswith("committed")
+    first = git("log", "--format=%H %ad %s", "--date=iso")
+    assert git("status", "--porcelain") == ""
+    assert "src/transformers/models/aasp/modeling_aasp.py" in git("show", "--name-only", "--format=", "HEAD")
+    pr.write(tree)
+    assert pr.commit_pr(tree).startswith("amended")
+    again = git("log", "--format=%H %ad %s", "--date=iso").splitlines()
+    assert len(again) == 2 and again[1:] == first.splitlines()[1:]  # base, then our one commit
+    assert again[0].split(" ", 1)[1] == first.splitlines()[0].split(" ", 1)[1]  # same author date and subject
