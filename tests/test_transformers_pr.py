@@ -125,6 +125,9 @@ def test_model_folder_is_generated_from_the_shipped_files_with_transformers_inte
     assert "from ... import initialization as init\n" in modeling
     assert "from ...utils.output_capturing import OutputRecorder, capture_outputs\n" in modeling
     assert "from .configuration_aasp import " in modeling  # siblings stay relative
+    assert modeling.startswith("# Copyright 2026 The aasp_hf authors. All rights reserved.\n#\n# Licensed under the "
+                               "Apache License, Version 2.0")
+    assert "you may obtain a copy of the license at" in modeling.lower()  # the linter's TRF028 looks for it
     # in the tree the model is installed code: the remote-code switch is keyed to transformers' package name
     assert '__name__.split(".")[0] != "transformers"' in (folder / "configuration_aasp.py").read_text()
     # __all__ holds only documented classes; the lazy __init__ imports each file that exports any
