@@ -74,6 +74,7 @@ test-newest: ffmpeg
 # Exit code 1 when a check fails; the full output goes to transformers_pr_check.log. PR_ARGS: e.g. --style.
 PR_VENV ?= .venv-transformers-pr
 PR_PY := $(PR_VENV)/bin/python
+PR_PY_ABS = $(abspath $(PR_PY))
 PR_TORCHVISION ?= torchvision==0.29.1
 
 transformers-pr-check: setup
@@ -85,7 +86,7 @@ transformers-pr-check: setup
 	$(PR_PY) -m pip install --quiet --upgrade pip
 	$(PR_PY) -m pip install --quiet "$$(grep '^torch==' constraints.txt)" $(PR_TORCHVISION) \
 		-e "$(TRANSFORMERS_SRC)[quality]" "pytest>=7.2.0,<9.0.0" pytest-xdist parameterized accelerate timeout-decorator
-	$(PY) conversion/transformers_pr.py $(TRANSFORMERS_SRC) --python $(abspath $(PR_PY)) $(PR_ARGS)
+	$(PY) conversion/transformers_pr.py $(TRANSFORMERS_SRC) --python=$(PR_PY_ABS) $(PR_ARGS)
 
 # Speed/memory ratios against baselines timed in the same run -> benchmarks/speed/results.{json,md}
 bench: setup

@@ -615,7 +615,9 @@ def run_checks(tree: Path, python: str, log, skip=()) -> list[tuple[str, bool]]:
         rc, out = _run(cmd, tree, python)
         ok = rc == 0
         log.write(f"== {name}: $ {' '.join(cmd[1:] if cmd[0] == python else cmd)}\n{out}\n(exit {rc})\n\n")
-        print(f"{'PASS' if ok else 'FAIL'}  {name:22s} {note}{summary_line(out)}", flush=True)
+        # a passing checker of utils/checkers.py may print other models' warnings: its line says nothing more
+        detail = "" if ok and "utils/checkers.py" in cmd else summary_line(out)
+        print(f"{'PASS' if ok else 'FAIL'}  {name:22s} {note}{detail}", flush=True)
         results.append((name, ok))
     return results
 
