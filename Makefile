@@ -7,7 +7,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.aasp-installed
 
-.PHONY: setup demo test test-fast test-newest bench quality-data study study-quick ffmpeg clean hear-check
+.PHONY: setup demo test test-fast test-newest transformers-pr-check bench quality-data study study-quick ffmpeg clean \
+	hear-check
 
 setup: $(STAMP) ffmpeg
 
@@ -63,6 +64,29 @@ test-newest: ffmpeg
 		('transformers', 'torch', 'accelerate', 'datasets', 'huggingface_hub', 'safetensors', 'peft', 'onnxruntime')))"
 	$(NEWEST_PY) -m pytest -q -ra -o "filterwarnings=$$(printf '$(NEWEST_WARNINGS)')" \
 		-o pythonpath="examples conversion benchmarks/quality $(NEWEST_MIXINS)" $(NEWEST_TESTS)
+
+# AaSP written into a transformers source tree as a pull request would add it, then that tree's own checks on it
+# (docs/transformers_pr.md): `make transformers-pr-check TRANSFORMERS_SRC=/path/to/transformers` (a git clone).
+# Not part of CI. The checks run in a venv of their own (.venv-transformers-pr): the tree installed editable with its
+# `quality` extra (ruff and transformers-mlinter at the tree's pins), torch and torchvision (check_repo and the import
+# check load every model of the tree), and pytest < 9 with pytest-xdist (the tree's conftest registers its hooks) and
+# parameterized for its tests. The tree is moved to a branch `add-aasp` and the written files are committed there.
+# Exit code 1 when a check fails; the full output goes to transformers_pr_check.log. PR_ARGS: e.g. --style.
+PR_VENV ?= .venv-transformers-pr
+PR_PY := $(PR_VENV)/bin/python
+PR_PY_ABS = $(abspath $(PR_PY))
+PR_TORCHVISION ?= torchvision==0.29.1
+
+transformers-pr-check: setup
+	@test -n "$(TRANSFORMERS_SRC)" || { echo "usage: make transformers-pr-check TRANSFORMERS_SRC=DIR, DIR the root of \
+	a transformers source tree (git clone https://github.com/huggingface/transformers)"; exit 2; }
+	@test -f "$(TRANSFORMERS_SRC)/setup.py" || { echo "TRANSFORMERS_SRC=$(TRANSFORMERS_SRC) holds no setup.py: pass \
+	the root of a transformers source tree"; exit 2; }
+	test -x $(PR_PY) || $(PYTHON) -m venv $(PR_VENV)
+	$(PR_PY) -m pip install --quiet --upgrade pip
+	$(PR_PY) -m pip install --quiet "$$(grep '^torch==' constraints.txt)" $(PR_TORCHVISION) \
+		-e "$(TRANSFORMERS_SRC)[quality]" "pytest>=7.2.0,<9.0.0" pytest-xdist parameterized accelerate timeout-decorator
+	$(PY) conversion/transformers_pr.py $(TRANSFORMERS_SRC) --python=$(PR_PY_ABS) $(PR_ARGS)
 
 # Speed/memory ratios against baselines timed in the same run -> benchmarks/speed/results.{json,md}
 bench: setup
@@ -133,7 +157,7 @@ hear-check: setup $(HEAR_STAMP)
 	$(HEAR_PY) benchmarks/hear/scores.py $(HEAR_OUT)/embeddings
 
 clean:
-	rm -rf $(VENV) demo_output .pytest_cache $(HEAR_VENV) hear_output
+	rm -rf $(VENV) demo_output .pytest_cache $(HEAR_VENV) hear_output $(PR_VENV) transformers_pr_check.log
 
 # ---- the GPU machine's image (docs/gpus.md, "The GPU acceptance check") --------------------------------------------
 # device-wheels: the wheels of benchmarks/gpu_wheels.txt (what the acceptance check needs beyond that machine's image;
