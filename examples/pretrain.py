@@ -264,8 +264,6 @@ def parse_args(argv=None):
     if args.torch_compile and args.ddp_bucket_cap_mb is not None and args.ddp_bucket_cap_mb < 1:
         raise UsageError(f"--ddp_bucket_cap_mb {args.ddp_bucket_cap_mb:g} with --torch_compile: DDP's first bucket "
                          "holds 1 MiB and dynamo's DDP optimiser needs the others at least as large; pass 1 or more")
-    if not 0 <= args.max_failed_clip_share <= 1:
-        raise UsageError(f"--max_failed_clip_share {args.max_failed_clip_share:g}: a share between 0 and 1")
     if args.resume_allow_changes:
         if not args.resume:
             raise UsageError("--resume_allow_changes goes with --resume (it names what a resumed run may change)")
@@ -893,7 +891,7 @@ def train(data_args, model_args, args) -> dict:
     missing_files = failure_log.missing_files()  # of those, the files the data source lists that are not on disk
     ranks_dir = output_dir / "ranks"
     ranks_dir.mkdir(parents=True, exist_ok=True)
-    (ranks_dir / f"rank{rank}.json").write_text(json.dumps({
+    write_text_atomically(ranks_dir / f"rank{rank}.json", json.dumps({
         "student_checksum": checksum(unwrapped.aasp),
         "teacher_checksum": checksum(unwrapped.teacher),
         "data_checksum": seen.hexdigest(),

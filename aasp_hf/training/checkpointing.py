@@ -104,6 +104,11 @@ def write_text_atomically(path, text: str):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        if error.filename is None:  # a failed write() names no file: name it, for the one-line error
+            raise OSError(error.errno, error.strerror, str(path)) from error
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -235,6 +240,10 @@ def save_checkpoint(accelerator, output_dir, step: int, extra_state: dict | None
                 shutil.rmtree(final)
             os.replace(tmp, final)
             write_text_atomically(output_dir / LATEST, final.name + "\n")
+            if save_total_limit is not None and save_total_limit > 0:
+                for old in list_checkpoints(output_dir)[:-save_total_limit]:
+                    if old != final:
+                        shutil.rmtree(old, ignore_errors=True)
     except Exception as error:
         free, written, needed = free_bytes(output_dir), directory_bytes(tmp), state_bytes(accelerator)
         if not is_refused_write(error, free, needed - written):
@@ -245,10 +254,6 @@ def save_checkpoint(accelerator, output_dir, step: int, extra_state: dict | None
                 "there is no complete checkpoint yet")
         raise storage_error(error, tmp, f"checkpoint-{step}", needed=max(needed, written), intact=kept,
                             free=free) from None
-        if save_total_limit is not None and save_total_limit > 0:
-            for old in list_checkpoints(output_dir)[:-save_total_limit]:
-                if old != final:
-                    shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
 
