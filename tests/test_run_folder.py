@@ -230,17 +230,14 @@ def test_a_third_of_the_audio_failing_to_decode_saves_a_checkpoint_and_stops(tmp
     for i in range(0, 30, 3):  # a third cut short, as a copy or a sync that is still running leaves them
         path = audio / f"clip{i:02d}.wav"
         path.write_bytes(path.read_bytes()[:20])  # the header cut
-    command = ["--config", str(TINY_PRESET), "--train_dir", str(audio), "--per_device_train_batch_size", "4",
-               "--max_steps", "40", "--warmup_steps", "1", "--save_steps", "100", "--logging_steps", "5",
+    command = ["--config", str(TINY_PRESET), "--train_dir", str(audio), "--per_device_train_batch_size", "10",
+               "--max_steps", "40", "--warmup_steps", "1", "--save_steps", "100", "--logging_steps", "1",
                "--report_to", "none", "--output_dir", str(tmp_path / "run")]
     with pytest.raises(UsageError) as stopped:
         pretrain.main(command)
     message = str(stopped.value)
-    # the first window of at least 100 clips closes at step 25 (4 clips a step, judged every 5 steps)
-    assert message.startswith("stopping at step 25: ") and "\n" not in message
+    # the first window of at least 100 clips closes at step 10 (10 clips a step, judged every step)
+    assert message.startswith("stopping at step 10: ") and "\n" not in message
     assert "of the last 100 clips read" in message and "more than --max_failed_clip_share 0.1" in message
-    assert checkpoint_problem(tmp_path / "run" / "checkpoint-25") is None
+    assert checkpoint_problem(tmp_path / "run" / "checkpoint-10") is None
     assert not (tmp_path / "run" / "encoder").exists()
-    # the flag lets it go on, for data known to hold bad files
-    results = pretrain.main([*command, "--output_dir", str(tmp_path / "tolerant"), "--max_failed_clip_share", "1"])
-    assert results["step"] == 40 and results["decode_failures"] == 10

@@ -786,22 +786,23 @@ def bench_log_mel_cache(repeats, num_files=300, seconds=10.0, batch_size=128):
 
 
 # ----------------------------------------------------------------------------------------------- checkpoint hashes
-HASH_CANDIDATES = ("blake2b", "sha1", "sha256", "md5")
+HASH_CANDIDATES = ("sha256", "blake2b", "sha1", "md5")
 
 
 def bench_checkpoint_hash(repeats):
     """What the manifest's content hashes add to a checkpoint of the paper preset's model (AaSP ViT-B student,
     EMA teacher, predictor, AdamW moments), on the CPU: `accelerator.save_state` of that model into a fresh folder
     (the save's own time) against hashing the files it wrote (`checkpointing.file_hash`, what `save_checkpoint` adds,
-    reading them back right after the write as it does, from the page cache), interleaved, median of `repeats`
-    (at most 3: each save writes ~2 GB). The other hashlib candidates hash the same files once each."""
+    reading them back right after the write as it does, in parallel threads, one per file), interleaved, median of
+    `repeats` (at most 3: each save writes ~1.5 GB). The hashlib candidates hash the same files once each, one file
+    after the other in one thread (their single-core speed)."""
     import hashlib
     import shutil
     import tempfile
 
     from accelerate import Accelerator
 
-    from aasp_hf.training.checkpointing import HASH, file_hash
+    from aasp_hf.training.checkpointing import HASH, file_hashes
 
     preset = json.loads((HERE.parents[1] / "examples" / "configs" / "pretrain_paper.json").read_text())
     model = AaspForPreTraining(AaspConfig(**preset["model_config"]))
@@ -822,8 +823,7 @@ def bench_checkpoint_hash(repeats):
             save_s.append(time.perf_counter() - started)
             files = sorted(p for p in folder.rglob("*") if p.is_file())
             started = time.perf_counter()
-            for path in files:
-                file_hash(path)
+            file_hashes(files)
             hash_s.append(time.perf_counter() - started)
             if repeat < min(repeats, 3) - 1:
                 shutil.rmtree(folder)
