@@ -82,6 +82,7 @@ from aasp_hf.training.checkpointing import (
     read_results,
     refused_writes,
     remove_artefacts,
+    replace_directory,
     truncate_log,
     write_text_atomically,
 )
@@ -366,16 +367,16 @@ def predict(model, rows, make_collator, batch_size, accelerator) -> tuple[np.nda
 
 
 def save_best_model(model, feature_extractor, directory: Path):
-    """`save_pretrained` into a temporary folder, then an atomic rename (a crash never leaves half a model)."""
-    tmp = directory.with_name(directory.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    feature_extractor.save_pretrained(tmp)
-    old = directory.with_name(directory.name + ".old")
-    if directory.exists():
-        os.replace(directory, old)
-    os.replace(tmp, directory)
-    shutil.rmtree(old, ignore_errors=True)
+    """`save_pretrained` into a temporary folder, then an atomic rename (a crash never leaves half a model); a full
+    disk is one line that names the space and the intact checkpoint, and the temporary folder is removed."""
+    needed = sum(p.numel() * p.element_size() for p in model.state_dict().values())
+
+    def intact():
+        return f"the last complete checkpoint is {find_latest_checkpoint(directory.parent)}"
+
+    with refused_writes(directory, "the best model", needed, intact), replace_directory(directory) as tmp:
+        model.save_pretrained(tmp)
+        feature_extractor.save_pretrained(tmp)
 
 
 def write_card(output_dir: Path, model, feature_extractor, args, splits, results: dict, clip_seconds: float):
@@ -686,12 +687,19 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         needed = sum(p.numel() * p.element_size() for p in unwrapped.state_dict().values())
-        intact = f"{find_latest_checkpoint(output_dir)} is intact and --resume writes the results from it"
+
+        def intact():
+            return f"{find_latest_checkpoint(output_dir)} is intact and --resume writes the results from it"
+
         with refused_writes(output_dir, "the best model and results", needed, intact):  # a full disk: one line
             if step >= args.max_steps and (output_dir / "best_model").is_dir():
-                for item in (output_dir / "best_model").iterdir():
-                    shutil.copy2(item, output_dir / f"{item.name}.tmp")
-                    os.replace(output_dir / f"{item.name}.tmp", output_dir / item.name)
+                for item in (output_dir / "best_model").iterdir():  # each file whole: a copy, then os.replace
+                    copy = output_dir / f"{item.name}.tmp"
+                    try:
+                        shutil.copy2(item, copy)
+                        os.replace(copy, output_dir / item.name)
+                    finally:
+                        copy.unlink(missing_ok=True)
                 write_card(output_dir, unwrapped, feature_extractor, args, splits, results, clip_seconds)
             write_text_atomically(output_dir / "all_results.json",
                                   json.dumps({**results, "arguments": asdict(args)}, indent=2))

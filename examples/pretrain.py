@@ -926,7 +926,10 @@ def train(data_args, model_args, args) -> dict:
                   f"batch); each file and what was wrong: {failure_log.path}")
         encoders = [unwrapped.aasp] + ([unwrapped.teacher] if args.export_teacher else [])
         needed = sum(p.numel() * p.element_size() for encoder in encoders for p in encoder.state_dict().values())
-        intact = f"{find_latest_checkpoint(output_dir)} is intact and --resume exports from it"
+
+        def intact():
+            return f"{find_latest_checkpoint(output_dir)} is intact and --resume exports from it"
+
         with refused_writes(output_dir, "the encoder and results", needed, intact):  # a full disk: one line
             export(unwrapped, feature_extractor, output_dir, args.export_teacher,
                    training_summary(data_args, args, results))

@@ -170,9 +170,11 @@ def free_bytes(path) -> int | None:
 
 
 @contextlib.contextmanager
-def refused_writes(path, what: str, needed: int, intact: str | None = None):
+def refused_writes(path, what: str, needed: int, intact=None):
     """Turns a write that the file system refuses inside the block (`is_refused_write`) into the one-line
-    `StorageError` (`storage_error`); other errors pass unchanged. Clean up partial files inside the block."""
+    `StorageError` (`storage_error`); other errors pass unchanged. Clean up partial files inside the block.
+    `intact`: what is still whole, or a function that says it (called only on a failure: finding the last complete
+    checkpoint reads it)."""
     try:
         yield
     except StorageError:
@@ -181,6 +183,7 @@ def refused_writes(path, what: str, needed: int, intact: str | None = None):
         free = free_bytes(path)
         if not is_refused_write(error, free, needed):
             raise
+        intact = intact() if callable(intact) else intact
         raise storage_error(error, path, what, needed=needed, intact=intact, free=free) from None
 
 
