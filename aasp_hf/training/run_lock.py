@@ -229,9 +229,10 @@ def hold_run_folder(output_dir, say=print):
     outcome broadcast to the others; a refusal is a UsageError on the main process and a quiet exit (code 2) on the
     others. Released when the block ends, normally or with an error."""
     from accelerate import PartialState
-    from accelerate.utils import broadcast_object_list
+    from accelerate.utils import broadcast_object_list, parse_flag_from_env
 
-    state = PartialState()
+    # the process group the script's Accelerator then joins; on CPU as AcceleratorState starts it
+    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
     hold, refusal = None, None
     if state.is_main_process:
         try:
