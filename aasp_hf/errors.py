@@ -6,7 +6,10 @@ argparse's `parser.error`, without a traceback. A traceback is kept for bugs. An
 A misspelt flag gets the message a misspelt key gets, with the closest flag: `check_flags`, `parse_command_line`.
 """
 
+import errno
+import shutil
 import sys
+from pathlib import Path
 
 from .configuration_aasp import unknown_keys_message
 
@@ -69,10 +72,46 @@ def parse_command_line(parser, argv=None):
     return one_line_errors(parser).parse_args(argv)
 
 
+# a write the file system refused: full, over quota, read-only
+_REFUSED_WRITES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+
+
+def refused_write_message(error: OSError) -> str:
+    """One line for an OSError of `_REFUSED_WRITES`: the path, the reason and the space free there."""
+    path = Path(error.filename) if error.filename else None
+    space = ""
+    if path is not None:
+        where = path
+        while not where.exists() and where != where.parent:
+            where = where.parent
+        try:
+            usage = shutil.disk_usage(where)
+            space = f" ({usage.free / 1e6:.1f} MB free of {usage.total / 1e6:.1f} MB)"
+        except OSError:
+            pass
+    return (f"cannot write {path or 'a file'}: {error.strerror}{space}. Free space (or choose a writable "
+            "--output_dir), then run the same command with --resume to go on from the last complete checkpoint.")
+
+
 def run_script(main, prog: str):
-    """Runs `main()`; a `UsageError` becomes `prog: error: message` on stderr and exit code 2 (no traceback)."""
+    """Runs `main()`; a `UsageError` becomes `prog: error: message` on stderr and exit code 2 (no traceback), and so
+    does a write the file system refused (full, over quota, read-only: `refused_write_message`) wherever it happens."""
     try:
         return main()
     except UsageError as error:
+        _close_progress_bars()
         print(f"{prog}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except OSError as error:
+        if error.errno not in _REFUSED_WRITES:
+            raise
+        _close_progress_bars()
+        print(f"{prog}: error: {refused_write_message(error)}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _close_progress_bars():
+    """Ends the line of a progress bar the error interrupted, so the error is a line of its own."""
+    if (tqdm := sys.modules.get("tqdm")) is not None:
+        for bar in list(getattr(tqdm.tqdm, "_instances", ())):
+            bar.close()

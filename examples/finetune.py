@@ -83,10 +83,16 @@ from aasp_hf.training.checkpointing import (
     find_latest_checkpoint,
     load_process_state,
     load_trainer_state,
+    read_results,
+    refused_writes,
     remove_artefacts,
+    replace_directory,
     truncate_log,
+    write_text_atomically,
 )
 from aasp_hf.training.data_order import micro_batches
+from aasp_hf.training.failed_clips import DEFAULT_MAX_SHARE, FailedClipShare
+from aasp_hf.training.run_lock import hold_run_folder
 from aasp_hf.training.model_ema import create_ema, ema_update_
 from aasp_hf.training.optim import layer_decay_param_groups, set_learning_rates
 from aasp_hf.training.arguments import PlanArguments, gradient_accumulation_for, parse_arguments
@@ -205,6 +211,11 @@ class FinetuneArguments(PlanArguments):
     logging_steps: int = field(default=50)
     save_steps: int = field(default=1000)
     save_total_limit: int | None = field(default=2)
+    max_failed_clip_share: float = field(
+        default=DEFAULT_MAX_SHARE, metadata={"help": "when more than this share of the training clips read (over "
+                                             "windows of at least 100) fail to decode, the run saves a checkpoint "
+                                             "and stops (1 disables)"}
+    )
     resume: bool = field(
         default=False, metadata={"help": "continue from output_dir's newest complete checkpoint with the arguments "
                                  "it was written with (a finished run is left as it is)"}
@@ -365,16 +376,16 @@ def predict(model, rows, make_collator, batch_size, accelerator) -> tuple[np.nda
 
 
 def save_best_model(model, feature_extractor, directory: Path):
-    """`save_pretrained` into a temporary folder, then an atomic rename (a crash never leaves half a model)."""
-    tmp = directory.with_name(directory.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    feature_extractor.save_pretrained(tmp)
-    old = directory.with_name(directory.name + ".old")
-    if directory.exists():
-        os.replace(directory, old)
-    os.replace(tmp, directory)
-    shutil.rmtree(old, ignore_errors=True)
+    """`save_pretrained` into a temporary folder, then an atomic rename (a crash never leaves half a model); a full
+    disk is one line that names the space and the intact checkpoint, and the temporary folder is removed."""
+    needed = sum(p.numel() * p.element_size() for p in model.state_dict().values())
+
+    def intact():
+        return f"the last complete checkpoint is {find_latest_checkpoint(directory.parent)}"
+
+    with refused_writes(directory, "the best model", needed, intact), replace_directory(directory) as tmp:
+        model.save_pretrained(tmp)
+        feature_extractor.save_pretrained(tmp)
 
 
 def write_card(output_dir: Path, model, feature_extractor, args, splits, results: dict, clip_seconds: float):
@@ -438,11 +449,7 @@ def describe_resume_changes(changes, stored: dict, current: dict, step: int) -> 
 def finished_summary(output_dir: Path, args, parts, seeds) -> dict | None:
     """The results of a finished fine-tuning run in `output_dir` (every (part, seed) sub-run at --max_steps), for
     `--resume` to leave as they are; None when there is training left or no results yet."""
-    path = output_dir / "all_results.json"
-    try:
-        summary = json.loads(path.read_text()) if path.is_file() else None
-    except json.JSONDecodeError:
-        return None
+    summary = read_results(output_dir / "all_results.json", warn=lambda line: None)  # damaged: not finished
     if summary is None or summary.get("max_steps", -1) < args.max_steps or "runs" not in summary:
         return None
     done = {(r["part"], r["seed"]) for r in summary["runs"] if r.get("finished")}
@@ -566,6 +573,7 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
     soft = multi_label or args.mixup_alpha > 0  # BCE (on soft targets with mixup), else cross-entropy
     history_path = output_dir / "log_history.jsonl"
     progress = tqdm(total=args.max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="finetune")
+    failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run (vanishing data)
     loss_sum, num_summed, t_log, step_of_log = 0.0, 0, time.time(), step
     model.train()
     while step < stop_step:
@@ -575,7 +583,9 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
             batch = None
             while batch is None:  # a micro-batch where every clip failed to decode is skipped
                 _, rows = next(batches)
+                skipped_before = collator.num_skipped
                 batch = collator(rows)
+                failed_share.add(len(rows), collator.num_skipped - skipped_before)
                 micro_position += 1
                 if batch is None and world > 1:
                     raise RuntimeError("every clip of a micro-batch failed to decode (multi-process runs stop)")
@@ -604,6 +614,9 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         num_summed += 1
         progress.update(1)
 
+        data_vanishing = None
+        if step % args.logging_steps == 0 or step % args.save_steps == 0 or step == stop_step:
+            data_vanishing = failed_share.check(accelerator)  # every process: saved below, then the run stops
         if step % args.logging_steps == 0 or step == stop_step:
             now = time.time()
             logs = {"step": step, "loss": loss_sum / num_summed, "learning_rate": lr, "grad_norm": float(grad_norm),
@@ -644,7 +657,7 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
                               f"(selected step {best['step']}, test there {best['test_score']:.4f})")
 
         # 7b. Checkpoint.
-        if step % args.save_steps == 0 or step == stop_step:
+        if step % args.save_steps == 0 or step == stop_step or data_vanishing is not None:
             process_state = {"collator_rng": collator.rng.bit_generator.state,
                              "augment_rng": augment_rng.bit_generator.state,
                              "decode_failures": decode_failures_before + collator.num_skipped}
@@ -654,6 +667,10 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
                             extra_state={"micro_batches": micro_position, "num_processes": world, "best": best,
                                          "history": history, "run_arguments": run_arguments},
                             save_total_limit=args.save_total_limit)
+        if data_vanishing is not None:
+            raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved {output_dir / f'checkpoint-{step}'}. "
+                             "Restore the data, then run the same command with --resume (or raise "
+                             "--max_failed_clip_share).")
     progress.close()
 
     # 8. The best model (EMA weights at the best validation step) for the pipeline and the Hub; results.
@@ -678,11 +695,23 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
     }
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        if step >= args.max_steps and (output_dir / "best_model").is_dir():
-            for item in (output_dir / "best_model").iterdir():
-                shutil.copy2(item, output_dir / item.name)
-            write_card(output_dir, unwrapped, feature_extractor, args, splits, results, clip_seconds)
-        (output_dir / "all_results.json").write_text(json.dumps({**results, "arguments": asdict(args)}, indent=2))
+        needed = sum(p.numel() * p.element_size() for p in unwrapped.state_dict().values())
+
+        def intact():
+            return f"{find_latest_checkpoint(output_dir)} is intact and --resume writes the results from it"
+
+        with refused_writes(output_dir, "the best model and results", needed, intact):  # a full disk: one line
+            if step >= args.max_steps and (output_dir / "best_model").is_dir():
+                for item in (output_dir / "best_model").iterdir():  # each file whole: a copy, then os.replace
+                    copy = output_dir / f"{item.name}.tmp"
+                    try:
+                        shutil.copy2(item, copy)
+                        os.replace(copy, output_dir / item.name)
+                    finally:
+                        copy.unlink(missing_ok=True)
+                write_card(output_dir, unwrapped, feature_extractor, args, splits, results, clip_seconds)
+            write_text_atomically(output_dir / "all_results.json",
+                                  json.dumps({**results, "arguments": asdict(args)}, indent=2))
     accelerator.wait_for_everyone()
     return results
 
@@ -698,6 +727,12 @@ def main(argv=None) -> dict:
         except ValueError as error:
             raise SystemExit(f"finetune.py --plan: error: {error}") from None
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    with hold_run_folder(args.output_dir):  # one run per folder; an unwritable folder is refused here, before the model
+        return finetune(args)
+
+
+def finetune(args: FinetuneArguments) -> dict:
+    """Every (part, seed) sub-run of `args` into --output_dir, then the summary (main, once the folder is held)."""
     output_dir = Path(args.output_dir)
     # a folder holding a run is refused without --resume / --overwrite_output_dir (before anything is written)
     stale = check_output_dir(output_dir, args.resume, args.overwrite_output_dir, FINETUNE_ARTEFACTS)
@@ -729,9 +764,9 @@ def main(argv=None) -> dict:
         for seed in seeds:
             run_dir = output_dir if single else output_dir / f"{part}_seed{seed}"
             done = run_dir / "all_results.json"
-            previous = json.loads(done.read_text()) if args.resume and not single and done.is_file() else {}
+            previous = (read_results(done) if args.resume and not single else None) or {}  # damaged: trained again
             if previous.get("finished") and previous.get("max_steps", -1) >= args.max_steps:
-                result = json.loads(done.read_text())  # a finished sub-run of an interrupted sweep
+                result = previous  # a finished sub-run of an interrupted sweep
             else:
                 result = run(replace(args, seed=seed, output_dir=str(run_dir)), splits, multi_label, names,
                              clip_seconds, selection_rule=selection_rule)
@@ -755,7 +790,7 @@ def main(argv=None) -> dict:
         output_dir.mkdir(parents=True, exist_ok=True)
 
         def write(summary):
-            (output_dir / "all_results.json").write_text(json.dumps(summary, indent=2))
+            write_text_atomically(output_dir / "all_results.json", json.dumps(summary, indent=2))
             write_finetune_markdown(output_dir / "results.md", summary)
 
         write(summary)

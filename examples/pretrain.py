@@ -64,9 +64,15 @@ from aasp_hf.training.checkpointing import (
     checkpoint_to_resume,
     load_process_state,
     load_trainer_state,
+    read_results,
+    refused_writes,
     remove_artefacts,
+    replace_directory,
     truncate_log,
+    write_text_atomically,
 )
+from aasp_hf.training.failed_clips import DEFAULT_MAX_SHARE, FailedClipShare
+from aasp_hf.training.run_lock import hold_run_folder
 from aasp_hf.data.cache import LogMelCache
 from aasp_hf.data.clips import (
     AudioStream,
@@ -193,6 +199,11 @@ class PretrainingArguments(PlanArguments):
     max_nonfinite_steps: int = field(
         default=10, metadata={"help": "steps with a NaN/inf loss (or gradient) are skipped and counted; one more than "
                               "this stops the run"}
+    )
+    max_failed_clip_share: float = field(
+        default=DEFAULT_MAX_SHARE, metadata={"help": "when more than this share of the clips read (over windows of "
+                                             "at least 100) fail to decode, the run saves a checkpoint and stops "
+                                             "instead of training on copies of the others (1 disables)"}
     )
     teacher_momentum_base: float = field(default=0.994, metadata={"help": "EMA teacher momentum at step 0"})
     teacher_momentum_final: float = field(default=1.0, metadata={"help": "teacher momentum at --max_steps (cosine)"})
@@ -401,11 +412,8 @@ def finished_results(output_dir: Path, checkpoint: Path, step: int, args) -> dic
     stop = min(args.max_steps, args.stop_after_steps or args.max_steps)
     if step < stop or not path.is_file() or not (output_dir / "encoder").is_dir():
         return None
-    try:
-        results = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
-    return results if results.get("step") == step else None
+    results = read_results(path, warn=lambda line: None)  # damaged: the run is not taken for finished
+    return results if results is not None and results.get("step") == step else None
 
 
 def last_training_logs(history_path: Path, step: int) -> dict:
@@ -442,17 +450,18 @@ def export(model: AaspForPreTraining, feature_extractor, output_dir: Path, expor
     if export_teacher:
         encoders["teacher_encoder"] = (model.teacher, "EMA teacher")
     for folder, (encoder, which) in encoders.items():
-        encoder.save_pretrained(output_dir / folder)
-        feature_extractor.save_pretrained(output_dir / folder)
-        write_model_card(output_dir / folder, encoder, feature_extractor, {
-            "title": f"AaSP encoder ({which}, {encoder.config.num_hidden_layers} layers, hidden "
-                     f"{encoder.config.hidden_size})",
-            "path": str(output_dir / folder),
-            "training": {"encoder": f"the {which} of self-supervised AaSP pre-training (examples/pretrain.py)",
-                         **(training or {})},
-            "evaluation": "No downstream evaluation was run on this export (see examples/finetune.py and "
-                          "examples/linear_eval.py).",
-        })
+        with replace_directory(output_dir / folder) as written:  # whole or not at all: a new folder, then os.replace
+            encoder.save_pretrained(written)
+            feature_extractor.save_pretrained(written)
+            write_model_card(written, encoder, feature_extractor, {
+                "title": f"AaSP encoder ({which}, {encoder.config.num_hidden_layers} layers, hidden "
+                         f"{encoder.config.hidden_size})",
+                "path": str(output_dir / folder),
+                "training": {"encoder": f"the {which} of self-supervised AaSP pre-training (examples/pretrain.py)",
+                             **(training or {})},
+                "evaluation": "No downstream evaluation was run on this export (see examples/finetune.py and "
+                              "examples/linear_eval.py).",
+            })
 
 
 def training_summary(data_args, args, results: dict) -> dict:
@@ -540,6 +549,11 @@ def main(argv=None) -> dict:
             return print_pretraining_plan(model_args, args, data_args)
         except ValueError as error:
             raise SystemExit(f"pretrain.py --plan: error: {error}") from None
+    with hold_run_folder(args.output_dir):  # one run per folder; an unwritable folder is refused here, before the model
+        return train(data_args, model_args, args)
+
+
+def train(data_args, model_args, args) -> dict:
     output_dir = Path(args.output_dir)
     # a folder holding a run is refused without --resume / --overwrite_output_dir (before anything is written)
     stale = check_output_dir(output_dir, args.resume, args.overwrite_output_dir,
@@ -573,8 +587,8 @@ def main(argv=None) -> dict:
                               f"on, {more}.")
             accelerator.end_training()
             return finished
-        if (output_dir / "all_results.json").is_file():  # an earlier segment's results: kept where not replaced
-            previous_results = json.loads((output_dir / "all_results.json").read_text())
+        # an earlier segment's results: kept where not replaced (a damaged file is named and left out)
+        previous_results = read_results(output_dir / "all_results.json", accelerator.print)
     set_seed(args.seed)  # python, numpy, torch: the model initialisation, identical on every process
     if stale and accelerator.is_main_process:
         remove_artefacts(stale)
@@ -745,6 +759,7 @@ def main(argv=None) -> dict:
     progress = tqdm(total=args.max_steps, initial=start_step, disable=not accelerator.is_local_main_process)
     sums, num_summed, seen = {}, 0, hashlib.sha256()
     failure_log = FailureLog(output_dir / "decode_failures.txt")  # names the clips that fail to decode
+    failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run (vanishing data)
     skipped_since_read = torch.zeros((), dtype=torch.long, device=accelerator.device)  # skipped steps not yet counted
     t_start, t_log, step_of_last_log = time.time(), time.time(), start_step
     model.train()
@@ -757,6 +772,7 @@ def main(argv=None) -> dict:
             micro_batch = next(batches)  # finished in a loader worker (aasp_hf.data.clips.finish_micro_batch)
             epoch = micro_batch["epoch"]
             failure_log(micro_batch["failed"])  # the clips the worker replaced, named and counted here
+            failed_share.add(len(micro_batch["indices"]), len(micro_batch["failed"]))
             seen.update(str(micro_batch["indices"]).encode())
             batch = collator.finish(micro_batch["batch"])  # --features_on_device: the log-mel on the accelerator
             batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
@@ -792,6 +808,7 @@ def main(argv=None) -> dict:
         due_save = step % args.save_steps == 0 or step == stop_step
         # read the skipped steps back (one host sync) on the steps every process shares, so that all of them stop
         # at the same step (monitors and the probe run on the main process only)
+        data_vanishing = None
         if due_log or due_save:
             newly_skipped = int(skipped_since_read)
             skipped_since_read = torch.zeros_like(skipped_since_read)
@@ -809,6 +826,8 @@ def main(argv=None) -> dict:
                     f"and the data (clips that are silent or contain NaN), then continue with --resume, or raise "
                     f"--max_nonfinite_steps."
                 )
+            data_vanishing = failed_share.check(accelerator)  # every process: saved below, then the run stops
+            due_save = due_save or data_vanishing is not None
 
         # 7b. Monitors (main process): after a good update, every --monitor_steps the collapse statistics of this
         #     batch (student CLS of one view per clip, the teacher targets of its forward) and the student's (α, β) on
@@ -859,6 +878,10 @@ def main(argv=None) -> dict:
                             save_total_limit=args.save_total_limit)
             if args.export_with_checkpoints and accelerator.is_main_process:
                 export(unwrapped, feature_extractor, output_dir / f"checkpoint-{step}", args.export_teacher)
+            if data_vanishing is not None:
+                raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved {output_dir / f'checkpoint-{step}'}"
+                                 f"; each failed file and why: {failure_log.path}. Restore the data, then run the "
+                                 "same command with --resume (or raise --max_failed_clip_share).")
     progress.close()
     elapsed = time.time() - t_start
 
@@ -868,7 +891,7 @@ def main(argv=None) -> dict:
     missing_files = failure_log.missing_files()  # of those, the files the data source lists that are not on disk
     ranks_dir = output_dir / "ranks"
     ranks_dir.mkdir(parents=True, exist_ok=True)
-    (ranks_dir / f"rank{rank}.json").write_text(json.dumps({
+    write_text_atomically(ranks_dir / f"rank{rank}.json", json.dumps({
         "student_checksum": checksum(unwrapped.aasp),
         "teacher_checksum": checksum(unwrapped.teacher),
         "data_checksum": seen.hexdigest(),
@@ -901,8 +924,16 @@ def main(argv=None) -> dict:
             missing = f", {missing_files} of them missing on disk" if missing_files else ""
             print(f"skipped {decode_failures} file(s) that failed to decode{missing} (replaced by other clips of their "
                   f"batch); each file and what was wrong: {failure_log.path}")
-        export(unwrapped, feature_extractor, output_dir, args.export_teacher, training_summary(data_args, args, results))
-        (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
+        encoders = [unwrapped.aasp] + ([unwrapped.teacher] if args.export_teacher else [])
+        needed = sum(p.numel() * p.element_size() for encoder in encoders for p in encoder.state_dict().values())
+
+        def intact():
+            return f"{find_latest_checkpoint(output_dir)} is intact and --resume exports from it"
+
+        with refused_writes(output_dir, "the encoder and results", needed, intact):  # a full disk: one line
+            export(unwrapped, feature_extractor, output_dir, args.export_teacher,
+                   training_summary(data_args, args, results))
+            write_text_atomically(output_dir / "all_results.json", json.dumps(results, indent=2))
         print(f"saved the pre-trained encoder to {output_dir / 'encoder'}; load it with\n"
               f"  AutoModel.from_pretrained({str(output_dir / 'encoder')!r}, trust_remote_code=True)")
     accelerator.end_training()

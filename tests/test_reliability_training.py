@@ -22,6 +22,7 @@ import pretrain
 
 from aasp_hf import AaspConfig, AaspForAudioClassification, AaspForPreTraining, AaspModel
 from aasp_hf.training import find_latest_checkpoint
+from aasp_hf.training.checkpointing import HASH, checkpoint_problem, file_hash
 
 MODEL = tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1, predictor_num_attention_heads=2,
                            mask_num_views=2, mask_block_sizes=[[1, 2], [2, 1]], hidden_dropout_prob=0.1)
@@ -275,6 +276,11 @@ def test_resume_refuses_a_pickle_payload_in_the_accelerate_files_of_a_checkpoint
     assert (checkpoint / victim).is_file(), sorted(p.name for p in checkpoint.iterdir())
     marker = tmp_path / "code_ran"
     torch.save({"state": _Payload(str(marker))}, checkpoint / victim)
+    # the manifest's hash no longer matches: --resume would pass the checkpoint over; a tamperer rewrites it too
+    assert checkpoint_problem(checkpoint).startswith(f"{victim} ")  # "has n bytes, m were written" or "differs"
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    manifest[victim] = {"size": (checkpoint / victim).stat().st_size, HASH: file_hash(checkpoint / victim)}
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(Exception, match=r"(?i)weights_only|unpickl|unsupported global"):
         pretrain.main(argv(out, max_steps=4, resume=True, resume_allow_changes="max_steps"))
     assert not marker.exists()

@@ -232,8 +232,13 @@ def test_checkpoint_problems_are_named_and_a_folder_of_damaged_checkpoints_is_re
     with pytest.raises(UsageError, match=r"^--resume: no complete checkpoint in .*\(checkpoint-2: optimizer.bin is "
                                          r"missing; checkpoint-1: random_states_0.pkl has"):
         pretrain.main(argv(run, "--resume"))
-    # a checkpoint written before manifests: its weights are checked (a header that does not cover the file)
+    # a checkpoint whose manifest is gone is damaged, as the save wrote one
     (run / "checkpoint-1" / "manifest.json").unlink()
+    assert checkpoint_problem(run / "checkpoint-1") == "manifest.json is missing (the save wrote one)"
+    # a checkpoint written before manifests: its weights are checked (a header that does not cover the file)
+    state = load_trainer_state(run / "checkpoint-1")
+    del state["checkpoint_format"]
+    (run / "checkpoint-1" / "trainer_state.json").write_text(json.dumps(state))
     truncate(run / "checkpoint-1" / "model.safetensors")
     assert checkpoint_problem(run / "checkpoint-1").startswith("model.safetensors cannot be read")
 

@@ -195,7 +195,7 @@ NON_NEGATIVE = (
 )
 UNIT_INTERVAL = (  # [0, 1]
     "teacher_momentum_base", "teacher_momentum_final", "ema_decay", "spec_augment_fraction", "test_fraction",
-    "validation_fraction",
+    "validation_fraction", "max_failed_clip_share",
 )
 BELOW_ONE = ("adam_beta1", "adam_beta2")  # [0, 1)
 

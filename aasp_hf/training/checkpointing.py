@@ -12,11 +12,23 @@ then rewrites ``latest`` through a temporary file and ``os.replace``. A crash at
 ``latest`` pointing to a complete checkpoint. Multi-process runs need ``output_dir`` on a filesystem all processes
 see (the main process renames; every process writes its own RNG / collator state into the ``.tmp`` directory).
 
-``manifest.json`` lists every file of the checkpoint with its size as written, so that a checkpoint damaged after
-the save (a file deleted, a copy cut short, a full disk during a copy) is recognised before it is loaded:
-`checkpoint_problem` names what is wrong and `resume_checkpoint` falls back to the newest complete checkpoint.
+``manifest.json`` lists every file of the checkpoint with its size and a SHA-256 content hash as written, so that a
+checkpoint damaged after the save (a file deleted, a copy cut short, a full disk during a copy, bytes overwritten in
+place) is recognised before it is loaded: `checkpoint_problem` names what is wrong and `resume_checkpoint` falls back
+to the newest checkpoint that verifies. SHA-256: on the checkpoint files of the paper preset it hashed faster than
+BLAKE2b, SHA-1 and MD5 (benchmarks/speed, `checkpoint_hash`; CPUs with SHA extensions compute it in hardware); the
+files are hashed in parallel threads (hashlib releases the GIL), so the cost is about one re-read of the largest file.
+Checkpoints written before hashes (a manifest of sizes) or before manifests still resume, checked as far as they can be.
+
+A save that fails (a full disk, a quota, a read-only or vanished file system) removes what it had written and raises a
+`StorageError` of one line naming the path, what was being written, the space it needed and had, and the checkpoint that
+is intact. `write_text_atomically` and `replace_directory` write results and exports the same way: into a temporary
+sibling, then ``os.replace``, so a reader never sees a half-written file.
 """
 
+import contextlib
+import errno
+import hashlib
 import json
 import os
 import re
@@ -28,16 +40,168 @@ from ..errors import UsageError
 LATEST = "latest"
 TRAINER_STATE = "trainer_state.json"
 MANIFEST = "manifest.json"
+HASH = "sha256"  # the manifest's content hash (hashlib name)
+CHECKPOINT_FORMAT = 2  # trainer_state.json's "checkpoint_format": 2 = the manifest holds sizes and hashes
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 
 
-def _atomic_write_text(path: Path, text: str):
+class StorageError(UsageError):
+    """A write the file system refused (full, over quota, read-only, gone): one line naming the path, what was being
+    written, the space needed and free, and what is intact. A UsageError: the user frees space or picks another
+    folder; the scripts print it as one line."""
+
+
+def _megabytes(num_bytes: float) -> str:
+    return f"{num_bytes / 1e6:.1f} MB"
+
+
+def storage_error(error: BaseException, path, what: str, needed: int | None = None, intact: str | None = None,
+                  free: int | None = None) -> StorageError:
+    """The one-line `StorageError` for `error` raised while writing `what` to `path`. `free`: the bytes free when the
+    write failed (measured now when not given); `needed`: the bytes the write needs; `intact`: what is still whole
+    (e.g. the last complete checkpoint)."""
+    path = Path(path)
+    where = path
+    while not where.exists() and where != where.parent:  # disk_usage needs an existing path
+        where = where.parent
+    try:
+        usage = shutil.disk_usage(where)
+        free = usage.free if free is None else free
+        space = f"{_megabytes(free)} free of {_megabytes(usage.total)}"
+    except OSError:
+        space = "free space unknown"
+    if isinstance(error, OSError) and error.strerror:
+        reason = error.strerror
+    elif "os error 28" in str(error) or (needed is not None and free is not None and free < needed):
+        # torch's zip writer reports a full disk as "unexpected pos" / "failed writing file", safetensors as a
+        # SafetensorError ("... (os error 28)")
+        reason = os.strerror(errno.ENOSPC)
+    else:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+    need = f"needs about {_megabytes(needed)}, " if needed is not None else ""
+    kept = f"; {intact}" if intact else ""
+    return StorageError(f"cannot write {what} to {path}: {reason}; it {need}the file system has {space}{kept}. "
+                        "Free space (or choose another --output_dir on a writable disk), then run the same command "
+                        "with --resume.")
+
+
+def file_hash(path, chunk: int = 1 << 22) -> str:
+    """The manifest's content hash of a file (SHA-256, hex), read in 4-MiB chunks."""
+    digest = hashlib.new(HASH)
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_hashes(paths) -> list[str]:
+    """`file_hash` of each path, in parallel threads (at most 8)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    paths = list(paths)
+    if len(paths) <= 1:
+        return [file_hash(path) for path in paths]
+    with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1, 8)) as pool:
+        return list(pool.map(file_hash, paths))
+
+
+def write_text_atomically(path, text: str):
+    """Writes `text` to `path` through a temporary sibling and ``os.replace``: a reader sees the old file or the new
+    one, never a part. A failed write leaves no temporary file behind and raises the `OSError`."""
+    path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        if error.filename is None:  # a failed write() names no file: name it, for the one-line error
+            raise OSError(error.errno, error.strerror, str(path)) from error
+        raise
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+_atomic_write_text = write_text_atomically
+
+
+@contextlib.contextmanager
+def replace_directory(path):
+    """Yields a temporary sibling of the directory `path` to write into; on success it replaces `path` (the old one is
+    moved aside, the new one renamed in, the old one deleted), on failure it is deleted and the error raised. A reader
+    never finds `path` half written: it is the old folder, the new one, or (for an instant) absent."""
+    path = Path(path)
+    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
+    for leftover in (tmp, old):
+        if leftover.exists():
+            shutil.rmtree(leftover)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if path.exists():
+        os.replace(path, old)
     os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def is_refused_write(error: BaseException, free: int | None, needed: int) -> bool:
+    """Whether `error`, raised while writing `needed` more bytes with `free` bytes free, is the file system refusing
+    the write: an OSError, or another library's error (torch's zip writer: a RuntimeError "unexpected pos";
+    safetensors: a SafetensorError) raised while less space was free than the write needed (1 MiB of slack for
+    block rounding)."""
+    return isinstance(error, OSError) or "os error 28" in str(error) or (free is not None and free < needed + (1 << 20))
+
+
+def free_bytes(path) -> int | None:
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def refused_writes(path, what: str, needed: int, intact=None):
+    """Turns a write that the file system refuses inside the block (`is_refused_write`) into the one-line
+    `StorageError` (`storage_error`); other errors pass unchanged. Clean up partial files inside the block.
+    `intact`: what is still whole, or a function that says it (called only on a failure: finding the last complete
+    checkpoint reads it)."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except Exception as error:
+        free = free_bytes(path)
+        if not is_refused_write(error, free, needed):
+            raise
+        intact = intact() if callable(intact) else intact
+        raise storage_error(error, path, what, needed=needed, intact=intact, free=free) from None
+
+
+def state_bytes(accelerator) -> int:
+    """The bytes of the tensors `save_state` writes (models and optimiser states): what a checkpoint needs on disk."""
+    import torch
+
+    total = 0
+    for model in accelerator._models:
+        total += sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    for optimizer in accelerator._optimizers:
+        for state in optimizer.state_dict()["state"].values():
+            total += sum(t.numel() * t.element_size() for t in state.values() if isinstance(t, torch.Tensor))
+    return total
+
+
+def directory_bytes(folder) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file()) if Path(folder).is_dir() else 0
 
 
 def list_checkpoints(output_dir) -> list[Path]:
@@ -69,31 +233,43 @@ def save_checkpoint(accelerator, output_dir, step: int, extra_state: dict | None
     output_dir = Path(output_dir)
     final = output_dir / f"checkpoint-{step}"
     tmp = output_dir / f"checkpoint-{step}.tmp"
-    if accelerator.is_main_process:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():  # leftover of a crash mid-save
-            shutil.rmtree(tmp)
-    accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
-    if process_state is not None:
-        torch.save(process_state, tmp / f"process_state_{accelerator.process_index}.pt")
-    accelerator.wait_for_everyone()  # every process's files are in `tmp` before the main process lists them
-    if accelerator.is_main_process:
-        files = {path.relative_to(tmp).as_posix(): path.stat().st_size
-                 for path in sorted(tmp.rglob("*")) if path.is_file()}
-        _atomic_write_text(tmp / MANIFEST, json.dumps(files, indent=2))
-        state = {"step": step, **(extra_state or {})}
-        _atomic_write_text(tmp / TRAINER_STATE, json.dumps(state, indent=2))  # last: the save is complete
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        if final.exists():  # re-saving the same step (e.g. the final save): replace the old one
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _atomic_write_text(output_dir / LATEST, final.name + "\n")
-        if save_total_limit is not None and save_total_limit > 0:
-            for old in list_checkpoints(output_dir)[:-save_total_limit]:
-                if old != final:
-                    shutil.rmtree(old, ignore_errors=True)
+    try:
+        if accelerator.is_main_process:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            if tmp.exists():  # leftover of a crash mid-save
+                shutil.rmtree(tmp)
+        accelerator.wait_for_everyone()
+        accelerator.save_state(str(tmp))
+        if process_state is not None:
+            torch.save(process_state, tmp / f"process_state_{accelerator.process_index}.pt")
+        accelerator.wait_for_everyone()  # every process's files are in `tmp` before the main process lists them
+        if accelerator.is_main_process:
+            paths = [path for path in sorted(tmp.rglob("*")) if path.is_file()]
+            files = {path.relative_to(tmp).as_posix(): {"size": path.stat().st_size, HASH: digest}
+                     for path, digest in zip(paths, file_hashes(paths))}
+            write_text_atomically(tmp / MANIFEST, json.dumps(files, indent=2))
+            state = {"step": step, "checkpoint_format": CHECKPOINT_FORMAT, **(extra_state or {})}
+            write_text_atomically(tmp / TRAINER_STATE, json.dumps(state, indent=2))  # last: the save is complete
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            if final.exists():  # re-saving the same step (e.g. the final save): replace the old one
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+            write_text_atomically(output_dir / LATEST, final.name + "\n")
+            if save_total_limit is not None and save_total_limit > 0:
+                for old in list_checkpoints(output_dir)[:-save_total_limit]:
+                    if old != final:
+                        shutil.rmtree(old, ignore_errors=True)
+    except Exception as error:
+        free, written, needed = free_bytes(output_dir), directory_bytes(tmp), state_bytes(accelerator)
+        if not is_refused_write(error, free, needed - written):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing partial left holding space
+        intact = [p for p in list_checkpoints(output_dir) if p != final]
+        kept = (f"the last complete checkpoint, {intact[-1]}, is intact" if intact else
+                "there is no complete checkpoint yet")
+        raise storage_error(error, tmp, f"checkpoint-{step}", needed=max(needed, written), intact=kept,
+                            free=free) from None
     accelerator.wait_for_everyone()
     return final
 
@@ -101,12 +277,14 @@ def save_checkpoint(accelerator, output_dir, step: int, extra_state: dict | None
 def checkpoint_problem(checkpoint) -> str | None:
     """What makes `checkpoint` unusable, in a few words (e.g. "model.safetensors is missing"); None when complete.
 
-    Complete: ``trainer_state.json`` is there (the save finished), every file ``manifest.json`` lists is there, each
-    ``.safetensors`` file has the size it was written with and a readable header that covers the whole file, and a
-    pickled state (accelerate's ``optimizer.bin``, ``random_states_<rank>.pkl``, our ``process_state_<rank>.pt``) that
-    is no longer a whole zip archive (``torch.save``'s format; truncation cuts its directory off the end) has its
-    written size. A checkpoint from before manifests were written is checked for its model weights only. Reading the
-    headers and the zip directories costs a few reads per file, not a load of the weights."""
+    Complete: ``trainer_state.json`` is there (the save finished), every file ``manifest.json`` lists is there with the
+    size and the content hash it was written with (a hash reads every byte: bytes overwritten in place, a copy cut
+    short). A checkpoint whose manifest holds sizes only (written before hashes) is checked as before: each
+    ``.safetensors`` file has its written size and a readable header that covers the whole file, and a pickled state
+    (accelerate's ``optimizer.bin``, ``random_states_<rank>.pkl``, our ``process_state_<rank>.pt``) that is no longer a
+    whole zip archive (``torch.save``'s format; truncation cuts its directory off the end) has its written size. A
+    checkpoint written with a manifest (``trainer_state.json`` says so) whose manifest is gone is damaged; one from
+    before manifests must hold the files every save writes (weights, ``optimizer.bin``, ``random_states_0.pkl``)."""
     import zipfile
 
     from safetensors import safe_open
@@ -115,23 +293,45 @@ def checkpoint_problem(checkpoint) -> str | None:
     if not (checkpoint / TRAINER_STATE).is_file():
         return f"{TRAINER_STATE} is missing (the save did not finish)"
     try:
+        state = json.loads((checkpoint / TRAINER_STATE).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return f"{TRAINER_STATE} is not valid JSON"
+    try:
         written = json.loads((checkpoint / MANIFEST).read_text()) if (checkpoint / MANIFEST).is_file() else None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         return f"{MANIFEST} is not valid JSON"
-    if written is None:  # a checkpoint written before manifests: its weights at least
+    if not isinstance(state, dict) or "step" not in state:
+        return f"{TRAINER_STATE} holds no step"
+    if written is None:
+        if state.get("checkpoint_format", 1) >= 2:
+            return f"{MANIFEST} is missing (the save wrote one)"
+        # a checkpoint written before manifests: the files every save writes
         weights = [p for pattern in ("*.safetensors", "pytorch_model*") for p in checkpoint.glob(pattern)]
         if not weights:
             return "model.safetensors is missing"
+        for pattern, name in (("optimizer*.bin", "optimizer.bin"), ("random_states_*.pkl", "random_states_0.pkl")):
+            if not any(checkpoint.glob(pattern)):
+                return f"{name} is missing"
         written = {}
-    for name, size in written.items():
+    hashed = {}
+    for name, entry in written.items():
+        size, digest = (entry, None) if isinstance(entry, int) else (entry.get("size"), entry.get(HASH))
         path = checkpoint / name
         if not path.is_file():
             return f"{name} is missing"
         actual = path.stat().st_size
+        if digest is not None:  # a hashed manifest: every byte as written (hashed below, in parallel)
+            if actual != size:
+                return f"{name} has {actual} bytes, {size} were written"
+            hashed[name] = digest
+            continue
         if name.endswith(".safetensors") and actual != size:
             return f"{name} has {actual} bytes, {size} were written"
         if not name.endswith((".safetensors", ".json")) and actual != size and not zipfile.is_zipfile(path):
             return f"{name} has {actual} bytes, {size} were written"
+    for (name, digest), found in zip(hashed.items(), file_hashes(checkpoint / name for name in hashed)):
+        if found != digest:
+            return f"{name} differs from what was written: {HASH} {found[:12]}… instead of {digest[:12]}…"
     for path in sorted(checkpoint.glob("*.safetensors")):
         try:
             with safe_open(path, "pt"):
@@ -142,19 +342,28 @@ def checkpoint_problem(checkpoint) -> str | None:
 
 
 def resume_checkpoint(output_dir) -> tuple[Path | None, list[tuple[Path, str]]]:
-    """The checkpoint to resume from, and each damaged checkpoint passed over on the way with what is wrong with it.
+    """The checkpoint to resume from, and each checkpoint passed over on the way with what is wrong with it.
 
     The checkpoint that ``latest`` names when it is complete (`checkpoint_problem`), else the newest complete
-    ``checkpoint-<step>``; ``.tmp`` directories (saves in progress) are never considered. (None, []) when there is no
-    checkpoint; (None, [...]) when every checkpoint is damaged.
+    ``checkpoint-<step>``; ``.tmp`` directories (saves in progress) are never considered. A ``latest`` that names a
+    checkpoint that is not there is passed over too (the first entry, with "latest names it"). (None, []) when there
+    is no checkpoint; (None, [...]) when every checkpoint is damaged.
     """
     output_dir = Path(output_dir)
     candidates = list(reversed(list_checkpoints(output_dir)))
     pointer = output_dir / LATEST
-    if pointer.is_file() and _CHECKPOINT_RE.match(name := pointer.read_text().strip()) and (output_dir / name).is_dir():
-        candidates.remove(output_dir / name)
-        candidates.insert(0, output_dir / name)
     damaged = []
+    if pointer.is_file():
+        try:
+            name = pointer.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            name = ""
+        if _CHECKPOINT_RE.match(name) and (output_dir / name).is_dir():
+            candidates.remove(output_dir / name)
+            candidates.insert(0, output_dir / name)
+        elif candidates:
+            damaged.append((output_dir / (name or LATEST),
+                            f"{pointer} names {name!r}, which is not there" if name else f"{pointer} is empty"))
     for candidate in candidates:
         problem = checkpoint_problem(candidate)
         if problem is None:
@@ -179,8 +388,11 @@ def checkpoint_to_resume(output_dir, warn=print) -> Path | None:
         raise UsageError(f"--resume: no complete checkpoint in {output_dir} ({names}). Restore the missing files, or "
                          "start over with --overwrite_output_dir.")
     for path, problem in damaged:
-        warn(f"warning: {path} is damaged ({problem}); resuming from {checkpoint.name}, the newest complete "
-             "checkpoint")
+        if problem.startswith(str(path.parent / LATEST)):  # the pointer, not a checkpoint
+            warn(f"warning: {problem}; resuming from {checkpoint.name}, the newest complete checkpoint")
+        else:
+            warn(f"warning: {path} is damaged ({problem}); resuming from {checkpoint.name}, the newest complete "
+                 "checkpoint")
     return checkpoint
 
 
@@ -260,6 +472,24 @@ def remove_artefacts(paths) -> None:
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
             path.unlink()
+
+
+def read_results(path, warn=print) -> dict | None:
+    """The dict of a run's `all_results.json`; None when there is none. A file that is empty or not a JSON object (a
+    disk that filled up while an older version wrote it) is named in one line through `warn` and treated as absent:
+    it never stops a --resume (the run writes it again at its end)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        results = error
+    if isinstance(results, dict):
+        return results
+    warn(f"warning: {path} is damaged ({'empty' if path.stat().st_size == 0 else 'not a JSON object'}); its results "
+         "are left out and the file is written again when this run ends")
+    return None
 
 
 def truncate_log(history_path, step: int) -> int:

@@ -5,7 +5,7 @@ holds even when the absolute numbers drift with the machine's load. Results go t
 benchmarks/speed/results.md (the docs link the latter). Nothing here is asserted in the unit tests.
 
     python benchmarks/speed/run.py [--only sblu,features,pipeline,collate,training_process,log_mel_cache,flops,encoder,
-                                           ast,pretrain] [--repeats 7]
+                                           ast,pretrain,checkpoint_hash] [--repeats 7]
     python benchmarks/speed/run.py --device cuda     # on a GPU: -> results_cuda.json / .md, with the GPU's name
 
 With --device cuda the timed work runs on the GPU (the clock is read after torch.cuda.synchronize), memory is
@@ -785,6 +785,76 @@ def bench_log_mel_cache(repeats, num_files=300, seconds=10.0, batch_size=128):
     }
 
 
+# ----------------------------------------------------------------------------------------------- checkpoint hashes
+HASH_CANDIDATES = ("sha256", "blake2b", "sha1", "md5")
+
+
+def bench_checkpoint_hash(repeats):
+    """What the manifest's content hashes add to a checkpoint of the paper preset's model (AaSP ViT-B student,
+    EMA teacher, predictor, AdamW moments), on the CPU: `accelerator.save_state` of that model into a fresh folder
+    (the save's own time) against hashing the files it wrote (`checkpointing.file_hash`, what `save_checkpoint` adds,
+    reading them back right after the write as it does, in parallel threads, one per file), interleaved, median of
+    `repeats` (at most 3: each save writes ~1.5 GB). The hashlib candidates hash the same files once each, one file
+    after the other in one thread (their single-core speed)."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    from accelerate import Accelerator
+
+    from aasp_hf.training.checkpointing import HASH, file_hashes
+
+    preset = json.loads((HERE.parents[1] / "examples" / "configs" / "pretrain_paper.json").read_text())
+    model = AaspForPreTraining(AaspConfig(**preset["model_config"]))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    for p in optimizer.param_groups[0]["params"]:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()  # AdamW's moments exist (a checkpoint of a running job holds them)
+    optimizer.zero_grad(set_to_none=True)
+    accelerator = Accelerator(cpu=True)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    work = Path(tempfile.mkdtemp(prefix="aasp_ckpt_bench_"))
+    save_s, hash_s = [], []
+    try:
+        for repeat in range(min(repeats, 3)):
+            folder = work / f"checkpoint-{repeat}"
+            started = time.perf_counter()
+            accelerator.save_state(str(folder))
+            save_s.append(time.perf_counter() - started)
+            files = sorted(p for p in folder.rglob("*") if p.is_file())
+            started = time.perf_counter()
+            file_hashes(files)
+            hash_s.append(time.perf_counter() - started)
+            if repeat < min(repeats, 3) - 1:
+                shutil.rmtree(folder)
+        sizes = {p.name: p.stat().st_size for p in files}
+        total = sum(sizes.values())
+        rates = {}
+        for name in HASH_CANDIDATES:
+            started = time.perf_counter()
+            for path in files:
+                digest = hashlib.new(name)
+                with open(path, "rb") as f:
+                    while block := f.read(1 << 22):
+                        digest.update(block)
+            rates[name] = total / 1e9 / (time.perf_counter() - started)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    save, hashing = statistics.median(save_s), statistics.median(hash_s)
+    return {
+        "what": "the manifest's content hashes vs the checkpoint save they protect (paper preset, CPU, fp32)",
+        "hash": HASH,
+        "files_bytes": sizes,
+        "checkpoint_gb": total / 1e9,
+        "save_state_s": save,
+        "hash_s": hashing,
+        "hash_over_save": hashing / save,
+        "hash_gb_per_s": total / 1e9 / hashing,
+        "candidates_gb_per_s": rates,
+        "repeats": min(repeats, 3),
+    }
+
+
 BENCHMARKS = {
     "sblu": bench_sblu,
     "features": bench_features,
@@ -796,6 +866,7 @@ BENCHMARKS = {
     "encoder": bench_encoder,
     "ast": bench_ast,
     "pretrain": bench_pretrain,
+    "checkpoint_hash": bench_checkpoint_hash,
 }
 
 

@@ -1,0 +1,254 @@
+"""One run per output folder: a hold file that works on a shared network file system.
+
+A training script takes the hold of its ``--output_dir`` before it builds anything (`hold_run_folder`) and gives it
+back when it ends, normally or with an error. A second run into a held folder (fresh or ``--resume``) is refused in
+one line naming the holder: its host, process id and start time. The hold is the file ``run.lock`` in the folder::
+
+    {"host": "node17", "pid": 41233, "started": "2026-11-28T06:40:12+00:00", "token": "…", ...}
+
+How it is taken, and why it works on NFS (where ``fcntl``/``flock`` locks depend on the server's lock manager and
+are often not honoured across clients): the holder's record is written to a private file ``run.lock.<token>``, then
+hard-linked to ``run.lock`` with ``os.link``. Creating a name is atomic on NFS (v3 and v4) as on a local disk: of two
+runs that link at the same moment exactly one succeeds, the other gets ``EEXIST``; and since the record was complete
+before the link, a reader never sees a half-written hold (``O_CREAT|O_EXCL`` then a write would show an empty file for
+a moment). The same-folder check therefore needs nothing but a file system that all the run's hosts see.
+
+While it trains, the holder refreshes the file's modification time every `HEARTBEAT_SECONDS` (a daemon thread, so a
+long step or checkpoint does not delay it; ``os.utime(path, None)`` asks an NFS server to stamp its own time). A hold
+is stale, and is taken over with one line saying whose it was, when
+
+- its host is this host, in the same PID namespace, and its process is gone (no such pid, or the pid now belongs to a
+  process started at another time, read from ``/proc/<pid>/stat``): a crash, ``kill -9``, a lost node's restart;
+- otherwise (another host, or a container with its own PID namespace) when its heartbeat is older than
+  `STALE_SECONDS` (5 minutes: ten missed beats, well beyond NFS's attribute cache of at most 60 s and a few seconds of
+  clock skew between hosts).
+
+Taking over renames the stale file aside (``os.rename`` is atomic: one of two runs that both found it stale wins)
+and checks that the renamed file is the record it judged; a fresh hold renamed by mistake is linked back.
+
+With several processes (``accelerate launch``) only the main process takes the hold; the others receive its outcome
+(`hold_run_folder` broadcasts it) and leave quietly when it was refused.
+"""
+
+import contextlib
+import errno
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..errors import UsageError
+
+HOLD = "run.lock"
+HEARTBEAT_SECONDS = 30.0
+STALE_SECONDS = 300.0
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of process `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat); None when unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # fields after "(comm)" start at field 3
+
+
+def _pid_namespace() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def _record() -> dict:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _process_start(os.getpid()),
+            "pid_namespace": _pid_namespace(), "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "token": uuid.uuid4().hex, "heartbeat_seconds": HEARTBEAT_SECONDS, "stale_seconds": STALE_SECONDS}
+
+
+def _read(path: Path) -> tuple[dict | None, float | None]:
+    """(the holder's record or None when unreadable, the file's mtime or None when it is gone)."""
+    try:
+        mtime = path.stat().st_mtime
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError):
+        return None, mtime
+    return (record if isinstance(record, dict) else None), mtime
+
+
+def describe(record: dict | None) -> str:
+    if record is None:
+        return "a run whose hold file cannot be read"
+    return f"process {record.get('pid')} on {record.get('host')} (since {record.get('started')})"
+
+
+def stale_reason(record: dict | None, mtime: float, now: float | None = None) -> str | None:
+    """Why the hold `record` (its file last touched at `mtime`) is stale; None while its run may be alive."""
+    age = (time.time() if now is None else now) - mtime
+    same_machine = (record is not None and record.get("host") == socket.gethostname()
+                    and record.get("pid_namespace") == _pid_namespace())
+    if same_machine:
+        pid = record.get("pid")
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return "its process is gone"
+        except (PermissionError, TypeError, ValueError):
+            pass
+        else:
+            started = record.get("pid_start")
+            if started is not None and _process_start(int(pid)) not in (None, started):
+                return "its process is gone (the pid now belongs to another process)"
+        return None
+    if age > STALE_SECONDS:
+        return f"its heartbeat stopped {age:.0f} s ago (stale after {STALE_SECONDS:.0f} s)"
+    return None
+
+
+class RunHold:
+    """The hold of one output folder by this process: `acquire`, then `release` (also as a context manager)."""
+
+    def __init__(self, output_dir):
+        self.output_dir = Path(output_dir)
+        self.path = self.output_dir / HOLD
+        self.record = None
+        self._created_dir = False
+        self._stop = threading.Event()
+        self._thread = None
+
+    def acquire(self, say=print) -> "RunHold":
+        """Takes the hold or raises a one-line UsageError naming the live holder (or an unwritable folder)."""
+        try:
+            if not self.output_dir.is_dir():
+                self.output_dir.mkdir(parents=True)
+                self._created_dir = True
+            self.record = _record()
+            private = self.path.with_name(f"{HOLD}.{self.record['token']}")
+            private.write_text(json.dumps(self.record, indent=2) + "\n")
+            try:
+                for _ in range(3):
+                    try:
+                        os.link(private, self.path)
+                        break
+                    except FileExistsError:
+                        self._take_over_if_stale(say)
+                else:
+                    raise UsageError(f"could not take the hold of {self.output_dir} ({self.path} keeps reappearing): "
+                                     "another run is starting there; choose another --output_dir")
+            finally:
+                private.unlink(missing_ok=True)
+        except OSError as error:
+            self._remove_created_dir()
+            reason = error.strerror or str(error)
+            hint = ("choose an --output_dir on a writable disk" if error.errno in (errno.EROFS, errno.EACCES,
+                                                                                    errno.EPERM)
+                    else "free space or choose another --output_dir")
+            raise UsageError(f"--output_dir {self.output_dir} cannot be written ({reason}: "
+                             f"{error.filename or self.output_dir}); {hint}. Nothing was started.") from None
+        except BaseException:
+            self._remove_created_dir()
+            raise
+        self._thread = threading.Thread(target=self._beat, name="run-hold-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def _take_over_if_stale(self, say):
+        record, mtime = _read(self.path)
+        if mtime is None:  # released in the meantime: link again
+            return
+        reason = stale_reason(record, mtime)
+        if reason is None and record is None:  # a file that is not a hold record, but fresh: leave it to its writer
+            raise UsageError(f"{self.output_dir} is in use: {self.path} exists but cannot be read (a run may be "
+                             "starting there); wait, or choose another --output_dir")
+        if reason is None:
+            raise UsageError(
+                f"{self.output_dir} is in use by another run: {describe(record)}, holding {self.path} (heartbeat "
+                f"{time.time() - mtime:.0f} s ago). Wait for it to finish, stop it, or choose another --output_dir. "
+                f"If that run is gone, the hold is taken over once it is stale (same host: at once; another "
+                f"host: {STALE_SECONDS:.0f} s after its last heartbeat)."
+            )
+        aside = self.path.with_name(f"{HOLD}.stale-{self.record['token']}")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:  # another run took it over first: try again
+            return
+        moved, _ = _read(aside)
+        if record is not None and (moved or {}).get("token") != record.get("token"):
+            with contextlib.suppress(FileExistsError):  # we moved a fresh hold: put it back
+                os.link(aside, self.path)
+            aside.unlink(missing_ok=True)
+            return
+        aside.unlink(missing_ok=True)
+        say(f"taking over {self.output_dir} from {describe(record)}: {reason}")
+
+    def _beat(self):
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            record, _ = _read(self.path)
+            if record is None or record.get("token") != self.record["token"]:
+                print(f"warning: the hold of {self.output_dir} was taken over by {describe(record)}; this run goes on "
+                      "but no longer holds the folder", flush=True)
+                return
+            with contextlib.suppress(OSError):
+                os.utime(self.path, None)
+
+    def release(self):
+        """Gives the hold back (only when the file is still this run's)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self.record is not None:
+            record, _ = _read(self.path)
+            if record is not None and record.get("token") == self.record["token"]:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+            self.record = None
+        self._remove_created_dir()
+
+    def _remove_created_dir(self):
+        """A folder this run created and left empty (a refused start) is removed again."""
+        if self._created_dir:
+            with contextlib.suppress(OSError):
+                self.output_dir.rmdir()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+@contextlib.contextmanager
+def hold_run_folder(output_dir, say=print):
+    """The run's hold of `output_dir` for the `with` block: taken by the main process (`RunHold.acquire`), its
+    outcome broadcast to the others; a refusal is a UsageError on the main process and a quiet exit (code 2) on the
+    others. Released when the block ends, normally or with an error."""
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list, parse_flag_from_env
+
+    # the process group the script's Accelerator then joins; on CPU as AcceleratorState starts it
+    state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+    hold, refusal = None, None
+    if state.is_main_process:
+        try:
+            hold = RunHold(output_dir).acquire(say)
+        except UsageError as error:
+            refusal = str(error)
+    if state.num_processes > 1:
+        box = [refusal]
+        broadcast_object_list(box, from_process=0)
+        refusal = box[0]
+    if refusal is not None:
+        if state.is_main_process:
+            raise UsageError(refusal)
+        raise SystemExit(2)
+    try:
+        yield hold
+    finally:
+        if hold is not None:
+            hold.release()

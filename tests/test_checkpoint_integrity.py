@@ -1,0 +1,162 @@
+"""Checkpoints prove their bytes: the manifest holds a content hash of every file and `--resume` checks it, passing
+over a damaged checkpoint (bytes zeroed in place, a file gone with its manifest, a `latest` that names nothing) in one
+line for the newest one that verifies; checkpoints from before hashes (a manifest of sizes) and before manifests still
+resume; an empty all_results.json never blocks `--resume`. Tiny preset, two steps (as tests/test_resume_safety.py)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import assert_states_close
+from safetensors.torch import load_file
+
+import pretrain
+from aasp_hf.training.checkpointing import HASH, checkpoint_problem, file_hash, load_trainer_state, resume_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_PRESET = ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"
+
+
+def argv(output_dir, *extra):
+    return ["--config", str(TINY_PRESET), "--synthetic_clips", "8", "--per_device_train_batch_size", "4",
+            "--max_steps", "2", "--warmup_steps", "1", "--save_steps", "1", "--logging_steps", "1",
+            "--report_to", "none", "--output_dir", str(output_dir), *extra]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished run of the tiny preset: 2 steps, checkpoints 1 and 2, results and encoder."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert pretrain.main(argv(out))["step"] == 2
+    return out
+
+
+@pytest.fixture
+def run(finished, tmp_path):
+    """A copy of the finished run, as if it had died right after writing checkpoint-2 (no results yet)."""
+    run = Path(shutil.copytree(finished, tmp_path / "run"))
+    (run / "all_results.json").unlink()
+    return run
+
+
+def warnings(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+
+
+def resumes_from_checkpoint_1(run, finished, capsys) -> str:
+    """--resume passes over checkpoint-2 in one warning line, trains step 2 again from checkpoint-1 and ends with the
+    finished run's state; returns the line."""
+    results = pretrain.main(argv(run, "--resume"))
+    lines = warnings(capsys)
+    assert len(lines) == 1 and lines[0].endswith("; resuming from checkpoint-1, the newest complete checkpoint")
+    assert results["start_step"] == 1 and results["step"] == 2
+    assert checkpoint_problem(run / "checkpoint-2") is None  # saved again, whole
+    assert_states_close(load_file(run / "checkpoint-2" / "model.safetensors"),
+                        load_file(finished / "checkpoint-2" / "model.safetensors"))
+    return lines[0]
+
+
+def test_the_manifest_holds_the_size_and_hash_of_every_file(finished):
+    checkpoint = finished / "checkpoint-2"
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    files = {p.name for p in checkpoint.iterdir()} - {"manifest.json", "trainer_state.json"}
+    assert set(manifest) == files and {"model.safetensors", "optimizer.bin", "random_states_0.pkl"} <= files
+    for name, entry in manifest.items():
+        assert entry == {"size": (checkpoint / name).stat().st_size, HASH: file_hash(checkpoint / name)}
+
+
+def test_bytes_zeroed_in_place_are_named_and_the_run_resumes_from_the_checkpoint_before(run, finished, capsys):
+    weights = run / "checkpoint-2" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    size = len(data)
+    data[size // 2: size // 2 + 4096] = bytes(4096)  # 4 KiB of the tensors zeroed, the header and the size intact
+    weights.write_bytes(bytes(data))
+    line = resumes_from_checkpoint_1(run, finished, capsys)
+    assert line.startswith(f"warning: {run / 'checkpoint-2'} is damaged (model.safetensors differs from what was "
+                           f"written: {HASH} ")
+
+
+def test_a_checkpoint_without_its_manifest_and_optimizer_is_passed_over(run, finished, capsys):
+    (run / "checkpoint-2" / "optimizer.bin").unlink()
+    (run / "checkpoint-2" / "manifest.json").unlink()
+    line = resumes_from_checkpoint_1(run, finished, capsys)
+    assert line.startswith(f"warning: {run / 'checkpoint-2'} is damaged (manifest.json is missing (the save wrote "
+                           "one))")
+
+
+def as_written_before(checkpoint, manifest: str | None):
+    """`checkpoint` as an older version wrote it: its trainer_state without "checkpoint_format", and a manifest of
+    sizes ("sizes") or none (None)."""
+    state = load_trainer_state(checkpoint)
+    del state["checkpoint_format"]
+    (checkpoint / "trainer_state.json").write_text(json.dumps(state))
+    entries = json.loads((checkpoint / "manifest.json").read_text())
+    if manifest == "sizes":
+        (checkpoint / "manifest.json").write_text(json.dumps({k: v["size"] for k, v in entries.items()}))
+    else:
+        (checkpoint / "manifest.json").unlink()
+
+
+def test_a_checkpoint_from_before_manifests_that_misses_a_file_is_passed_over(run, finished, capsys):
+    as_written_before(run / "checkpoint-2", None)
+    assert checkpoint_problem(run / "checkpoint-2") is None  # whole: it resumes as before
+    (run / "checkpoint-2" / "optimizer.bin").unlink()
+    line = resumes_from_checkpoint_1(run, finished, capsys)
+    assert line == (f"warning: {run / 'checkpoint-2'} is damaged (optimizer.bin is missing); resuming from "
+                    "checkpoint-1, the newest complete checkpoint")
+
+
+def test_a_checkpoint_with_a_manifest_of_sizes_still_resumes(run, finished, capsys):
+    as_written_before(run / "checkpoint-1", "sizes")
+    shutil.rmtree(run / "checkpoint-2")
+    (run / "latest").write_text("checkpoint-1\n")
+    assert resume_checkpoint(run) == (run / "checkpoint-1", [])
+    results = pretrain.main(argv(run, "--resume"))
+    assert results["start_step"] == 1 and warnings(capsys) == []
+    assert_states_close(load_file(run / "checkpoint-2" / "model.safetensors"),
+                        load_file(finished / "checkpoint-2" / "model.safetensors"))
+
+
+def test_a_latest_that_names_nothing_is_one_line(run, finished, capsys):
+    shutil.rmtree(run / "checkpoint-1")
+    (run / "latest").write_text("checkpoint-7\n")
+    results = pretrain.main(argv(run, "--resume"))
+    assert warnings(capsys) == [f"warning: {run / 'latest'} names 'checkpoint-7', which is not there; resuming from "
+                                "checkpoint-2, the newest complete checkpoint"]
+    assert results["step"] == 2
+
+
+def test_an_empty_all_results_never_blocks_resume(finished, tmp_path, capsys):
+    run = Path(shutil.copytree(finished, tmp_path / "run"))
+    (run / "all_results.json").write_text("")  # what a full disk left while an older version wrote it
+    results = pretrain.main(argv(run, "--resume"))
+    assert warnings(capsys) == [f"warning: {run / 'all_results.json'} is damaged (empty); its results are left out and "
+                                "the file is written again when this run ends"]
+    assert json.loads((run / "all_results.json").read_text()) == results and results["step"] == 2
+
+
+# ----------------------------------------------------------------------------------------------- finetune.py
+def test_finetune_passes_over_a_checkpoint_with_zeroed_bytes(tmp_path, capsys):
+    import finetune
+    from conftest import save_tiny_encoder
+
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    out = tmp_path / "run"
+    command = ["--model_name_or_path", str(encoder), "--synthetic_per_class", "4", "--clip_seconds", "0.5",
+               "--per_device_train_batch_size", "10", "--per_device_eval_batch_size", "32", "--max_steps", "2",
+               "--warmup_steps", "1", "--eval_steps", "2", "--save_steps", "1", "--output_dir", str(out)]
+    finetune.main(command)
+    (out / "all_results.json").unlink()
+    optimizer = out / "checkpoint-2" / "optimizer.bin"
+    data = bytearray(optimizer.read_bytes())
+    data[-8192:-4096] = bytes(4096)
+    optimizer.write_bytes(bytes(data))
+    capsys.readouterr()
+    results = finetune.main([*command, "--resume"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert len(lines) == 1
+    assert lines[0].startswith(f"warning: {out / 'checkpoint-2'} is damaged (optimizer.bin differs from what was "
+                               f"written: {HASH} ")
+    assert lines[0].endswith("; resuming from checkpoint-1, the newest complete checkpoint")
+    assert results["step"] == 2 and checkpoint_problem(out / "checkpoint-2") is None

@@ -1,0 +1,228 @@
+"""One run per folder, full and read-only disks, vanishing data: examples/pretrain.py as a real process.
+
+- a run into a folder that a live run holds is refused in one line naming it (host, pid, since when); the hold of a
+  run that was killed is taken over with a line; a hold from another host is taken over once its heartbeat is stale;
+  the hold is given back when a run ends with an error;
+- a read-only --output_dir is refused in one line before the model is built;
+- a full disk (a 6-MB tmpfs mounted here) while a checkpoint is written, then (remounted with room for one more
+  checkpoint only) while the encoder is exported, is one line each that names the space and the intact checkpoint
+  and leaves nothing partial; after freeing space --resume ends where the uninterrupted run ends;
+- a third of an audio folder truncated: the run saves a checkpoint and stops in one line.
+Mounting needs root (tests skip with the reason otherwise)."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from conftest import assert_states_close
+from safetensors.torch import load_file
+
+import pretrain
+from aasp_hf.errors import UsageError
+from aasp_hf.training import run_lock
+from aasp_hf.training.checkpointing import checkpoint_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_PRESET = ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def argv(output_dir, *extra, max_steps=12, save_steps=4):
+    return ["--config", str(TINY_PRESET), "--synthetic_clips", "16", "--per_device_train_batch_size", "4",
+            "--max_steps", str(max_steps), "--warmup_steps", "1", "--save_steps", str(save_steps), "--logging_steps",
+            "4", "--save_total_limit", "2", "--report_to", "none", "--output_dir", str(output_dir), *extra]
+
+
+def start(output_dir, *extra, **options):
+    return subprocess.Popen([sys.executable, str(ROOT / "examples" / "pretrain.py"), *argv(output_dir, *extra,
+                                                                                           **options)],
+                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def error_lines(stderr: str) -> list[str]:
+    """The script's error lines (tqdm's bar may share the terminal line, so split on carriage returns too)."""
+    lines = stderr.replace("\r", "\n").splitlines()
+    assert not any(line.startswith("Traceback") for line in lines), stderr[-3000:]
+    return [line for line in lines if "error:" in line]
+
+
+def wait_for(condition, timeout=120.0, poll=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(poll)
+    return False
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A 6-MB tmpfs at tmp_path/disk (unmounted at the end); `resize(mb)` remounts it larger."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip() or 'mount failed'}): needs root")
+
+    def resize(size):
+        subprocess.run(["mount", "-o", f"remount,size={size}", str(disk)], check=True)
+
+    yield disk, resize
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted run (12 steps): its last checkpoint's weights."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    assert pretrain.main(argv(out))["step"] == 12
+    return load_file(out / "checkpoint-12" / "model.safetensors")
+
+
+# ----------------------------------------------------------------------------------------------- one run per folder
+def test_a_held_folder_is_refused_in_one_line_and_a_dead_holders_hold_is_taken_over(tmp_path, capsys):
+    out = tmp_path / "run"
+    first = start(out, max_steps=100_000, save_steps=100_000)
+    try:
+        assert wait_for(lambda: (out / run_lock.HOLD).is_file() or first.poll() is not None), "no hold taken"
+        holder = json.loads((out / run_lock.HOLD).read_text())
+        assert holder["pid"] == first.pid and holder["host"] == socket.gethostname()
+        for extra in ((), ("--resume",)):  # a fresh run and a resume alike
+            with pytest.raises(UsageError) as refused:
+                pretrain.main(argv(out, *extra))
+            message = str(refused.value)
+            assert "\n" not in message
+            assert message.startswith(f"{out} is in use by another run: process {first.pid} on "
+                                      f"{socket.gethostname()} (since {holder['started']}), holding {out / 'run.lock'}")
+            assert "model:" not in capsys.readouterr().out  # refused before the model was built
+        assert first.poll() is None  # the first run was not disturbed
+    finally:
+        first.kill()
+        first.communicate()
+    results = pretrain.main(argv(out, "--overwrite_output_dir", max_steps=2))
+    out_lines = capsys.readouterr().out.splitlines()
+    assert (f"taking over {out} from process {first.pid} on {socket.gethostname()} (since "
+                            f"{holder['started']}): its process is gone") in out_lines
+    assert results["step"] == 2 and not (out / run_lock.HOLD).exists()  # given back at the end
+
+
+def hold_file(folder, host, age_seconds):
+    record = {"host": host, "pid": 1, "started": "2026-01-01T00:00:00+00:00", "token": "elsewhere"}
+    path = folder / run_lock.HOLD
+    path.write_text(json.dumps(record))
+    os.utime(path, (time.time() - age_seconds,) * 2)
+
+
+def test_a_hold_from_another_host_is_kept_while_it_beats_and_taken_over_when_stale(tmp_path):
+    hold_file(tmp_path, "node-b", age_seconds=60)
+    with pytest.raises(UsageError, match=r"in use by another run: process 1 on node-b \(since 2026-01-01T00:00:00"
+                                         r"\+00:00\).*heartbeat 60 s ago"):
+        run_lock.RunHold(tmp_path).acquire()
+    hold_file(tmp_path, "node-b", age_seconds=run_lock.STALE_SECONDS + 60)
+    said = []
+    hold = run_lock.RunHold(tmp_path).acquire(said.append)
+    assert said == [f"taking over {tmp_path} from process 1 on node-b (since 2026-01-01T00:00:00+00:00): its "
+                    f"heartbeat stopped {run_lock.STALE_SECONDS + 60:.0f} s ago (stale after "
+                    f"{run_lock.STALE_SECONDS:.0f} s)"]
+    assert json.loads((tmp_path / run_lock.HOLD).read_text())["pid"] == os.getpid()
+    hold.release()
+    assert not (tmp_path / run_lock.HOLD).exists()
+
+
+def test_the_hold_is_given_back_when_a_run_ends_with_an_error(tmp_path):
+    (tmp_path / "checkpoint-1").mkdir()  # a folder that holds a run: refused without --resume
+    with pytest.raises(UsageError, match="already holds a run"):
+        pretrain.main(argv(tmp_path))
+    assert not (tmp_path / run_lock.HOLD).exists()
+
+
+def test_a_read_only_output_dir_is_refused_before_the_model_is_built(tmp_path, capsys):
+    disk = tmp_path / "ro"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here ({mounted.stderr.strip()}): needs root")
+    try:
+        with pytest.raises(UsageError) as refused:
+            pretrain.main(argv(disk / "run"))
+        assert str(refused.value) == (f"--output_dir {disk / 'run'} cannot be written (Read-only file system: "
+                                      f"{disk / 'run'}); choose an --output_dir on a writable disk. Nothing was "
+                                      "started.")
+        assert "model:" not in capsys.readouterr().out
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+# ----------------------------------------------------------------------------------------------- a full disk
+def allocated(folder) -> int:
+    """The bytes `folder`'s files take on a tmpfs (whole 4-KiB pages)."""
+    return sum(-(-p.stat().st_size // 4096) * 4096 for p in Path(folder).rglob("*") if p.is_file())
+
+
+def test_a_full_disk_is_one_line_at_a_checkpoint_and_at_the_export_and_resume_is_exact(tmpfs, reference):
+    disk, resize = tmpfs
+    out = disk / "run"
+    # 1. Checkpoints of ~2.3 MB, all kept: two fit in 6 MB, the third one's save does not.
+    run = start(out, "--save_total_limit", "0")
+    _, stderr = run.communicate(timeout=600)
+    assert run.returncode == 2
+    (line,) = error_lines(stderr)
+    assert line.startswith(f"pretrain.py: error: cannot write checkpoint-12 to {out / 'checkpoint-12.tmp'}: No space "
+                           "left on device; it needs about ")
+    assert f"the last complete checkpoint, {out / 'checkpoint-8'}, is intact" in line
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint")) == ["checkpoint-4", "checkpoint-8"]
+    assert checkpoint_problem(out / "checkpoint-8") is None and not (out / run_lock.HOLD).exists()
+
+    # 2. Room for one more checkpoint and 256 KiB: the resumed run writes checkpoint-12, and its export (the encoder's
+    #    weights alone are 0.4 MB) meets the full disk.
+    resize(f"{(shutil.disk_usage(disk).used + allocated(out / 'checkpoint-8')) // 1024 + 256}k")
+    run = start(out, "--save_total_limit", "0", "--resume")
+    _, stderr = run.communicate(timeout=600)
+    assert run.returncode == 2
+    (line,) = error_lines(stderr)
+    assert line.startswith(f"pretrain.py: error: cannot write the encoder and results to {out}: No space left on "
+                           "device; it needs about ")
+    assert f"{out / 'checkpoint-12'} is intact and --resume exports from it" in line
+    assert checkpoint_problem(out / "checkpoint-12") is None
+    left = {p.name for p in out.iterdir()}
+    assert not left & {"encoder", "encoder.tmp", "all_results.json", "all_results.json.tmp"}, left
+
+    # 3. Space freed: --resume exports, and the state is the uninterrupted run's.
+    resize("32m")
+    results = pretrain.main(argv(out, "--save_total_limit", "0", "--resume"))
+    assert results["step"] == 12 and (out / "encoder" / "model.safetensors").is_file()
+    assert_states_close(load_file(out / "checkpoint-12" / "model.safetensors"), reference)
+
+
+# ----------------------------------------------------------------------------------------------- vanishing data
+def test_a_third_of_the_audio_failing_to_decode_saves_a_checkpoint_and_stops(tmp_path):
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(30):
+        sf.write(audio / f"clip{i:02d}.wav", (0.1 * rng.standard_normal(16000)).astype(np.float32), 16000,
+                 subtype="PCM_16")
+    for i in range(0, 30, 3):  # a third cut short, as a copy or a sync that is still running leaves them
+        path = audio / f"clip{i:02d}.wav"
+        path.write_bytes(path.read_bytes()[:20])  # the header cut
+    command = ["--config", str(TINY_PRESET), "--train_dir", str(audio), "--per_device_train_batch_size", "10",
+               "--max_steps", "40", "--warmup_steps", "1", "--save_steps", "100", "--logging_steps", "1",
+               "--report_to", "none", "--output_dir", str(tmp_path / "run")]
+    with pytest.raises(UsageError) as stopped:
+        pretrain.main(command)
+    message = str(stopped.value)
+    # the first window of at least 100 clips closes at step 10 (10 clips a step, judged every step)
+    assert message.startswith("stopping at step 10: ") and "\n" not in message
+    assert "of the last 100 clips read" in message and "more than --max_failed_clip_share 0.1" in message
+    assert checkpoint_problem(tmp_path / "run" / "checkpoint-10") is None
+    assert not (tmp_path / "run" / "encoder").exists()
