@@ -56,6 +56,7 @@ from aasp_hf.training.data_order import clip_plan, stream_clip_seeds
 from aasp_hf.training.launch import check_launch
 from aasp_hf.training.optim import set_learning_rates
 from aasp_hf.training.step import apply_update
+from aasp_hf.training.stopping import StopAgreement, exit_stopped, run_stoppable
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
@@ -76,7 +77,7 @@ from aasp_hf.data.clips import (
     load_clips,
     load_micro_batches,
 )
-from aasp_hf.errors import UsageError, check_keys, run_script
+from aasp_hf.errors import UsageError, check_keys
 from aasp_hf.hub import check_model_path
 from aasp_hf.training.arguments import PlanArguments, check_model_config, parse_arguments
 from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
@@ -747,6 +748,7 @@ def main(argv=None) -> dict:
     failure_log = FailureLog(output_dir / "decode_failures.txt")  # names the clips that fail to decode
     skipped_since_read = torch.zeros((), dtype=torch.long, device=accelerator.device)  # skipped steps not yet counted
     t_start, t_log, step_of_last_log = time.time(), time.time(), start_step
+    stop = StopAgreement(accelerator.device)  # a stop signal on any process: every process saves the same step
     model.train()
     step = start_step  # optimiser steps completed
     while step < stop_step:
@@ -776,9 +778,9 @@ def main(argv=None) -> dict:
         #     losses, on logging, monitoring and checkpoint steps only (the run stops there if too many were skipped).
         max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
         momentum = teacher_momentum(step, args.max_steps, args.teacher_momentum_base, args.teacher_momentum_final)
-        grad_norm, skipped = apply_update(accelerator, optimizer, model, step_finite, max_norm,
-                                          torch.tensor(momentum, dtype=torch.float64, device=accelerator.device),
-                                          update_teacher)
+        grad_norm, skipped, stops = apply_update(
+            accelerator, optimizer, model, step_finite, max_norm,
+            torch.tensor(momentum, dtype=torch.float64, device=accelerator.device), update_teacher, stop=stop.local())
         skipped_since_read = skipped_since_read + skipped.long()
         for name, value in step_sums.items():  # only good steps enter the logged means
             sums[name] = sums.get(name, 0.0) + torch.where(skipped, 0.0, value)
@@ -786,10 +788,12 @@ def main(argv=None) -> dict:
         step += 1
         progress.update(1)
 
-        due_log = step % args.logging_steps == 0 or step == stop_step
+        # SIGTERM / SIGUSR1 / SIGINT on any process (aasp_hf.training.stopping): log and save this step, then exit
+        stopping = stop.agreed(stops) and step < stop_step
+        due_log = step % args.logging_steps == 0 or step == stop_step or stopping
         due_monitor = monitor_inputs is not None and is_due(step, monitor_steps, stop_step)
         due_probe = probe is not None and is_due(step, probe_steps, stop_step)
-        due_save = step % args.save_steps == 0 or step == stop_step
+        due_save = step % args.save_steps == 0 or step == stop_step or stopping
         # read the skipped steps back (one host sync) on the steps every process shares, so that all of them stop
         # at the same step (monitors and the probe run on the main process only)
         if due_log or due_save:
@@ -851,7 +855,7 @@ def main(argv=None) -> dict:
 
         # 7d. Checkpoint: state + data position (the step) + this process's collator generator.
         if due_save:
-            save_checkpoint(accelerator, output_dir, step,
+            saved = save_checkpoint(accelerator, output_dir, step,
                             extra_state={"micro_batches": step * accum, "num_processes": world,
                                          "nonfinite_steps": nonfinite_steps, "run_arguments": current_arguments},
                             process_state={"collator": collator.state_dict(),
@@ -859,6 +863,9 @@ def main(argv=None) -> dict:
                             save_total_limit=args.save_total_limit)
             if args.export_with_checkpoints and accelerator.is_main_process:
                 export(unwrapped, feature_extractor, output_dir / f"checkpoint-{step}", args.export_teacher)
+        if stopping:
+            progress.close()
+            exit_stopped(accelerator, saved, step, "pretrain.py")
     progress.close()
     elapsed = time.time() - t_start
 
@@ -910,4 +917,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    run_script(main, "pretrain.py")
+    run_stoppable(main, "pretrain.py")  # SIGTERM/SIGUSR1/SIGINT: save the step, exit 75 (docs/reliability.md)
