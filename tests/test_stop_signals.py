@@ -37,19 +37,22 @@ def start(command, log_path, **popen):
                             stderr=subprocess.STDOUT, **popen)
 
 
-def signal_when(pid_of, proc, condition, sig, timeout=120.0):
-    """Once `condition()` holds, send `sig` to the process `pid_of()` names, and again every 20 ms until `proc` exits,
-    so that later signals land while the stop's checkpoint is written. Returns `proc`'s exit status."""
+def signal_when(pid_of, proc, condition, sig, timeout=120.0, repeat=True):
+    """Once `condition()` holds, send `sig` to the process `pid_of()` names, and (`repeat`) again every 20 ms until
+    `proc` exits, so that later signals land while the stop's checkpoint is written. Returns `proc`'s exit status."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before the moment to signal it"
         time.sleep(0.005)
+    sent = False
     while proc.poll() is None:
         assert time.monotonic() < deadline, "the run did not stop"
-        try:
-            os.kill(pid_of(), sig)
-        except ProcessLookupError:
-            pass
+        if repeat or not sent:
+            try:
+                os.kill(pid_of(), sig)
+                sent = True
+            except ProcessLookupError:
+                pass
         time.sleep(0.02)
     return proc.returncode
 
@@ -65,6 +68,7 @@ def stop_checkpoint(output_dir) -> tuple[Path, int]:
 
 def assert_one_stop_line(output: str, script: str, checkpoint: Path, step: int, signal_name: str):
     lines = [line for line in output.splitlines() if f"{script}: stopped by" in line]
+    assert len(lines) == 1, output[-3000:]
     assert lines == [f"{script}: stopped by {signal_name} after step {step}; saved {checkpoint}; continue with: "
                      + lines[0].split("continue with: ")[1]], output[-3000:]
     assert "--resume" in lines[0] and f"(exit status {STOPPED_EXIT_CODE})" in lines[0]
@@ -73,6 +77,8 @@ def assert_one_stop_line(output: str, script: str, checkpoint: Path, step: int, 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT])
 def test_a_signal_saves_the_step_exits_75_and_resume_gives_the_uninterrupted_run(tmp_path, reference, sig):
+    """The signal again every 20 ms until the process exits (a second signal lands during the save). One resume here
+    (SIGINT); the SLURM script's test resumes a SIGTERM stop, test_finetune_saves_the_step... a finetune.py one."""
     out = tmp_path / "run"
     out.mkdir()
     # no periodic checkpoint before the end: all that is saved mid-run is the stop's
@@ -83,6 +89,8 @@ def test_a_signal_saves_the_step_exits_75_and_resume_gives_the_uninterrupted_run
     checkpoint, step = stop_checkpoint(out)
     assert 2 <= step < MAX_STEPS and logged_steps(out)[-1] == step  # the step it finished was logged and saved
     assert_one_stop_line(output, "pretrain.py", checkpoint, step, sig.name)
+    if sig != signal.SIGINT:  # the same stop as SIGINT's; its resume is tested once
+        return
     results = pretrain.main(argv(out, save_steps=100, resume=True))
     assert results["start_step"] == step and results["step"] == MAX_STEPS
     assert_same_state(reference, out)
@@ -248,3 +256,33 @@ def test_the_stop_agreement_reads_the_flag_one_step_late_on_an_accelerator():
     assert decisions == [False, False, False, True]
     at_once = StopAgreement(torch.device("cpu"), request)  # lag 0 on the CPU
     assert at_once.lag == 0 and [at_once.agreed(torch.tensor(v)) for v in (0.0, 1.0)] == [False, True]
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_the_slurm_script_stops_the_run_on_usr1_requeues_it_and_the_requeued_run_resumes(tmp_path, reference,
+                                                                                        processes):
+    """examples/slurm/pretrain.sbatch without SLURM: SIGUSR1 to the batch shell alone (what `--signal=B:USR1@T`
+    does), the launcher given as LAUNCH (python; torchrun with two gloo processes) and `scontrol requeue` as REQUEUE.
+    The run saves its step, the script requeues it, and the script run again (the requeued job) resumes and ends."""
+    out, requeued = tmp_path / "run", tmp_path / "requeued"
+    out.mkdir()
+    launch = [sys.executable] if processes == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                      "--nproc_per_node", "2"]
+    env = {"LAUNCH": " ".join(launch), "REQUEUE": f"touch {requeued}", "ACCELERATE_USE_CPU": "1"}
+    script = ["bash", str(ROOT / "examples" / "slurm" / "pretrain.sbatch"), *argv(out, save_steps=100)]
+    proc = start(script, tmp_path / "first.log", env=env)
+    status = signal_when(lambda: proc.pid, proc, lambda: 2 in logged_steps(out), signal.SIGUSR1, repeat=False)
+    output = (tmp_path / "first.log").read_text()
+    assert status == 0 and requeued.exists(), output[-3000:]
+    checkpoint, step = stop_checkpoint(out)
+    assert 2 <= step < MAX_STEPS
+    assert "training stopped with a checkpoint" in output and f"saved {checkpoint}" in output
+
+    requeued.unlink()
+    proc = start(script, tmp_path / "second.log", env=env)
+    proc.wait(timeout=300)
+    assert proc.returncode == 0 and not requeued.exists(), (tmp_path / "second.log").read_text()[-3000:]
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["start_step"] == step and results["step"] == MAX_STEPS and results["num_processes"] == processes
+    if processes == 1:
+        assert_same_state(reference, out)
