@@ -37,9 +37,10 @@ def start(command, log_path, **popen):
                             stderr=subprocess.STDOUT, **popen)
 
 
-def signal_when(pid_of, proc, condition, sig, timeout=120.0, repeat=True):
-    """Once `condition()` holds, send `sig` to the process `pid_of()` names, and (`repeat`) again every 20 ms until
-    `proc` exits, so that later signals land while the stop's checkpoint is written. Returns `proc`'s exit status."""
+def signal_when(pid_of, proc, condition, sig, timeout=120.0, repeat=True, group=False):
+    """Once `condition()` holds, send `sig` to the process `pid_of()` names (`group`: to its process group), and
+    (`repeat`) again every 20 ms until `proc` exits, so that later signals land while the stop's checkpoint is
+    written. Returns `proc`'s exit status."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before the moment to signal it"
@@ -49,7 +50,7 @@ def signal_when(pid_of, proc, condition, sig, timeout=120.0, repeat=True):
         assert time.monotonic() < deadline, "the run did not stop"
         if repeat or not sent:
             try:
-                os.kill(pid_of(), sig)
+                (os.killpg if group else os.kill)(pid_of(), sig)
                 sent = True
             except ProcessLookupError:
                 pass
@@ -77,13 +78,17 @@ def assert_one_stop_line(output: str, script: str, checkpoint: Path, step: int, 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1, signal.SIGINT])
 def test_a_signal_saves_the_step_exits_75_and_resume_gives_the_uninterrupted_run(tmp_path, reference, sig):
-    """The signal again every 20 ms until the process exits (a second signal lands during the save). One resume here
-    (SIGINT); the SLURM script's test resumes a SIGTERM stop, test_finetune_saves_the_step... a finetune.py one."""
+    """The signal again every 20 ms until the process exits (a second signal lands during the save). SIGTERM goes to
+    the whole process group, a DataLoader worker included, as a terminal's Ctrl-C or a cluster sends it (before, the
+    worker died and the run failed on its next batch). One resume here (SIGINT); the SLURM script's test resumes a
+    SIGTERM stop, test_finetune_saves_the_step... a finetune.py one."""
     out = tmp_path / "run"
     out.mkdir()
+    group = sig == signal.SIGTERM
     # no periodic checkpoint before the end: all that is saved mid-run is the stop's
-    proc = start([*PRETRAIN, *argv(out, save_steps=100)], tmp_path / "run.log")
-    status = signal_when(lambda: proc.pid, proc, lambda: 2 in logged_steps(out), sig)
+    proc = start([*PRETRAIN, *argv(out, save_steps=100, dataloader_num_workers=1 if group else 0)],
+                 tmp_path / "run.log", start_new_session=True)
+    status = signal_when(lambda: proc.pid, proc, lambda: 2 in logged_steps(out), sig, group=group)
     output = (tmp_path / "run.log").read_text()
     assert status == STOPPED_EXIT_CODE, output[-3000:]
     checkpoint, step = stop_checkpoint(out)
