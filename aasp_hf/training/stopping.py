@@ -22,6 +22,8 @@ Two facts of Linux the handler also fixes:
 - `accelerate launch` with one process (its `simple_launcher`: `subprocess.Popen` then `wait`) installs no handler:
   a SIGTERM kills the launcher and leaves the training process running, orphaned. `follow_launcher` asks the kernel
   (`prctl(PR_SET_PDEATHSIG, SIGTERM)`) to send this process SIGTERM when its launcher dies, which then stops it here.
+A cluster's signal (and Ctrl-C's SIGINT) reaches the DataLoader workers too; they leave it to the training process
+(`aasp_hf.data.clips.leave_stop_signals_to_the_training_process`).
 """
 
 import os
@@ -61,9 +63,9 @@ class StopSignals:
         self._previous = {}
 
     def _handle(self, number, frame):
-        # A forked DataLoader worker inherits this handler: the signal a terminal or a cluster sends to the whole
-        # process group then leaves the worker alone, and the training process decides. Only os.write here: a print
-        # could re-enter a print that the signal interrupted.
+        # A process forked from this one (a DataLoader worker, until its worker_init_fn replaces the handlers:
+        # `aasp_hf.data.clips.leave_stop_signals_to_the_training_process`) inherits this handler: it does nothing
+        # there. Only os.write here: a print could re-enter a print that the signal interrupted.
         if os.getpid() != self._owner:
             return
         name = signal.Signals(number).name
