@@ -93,7 +93,7 @@ from aasp_hf.training.short_run import (
 from aasp_hf.errors import UsageError, check_keys
 from aasp_hf.hub import check_model_path
 from aasp_hf.training.launch import check_launch
-from aasp_hf.training.stopping import agreed_without_collective, exit_stopped, run_stoppable
+from aasp_hf.training.stopping import exit_stopped, run_stoppable, stop_agreed
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -596,7 +596,7 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         num_summed += 1
         progress.update(1)
         # SIGTERM / SIGUSR1 / SIGINT on any process (aasp_hf.training.stopping): log and save this step, then exit
-        stopping = agreed_without_collective(accelerator) and step < stop_step
+        stopping = stop_agreed(accelerator) and step < stop_step
 
         if step % args.logging_steps == 0 or step == stop_step or stopping:
             now = time.time()

@@ -141,9 +141,10 @@ class StopAgreement:
         return bool(self._pending.pop(0) > 0)
 
 
-def agreed_without_collective(accelerator, request: StopSignals = STOP) -> bool:
-    """For a loop that has no per-step collective to join (finetune.py, which reads its loss back each micro-batch
-    anyway): one process decides alone; several sum their requests in one all-reduce of a single number."""
+def stop_agreed(accelerator, request: StopSignals = STOP) -> bool:
+    """Whether every process stops after this step, for a loop that has no per-step collective to fold the request
+    into (finetune.py, which reads its loss back each micro-batch anyway): one process decides alone; several sum
+    their requests in one all-reduce of a single number."""
     if accelerator.num_processes == 1:
         return request.requested
     local = torch.full((), float(request.requested), device=accelerator.device)

@@ -8,7 +8,7 @@ its baseline, the same steps on both sides:
   EMA teacher) without the stop flag, against the same with it: the flag rides in that all-reduce (`stop=`), and the
   summed flag is read back (`StopAgreement.agreed`) as pretrain.py does on the CPU.
 - finetune: AaspForAudioClassification's forward, backward, clipping and AdamW step, against the same plus the one
-  all-reduce of one number that finetune.py adds with several processes (`agreed_without_collective`).
+  all-reduce of one number that finetune.py adds with several processes (`stop_agreed`).
 
     python benchmarks/speed/stop_flag.py [--steps 10] [--repeats 15]
 
@@ -45,7 +45,7 @@ def worker(rank: int, world: int, port: int, steps: int, repeats: int, results):
     from aasp_hf import AaspConfig, AaspForAudioClassification, AaspForPreTraining
     from aasp_hf.data.masking import sample_batch_masks
     from aasp_hf.training.step import apply_update
-    from aasp_hf.training.stopping import StopAgreement, StopSignals, agreed_without_collective
+    from aasp_hf.training.stopping import StopAgreement, StopSignals, stop_agreed
 
     accelerator = Accelerator(cpu=True)
     model_config = json.loads(PRESET.read_text())["model_config"]
@@ -87,7 +87,7 @@ def worker(rank: int, world: int, port: int, steps: int, repeats: int, results):
         classifier_optimizer.step()
         classifier_optimizer.zero_grad(set_to_none=True)
         if with_stop:
-            assert not agreed_without_collective(accelerator, request)
+            assert not stop_agreed(accelerator, request)
 
     def extra_work():  # what the flag adds to a pretrain step besides the second number in the all-reduce
         flags = torch.cat([torch.zeros(1), agreement.local().reshape(1)])
@@ -125,7 +125,7 @@ def worker(rank: int, world: int, port: int, steps: int, repeats: int, results):
     accelerator.wait_for_everyone()
     start = time.perf_counter()
     for _ in range(calls):
-        agreed_without_collective(accelerator, request)
+        stop_agreed(accelerator, request)
     measured["finetune"]["added_us_per_step"] = (time.perf_counter() - start) * 1e6 / calls
     if rank == 0:
         results.update(measured)
