@@ -100,9 +100,10 @@ from aasp_hf.training.short_run import (
     DEFAULT_BATCH_SIZE, DEFAULT_WARMUP_STEPS, PAPER_EMA_DECAY, PAPER_LEARNING_RATE, batch_size_for, ema_decay_for,
     learning_rate_for, warmup_steps_for,
 )
-from aasp_hf.errors import UsageError, check_keys, run_script
+from aasp_hf.errors import UsageError, check_keys
 from aasp_hf.hub import check_model_path
 from aasp_hf.training.launch import check_launch
+from aasp_hf.training.stopping import exit_stopped, run_stoppable, stop_agreed
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -613,11 +614,13 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         step += 1
         num_summed += 1
         progress.update(1)
+        # SIGTERM / SIGUSR1 / SIGINT on any process (aasp_hf.training.stopping): log and save this step, then exit
+        stopping = stop_agreed(accelerator) and step < stop_step
 
         data_vanishing = None
-        if step % args.logging_steps == 0 or step % args.save_steps == 0 or step == stop_step:
+        if step % args.logging_steps == 0 or step % args.save_steps == 0 or step == stop_step or stopping:
             data_vanishing = failed_share.check(accelerator)  # every process: saved below, then the run stops
-        if step % args.logging_steps == 0 or step == stop_step:
+        if step % args.logging_steps == 0 or step == stop_step or stopping:
             now = time.time()
             logs = {"step": step, "loss": loss_sum / num_summed, "learning_rate": lr, "grad_norm": float(grad_norm),
                     "steps_per_second": (step - step_of_log) / max(now - t_log, 1e-9)}
@@ -657,20 +660,23 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
                               f"(selected step {best['step']}, test there {best['test_score']:.4f})")
 
         # 7b. Checkpoint.
-        if step % args.save_steps == 0 or step == stop_step or data_vanishing is not None:
+        if step % args.save_steps == 0 or step == stop_step or stopping or data_vanishing is not None:
             process_state = {"collator_rng": collator.rng.bit_generator.state,
                              "augment_rng": augment_rng.bit_generator.state,
                              "decode_failures": decode_failures_before + collator.num_skipped}
             if rank == 0 and ema is not None:
                 process_state["ema"] = ema.state_dict()
-            save_checkpoint(accelerator, output_dir, step, process_state=process_state,
-                            extra_state={"micro_batches": micro_position, "num_processes": world, "best": best,
-                                         "history": history, "run_arguments": run_arguments},
-                            save_total_limit=args.save_total_limit)
+            saved = save_checkpoint(accelerator, output_dir, step, process_state=process_state,
+                                    extra_state={"micro_batches": micro_position, "num_processes": world, "best": best,
+                                                 "history": history, "run_arguments": run_arguments},
+                                    save_total_limit=args.save_total_limit)
         if data_vanishing is not None:
             raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved {output_dir / f'checkpoint-{step}'}. "
                              "Restore the data, then run the same command with --resume (or raise "
                              "--max_failed_clip_share).")
+        if stopping:
+            progress.close()
+            exit_stopped(accelerator, saved, step, "finetune.py")
     progress.close()
 
     # 8. The best model (EMA weights at the best validation step) for the pipeline and the Hub; results.
@@ -802,4 +808,4 @@ def finetune(args: FinetuneArguments) -> dict:
 
 
 if __name__ == "__main__":
-    run_script(main, "finetune.py")
+    run_stoppable(main, "finetune.py")  # SIGTERM/SIGUSR1/SIGINT: save the step, exit 75 (docs/reliability.md)

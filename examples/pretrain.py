@@ -56,6 +56,7 @@ from aasp_hf.training.data_order import clip_plan, stream_clip_seeds
 from aasp_hf.training.launch import check_launch
 from aasp_hf.training.optim import set_learning_rates
 from aasp_hf.training.step import apply_update
+from aasp_hf.training.stopping import StopAgreement, exit_stopped, run_stoppable
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
@@ -82,7 +83,7 @@ from aasp_hf.data.clips import (
     load_clips,
     load_micro_batches,
 )
-from aasp_hf.errors import UsageError, check_keys, run_script
+from aasp_hf.errors import UsageError, check_keys
 from aasp_hf.hub import check_model_path
 from aasp_hf.training.arguments import PlanArguments, check_model_config, parse_arguments
 from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
@@ -762,6 +763,7 @@ def train(data_args, model_args, args) -> dict:
     failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run (vanishing data)
     skipped_since_read = torch.zeros((), dtype=torch.long, device=accelerator.device)  # skipped steps not yet counted
     t_start, t_log, step_of_last_log = time.time(), time.time(), start_step
+    stop = StopAgreement(accelerator.device)  # a stop signal on any process: every process saves the same step
     model.train()
     step = start_step  # optimiser steps completed
     while step < stop_step:
@@ -792,9 +794,9 @@ def train(data_args, model_args, args) -> dict:
         #     losses, on logging, monitoring and checkpoint steps only (the run stops there if too many were skipped).
         max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
         momentum = teacher_momentum(step, args.max_steps, args.teacher_momentum_base, args.teacher_momentum_final)
-        grad_norm, skipped = apply_update(accelerator, optimizer, model, step_finite, max_norm,
-                                          torch.tensor(momentum, dtype=torch.float64, device=accelerator.device),
-                                          update_teacher)
+        grad_norm, skipped, stops = apply_update(
+            accelerator, optimizer, model, step_finite, max_norm,
+            torch.tensor(momentum, dtype=torch.float64, device=accelerator.device), update_teacher, stop=stop.local())
         skipped_since_read = skipped_since_read + skipped.long()
         for name, value in step_sums.items():  # only good steps enter the logged means
             sums[name] = sums.get(name, 0.0) + torch.where(skipped, 0.0, value)
@@ -802,10 +804,12 @@ def train(data_args, model_args, args) -> dict:
         step += 1
         progress.update(1)
 
-        due_log = step % args.logging_steps == 0 or step == stop_step
+        # SIGTERM / SIGUSR1 / SIGINT on any process (aasp_hf.training.stopping): log and save this step, then exit
+        stopping = stop.agreed(stops) and step < stop_step
+        due_log = step % args.logging_steps == 0 or step == stop_step or stopping
         due_monitor = monitor_inputs is not None and is_due(step, monitor_steps, stop_step)
         due_probe = probe is not None and is_due(step, probe_steps, stop_step)
-        due_save = step % args.save_steps == 0 or step == stop_step
+        due_save = step % args.save_steps == 0 or step == stop_step or stopping
         # read the skipped steps back (one host sync) on the steps every process shares, so that all of them stop
         # at the same step (monitors and the probe run on the main process only)
         data_vanishing = None
@@ -870,18 +874,22 @@ def train(data_args, model_args, args) -> dict:
 
         # 7d. Checkpoint: state + data position (the step) + this process's collator generator.
         if due_save:
-            save_checkpoint(accelerator, output_dir, step,
-                            extra_state={"micro_batches": step * accum, "num_processes": world,
-                                         "nonfinite_steps": nonfinite_steps, "run_arguments": current_arguments},
-                            process_state={"collator": collator.state_dict(),
-                                           **({"stream": dict(stream.position)} if stream is not None else {})},
-                            save_total_limit=args.save_total_limit)
+            saved = save_checkpoint(accelerator, output_dir, step,
+                                    extra_state={"micro_batches": step * accum, "num_processes": world,
+                                                 "nonfinite_steps": nonfinite_steps,
+                                                 "run_arguments": current_arguments},
+                                    process_state={"collator": collator.state_dict(),
+                                                   **({"stream": dict(stream.position)} if stream is not None else {})},
+                                    save_total_limit=args.save_total_limit)
             if args.export_with_checkpoints and accelerator.is_main_process:
                 export(unwrapped, feature_extractor, output_dir / f"checkpoint-{step}", args.export_teacher)
             if data_vanishing is not None:
                 raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved {output_dir / f'checkpoint-{step}'}"
                                  f"; each failed file and why: {failure_log.path}. Restore the data, then run the "
                                  "same command with --resume (or raise --max_failed_clip_share).")
+        if stopping:
+            progress.close()
+            exit_stopped(accelerator, saved, step, "pretrain.py")
     progress.close()
     elapsed = time.time() - t_start
 
@@ -941,4 +949,4 @@ def train(data_args, model_args, args) -> dict:
 
 
 if __name__ == "__main__":
-    run_script(main, "pretrain.py")
+    run_stoppable(main, "pretrain.py")  # SIGTERM/SIGUSR1/SIGINT: save the step, exit 75 (docs/reliability.md)

@@ -164,7 +164,8 @@ class AudioStream:
         micro_batches = StreamMicroBatches(self.shard, self.audio_column, self.batch_size, dict(self.position))
         # its own generator: creating an iterator must not draw from the global RNG (exact resume mid-epoch)
         loader = torch.utils.data.DataLoader(micro_batches, batch_size=None, collate_fn=_as_is,
-                                             num_workers=self.num_workers, generator=torch.Generator().manual_seed(0))
+                                             num_workers=self.num_workers, generator=torch.Generator().manual_seed(0),
+                                             worker_init_fn=leave_stop_signals_to_the_training_process)
         for epoch, examples, position in loader:
             self.position = position
             yield epoch, examples
@@ -221,13 +222,40 @@ class CollatedMicroBatches(torch.utils.data.IterableDataset):
                 yield kept[-1]
 
 
+def leave_stop_signals_to_the_training_process(worker_id: int = 0):
+    """A DataLoader `worker_init_fn`: a worker leaves SIGINT, SIGUSR1 and SIGTERM to the training process, which stops
+    at a step boundary and saves (`aasp_hf.training.stopping`), then shuts its workers down itself. Ctrl-C in a
+    terminal and a cluster's signals reach every process of the group, workers included: torch's worker handler ends
+    a worker on any SIGTERM not sent by its parent, and the training process then failed on its next batch.
+
+    SIGINT and SIGUSR1 are ignored. SIGTERM is blocked and read by a thread (`sigwaitinfo`, which tells the sender):
+    from the training process (torch's shutdown of its workers) or once that process is gone, the worker exits as
+    torch's own handler would (`os._exit(0)`); from anyone else it is ignored."""
+    import signal
+    import threading
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    parent = os.getppid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # every thread started from here on blocks it too
+
+    def wait_for_sigterm():
+        while True:
+            sender = signal.sigwaitinfo({signal.SIGTERM}).si_pid
+            if sender == parent or os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=wait_for_sigterm, daemon=True, name="sigterm").start()
+
+
 def load_micro_batches(micro_batches, num_workers: int, pin_memory: bool = False):
     """The items of `micro_batches` (an IterableDataset of finished micro-batches) made in `num_workers` DataLoader
     workers, in order; with `pin_memory` (a CUDA run) their tensors arrive in page-locked memory, so the copy to the
     GPU runs without stalling the training process."""
     # its own generator: creating an iterator must not draw from the global RNG (exact resume mid-epoch)
     return iter(torch.utils.data.DataLoader(micro_batches, batch_size=None, collate_fn=_as_is, num_workers=num_workers,
-                                            pin_memory=pin_memory, generator=torch.Generator().manual_seed(0)))
+                                            pin_memory=pin_memory, generator=torch.Generator().manual_seed(0),
+                                            worker_init_fn=leave_stop_signals_to_the_training_process))
 
 
 def _kept_by_worker() -> collections.deque:

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from ..data.clips import leave_stop_signals_to_the_training_process
+
 
 def epoch_order(num_rows: int, seed: int, epoch: int, sampler=None) -> torch.Tensor:
     """Row indices of epoch `epoch`: a seeded permutation of `num_rows`, or the sampler's draws (its
@@ -50,7 +52,8 @@ def micro_batches(rows, batch_size: int, num_processes: int, process_index: int,
         order = order.reshape(per_epoch, num_processes, batch_size)[offset:, process_index]  # (G, W, B) -> (G', B)
         # its own generator: creating an iterator must not draw from the global RNG (exact resume mid-epoch)
         loader = DataLoader(rows, batch_sampler=order.tolist(), collate_fn=list, num_workers=num_workers,
-                            generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+                            generator=torch.Generator().manual_seed(seed * 100_003 + epoch),
+                            worker_init_fn=leave_stop_signals_to_the_training_process)
         for g, examples in enumerate(loader, start=offset):
             if with_positions:  # global micro-batch g of the epoch: positions g·B·W + r·B + [0, B)
                 first = (g * num_processes + process_index) * batch_size

@@ -22,26 +22,38 @@ Mask sampling, visible/query index building and every shape that depends on data
 import torch
 
 
-def skip_flag(accelerator, step_finite: torch.Tensor, grad_norm: torch.Tensor) -> torch.Tensor:
+def skip_flag(accelerator, step_finite: torch.Tensor, grad_norm: torch.Tensor, stop: torch.Tensor | None = None):
     """Bool 0-d tensor, the same on every process: True when any process saw a non-finite loss in this step, or (without
-    a gradient scaler) the gradient norm is not finite. A sum all-reduce on the device; nothing is read back."""
-    any_bad = accelerator.reduce((~step_finite).float().reshape(1), reduction="sum")[0] > 0
+    a gradient scaler) the gradient norm is not finite. A sum all-reduce on the device; nothing is read back.
+
+    With `stop` (this process's stop request, a 0-d float tensor: `aasp_hf.training.stopping.StopAgreement.local`)
+    the request rides in the same all-reduce, as a second number; returns (skip flag, stop requests summed over the
+    processes) then."""
+    flags = (~step_finite).float().reshape(1)
+    if stop is not None:
+        flags = torch.cat([flags, stop.float().reshape(1)])
+    summed = accelerator.reduce(flags, reduction="sum")
+    any_bad = summed[0] > 0
     if accelerator.scaler is None:
         any_bad = any_bad | ~torch.isfinite(torch.as_tensor(grad_norm, device=any_bad.device))
-    return any_bad
+    return any_bad if stop is None else (any_bad, summed[1])
 
 
-def apply_update(accelerator, optimizer, model, step_finite, max_norm: float, momentum, update_teacher=None):
+def apply_update(accelerator, optimizer, model, step_finite, max_norm: float, momentum, update_teacher=None,
+                 stop=None):
     """After the backward passes of a step: clip, decide the skip on the device, AdamW step, EMA teacher update.
 
     accelerator: the run's `accelerate.Accelerator`; optimizer: the prepared fused AdamW; model: the prepared model
     (its parameters are clipped); step_finite: bool 0-d tensor, every micro-batch's loss finite on this process;
     momentum: float or 0-d tensor, this step's teacher momentum m; update_teacher: the unwrapped model's
-    `update_teacher` (or its compiled version).
-    Returns (grad_norm, skipped): 0-d tensors on the device.
+    `update_teacher` (or its compiled version); stop: this process's stop request (`skip_flag`), or None.
+    Returns (grad_norm, skipped): 0-d tensors on the device; with `stop`, (grad_norm, skipped, the stop requests
+    summed over the processes).
     """
     grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
-    skipped = skip_flag(accelerator, step_finite, grad_norm)
+    skipped = skip_flag(accelerator, step_finite, grad_norm, stop)
+    if stop is not None:
+        skipped, stops = skipped
     inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps the torch one
     if accelerator.scaler is None:
         if not inner.defaults.get("fused"):
@@ -53,5 +65,5 @@ def apply_update(accelerator, optimizer, model, step_finite, max_norm: float, mo
     momentum = torch.as_tensor(momentum, dtype=torch.float64, device=skipped.device)
     # θ_teacher ← m·θ_teacher + (1 − m)·θ_student; m = 1 on a skipped step leaves the teacher exactly as it was
     (update_teacher or accelerator.unwrap_model(model).update_teacher)(torch.where(skipped, 1.0, momentum))
-    return grad_norm, skipped
+    return (grad_norm, skipped) if stop is None else (grad_norm, skipped, stops)
 
