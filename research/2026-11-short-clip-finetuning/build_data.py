@@ -22,8 +22,8 @@ clips are mixed to mono and resampled to 8 kHz, otherwise as recorded (no trimmi
 Encoders (random initialisation, seed 0, the default front end): tiny (the tiny preset, D = 64, 2 layers, AaPE),
 tiny_spe (the same with the plain patch embedding), small (the small preset's D = 192, 4 layers, AaPE), small_spe;
 tiny_mean and small_mean (the same weights, `classifier_pooling="mean"`: the classifier reads the mean of the patch
-tokens instead of CLS) and tiny_f4k (tiny's weights, mel filters up to 4 kHz, the Nyquist frequency of the 8-kHz
-clips, instead of 8 kHz).
+tokens instead of CLS), tiny_f4k (tiny's weights, mel filters up to 4 kHz, the Nyquist frequency of the 8-kHz
+clips, instead of 8 kHz), tiny_spe_mean and tiny_f4k_mean (both changes).
 """
 
 import argparse
@@ -110,7 +110,9 @@ def fresh_encoders(folder: Path, seed: int = 0):
     # variants of the same weights: mean pooling of the patch tokens instead of CLS; mel bins up to 4 kHz only
     for source, target, file, change in (("tiny", "tiny_mean", "config.json", {"classifier_pooling": "mean"}),
                                          ("small", "small_mean", "config.json", {"classifier_pooling": "mean"}),
-                                         ("tiny", "tiny_f4k", "preprocessor_config.json", {"f_max": 4000.0})):
+                                         ("tiny", "tiny_f4k", "preprocessor_config.json", {"f_max": 4000.0}),
+                                         ("tiny_spe", "tiny_spe_mean", "config.json", {"classifier_pooling": "mean"}),
+                                         ("tiny_mean", "tiny_f4k_mean", "preprocessor_config.json", {"f_max": 4000.0})):
         shutil.copytree(folder / source, folder / target, dirs_exist_ok=True)
         values = json.loads((folder / target / file).read_text())
         (folder / target / file).write_text(json.dumps({**values, **change}, indent=2))

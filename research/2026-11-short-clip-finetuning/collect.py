@@ -1,5 +1,6 @@
 """Reads the study's run folders (finetune.py's all_results.json, log_history.jsonl, the command and its seconds
-from the runner's log) and the baseline's JSON files into results.json.
+from the runner's log; linear_eval.py's in runs_le/ beside runs/) and the baseline's JSON files into results.json,
+and prints the README's table.
 
     python research/2026-11-short-clip-finetuning/collect.py --runs /tmp/study/runs --logs /tmp/study/logs \
         --output research/2026-11-short-clip-finetuning/results.json
@@ -32,6 +33,12 @@ def collect(runs: Path, logs: Path) -> dict:
             "total_train_batch_size": run["total_train_batch_size"],
             "settings": {k: run["arguments"].get(k) for k in KEPT},
         }
+    for path in sorted(runs.parent.glob("runs_le/*/all_results.json")):  # linear_eval.py's runs beside runs/
+        probe = json.loads(path.read_text())
+        result.setdefault("linear_probes", {})[path.parent.name] = {
+            "command": (logs / f"{path.parent.name}.cmd").read_text().strip(),
+            "test_mean": probe["test_mean"], "test_std": probe["test_std"], "test_per_seed": probe["test_per_seed"],
+            "seeds": probe["seeds"]}
     for path in sorted(logs.glob("baseline_*.json")):
         result["baselines"][path.stem] = json.loads(path.read_text())
     return result
@@ -43,6 +50,11 @@ RECIPES = {  # run name (without split and seed) -> encoder and the flags added 
     "b32_400_ld1": "`tiny`, the same + `--layer_decay 1.0`",
     "b32_400_ld1_mean": "`tiny_mean` (head on the mean of the patch tokens), the same",
     "b32_400_ld1_mean_lr4e3": "`tiny_mean`, the same + `--learning_rate 4e-3`",
+    "b32_400_mean_lr4e3": "`tiny_mean`, the same with layer decay 0.65 (the default)",
+    "b32_400_ld1_mean_lr4e3_spe": "`tiny_spe_mean` (plain patch embedding), b32, 400 steps, layer decay 1, lr 4e-3",
+    "b32_400_ld1_mean_lr4e3_f4k": "`tiny_f4k_mean` (mel bins to 4 kHz), b32, 400 steps, layer decay 1, lr 4e-3",
+    "b32_400_ld1_mean_lr4e3_small": "`small_mean` (D = 192, 4 layers), b32, 400 steps, layer decay 1, lr 4e-3",
+    "docmean_lr4e3": "`tiny`, the documented command + `--classifier_pooling mean --learning_rate 4e-3`",
 }
 
 
