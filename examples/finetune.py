@@ -133,7 +133,8 @@ RUN_ARGUMENTS = {
     "weight_decay": "optimiser", "adam_beta1": "optimiser", "adam_beta2": "optimiser", "adam_epsilon": "optimiser",
     "max_grad_norm": "optimiser",
     # the model and the arithmetic
-    "model_name_or_path": "model", "drop_path_rate": "model", "mixed_precision": "precision",
+    "model_name_or_path": "model", "drop_path_rate": "model", "classifier_pooling": "model",
+    "mixed_precision": "precision",
     # what the checkpoint's state must fit, so no flag allows a change: a frozen stem leaves the optimiser without
     # its parameters; the weight EMA is saved only when it is on
     "freeze_feature_encoder": "fixed", "ema_decay": "fixed",
@@ -169,6 +170,10 @@ class FinetuneArguments(PlanArguments):
     dataloader_num_workers: int = field(default=0, metadata={"help": "worker processes that load the clips"})
     # model
     drop_path_rate: float = field(default=0.1, metadata={"help": "stochastic depth of the encoder blocks"})
+    classifier_pooling: str | None = field(default=None, metadata={
+        "help": "what the head reads: 'cls' (the paper's: the class token, which pre-training trains) or 'mean' (the "
+                "mean of the patch tokens: for an encoder whose class token was never trained, e.g. a fresh one); "
+                "unset: the encoder's config (cls)"})
     freeze_feature_encoder: bool = field(default=False, metadata={"help": "freeze the SPE/AaPE patch embedding"})
     # optimisation (Table hyperparams 1)
     output_dir: str = field(default="finetune_output", metadata={"help": "where checkpoints, the log, the results "
@@ -250,6 +255,9 @@ def parse_args(argv=None) -> FinetuneArguments:
     if args.select_on not in SELECT_ON:
         raise ValueError(f"select_on={args.select_on!r}: use one of {SELECT_ON}")
     logmel_baseline.check_choice(args.baseline, args.baseline_max_clips)
+    if args.classifier_pooling not in (None, "cls", "mean"):
+        raise UsageError(f"--classifier_pooling {args.classifier_pooling}: use cls (the class token) or mean (the "
+                         "mean of the patch tokens)")
     resumed = resumed_run_arguments(args.output_dir) if args.resume else {}
     for name, rule in (("learning_rate", learning_rate_for), ("ema_decay", ema_decay_for),
                        ("warmup_steps", warmup_steps_for)):  # unset: derived from the run's length, said in a line
@@ -490,6 +498,7 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         label2id={n: i for i, n in enumerate(names)},
         problem_type="multi_label_classification" if multi_label else "single_label_classification",
         drop_path_rate=args.drop_path_rate,
+        **({"classifier_pooling": args.classifier_pooling} if args.classifier_pooling else {}),
     )
     if args.freeze_feature_encoder:
         model.freeze_feature_encoder()

@@ -237,3 +237,18 @@ def test_select_on_test_and_last_and_the_global_batch_by_accumulation(encoder_di
     assert (args.select_on, args.kfold_validation) == ("test", "evar")
     with pytest.raises(ValueError, match="not a multiple"):
         finetune.main(common[:-1] + ["25", "--output_dir", str(tmp_path / "odd")])
+
+
+def test_classifier_pooling_mean_is_what_the_saved_classifier_reads(encoder_dir, tmp_path):
+    """--classifier_pooling mean: the head reads the mean of the patch tokens (the encoder's config says cls), in the
+    run and in the saved model; another value is one line."""
+    assert json.loads((encoder_dir / "config.json").read_text())["classifier_pooling"] == "cls"
+    finetune.main(["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--max_steps", "2",
+                   "--eval_steps", "2", "--classifier_pooling", "mean", "--output_dir", str(tmp_path), *CLIP])
+    model = AaspForAudioClassification.from_pretrained(tmp_path)
+    assert model.config.classifier_pooling == "mean"
+    hidden = torch.randn(2, 5, model.config.hidden_size)
+    assert torch.equal(model.pool(hidden), hidden[:, 1:].mean(dim=1))
+    with pytest.raises(finetune.UsageError, match="--classifier_pooling max: use cls"):
+        finetune.parse_args(["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4",
+                             "--classifier_pooling", "max"])
