@@ -32,7 +32,12 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs
 from transformers.utils.generic import can_return_tuple
-from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+try:  # transformers >= 5.2: output recording by forward hooks
+    from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+except ImportError:  # transformers 5.0 and 5.1: the same recording, by patching the recorded blocks' forward per call
+    from transformers.utils.generic import OutputRecorder
+    from transformers.utils.generic import check_model_inputs as capture_outputs
 
 from .configuration_aasp import _LOADED_AS_REMOTE_CODE, AaspConfig
 from .patch_embedding_aasp import AaspEmbeddings, AaspSBLU
@@ -92,7 +97,7 @@ class AaspPreTrainedModel(PreTrainedModel):
     _can_record_outputs = {
         "hidden_states": OutputRecorder(AaspLayer, index=0),
         "attentions": OutputRecorder(AaspLayer, index=1),
-        "ffn_outputs": OutputRecorder(AaspLayer, index=2, capture_initial_hidden_state=False),
+        "ffn_outputs": OutputRecorder(AaspLayer, index=2),
     }
 
     @torch.no_grad()
