@@ -364,7 +364,8 @@ class AaspModel(AaspPreTrainedModel):
         cls = self.cls_token.expand(patches.shape[0], -1, -1).to(patches.dtype)  # (B, 1, D), no position
         hidden_states = self.embedding_dropout(self.embedding_norm(torch.cat([cls, patches], dim=1)))  # (B, 1 + N, D)
 
-        attn_mask = create_bidirectional_mask(config=c, inputs_embeds=hidden_states, attention_mask=token_mask)
+        # by position: transformers 5.0 names the embeddings input_embeds, later releases inputs_embeds
+        attn_mask = create_bidirectional_mask(c, hidden_states, token_mask)
         for layer in self.layers:
             hidden_states, _, _ = layer(hidden_states, attn_mask, output_attentions)
         if self.norm is not None:

@@ -9,7 +9,8 @@ array, or read by `aasp_hf.data.decode_audio`, the feature extractor's `mono=Tru
 channel mean. Here a file is decoded by torchcodec (the decoder `datasets` uses), resampled by it to 16 kHz with every
 channel kept, and the channels are then averaged: sample for sample what `decode_audio` gives. A WAV whose header
 promises more frames than the file holds is classified on the whole frames it holds, with a warning naming the file.
-Arrays and dicts go to transformers' pipeline unchanged.
+Arrays and dicts go to transformers' pipeline unchanged. Its scores follow the checkpoint's `problem_type` (a sigmoid
+for a multi-label checkpoint) on every transformers 5.x, through `ProblemTypeAudioClassificationPipeline`.
 """
 
 import io
