@@ -41,6 +41,12 @@ except ImportError:  # transformers 5.0 and 5.1: the same recording, by patching
 
 from .configuration_aasp import _LOADED_AS_REMOTE_CODE, AaspConfig
 from .patch_embedding_aasp import AaspEmbeddings, AaspSBLU
+
+# transformers 5.0 (and releases up to at least 5.8) copy a local checkpoint's remote code into their module cache only
+# as deep as the files the loaded module imports itself (5.17 follows every relative import), so a file that a
+# sibling imports is imported here too: without it AutoModel.from_pretrained(folder, trust_remote_code=True) found no
+# sblu.py in the cache
+from .sblu import compute_dtype  # noqa: F401
 from .transformer_block_aasp import AaspLayer
 
 

@@ -28,6 +28,7 @@ from .modeling_aasp import AaspModel, AaspPreTrainedModel
 from .objectives import clip_loss, masked_prediction_loss, multi_view_contrastive_loss, teacher_targets
 from .patch_embedding_aasp import sincos_position_embeddings
 from .transformer_block_aasp import AaspMLP, attention_function
+from .sblu import compute_dtype  # noqa: F401 - for transformers 5.0's copy of remote code (see modeling_aasp.py)
 
 
 try:  # transformers >= 5.2 records outputs by forward hooks, installed once per model
