@@ -88,6 +88,45 @@ transformers-pr-check: setup
 		-e "$(TRANSFORMERS_SRC)[quality]" "pytest>=7.2.0,<9.0.0" pytest-xdist parameterized accelerate timeout-decorator
 	$(PY) conversion/transformers_pr.py $(TRANSFORMERS_SRC) --python=$(PR_PY_ABS) $(PR_ARGS)
 
+# ---- make test-compat: every version pyproject.toml declares works -------------------------------------------------
+# Besides CI's pins (constraints.txt) and the newest releases (test-newest), two ends of the declared ranges, each in
+# a venv of its own installed from a committed, fully resolved set (docs/compatibility.md):
+#   lowest     the lowest release of each requirement that pyproject.toml allows (.ci/compat/lowest.txt, resolved
+#              from lowest.in by `uv pip compile --resolution lowest-direct`), on Python 3.11;
+#   gpu-image  the packages of the GPU machines' image: PyTorch 2.11, transformers 5.17.0, huggingface_hub 1.33.0,
+#              NumPy 2.5.2 ... (.ci/compat/gpu-image-constraints.txt), on Python 3.12 as there (NumPy 2.5 needs it).
+# Then the grouped tests (transformers-facing, Hub and pipeline, training, data, export; .ci/compat/test_groups.sh)
+# against that transformers release's own common test mixins: one PASS/FAIL line per group per set. Not part of CI:
+# the first run downloads PyTorch twice with its CUDA libraries (several GB each). `make compat-lock` re-resolves
+# the sets (uv, installed into .venv-compat-uv). Name another interpreter with COMPAT_PYTHON.<set>=...
+COMPAT_SETS := lowest gpu-image
+COMPAT_PYTHON.lowest ?= python3.11
+COMPAT_PYTHON.gpu-image ?= python3.12
+COMPAT_UV := .venv-compat-uv/bin/uv
+COMPAT_PLATFORM := --python-platform x86_64-manylinux_2_28
+
+.PHONY: test-compat compat-lock
+
+.venv-compat-%/.aasp-compat-installed: .ci/compat/%.txt pyproject.toml
+	@command -v $(COMPAT_PYTHON.$*) >/dev/null 2>&1 || { echo "the $* set needs $(COMPAT_PYTHON.$*), which is not \
+		on PATH: install it, or name one with 'make test-compat COMPAT_PYTHON.$*=/path/to/python'"; exit 2; }
+	test -x .venv-compat-$*/bin/python || $(COMPAT_PYTHON.$*) -m venv .venv-compat-$*
+	.venv-compat-$*/bin/python -m pip install --quiet --upgrade pip
+	.venv-compat-$*/bin/python -m pip install --quiet -r .ci/compat/$*.txt
+	.venv-compat-$*/bin/python tests/transformers_release.py --installed --target .venv-compat-$*/transformers-tests
+	touch $@
+
+test-compat: ffmpeg $(COMPAT_SETS:%=.venv-compat-%/.aasp-compat-installed)
+	bash .ci/compat/test_groups.sh $(COMPAT_SETS)
+
+compat-lock:
+	test -x $(COMPAT_UV) || { $(PYTHON) -m venv .venv-compat-uv && .venv-compat-uv/bin/python -m pip install --quiet uv; }
+	$(COMPAT_UV) pip compile .ci/compat/lowest.in -c .ci/compat/lowest-constraints.txt --resolution lowest-direct \
+		--python-version 3.11 $(COMPAT_PLATFORM) -o .ci/compat/lowest.txt
+	$(COMPAT_UV) pip compile .ci/compat/gpu-image.in -c .ci/compat/gpu-image-constraints.txt \
+		--python-version 3.12 $(COMPAT_PLATFORM) -o .ci/compat/gpu-image.txt
+# ---- end of test-compat ---------------------------------------------------------------------------------------------
+
 # Speed/memory ratios against baselines timed in the same run -> benchmarks/speed/results.{json,md}
 bench: setup
 	$(PY) benchmarks/speed/run.py

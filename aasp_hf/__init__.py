@@ -25,7 +25,7 @@ from .configuration_aasp import AaspConfig
 from .feature_extraction_aasp import AaspFeatureExtractor
 from .modeling_aasp import AaspForAudioClassification, AaspModel, AaspModelOutput, AaspPreTrainedModel
 from .modeling_aasp_pretraining import AaspForPreTraining, AaspForPreTrainingOutput
-from .pipeline_aasp import AaspAudioClassificationPipeline
+from .pipeline_aasp import AaspAudioClassificationPipeline, score_audio_classification_by_problem_type
 
 __version__ = "0.1.0"
 
@@ -40,6 +40,10 @@ AaspModel.register_for_auto_class("AutoModel")
 AaspForAudioClassification.register_for_auto_class("AutoModelForAudioClassification")
 AaspForPreTraining.register_for_auto_class("AutoModelForPreTraining")
 AaspFeatureExtractor.register_for_auto_class("AutoFeatureExtractor")
+# transformers 5.0 to 5.22 apply a softmax to every audio classifier's logits: a multi-label checkpoint's scores
+# would sum to 1. There, pipeline("audio-classification") builds transformers' class with the score function chosen
+# by problem_type, as 5.23 and later do (aasp_hf.pipeline_aasp).
+score_audio_classification_by_problem_type()
 
 __all__ = [
     "AaspConfig",

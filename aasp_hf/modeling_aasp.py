@@ -32,10 +32,21 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs
 from transformers.utils.generic import can_return_tuple
-from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+try:  # transformers >= 5.2: output recording by forward hooks
+    from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+except ImportError:  # transformers 5.0 and 5.1: the same recording, by patching the recorded blocks' forward per call
+    from transformers.utils.generic import OutputRecorder
+    from transformers.utils.generic import check_model_inputs as capture_outputs
 
 from .configuration_aasp import _LOADED_AS_REMOTE_CODE, AaspConfig
 from .patch_embedding_aasp import AaspEmbeddings, AaspSBLU
+
+# transformers 5.0 (and releases up to at least 5.8) copy a local checkpoint's remote code into their module cache only
+# as deep as the files the loaded module imports itself (5.17 follows every relative import), so a file that a
+# sibling imports is imported here too: without it AutoModel.from_pretrained(folder, trust_remote_code=True) found no
+# sblu.py in the cache
+from .sblu import compute_dtype  # noqa: F401
 from .transformer_block_aasp import AaspLayer
 
 
@@ -92,7 +103,7 @@ class AaspPreTrainedModel(PreTrainedModel):
     _can_record_outputs = {
         "hidden_states": OutputRecorder(AaspLayer, index=0),
         "attentions": OutputRecorder(AaspLayer, index=1),
-        "ffn_outputs": OutputRecorder(AaspLayer, index=2, capture_initial_hidden_state=False),
+        "ffn_outputs": OutputRecorder(AaspLayer, index=2),
     }
 
     @torch.no_grad()
@@ -359,7 +370,8 @@ class AaspModel(AaspPreTrainedModel):
         cls = self.cls_token.expand(patches.shape[0], -1, -1).to(patches.dtype)  # (B, 1, D), no position
         hidden_states = self.embedding_dropout(self.embedding_norm(torch.cat([cls, patches], dim=1)))  # (B, 1 + N, D)
 
-        attn_mask = create_bidirectional_mask(config=c, inputs_embeds=hidden_states, attention_mask=token_mask)
+        # by position: transformers 5.0 names the embeddings input_embeds, later releases inputs_embeds
+        attn_mask = create_bidirectional_mask(c, hidden_states, token_mask)
         for layer in self.layers:
             hidden_states, _, _ = layer(hidden_states, attn_mask, output_attentions)
         if self.norm is not None:

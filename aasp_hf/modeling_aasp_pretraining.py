@@ -20,8 +20,6 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils.output_capturing import maybe_install_capturing_hooks
 from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
@@ -29,7 +27,16 @@ from .configuration_aasp import AaspConfig
 from .modeling_aasp import AaspModel, AaspPreTrainedModel
 from .objectives import clip_loss, masked_prediction_loss, multi_view_contrastive_loss, teacher_targets
 from .patch_embedding_aasp import sincos_position_embeddings
-from .transformer_block_aasp import AaspMLP, eager_attention_forward
+from .transformer_block_aasp import AaspMLP, attention_function
+from .sblu import compute_dtype  # noqa: F401 - for transformers 5.0's copy of remote code (see modeling_aasp.py)
+
+
+try:  # transformers >= 5.2 records outputs by forward hooks, installed once per model
+    from transformers.utils.output_capturing import maybe_install_capturing_hooks
+except ImportError:  # transformers 5.0 and 5.1 patch the recorded blocks during each call: nothing to install
+
+    def maybe_install_capturing_hooks(model):
+        return None
 
 
 # ----------------------------------------------------------------------------------------------- outputs
@@ -78,9 +85,7 @@ class AaspPredictorCrossAttention(nn.Module):
         # (B', Q, P) -> (B', heads, Q, d)
         key_value = self.key_value(context).view(batch_size, context.shape[1], 2, self.num_heads, self.head_dim)
         key, value = key_value.permute(2, 0, 3, 1, 4)  # (B', L, 2, heads, d) -> 2 × (B', heads, L, d)
-        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
-        )
+        attention_interface = attention_function(self.config._attn_implementation)
         attn_output, _ = attention_interface(self, query, key, value, None, scaling=self.scaling, is_causal=False)
         return self.output(attn_output.reshape(batch_size, num_queries, width))  # (B', Q, heads, d) -> (B', Q, P)
 

@@ -106,9 +106,9 @@ class AaspLambdaEncoder(nn.Module):
         """tokens: (B, N, D) with positions; attention_mask: (B, N) token mask (1 = real patch) or None.
         Returns decay α and frequency β, each float32 (B, N, H/F̃)."""
         hidden_states = self.input_projection(tokens)  # (B, N, D) -> (B, N, D/r)
-        attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
-        )  # the form config._attn_implementation takes: (B, 1, N, N) for eager/SDPA, None when nothing is padded
+        # the form config._attn_implementation takes: (B, 1, N, N) for eager/SDPA, None when nothing is padded. The
+        # embeddings go by position: transformers 5.0 names that parameter input_embeds, later releases inputs_embeds
+        attention_mask = create_bidirectional_mask(self.config, hidden_states, attention_mask)
         for layer in self.layers:
             hidden_states, _, _ = layer(hidden_states, attention_mask)
         lambdas = self.output_projection(self.norm(hidden_states)).float()  # (B, N, 2H/F̃)

@@ -9,11 +9,13 @@ array, or read by `aasp_hf.data.decode_audio`, the feature extractor's `mono=Tru
 channel mean. Here a file is decoded by torchcodec (the decoder `datasets` uses), resampled by it to 16 kHz with every
 channel kept, and the channels are then averaged: sample for sample what `decode_audio` gives. A WAV whose header
 promises more frames than the file holds is classified on the whole frames it holds, with a warning naming the file.
-Arrays and dicts go to transformers' pipeline unchanged.
+Arrays and dicts go to transformers' pipeline unchanged. Its scores follow the checkpoint's `problem_type` (a sigmoid
+for a multi-label checkpoint) on every transformers 5.x, through `ProblemTypeAudioClassificationPipeline`.
 """
 
 import io
 import warnings
+from types import SimpleNamespace
 
 from transformers.pipelines.audio_classification import AudioClassificationPipeline
 
@@ -34,7 +36,24 @@ CUSTOM_PIPELINES = {
 }
 
 
-class AaspAudioClassificationPipeline(AudioClassificationPipeline):
+class ProblemTypeAudioClassificationPipeline(AudioClassificationPipeline):
+    """transformers' audio-classification pipeline whose scores follow the checkpoint's `problem_type` when the
+    caller names no `function_to_apply`: a sigmoid for "multi_label_classification" (independent labels, e.g.
+    AudioSet's), none for "regression", a softmax otherwise. transformers' own class does this from 5.23 on; from 5.0
+    to 5.22 it applies a softmax to every checkpoint, so a multi-label classifier's scores summed to 1. A function
+    named when the pipeline is built holds for the calls that name none."""
+
+    def _sanitize_parameters(self, top_k=None, function_to_apply=None, **kwargs):
+        preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(
+            top_k=top_k, function_to_apply=function_to_apply, **kwargs
+        )
+        if function_to_apply is None:
+            built_with = getattr(self, "_postprocess_params", {}).get("function_to_apply")  # None while building
+            postprocess_params["function_to_apply"] = built_with or default_function_to_apply(self.model.config)
+        return preprocess_params, forward_params, postprocess_params
+
+
+class AaspAudioClassificationPipeline(ProblemTypeAudioClassificationPipeline):
     """`AudioClassificationPipeline` whose file decoding averages the channels, (L + R) / 2.
 
     Takes what transformers' pipeline takes: a path (a `str` or `pathlib.Path`), a URL (torchcodec opens it), a file's
@@ -50,6 +69,45 @@ class AaspAudioClassificationPipeline(AudioClassificationPipeline):
             waveform = samples.data.mean(dim=0).numpy()  # (C, L) -> (L,)
             inputs = {"array": waveform, "sampling_rate": samples.sample_rate}
         return super().preprocess(inputs)
+
+
+def transformers_scores_by_problem_type() -> bool:
+    """Whether transformers' own `AudioClassificationPipeline` leaves the score function to the checkpoint's
+    `problem_type` when the caller names none (its parameters then carry no `function_to_apply`) rather than applying
+    a softmax to every checkpoint. Asked of the class's own parameter handling, not of its version number."""
+    config = SimpleNamespace(num_labels=2, problem_type="multi_label_classification")
+    try:
+        _, _, postprocess_params = AudioClassificationPipeline._sanitize_parameters(
+            SimpleNamespace(model=SimpleNamespace(config=config))
+        )
+    except (AttributeError, TypeError):  # the handling reads more than this stub holds: assume the old default
+        return False
+    return postprocess_params.get("function_to_apply") in (None, "sigmoid")
+
+
+def score_audio_classification_by_problem_type() -> bool:
+    """Where transformers' own audio-classification pipeline applies a softmax to every checkpoint, make
+    `pipeline("audio-classification", ...)` build `ProblemTypeAudioClassificationPipeline` (the same class with the
+    score function chosen by `problem_type`, as transformers chooses it from 5.23 on), so that a multi-label
+    checkpoint gives sigmoid scores however the pipeline is made. Other checkpoints' scores, and the decoding, are
+    transformers' own. Returns whether it replaced the task's class."""
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    task = PIPELINE_REGISTRY.supported_tasks.get("audio-classification")
+    if task is None or transformers_scores_by_problem_type() or task["impl"] is not AudioClassificationPipeline:
+        return False  # a newer transformers, or a class someone else registered: left as it is
+    PIPELINE_REGISTRY.supported_tasks["audio-classification"] = {**task, "impl": ProblemTypeAudioClassificationPipeline}
+    return True
+
+
+def default_function_to_apply(config) -> str:
+    """The function that turns a checkpoint's logits into its scores: "sigmoid" for multi-label classification,
+    "none" for regression, "softmax" for single-label classification."""
+    if config.problem_type == "multi_label_classification":
+        return "sigmoid"
+    if config.problem_type == "regression":
+        return "none"
+    return "softmax"
 
 
 def decode_clip(source, sampling_rate: int):

@@ -68,9 +68,7 @@ class AaspSelfAttention(nn.Module):
 
         attention_interface: Callable = eager_attention_forward
         if not output_attentions:
-            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-                self.config._attn_implementation, eager_attention_forward
-            )
+            attention_interface = attention_function(self.config._attn_implementation)
         attn_output, attn_weights = attention_interface(
             self,
             query,
@@ -83,6 +81,21 @@ class AaspSelfAttention(nn.Module):
         )
         attn_output = attn_output.reshape(batch_size, seq_len, -1)  # (B, N, heads, d) -> (B, N, D)
         return self.output(attn_output), attn_weights
+
+
+def attention_function(implementation: str | None) -> Callable:
+    """The attention function transformers registers for `config._attn_implementation` ("sdpa", "flex_attention",
+    "flash_attention_2", ...), `eager_attention_forward` for "eager" or None. Through the registry's `get_interface`,
+    which also refuses a name it does not hold, where the installed transformers has it; transformers 5.0 and 5.1 have
+    only the registry's mapping, read here with the same refusal."""
+    get_interface = getattr(ALL_ATTENTION_FUNCTIONS, "get_interface", None)
+    if get_interface is not None:
+        return get_interface(implementation, eager_attention_forward)
+    if implementation is None or implementation == "eager":
+        return eager_attention_forward
+    if implementation not in ALL_ATTENTION_FUNCTIONS:
+        raise KeyError(f"`{implementation}` is not an attention implementation transformers registers")
+    return ALL_ATTENTION_FUNCTIONS[implementation]
 
 
 class AaspMLP(nn.Module):
