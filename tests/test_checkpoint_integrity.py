@@ -14,14 +14,7 @@ from safetensors.torch import load_file
 import pretrain
 from aasp_hf.training.checkpointing import HASH, checkpoint_problem, file_hash, load_trainer_state, resume_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY_PRESET = ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"
-
-
-def argv(output_dir, *extra):
-    return ["--config", str(TINY_PRESET), "--synthetic_clips", "8", "--per_device_train_batch_size", "4",
-            "--max_steps", "2", "--warmup_steps", "1", "--save_steps", "1", "--logging_steps", "1",
-            "--report_to", "none", "--output_dir", str(output_dir), *extra]
+from test_resume_safety import argv  # the tiny preset's 2-step run with a checkpoint per step
 
 
 @pytest.fixture(scope="module")
