@@ -75,7 +75,7 @@ class AaspConfig(PreTrainedConfig):
             Dropout on the attention weights.
         drop_path_rate (`float`, *optional*, defaults to 0.0):
             Stochastic depth: the drop probability grows linearly over the blocks up to this value.
-        layer_norm_eps (`float`, *optional*, defaults to 1e-6):
+        layer_norm_eps (`float`, *optional*, defaults to 1e-06):
             Epsilon of the LayerNorms.
         initializer_range (`float`, *optional*, defaults to 0.02):
             Standard deviation of the initial weights.
@@ -154,8 +154,9 @@ class AaspConfig(PreTrainedConfig):
             M, the masked views of each clip (Sec. 3.4); at least 2 when `contrastive_loss_weight` > 0.
         mask_query_ratio (`float`, *optional*, defaults to 0.75):
             Fraction of the hidden tokens the predictor queries (Sec. 4.2).
-        mask_block_sizes (`list`, *optional*, defaults to `[[3, 8], [4, 6], [5, 5]]`):
-            The (frequency × time) patch blocks of inverse block masking; each view draws one (Sec. 4.2).
+        mask_block_sizes (`tuple[tuple[int, int], ...]`, *optional*, defaults to `((3, 8), (4, 6), (5, 5))`):
+            The (frequency × time) patch blocks of inverse block masking; each view draws one (Sec. 4.2). Any
+            sequence of pairs; stored as a list of lists, `[[3, 8], [4, 6], [5, 5]]` by default.
         target_norm_axis (`str`, *optional*, defaults to `"tokens"`):
             The instance norm of each teacher layer before the layers are averaged: `"tokens"`, per channel across
             the tokens (EAT's code), or `"channels"`, per token across the embedding (the paper's wording, Sec. 3.4).

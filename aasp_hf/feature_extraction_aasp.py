@@ -43,22 +43,41 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
     Turns raw 16 kHz mono audio into the normalised log-mel spectrogram an AaSP model takes.
 
     Args:
-        feature_size (`int`, defaults to 128): number of mel bins F.
-        sampling_rate (`int`, defaults to 16000): the rate audio must have; other rates raise an error.
-        padding_value (`float`, defaults to 0.0): value of padding frames, in the normalised domain.
-        mode (`str`, defaults to `"m2d"`): `"m2d"` (the paper's front end) or `"kaldi"` (EAT's front end, for
-            converted EAT checkpoints); see `audio_frontends_aasp.py`.
-        n_fft (`int`, *optional*): FFT size. Default 1024 (m2d) or 512 (kaldi).
-        win_length (`int`, defaults to 400): window length in samples (25 ms).
-        hop_length (`int`, defaults to 160): hop in samples (10 ms, the step Δ of the paper).
-        f_min, f_max (`float`, *optional*): mel range in Hz. Defaults 50 / 8000 (m2d), 20 / Nyquist (kaldi).
-        mean, std (`float`, *optional*): normalisation `(x - mean) / std`. Defaults -7.1 / 4.1 (m2d),
-            -4.268 / 9.138 (kaldi, EAT's `(x + 4.268) / (2 * 4.569)`). Stored resolved.
-        do_normalize (`bool`, defaults to `True`): apply the normalisation above.
-        frame_multiple (`int`, defaults to 16): output frame counts are rounded up to a multiple of this. The default
-            is `configuration_aasp.TIME_PATCH_SIZE`, which is also `AaspConfig.time_patch_size`'s default.
-        max_frames (`int`, *optional*): default for `__call__(max_frames=...)`; a multiple of `frame_multiple`.
-        return_attention_mask (`bool`, defaults to `True`): return the frame-level attention mask.
+        feature_size (`int`, *optional*, defaults to 128):
+            Number of mel bins F.
+        sampling_rate (`int`, *optional*, defaults to 16000):
+            The rate audio must have; other rates raise an error.
+        padding_value (`float`, *optional*, defaults to 0.0):
+            Value of padding frames, in the normalised domain.
+        mode (`str`, *optional*, defaults to `"m2d"`):
+            `"m2d"` (the paper's front end) or `"kaldi"` (EAT's front end, for converted EAT checkpoints); see
+            `audio_frontends_aasp.py`.
+        n_fft (`int`, *optional*):
+            FFT size. Default 1024 (m2d) or 512 (kaldi).
+        win_length (`int`, *optional*, defaults to 400):
+            Window length in samples (25 ms).
+        hop_length (`int`, *optional*, defaults to 160):
+            Hop in samples (10 ms, the step Δ of the paper).
+        f_min (`float`, *optional*):
+            Lower edge of the mel range in Hz. Default 50 (m2d) or 20 (kaldi).
+        f_max (`float`, *optional*):
+            Upper edge of the mel range in Hz. Default 8000 (m2d) or the Nyquist frequency, `sampling_rate / 2`
+            (kaldi).
+        mean (`float`, *optional*):
+            The mean of the normalisation `(x - mean) / std`. Default -7.1 (m2d) or -4.268 (kaldi, EAT's
+            `(x + 4.268) / (2 * 4.569)`). Stored resolved.
+        std (`float`, *optional*):
+            The standard deviation of the normalisation `(x - mean) / std`. Default 4.1 (m2d) or 9.138 (kaldi, EAT's
+            `2 * 4.569`). Stored resolved.
+        do_normalize (`bool`, *optional*, defaults to `True`):
+            Whether to apply the normalisation above.
+        frame_multiple (`int`, *optional*, defaults to 16):
+            Output frame counts are rounded up to a multiple of this. The default is
+            `configuration_aasp.TIME_PATCH_SIZE`, which is also `AaspConfig.time_patch_size`'s default.
+        max_frames (`int`, *optional*):
+            Default for `__call__(max_frames=...)`; a multiple of `frame_multiple`.
+        return_attention_mask (`bool`, *optional*, defaults to `True`):
+            Whether to return the frame-level attention mask.
 
     Any other keyword is refused with a ValueError that names it and the closest valid one (a misspelt setting would
     otherwise be kept as an inert attribute), except the keys a saved preprocessor_config.json holds (`SAVED_KEYS`).
