@@ -125,10 +125,13 @@ def _replace_lines(source: str, spans: list[tuple[int, int, str]]) -> str:
 def rewrite_imports(source: str, name: str = "<source>") -> str:
     """`from transformers[.x.y] import ...` -> `from ...[x.y] import ...` (the file sits in transformers/models/aasp/);
     `from transformers import PreTrainedModel` -> `from ...modeling_utils import PreTrainedModel`. Relative imports of
-    sibling files stay as they are. A bare `import transformers`, or a top-level name without a known home, is an
-    error naming the file: the writer must not guess."""
+    sibling files stay as they are. Imports inside a block (a `try` with a fallback for older transformers releases, a
+    function's own import) are rewritten the same way at their indentation: inside the tree, `transformers` is the
+    package the file belongs to. A bare `import transformers`, or a top-level name without a known home, is an error
+    naming the file: the writer must not guess."""
     spans = []
-    for node in ast.parse(source).body:
+    lines = source.splitlines()
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "transformers" for a in node.names):
             raise UsageError(f"{name}:{node.lineno}: `import transformers` has no relative form; import names from "
                              "their transformers module instead")
@@ -149,7 +152,10 @@ def rewrite_imports(source: str, name: str = "<source>") -> str:
                 else:
                     raise UsageError(f"{name}:{node.lineno}: no transformers module is known for `{alias.name}`: add "
                                      "it to TOP_LEVEL_HOMES in conversion/transformers_pr.py")
-        spans.append((node.lineno, node.end_lineno, "".join(f"{line}\n" for line in new)))
+        indent = lines[node.lineno - 1][:node.col_offset]
+        if indent.strip():
+            raise UsageError(f"{name}:{node.lineno}: put `from {node.module} import ...` on a line of its own")
+        spans.append((node.lineno, node.end_lineno, "".join(f"{indent}{line}\n" for line in new)))
     return _replace_lines(source, spans)
 
 
