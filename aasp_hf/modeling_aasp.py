@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+import transformers
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
@@ -42,10 +43,9 @@ except ImportError:  # transformers 5.0 and 5.1: the same recording, by patching
 from .configuration_aasp import _LOADED_AS_REMOTE_CODE, AaspConfig
 from .patch_embedding_aasp import AaspEmbeddings, AaspSBLU
 
-# transformers 5.0 (and releases up to at least 5.8) copy a local checkpoint's remote code into their module cache only
-# as deep as the files the loaded module imports itself (5.17 follows every relative import), so a file that a
-# sibling imports is imported here too: without it AutoModel.from_pretrained(folder, trust_remote_code=True) found no
-# sblu.py in the cache
+# transformers 5.0 to 5.9 copy a local checkpoint's remote code into their module cache only as deep as the files
+# the loaded module imports itself (5.10.1 follows every relative import), so a file that a sibling imports is
+# imported here too: without it AutoModel.from_pretrained(folder, trust_remote_code=True) found no sblu.py in the cache
 from .sblu import compute_dtype  # noqa: F401
 from .transformer_block_aasp import AaspLayer
 
@@ -465,16 +465,24 @@ class AaspForAudioClassification(AaspPreTrainedModel):
 
 # Checkpoints saved before the classification head was one module (AaspClassificationHead) name its LayerNorm
 # `classifier_norm` and its Linear `classifier`. transformers renames them on loading and back on saving (its
-# `save_original_format`), so checkpoints on disk keep the names every released version reads.
-register_checkpoint_conversion_mapping(
-    "AaspForAudioClassification",
-    [
-        WeightRenaming(source_patterns=r"^classifier_norm\.", target_patterns="classifier.layernorm."),
-        WeightRenaming(source_patterns=r"^classifier\.weight", target_patterns="classifier.dense.weight"),
-        WeightRenaming(source_patterns=r"^classifier\.bias", target_patterns="classifier.dense.bias"),
-    ],
-    overwrite=True,  # a checkpoint's remote code may import this file again under another module name
-)
+# `save_original_format`), so checkpoints on disk keep the names every released version reads. The patterns are
+# regexes without escapes: transformers 5.0 writes a reversed renaming's pattern as the saved key itself (it saved
+# `classifier\.weight` for `^classifier\.weight`); an unescaped "." matches the dot just the same.
+def _head_renamings() -> list:
+    return [
+        WeightRenaming(source_patterns="^classifier_norm.", target_patterns="classifier.layernorm."),
+        WeightRenaming(source_patterns="^classifier.weight", target_patterns="classifier.dense.weight"),
+        WeightRenaming(source_patterns="^classifier.bias", target_patterns="classifier.dense.bias"),
+    ]
+
+
+# overwrite: a checkpoint's remote code may import this file again under another module name
+register_checkpoint_conversion_mapping("AaspForAudioClassification", _head_renamings(), overwrite=True)
+# transformers 5.0 to 5.8 look a model's conversions up by its config's model_type only (5.9 added the class name), so
+# there the renamings are registered for "aasp" too; they match only the head's keys, which AaspModel and
+# AaspForPreTraining (the same model_type) do not have. Without this, 5.0 saved the head as `classifier.dense.*`.
+if tuple(int(part) for part in transformers.__version__.split(".")[:2]) < (5, 9):
+    register_checkpoint_conversion_mapping(AaspConfig.model_type, _head_renamings(), overwrite=True)
 
 
 __all__ = [

@@ -14,6 +14,7 @@ Encoder and classifier checkpoints ship neither this file nor `objectives.py`.
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +30,13 @@ from .objectives import clip_loss, masked_prediction_loss, multi_view_contrastiv
 from .patch_embedding_aasp import sincos_position_embeddings
 from .transformer_block_aasp import AaspMLP, attention_function
 from .sblu import compute_dtype  # noqa: F401 - for transformers 5.0's copy of remote code (see modeling_aasp.py)
+
+# The same copy (transformers 5.0 to 5.9, see modeling_aasp.py) left out pipeline_aasp.py, which modeling_aasp.py
+# imports only inside save_pretrained: a pre-training folder loaded with trust_remote_code failed with "No such file
+# ... pipeline_aasp.py". Named here it is one of this file's own imports; under TYPE_CHECKING it stays unimported at
+# run time, so that loading the model does not import transformers' pipelines.
+if TYPE_CHECKING:
+    from .pipeline_aasp import CUSTOM_PIPELINES  # noqa: F401
 
 
 try:  # transformers >= 5.2 records outputs by forward hooks, installed once per model

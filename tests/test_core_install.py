@@ -84,7 +84,10 @@ class CoreOnlyFinder(importlib.machinery.PathFinder):
                 if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() not in BLOCKED_DISTRIBUTIONS)
 
 
-assert not [name for name in BLOCKED_MODULES if name in sys.modules], "imported before the finder was installed"
+# what the interpreter imported before this first line, at start-up, is no import of the code under test: a `.pth`
+# file in site-packages runs in every interpreter (matplotlib 3.7.0's mpl_toolkits namespace .pth imports
+# mpl_toolkits), so it is left out of the modules that must not be imported
+AT_STARTUP = {name for name in BLOCKED_MODULES if name in sys.modules}
 sys.meta_path[:] = [CoreOnlyFinder if finder is importlib.machinery.PathFinder else finder for finder in sys.meta_path]
 """
 
@@ -154,7 +157,7 @@ def test_an_exported_encoder_loads_runs_and_classifies_with_the_core_dependencie
         classify = pipeline("audio-classification", model=work + "/classifier",
                             pipeline_class=aasp_hf.AaspAudioClassificationPipeline)
         scores = classify(work + "/clip.wav")
-        leaked = sorted(name for name in BLOCKED_MODULES if name in sys.modules)
+        leaked = sorted(name for name in BLOCKED_MODULES - AT_STARTUP if name in sys.modules)
         print(json.dumps({{"inputs": list(inputs["input_values"].shape), "tokens": list(tokens.shape),
                           "same": same, "labels": len(scores), "leaked": leaked}}))
     """)

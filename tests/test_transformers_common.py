@@ -16,6 +16,7 @@ import unittest
 import numpy as np
 import pytest
 import torch
+import transformers
 from torch import nn
 
 from conftest import tiny_config_kwargs
@@ -37,6 +38,8 @@ from transformers_release_tests.test_sequence_feature_extraction_common import (
     SequenceFeatureExtractionTestMixin,
 )
 from transformers_release_tests.utils.test_configuration_utils import config_common_kwargs  # noqa: E402
+
+TRANSFORMERS_VERSION = tuple(int(part) for part in transformers.__version__.split(".")[:2])
 
 
 class AaspModelTester:
@@ -156,6 +159,14 @@ class AaspModelTest(ModelTesterMixin, unittest.TestCase):
 
     def test_model(self):
         self.model_tester.create_and_check_model(*self.model_tester.prepare_config_and_inputs())
+
+    def test_reverse_loading_mapping(self):
+        # transformers 5.0 to 5.8 look checkpoint conversions up by model_type only, so the head's renamings are
+        # registered for "aasp" there (modeling_aasp.py) and reach the bare encoder too, which has no head whose keys
+        # they could rename: there the common test runs on the classifier alone
+        if TRANSFORMERS_VERSION < (5, 9):
+            self.all_model_classes = (AaspForAudioClassification,)
+        super().test_reverse_loading_mapping()
 
 
 class AaspPaddedModelTest(AaspModelTest):

@@ -22,7 +22,15 @@ def padded_batch(config, seed=0):
     return x * mask[..., None], mask
 
 
-@pytest.mark.parametrize("implementation", ["sdpa", "flex_attention"])
+# torch 2.7's inductor compiles flex attention on the CPU into C++ that g++ rejects (CppCompileError, "expected
+# primary-expression before ')' token" in the generated kernel): a bug of that torch release, not of the model (the
+# same test passes on torch 2.11 and 2.14.1). Strict: where it passes on 2.7, the mark is wrong and fails.
+TORCH_2_7 = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) == (2, 7)
+FLEX_ON_TORCH_2_7 = pytest.mark.xfail(TORCH_2_7, raises=RuntimeError, strict=True,
+                                      reason="torch 2.7's inductor writes CPU flex-attention C++ that does not compile")
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", pytest.param("flex_attention", marks=FLEX_ON_TORCH_2_7)])
 def test_every_declared_attention_implementation_gives_the_eager_numbers(implementation):
     """Eager is the reference; SDPA and flex attention (on the CPU, through transformers' mask interface) give its
     outputs on a padded batch, at the real tokens and in the pooled logits. Flash attention is declared but needs a

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+import transformers
 
 from conftest import tiny_config_kwargs
 
@@ -21,7 +22,7 @@ from aasp_hf import AaspFeatureExtractor
 from aasp_hf.data import decode_audio
 from aasp_hf.evaluation import cls_embeddings
 
-
+TRANSFORMERS_VERSION = tuple(int(part) for part in transformers.__version__.split(".")[:2])
 SR = 16000
 FEATURES = dict(sampling_rate=SR, return_tensors="np")
 
@@ -161,9 +162,10 @@ def test_the_pipeline_says_what_is_wrong_with_a_file_it_cannot_decode(tmp_path, 
 def test_the_plain_pipeline_call_works_where_the_package_is_installed(classifier, tmp_path):
     """In a fresh interpreter that imports aasp_hf: `pipeline("audio-classification", model=folder)` with no flag
     builds transformers' pipeline class over the installed model (same scores as our class on an array), and so
-    does `trust_remote_code=True` (transformers prefers installed code to a checkpoint's); `pipeline_class=` gives
-    ours (one downmix rule for files). Without the package, `trust_remote_code=True` builds the checkpoint's own
-    class (tests/test_hub_integration.py)."""
+    does `trust_remote_code=True` where transformers prefers installed code to a checkpoint's (5.5 and later; 5.0 to
+    5.4 build the checkpoint's own pipeline class, the same scores); `pipeline_class=` gives ours (one downmix rule
+    for files). Without the package, `trust_remote_code=True` builds the checkpoint's own class
+    (tests/test_hub_integration.py)."""
     import json
     import subprocess
     import sys
@@ -180,7 +182,7 @@ plain = pipeline("audio-classification", model={folder!r}, device="cpu")
 own = pipeline("audio-classification", model={folder!r}, trust_remote_code=True, device="cpu")
 local = pipeline("audio-classification", model={folder!r}, pipeline_class=aasp_hf.AaspAudioClassificationPipeline)
 scores = lambda p: {{x["label"]: x["score"] for x in p(audio, top_k=2)}}
-print(json.dumps({{"types": [type(p).__name__ for p in (plain, own, local)],
+print(json.dumps({{"types": [type(p).__name__ for p in (plain, own, local)], "own_module": type(own).__module__,
                    "model": type(plain.model).__module__, "scores": [scores(plain), scores(own)]}}))
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
@@ -190,8 +192,12 @@ print(json.dumps({{"types": [type(p).__name__ for p in (plain, own, local)],
     # transformers' class: on transformers 5.0 to 5.22 the installed package's ProblemTypeAudioClassificationPipeline,
     # the same class with the score function chosen by problem_type (aasp_hf.pipeline_aasp), on later ones its own
     assert report["types"][2] == "AaspAudioClassificationPipeline"
-    assert report["types"][0] == report["types"][1] in ("AudioClassificationPipeline",
-                                                        "ProblemTypeAudioClassificationPipeline")
+    assert report["types"][0] in ("AudioClassificationPipeline", "ProblemTypeAudioClassificationPipeline")
+    if TRANSFORMERS_VERSION >= (5, 5):  # transformers prefers the installed classes to the checkpoint's
+        assert report["types"][1] == report["types"][0]
+    else:  # 5.0 to 5.4: the checkpoint's own config keeps `custom_pipelines`, naming the checkpoint's pipeline class
+        assert report["types"][1] == "AaspAudioClassificationPipeline"
+        assert report["own_module"].startswith("transformers_modules."), report["own_module"]
     assert report["model"] == "aasp_hf.modeling_aasp"  # the installed package's class, no remote code
     plain, own = report["scores"]
     assert plain.keys() == own.keys() and all(abs(plain[k] - own[k]) < 1e-6 for k in plain)
