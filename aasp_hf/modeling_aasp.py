@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-import transformers
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
@@ -32,6 +31,7 @@ from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs
+from transformers.utils import __version__ as transformers_version
 from transformers.utils.generic import can_return_tuple
 
 try:  # transformers >= 5.2: output recording by forward hooks
@@ -481,7 +481,7 @@ register_checkpoint_conversion_mapping("AaspForAudioClassification", _head_renam
 # transformers 5.0 to 5.8 look a model's conversions up by its config's model_type only (5.9 added the class name), so
 # there the renamings are registered for "aasp" too; they match only the head's keys, which AaspModel and
 # AaspForPreTraining (the same model_type) do not have. Without this, 5.0 saved the head as `classifier.dense.*`.
-if tuple(int(part) for part in transformers.__version__.split(".")[:2]) < (5, 9):
+if tuple(int(part) for part in transformers_version.split(".")[:2]) < (5, 9):
     register_checkpoint_conversion_mapping(AaspConfig.model_type, _head_renamings(), overwrite=True)
 
 
