@@ -63,15 +63,20 @@ def wait_for(condition, timeout=120.0, poll=0.05):
     return False
 
 
+def mount_tmpfs(folder: Path, options: str) -> Path:
+    """A tmpfs mounted with `options` at `folder` (made here); the test is skipped where mounting is not allowed."""
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs ({options}) here ({mounted.stderr.strip() or 'mount failed'}): needs root")
+    return folder
+
+
 @pytest.fixture
 def tmpfs(tmp_path):
     """A 6-MB tmpfs at tmp_path/disk (unmounted at the end); `resize(mb)` remounts it larger."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(disk)], capture_output=True,
-                             text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip() or 'mount failed'}): needs root")
+    disk = mount_tmpfs(tmp_path / "disk", "size=6m")
 
     def resize(size):
         subprocess.run(["mount", "-o", f"remount,size={size}", str(disk)], check=True)
@@ -146,12 +151,7 @@ def test_the_hold_is_given_back_when_a_run_ends_with_an_error(tmp_path):
 
 
 def test_a_read_only_output_dir_is_refused_before_the_model_is_built(tmp_path, capsys):
-    disk = tmp_path / "ro"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(disk)], capture_output=True,
-                             text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a read-only tmpfs here ({mounted.stderr.strip()}): needs root")
+    disk = mount_tmpfs(tmp_path / "ro", "ro,size=1m")
     try:
         with pytest.raises(UsageError) as refused:
             pretrain.main(argv(disk / "run"))
