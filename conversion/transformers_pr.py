@@ -15,9 +15,11 @@ The tree gets, generated from this repository's files (one source of truth; noth
 - on the branch `add-aasp` (made at the tree's commit when the tree is on `main`: the tree's checks compare a branch
   with main), one commit holding all of it, amended by a rerun (offline, add_dates dates a model by its git history);
 - `tests/models/aasp/`: our transformers-facing tests (tests/test_transformers_common.py, the model and feature
-  extractor against transformers' common mixins; tests/test_pretraining_model.py) with their imports pointed at the
-  tree (`from transformers import ...`, `from ...test_modeling_common import ...`) and the helpers they take from
-  tests/conftest.py written into the file.
+  extractor against transformers' common mixins; tests/test_transformers_common_pretraining.py, the pre-training
+  model against them; tests/test_pretraining_model.py), each in the test file of the model file that defines the
+  class it tests (`test_modeling_aasp_pretraining.py` while `AaspForPreTraining` has a file of its own), with their
+  imports pointed at the tree (`from transformers import ...`, `from ...test_modeling_common import ...`), the
+  helpers they take from tests/conftest.py written into the file, and formatted by the tree's ruff.
 Writing again replaces the previous write (the folders are rewritten, our entries removed before they are added).
 
 Then the checks, each one pass/fail line and a summary; the exit code is 1 when any fails:
