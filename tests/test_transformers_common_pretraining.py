@@ -112,13 +112,17 @@ class AaspForPreTrainingModelTest(ModelTesterMixin, unittest.TestCase):
     def setUp(self):
         self.model_tester = AaspForPreTrainingModelTester(self)
 
+    _output_type = None  # the type of the pre-training output, found by one forward pass
+
     def skip_unless_returned(self, field):
         """Skips a common test that reads `field` of the output when the pre-training output has no such field."""
-        config, inputs_dict = self.model_tester.prepare_config_and_inputs_for_common()
-        with torch.no_grad():
-            outputs = AaspForPreTraining(config).eval()(**inputs_dict)
-        if field not in type(outputs).__dataclass_fields__:
-            self.skipTest(f"{type(outputs).__name__} returns the losses, the predictions and the teacher's targets, "
+        cls = type(self)
+        if cls._output_type is None:
+            config, inputs_dict = self.model_tester.prepare_config_and_inputs_for_common()
+            with torch.no_grad():
+                cls._output_type = type(AaspForPreTraining(config).eval()(**inputs_dict))
+        if field not in cls._output_type.__dataclass_fields__:
+            self.skipTest(f"{cls._output_type.__name__} returns the losses, the predictions and the teacher's targets, "
                           f"no `{field}`; AaspModel's common tests check the encoder's")
 
     def test_hidden_states_output(self):
