@@ -17,6 +17,7 @@ import unittest
 
 import pytest
 import torch
+import transformers
 from parameterized import parameterized
 from torch import nn
 
@@ -39,6 +40,8 @@ from transformers_release_tests.test_modeling_common import (  # noqa: E402
     _test_eager_matches_sdpa_inference,
     floats_tensor,
 )
+
+TRANSFORMERS_VERSION = tuple(int(part) for part in transformers.__version__.split(".")[:2])
 
 
 class AaspForPreTrainingModelTester:
@@ -163,6 +166,14 @@ class AaspForPreTrainingModelTest(ModelTesterMixin, unittest.TestCase):
             expected, actual = eager(**inputs_dict), sdpa(**inputs_dict)
         torch.testing.assert_close(actual.predictions, expected.predictions, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(actual.loss, expected.loss, rtol=1e-4, atol=1e-4)
+
+    def test_reverse_loading_mapping(self):
+        # transformers 5.0 to 5.8 look checkpoint conversions up by model_type only, so the classifier head's
+        # renamings registered for "aasp" there (modeling_aasp.py) reach the pre-training model too, which has no head
+        # whose keys they could rename; later releases find no conversion for it
+        if TRANSFORMERS_VERSION < (5, 9):
+            self.skipTest("transformers < 5.9 applies the classifier's checkpoint conversion to every aasp class")
+        super().test_reverse_loading_mapping()
 
     def test_model(self):
         self.model_tester.create_and_check_model(*self.model_tester.prepare_config_and_inputs())
