@@ -447,7 +447,8 @@ def tree_test_file(sources: list[tuple[str, dict[str, str]]]) -> str:
             if needs:
                 left_out[name] = f"needs {', '.join(sorted(needs))} (training-side code, not in the tree)"
                 continue
-            body.append(text)
+            if text not in body:  # a statement two sources share (`TRANSFORMERS_VERSION = ...`) is written once
+                body.append(text)
     # conftest helpers used, with those they call in turn
     used = (wanted & set(helpers)) & set().union(*(_uses(b) for b in body)) if body else set()
     todo = list(used)

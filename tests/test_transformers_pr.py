@@ -276,6 +276,7 @@ def test_tree_test_files_follow_the_file_that_defines_each_class(tree, tmp_path,
     imports = [line for line in modeling.splitlines() if line.startswith(("import ", "from "))]
     assert len(imports) == len(set(imports))  # the three sources' imports, each line once
     assert [n.name for n in ast.parse(modeling).body if isinstance(n, ast.FunctionDef)].count("tiny_config_kwargs") == 1
+    assert modeling.count("\nTRANSFORMERS_VERSION = ") == 1  # both common-test files define it, identically
 
 
 def test_imports_of_aasp_hf_point_at_the_file_that_defines_each_name():
