@@ -50,9 +50,9 @@ test-fast: setup
 NEWEST_VENV := .venv-newest
 NEWEST_PY := $(NEWEST_VENV)/bin/python
 NEWEST_MIXINS := $(NEWEST_VENV)/transformers-tests
-NEWEST_TESTS := tests/test_transformers_common.py tests/test_transformers_mechanisms.py tests/test_offload.py \
-	tests/test_no_network.py tests/test_hub_integration.py tests/test_user_path.py tests/test_core_install.py \
-	tests/test_feature_extraction.py tests/test_sblu_float32.py
+NEWEST_TESTS := tests/test_transformers_common.py tests/test_transformers_common_pretraining.py \
+	tests/test_transformers_mechanisms.py tests/test_offload.py tests/test_no_network.py tests/test_hub_integration.py \
+	tests/test_user_path.py tests/test_core_install.py tests/test_feature_extraction.py tests/test_sblu_float32.py
 NEWEST_WARNINGS := error::FutureWarning:aasp_hf\nerror::DeprecationWarning:aasp_hf\nerror::PendingDeprecationWarning:aasp_hf
 
 test-newest: ffmpeg

@@ -15,9 +15,11 @@ The tree gets, generated from this repository's files (one source of truth; noth
 - on the branch `add-aasp` (made at the tree's commit when the tree is on `main`: the tree's checks compare a branch
   with main), one commit holding all of it, amended by a rerun (offline, add_dates dates a model by its git history);
 - `tests/models/aasp/`: our transformers-facing tests (tests/test_transformers_common.py, the model and feature
-  extractor against transformers' common mixins; tests/test_pretraining_model.py) with their imports pointed at the
-  tree (`from transformers import ...`, `from ...test_modeling_common import ...`) and the helpers they take from
-  tests/conftest.py written into the file.
+  extractor against transformers' common mixins; tests/test_transformers_common_pretraining.py, the pre-training
+  model against them; tests/test_pretraining_model.py), each in the test file of the model file that defines the
+  class it tests (`test_modeling_aasp_pretraining.py` while `AaspForPreTraining` has a file of its own), with their
+  imports pointed at the tree (`from transformers import ...`, `from ...test_modeling_common import ...`), the
+  helpers they take from tests/conftest.py written into the file, and formatted by the tree's ruff.
 Writing again replaces the previous write (the folders are rewritten, our entries removed before they are added).
 
 Then the checks, each one pass/fail line and a summary; the exit code is 1 when any fails:
@@ -75,19 +77,24 @@ TOP_LEVEL_HOMES = {
     "PretrainedConfig": "configuration_utils",
 }
 TOP_LEVEL_SUBMODULES = {"initialization"}
-# (our test file, the tree's test file, top-level names left out of it and why)
+# Our transformers-facing test files, each written into the tree's test file of the model file that defines the class
+# it tests, whichever file that is (check_repo pairs `modeling_x.py` with `test_modeling_x.py` and wants every model
+# class of the module in an `all_model_classes` there; two sources for one file are written into it together):
+# (our test file, that class, top-level names left out and why).
 TEST_FILES = [
-    ("test_transformers_common.py", "test_modeling_aasp.py",
+    ("test_transformers_common.py", "AaspModel",
      {"aasp_in_transformers_model_tables": "the tree's auto tables hold aasp already",
       "test_config_common_kwargs_names_every_public_config_attribute": "checks our stand-in for a file the tree has",
-      "AaspFeatureExtractionTester": "in test_feature_extraction_aasp.py",
-      "AaspFeatureExtractionTest": "in test_feature_extraction_aasp.py"}),
-    ("test_transformers_common.py", "test_feature_extraction_aasp.py",
+      "AaspFeatureExtractionTester": "with the feature extractor's tests",
+      "AaspFeatureExtractionTest": "with the feature extractor's tests"}),
+    ("test_transformers_common.py", "AaspFeatureExtractor",
      {"aasp_in_transformers_model_tables": "the tree's auto tables hold aasp already",
       "test_config_common_kwargs_names_every_public_config_attribute": "checks our stand-in for a file the tree has",
-      "AaspModelTester": "in test_modeling_aasp.py", "AaspModelTest": "in test_modeling_aasp.py",
-      "AaspPaddedModelTest": "in test_modeling_aasp.py"}),
-    ("test_pretraining_model.py", "test_modeling_aasp_pretraining.py", {}),
+      "AaspModelTester": "with the model's tests", "AaspModelTest": "with the model's tests",
+      "AaspPaddedModelTest": "with the model's tests"}),
+    ("test_transformers_common_pretraining.py", "AaspForPreTraining",
+     {"aasp_in_transformers_pretraining_table": "the tree's auto tables hold aasp already"}),
+    ("test_pretraining_model.py", "AaspForPreTraining", {}),
 ]
 # conftest helpers that need training-side code (not shipped to the tree): a test that calls one is left out.
 TRAINING_SIDE_HELPERS = {"pretraining_batch", "save_tiny_encoder", "run_without_aasp_hf", "remote_code_logits",
@@ -358,36 +365,90 @@ def _uses(source: str) -> set[str]:
     return {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
 
 
-def tree_test_file(ours: str, drop: dict[str, str]) -> str:
-    """One of our test files as the tree runs it: imports of aasp_hf from `transformers`, transformers' common test
-    files relative (`...test_modeling_common`), the conftest helpers it uses written in, and the top-level
-    definitions in `drop` (and the tests that need training-side helpers) left out, each named in the docstring."""
-    source = (REPO / "tests" / ours).read_text(encoding="utf-8")
+def defining_module(name: str) -> str | None:
+    """The stem of the model folder's file that defines `name` at its top level (a class, function or assignment),
+    None when no shipped file does: where the tree's tests import it from, whichever file holds it today."""
+    for file in model_file_names():
+        for node in ast.parse((PACKAGE / file).read_text(encoding="utf-8")).body:
+            targets = [t for t in getattr(node, "targets", [getattr(node, "target", None)]) if t is not None]
+            if getattr(node, "name", None) == name or any(getattr(t, "id", None) == name for t in targets):
+                return Path(file).stem
+    return None
+
+
+def tree_test_files() -> dict[str, list[tuple[str, dict[str, str]]]]:
+    """{the tree's test file: [(our test file, names left out), ...]}, in TEST_FILES' order: `test_<module>.py` for
+    the module that defines each source's class."""
+    out = {}
+    for ours, cls, drop in TEST_FILES:
+        module = defining_module(cls)
+        if module is None:
+            raise UsageError(f"no file of {sorted(model_file_names())} defines {cls}, which tests/{ours} tests: update "
+                             "TEST_FILES in conversion/transformers_pr.py")
+        out.setdefault(f"test_{module}.py", []).append((ours, drop))
+    return out
+
+
+def _tree_import(node: ast.ImportFrom, aliases: list[ast.alias]) -> list[str]:
+    """`from <ours> import ...` as the tree's test file imports it: transformers' common test files relative
+    (`...test_modeling_common`); aasp_hf's documented classes from `transformers`, any other name of the model from
+    the file of the model folder that defines it (not the module our test names, which may re-export it)."""
+    def spelled(group):
+        return ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in group)
+
+    mod = node.module
+    if mod.startswith("transformers_release_tests."):
+        return [f"from ...{mod.removeprefix('transformers_release_tests.')} import {spelled(aliases)}"]
+    if mod != "aasp_hf" and not mod.startswith("aasp_hf."):
+        return [f"from {mod} import {spelled(aliases)}"]
+    homes = {}
+    for alias in aliases:
+        if alias.name in DOCUMENTED:
+            home = "transformers"
+        elif (module := defining_module(alias.name)) is not None:
+            home = f"transformers.models.{MODEL}.{module}"
+        else:
+            raise UsageError(f"a test written into the tree imports {alias.name} from {mod}, which no file of the "
+                             "model folder defines: import it from a Hub-shipped file, or leave the test out (drop "
+                             "it in TEST_FILES, conversion/transformers_pr.py)")
+        homes.setdefault(home, []).append(alias)
+    return [f"from {home} import {spelled(group)}" for home, group in homes.items()]
+
+
+def tree_test_file(sources: list[tuple[str, dict[str, str]]]) -> str:
+    """Our test files (our file, top-level names to leave out and why), written together as the tree runs them:
+    aasp_hf's names imported from the tree (`_tree_import`), the conftest helpers they use written in, and the
+    top-level definitions left out (and the tests that need training-side helpers), each named in the docstring.
+    The tree's ruff sorts and merges the import block and formats the file afterwards (`tree_fixes`)."""
     helpers = _conftest_helpers()
-    module = ast.parse(source)
-    import_nodes, body, left_out, wanted = [], [], dict(drop), set()
-    lines = source.splitlines()
-    for node in module.body:
-        start = (node.decorator_list[0].lineno if getattr(node, "decorator_list", None) else node.lineno)
-        text = "\n".join(lines[start - 1:node.end_lineno]) + "\n"
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and node is module.body[0]:
-            continue  # the docstring
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            if getattr(node, "module", None) == "conftest":
-                wanted |= {a.name for a in node.names}
-            else:
-                import_nodes.append(node)
-            continue
-        if isinstance(node, ast.Try):  # the skip when transformers' common tests are not unpacked: the tree has them
-            continue
-        name = getattr(node, "name", None)
-        if name in drop:
-            continue
-        needs = _uses(text) & TRAINING_SIDE_HELPERS
-        if needs:
-            left_out[name] = f"needs {', '.join(sorted(needs))} (training-side code, not in the tree)"
-            continue
-        body.append(text)
+    import_nodes, body, left_out, wanted = [], [], {}, set()
+    for ours, drop in sources:
+        source = (REPO / "tests" / ours).read_text(encoding="utf-8")
+        module = ast.parse(source)
+        left_out.update(drop)
+        lines = source.splitlines()
+        for node in module.body:
+            start = (node.decorator_list[0].lineno if getattr(node, "decorator_list", None) else node.lineno)
+            text = "\n".join(lines[start - 1:node.end_lineno]) + "\n"
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and node is module.body[0]:
+                continue  # the docstring
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                if getattr(node, "module", None) == "conftest":
+                    wanted |= {a.name for a in node.names}
+                else:
+                    import_nodes.append(node)
+                continue
+            if isinstance(node, ast.Try):  # the skip when transformers' common tests are not unpacked: the tree has them
+                continue
+            name = getattr(node, "name", None)
+            if name in drop:
+                continue
+            needs = _uses(text) & TRAINING_SIDE_HELPERS
+            if needs:
+                left_out[name] = f"needs {', '.join(sorted(needs))} (training-side code, not in the tree)"
+                continue
+            if text not in body:  # a statement two sources share (`TRANSFORMERS_VERSION = ...`) is written once
+                body.append(text)
     # conftest helpers used, with those they call in turn
     used = (wanted & set(helpers)) & set().union(*(_uses(b) for b in body)) if body else set()
     todo = list(used)
@@ -402,24 +463,18 @@ def tree_test_file(ours: str, drop: dict[str, str]) -> str:
         n.value.id for t in helper_text + body for n in ast.walk(ast.parse(t))
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
     imports = []
-    for node in import_nodes:  # only what the kept code uses, pointed at the tree
+    for node in import_nodes:  # only what the kept code uses, pointed at the tree, each line once
         aliases = [a for a in node.names if (a.asname or a.name).split(".")[0] in used_names]
         if not aliases:
             continue
-        spelled = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in aliases)
         if isinstance(node, ast.Import):
-            imports.append(f"import {spelled}")
-            continue
-        mod = node.module
-        if mod.startswith("transformers_release_tests."):
-            mod = "..." + mod.removeprefix("transformers_release_tests.")
-        elif mod == "aasp_hf":
-            mod = "transformers"
-        elif mod.startswith("aasp_hf."):
-            mod = f"transformers.models.{MODEL}." + mod.removeprefix("aasp_hf.")
-        imports.append(f"from {mod} import {spelled}")
+            new = ["import " + ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in aliases)]
+        else:
+            new = _tree_import(node, aliases)
+        imports += [line for line in new if line not in imports]
     note = "".join(f"\n- `{n}`: {why}" for n, why in left_out.items() if n)
-    doc = textwrap.fill(f"Generated by aasp_hf's conversion/transformers_pr.py from its tests/{ours}"
+    names = " and ".join(f"tests/{ours}" for ours, _ in sources)
+    doc = textwrap.fill(f"Generated by aasp_hf's conversion/transformers_pr.py from its {names}"
                         + (", less:" if note else "."), width=119) + note
     parts = [LICENSE, f'"""{doc}\n"""\n\n', "\n".join(imports) + "\n\n\n", "\n\n".join(helper_text + body)]
     return "".join(parts) if (helper_text or body) else ""
@@ -430,8 +485,8 @@ def write_tests(tree: Path) -> list[str]:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     (folder / "__init__.py").write_text("", encoding="utf-8")
-    for ours, theirs, drop in TEST_FILES:
-        (folder / theirs).write_text(tree_test_file(ours, drop), encoding="utf-8")
+    for theirs, sources in tree_test_files().items():
+        (folder / theirs).write_text(tree_test_file(sources), encoding="utf-8")
     return sorted(p.name for p in folder.iterdir())
 
 
@@ -484,15 +539,17 @@ def write(tree: Path) -> dict:
 
 
 WRITTEN = [f"src/transformers/models/{MODEL}", f"tests/models/{MODEL}"]
+GENERATED = [f"src/transformers/models/{MODEL}/__init__.py", f"tests/models/{MODEL}"]  # written here, not copied
 
 
 def tree_fixes(python: str, style: bool) -> list[tuple[list[str], bool]]:
     """(command, must succeed): the tree's own tools a contributor runs after adding the files. ruff sorts the import
-    blocks the rewrite reclassified (transformers was third-party, `...` is the package itself); `--style` also runs
-    what `make style` does on the written folders (ruff's fixes and formatter); then the auto tables are regenerated
-    and sorted and the docs page dated."""
+    blocks the rewrite reclassified (transformers was third-party, `...` is the package itself) and formats the files
+    the writer generates (the test files and the lazy `__init__.py`; the model files are copied as they are, formatted
+    at their source); `--style` also runs what `make style` does on the written folders (ruff's fixes and formatter);
+    then the auto tables are regenerated and sorted and the docs page dated."""
     ruff = str(Path(python).parent / "ruff")
-    out = [([ruff, "check", "--select", "I", "--fix", *WRITTEN], False)]
+    out = [([ruff, "check", "--select", "I", "--fix", *WRITTEN], False), ([ruff, "format", *GENERATED], True)]
     if style:
         out += [([ruff, "check", "--fix", *WRITTEN], False), ([ruff, "format", *WRITTEN], True)]
     out += [([python, "utils/check_auto.py", "--fix_and_overwrite"], True),

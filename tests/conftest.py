@@ -145,3 +145,30 @@ def tiny_pretraining_config(**overrides):
     )
     kwargs.update(overrides)
     return AaspConfig(**kwargs)
+
+
+def sample_pretraining_masks(config, batch_size, generator=None):
+    """(visible_indices (B, M, V), query_indices (B, M, Q)) for `AaspForPreTraining`, for the model's own tests.
+
+    A small stand-in for the training sampler (`aasp_hf.data.masking.sample_batch_masks`, EAT's inverse block
+    masking): the model only receives index tensors, and these tests also run in a transformers tree, which has the
+    model's files but not aasp_hf's data pipeline (conversion/transformers_pr.py writes this function into the
+    tree's test file). The counts are the training sampler's, from the config: M = `mask_num_views` views per clip,
+    V = round((1 - mask_ratio)·N) visible tokens (ascending) and Q = round(mask_query_ratio·(N - V)) queries drawn
+    from the masked ones, N = F̃·T̃ tokens; which tokens is uniformly random (no blocks), from `generator`."""
+    num_tokens = config.num_frequency_patches * config.num_time_patches
+    num_visible = int(round((1.0 - config.mask_ratio) * num_tokens))
+    num_queries = int(round(config.mask_query_ratio * (num_tokens - num_visible)))
+    shape = (batch_size, config.mask_num_views, num_tokens)
+    order = torch.rand(shape, generator=generator).argsort(dim=-1)  # (B, M, N): a random permutation per view
+    visible = order[..., :num_visible].sort(dim=-1).values  # (B, M, V)
+    queries = order[..., num_visible:num_visible + num_queries]  # (B, M, Q), masked tokens only
+    return visible, queries
+
+
+def pretraining_inputs(config, batch_size=3, seed=0):
+    """(input_values (B, T, F), visible_indices (B, M, V), query_indices (B, M, Q)) for `AaspForPreTraining`'s tests,
+    seeded, the masks from `sample_pretraining_masks` (runs without aasp_hf.data, as in a transformers tree)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch_size, config.num_frames, config.num_mel_bins, generator=g)
+    return (x, *sample_pretraining_masks(config, batch_size, generator=g))

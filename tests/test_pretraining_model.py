@@ -1,11 +1,13 @@
-"""AaspForPreTraining: predictor size, teacher/EMA, gradients, loss composition, round trip."""
+"""AaspForPreTraining: predictor size, teacher/EMA, gradients, loss composition, round trip. The views' masks come
+from conftest's `sample_pretraining_masks` (the model only receives index tensors; these tests also run in a
+transformers tree, without aasp_hf's training sampler)."""
 
 import pytest
 import torch
 
 from aasp_hf import AaspConfig, AaspForPreTraining, AaspModel
 from aasp_hf.objectives import masked_prediction_loss, teacher_targets
-from conftest import pretraining_batch, tiny_pretraining_config
+from conftest import pretraining_inputs, tiny_pretraining_config
 
 
 def test_predictor_has_the_papers_size():
@@ -39,7 +41,7 @@ def test_gradients_reach_every_student_predictor_and_head_parameter_and_never_th
     torch.manual_seed(0)
     config = tiny_pretraining_config(**overrides)
     model = AaspForPreTraining(config).train()
-    out = model(*pretraining_batch(config))
+    out = model(*pretraining_inputs(config))
     out.loss.backward()
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     missing = [n for n, p in trainable if p.grad is None or p.grad.abs().sum() == 0]
@@ -53,7 +55,7 @@ def test_loss_is_the_weighted_sum_of_its_parts_and_targets_come_from_every_teach
     # block targets (hidden states); the default FFN targets have their own float64 oracle in test_fidelity_options
     config = tiny_pretraining_config(clip_loss_weight=0.7, contrastive_loss_weight=0.3, target_layer="block")
     model = AaspForPreTraining(config).eval()
-    x, visible, queries = pretraining_batch(config)
+    x, visible, queries = pretraining_inputs(config)
     out = model(x, visible, queries)
     expected = out.masked_prediction_loss + 0.7 * out.clip_loss + 0.3 * out.contrastive_loss
     torch.testing.assert_close(out.loss, expected)
@@ -72,7 +74,7 @@ def test_teacher_update_is_the_exponential_moving_average():
     config = tiny_pretraining_config()
     model = AaspForPreTraining(config).train()
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
-    model(*pretraining_batch(config)).loss.backward()
+    model(*pretraining_inputs(config)).loss.backward()
     optimizer.step()
     old = [t.detach().clone() for t in model.teacher.parameters()]
     model.update_teacher(0.9)
@@ -103,7 +105,7 @@ def test_student_input_values_reach_the_student_only():
     torch.manual_seed(0)
     config = tiny_pretraining_config()
     model = AaspForPreTraining(config).eval()
-    x, visible, queries = pretraining_batch(config)
+    x, visible, queries = pretraining_inputs(config)
     recoloured = x + torch.linspace(-0.5, 0.5, config.num_mel_bins)  # (B, T, F) + (F,)
     plain, same = model(x, visible, queries), model(x, visible, queries, x)
     other = model(x, visible, queries, recoloured)
@@ -121,14 +123,14 @@ def test_student_input_values_reach_the_student_only():
 
 def test_bad_query_shape_raises():
     config = tiny_pretraining_config()
-    x, visible, queries = pretraining_batch(config)
+    x, visible, queries = pretraining_inputs(config)
     with pytest.raises(ValueError, match="query_indices"):
         AaspForPreTraining(config)(x, visible, queries[:, :2])
 
 
 def test_pretraining_step_traces_without_graph_breaks():
     config = tiny_pretraining_config()
-    explanation = torch._dynamo.explain(AaspForPreTraining(config).train())(*pretraining_batch(config))
+    explanation = torch._dynamo.explain(AaspForPreTraining(config).train())(*pretraining_inputs(config))
     assert explanation.graph_break_count == 0, explanation.break_reasons
 
 

@@ -3,6 +3,7 @@ checks run): the model folder is generated from aasp_hf's Hub-shipped files with
 shared entries land in their places, the tree's test files import from the tree, and writing again changes nothing."""
 
 import ast
+import re
 import shutil
 import textwrap
 from pathlib import Path
@@ -187,8 +188,8 @@ def test_writing_again_replaces_the_previous_write(tree):
 def test_tree_test_files_import_from_the_tree_and_carry_their_helpers(tree):
     pr.write(tree)
     folder = tree / "tests/models/aasp"
-    assert sorted(p.name for p in folder.iterdir()) == sorted(["__init__.py"] + [t for _, t, _ in pr.TEST_FILES])
-    for _, name, _ in pr.TEST_FILES:
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["__init__.py", *pr.tree_test_files()])
+    for name in pr.tree_test_files():
         text = (folder / name).read_text()
         module = ast.parse(text)
         for bad in ("aasp_hf", "conftest", "transformers_release_tests"):
@@ -210,10 +211,93 @@ def test_tree_test_files_import_from_the_tree_and_carry_their_helpers(tree):
     assert "aasp_in_transformers_model_tables" not in modeling.split('"""', 2)[2]  # our stand-in for the tables
     assert "class AaspFeatureExtractionTest(" in (folder / "test_feature_extraction_aasp.py").read_text()
     pretraining = (folder / "test_modeling_aasp_pretraining.py").read_text()
-    # a test that needs training-side code (the mask sampler in aasp_hf.data) is named as left out, not written
-    assert "def test_teacher_update_is_the_exponential_moving_average" not in pretraining
-    assert "`test_teacher_update_is_the_exponential_moving_average`: needs pretraining_batch" in pretraining
-    assert "def test_teacher_starts_as_the_student_and_stays_in_eval_mode_without_gradients" in pretraining
+    # the pre-training model's common tests and all its own tests, the masks from the sampler written into the file
+    assert "class AaspForPreTrainingModelTest(ModelTesterMixin, unittest.TestCase):" in pretraining
+    assert re.search(r"all_model_classes\s+=\s+\(AaspForPreTraining,\)", pretraining)  # as check_repo reads it
+    for test in ("test_teacher_update_is_the_exponential_moving_average",
+                 "test_teacher_starts_as_the_student_and_stays_in_eval_mode_without_gradients"):
+        assert f"def {test}(" in pretraining
+    assert "def sample_pretraining_masks(" in pretraining and "def pretraining_inputs(" in pretraining
+    assert "aasp_in_transformers_pretraining_table" not in pretraining.split('"""', 2)[2]
+    assert "needs pretraining_batch" not in pretraining
+
+
+def test_a_test_that_needs_training_side_code_is_left_out_and_named(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    shutil.copy(pr.REPO / "tests/conftest.py", repo / "tests/conftest.py")
+    (repo / "tests/test_x.py").write_text(textwrap.dedent("""\
+        \"\"\"Docstring.\"\"\"
+        from aasp_hf import AaspForPreTraining
+        from conftest import pretraining_batch, tiny_pretraining_config
+
+
+        def test_uses_the_training_sampler():
+            AaspForPreTraining(tiny_pretraining_config())(*pretraining_batch(tiny_pretraining_config()))
+
+
+        def test_does_not():
+            assert AaspForPreTraining(tiny_pretraining_config())
+        """))
+    monkeypatch.setattr(pr, "REPO", repo)
+    text = pr.tree_test_file([("test_x.py", {})])
+    assert "def test_does_not(" in text and "def test_uses_the_training_sampler(" not in text
+    assert "- `test_uses_the_training_sampler`: needs pretraining_batch (training-side code, not in the tree)" in text
+    assert "def pretraining_batch(" not in text and "from aasp_hf" not in text
+    assert "from transformers import AaspForPreTraining\n" in text
+
+
+def test_tree_test_files_follow_the_file_that_defines_each_class(tree, tmp_path, monkeypatch):
+    """check_repo pairs `modeling_x.py` with `tests/models/aasp/test_modeling_x.py` and wants each model class of the
+    module in an `all_model_classes` there: with the pre-training model folded into modeling_aasp.py (transformers'
+    one modeling file per model), its tests go into test_modeling_aasp.py with the encoder's, and a name that moved
+    with it (the losses of objectives.py) is imported from its new home."""
+    package = tmp_path / "aasp_hf"
+    shutil.copytree(pr.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    folded = [n for n in CODE_FILES if n != "modeling_aasp.py"] + ["modeling_aasp.py"]
+    with open(package / "modeling_aasp.py", "a") as f:
+        for name in PRETRAINING_CODE_FILES:
+            f.write("\n" + (package / name).read_text().replace("__all__", f"_all_{Path(name).stem}"))
+            (package / name).unlink()
+    monkeypatch.setattr(pr, "PACKAGE", package)
+    monkeypatch.setattr(pr, "model_file_names", lambda: tuple(folded))
+    assert [ours for ours, _ in pr.tree_test_files()["test_modeling_aasp.py"]] == [
+        "test_transformers_common.py", "test_transformers_common_pretraining.py", "test_pretraining_model.py"]
+    pr.write(tree)
+    folder = tree / "tests/models/aasp"
+    assert sorted(p.name for p in folder.iterdir()) == ["__init__.py", "test_feature_extraction_aasp.py",
+                                                         "test_modeling_aasp.py"]
+    modeling = (folder / "test_modeling_aasp.py").read_text()
+    tested = {name.strip() for group in re.findall(r"all_model_classes\s+=\s+\(([^\)]*)\)", modeling)
+              for name in group.split(",") if name.strip()}
+    assert tested == {"AaspModel", "AaspForAudioClassification", "AaspForPreTraining"}
+    assert "from transformers.models.aasp.modeling_aasp import masked_prediction_loss, teacher_targets\n" in modeling
+    assert "objectives" not in modeling and "modeling_aasp_pretraining" not in modeling
+    imports = [line for line in modeling.splitlines() if line.startswith(("import ", "from "))]
+    assert len(imports) == len(set(imports))  # the three sources' imports, each line once
+    assert [n.name for n in ast.parse(modeling).body if isinstance(n, ast.FunctionDef)].count("tiny_config_kwargs") == 1
+    assert modeling.count("\nTRANSFORMERS_VERSION = ") == 1  # both common-test files define it, identically
+
+
+def test_imports_of_aasp_hf_point_at_the_file_that_defines_each_name():
+    node = ast.parse("from aasp_hf import AaspForPreTraining, AaspForPreTrainingOutput, AaspModel").body[0]
+    assert pr._tree_import(node, node.names) == [
+        "from transformers import AaspForPreTraining, AaspModel",  # documented: transformers exports them
+        "from transformers.models.aasp.modeling_aasp_pretraining import AaspForPreTrainingOutput"]
+    node = ast.parse("from transformers_release_tests.test_modeling_common import ModelTesterMixin").body[0]
+    assert pr._tree_import(node, node.names) == ["from ...test_modeling_common import ModelTesterMixin"]
+    node = ast.parse("from aasp_hf.data.masking import sample_batch_masks").body[0]
+    with pytest.raises(UsageError, match="imports sample_batch_masks from aasp_hf.data.masking, which no file of the "
+                                         "model folder defines"):
+        pr._tree_import(node, node.names)
+
+
+def test_generated_files_are_formatted_by_the_trees_ruff():
+    """The test files and the lazy `__init__.py` are written here, so the tree's `ruff format` formats them on every
+    write (a step that must succeed); the model files are copied as they are and formatted at their source."""
+    fixes = pr.tree_fixes("/venv/bin/python", style=False)
+    assert (["/venv/bin/ruff", "format", "src/transformers/models/aasp/__init__.py", "tests/models/aasp"], True) in fixes
+    assert not any(cmd[1] == "format" and "src/transformers/models/aasp" in cmd for cmd, _ in fixes)
 
 
 def test_rewrite_imports():

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 
 # group name, then the test files: what transformers, the Hub and the pipeline, training, data and export meet
 TEST_GROUPS=(
-  "transformers:tests/test_transformers_common.py tests/test_transformers_mechanisms.py tests/test_modeling.py tests/test_sblu_float32.py tests/test_offload.py"
+  "transformers:tests/test_transformers_common.py tests/test_transformers_common_pretraining.py tests/test_transformers_mechanisms.py tests/test_modeling.py tests/test_sblu_float32.py tests/test_offload.py"
   "hub-pipeline:tests/test_hub_integration.py tests/test_no_network.py tests/test_user_path.py tests/test_core_install.py tests/test_feature_extraction.py"
   "training:tests/test_pretraining_model.py tests/test_training_step.py tests/test_finetune.py"
   "data:tests/test_data_loaders.py tests/test_data_training.py"
