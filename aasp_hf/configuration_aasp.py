@@ -15,7 +15,7 @@ from transformers import PreTrainedConfig
 # frame multiple of `AaspFeatureExtractor` (its frame counts are rounded up to whole time patches).
 TIME_PATCH_SIZE = 16
 # The fields that take one of a few named values, and those values (validated in one loop in __init__). The one
-# definition of each set: sblu.py and objectives.py check their arguments against it too.
+# definition of each set: modeling_aasp.py's SBLU operator and objectives check their arguments against it too.
 CHOICES = {
     "hidden_act": ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"),
     "patch_embedding": ("aape", "spe"),

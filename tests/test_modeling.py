@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from aasp_hf import AaspConfig, AaspForAudioClassification, AaspModel
-from aasp_hf.patch_embedding_aasp import AaspEmbeddings, sincos_position_embeddings
+from aasp_hf.modeling_aasp import AaspEmbeddings, sincos_position_embeddings
 
 
 def count(module):
@@ -409,7 +409,7 @@ def test_visible_token_path_equals_the_dense_masked_view(phase, adaptive):
 def test_visible_token_path_and_masked_group_norm_keep_float32_under_bf16_autocast(tiny_config):
     """The visible-token path runs with autocast off (the same float32 result as without autocast, to float tolerance); the padded dense
     path's masked GroupNorm computes its statistics in float32 from a bf16 input."""
-    from aasp_hf.patch_embedding_aasp import _masked_group_norm
+    from aasp_hf.modeling_aasp import _masked_group_norm
 
     torch.manual_seed(0)
     sblu = AaspModel(tiny_config()).embeddings.sblu

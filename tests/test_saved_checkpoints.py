@@ -9,7 +9,7 @@ with the code it was saved with and with today's code saved next to its weights;
 lowest supported one, whose kernels round otherwise).
 """
 
-import io
+
 import json
 import shutil
 import tarfile
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from aasp_hf import AaspForAudioClassification, AaspForPreTraining, AaspModel
 from conftest import run_without_aasp_hf

@@ -11,7 +11,7 @@ import pytest
 
 import transformers_pr as pr
 from aasp_hf.errors import UsageError
-from aasp_hf.hub import CODE_FILES, PRETRAINING_CODE_FILES
+from aasp_hf.hub import CODE_FILES
 
 MODELS_INIT = '''\
 from typing import TYPE_CHECKING
@@ -112,15 +112,15 @@ def test_model_folder_is_generated_from_the_shipped_files_with_transformers_inte
     # a copy of aasp_hf's shipped files with a marker line: the written folder follows the source it is given
     package = tmp_path / "aasp_hf"
     shutil.copytree(pr.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
-    with open(package / "sblu.py", "a") as f:
+    with open(package / "modeling_aasp.py", "a") as f:
         f.write("\nMARKER_FROM_SOURCE = 1\n")
     monkeypatch.setattr(pr, "PACKAGE", package)
     pr.write(tree)
 
     folder = tree / "src/transformers/models/aasp"
-    assert sorted(p.name for p in folder.iterdir()) == sorted(CODE_FILES + PRETRAINING_CODE_FILES + ("__init__.py",))
-    assert "MARKER_FROM_SOURCE = 1" in (folder / "sblu.py").read_text()
-    for name in CODE_FILES + PRETRAINING_CODE_FILES:
+    assert sorted(p.name for p in folder.iterdir()) == sorted(CODE_FILES + ("__init__.py",))
+    assert "MARKER_FROM_SOURCE = 1" in (folder / "modeling_aasp.py").read_text()
+    for name in CODE_FILES:
         written, source = (folder / name).read_text(), (package / name).read_text()
         for node in ast.walk(ast.parse(written)):  # nothing left that imports the package by its installed name
             if isinstance(node, ast.ImportFrom):
@@ -132,7 +132,8 @@ def test_model_folder_is_generated_from_the_shipped_files_with_transformers_inte
     modeling = (folder / "modeling_aasp.py").read_text()
     assert "from ...modeling_utils import PreTrainedModel\n" in modeling
     assert "from ... import initialization as init\n" in modeling
-    assert "from ...utils.output_capturing import OutputRecorder, capture_outputs\n" in modeling
+    assert ("from ...utils.output_capturing import OutputRecorder, capture_outputs, maybe_install_capturing_hooks\n"
+            in modeling)
     assert "from .configuration_aasp import " in modeling  # siblings stay relative
     assert modeling.startswith("# Copyright 2026 The aasp_hf authors. All rights reserved.\n#\n# Licensed under the "
                                "Apache License, Version 2.0")
@@ -141,7 +142,7 @@ def test_model_folder_is_generated_from_the_shipped_files_with_transformers_inte
     assert '__name__.split(".")[0] != "transformers"' in (folder / "configuration_aasp.py").read_text()
     # __all__ holds only documented classes; the lazy __init__ imports each file that exports any
     exported = {}
-    for name in CODE_FILES + PRETRAINING_CODE_FILES:
+    for name in CODE_FILES:
         for node in ast.parse((folder / name).read_text()).body:
             if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "__all__":
                 exported[name] = ast.literal_eval(node.value)
@@ -225,7 +226,7 @@ def test_rewrite_imports():
             ModelOutput,
             logging,
         )
-        from .sblu import compute_dtype
+        from .configuration_aasp import CHOICES
         x = 1
         try:
             from transformers.utils.output_capturing import capture_outputs
@@ -240,7 +241,7 @@ def test_rewrite_imports():
         from ...configuration_utils import PreTrainedConfig
         from ... import initialization as init
         from ...utils import ModelOutput, logging
-        from .sblu import compute_dtype
+        from .configuration_aasp import CHOICES
         x = 1
         try:
             from ...utils.output_capturing import capture_outputs
