@@ -46,7 +46,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
-from transformers.utils import ModelOutput, TransformersKwargs
+from transformers.utils import ModelOutput, TransformersKwargs, auto_docstring
 from transformers.utils import __version__ as transformers_version
 from transformers.utils.generic import can_return_tuple
 
@@ -61,6 +61,11 @@ except ImportError:  # transformers 5.0 and 5.1: the same recording, by patching
 
 
 from .configuration_aasp import _LOADED_AS_REMOTE_CODE, CHOICES, AaspConfig
+
+
+# The input checks compare shapes with these fields (a wrong shape is refused with its sizes); no checkpoint takes
+# another path on them, so they need no `# CODEPATH:` note:
+# trf-ignore: TRF041 time_patch_size, num_mel_bins, num_patches
 
 
 # ====================================================================================================================
@@ -606,8 +611,12 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling, 
 class AaspSelfAttention(nn.Module):
     """Multi-head self-attention through transformers' attention interface: `config._attn_implementation` (SDPA by
     default; eager, flex; `model.set_attn_implementation(...)` switches it at run time). Attention weights are only
-    computed by the eager path, so `output_attentions=True` runs this call eagerly."""
+    computed by the eager path, so `output_attentions=True` (passed down by the encoder's forward with the other
+    keyword arguments) runs this call eagerly."""
 
+    # Sizes as arguments: one class serves the encoder (D wide), the Lambda encoder (D/r wide, its own heads) and,
+    # for the MLP, the predictor (P wide); the config gives what they share (attention implementation, dropout, eps).
+    # trf-ignore: TRF029
     def __init__(self, config: AaspConfig, hidden_size: int, num_heads: int):
         super().__init__()
         self.config = config
@@ -621,7 +630,7 @@ class AaspSelfAttention(nn.Module):
         self.value = nn.Linear(hidden_size, hidden_size, bias=config.qkv_bias)
         self.output = nn.Linear(hidden_size, hidden_size)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
+    def forward(self, hidden_states, attention_mask=None, **kwargs: Unpack[TransformersKwargs]):
         batch_size, seq_len, _ = hidden_states.shape
         head_shape = (batch_size, seq_len, self.num_heads, self.head_dim)
         query = self.query(hidden_states).view(head_shape).transpose(1, 2)  # (B, N, D) -> (B, heads, N, d)
@@ -629,8 +638,8 @@ class AaspSelfAttention(nn.Module):
         value = self.value(hidden_states).view(head_shape).transpose(1, 2)  # (B, N, D) -> (B, heads, N, d)
 
         attention_interface: Callable = eager_attention_forward
-        if not output_attentions:
-            attention_interface = attention_function(self.config._attn_implementation)
+        if not kwargs.get("output_attentions", False):
+            attention_interface = attention_function(self)
         attn_output, attn_weights = attention_interface(
             self,
             query,
@@ -645,23 +654,30 @@ class AaspSelfAttention(nn.Module):
         return self.output(attn_output), attn_weights
 
 
-def attention_function(implementation: str | None) -> Callable:
-    """The attention function transformers registers for `config._attn_implementation` ("sdpa", "flex_attention",
-    "flash_attention_2", ...), `eager_attention_forward` for "eager" or None. Through the registry's `get_interface`,
-    which also refuses a name it does not hold, where the installed transformers has it; transformers 5.0 and 5.1 have
-    only the registry's mapping, read here with the same refusal. (transformers lets `set_attn_implementation` switch
-    a model at run time only when its modeling file spells `ALL_ATTENTION_FUNCTIONS.get_interface(`: it reads the
-    file's source to tell whether the attention classes look the function up on every call.)"""
+def attention_function(self: nn.Module) -> Callable:
+    """The attention function transformers registers for the attention module's `self.config._attn_implementation`
+    ("sdpa", "flex_attention", "flash_attention_2", ...), `eager_attention_forward` for "eager" or None. Through the
+    registry's `get_interface`, which also refuses a name it does not hold, where the installed transformers has it;
+    transformers 5.0 and 5.1 have only the registry's mapping, read here with the same refusal.
+
+    Spelled as transformers' own attention classes spell it, with `self` the attention module: transformers lets
+    `set_attn_implementation` switch a model at run time only when its modeling file holds
+    `ALL_ATTENTION_FUNCTIONS.get_interface(` (5.2 and later) or `ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]`
+    (5.0 and 5.1): it reads the file's source to tell whether the attention classes look the function up per call."""
+    implementation = self.config._attn_implementation
     if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
         return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
     if implementation is None or implementation == "eager":
         return eager_attention_forward
     if implementation not in ALL_ATTENTION_FUNCTIONS:
         raise KeyError(f"`{implementation}` is not an attention implementation transformers registers")
-    return ALL_ATTENTION_FUNCTIONS[implementation]
+    return ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
 
 
 class AaspMLP(nn.Module):
+    # Sizes as arguments: one class serves the encoder (D wide), the Lambda encoder (D/r wide, its own heads) and,
+    # for the MLP, the predictor (P wide); the config gives what they share (attention implementation, dropout, eps).
+    # trf-ignore: TRF029
     def __init__(self, config: AaspConfig, hidden_size: int, intermediate_size: int):
         super().__init__()
         self.fc1 = nn.Linear(hidden_size, intermediate_size)
@@ -699,6 +715,9 @@ class AaspBlock(GradientCheckpointingLayer):
     (`_can_record_outputs`) takes hidden states and attentions from the encoder's blocks only.
     """
 
+    # Sizes as arguments: one class serves the encoder (D wide), the Lambda encoder (D/r wide, its own heads) and,
+    # for the MLP, the predictor (P wide); the config gives what they share (attention implementation, dropout, eps).
+    # trf-ignore: TRF029
     def __init__(self, config, hidden_size, num_heads, intermediate_size, layer_norm_first, drop_path):
         super().__init__()
         self.layer_norm_first = layer_norm_first
@@ -709,14 +728,14 @@ class AaspBlock(GradientCheckpointingLayer):
         self.drop_path = AaspDropPath(drop_path)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **kwargs):
+    def forward(self, hidden_states, attention_mask=None, **kwargs: Unpack[TransformersKwargs]):
         if self.layer_norm_first:
-            attn_output, attn_weights = self.attention(self.norm1(hidden_states), attention_mask, output_attentions)
+            attn_output, attn_weights = self.attention(self.norm1(hidden_states), attention_mask, **kwargs)
             hidden_states = hidden_states + self.drop_path(self.dropout(attn_output))
             ffn_output = self.mlp(self.norm2(hidden_states))
             hidden_states = hidden_states + self.drop_path(ffn_output)
         else:
-            attn_output, attn_weights = self.attention(hidden_states, attention_mask, output_attentions)
+            attn_output, attn_weights = self.attention(hidden_states, attention_mask, **kwargs)
             hidden_states = self.norm1(hidden_states + self.drop_path(self.dropout(attn_output)))
             ffn_output = self.mlp(hidden_states)
             hidden_states = self.norm2(hidden_states + self.drop_path(ffn_output))
@@ -792,7 +811,7 @@ class AaspLambdaEncoder(nn.Module):
 
     def __init__(self, config: AaspConfig):
         super().__init__()
-        width = config.lambda_encoder_hidden_size
+        width = config.hidden_size // config.lambda_encoder_reduction  # D/r (`config.lambda_encoder_hidden_size`)
         self.input_projection = nn.Linear(config.hidden_size, width)
         self.layers = nn.ModuleList(
             [
@@ -965,6 +984,8 @@ class AaspSBLU(nn.Module):
         self.register_buffer("highpass_kernel", self.compute_highpass_kernel(config).to(dtype), persistent=False)
         self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
         self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
+        # CODEPATH: AaSP checkpoints (the paper's AaPE) take the adaptive path, (α, β) from the Lambda encoder; the
+        # SBLU-adaptivity ablation (`sblu_adaptive=False`) learns one static (α, β) per hidden channel.
         if config.sblu_adaptive:
             self.static_decay = self.static_frequency = None
         else:  # unbounded parameters, mapped like the Lambda encoder's outputs
@@ -1030,7 +1051,6 @@ class AaspSBLU(nn.Module):
             if visibility is not None:
                 raise ValueError("give visibility (dense) or visible_indices (visible tokens only), not both")
             return self._forward_visible_tokens(mel, visible_indices, decay, frequency)
-        c = self.config
         batch_size, _, num_frames = mel.shape
         if decay is None:
             static_decay, static_frequency = self.static_parameters()
@@ -1044,12 +1064,12 @@ class AaspSBLU(nn.Module):
             mel = mel.to(dtype)
             if visibility is not None:
                 visibility = visibility.to(dtype)
-                bins_per_group = c.frequency_patch_size if visibility.shape[1] > 1 else 1
+                bins_per_group = self.config.frequency_patch_size if visibility.shape[1] > 1 else 1
                 mel = mel * visibility.repeat_interleave(bins_per_group, dim=1)  # (B, F̃|1, T) -> (B, F|1, T)
             highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B, F, T)
             values = self.input_projection(highpassed)  # (b) B̄, float32 also in a bf16 model: (B, F, T) -> (B, H, T)
             if visibility is not None:
-                channels_per_group = c.sblu_hidden_size // c.num_frequency_patches if visibility.shape[1] > 1 else 1
+                channels_per_group = self.config.sblu_hidden_size // self.config.num_frequency_patches if visibility.shape[1] > 1 else 1
                 values = values * visibility.repeat_interleave(channels_per_group, dim=1)  # -> (B, H|1, T)
             magnitude = sblu_magnitude(values, decay, frequency, self.step, self.kernel_size, self.phase)  # (c)
             response = 2.0 * sblu_gamma(decay, frequency, self.step) * magnitude  # 2Γ|r|, (B, H, T)
@@ -1059,7 +1079,7 @@ class AaspSBLU(nn.Module):
         features = self.output_projection(response)  # C̄: (B, H, T) -> (B, C, T)
         features = self.norm(features, visibility)  # (d)
         features = self.time_patchify(features)  # (B, C, T) -> (B, C, T̃)
-        num_groups = c.num_frequency_patches
+        num_groups = self.config.num_frequency_patches
         num_time_patches = features.shape[-1]
         features = features.reshape(batch_size, num_groups, -1, num_time_patches)  # (B, C, T̃) -> (B, F̃, C̃, T̃)
         features = features.permute(0, 3, 1, 2)  # (B, F̃, C̃, T̃) -> (B, T̃, F̃, C̃)
@@ -1087,31 +1107,31 @@ class AaspSBLU(nn.Module):
 
     def _view_visibility(self, views, num_frames):
         """1 where a (view, frequency group, frame) belongs to a visible token: float (B·M, F̃, T)."""
-        c = self.config
         batch_views = views.shape[0]
-        num_time_patches = num_frames // c.time_patch_size
-        token_visible = views.new_zeros(batch_views, num_time_patches * c.num_frequency_patches, dtype=torch.bool)
+        num_time_patches = num_frames // self.config.time_patch_size
+        token_visible = views.new_zeros(batch_views, num_time_patches * self.config.num_frequency_patches, dtype=torch.bool)
         token_visible = token_visible.scatter(1, views, True)  # (B·M, N)
         token_visible = token_visible.reshape(batch_views, num_time_patches, -1)  # (B·M, N) -> (B·M, T̃, F̃)
-        return token_visible.transpose(1, 2).repeat_interleave(c.time_patch_size, dim=-1).float()  # -> (B·M, F̃, T)
+        return token_visible.transpose(1, 2).repeat_interleave(self.config.time_patch_size, dim=-1).float()  # -> (B·M, F̃, T)
 
     def _token_windows(self, mel, views, visibility):
         """(a) The high-passed mel around each visible token: its group's F/F̃ bins on the token's P_time frames and
         ±c frames either side (zeros outside the clip), and which of those frames count (hidden ones do not under
         "masked"). mel (B, F, T), views (B·M, V), visibility (B·M, F̃, T) ->
         windows float32 or float64 (stem_dtype) (B·M, V, F/F̃, P + 2c), window_visible (B·M, V, P + 2c)."""
-        c = self.config
-        num_groups = c.num_frequency_patches
-        bins = c.frequency_patch_size  # F/F̃ mel bins per frequency group
+        num_groups = self.config.num_frequency_patches
+        bins = self.config.frequency_patch_size  # F/F̃ mel bins per frequency group
         half = (self.kernel_size - 1) // 2  # c
-        width = c.time_patch_size + 2 * half  # window length P + 2c
+        width = self.config.time_patch_size + 2 * half  # window length P + 2c
         batch_views = views.shape[0]
         num_frames = mel.shape[-1]
         num_views = batch_views // mel.shape[0]
         dtype = self.stem_dtype(mel)
         time_index, group_index = views // num_groups, views % num_groups  # (B·M, V) each
         rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (B·M, 1, 1)
-        if c.student_stem_input == "full":
+        # CODEPATH: AaSP pre-training (default "masked") runs the stem on each view's visible frames; "full" is EAT's
+        # order (the stem on the unmasked clip, then masked), a fidelity option of pre-training only.
+        if self.config.student_stem_input == "full":
             # the unmasked clip high-passed once and shared by its M views; windows keep the hidden frames
             highpassed = zero_phase_highpass(mel.to(dtype), self.highpass_kernel)  # (B, F, T); no gradient needed
             source_rows = rows // num_views  # view b·M + m reads clip b, (B·M, 1, 1)
@@ -1125,7 +1145,7 @@ class AaspSBLU(nn.Module):
             source_rows = rows
             window_visible = visibility  # (B·M, F̃, T)
 
-        frames = time_index[..., None] * c.time_patch_size + torch.arange(width, device=views.device)  # (B·M, V, P+2c)
+        frames = time_index[..., None] * self.config.time_patch_size + torch.arange(width, device=views.device)  # (B·M, V, P+2c)
         padded = F.pad(highpassed, (half, half))  # (B|B·M, F, T) -> (B|B·M, F, T + 2c)
         padded = padded.reshape(padded.shape[0], num_groups, bins, -1).transpose(2, 3)
         # (B|B·M, F, T + 2c) -> (B|B·M, F̃, F/F̃, T + 2c) -> (B|B·M, F̃, T + 2c, F/F̃)
@@ -1167,7 +1187,11 @@ class AaspEmbeddings(nn.Module):
         self.position_embeddings = nn.Parameter(
             torch.zeros(1, 1 + config.num_patches, config.hidden_size), requires_grad=False
         )
+        # CODEPATH: AaSP checkpoints (the paper's AaPE) build the Lambda encoder and the SBLU branch; converted EAT
+        # checkpoints and the SPE baseline (`patch_embedding="spe"`) have the patch projection only. Within AaPE the
+        # SBLU-adaptivity ablation (`sblu_adaptive=False`) has no Lambda encoder.
         if config.patch_embedding == "aape":
+            # CODEPATH: AaSP checkpoints have a Lambda encoder; the SBLU-adaptivity ablation has none.
             self.lambda_encoder = AaspLambdaEncoder(config) if config.sblu_adaptive else None
             self.sblu = AaspSBLU(config)
             alias_size = config.sblu_output_size // config.num_frequency_patches  # C̃
@@ -1177,9 +1201,8 @@ class AaspEmbeddings(nn.Module):
 
     def compute_position_embeddings(self) -> torch.Tensor:
         """Float32 (1, 1 + N, D): zero row for CLS, then the sin-cos table."""
-        c = self.config
-        table = sincos_position_embeddings(c.hidden_size, c.num_frequency_patches, c.num_time_patches)  # (N, D)
-        return torch.cat([torch.zeros(1, c.hidden_size, dtype=table.dtype), table])[None].float()
+        table = sincos_position_embeddings(self.config.hidden_size, self.config.num_frequency_patches, self.config.num_time_patches)  # (N, D)
+        return torch.cat([torch.zeros(1, self.config.hidden_size, dtype=table.dtype), table])[None].float()
 
     def patch_positions(self, num_time_patches: int, valid_time_patches: torch.Tensor | None = None) -> torch.Tensor:
         """Positions (B or 1, T̃'·F̃, D) for an input with T̃' time patches.
@@ -1189,20 +1212,19 @@ class AaspEmbeddings(nn.Module):
         align_corners=False, mapping). Per-clip lengths make a padded batch give every clip the positions it gets
         alone. Rows past a clip's length (padding) are clamped copies.
         """
-        c = self.config
-        table = self.position_embeddings[0, 1:].reshape(c.num_time_patches, -1)  # (N, D) -> (T̃, F̃·D)
+        table = self.position_embeddings[0, 1:].reshape(self.config.num_time_patches, -1)  # (N, D) -> (T̃, F̃·D)
         target = torch.arange(num_time_patches, device=table.device, dtype=torch.float32)[None]  # (1, T̃')
         if valid_time_patches is None:
             length = torch.full((1, 1), num_time_patches, device=table.device, dtype=torch.float32)
         else:
             length = valid_time_patches.to(device=table.device, dtype=torch.float32)[:, None]  # (B, 1)
-        stretched = (target + 0.5) * (c.num_time_patches / length) - 0.5
-        source = torch.where(length > c.num_time_patches, stretched, target).clamp(0, c.num_time_patches - 1)
+        stretched = (target + 0.5) * (self.config.num_time_patches / length) - 0.5
+        source = torch.where(length > self.config.num_time_patches, stretched, target).clamp(0, self.config.num_time_patches - 1)
         low = source.floor().long()  # (B, T̃')
-        high = (low + 1).clamp(max=c.num_time_patches - 1)
+        high = (low + 1).clamp(max=self.config.num_time_patches - 1)
         weight = (source - low)[..., None].to(table.dtype)  # (B, T̃', 1)
         rows = table[low] * (1 - weight) + table[high] * weight  # (B, T̃', F̃·D)
-        return rows.reshape(rows.shape[0], -1, c.hidden_size)  # (B, T̃', F̃·D) -> (B, T̃'·F̃, D)
+        return rows.reshape(rows.shape[0], -1, self.config.hidden_size)  # (B, T̃', F̃·D) -> (B, T̃'·F̃, D)
 
     def forward(self, input_values, frame_mask=None, attention_mask=None, visible_indices=None):
         """input_values: (B, T, F), T a multiple of P_time; frame_mask: (B, T) bool or None;
@@ -1210,9 +1232,8 @@ class AaspEmbeddings(nn.Module):
         visible_indices: (B, M, V) long or None — masked pre-training: embed only the V visible tokens of each of
         M views per clip (the Lambda encoder attends among them only).
         Returns (B, N, D) patch tokens with positions, or (B·M, V, D) with `visible_indices`."""
-        c = self.config
         batch_size, num_frames, _ = input_values.shape
-        num_time_patches = num_frames // c.time_patch_size
+        num_time_patches = num_frames // self.config.time_patch_size
         valid_time_patches = None
         if frame_mask is not None:  # (B, T) -> (B, T̃, P_time) -> (B,)
             valid_time_patches = frame_mask.reshape(batch_size, num_time_patches, -1).any(-1).sum(-1)
@@ -1230,7 +1251,8 @@ class AaspEmbeddings(nn.Module):
             views = visible_indices.reshape(batch_size * num_views, -1)  # (B, M, V) -> (B·M, V)
             spec = self._take(spec.repeat_interleave(num_views, dim=0), views)  # (B·M, V, D)
             positions = self._take(positions.repeat_interleave(num_views, dim=0), views)  # (B·M, V, D)
-        if c.patch_embedding == "spe":
+        # CODEPATH: converted EAT checkpoints and the SPE baseline stop here; AaSP checkpoints (AaPE) fuse the SBLU branch.
+        if self.config.patch_embedding == "spe":
             return spec + positions
 
         decay = frequency = None
@@ -1254,13 +1276,12 @@ class AaspEmbeddings(nn.Module):
     def _lambda_to_frames(self, per_token):
         """(B, N, H/F̃) per-token parameters -> (B, H, T): token (t, f) drives hidden channels f·H/F̃ ... (f+1)·H/F̃−1
         (the channels B̄ fills from frequency patch f) for the P_time frames of time patch t."""
-        c = self.config
         batch_size, num_tokens, per_group = per_token.shape
-        num_time_patches = num_tokens // c.num_frequency_patches
-        grid = per_token.reshape(batch_size, num_time_patches, c.num_frequency_patches, per_group)  # (B, T̃, F̃, H/F̃)
+        num_time_patches = num_tokens // self.config.num_frequency_patches
+        grid = per_token.reshape(batch_size, num_time_patches, self.config.num_frequency_patches, per_group)  # (B, T̃, F̃, H/F̃)
         grid = grid.permute(0, 2, 3, 1)  # (B, T̃, F̃, H/F̃) -> (B, F̃, H/F̃, T̃)
-        grid = grid.reshape(batch_size, c.num_frequency_patches * per_group, num_time_patches)  # -> (B, H, T̃)
-        return grid.repeat_interleave(c.time_patch_size, dim=-1)  # (B, H, T̃) -> (B, H, T)
+        grid = grid.reshape(batch_size, self.config.num_frequency_patches * per_group, num_time_patches)  # -> (B, H, T̃)
+        return grid.repeat_interleave(self.config.time_patch_size, dim=-1)  # (B, H, T̃) -> (B, H, T)
 
 
 # ====================================================================================================================
@@ -1271,17 +1292,22 @@ class AaspEmbeddings(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------- outputs
+@auto_docstring(custom_intro="Output of `AaspModel`: the encoded tokens, CLS first, and what the flags asked for.")
 @dataclass
 class AaspModelOutput(ModelOutput):
-    """
-    last_hidden_state (`torch.FloatTensor` of shape `(B, 1 + N, D)`): CLS token then the N patch tokens (time-major).
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*): embedding output and each layer's output, each `(B, 1 + N, D)`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*): each layer's attention weights `(B, heads, 1 + N, 1 + N)`.
-    token_mask (`torch.LongTensor` of shape `(B, 1 + N)`, *optional*): 1 for real tokens (CLS and patches that hold
-        at least one real frame), 0 for padding, like an attention mask; None when no attention mask was given (all
-        tokens real).
-    ffn_outputs (`tuple(torch.FloatTensor)`, *optional*): with `output_ffn_outputs=True`, each layer's FFN output
-        before the residual add (and, post-norm, before the second LayerNorm), each `(B, 1 + N, D)`.
+    r"""
+    last_hidden_state (`torch.FloatTensor` of shape `(B, 1 + N, D)`):
+        CLS token then the N patch tokens (time-major).
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*):
+        Embedding output and each layer's output, each `(B, 1 + N, D)`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*):
+        Each layer's attention weights `(B, heads, 1 + N, 1 + N)`.
+    token_mask (`torch.LongTensor` of shape `(B, 1 + N)`, *optional*):
+        1 for real tokens (CLS and patches that hold at least one real frame), 0 for padding, like an attention mask;
+        None when no attention mask was given (all tokens real).
+    ffn_outputs (`tuple(torch.FloatTensor)`, *optional*):
+        With `output_ffn_outputs=True`, each layer's FFN output before the residual add (and, post-norm, before the
+        second LayerNorm), each `(B, 1 + N, D)`.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -1300,6 +1326,7 @@ def _frame_mask_to_token_mask(frame_mask: torch.Tensor, time_patch_size: int, nu
 
 
 # ----------------------------------------------------------------------------------------------- models
+@auto_docstring
 class AaspPreTrainedModel(PreTrainedModel):
     config_class = AaspConfig
     config: AaspConfig
@@ -1331,6 +1358,8 @@ class AaspPreTrainedModel(PreTrainedModel):
         """Draw a new model's weights as `config.initialization` says ("trunc_normal" or EAT's "eat"; the two schemes
         and where EAT's comes from: docs/model.md, "Initialisation") and recompute the fixed tensors."""
         std = self.config.initializer_range
+        # CODEPATH: a new model draws its weights as `config.initialization` says ("trunc_normal", every measurement
+        # here, or EAT's "eat"); a loaded checkpoint's weights replace them.
         eat = self.config.initialization == "eat"
         if isinstance(module, nn.Linear) and eat:
             init.normal_(module.weight, std=std)
@@ -1340,9 +1369,8 @@ class AaspPreTrainedModel(PreTrainedModel):
             init.trunc_normal_(module.weight, std=std)
             if module.bias is not None:
                 init.zeros_(module.bias)
-        elif isinstance(module, (nn.LayerNorm, nn.GroupNorm)):
-            init.ones_(module.weight)
-            init.zeros_(module.bias)
+        else:  # transformers' own: LayerNorm and GroupNorm weight 1, bias 0 (no random draw, so the stream is unchanged)
+            super()._init_weights(module)
         if isinstance(module, AaspEmbeddings):  # fixed tensors are recomputed (models are built on meta devices)
             init.copy_(module.position_embeddings, module.compute_position_embeddings())
             if eat:  # Xavier-uniform on the kernel flattened to (D, P_time·P_freq); PyTorch's default bias
@@ -1385,6 +1413,8 @@ class AaspPreTrainedModel(PreTrainedModel):
         `ignore_mismatched_sizes=True` skips the check (deliberate re-initialisation)."""
         if isinstance(config, AaspConfig) and not kwargs.get("ignore_mismatched_sizes", False):
             saved = cls._saved_config_dict(pretrained_model_name_or_path, kwargs)
+            # CODEPATH: every AaSP checkpoint is compared field by field; a folder of another model type is left to
+            # transformers' own loading, which reports the mismatch.
             if saved.get("model_type") == config.model_type:
                 saved = AaspConfig.from_dict(saved)
                 differ = [
@@ -1478,10 +1508,13 @@ class AaspPreTrainedModel(PreTrainedModel):
         return {name for name, _ in self.named_parameters() if "cls_token" in name or "position_embeddings" in name}
 
 
+@auto_docstring(
+    custom_intro="""
+    AaSP encoder: patch embedding (SPE/AaPE) -> prepend CLS -> LayerNorm -> ViT blocks (EAT's layout, which the
+    paper follows: fixed 2-D sin-cos positions, CLS without position, post-norm ViT-B blocks).
+    """
+)
 class AaspModel(AaspPreTrainedModel):
-    """AaSP encoder: patch embedding (SPE/AaPE) -> prepend CLS -> LayerNorm -> ViT blocks (EAT's layout, which the
-    paper follows: fixed 2-D sin-cos positions, CLS without position, post-norm ViT-B blocks)."""
-
     def __init__(self, config: AaspConfig):
         super().__init__(config)
         self.config = config
@@ -1503,6 +1536,8 @@ class AaspModel(AaspPreTrainedModel):
                 for i in range(config.num_hidden_layers)
             ]
         )
+        # CODEPATH: AaSP and converted EAT checkpoints use EAT's post-norm blocks (no final norm); `layer_norm_first=True`
+        # (pre-norm blocks with a final LayerNorm) is for models trained that way.
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.layer_norm_first else None
         self.post_init()
 
@@ -1510,13 +1545,12 @@ class AaspModel(AaspPreTrainedModel):
         return self.embeddings.projection
 
     def _check_views(self, input_values, attention_mask, visible_indices):
-        c = self.config
         if attention_mask is not None:
             raise ValueError("visible_indices (masked pre-training) cannot be combined with attention_mask.")
-        if input_values.ndim == 3 and input_values.shape[1] % c.time_patch_size:
+        if input_values.ndim == 3 and input_values.shape[1] % self.config.time_patch_size:
             raise ValueError(
-                f"With visible_indices the input length must be a multiple of {c.time_patch_size} frames, "
-                f"got {input_values.shape[1]}: pad or crop the clips (pre-training uses {c.num_frames} frames)."
+                f"With visible_indices the input length must be a multiple of {self.config.time_patch_size} frames, "
+                f"got {input_values.shape[1]}: pad or crop the clips (pre-training uses {self.config.num_frames} frames)."
             )
         if visible_indices.ndim != 3 or visible_indices.shape[0] != input_values.shape[0]:
             raise ValueError(
@@ -1526,10 +1560,9 @@ class AaspModel(AaspPreTrainedModel):
 
     def _check_and_pad(self, input_values, attention_mask):
         """Validates (B, T, F) input and pads T to a multiple of P_time. Returns input and a bool frame mask or None."""
-        c = self.config
-        if input_values.ndim != 3 or input_values.shape[-1] != c.num_mel_bins:
+        if input_values.ndim != 3 or input_values.shape[-1] != self.config.num_mel_bins:
             raise ValueError(
-                f"AaspModel expects input_values of shape (batch, frames, {c.num_mel_bins}) (log-mel from "
+                f"AaspModel expects input_values of shape (batch, frames, {self.config.num_mel_bins}) (log-mel from "
                 f"AaspFeatureExtractor), got {tuple(input_values.shape)}."
             )
         batch_size, num_frames, _ = input_values.shape
@@ -1543,9 +1576,9 @@ class AaspModel(AaspPreTrainedModel):
                     f"got {tuple(attention_mask.shape)}."
                 )
             frame_mask = attention_mask.bool()
-        remainder = num_frames % c.time_patch_size
+        remainder = num_frames % self.config.time_patch_size
         if remainder:
-            pad = c.time_patch_size - remainder
+            pad = self.config.time_patch_size - remainder
             input_values = F.pad(input_values, (0, 0, 0, pad))  # (B, T, F) -> (B, T + pad, F), zeros
             if frame_mask is None:
                 frame_mask = torch.ones(batch_size, num_frames, dtype=torch.bool, device=input_values.device)
@@ -1553,29 +1586,32 @@ class AaspModel(AaspPreTrainedModel):
         return input_values, frame_mask
 
     @capture_outputs(tie_last_hidden_states=False)
+    @auto_docstring
     def forward(
         self,
         input_values: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         visible_indices: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> AaspModelOutput:
         r"""
-        input_values (`torch.FloatTensor` of shape `(B, T, F)`): normalised log-mel from `AaspFeatureExtractor`.
-            T need not be a multiple of 16: the input is zero-padded and the padding masked out.
-        attention_mask (`torch.LongTensor` of shape `(B, T)`, *optional*): 1 for real frames, 0 for padding.
-        visible_indices (`torch.LongTensor` of shape `(B, M, V)`, *optional*): masked pre-training — encode only
-            these patch tokens (time-major indices) of M views of each clip; the output batch is then B·M and
-            `last_hidden_state` is `(B·M, 1 + V, D)`. Not combinable with `attention_mask`.
-        output_attentions (`bool`, *optional*): return each block's attention weights (computed eagerly).
-        output_hidden_states (`bool`, *optional*): return the embedding output and each block's output.
-        output_ffn_outputs (`bool`, *optional*, False): return each block's FFN output (`ffn_outputs`), the teacher
-            targets of `config.target_layer="ffn"`.
-        The three `output_*` flags are recorded by transformers' `capture_outputs` (see `_can_record_outputs`).
+        input_values (`torch.FloatTensor` of shape `(B, T, F)`):
+            Normalised log-mel from `AaspFeatureExtractor`. T need not be a multiple of 16: the input is zero-padded
+            and the padding masked out.
+        attention_mask (`torch.LongTensor` of shape `(B, T)`, *optional*):
+            1 for real frames, 0 for padding.
+        visible_indices (`torch.LongTensor` of shape `(B, M, V)`, *optional*):
+            Masked pre-training: encode only these patch tokens (time-major indices) of M views of each clip; the
+            output batch is then B·M and `last_hidden_state` is `(B·M, 1 + V, D)`. Not combinable with
+            `attention_mask`.
+
+        transformers' `capture_outputs` records the outputs that keyword flags ask for (see `_can_record_outputs`):
+        `output_hidden_states=True` the embedding output and each block's output, `output_attentions=True` each
+        block's attention weights (computed eagerly for that call), `output_ffn_outputs=True` each block's FFN output
+        (`ffn_outputs`, the teacher targets of `config.target_layer="ffn"`).
         """
-        c = self.config
-        output_attentions = output_attentions if output_attentions is not None else c.output_attentions
+        # attention weights exist only on the eager path: the blocks read the flag to take it for this call
+        kwargs["output_attentions"] = kwargs.get("output_attentions", self.config.output_attentions)
         if visible_indices is not None:
             self._check_views(input_values, attention_mask, visible_indices)
         input_values, frame_mask = self._check_and_pad(input_values, attention_mask)
@@ -1583,7 +1619,7 @@ class AaspModel(AaspPreTrainedModel):
 
         patch_mask = token_mask = None
         if frame_mask is not None:
-            patch_mask = _frame_mask_to_token_mask(frame_mask, c.time_patch_size, c.num_frequency_patches)  # (B, N)
+            patch_mask = _frame_mask_to_token_mask(frame_mask, self.config.time_patch_size, self.config.num_frequency_patches)  # (B, N)
             token_mask = F.pad(patch_mask, (1, 0), value=True)  # CLS first: (B, N) -> (B, 1 + N)
 
         patches = self.embeddings(input_values, frame_mask, patch_mask, visible_indices)  # (B, N, D) or (B·M, V, D)
@@ -1591,9 +1627,9 @@ class AaspModel(AaspPreTrainedModel):
         hidden_states = self.embedding_dropout(self.embedding_norm(torch.cat([cls, patches], dim=1)))  # (B, 1 + N, D)
 
         # by position: transformers 5.0 names the embeddings input_embeds, later releases inputs_embeds
-        attn_mask = create_bidirectional_mask(c, hidden_states, token_mask)
+        attn_mask = create_bidirectional_mask(self.config, hidden_states, token_mask)
         for layer in self.layers:
-            hidden_states, _, _ = layer(hidden_states, attn_mask, output_attentions)
+            hidden_states, _, _ = layer(hidden_states, attn_mask, **kwargs)
         if self.norm is not None:
             hidden_states = self.norm(hidden_states)
 
@@ -1615,9 +1651,12 @@ class AaspClassificationHead(nn.Module):
         return self.dense(self.layernorm(pooled))
 
 
+@auto_docstring(
+    custom_intro="""
+    AaSP encoder with LayerNorm + Linear on the CLS token (or the mean of the real patch tokens).
+    """
+)
 class AaspForAudioClassification(AaspPreTrainedModel):
-    """AaSP encoder with LayerNorm + Linear on the CLS token (or the mean of the real patch tokens)."""
-
     def __init__(self, config: AaspConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -1633,6 +1672,8 @@ class AaspForAudioClassification(AaspPreTrainedModel):
     def pool(self, last_hidden_state, token_mask=None):
         """(B, 1 + N, D) -> (B, D): the CLS token, or the mean of the real patch tokens (token_mask (B, 1 + N),
         1 = real, or None)."""
+        # CODEPATH: fine-tuned AaSP classifiers pool the CLS token (default, EAT's); `classifier_pooling="mean"` averages
+        # the real patch tokens.
         if self.config.classifier_pooling == "cls":
             return last_hidden_state[:, 0]
         patches = last_hidden_state[:, 1:]  # (B, N, D)
@@ -1642,6 +1683,7 @@ class AaspForAudioClassification(AaspPreTrainedModel):
         return (patches * weight).sum(dim=1) / weight.sum(dim=1).clamp(min=1.0)
 
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_values: torch.Tensor,
@@ -1650,10 +1692,14 @@ class AaspForAudioClassification(AaspPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
         r"""
+        input_values (`torch.FloatTensor` of shape `(B, T, F)`):
+            Normalised log-mel from `AaspFeatureExtractor`.
+        attention_mask (`torch.LongTensor` of shape `(B, T)`, *optional*):
+            1 for real frames, 0 for padding.
         labels (`torch.LongTensor` of shape `(B,)` or `torch.FloatTensor` of shape `(B, num_labels)`, *optional*):
-            class indices (cross-entropy), multi-hot / soft targets (BCE with logits), or values (MSE, 1 label).
-            The loss follows `config.problem_type`; when unset it is inferred as in transformers.
-        `output_attentions` / `output_hidden_states` are passed to the encoder (`AaspModel.forward`).
+            Class indices (cross-entropy), multi-hot / soft targets (BCE with logits), or values (MSE, 1 label). The
+            loss follows `config.problem_type`; when unset it is inferred as in transformers. The `output_*` flags
+            are passed to the encoder (`AaspModel.forward`).
         """
         outputs = self.aasp(input_values, attention_mask=attention_mask, **kwargs)
         pooled = self.pool(outputs.last_hidden_state, outputs.token_mask)  # (B, D)
@@ -2024,17 +2070,24 @@ def multi_view_contrastive_loss(
 
 
 # ----------------------------------------------------------------------------------------------- outputs
+@auto_docstring(custom_intro="Output of `AaspForPreTraining`: the three losses, their sum, predictions and targets.")
 @dataclass
 class AaspForPreTrainingOutput(ModelOutput):
-    """
-    loss (`torch.FloatTensor`, scalar): L = L_m + η_u·L_u + η_c·L_c.
-    masked_prediction_loss (`torch.FloatTensor`, scalar): L_m, mean squared error over query tokens and dimensions
-        (`config.loss_scaling="eat"`: × √D, EAT's per-token sum over D / √D averaged over the query tokens).
-    clip_loss (`torch.FloatTensor`, scalar): L_u, mean squared error between each view's CLS and the clip target
-        (`config.loss_scaling="eat"`: × B·M·√D, EAT's per-view sum over D / √D summed over the views).
-    contrastive_loss (`torch.FloatTensor`, scalar): L_c, the multi-positive InfoNCE over views (mean over anchors).
-    predictions (`torch.FloatTensor` of shape `(B, M, Q, D)`): predictor outputs at the query tokens.
-    targets (`torch.FloatTensor` of shape `(B, N, D)`): the pooled, normalised teacher targets.
+    r"""
+    loss (`torch.FloatTensor`, scalar):
+        L = L_m + η_u·L_u + η_c·L_c.
+    masked_prediction_loss (`torch.FloatTensor`, scalar):
+        L_m, mean squared error over query tokens and dimensions (`config.loss_scaling="eat"`: × √D, EAT's per-token
+        sum over D / √D averaged over the query tokens).
+    clip_loss (`torch.FloatTensor`, scalar):
+        L_u, mean squared error between each view's CLS and the clip target (`config.loss_scaling="eat"`: × B·M·√D,
+        EAT's per-view sum over D / √D summed over the views).
+    contrastive_loss (`torch.FloatTensor`, scalar):
+        L_c, the multi-positive InfoNCE over views (mean over anchors).
+    predictions (`torch.FloatTensor` of shape `(B, M, Q, D)`):
+        Predictor outputs at the query tokens.
+    targets (`torch.FloatTensor` of shape `(B, N, D)`):
+        The pooled, normalised teacher targets.
     """
 
     loss: torch.FloatTensor | None = None
@@ -2069,7 +2122,7 @@ class AaspPredictorCrossAttention(nn.Module):
         # (B', Q, P) -> (B', heads, Q, d)
         key_value = self.key_value(context).view(batch_size, context.shape[1], 2, self.num_heads, self.head_dim)
         key, value = key_value.permute(2, 0, 3, 1, 4)  # (B', L, 2, heads, d) -> 2 × (B', heads, L, d)
-        attention_interface = attention_function(self.config._attn_implementation)
+        attention_interface = attention_function(self)
         attn_output, _ = attention_interface(self, query, key, value, None, scaling=self.scaling, is_causal=False)
         return self.output(attn_output.reshape(batch_size, num_queries, width))  # (B', Q, heads, d) -> (B', Q, P)
 
@@ -2107,8 +2160,7 @@ class AaspPredictor(nn.Module):
     @staticmethod
     def compute_position_embeddings(config) -> torch.Tensor:
         """Float32 (N, P) sin-cos table of the pre-training grid at predictor width."""
-        c = config
-        return sincos_position_embeddings(c.predictor_hidden_size, c.num_frequency_patches, c.num_time_patches).float()
+        return sincos_position_embeddings(config.predictor_hidden_size, config.num_frequency_patches, config.num_time_patches).float()
 
     def forward(self, encoder_output, visible_indices, query_indices):
         """encoder_output: (B', 1 + V, D) student output (CLS first); visible_indices: (B', V) (unused: keys carry
@@ -2163,21 +2215,20 @@ class AaspCNNPredictor(nn.Module):
         """encoder_output: (B', 1 + V, D); visible_indices: (B', V); query_indices: (B', Q); mask_noise (optional):
         (B', N, D), the fill of the hidden positions (default: N(0, σ²) from the global RNG; its values at visible
         positions are ignored). Returns (B', Q, D)."""
-        c = self.config
         batch_size, _, hidden = encoder_output.shape
         if mask_noise is None:
             mask_noise = torch.randn(
-                batch_size, c.num_patches, hidden, device=encoder_output.device, dtype=encoder_output.dtype
+                batch_size, self.config.num_patches, hidden, device=encoder_output.device, dtype=encoder_output.dtype
             )  # (B', N, D)
-            mask_noise = mask_noise * c.predictor_cnn_mask_noise_std
-        elif mask_noise.shape != (batch_size, c.num_patches, hidden):
+            mask_noise = mask_noise * self.config.predictor_cnn_mask_noise_std
+        elif mask_noise.shape != (batch_size, self.config.num_patches, hidden):
             raise ValueError(
-                f"mask_noise must have shape (B', N, D) = ({batch_size}, {c.num_patches}, {hidden}), "
+                f"mask_noise must have shape (B', N, D) = ({batch_size}, {self.config.num_patches}, {hidden}), "
                 f"got {tuple(mask_noise.shape)}."
             )
         grid = mask_noise.to(encoder_output.dtype)  # (B', N, D), the noise stays at hidden tokens
         grid = grid.scatter(1, visible_indices[..., None].expand(-1, -1, hidden), encoder_output[:, 1:])
-        x = grid.transpose(1, 2).reshape(batch_size, hidden, c.num_time_patches, c.num_frequency_patches)
+        x = grid.transpose(1, 2).reshape(batch_size, hidden, self.config.num_time_patches, self.config.num_frequency_patches)
         # (B', N, D) -> (B', D, T̃, F̃), time-major tokens
         residual = x
         for conv in self.convs:
@@ -2206,8 +2257,9 @@ class AaspContrastiveHead(nn.Module):
         return self.fc2(self.act(self.fc1(pooled)))
 
 
-class AaspForPreTraining(AaspPreTrainedModel):
-    """AaSP pre-training (paper Sec. Predictor and Pre-training Objectives; Sec. Training Setup, Pre-training Setup).
+@auto_docstring(
+    custom_intro="""
+    AaSP pre-training (paper Sec. Predictor and Pre-training Objectives; Sec. Training Setup, Pre-training Setup).
 
     `aasp` is the student; `teacher` an EMA copy of the whole student encoder (AaPE included) that never receives
     gradients, stays in eval mode and sees each unmasked clip once. The trainer calls `update_teacher(momentum)`
@@ -2217,12 +2269,15 @@ class AaspForPreTraining(AaspPreTrainedModel):
     (plain means or EAT's effective weights), `student_stem_input` (the student's AaPE stem on each masked view or
     on the full clip, EAT's order).
     """
-
+)
+class AaspForPreTraining(AaspPreTrainedModel):
     def __init__(self, config: AaspConfig):
         super().__init__(config)
         self.aasp = AaspModel(config)
         self.teacher = AaspModel(config)
         self.teacher.requires_grad_(False)
+        # CODEPATH: AaSP pre-training checkpoints use the CrossMAE cross-attention predictor (the paper's); "cnn" is
+        # EAT's CNN predictor, for the predictor ablation.
         self.predictor = AaspPredictor(config) if config.predictor_type == "cross_attention" else AaspCNNPredictor(config)
         self.contrastive_head = AaspContrastiveHead(config)
         self.post_init()
@@ -2242,6 +2297,8 @@ class AaspForPreTraining(AaspPreTrainedModel):
             init.copy_(module.position_embeddings, module.compute_position_embeddings(self.config))
             init.trunc_normal_(module.mask_token, std=self.config.initializer_range)
         cnn = self.predictor if isinstance(getattr(self, "predictor", None), AaspCNNPredictor) else None
+        # CODEPATH: only a new model with EAT's initialisation (`initialization="eat"`) and EAT's CNN predictor resets
+        # the predictor to PyTorch's defaults; a loaded checkpoint's weights replace whatever was drawn.
         if cnn is not None and self.config.initialization == "eat" and module in (*cnn.convs, cnn.output_projection):
             # EAT resets its decoder to PyTorch's defaults (models/images.py `ImageEncoder.reset_parameters` ->
             # models/modules.py `DecoderBase.reset_parameters`; the convolutions are never re-initialised):
@@ -2271,32 +2328,53 @@ class AaspForPreTraining(AaspPreTrainedModel):
         else:
             torch._foreach_lerp_(teacher_params, student_params, 1.0 - momentum)
 
+    def _check_masks(self, input_values, visible_indices, query_indices):
+        """The masks must be the ones the config describes (the collator draws them from these fields with
+        `aasp_hf.data.masking.sample_batch_masks`): M = `mask_num_views` views, V = round((1 − `mask_ratio`)·N)
+        visible and Q = round(`mask_query_ratio`·(N − V)) query tokens per view, N the input's tokens. Shapes only,
+        so nothing is read back from the device. (`mask_block_sizes`, the shapes of the hidden blocks, cannot be
+        told from the indices: only the sampler reads it.)"""
+        num_tokens = input_values.shape[1] // self.config.time_patch_size * self.config.num_frequency_patches  # N
+        num_visible = int(round((1.0 - self.config.mask_ratio) * num_tokens))  # V
+        num_queries = int(round(self.config.mask_query_ratio * (num_tokens - num_visible)))  # Q
+        expected = (self.config.mask_num_views, num_visible, num_queries)
+        actual = (visible_indices.shape[1], visible_indices.shape[2], query_indices.shape[2])
+        if actual != expected:
+            raise ValueError(
+                f"The masks do not match the config: (views, visible, queries) = {actual}, the config's mask_num_views="
+                f"{self.config.mask_num_views}, mask_ratio={self.config.mask_ratio} and mask_query_ratio="
+                f"{self.config.mask_query_ratio} give {expected} for {num_tokens} tokens. Draw the masks with "
+                f"aasp_hf.data.masking.sample_batch_masks(config, batch_size) for this model's config."
+            )
+
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_values: torch.Tensor,
         visible_indices: torch.Tensor,
         query_indices: torch.Tensor,
         student_input_values: torch.Tensor | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> AaspForPreTrainingOutput:
         r"""
-        input_values (`torch.FloatTensor` of shape `(B, T, F)`): normalised log-mel crops (T = `num_frames`).
-        visible_indices (`torch.LongTensor` of shape `(B, M, V)`): visible tokens of each view (see
-            `aasp_hf.data.masking`).
-        query_indices (`torch.LongTensor` of shape `(B, M, Q)`): masked tokens each view's predictor reconstructs.
-        student_input_values (`torch.FloatTensor` of shape `(B, T, F)`, *optional*): the student's view of the same
-            clips (e.g. re-coloured by the collator's `student_eq_strength`); default `input_values`. The teacher
-            always sees `input_values`.
+        input_values (`torch.FloatTensor` of shape `(B, T, F)`):
+            Normalised log-mel crops (T = `num_frames`).
+        visible_indices (`torch.LongTensor` of shape `(B, M, V)`):
+            Visible tokens of each view (see `aasp_hf.data.masking`).
+        query_indices (`torch.LongTensor` of shape `(B, M, Q)`):
+            Masked tokens each view's predictor reconstructs.
+        student_input_values (`torch.FloatTensor` of shape `(B, T, F)`, *optional*):
+            The student's view of the same clips (e.g. re-coloured by the collator's `student_eq_strength`); default
+            `input_values`. The teacher always sees `input_values`.
         """
-        c = self.config
         batch_size, num_views = visible_indices.shape[:2]
         if query_indices.shape[:2] != (batch_size, num_views):
             raise ValueError(
                 f"query_indices must have shape (batch, views, queries) = ({batch_size}, {num_views}, Q), "
                 f"got {tuple(query_indices.shape)}."
             )
+        self._check_masks(input_values, visible_indices, query_indices)
         if student_input_values is None:
             student_input_values = input_values
         elif student_input_values.shape != input_values.shape:
@@ -2308,13 +2386,13 @@ class AaspForPreTraining(AaspPreTrainedModel):
         # Teacher: the unmasked clip, once per clip; targets from every block (no CLS): each block's output, or its
         # FFN output before the residual add (EAT, target_layer="ffn").
         with torch.no_grad():
-            ffn_targets = c.target_layer == "ffn"
+            ffn_targets = self.config.target_layer == "ffn"
             teacher_output = self.teacher(
                 input_values, output_hidden_states=not ffn_targets, output_ffn_outputs=ffn_targets
             )
             layer_outputs = teacher_output.ffn_outputs if ffn_targets else teacher_output.hidden_states[1:]
             layer_outputs = [hidden[:, 1:] for hidden in layer_outputs]  # L × (B, 1 + N, D) -> L × (B, N, D)
-            targets = teacher_targets(layer_outputs, c.target_norm_axis)  # (B, N, D), float32
+            targets = teacher_targets(layer_outputs, self.config.target_norm_axis)  # (B, N, D), float32
 
         # Student: only the visible tokens of each view.
         student = self.aasp(student_input_values, visible_indices=visible_indices).last_hidden_state  # (B·M, 1 + V, D)
@@ -2324,14 +2402,14 @@ class AaspForPreTraining(AaspPreTrainedModel):
         view_targets = targets.repeat_interleave(num_views, dim=0)  # (B, N, D) -> (B·M, N, D)
         query_targets = view_targets.gather(1, queries[..., None].expand(-1, -1, targets.shape[-1]))  # (B·M, Q, D)
 
-        loss_masked = masked_prediction_loss(predictions, query_targets, scaling=c.loss_scaling)
+        loss_masked = masked_prediction_loss(predictions, query_targets, scaling=self.config.loss_scaling)
         student_cls = student[:, 0].reshape(batch_size, num_views, -1)  # (B·M, D) -> (B, M, D)
-        loss_clip = clip_loss(student_cls, targets, scaling=c.loss_scaling)
+        loss_clip = clip_loss(student_cls, targets, scaling=self.config.loss_scaling)
         view_embeddings = self.contrastive_head(student[:, 1:].mean(dim=1))  # (B·M, D/2)
         view_embeddings = view_embeddings.reshape(batch_size, num_views, -1)  # (B·M, D/2) -> (B, M, D/2)
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        loss_contrastive = multi_view_contrastive_loss(view_embeddings, c.contrastive_temperature, gather=distributed)
-        loss = loss_masked + c.clip_loss_weight * loss_clip + c.contrastive_loss_weight * loss_contrastive
+        loss_contrastive = multi_view_contrastive_loss(view_embeddings, self.config.contrastive_temperature, gather=distributed)
+        loss = loss_masked + self.config.clip_loss_weight * loss_clip + self.config.contrastive_loss_weight * loss_contrastive
 
         return AaspForPreTrainingOutput(
             loss=loss,

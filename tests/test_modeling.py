@@ -491,3 +491,23 @@ def test_layer_ids_for_layer_wise_learning_rate_decay(tiny_config):
     base = model.aasp
     assert base.layer_id("layers.1.mlp.fc2.weight") == 2 and base.layer_id("embedding_norm.weight") == 0
     assert {n for n in model.no_weight_decay()} == {"aasp.cls_token", "aasp.embeddings.position_embeddings"}
+
+
+@pytest.mark.parametrize("other", [{"mask_num_views": 2}, {"mask_ratio": 0.5}, {"mask_query_ratio": 0.5}])
+def test_pretraining_refuses_masks_drawn_for_another_config(other):
+    """AaspForPreTraining reads mask_num_views, mask_ratio and mask_query_ratio: masks whose views, visible or query
+    counts another config gives are refused with both shapes named; the model's own config's masks are taken."""
+    from aasp_hf import AaspForPreTraining
+    from aasp_hf.data.masking import sample_batch_masks
+    from conftest import tiny_pretraining_config
+
+    config = tiny_pretraining_config()
+    model = AaspForPreTraining(config).eval()
+    x = torch.randn(2, config.num_frames, config.num_mel_bins)
+    g = torch.Generator().manual_seed(0)
+    masks = sample_batch_masks(tiny_pretraining_config(**other), 2, generator=g)
+    with pytest.raises(ValueError, match=r"do not match the config: \(views, visible, queries\)"):
+        model(x, visible_indices=masks["visible_indices"], query_indices=masks["query_indices"])
+    own = sample_batch_masks(config, 2, generator=g)
+    with torch.no_grad():
+        assert torch.isfinite(model(x, visible_indices=own["visible_indices"], query_indices=own["query_indices"]).loss)

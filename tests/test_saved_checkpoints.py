@@ -61,7 +61,10 @@ def assert_same_outputs(actual: dict, expected: dict, where: str):
     """Bit-identical under the torch that wrote the fixtures; within float32 rounding under another torch."""
     with safe_open(FIXTURES / "outputs.safetensors", framework="pt") as f:
         same_torch = f.metadata()["torch"] == torch.__version__
-    assert actual.keys() == expected.keys(), (where, sorted(actual), sorted(expected))
+    # Under transformers 5.0 (its `check_model_inputs`) the encoder asked for hidden states and attentions also returns
+    # `ffn_outputs`, which the fixtures (written under 5.23) do not hold; every field they hold must match.
+    extra = [key for key in actual.keys() - expected.keys() if ".ffn_outputs." not in key]
+    assert expected.keys() <= actual.keys() and not extra, (where, sorted(actual), sorted(expected))
     for key in expected:
         assert actual[key].dtype == expected[key].dtype, (where, key)
         if same_torch or not expected[key].is_floating_point():
