@@ -1,4 +1,16 @@
-# Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The aasp_hf authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """AaSP feature extractor: 16 kHz waveforms -> normalised log-mel `input_values` (B, T, F) and a frame
 `attention_mask` (B, T), T a multiple of the model's time patch size.
 
@@ -116,8 +128,18 @@ class LogMelFrontEnd:
         caller subtracts each clip's mean first, `subtract_clip_means`, over the whole clip)."""
         window, bands = self.window_and_bands(waveforms.device)
         if self.mode == "m2d":
-            return m2d_log_mel(waveforms, lengths, window, bands, self.n_fft, self.hop_length, self.num_mel_bins,
-                               min_frames=min_frames, mean=mean, std=std)
+            return m2d_log_mel(
+                waveforms,
+                lengths,
+                window,
+                bands,
+                self.n_fft,
+                self.hop_length,
+                self.num_mel_bins,
+                min_frames=min_frames,
+                mean=mean,
+                std=std,
+            )
         return kaldi_log_fbank(waveforms, window, bands, self.n_fft, self.hop_length, self.num_mel_bins, mean, std)
 
 
@@ -231,8 +253,7 @@ def reflect_pad(waveforms, lengths, pad: int):
     return padded.scatter_(1, pad + lengths + offsets, right)  # right edge of clip i at P + L_i + k
 
 
-def m2d_log_mel(waveforms, lengths, window, bands, n_fft, hop_length, num_mel_bins, min_frames=0, mean=None,
-                std=None):
+def m2d_log_mel(waveforms, lengths, window, bands, n_fft, hop_length, num_mel_bins, min_frames=0, mean=None, std=None):
     """M2D log-mel: (B, L_max) -> (B, T_max, F), T_max = frames of the longest clip.
 
     1. reflect-pad each clip at its own edges; 2. STFT (``window`` of win_length centred in n_fft, hop);
@@ -399,8 +420,14 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
     ):
         unknown = set(kwargs) - set(SAVED_KEYS)
         if unknown:
-            raise ValueError(unknown_keys_message(unknown, init_arguments(AaspFeatureExtractor),
-                                                  "AaspFeatureExtractor's arguments", "AaspFeatureExtractor's docstring"))
+            raise ValueError(
+                unknown_keys_message(
+                    unknown,
+                    init_arguments(AaspFeatureExtractor),
+                    "AaspFeatureExtractor's arguments",
+                    "AaspFeatureExtractor's docstring",
+                )
+            )
         super().__init__(
             feature_size=feature_size,
             sampling_rate=sampling_rate,
@@ -466,8 +493,16 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
 
     def _front_end(self) -> LogMelFrontEnd:
         """The front end of the current settings; kept (with its filter banks and windows) until a setting changes."""
-        settings = (self.mode, self.sampling_rate, self.feature_size, self.n_fft, self.win_length, self.hop_length,
-                    self.f_min, self.f_max)
+        settings = (
+            self.mode,
+            self.sampling_rate,
+            self.feature_size,
+            self.n_fft,
+            self.win_length,
+            self.hop_length,
+            self.f_min,
+            self.f_max,
+        )
         front_end = getattr(self, "_front_end_cache", None)
         if front_end is None or front_end.settings != settings:
             front_end = self._front_end_cache = LogMelFrontEnd(*settings)

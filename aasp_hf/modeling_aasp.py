@@ -1,4 +1,16 @@
-# Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The aasp_hf authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """AaSP audio spectrogram transformer, the whole model in one file as transformers keeps a model: the encoder
 `AaspModel`, the classifier `AaspForAudioClassification`, the pre-training model `AaspForPreTraining`, their base
 class `AaspPreTrainedModel` (initialisation, the checks on loading, the saved `auto_map`) and every layer they use.
@@ -369,8 +381,20 @@ def _sblu_forward_block(values, decay, frequency, step, half, analytic, out_re, 
     torch.mul(out_re, out_re, out=out_magnitude).addcmul_(out_im, out_im).sqrt_()  # |r| (hypot has no ONNX export)
 
 
-def _sblu_backward_block(grad_magnitude, values, decay, frequency, response_re, response_im, step, half, analytic,
-                         grad_values, grad_decay, grad_frequency):
+def _sblu_backward_block(
+    grad_magnitude,
+    values,
+    decay,
+    frequency,
+    response_re,
+    response_im,
+    step,
+    half,
+    analytic,
+    grad_values,
+    grad_decay,
+    grad_frequency,
+):
     """∂L/∂v, ∂L/∂α, ∂L/∂β of one block (..., T) into the given tensors (see the derivation above).
 
     The running products q = Gc·z_f^d and s = Gc·z_b^d (s = q in the symmetric phase) carry every tap's weight:
@@ -433,8 +457,17 @@ class SbluMagnitudeFunction(torch.autograd.Function):
         response_re = torch.empty(values.shape, dtype=values.dtype, device=values.device)
         response_im, magnitude = torch.empty_like(response_re), torch.empty_like(response_re)
         for index in _blocks(values, half):
-            _sblu_forward_block(values[index], decay[index], frequency[index], step, half, analytic,
-                                response_re[index], response_im[index], magnitude[index])
+            _sblu_forward_block(
+                values[index],
+                decay[index],
+                frequency[index],
+                step,
+                half,
+                analytic,
+                response_re[index],
+                response_im[index],
+                magnitude[index],
+            )
         ctx.save_for_backward(values, decay, frequency, response_re, response_im)
         ctx.step, ctx.kernel_size, ctx.analytic = step, kernel_size, analytic
         return magnitude
@@ -449,8 +482,16 @@ class SbluMagnitudeFunction(torch.autograd.Function):
             grads = [torch.empty(values.shape, dtype=values.dtype, device=values.device) for _ in range(3)]
             for index in _blocks(values, half):
                 _sblu_backward_block(
-                    grad_magnitude[index], values[index], decay[index], frequency[index], response_re[index],
-                    response_im[index], ctx.step, half, ctx.analytic, *(grad[index] for grad in grads)
+                    grad_magnitude[index],
+                    values[index],
+                    decay[index],
+                    frequency[index],
+                    response_re[index],
+                    response_im[index],
+                    ctx.step,
+                    half,
+                    ctx.analytic,
+                    *(grad[index] for grad in grads),
                 )
         return (*grads, None, None, None)
 
@@ -858,7 +899,9 @@ def _masked_group_norm(x, norm: nn.GroupNorm, visibility):
         return norm(x)
     dtype = torch.promote_types(x.dtype, torch.float32)  # statistics in float32 also under autocast
     batch_size, channels, num_frames = x.shape
-    groups = x.to(dtype).reshape(batch_size, norm.num_groups, channels // norm.num_groups, num_frames)  # -> (B, G, C/G, T)
+    groups = x.to(dtype).reshape(
+        batch_size, norm.num_groups, channels // norm.num_groups, num_frames
+    )  # -> (B, G, C/G, T)
     weight = visibility[:, :, None, :].to(dtype)  # (B, G|1, 1, T)
     count = weight.sum(-1, keepdim=True).clamp(min=1.0) * groups.shape[2]  # (B, G|1, 1, 1)
     mean = (groups * weight).sum((2, 3), keepdim=True) / count
@@ -979,8 +1022,9 @@ class AaspSBLU(nn.Module):
         self.output_projection = AaspGroupedProjection(hidden_size, output_size, 1, groups=groups, dtype=dtype)  # C̄
         self.norm = AaspMaskedGroupNorm(groups, output_size, dtype=dtype)
         patch = config.time_patch_size  # depthwise, kernel = stride = P_time
-        self.time_patchify = AaspTimePatchify(output_size, output_size, patch, stride=patch, groups=output_size,
-                                              dtype=dtype)
+        self.time_patchify = AaspTimePatchify(
+            output_size, output_size, patch, stride=patch, groups=output_size, dtype=dtype
+        )
         self.register_buffer("highpass_kernel", self.compute_highpass_kernel(config).to(dtype), persistent=False)
         self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
         self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
@@ -1069,7 +1113,9 @@ class AaspSBLU(nn.Module):
             highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B, F, T)
             values = self.input_projection(highpassed)  # (b) B̄, float32 also in a bf16 model: (B, F, T) -> (B, H, T)
             if visibility is not None:
-                channels_per_group = self.config.sblu_hidden_size // self.config.num_frequency_patches if visibility.shape[1] > 1 else 1
+                channels_per_group = (
+                    self.config.sblu_hidden_size // self.config.num_frequency_patches if visibility.shape[1] > 1 else 1
+                )
                 values = values * visibility.repeat_interleave(channels_per_group, dim=1)  # -> (B, H|1, T)
             magnitude = sblu_magnitude(values, decay, frequency, self.step, self.kernel_size, self.phase)  # (c)
             response = 2.0 * sblu_gamma(decay, frequency, self.step) * magnitude  # 2Γ|r|, (B, H, T)
@@ -1109,10 +1155,14 @@ class AaspSBLU(nn.Module):
         """1 where a (view, frequency group, frame) belongs to a visible token: float (B·M, F̃, T)."""
         batch_views = views.shape[0]
         num_time_patches = num_frames // self.config.time_patch_size
-        token_visible = views.new_zeros(batch_views, num_time_patches * self.config.num_frequency_patches, dtype=torch.bool)
+        token_visible = views.new_zeros(
+            batch_views, num_time_patches * self.config.num_frequency_patches, dtype=torch.bool
+        )
         token_visible = token_visible.scatter(1, views, True)  # (B·M, N)
         token_visible = token_visible.reshape(batch_views, num_time_patches, -1)  # (B·M, N) -> (B·M, T̃, F̃)
-        return token_visible.transpose(1, 2).repeat_interleave(self.config.time_patch_size, dim=-1).float()  # -> (B·M, F̃, T)
+        return (
+            token_visible.transpose(1, 2).repeat_interleave(self.config.time_patch_size, dim=-1).float()
+        )  # -> (B·M, F̃, T)
 
     def _token_windows(self, mel, views, visibility):
         """(a) The high-passed mel around each visible token: its group's F/F̃ bins on the token's P_time frames and
@@ -1145,7 +1195,9 @@ class AaspSBLU(nn.Module):
             source_rows = rows
             window_visible = visibility  # (B·M, F̃, T)
 
-        frames = time_index[..., None] * self.config.time_patch_size + torch.arange(width, device=views.device)  # (B·M, V, P+2c)
+        frames = time_index[..., None] * self.config.time_patch_size + torch.arange(
+            width, device=views.device
+        )  # (B·M, V, P+2c)
         padded = F.pad(highpassed, (half, half))  # (B|B·M, F, T) -> (B|B·M, F, T + 2c)
         padded = padded.reshape(padded.shape[0], num_groups, bins, -1).transpose(2, 3)
         # (B|B·M, F, T + 2c) -> (B|B·M, F̃, F/F̃, T + 2c) -> (B|B·M, F̃, T + 2c, F/F̃)
@@ -1201,7 +1253,9 @@ class AaspEmbeddings(nn.Module):
 
     def compute_position_embeddings(self) -> torch.Tensor:
         """Float32 (1, 1 + N, D): zero row for CLS, then the sin-cos table."""
-        table = sincos_position_embeddings(self.config.hidden_size, self.config.num_frequency_patches, self.config.num_time_patches)  # (N, D)
+        table = sincos_position_embeddings(
+            self.config.hidden_size, self.config.num_frequency_patches, self.config.num_time_patches
+        )  # (N, D)
         return torch.cat([torch.zeros(1, self.config.hidden_size, dtype=table.dtype), table])[None].float()
 
     def patch_positions(self, num_time_patches: int, valid_time_patches: torch.Tensor | None = None) -> torch.Tensor:
@@ -1219,7 +1273,9 @@ class AaspEmbeddings(nn.Module):
         else:
             length = valid_time_patches.to(device=table.device, dtype=torch.float32)[:, None]  # (B, 1)
         stretched = (target + 0.5) * (self.config.num_time_patches / length) - 0.5
-        source = torch.where(length > self.config.num_time_patches, stretched, target).clamp(0, self.config.num_time_patches - 1)
+        source = torch.where(length > self.config.num_time_patches, stretched, target).clamp(
+            0, self.config.num_time_patches - 1
+        )
         low = source.floor().long()  # (B, T̃')
         high = (low + 1).clamp(max=self.config.num_time_patches - 1)
         weight = (source - low)[..., None].to(table.dtype)  # (B, T̃', 1)
@@ -1278,9 +1334,13 @@ class AaspEmbeddings(nn.Module):
         (the channels B̄ fills from frequency patch f) for the P_time frames of time patch t."""
         batch_size, num_tokens, per_group = per_token.shape
         num_time_patches = num_tokens // self.config.num_frequency_patches
-        grid = per_token.reshape(batch_size, num_time_patches, self.config.num_frequency_patches, per_group)  # (B, T̃, F̃, H/F̃)
+        grid = per_token.reshape(
+            batch_size, num_time_patches, self.config.num_frequency_patches, per_group
+        )  # (B, T̃, F̃, H/F̃)
         grid = grid.permute(0, 2, 3, 1)  # (B, T̃, F̃, H/F̃) -> (B, F̃, H/F̃, T̃)
-        grid = grid.reshape(batch_size, self.config.num_frequency_patches * per_group, num_time_patches)  # -> (B, H, T̃)
+        grid = grid.reshape(
+            batch_size, self.config.num_frequency_patches * per_group, num_time_patches
+        )  # -> (B, H, T̃)
         return grid.repeat_interleave(self.config.time_patch_size, dim=-1)  # (B, H, T̃) -> (B, H, T)
 
 
@@ -1335,7 +1395,9 @@ class AaspPreTrainedModel(PreTrainedModel):
     input_modalities = ("audio",)
     supports_gradient_checkpointing = True
     _no_split_modules = ["AaspEmbeddings", "AaspLayer"]
-    _keep_in_fp32_modules_strict = ["sblu"]  # the SBLU branch's small convs and norm stay float32 in bf16/fp16 checkpoints
+    _keep_in_fp32_modules_strict = [
+        "sblu"
+    ]  # the SBLU branch's small convs and norm stay float32 in bf16/fp16 checkpoints
     # Attention implementations: every block attends bidirectionally with a key-padding mask only (padded patches;
     # none in masked pre-training, where the student encodes only visible tokens), which eager, SDPA, flex and
     # flash attention all express through transformers' `create_bidirectional_mask`. Flash attention is declared
@@ -1398,11 +1460,30 @@ class AaspPreTrainedModel(PreTrainedModel):
     # change what the same tensors compute (sblu_phase, sblu_step, sblu_epsilon, frequency_patch_size with the same
     # products, layer_norm_first, hidden_act), so a wrong config would load silently.
     _checkpoint_fields = (
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act", "qkv_bias",
-        "layer_norm_first", "num_mel_bins", "num_frames", "frequency_patch_size", "time_patch_size",
-        "patch_embedding", "sblu_kernel_size", "sblu_hidden_size", "sblu_output_size", "sblu_epsilon", "sblu_step",
-        "sblu_adaptive", "sblu_phase", "sblu_highpass_num_taps", "lambda_encoder_reduction",
-        "lambda_encoder_num_layers", "lambda_encoder_num_attention_heads", "lambda_encoder_mlp_ratio",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "hidden_act",
+        "qkv_bias",
+        "layer_norm_first",
+        "num_mel_bins",
+        "num_frames",
+        "frequency_patch_size",
+        "time_patch_size",
+        "patch_embedding",
+        "sblu_kernel_size",
+        "sblu_hidden_size",
+        "sblu_output_size",
+        "sblu_epsilon",
+        "sblu_step",
+        "sblu_adaptive",
+        "sblu_phase",
+        "sblu_highpass_num_taps",
+        "lambda_encoder_reduction",
+        "lambda_encoder_num_layers",
+        "lambda_encoder_num_attention_heads",
+        "lambda_encoder_mlp_ratio",
     )
 
     @classmethod
@@ -1458,8 +1539,11 @@ class AaspPreTrainedModel(PreTrainedModel):
                 return {}
         if os.path.exists(str(pretrained_model_name_or_path)):  # a single weights file: no config beside it to read
             return {}
-        hub_kwargs = {k: kwargs[k] for k in ("cache_dir", "force_download", "local_files_only", "token", "revision",
-                                             "subfolder", "proxies") if k in kwargs}
+        hub_kwargs = {
+            k: kwargs[k]
+            for k in ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
+            if k in kwargs
+        }
         try:
             saved, _ = AaspConfig.get_config_dict(pretrained_model_name_or_path, **hub_kwargs)
         except (OSError, ValueError, TypeError):  # no config.json next to the weights: nothing to compare with
@@ -1619,7 +1703,9 @@ class AaspModel(AaspPreTrainedModel):
 
         patch_mask = token_mask = None
         if frame_mask is not None:
-            patch_mask = _frame_mask_to_token_mask(frame_mask, self.config.time_patch_size, self.config.num_frequency_patches)  # (B, N)
+            patch_mask = _frame_mask_to_token_mask(
+                frame_mask, self.config.time_patch_size, self.config.num_frequency_patches
+            )  # (B, N)
             token_mask = F.pad(patch_mask, (1, 0), value=True)  # CLS first: (B, N) -> (B, 1 + N)
 
         patches = self.embeddings(input_values, frame_mask, patch_mask, visible_indices)  # (B, N, D) or (B·M, V, D)
@@ -1905,7 +1991,9 @@ def teacher_targets(layer_outputs, norm_axis: str = "tokens") -> torch.Tensor:
         float32 (float64 for float64 inputs). The clip-level target of L_u is ``y.mean(1)``.
     """
     if not isinstance(layer_outputs, (list, tuple)) or len(layer_outputs) == 0:
-        raise ValueError(f"layer_outputs must be a non-empty list or tuple of (B, N, D) tensors, got {layer_outputs!r}")
+        raise ValueError(
+            f"layer_outputs must be a non-empty list or tuple of (B, N, D) tensors, got {layer_outputs!r}"
+        )
     if norm_axis not in TARGET_NORM_AXES:
         raise ValueError(f"norm_axis must be one of {TARGET_NORM_AXES}, got norm_axis={norm_axis!r}")
     shape = tuple(layer_outputs[0].shape)
@@ -2160,7 +2248,9 @@ class AaspPredictor(nn.Module):
     @staticmethod
     def compute_position_embeddings(config) -> torch.Tensor:
         """Float32 (N, P) sin-cos table of the pre-training grid at predictor width."""
-        return sincos_position_embeddings(config.predictor_hidden_size, config.num_frequency_patches, config.num_time_patches).float()
+        return sincos_position_embeddings(
+            config.predictor_hidden_size, config.num_frequency_patches, config.num_time_patches
+        ).float()
 
     def forward(self, encoder_output, visible_indices, query_indices):
         """encoder_output: (B', 1 + V, D) student output (CLS first); visible_indices: (B', V) (unused: keys carry
@@ -2228,7 +2318,9 @@ class AaspCNNPredictor(nn.Module):
             )
         grid = mask_noise.to(encoder_output.dtype)  # (B', N, D), the noise stays at hidden tokens
         grid = grid.scatter(1, visible_indices[..., None].expand(-1, -1, hidden), encoder_output[:, 1:])
-        x = grid.transpose(1, 2).reshape(batch_size, hidden, self.config.num_time_patches, self.config.num_frequency_patches)
+        x = grid.transpose(1, 2).reshape(
+            batch_size, hidden, self.config.num_time_patches, self.config.num_frequency_patches
+        )
         # (B', N, D) -> (B', D, T̃, F̃), time-major tokens
         residual = x
         for conv in self.convs:
@@ -2278,7 +2370,10 @@ class AaspForPreTraining(AaspPreTrainedModel):
         self.teacher.requires_grad_(False)
         # CODEPATH: AaSP pre-training checkpoints use the CrossMAE cross-attention predictor (the paper's); "cnn" is
         # EAT's CNN predictor, for the predictor ablation.
-        self.predictor = AaspPredictor(config) if config.predictor_type == "cross_attention" else AaspCNNPredictor(config)
+        if config.predictor_type == "cross_attention":
+            self.predictor = AaspPredictor(config)
+        else:
+            self.predictor = AaspCNNPredictor(config)
         self.contrastive_head = AaspContrastiveHead(config)
         self.post_init()
         with torch.no_grad():  # the teacher starts as an exact copy of the student (from_pretrained then loads both)
@@ -2408,8 +2503,14 @@ class AaspForPreTraining(AaspPreTrainedModel):
         view_embeddings = self.contrastive_head(student[:, 1:].mean(dim=1))  # (B·M, D/2)
         view_embeddings = view_embeddings.reshape(batch_size, num_views, -1)  # (B·M, D/2) -> (B, M, D/2)
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        loss_contrastive = multi_view_contrastive_loss(view_embeddings, self.config.contrastive_temperature, gather=distributed)
-        loss = loss_masked + self.config.clip_loss_weight * loss_clip + self.config.contrastive_loss_weight * loss_contrastive
+        loss_contrastive = multi_view_contrastive_loss(
+            view_embeddings, self.config.contrastive_temperature, gather=distributed
+        )
+        loss = (
+            loss_masked
+            + self.config.clip_loss_weight * loss_clip
+            + self.config.contrastive_loss_weight * loss_contrastive
+        )
 
         return AaspForPreTrainingOutput(
             loss=loss,
