@@ -23,8 +23,14 @@ from transformers import (  # noqa: E402
 
 from .configuration_aasp import AaspConfig
 from .feature_extraction_aasp import AaspFeatureExtractor
-from .modeling_aasp import AaspForAudioClassification, AaspModel, AaspModelOutput, AaspPreTrainedModel
-from .modeling_aasp_pretraining import AaspForPreTraining, AaspForPreTrainingOutput
+from .modeling_aasp import (
+    AaspForAudioClassification,
+    AaspForPreTraining,
+    AaspForPreTrainingOutput,
+    AaspModel,
+    AaspModelOutput,
+    AaspPreTrainedModel,
+)
 from .pipeline_aasp import AaspAudioClassificationPipeline, score_audio_classification_by_problem_type
 
 __version__ = "0.1.0"

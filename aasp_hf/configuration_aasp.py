@@ -1,4 +1,16 @@
-# Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The aasp_hf authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """AaSP model configuration.
 
 Defaults are the paper's (ViT-B encoder, AaPE stem; Sec. "Aliasing-aware Patch Embedding" and "Training Setup"):
@@ -15,7 +27,7 @@ from transformers import PreTrainedConfig
 # frame multiple of `AaspFeatureExtractor` (its frame counts are rounded up to whole time patches).
 TIME_PATCH_SIZE = 16
 # The fields that take one of a few named values, and those values (validated in one loop in __init__). The one
-# definition of each set: sblu.py and objectives.py check their arguments against it too.
+# definition of each set: modeling_aasp.py's SBLU operator and objectives check their arguments against it too.
 CHOICES = {
     "hidden_act": ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"),
     "patch_embedding": ("aape", "spe"),
@@ -43,8 +55,10 @@ def unknown_keys_message(unknown, valid, what: str, where: str) -> str:
     for key in sorted(unknown):
         close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
         parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return (f"unknown key{'s' if len(parts) > 1 else ''} in {what}: {', '.join(parts)}. The valid keys are listed in "
-            f"{where}.")
+    return (
+        f"unknown key{'s' if len(parts) > 1 else ''} in {what}: {', '.join(parts)}. The valid keys are listed in "
+        f"{where}."
+    )
 
 
 # True when transformers imported this file as a checkpoint's remote code (its module then lives under
@@ -327,15 +341,36 @@ class AaspConfig(PreTrainedConfig):
 # The fields `_validate_config` checks by kind: each must be a positive integer, a probability in [0, 1), a
 # positive number, a bool, or a non-negative number.
 POSITIVE_INTEGER_FIELDS = (
-    "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "num_mel_bins", "num_frames",
-    "frequency_patch_size", "time_patch_size", "sblu_hidden_size", "sblu_output_size", "sblu_highpass_num_taps",
-    "lambda_encoder_reduction", "lambda_encoder_num_layers", "lambda_encoder_num_attention_heads",
-    "predictor_hidden_size", "predictor_num_layers", "predictor_num_attention_heads", "predictor_cnn_hidden_size",
-    "predictor_cnn_num_layers", "predictor_cnn_kernel_size", "predictor_cnn_groups", "mask_num_views",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "num_mel_bins",
+    "num_frames",
+    "frequency_patch_size",
+    "time_patch_size",
+    "sblu_hidden_size",
+    "sblu_output_size",
+    "sblu_highpass_num_taps",
+    "lambda_encoder_reduction",
+    "lambda_encoder_num_layers",
+    "lambda_encoder_num_attention_heads",
+    "predictor_hidden_size",
+    "predictor_num_layers",
+    "predictor_num_attention_heads",
+    "predictor_cnn_hidden_size",
+    "predictor_cnn_num_layers",
+    "predictor_cnn_kernel_size",
+    "predictor_cnn_groups",
+    "mask_num_views",
 )
 PROBABILITY_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate")
 POSITIVE_NUMBER_FIELDS = (
-    "layer_norm_eps", "initializer_range", "sblu_step", "lambda_encoder_mlp_ratio", "predictor_mlp_ratio",
+    "layer_norm_eps",
+    "initializer_range",
+    "sblu_step",
+    "lambda_encoder_mlp_ratio",
+    "predictor_mlp_ratio",
     "contrastive_temperature",
 )
 BOOLEAN_FIELDS = ("qkv_bias", "layer_norm_first", "sblu_adaptive")

@@ -24,11 +24,11 @@ from .errors import UsageError
 logger = logging.getLogger(__name__)
 
 MODEL_CARD_TEMPLATE = Path(__file__).resolve().parents[1] / "MODEL_CARD.md"
-# The remote code save_pretrained ships: an encoder or classifier folder holds exactly CODE_FILES (the modeling file,
-# the feature extractor, what they import relatively, the pipeline); a pre-training folder also PRETRAINING_CODE_FILES.
-CODE_FILES = ("configuration_aasp.py", "modeling_aasp.py", "patch_embedding_aasp.py", "transformer_block_aasp.py",
-              "sblu.py", "feature_extraction_aasp.py", "audio_frontends_aasp.py", "pipeline_aasp.py")
-PRETRAINING_CODE_FILES = ("modeling_aasp_pretraining.py", "objectives.py")
+# The remote code save_pretrained ships with every checkpoint (encoder, classifier or pre-training model): the
+# modeling file (the whole model, as transformers keeps one), the feature extractor, the config they import relatively
+# and the pipeline. Folders saved before the model was one file also hold the files it was split into; they load with
+# that code of theirs.
+CODE_FILES = ("configuration_aasp.py", "modeling_aasp.py", "feature_extraction_aasp.py", "pipeline_aasp.py")
 # YAML metadata keys a caller may set through `model_card_fields`.
 YAML_FIELDS = ("library_name", "pipeline_tag", "license", "tags", "datasets", "base_model", "language", "metrics")
 # all_results.json entries that are bookkeeping, not evaluation results.
@@ -459,8 +459,7 @@ def write_hub_folder(
     config = json.loads((folder / "config.json").read_text())
     if "AutoModel" not in (config.get("auto_map") or {}):
         raise RuntimeError(f"{folder / 'config.json'} has no auto_map['AutoModel']: the code would not load remotely")
-    code_files = CODE_FILES + (PRETRAINING_CODE_FILES if "AutoModelForPreTraining" in config["auto_map"] else ())
-    expected = code_files + ("model.safetensors", "preprocessor_config.json")
+    expected = CODE_FILES + ("model.safetensors", "preprocessor_config.json")
     missing = [name for name in expected if not (folder / name).exists()]
     if missing:
         raise RuntimeError(f"{folder} is missing {missing} after save_pretrained")

@@ -1,4 +1,16 @@
-# Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
+# Copyright 2026 The aasp_hf authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """transformers' audio-classification pipeline with one downmix rule: the channels of a clip are averaged.
 
 Shipped next to the weights: a saved checkpoint's `config.json` names this class in `custom_pipelines`, so
@@ -96,7 +108,10 @@ def score_audio_classification_by_problem_type() -> bool:
     task = PIPELINE_REGISTRY.supported_tasks.get("audio-classification")
     if task is None or transformers_scores_by_problem_type() or task["impl"] is not AudioClassificationPipeline:
         return False  # a newer transformers, or a class someone else registered: left as it is
-    PIPELINE_REGISTRY.supported_tasks["audio-classification"] = {**task, "impl": ProblemTypeAudioClassificationPipeline}
+    PIPELINE_REGISTRY.supported_tasks["audio-classification"] = {
+        **task,
+        "impl": ProblemTypeAudioClassificationPipeline,
+    }
     return True
 
 

@@ -38,7 +38,7 @@ import torch
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
 from aasp_hf.errors import UsageError, parse_command_line, run_script
-from aasp_hf.patch_embedding_aasp import sincos_position_embeddings
+from aasp_hf.modeling_aasp import sincos_position_embeddings
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from aasp_hf import AaspConfig
-from aasp_hf.modeling_aasp_pretraining import AaspCNNPredictor
+from aasp_hf.modeling_aasp import AaspCNNPredictor
 from conftest import tiny_config_kwargs
 
 
@@ -311,7 +311,7 @@ def test_teacher_update_is_eats_ema_over_the_whole_encoder():
 def test_converter_maps_every_eat_encoder_key_to_its_aasp_name():
     """EAT models/images.py ImageEncoder + models/modules.py AltBlock/AltAttention parameter names (fairseq layout)."""
     import convert_eat_checkpoint as eat_conv
-    from aasp_hf.patch_embedding_aasp import sincos_position_embeddings
+    from aasp_hf.modeling_aasp import sincos_position_embeddings
 
     width, layers, mels, frames = 32, 2, 32, 64  # a 4 × 2 (time × frequency) grid
     g = torch.Generator().manual_seed(0)

@@ -20,9 +20,8 @@ from conftest import run_without_aasp_hf
 
 SR = 16000
 EPS = torch.finfo(torch.float32).eps
-# The extractor's module and the front ends it imports relatively: both ship with a checkpoint.
-MODULE_PATHS = [Path(__file__).resolve().parents[1] / "aasp_hf" / name
-                for name in ("feature_extraction_aasp.py", "audio_frontends_aasp.py")]
+# The extractor's module (its front ends included): it ships with a checkpoint.
+MODULE_PATHS = [Path(__file__).resolve().parents[1] / "aasp_hf" / "feature_extraction_aasp.py"]
 
 
 def make_audio(num_samples, seed=0, dc=0.0):
@@ -460,7 +459,7 @@ def test_remote_code_loads_in_a_fresh_process(tmp_path):
     """The shipped file alone (no aasp_hf import) rebuilds the extractor through AutoFeatureExtractor."""
     AaspFeatureExtractor(mode="kaldi", max_frames=1024).save_pretrained(tmp_path / "fe")
     assert (tmp_path / "fe" / "feature_extraction_aasp.py").exists()
-    assert (tmp_path / "fe" / "audio_frontends_aasp.py").exists()  # imported relatively, so copied beside it
+    assert (tmp_path / "fe" / "configuration_aasp.py").exists()  # imported relatively, so copied beside it
     result = run_without_aasp_hf(
         "import numpy as np\n"
         "from transformers import AutoFeatureExtractor\n"
@@ -528,7 +527,7 @@ def test_cuda_matches_cpu(mode):
 def test_m2d_blocks_do_not_change_the_features(block_frames, monkeypatch):
     """The CPU m2d path works in blocks of frames (a range of one clip's frames, or several whole short clips):
     any block size gives the one-block result, for a batch of unequal clips."""
-    import aasp_hf.audio_frontends_aasp as module
+    import aasp_hf.feature_extraction_aasp as module
 
     waves = [make_audio(n, seed=i) for i, n in enumerate((16000, 23457, 300, 4000))]
     extractor = AaspFeatureExtractor()

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from aasp_hf import AaspConfig, AaspForPreTraining, AaspModel
-from aasp_hf.objectives import clip_loss, masked_prediction_loss
-from aasp_hf.sblu import sblu_gamma, sblu_magnitude_reference
+from aasp_hf.modeling_aasp import clip_loss, masked_prediction_loss
+from aasp_hf.modeling_aasp import sblu_gamma, sblu_magnitude_reference
 from conftest import pretraining_batch, tiny_pretraining_config
 
 

@@ -24,7 +24,6 @@ from aasp_hf import (AaspAudioClassificationPipeline, AaspConfig, AaspFeatureExt
                      AaspForPreTraining, AaspModel)
 from aasp_hf.hub import (
     CODE_FILES,
-    PRETRAINING_CODE_FILES,
     evaluation_table,
     fill_model_card,
     push_folder,
@@ -226,9 +225,9 @@ def shipped_code(folder):
     return {path.name for path in folder.glob("*.py")}
 
 
-def test_only_pretraining_folders_ship_pretraining_code_and_each_loads_without_the_package(saved_classifier, tmp_path):
-    """An encoder or classifier folder ships exactly hub.CODE_FILES (no objectives.py, no pre-training module) and
-    loads remotely without importing either; a pre-training folder adds hub.PRETRAINING_CODE_FILES and loads too."""
+def test_every_folder_ships_the_one_modeling_file_and_each_loads_without_the_package(saved_classifier, tmp_path):
+    """Encoder, classifier and pre-training folders ship exactly hub.CODE_FILES (the whole model is one modeling
+    file, as transformers keeps a model) and each loads remotely, the pre-training model from that same file."""
     classifier_folder, _ = saved_classifier
     torch.manual_seed(0)
     config = AaspConfig(
@@ -243,9 +242,9 @@ def test_only_pretraining_folders_ship_pretraining_code_and_each_loads_without_t
         AaspFeatureExtractor(feature_size=config.num_mel_bins).save_pretrained(folders[name])
     assert shipped_code(classifier_folder) == set(CODE_FILES)
     assert shipped_code(folders["encoder"]) == set(CODE_FILES)
-    assert shipped_code(folders["pretraining"]) == set(CODE_FILES + PRETRAINING_CODE_FILES)
+    assert shipped_code(folders["pretraining"]) == set(CODE_FILES)
     auto_map = json.loads((folders["pretraining"] / "config.json").read_text())["auto_map"]
-    assert auto_map["AutoModelForPreTraining"] == "modeling_aasp_pretraining.AaspForPreTraining"
+    assert auto_map["AutoModelForPreTraining"] == "modeling_aasp.AaspForPreTraining"
     assert auto_map["AutoModel"] == "modeling_aasp.AaspModel"
 
     g = torch.Generator().manual_seed(0)
@@ -259,15 +258,13 @@ def test_only_pretraining_folders_ship_pretraining_code_and_each_loads_without_t
 
     run_without_aasp_hf(
         f"""
-        import sys, torch
+        import torch
         from transformers import AutoModel, AutoModelForAudioClassification, AutoModelForPreTraining
         inputs = torch.load({str(tmp_path / "inputs.pt")!r})
         encoder = AutoModel.from_pretrained({str(folders["encoder"])!r}, trust_remote_code=True).eval()
         AutoModelForAudioClassification.from_pretrained({str(classifier_folder)!r}, trust_remote_code=True)
-        loaded = [name for name in sys.modules if name.startswith("transformers_modules")]
-        assert not [n for n in loaded if n.endswith((".objectives", ".modeling_aasp_pretraining"))], loaded
         model = AutoModelForPreTraining.from_pretrained({str(folders["pretraining"])!r}, trust_remote_code=True).eval()
-        assert type(model).__module__.endswith(".modeling_aasp_pretraining"), type(model).__module__
+        assert type(model).__module__.endswith(".modeling_aasp"), type(model).__module__
         with torch.no_grad():
             hidden = encoder(inputs["x"]).last_hidden_state
             out = model(inputs["x"], visible_indices=inputs["visible"], query_indices=inputs["queries"])
@@ -316,17 +313,19 @@ def test_folder_is_complete(hub_folder):
     names = {p.name for p in folder.iterdir()}
     for name in ("model.safetensors", "config.json", "preprocessor_config.json", "README.md"):
         assert name in names, name
-    assert {n for n in names if n.endswith(".py")} == set(CODE_FILES)  # no pre-training code in a classifier's repo
+    assert {n for n in names if n.endswith(".py")} == set(CODE_FILES)
     assert not any(n.endswith((".bin", ".pt")) for n in names)
     config = json.loads((folder / "config.json").read_text())
     assert config["auto_map"]["AutoModel"] == "modeling_aasp.AaspModel"
     assert config["auto_map"]["AutoModelForAudioClassification"] == "modeling_aasp.AaspForAudioClassification"
 
 
-def test_pretraining_folder_ships_the_pretraining_code_too(tmp_path):
+def test_pretraining_folder_ships_the_same_code_and_maps_the_pretraining_class(tmp_path):
     model = AaspForPreTraining(AaspConfig(**tiny_config_kwargs(predictor_hidden_size=16, predictor_num_layers=1)))
     folder = write_hub_folder(model, AaspFeatureExtractor(feature_size=32), tmp_path / "repo")
-    assert {p.name for p in folder.glob("*.py")} == set(CODE_FILES + PRETRAINING_CODE_FILES)
+    assert {p.name for p in folder.glob("*.py")} == set(CODE_FILES)
+    auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
+    assert auto_map["AutoModelForPreTraining"] == "modeling_aasp.AaspForPreTraining"
 
 
 def test_model_card_metadata_and_evaluation_table(hub_folder):

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from aasp_hf import AaspConfig, AaspForAudioClassification, AaspModel
-from aasp_hf.patch_embedding_aasp import AaspEmbeddings, sincos_position_embeddings
+from aasp_hf.modeling_aasp import AaspEmbeddings, sincos_position_embeddings
 
 
 def count(module):
@@ -409,7 +409,7 @@ def test_visible_token_path_equals_the_dense_masked_view(phase, adaptive):
 def test_visible_token_path_and_masked_group_norm_keep_float32_under_bf16_autocast(tiny_config):
     """The visible-token path runs with autocast off (the same float32 result as without autocast, to float tolerance); the padded dense
     path's masked GroupNorm computes its statistics in float32 from a bf16 input."""
-    from aasp_hf.patch_embedding_aasp import _masked_group_norm
+    from aasp_hf.modeling_aasp import _masked_group_norm
 
     torch.manual_seed(0)
     sblu = AaspModel(tiny_config()).embeddings.sblu
@@ -491,3 +491,23 @@ def test_layer_ids_for_layer_wise_learning_rate_decay(tiny_config):
     base = model.aasp
     assert base.layer_id("layers.1.mlp.fc2.weight") == 2 and base.layer_id("embedding_norm.weight") == 0
     assert {n for n in model.no_weight_decay()} == {"aasp.cls_token", "aasp.embeddings.position_embeddings"}
+
+
+@pytest.mark.parametrize("other", [{"mask_num_views": 2}, {"mask_ratio": 0.5}, {"mask_query_ratio": 0.5}])
+def test_pretraining_refuses_masks_drawn_for_another_config(other):
+    """AaspForPreTraining reads mask_num_views, mask_ratio and mask_query_ratio: masks whose views, visible or query
+    counts another config gives are refused with both shapes named; the model's own config's masks are taken."""
+    from aasp_hf import AaspForPreTraining
+    from aasp_hf.data.masking import sample_batch_masks
+    from conftest import tiny_pretraining_config
+
+    config = tiny_pretraining_config()
+    model = AaspForPreTraining(config).eval()
+    x = torch.randn(2, config.num_frames, config.num_mel_bins)
+    g = torch.Generator().manual_seed(0)
+    masks = sample_batch_masks(tiny_pretraining_config(**other), 2, generator=g)
+    with pytest.raises(ValueError, match=r"do not match the config: \(views, visible, queries\)"):
+        model(x, visible_indices=masks["visible_indices"], query_indices=masks["query_indices"])
+    own = sample_batch_masks(config, 2, generator=g)
+    with torch.no_grad():
+        assert torch.isfinite(model(x, visible_indices=own["visible_indices"], query_indices=own["query_indices"]).loss)

@@ -1,4 +1,4 @@
-"""Tests for aasp_hf/objectives.py: teacher targets, L_m, L_u and L_c (incl. a real two-process gloo run).
+"""Tests for the pre-training objectives of aasp_hf/modeling_aasp.py: teacher targets, L_m, L_u and L_c (incl. a real two-process gloo run).
 
 The oracles are written independently of the module: explicit means and variances in float64 for the targets,
 direct formulas for L_m / L_u, and a double loop over anchors and positives with explicit denominator sets for
@@ -11,12 +11,11 @@ import socket
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 
-from aasp_hf.objectives import (
+from aasp_hf.modeling_aasp import (
     clip_loss,
     gather_with_grad,
     masked_prediction_loss,
@@ -25,8 +24,6 @@ from aasp_hf.objectives import (
 )
 
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-OBJECTIVES_FILE = REPO_ROOT / "aasp_hf" / "objectives.py"
 EPS = 1e-5
 
 
@@ -268,7 +265,7 @@ import os, sys
 import torch
 import torch.distributed as dist
 
-from aasp_hf import objectives
+from aasp_hf import modeling_aasp as objectives
 
 batch, views, in_size, embed_size, temperature = {batch}, {views}, {in_size}, {embed_size}, {temperature}
 out_dir = sys.argv[1]
@@ -398,24 +395,3 @@ def test_argument_errors_name_argument_and_shapes():
         teacher_targets([torch.randn(2, 5, 8)], norm_axis="time")
     with pytest.raises(ValueError, match=r"N >= 2.*\(2, 1, 8\)"):
         teacher_targets([torch.randn(2, 1, 8)])
-
-
-def test_objectives_imports_only_math_torch_and_its_shipped_siblings():
-    """objectives.py ships with pre-training checkpoints: besides math and torch it may import only sibling files
-    that every checkpoint ships (hub.CODE_FILES), relatively, as remote code does."""
-    import ast
-
-    from aasp_hf.hub import CODE_FILES
-
-    tree = ast.parse(OBJECTIVES_FILE.read_text())
-    modules, siblings = set(), set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            modules.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level:
-            assert node.level == 1, "objectives.py imports siblings only"
-            siblings.add(f"{node.module}.py")
-        elif isinstance(node, ast.ImportFrom):
-            modules.add(node.module.split(".")[0])
-    assert modules <= {"math", "torch"}, modules
-    assert siblings and siblings <= set(CODE_FILES), siblings

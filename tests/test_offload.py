@@ -155,7 +155,7 @@ def test_each_sblu_module_per_token_equals_its_dense_forward():
     """The visible-token forward of B̄ / C̄, the GroupNorm and the time patchifier, given every token of a clip, is the
     dense forward of the same module cut into tokens (float64): B̄ and C̄ at each token's group block, the GroupNorm
     with each group's statistics over all its tokens, the patchifier on each token's P frames."""
-    from aasp_hf.patch_embedding_aasp import AaspSBLU
+    from aasp_hf.modeling_aasp import AaspSBLU
 
     torch.manual_seed(0)
     config = AaspConfig(**tiny_config_kwargs())

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from aasp_hf import AaspConfig, AaspForPreTraining, AaspModel
-from aasp_hf.objectives import masked_prediction_loss, teacher_targets
+from aasp_hf.modeling_aasp import masked_prediction_loss, teacher_targets
 from conftest import pretraining_inputs, tiny_pretraining_config
 
 

@@ -1,4 +1,4 @@
-"""Tests for aasp_hf/sblu.py: every formula against an independent oracle (scipy, numpy complex128, a literal
+"""Tests for the SBLU operator of aasp_hf/modeling_aasp.py: every formula against an independent oracle (scipy, numpy complex128, a literal
 float64 loop over Eq. (3)), gradients, memory held for backward, autocast, and argument checks."""
 
 import math
@@ -8,7 +8,7 @@ import pytest
 import scipy.signal
 import torch
 
-from aasp_hf.sblu import (
+from aasp_hf.modeling_aasp import (
     highpass_fir_taps,
     sblu_decay_min,
     sblu_frequency_range,
@@ -302,7 +302,7 @@ def test_blockwise_evaluation_matches_reference(phase, blocks, monkeypatch):
     """Eager CPU calls run block by block over (batch, channel-range) rows: many small blocks (and blocks that cut
     through the channels unevenly) give the reference values and gradients, with expanded parameters too; so does
     the one whole-tensor block that accelerators and torch.compile/export use."""
-    import aasp_hf.sblu as sblu_module
+    import aasp_hf.modeling_aasp as sblu_module
 
     if blocks == "small":  # 2 padded rows (37 + 2·7 frames) per block, H = 5
         monkeypatch.setattr(sblu_module, "_SBLU_BLOCK_ELEMENTS", 2 * (37 + 14))

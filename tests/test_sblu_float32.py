@@ -147,9 +147,15 @@ def test_a_bf16_built_pretraining_model_runs_a_step_and_updates_its_teacher():
     (float32), and the EMA update of a teacher whose SBLU is float32 beside bfloat16 blocks."""
     torch.manual_seed(0)
     model = build_under_default_dtype(AaspForPreTraining, torch.bfloat16, config())
-    batch, views, tokens = 2, 2, model.config.num_patches
-    visible = torch.stack([torch.randperm(tokens)[:4].sort().values for _ in range(batch * views)]).view(batch, views, 4)
-    queries = torch.stack([torch.randperm(tokens)[:3] for _ in range(batch * views)]).view(batch, views, 3)
+    # masks of the shapes the config describes (AaspForPreTraining checks views, visible and query counts against it)
+    c = model.config
+    batch, views, tokens = 2, c.mask_num_views, c.num_patches
+    num_visible = round((1 - c.mask_ratio) * tokens)
+    num_queries = round(c.mask_query_ratio * (tokens - num_visible))
+    visible = torch.stack([torch.randperm(tokens)[:num_visible].sort().values for _ in range(batch * views)])
+    visible = visible.view(batch, views, num_visible)
+    queries = torch.stack([torch.randperm(tokens)[:num_queries] for _ in range(batch * views)])
+    queries = queries.view(batch, views, num_queries)
     loss = model(torch.randn(batch, 64, 32).bfloat16(), visible, queries).loss
     loss.backward()
     grads = {n: p.grad for n, p in model.aasp.named_parameters() if ".sblu." in n}

@@ -182,7 +182,7 @@ def test_the_sblu_stem_and_fft_highpass_compiled_equal_eager():
     torch._dynamo.reset()
     torch.manual_seed(0)
     from aasp_hf import AaspModel
-    from aasp_hf.sblu import zero_phase_highpass
+    from aasp_hf.modeling_aasp import zero_phase_highpass
 
     sblu = AaspModel(AaspConfig(**tiny_config_kwargs(sblu_adaptive=False))).embeddings.sblu
     mel = torch.randn(2, 32, 64, requires_grad=True)  # (B, F, T)

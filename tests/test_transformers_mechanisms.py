@@ -53,7 +53,7 @@ def test_every_declared_attention_implementation_gives_the_eager_numbers(impleme
 def test_set_attn_implementation_changes_the_function_called(monkeypatch):
     """The attention interface is looked up on every call: switching to eager at run time calls the eager function
     (the common test for this used to be skipped: the code indexed the table directly)."""
-    import aasp_hf.transformer_block_aasp as modeling
+    import aasp_hf.modeling_aasp as modeling
 
     calls = []
     original = modeling.eager_attention_forward

@@ -12,7 +12,7 @@ import pytest
 
 import transformers_pr as pr
 from aasp_hf.errors import UsageError
-from aasp_hf.hub import CODE_FILES, PRETRAINING_CODE_FILES
+from aasp_hf.hub import CODE_FILES
 
 MODELS_INIT = '''\
 from typing import TYPE_CHECKING
@@ -113,15 +113,15 @@ def test_model_folder_is_generated_from_the_shipped_files_with_transformers_inte
     # a copy of aasp_hf's shipped files with a marker line: the written folder follows the source it is given
     package = tmp_path / "aasp_hf"
     shutil.copytree(pr.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
-    with open(package / "sblu.py", "a") as f:
+    with open(package / "modeling_aasp.py", "a") as f:
         f.write("\nMARKER_FROM_SOURCE = 1\n")
     monkeypatch.setattr(pr, "PACKAGE", package)
     pr.write(tree)
 
     folder = tree / "src/transformers/models/aasp"
-    assert sorted(p.name for p in folder.iterdir()) == sorted(CODE_FILES + PRETRAINING_CODE_FILES + ("__init__.py",))
-    assert "MARKER_FROM_SOURCE = 1" in (folder / "sblu.py").read_text()
-    for name in CODE_FILES + PRETRAINING_CODE_FILES:
+    assert sorted(p.name for p in folder.iterdir()) == sorted(CODE_FILES + ("__init__.py",))
+    assert "MARKER_FROM_SOURCE = 1" in (folder / "modeling_aasp.py").read_text()
+    for name in CODE_FILES:
         written, source = (folder / name).read_text(), (package / name).read_text()
         for node in ast.walk(ast.parse(written)):  # nothing left that imports the package by its installed name
             if isinstance(node, ast.ImportFrom):
@@ -133,7 +133,8 @@ def test_model_folder_is_generated_from_the_shipped_files_with_transformers_inte
     modeling = (folder / "modeling_aasp.py").read_text()
     assert "from ...modeling_utils import PreTrainedModel\n" in modeling
     assert "from ... import initialization as init\n" in modeling
-    assert "from ...utils.output_capturing import OutputRecorder, capture_outputs\n" in modeling
+    assert ("from ...utils.output_capturing import OutputRecorder, capture_outputs, maybe_install_capturing_hooks\n"
+            in modeling)
     assert "from .configuration_aasp import " in modeling  # siblings stay relative
     assert modeling.startswith("# Copyright 2026 The aasp_hf authors. All rights reserved.\n#\n# Licensed under the "
                                "Apache License, Version 2.0")
@@ -142,7 +143,7 @@ def test_model_folder_is_generated_from_the_shipped_files_with_transformers_inte
     assert '__name__.split(".")[0] != "transformers"' in (folder / "configuration_aasp.py").read_text()
     # __all__ holds only documented classes; the lazy __init__ imports each file that exports any
     exported = {}
-    for name in CODE_FILES + PRETRAINING_CODE_FILES:
+    for name in CODE_FILES:
         for node in ast.parse((folder / name).read_text()).body:
             if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "__all__":
                 exported[name] = ast.literal_eval(node.value)
@@ -210,7 +211,7 @@ def test_tree_test_files_import_from_the_tree_and_carry_their_helpers(tree):
     assert "class AaspModelTest(ModelTesterMixin, unittest.TestCase):" in modeling
     assert "aasp_in_transformers_model_tables" not in modeling.split('"""', 2)[2]  # our stand-in for the tables
     assert "class AaspFeatureExtractionTest(" in (folder / "test_feature_extraction_aasp.py").read_text()
-    pretraining = (folder / "test_modeling_aasp_pretraining.py").read_text()
+    pretraining = modeling  # AaspForPreTraining is in modeling_aasp.py, so its tests are in test_modeling_aasp.py
     # the pre-training model's common tests and all its own tests, the masks from the sampler written into the file
     assert "class AaspForPreTrainingModelTest(ModelTesterMixin, unittest.TestCase):" in pretraining
     assert re.search(r"all_model_classes\s+=\s+\(AaspForPreTraining,\)", pretraining)  # as check_repo reads it
@@ -247,20 +248,11 @@ def test_a_test_that_needs_training_side_code_is_left_out_and_named(tmp_path, mo
     assert "from transformers import AaspForPreTraining\n" in text
 
 
-def test_tree_test_files_follow_the_file_that_defines_each_class(tree, tmp_path, monkeypatch):
+def test_tree_test_files_follow_the_file_that_defines_each_class(tree):
     """check_repo pairs `modeling_x.py` with `tests/models/aasp/test_modeling_x.py` and wants each model class of the
-    module in an `all_model_classes` there: with the pre-training model folded into modeling_aasp.py (transformers'
-    one modeling file per model), its tests go into test_modeling_aasp.py with the encoder's, and a name that moved
-    with it (the losses of objectives.py) is imported from its new home."""
-    package = tmp_path / "aasp_hf"
-    shutil.copytree(pr.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
-    folded = [n for n in CODE_FILES if n != "modeling_aasp.py"] + ["modeling_aasp.py"]
-    with open(package / "modeling_aasp.py", "a") as f:
-        for name in PRETRAINING_CODE_FILES:
-            f.write("\n" + (package / name).read_text().replace("__all__", f"_all_{Path(name).stem}"))
-            (package / name).unlink()
-    monkeypatch.setattr(pr, "PACKAGE", package)
-    monkeypatch.setattr(pr, "model_file_names", lambda: tuple(folded))
+    module in an `all_model_classes` there: with the pre-training model in modeling_aasp.py (transformers' one
+    modeling file per model), its tests go into test_modeling_aasp.py with the encoder's, and a name that lives in the
+    model file (the losses) is imported from there."""
     assert [ours for ours, _ in pr.tree_test_files()["test_modeling_aasp.py"]] == [
         "test_transformers_common.py", "test_transformers_common_pretraining.py", "test_pretraining_model.py"]
     pr.write(tree)
@@ -283,7 +275,7 @@ def test_imports_of_aasp_hf_point_at_the_file_that_defines_each_name():
     node = ast.parse("from aasp_hf import AaspForPreTraining, AaspForPreTrainingOutput, AaspModel").body[0]
     assert pr._tree_import(node, node.names) == [
         "from transformers import AaspForPreTraining, AaspModel",  # documented: transformers exports them
-        "from transformers.models.aasp.modeling_aasp_pretraining import AaspForPreTrainingOutput"]
+        "from transformers.models.aasp.modeling_aasp import AaspForPreTrainingOutput"]
     node = ast.parse("from transformers_release_tests.test_modeling_common import ModelTesterMixin").body[0]
     assert pr._tree_import(node, node.names) == ["from ...test_modeling_common import ModelTesterMixin"]
     node = ast.parse("from aasp_hf.data.masking import sample_batch_masks").body[0]
@@ -309,7 +301,7 @@ def test_rewrite_imports():
             ModelOutput,
             logging,
         )
-        from .sblu import compute_dtype
+        from .configuration_aasp import CHOICES
         x = 1
         try:
             from transformers.utils.output_capturing import capture_outputs
@@ -324,7 +316,7 @@ def test_rewrite_imports():
         from ...configuration_utils import PreTrainedConfig
         from ... import initialization as init
         from ...utils import ModelOutput, logging
-        from .sblu import compute_dtype
+        from .configuration_aasp import CHOICES
         x = 1
         try:
             from ...utils.output_capturing import capture_outputs

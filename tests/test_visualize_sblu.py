@@ -12,7 +12,7 @@ from conftest import tiny_config_kwargs
 import visualize_sblu
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
-from aasp_hf.sblu import sblu_decay_min, sblu_frequency_range
+from aasp_hf.modeling_aasp import sblu_decay_min, sblu_frequency_range
 
 
 def save_encoder(path, **overrides):

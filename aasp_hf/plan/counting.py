@@ -11,8 +11,8 @@ def sblu_tap_flops(config, num_sequences: int) -> int:
     """FLOPs of the dense SBLU arithmetic that FlopCounterMode does not see (it counts matmuls/convolutions only),
     forward, for `num_sequences` clips of `config.num_frames` frames.
 
-    Counted from the implementation (the forward of aasp_hf/sblu.py's operator, and AaspSBLU.forward for 2·Γ·|r|): per
-    (sequence, hidden channel, frame) element, with c = (K−1)/2 taps per side, every tap d = 1..c costs a + b (1) and
+    Counted from the implementation (the forward of modeling_aasp.py's SBLU operator, and AaspSBLU.forward for
+    2·Γ·|r|): per (sequence, hidden channel, frame) element, with c = (K−1)/2 taps per side, every tap d = 1..c costs a + b (1) and
     two addcmul (2 each) [analytic phase: + a − b (1)], and every d < c the running power p ← p·z, one complex multiply
     (6 real FLOPs); set-up z = exp(−Δα)·(cos, −sin)(Δβ) ≈ 8 (transcendentals counted as 1), |r| = sqrt(re² + im²) 4,
     2·Γ·|r| with Γ of Eq. (6) ≈ 14.

@@ -7,26 +7,25 @@ from contextlib import contextmanager, nullcontext
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .. import sblu
+from .. import modeling_aasp
 from ..data.masking import sample_batch_masks
-from ..modeling_aasp import AaspForAudioClassification
-from ..modeling_aasp_pretraining import AaspForPreTraining
+from ..modeling_aasp import AaspForAudioClassification, AaspForPreTraining
 from .counting import flop_counter
 from .memory import LiveTensorBytes
 
 
 @contextmanager
 def accelerator_code_path():
-    """Runs the SBLU's custom autograd function as on an accelerator: one whole-tensor pass (`aasp_hf.sblu`'s
+    """Runs the SBLU's custom autograd function as on an accelerator: one whole-tensor pass (`aasp_hf.modeling_aasp`'s
     `WHOLE_TENSOR_PASS`; on the CPU it cuts the tensors into cache-sized blocks, whose temporaries an accelerator does
     not have). The arithmetic is the same; only the size of the temporaries differs."""
 
-    before = sblu.WHOLE_TENSOR_PASS
-    sblu.WHOLE_TENSOR_PASS = True
+    before = modeling_aasp.WHOLE_TENSOR_PASS
+    modeling_aasp.WHOLE_TENSOR_PASS = True
     try:
         yield
     finally:
-        sblu.WHOLE_TENSOR_PASS = before
+        modeling_aasp.WHOLE_TENSOR_PASS = before
 
 
 def fake_model(config, kind: str):

@@ -54,7 +54,7 @@ from ..data.collators import AaspFineTuningCollator, PretrainingCollator
 from ..data.samplers import ClassBalancedSampler
 from ..feature_extraction_aasp import AaspFeatureExtractor
 from ..modeling_aasp import AaspForAudioClassification
-from ..modeling_aasp_pretraining import AaspForPreTraining
+from ..modeling_aasp import AaspForPreTraining
 from ..schedules import learning_rate, teacher_momentum
 from ..training.arguments import gradient_accumulation_for
 from ..training.augment import mixup, spec_augment

@@ -29,7 +29,7 @@ from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspMo
 from aasp_hf.errors import parse_command_line, run_script
 from aasp_hf.data.masking import sample_batch_masks
 from aasp_hf import plan
-from aasp_hf.sblu import sblu_magnitude
+from aasp_hf.modeling_aasp import sblu_magnitude
 
 HERE = Path(__file__).resolve().parent
 DEVICE = torch.device("cpu")  # set by --device
@@ -152,7 +152,7 @@ def bench_sblu(repeats):
         live[name] = live_tensor_peak_mib(lambda f=f: f().sum().backward())
     setup = (
         "from run import materialised_sblu\n"
-        "from aasp_hf.sblu import sblu_magnitude\n"
+        "from aasp_hf.modeling_aasp import sblu_magnitude\n"
         "def setup():\n"
         "    g = torch.Generator().manual_seed(0)\n"
         "    v = torch.randn(4, 128, 608, generator=g, requires_grad=True)\n"
@@ -347,7 +347,8 @@ def bench_pretrain(repeats):
 # ----------------------------------------------------------------------------------------------- 5. FLOPs of the stems
 def sblu_tap_flops(config, num_sequences: int) -> dict:
     """FLOPs of the dense SBLU arithmetic that FlopCounterMode does not see (`aasp_hf.plan.sblu_tap_flops`,
-    which `--plan` uses too; the per-element count is derived there from aasp_hf/sblu.py's forward).
+    which `--plan` uses too; the per-element count is derived there from the SBLU operator's forward in
+    aasp_hf/modeling_aasp.py).
     In masked pre-training the taps are a depthwise conv1d per visible token, which the counter does see."""
     return {"sblu_taps": plan.sblu_tap_flops(config, num_sequences),
             "sblu_taps_per_element": plan.sblu_tap_flops_per_element(config)}
