@@ -416,7 +416,8 @@ def write_card(output_dir: Path, model, feature_extractor, args, splits, results
     metric = results["metric"]
     training = {
         "base model": f"{args.model_name_or_path} (pre-trained AaSP encoder; the head is new)",
-        "data": f"{data}; clips: {sizes}; {clip_seconds:g}-s crops",
+        "data": f"{data}; clips: {sizes}; {clip_seconds:g}-s crops, shorter clips padded with "
+                f"{'masked frames' if args.clip_padding == 'masked' else 'zeros'}",
         "steps": f"{results['step']} ({args.warmup_steps} warm-up), batch {args.per_device_train_batch_size} × "
                  f"{results['num_processes']} process(es) × {results['gradient_accumulation_steps']} accumulation "
                  f"= {results['total_train_batch_size']}",
