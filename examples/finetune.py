@@ -14,7 +14,10 @@ Arguments come from the dataclass below: on the command line, from one JSON file
 from `--config preset.json` followed by command-line overrides. The presets copy Table hyperparams 1 column by
 column; the paper's batch size is the total over its GPUs (4 for AS-2M / AS-20K), so their per-device batch is 32
 and they state the global batch, `total_train_batch_size` 128: on fewer processes gradient accumulation makes it up
-(1 process: 4 micro-batches of 32 per step; `aasp_hf.training.arguments.gradient_accumulation_for`).
+(1 process: 4 micro-batches of 32 per step; `aasp_hf.training.arguments.gradient_accumulation_for`). One preset is
+not the paper's: `small_folder.json`, for a few hundred clips from a fresh or barely pre-trained encoder (mean pooling,
+lr 4e-3 without layer decay, 1,500 steps of 32 clips, masked padding of short clips; measured in
+research/2026-11-small-data-recipe, docs/downstream.md#a-small-folder-of-your-own-clips).
 
 Steps: 1. data (`aasp_hf.data.load`, one test fold of a K-fold task, or synthetic demo clips), 2. model
 (`AaspForAudioClassification`: LayerNorm + Linear on CLS over a pre-trained encoder, drop path), 3. crops and features
