@@ -14,7 +14,10 @@ Arguments come from the dataclass below: on the command line, from one JSON file
 from `--config preset.json` followed by command-line overrides. The presets copy Table hyperparams 1 column by
 column; the paper's batch size is the total over its GPUs (4 for AS-2M / AS-20K), so their per-device batch is 32
 and they state the global batch, `total_train_batch_size` 128: on fewer processes gradient accumulation makes it up
-(1 process: 4 micro-batches of 32 per step; `aasp_hf.training.arguments.gradient_accumulation_for`).
+(1 process: 4 micro-batches of 32 per step; `aasp_hf.training.arguments.gradient_accumulation_for`). One preset is
+not the paper's: `small_folder.json`, for a few hundred clips from a fresh or barely pre-trained encoder (mean pooling,
+lr 4e-3 without layer decay, 1,500 steps of 32 clips, masked padding of short clips; measured in
+research/2026-11-small-data-recipe, docs/downstream.md#a-small-folder-of-your-own-clips).
 
 Steps: 1. data (`aasp_hf.data.load`, one test fold of a K-fold task, or synthetic demo clips), 2. model
 (`AaspForAudioClassification`: LayerNorm + Linear on CLS over a pre-trained encoder, drop path), 3. crops and features
@@ -126,8 +129,9 @@ RUN_ARGUMENTS = {
     # splits and the clips (dataset, fold, held-out fractions, clip length) and their augmentation
     "seed": "data", "per_device_train_batch_size": "data", "gradient_accumulation_steps": "data", "dataset": "data",
     "data_root": "data", "dataset_kwargs": "data", "synthetic_per_class": "data", "synthetic_multi_label": "data",
-    "task": "data", "clip_seconds": "data", "test_fold": "data", "select_on": "data", "kfold_validation": "data",
-    "validation_fraction": "data", "test_fraction": "data", "class_balanced_sampling": "data",
+    "task": "data", "clip_seconds": "data", "clip_padding": "data", "test_fold": "data", "select_on": "data",
+    "kfold_validation": "data", "validation_fraction": "data", "test_fraction": "data",
+    "class_balanced_sampling": "data",
     "samples_per_epoch": "data", "mixup_alpha": "data", "spec_augment": "data", "spec_augment_fraction": "data",
     # the update: AdamW's hyper-parameters (the restored state keeps its moments) and the clipping norm
     "weight_decay": "optimiser", "adam_beta1": "optimiser", "adam_beta2": "optimiser", "adam_epsilon": "optimiser",
@@ -167,6 +171,9 @@ class FinetuneArguments(PlanArguments):
         default=0.2, metadata={"help": "held out of train (stratified by class, seeded) when there is no test split, "
                                "e.g. an audiofolder without train/test sub-folders"}
     )
+    clip_padding: str = field(default="zeros", metadata={
+        "help": "a clip shorter than the clip length: 'zeros' (appended to the waveform, EVAR's) or 'masked' (its "
+                "frames padded and marked as padding, which the encoder's attention and mean pooling skip)"})
     dataloader_num_workers: int = field(default=0, metadata={"help": "worker processes that load the clips"})
     # model
     drop_path_rate: float = field(default=0.1, metadata={"help": "stochastic depth of the encoder blocks"})
@@ -244,7 +251,7 @@ class FinetuneArguments(PlanArguments):
 def parse_args(argv=None) -> FinetuneArguments:
     """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
     (args,) = parse_arguments(FinetuneArguments, argv)
-    from aasp_hf.data import KFOLD_VALIDATION, SELECT_ON
+    from aasp_hf.data import CLIP_PADDING, KFOLD_VALIDATION, SELECT_ON
 
     if args.kfold_validation == "test":  # the old spelling of EAT's rule
         if args.select_on not in ("validation", "test"):
@@ -258,6 +265,9 @@ def parse_args(argv=None) -> FinetuneArguments:
     if args.classifier_pooling not in (None, "cls", "mean"):
         raise UsageError(f"--classifier_pooling {args.classifier_pooling}: use cls (the class token) or mean (the "
                          "mean of the patch tokens)")
+    if args.clip_padding not in CLIP_PADDING:
+        raise UsageError(f"--clip_padding {args.clip_padding}: use zeros (appended to the waveform) or masked (padded "
+                         "frames marked as padding)")
     resumed = resumed_run_arguments(args.output_dir) if args.resume else {}
     for name, rule in (("learning_rate", learning_rate_for), ("ema_decay", ema_decay_for),
                        ("warmup_steps", warmup_steps_for)):  # unset: derived from the run's length, said in a line
@@ -409,7 +419,8 @@ def write_card(output_dir: Path, model, feature_extractor, args, splits, results
     metric = results["metric"]
     training = {
         "base model": f"{args.model_name_or_path} (pre-trained AaSP encoder; the head is new)",
-        "data": f"{data}; clips: {sizes}; {clip_seconds:g}-s crops",
+        "data": f"{data}; clips: {sizes}; {clip_seconds:g}-s crops, shorter clips padded with "
+                f"{'masked frames' if args.clip_padding == 'masked' else 'zeros'}",
         "steps": f"{results['step']} ({args.warmup_steps} warm-up), batch {args.per_device_train_batch_size} × "
                  f"{results['num_processes']} process(es) × {results['gradient_accumulation_steps']} accumulation "
                  f"= {results['total_train_batch_size']}",
@@ -515,12 +526,14 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
 
     # 3. Data: crops and features in the collator (called in the loop, so its generator is checkpointed).
     collator = AaspFineTuningCollator(feature_extractor, clip_seconds=clip_seconds, split="train",
-                                      num_labels=num_labels if multi_label else None, seed=args.seed * 1000 + 1 + rank)
+                                      num_labels=num_labels if multi_label else None,
+                                      seed=args.seed * 1000 + 1 + rank, padding=args.clip_padding)
     augment_rng = np.random.default_rng(args.seed * 1000 + 2 + rank)
 
     def eval_collator(split):
         return lambda: AaspFineTuningCollator(feature_extractor, clip_seconds=clip_seconds, split=split,
-                                              num_labels=num_labels if multi_label else None, seed=7 + SPLITS.index(split))
+                                              num_labels=num_labels if multi_label else None,
+                                              seed=7 + SPLITS.index(split), padding=args.clip_padding)
 
     sampler = None
     if args.class_balanced_sampling:

@@ -66,6 +66,26 @@ def test_finetuning_collator_lengths_labels_and_skips(clips):
     assert test_collator(examples[3:]) is None and test_collator.num_skipped == 2
 
 
+def test_finetuning_collator_masked_padding_marks_a_short_clip_s_frames_as_padding(clips):
+    """padding="masked": a clip shorter than the clip length keeps only its own frames real in the attention mask
+    (with "zeros" the appended silence counts as real); the batch has the same shape, the real frames equal the
+    short clip featurised alone, longer clips are cropped as with "zeros", and the crop draws are the same."""
+    paths, _ = clips
+    extractor = AaspFeatureExtractor(feature_size=32)
+    examples = list(for_safe_decoding(make_dataset(paths, [0, 3, 4])))  # 0.5, 1.5 and 3 s against 1-s crops
+    zeros, masked = (AaspFineTuningCollator(extractor, clip_seconds=1.0, seed=3, padding=padding)(examples)
+                     for padding in ("zeros", "masked"))
+    frames, short = extractor.num_frames(16000), extractor.num_frames(8000)  # 101, 51
+    assert zeros["input_values"].shape == masked["input_values"].shape == (3, 112, 32)
+    assert zeros["attention_mask"].sum(1).tolist() == [frames] * 3
+    assert masked["attention_mask"].sum(1).tolist() == [short, frames, frames]
+    alone = extractor(sf.read(paths[0], dtype="float32")[0], sampling_rate=16000, return_tensors="pt")
+    torch.testing.assert_close(masked["input_values"][0, :short], alone["input_values"][0, :short])
+    torch.testing.assert_close(masked["input_values"][1:], zeros["input_values"][1:])  # the same random crops
+    with pytest.raises(ValueError, match="padding='edge'"):
+        AaspFineTuningCollator(extractor, clip_seconds=1.0, padding="edge")
+
+
 def test_finetuning_collator_multi_hot(clips):
     paths, _ = clips
     extractor = AaspFeatureExtractor(feature_size=32)

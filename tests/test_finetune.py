@@ -252,3 +252,40 @@ def test_classifier_pooling_mean_is_what_the_saved_classifier_reads(encoder_dir,
     with pytest.raises(finetune.UsageError, match="--classifier_pooling max: use cls"):
         finetune.parse_args(["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4",
                              "--classifier_pooling", "max"])
+
+
+def test_masked_clip_padding_gives_the_logits_of_the_short_clip_alone(encoder_dir):
+    """--clip_padding masked: a clip shorter than the clip length is padded in frames that the attention mask marks,
+    so a classifier reads what it reads from the clip alone (as the pipeline gives it a whole clip); with zeros
+    appended to the waveform it reads the silence too."""
+    from aasp_hf.data import AaspFineTuningCollator
+
+    torch.manual_seed(0)
+    model = AaspForAudioClassification.from_pretrained(encoder_dir, num_labels=3, classifier_pooling="mean").eval()
+    extractor = AaspFeatureExtractor()
+    short = (0.1 * np.random.default_rng(0).standard_normal(5600)).astype(np.float32)  # 0.35 s against 1-s crops
+    rows = [{"audio": {"array": short, "sampling_rate": 16000}, "label": 0}]
+    alone = extractor(short, sampling_rate=16000, return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**alone).logits
+        logits = {}
+        for padding in ("masked", "zeros"):
+            batch = AaspFineTuningCollator(extractor, clip_seconds=1.0, split="test", padding=padding)(rows)
+            logits[padding] = model(input_values=batch["input_values"], attention_mask=batch["attention_mask"]).logits
+    torch.testing.assert_close(logits["masked"], expected, atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(logits["zeros"], expected, atol=1e-3)
+
+
+def test_small_folder_preset_and_clip_padding_choices(encoder_dir):
+    """The small-folder preset (docs/downstream.md#a-small-folder-of-your-own-clips): the recipe measured in
+    research/2026-11-small-data-recipe, the EMA and warm-up derived from its 1,500 steps; another --clip_padding is
+    one line."""
+    preset = Path(__file__).resolve().parents[1] / "examples" / "configs" / "finetune" / "small_folder.json"
+    args = finetune.parse_args(["--config", str(preset), "--model_name_or_path", "x", "--dataset", "audiofolder",
+                                "--data_root", "y"])
+    assert (args.classifier_pooling, args.learning_rate, args.layer_decay, args.per_device_train_batch_size,
+            args.max_steps, args.clip_padding) == ("mean", 4e-3, 1.0, 32, 1500, "masked")
+    assert (args.ema_decay, args.warmup_steps, args.spec_augment, args.drop_path_rate) == (0.9933, 100, True, 0.1)
+    with pytest.raises(finetune.UsageError, match="--clip_padding edge: use zeros"):
+        finetune.parse_args(["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4",
+                             "--clip_padding", "edge"])

@@ -22,7 +22,7 @@ import importlib
 # (docs/gpus.md).
 _NAMES = {
     "clips": ("AudioClips", "AudioStream", "FailedClip", "FailureLog", "decode_clip", "load_clips", "replace_failed"),
-    "collators": ("AaspFineTuningCollator", "PretrainingCollator", "crop_or_pad"),
+    "collators": ("AaspFineTuningCollator", "CLIP_PADDING", "PretrainingCollator", "crop_or_pad"),
     "decoding": ("SAMPLING_RATE", "SafeAudioDecoder", "decode_audio", "filter_decodable", "for_safe_decoding"),
     "loaders": (
         "LOADERS", "load", "load_audio_dataset", "load_audioset", "load_cremad", "load_esc50", "load_evar_task",
@@ -59,6 +59,7 @@ __all__ = [
     "AudioStream",
     "ClassBalancedSampler",
     "class_balanced_weights",
+    "CLIP_PADDING",
     "compute_mel_statistics",
     "crop_or_pad",
     "decode_clip",

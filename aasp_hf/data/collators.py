@@ -31,6 +31,10 @@ from .decoding import SAMPLING_RATE, SafeAudioDecoder
 from .masking import build_batch_masks, draw_batch_masks
 
 logger = logging.getLogger(__name__)
+# How a fine-tuning clip shorter than the crop is brought to its length: "zeros" appends zeros to the waveform (EVAR's
+# unit-length clips; the model sees them as silent audio), "masked" pads its frames and marks them as padding in the
+# attention mask, so that the encoder's attention and the head's mean pooling skip them.
+CLIP_PADDING = ("zeros", "masked")
 
 
 # ----------------------------------------------------------------------------------------------- pre-training
@@ -304,7 +308,9 @@ class AaspFineTuningCollator:
     """
 
     def __init__(self, feature_extractor, task=None, clip_seconds=None, split="train", num_labels=None,
-                 label_column=None, audio_column="audio", seed=0, decoder=None):
+                 label_column=None, audio_column="audio", seed=0, decoder=None, padding="zeros"):
+        if padding not in CLIP_PADDING:
+            raise ValueError(f"padding={padding!r}: use one of {CLIP_PADDING}.")
         if clip_seconds is None:
             from .protocol import EVAR_CLIP_SECONDS  # here: protocol imports datasets, pre-training needs none
 
@@ -321,6 +327,7 @@ class AaspFineTuningCollator:
         self.audio_column = audio_column
         self.rng = np.random.default_rng(seed)
         self.decoder = decoder or SafeAudioDecoder()
+        self.padding = padding
 
     @property
     def num_skipped(self) -> int:
@@ -336,12 +343,22 @@ class AaspFineTuningCollator:
             waveform = self.decoder(example[self.audio_column])
             if waveform is None:
                 continue
-            waveforms.append(crop_or_pad(waveform, self.num_samples, self.random_crop, self.rng))
+            if self.padding == "masked" and waveform.shape[0] < self.num_samples:
+                waveforms.append(waveform)  # padded in frames below, marked as padding in the attention mask
+            else:
+                waveforms.append(crop_or_pad(waveform, self.num_samples, self.random_crop, self.rng))
             labels.append(self._label_of(example))
         if not waveforms:
             logger.warning(f"Every clip of a batch of {len(examples)} failed to decode; the batch is skipped.")
             return None
-        batch = self.feature_extractor(waveforms, sampling_rate=SAMPLING_RATE, return_tensors="pt")  # a list: B clips
+        if self.padding == "masked":  # every batch as many frames as a whole crop: (B, T, F), T = the crop's
+            extractor = self.feature_extractor
+            frames = extractor.num_frames(self.num_samples)
+            frames = -(-frames // extractor.frame_multiple) * extractor.frame_multiple
+            batch = extractor(waveforms, sampling_rate=SAMPLING_RATE, return_tensors="pt", padding="max_length",
+                              max_frames=frames)
+        else:
+            batch = self.feature_extractor(waveforms, sampling_rate=SAMPLING_RATE, return_tensors="pt")  # B clips
         if self.num_labels is None:
             batch["labels"] = torch.tensor(labels, dtype=torch.long)  # (B,)
         else:
