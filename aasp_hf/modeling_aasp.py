@@ -2176,6 +2176,11 @@ class AaspForPreTrainingOutput(ModelOutput):
         Predictor outputs at the query tokens.
     targets (`torch.FloatTensor` of shape `(B, N, D)`):
         The pooled, normalised teacher targets.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*):
+        With `output_hidden_states=True`: the student encoder's embedding output and each layer's output on the
+        visible tokens of every view, each `(B·M, 1 + V, D)` (as `AaspModel` returns them with `visible_indices`).
+    attentions (`tuple(torch.FloatTensor)`, *optional*):
+        With `output_attentions=True`: each student encoder layer's attention weights `(B·M, heads, 1 + V, 1 + V)`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -2184,6 +2189,8 @@ class AaspForPreTrainingOutput(ModelOutput):
     contrastive_loss: torch.FloatTensor | None = None
     predictions: torch.FloatTensor | None = None
     targets: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 # ----------------------------------------------------------------------------------------------- pre-training
@@ -2462,6 +2469,10 @@ class AaspForPreTraining(AaspPreTrainedModel):
         student_input_values (`torch.FloatTensor` of shape `(B, T, F)`, *optional*):
             The student's view of the same clips (e.g. re-coloured by the collator's `student_eq_strength`); default
             `input_values`. The teacher always sees `input_values`.
+
+        The `output_*` flags are passed to the student encoder (`AaspModel.forward`, whose `capture_outputs` records
+        them): `hidden_states` and `attentions` are the student's, on the visible tokens of each view. The teacher
+        records only its targets, whatever the flags or the config ask for.
         """
         batch_size, num_views = visible_indices.shape[:2]
         if query_indices.shape[:2] != (batch_size, num_views):
@@ -2483,14 +2494,18 @@ class AaspForPreTraining(AaspPreTrainedModel):
         with torch.no_grad():
             ffn_targets = self.config.target_layer == "ffn"
             teacher_output = self.teacher(
-                input_values, output_hidden_states=not ffn_targets, output_ffn_outputs=ffn_targets
+                input_values,
+                output_hidden_states=not ffn_targets,
+                output_attentions=False,
+                output_ffn_outputs=ffn_targets,
             )
             layer_outputs = teacher_output.ffn_outputs if ffn_targets else teacher_output.hidden_states[1:]
             layer_outputs = [hidden[:, 1:] for hidden in layer_outputs]  # L × (B, 1 + N, D) -> L × (B, N, D)
             targets = teacher_targets(layer_outputs, self.config.target_norm_axis)  # (B, N, D), float32
 
         # Student: only the visible tokens of each view.
-        student = self.aasp(student_input_values, visible_indices=visible_indices).last_hidden_state  # (B·M, 1 + V, D)
+        student_output = self.aasp(student_input_values, visible_indices=visible_indices, **kwargs)
+        student = student_output.last_hidden_state  # (B·M, 1 + V, D)
         queries = query_indices.reshape(batch_size * num_views, -1)  # (B, M, Q) -> (B·M, Q)
         visible = visible_indices.reshape(batch_size * num_views, -1)  # (B, M, V) -> (B·M, V)
         predictions = self.predictor(student, visible, queries)  # (B·M, Q, D)
@@ -2519,6 +2534,8 @@ class AaspForPreTraining(AaspPreTrainedModel):
             contrastive_loss=loss_contrastive.detach(),
             predictions=predictions.reshape(batch_size, num_views, *predictions.shape[1:]),  # (B, M, Q, D)
             targets=targets,
+            hidden_states=student_output.hidden_states,
+            attentions=student_output.attentions,
         )
 
 

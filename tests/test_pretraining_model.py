@@ -121,6 +121,39 @@ def test_student_input_values_reach_the_student_only():
         model(x, visible, queries, x[:, :-16])
 
 
+def test_hidden_states_and_attentions_are_the_students_and_leave_the_teacher_alone():
+    """`output_hidden_states` / `output_attentions` return the student encoder's, on each view's visible tokens; the
+    targets do not change, and the teacher records no attention weights whatever the config asks for."""
+    torch.manual_seed(0)
+    config = tiny_pretraining_config(target_layer="block")
+    model = AaspForPreTraining(config).eval()
+    with torch.no_grad():  # make the teacher differ from the student
+        for p in model.aasp.parameters():
+            p.add_(0.01)
+    x, visible, queries = pretraining_inputs(config)
+    b, m, v = visible.shape
+    with torch.no_grad():
+        plain = model(x, visible, queries)
+        recorded = model(x, visible, queries, output_hidden_states=True, output_attentions=True)
+        student = model.aasp(x, visible_indices=visible, output_hidden_states=True, output_attentions=True)
+    assert plain.hidden_states is None and plain.attentions is None
+    assert len(recorded.hidden_states) == config.num_hidden_layers + 1
+    assert len(recorded.attentions) == config.num_hidden_layers
+    for got, expected in zip(recorded.hidden_states + recorded.attentions, student.hidden_states + student.attentions):
+        assert torch.equal(got, expected)
+    assert recorded.attentions[0].shape == (b * m, config.num_attention_heads, 1 + v, 1 + v)
+    assert torch.equal(recorded.targets, plain.targets)
+    # the config's flag (which needs eager attention) asks every AaspModel inside: the teacher records none
+    model.set_attn_implementation("eager")
+    model.config.output_attentions = True
+    teacher_outputs = []
+    model.teacher.register_forward_hook(lambda module, args, output: teacher_outputs.append(output))
+    with torch.no_grad():
+        flagged = model(x, visible, queries)
+    assert len(flagged.attentions) == config.num_hidden_layers
+    assert teacher_outputs[0].attentions is None
+
+
 def test_bad_query_shape_raises():
     config = tiny_pretraining_config()
     x, visible, queries = pretraining_inputs(config)
