@@ -1,6 +1,7 @@
-"""AaspForPreTraining: predictor size, teacher/EMA, gradients, loss composition, round trip. The views' masks come
-from conftest's `sample_pretraining_masks` (the model only receives index tensors; these tests also run in a
-transformers tree, without aasp_hf's training sampler)."""
+"""AaspForPreTraining: predictor size, the teacher (its EMA update, a training-side function, is tested in
+test_training_utils.py), gradients, loss composition, round trip. The views' masks come from conftest's
+`sample_pretraining_masks` (the model only receives index tensors; these tests also run in a transformers tree,
+without aasp_hf's training sampler or its training helpers)."""
 
 import pytest
 import torch
@@ -67,20 +68,6 @@ def test_loss_is_the_weighted_sum_of_its_parts_and_targets_come_from_every_teach
     gathered = torch.stack([targets[i, queries[i, j]] for i in range(b) for j in range(m)]).reshape(b, m, q, -1)
     torch.testing.assert_close(out.masked_prediction_loss, masked_prediction_loss(out.predictions, gathered))
     assert out.predictions.shape == (b, m, q, config.hidden_size)
-
-
-def test_teacher_update_is_the_exponential_moving_average():
-    torch.manual_seed(0)
-    config = tiny_pretraining_config()
-    model = AaspForPreTraining(config).train()
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
-    model(*pretraining_inputs(config)).loss.backward()
-    optimizer.step()
-    old = [t.detach().clone() for t in model.teacher.parameters()]
-    model.update_teacher(0.9)
-    for (name, t), before, s in zip(model.teacher.named_parameters(), old, model.aasp.parameters()):
-        torch.testing.assert_close(t, 0.9 * before + 0.1 * s.detach(), msg=name)
-    assert any(not torch.equal(t, s) for t, s in zip(model.teacher.parameters(), model.aasp.parameters()))
 
 
 def test_round_trip_keeps_student_and_teacher_and_the_encoder_loads_alone(tmp_path):
