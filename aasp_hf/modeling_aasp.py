@@ -1577,20 +1577,6 @@ class AaspPreTrainedModel(PreTrainedModel):
             if not _LOADED_AS_REMOTE_CODE and hasattr(self.config, "custom_pipelines"):
                 del self.config.custom_pipelines
 
-    def layer_id(self, parameter_name: str) -> int:
-        """Depth of a parameter for layer-wise learning-rate decay: 0 = patch embedding (SPE/AaPE), CLS and the
-        embedding norm; i + 1 = encoder block i; num_hidden_layers + 1 = everything after the blocks (heads)."""
-        name = parameter_name.removeprefix(f"{self.base_model_prefix}.")
-        if name.startswith(("embeddings.", "cls_token", "embedding_norm.")):
-            return 0
-        if name.startswith("layers."):
-            return int(name.split(".")[1]) + 1
-        return self.config.num_hidden_layers + 1
-
-    def no_weight_decay(self) -> set[str]:
-        """Parameter names excluded from weight decay besides biases and norms: CLS and positions (MAE's convention)."""
-        return {name for name, _ in self.named_parameters() if "cls_token" in name or "position_embeddings" in name}
-
 
 @auto_docstring(
     custom_intro="""
@@ -2176,6 +2162,11 @@ class AaspForPreTrainingOutput(ModelOutput):
         Predictor outputs at the query tokens.
     targets (`torch.FloatTensor` of shape `(B, N, D)`):
         The pooled, normalised teacher targets.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*):
+        With `output_hidden_states=True`: the student encoder's embedding output and each layer's output on the
+        visible tokens of every view, each `(B·M, 1 + V, D)` (as `AaspModel` returns them with `visible_indices`).
+    attentions (`tuple(torch.FloatTensor)`, *optional*):
+        With `output_attentions=True`: each student encoder layer's attention weights `(B·M, heads, 1 + V, 1 + V)`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -2184,6 +2175,8 @@ class AaspForPreTrainingOutput(ModelOutput):
     contrastive_loss: torch.FloatTensor | None = None
     predictions: torch.FloatTensor | None = None
     targets: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 # ----------------------------------------------------------------------------------------------- pre-training
@@ -2354,8 +2347,9 @@ class AaspContrastiveHead(nn.Module):
     AaSP pre-training (paper Sec. Predictor and Pre-training Objectives; Sec. Training Setup, Pre-training Setup).
 
     `aasp` is the student; `teacher` an EMA copy of the whole student encoder (AaPE included) that never receives
-    gradients, stays in eval mode and sees each unmasked clip once. The trainer calls `update_teacher(momentum)`
-    right after `optimizer.step()`. The predictor and the contrastive head are student-side only.
+    gradients, stays in eval mode and sees each unmasked clip once. The trainer updates it in plain sight right after
+    `optimizer.step()`: θ_teacher ← m·θ_teacher + (1 − m)·θ_student over `teacher` and `aasp` (aasp_hf's
+    `update_teacher_`). The predictor and the contrastive head are student-side only.
     Losses (reductions as in the pre-training objectives section): L = L_m + η_u·L_u + η_c·L_c.
     Fidelity options (see `AaspConfig`): `target_layer` (teacher block outputs or FFN outputs), `loss_scaling`
     (plain means or EAT's effective weights), `student_stem_input` (the student's AaPE stem on each masked view or
@@ -2404,24 +2398,11 @@ class AaspForPreTraining(AaspPreTrainedModel):
             init.uniform_(module.bias, -(fan_in**-0.5), fan_in**-0.5)
 
     def train(self, mode: bool = True):
+        # The teacher's targets must not depend on the mode the trainer (transformers' Trainer, accelerate, a loop of
+        # one's own) puts the model in: it never uses dropout or drop path. LeViT overrides `train` in transformers too.
         super().train(mode)
-        self.teacher.eval()  # the teacher never uses dropout or drop path
+        self.teacher.eval()
         return self
-
-    @torch.no_grad()
-    def update_teacher(self, momentum: float | torch.Tensor):
-        """θ_teacher ← m·θ_teacher + (1 − m)·θ_student (paper Sec. Training Setup).
-
-        `momentum` may be a 0-d tensor on the parameters' device (the trainer passes `where(skipped, 1, m)`): the lerp
-        weight 1 − m then stays on the device, nothing is read back, and a compiled step does not recompile as m
-        changes. m = 1 leaves the teacher exactly unchanged, m = 0 copies the student exactly."""
-        teacher_params = list(self.teacher.parameters())
-        student_params = list(self.aasp.parameters())
-        if isinstance(momentum, torch.Tensor):  # one 0-d weight per parameter (a single tensor weight is read back)
-            weight = (1.0 - momentum).to(device=teacher_params[0].device, dtype=teacher_params[0].dtype)
-            torch._foreach_lerp_(teacher_params, student_params, [weight] * len(teacher_params))
-        else:
-            torch._foreach_lerp_(teacher_params, student_params, 1.0 - momentum)
 
     def _check_masks(self, input_values, visible_indices, query_indices):
         """The masks must be the ones the config describes (the collator draws them from these fields with
@@ -2462,6 +2443,10 @@ class AaspForPreTraining(AaspPreTrainedModel):
         student_input_values (`torch.FloatTensor` of shape `(B, T, F)`, *optional*):
             The student's view of the same clips (e.g. re-coloured by the collator's `student_eq_strength`); default
             `input_values`. The teacher always sees `input_values`.
+
+        The `output_*` flags are passed to the student encoder (`AaspModel.forward`, whose `capture_outputs` records
+        them): `hidden_states` and `attentions` are the student's, on the visible tokens of each view. The teacher
+        records only its targets, whatever the flags or the config ask for.
         """
         batch_size, num_views = visible_indices.shape[:2]
         if query_indices.shape[:2] != (batch_size, num_views):
@@ -2483,14 +2468,18 @@ class AaspForPreTraining(AaspPreTrainedModel):
         with torch.no_grad():
             ffn_targets = self.config.target_layer == "ffn"
             teacher_output = self.teacher(
-                input_values, output_hidden_states=not ffn_targets, output_ffn_outputs=ffn_targets
+                input_values,
+                output_hidden_states=not ffn_targets,
+                output_attentions=False,
+                output_ffn_outputs=ffn_targets,
             )
             layer_outputs = teacher_output.ffn_outputs if ffn_targets else teacher_output.hidden_states[1:]
             layer_outputs = [hidden[:, 1:] for hidden in layer_outputs]  # L × (B, 1 + N, D) -> L × (B, N, D)
             targets = teacher_targets(layer_outputs, self.config.target_norm_axis)  # (B, N, D), float32
 
         # Student: only the visible tokens of each view.
-        student = self.aasp(student_input_values, visible_indices=visible_indices).last_hidden_state  # (B·M, 1 + V, D)
+        student_output = self.aasp(student_input_values, visible_indices=visible_indices, **kwargs)
+        student = student_output.last_hidden_state  # (B·M, 1 + V, D)
         queries = query_indices.reshape(batch_size * num_views, -1)  # (B, M, Q) -> (B·M, Q)
         visible = visible_indices.reshape(batch_size * num_views, -1)  # (B, M, V) -> (B·M, V)
         predictions = self.predictor(student, visible, queries)  # (B·M, Q, D)
@@ -2519,6 +2508,8 @@ class AaspForPreTraining(AaspPreTrainedModel):
             contrastive_loss=loss_contrastive.detach(),
             predictions=predictions.reshape(batch_size, num_views, *predictions.shape[1:]),  # (B, M, Q, D)
             targets=targets,
+            hidden_states=student_output.hidden_states,
+            attentions=student_output.attentions,
         )
 
 

@@ -54,6 +54,7 @@ from aasp_hf.schedules import learning_rate, teacher_momentum
 from aasp_hf.training import find_latest_checkpoint, param_groups, save_checkpoint
 from aasp_hf.training.data_order import clip_plan, stream_clip_seeds
 from aasp_hf.training.launch import check_launch
+from aasp_hf.training.model_ema import update_teacher_
 from aasp_hf.training.optim import set_learning_rates
 from aasp_hf.training.step import apply_update
 from aasp_hf.training.stopping import StopAgreement, exit_stopped, run_stoppable
@@ -690,10 +691,11 @@ def train(data_args, model_args, args) -> dict:
     #    gradient-bucket boundaries so that each bucket's all-reduce starts while the backward goes on.
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
-    update_teacher = unwrapped.update_teacher
+    # the EMA teacher's update: θ_teacher ← m·θ_teacher + (1 − m)·θ_student, called right after each optimiser step
+    ema_update = torch.compile(update_teacher_, fullgraph=True) if args.torch_compile else update_teacher_
+    update_teacher = partial(ema_update, unwrapped.teacher, unwrapped.aasp)
     if args.torch_compile:
         unwrapped.compile(fullgraph=True)
-        update_teacher = torch.compile(unwrapped.update_teacher, fullgraph=True)
 
     # 6. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
     start_step, nonfinite_steps, last_logs = 0, 0, {}

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
+from aasp_hf.training.model_ema import update_teacher_
 from conftest import tiny_config_kwargs
 
 import convert_eat_checkpoint as eat_conv
@@ -309,7 +310,7 @@ def pretraining_model():
     torch.manual_seed(0)
     config = AaspConfig(**tiny_config_kwargs(num_mel_bins=128, sblu_hidden_size=16, sblu_output_size=64))
     model = AaspForPreTraining(config)
-    model.update_teacher(0.0)  # teacher == student
+    update_teacher_(model.teacher, model.aasp, 0.0)  # teacher == student
     with torch.no_grad():  # then make them differ so the test can tell which one was exported
         for name, p in model.teacher.named_parameters():
             if "position_embeddings" not in name:

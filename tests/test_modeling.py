@@ -480,19 +480,6 @@ def test_encoder_traces_without_graph_breaks(tiny_config):
     assert explanation.graph_count == 1
 
 
-def test_layer_ids_for_layer_wise_learning_rate_decay(tiny_config):
-    model = AaspForAudioClassification(tiny_config(num_labels=2))
-    ids = {name: model.layer_id(name) for name, _ in model.named_parameters()}
-    assert ids["aasp.embeddings.projection.weight"] == 0 and ids["aasp.cls_token"] == 0
-    assert ids["aasp.embeddings.lambda_encoder.layers.0.mlp.fc1.weight"] == 0  # inside the stem, not block 0
-    assert ids["aasp.layers.0.attention.query.weight"] == 1 and ids["aasp.layers.1.norm2.bias"] == 2
-    assert ids["classifier.dense.weight"] == 3 and ids["classifier.layernorm.weight"] == 3
-    assert set(ids.values()) == {0, 1, 2, 3}
-    base = model.aasp
-    assert base.layer_id("layers.1.mlp.fc2.weight") == 2 and base.layer_id("embedding_norm.weight") == 0
-    assert {n for n in model.no_weight_decay()} == {"aasp.cls_token", "aasp.embeddings.position_embeddings"}
-
-
 @pytest.mark.parametrize("other", [{"mask_num_views": 2}, {"mask_ratio": 0.5}, {"mask_query_ratio": 0.5}])
 def test_pretraining_refuses_masks_drawn_for_another_config(other):
     """AaspForPreTraining reads mask_num_views, mask_ratio and mask_query_ratio: masks whose views, visible or query

@@ -1,6 +1,7 @@
-"""AaspForPreTraining: predictor size, teacher/EMA, gradients, loss composition, round trip. The views' masks come
-from conftest's `sample_pretraining_masks` (the model only receives index tensors; these tests also run in a
-transformers tree, without aasp_hf's training sampler)."""
+"""AaspForPreTraining: predictor size, the teacher (its EMA update, a training-side function, is tested in
+test_training_utils.py), gradients, loss composition, round trip. The views' masks come from conftest's
+`sample_pretraining_masks` (the model only receives index tensors; these tests also run in a transformers tree,
+without aasp_hf's training sampler or its training helpers)."""
 
 import pytest
 import torch
@@ -69,20 +70,6 @@ def test_loss_is_the_weighted_sum_of_its_parts_and_targets_come_from_every_teach
     assert out.predictions.shape == (b, m, q, config.hidden_size)
 
 
-def test_teacher_update_is_the_exponential_moving_average():
-    torch.manual_seed(0)
-    config = tiny_pretraining_config()
-    model = AaspForPreTraining(config).train()
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
-    model(*pretraining_inputs(config)).loss.backward()
-    optimizer.step()
-    old = [t.detach().clone() for t in model.teacher.parameters()]
-    model.update_teacher(0.9)
-    for (name, t), before, s in zip(model.teacher.named_parameters(), old, model.aasp.parameters()):
-        torch.testing.assert_close(t, 0.9 * before + 0.1 * s.detach(), msg=name)
-    assert any(not torch.equal(t, s) for t, s in zip(model.teacher.parameters(), model.aasp.parameters()))
-
-
 def test_round_trip_keeps_student_and_teacher_and_the_encoder_loads_alone(tmp_path):
     torch.manual_seed(0)
     config = tiny_pretraining_config()
@@ -119,6 +106,39 @@ def test_student_input_values_reach_the_student_only():
     assert (other.predictions - plain.predictions).abs().max() > 1e-5  # the two views give other predictions
     with pytest.raises(ValueError, match="student_input_values"):
         model(x, visible, queries, x[:, :-16])
+
+
+def test_hidden_states_and_attentions_are_the_students_and_leave_the_teacher_alone():
+    """`output_hidden_states` / `output_attentions` return the student encoder's, on each view's visible tokens; the
+    targets do not change, and the teacher records no attention weights whatever the config asks for."""
+    torch.manual_seed(0)
+    config = tiny_pretraining_config(target_layer="block")
+    model = AaspForPreTraining(config).eval()
+    with torch.no_grad():  # make the teacher differ from the student
+        for p in model.aasp.parameters():
+            p.add_(0.01)
+    x, visible, queries = pretraining_inputs(config)
+    b, m, v = visible.shape
+    with torch.no_grad():
+        plain = model(x, visible, queries)
+        recorded = model(x, visible, queries, output_hidden_states=True, output_attentions=True)
+        student = model.aasp(x, visible_indices=visible, output_hidden_states=True, output_attentions=True)
+    assert plain.hidden_states is None and plain.attentions is None
+    assert len(recorded.hidden_states) == config.num_hidden_layers + 1
+    assert len(recorded.attentions) == config.num_hidden_layers
+    for got, expected in zip(recorded.hidden_states + recorded.attentions, student.hidden_states + student.attentions):
+        assert torch.equal(got, expected)
+    assert recorded.attentions[0].shape == (b * m, config.num_attention_heads, 1 + v, 1 + v)
+    assert torch.equal(recorded.targets, plain.targets)
+    # the config's flag (which needs eager attention) asks every AaspModel inside: the teacher records none
+    model.set_attn_implementation("eager")
+    model.config.output_attentions = True
+    teacher_outputs = []
+    model.teacher.register_forward_hook(lambda module, args, output: teacher_outputs.append(output))
+    with torch.no_grad():
+        flagged = model(x, visible, queries)
+    assert len(flagged.attentions) == config.num_hidden_layers
+    assert teacher_outputs[0].attentions is None
 
 
 def test_bad_query_shape_raises():

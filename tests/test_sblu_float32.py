@@ -12,6 +12,7 @@ import torch
 from safetensors import safe_open
 
 from aasp_hf import AaspConfig, AaspForAudioClassification, AaspForPreTraining, AaspModel
+from aasp_hf.training.model_ema import update_teacher_
 from conftest import tiny_config_kwargs
 import transformers
 from transformers import AutoModel
@@ -163,7 +164,7 @@ def test_a_bf16_built_pretraining_model_runs_a_step_and_updates_its_teacher():
     assert all(g is not None and g.dtype == torch.float32 and g.isfinite().all() for g in grads.values())
     student = model.aasp.embeddings.sblu.input_projection.weight
     student.data.add_(1.0)
-    model.update_teacher(torch.tensor(0.5))
+    update_teacher_(model.teacher, model.aasp, torch.tensor(0.5))
     teacher = model.teacher.embeddings.sblu.input_projection.weight
     assert teacher.dtype == torch.float32
     torch.testing.assert_close(teacher, student - 0.5)

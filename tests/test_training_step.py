@@ -14,6 +14,7 @@ from host_sync import HostSyncCounter
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining
 from aasp_hf.data.collators import PretrainingCollator
 from aasp_hf.training import param_groups
+from aasp_hf.training.model_ema import update_teacher_
 from aasp_hf.training.step import apply_update
 
 
@@ -92,14 +93,14 @@ def test_the_update_teacher_tensor_momentum_is_the_float_one():
         for parameter in model.aasp.parameters():
             parameter.add_(torch.randn_like(parameter))
     by_tensor, by_float = copy.deepcopy(model), copy.deepcopy(model)
-    by_tensor.update_teacher(torch.tensor(0.994, dtype=torch.float64))
-    by_float.update_teacher(0.994)
+    update_teacher_(by_tensor.teacher, by_tensor.aasp, torch.tensor(0.994, dtype=torch.float64))
+    update_teacher_(by_float.teacher, by_float.aasp, 0.994)
     # the same float32 weight 1 − m, through lerp's tensor-weight and scalar-weight kernels (which may round the last
     # bit differently, e.g. with or without a fused multiply-add): one float32 rounding apart at most
     for a, b in zip(by_tensor.teacher.parameters(), by_float.teacher.parameters()):
         torch.testing.assert_close(a, b, rtol=2 * torch.finfo(torch.float32).eps, atol=1e-12)
     before = [p.detach().clone() for p in by_tensor.teacher.parameters()]
-    by_tensor.update_teacher(torch.tensor(1.0, dtype=torch.float64))  # m = 1: exactly unchanged
+    update_teacher_(by_tensor.teacher, by_tensor.aasp, torch.tensor(1.0, dtype=torch.float64))  # m = 1: unchanged
     assert all(torch.equal(a, b) for a, b in zip(by_tensor.teacher.parameters(), before))
 
 
@@ -110,7 +111,8 @@ def test_forward_and_ema_update_are_one_graph_each(patch_embedding):
     model, batch = tiny_setup(patch_embedding=patch_embedding)
     explained = torch._dynamo.explain(lambda b: model(**b).loss)(batch)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
-    explained = torch._dynamo.explain(model.update_teacher)(torch.tensor(0.99, dtype=torch.float64))
+    momentum = torch.tensor(0.99, dtype=torch.float64)
+    explained = torch._dynamo.explain(update_teacher_)(model.teacher, model.aasp, momentum)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
 
 
@@ -138,8 +140,8 @@ def test_the_compiled_step_equals_the_eager_step():
         torch.testing.assert_close(compiled_grads[name], grad, rtol=1e-4, atol=1e-5 * scale, msg=name)
 
     momentum = torch.tensor(0.9, dtype=torch.float64)
-    eager.update_teacher(momentum)
-    torch.compile(compiled_model.update_teacher, fullgraph=True)(momentum)
+    update_teacher_(eager.teacher, eager.aasp, momentum)
+    torch.compile(update_teacher_, fullgraph=True)(compiled_model.teacher, compiled_model.aasp, momentum)
     for a, b in zip(compiled_model.teacher.parameters(), eager.teacher.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
 

@@ -7,13 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspForPreTraining
 from aasp_hf.schedules import learning_rate, teacher_momentum
 from aasp_hf.training import find_latest_checkpoint, param_groups, save_checkpoint
 from aasp_hf.training.checkpointing import load_process_state, load_trainer_state
 from aasp_hf.data.collators import PretrainingCollator, random_eq_curves
 from aasp_hf.training.data_order import epoch_order, micro_batches
-from conftest import tiny_config_kwargs
+from aasp_hf.training.model_ema import update_teacher_
+from aasp_hf.training.optim import layer_id, no_weight_decay
+from conftest import pretraining_inputs, tiny_config_kwargs
 
 
 # ----------------------------------------------------------------------------------------------- schedules
@@ -59,6 +61,33 @@ def test_teacher_momentum_dinov2_cosine():
 def tiny_pretraining_config(**overrides):
     return AaspConfig(**tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1,
                                            predictor_num_attention_heads=2, **overrides))
+
+
+def test_teacher_update_is_the_exponential_moving_average():
+    torch.manual_seed(0)
+    config = tiny_pretraining_config()
+    model = AaspForPreTraining(config).train()
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    model(*pretraining_inputs(config)).loss.backward()
+    optimizer.step()
+    old = [t.detach().clone() for t in model.teacher.parameters()]
+    update_teacher_(model.teacher, model.aasp, 0.9)
+    for (name, t), before, s in zip(model.teacher.named_parameters(), old, model.aasp.parameters()):
+        torch.testing.assert_close(t, 0.9 * before + 0.1 * s.detach(), msg=name)
+    assert any(not torch.equal(t, s) for t, s in zip(model.teacher.parameters(), model.aasp.parameters()))
+
+
+def test_layer_ids_for_layer_wise_learning_rate_decay(tiny_config):
+    model = AaspForAudioClassification(tiny_config(num_labels=2))
+    ids = {name: layer_id(model, name) for name, _ in model.named_parameters()}
+    assert ids["aasp.embeddings.projection.weight"] == 0 and ids["aasp.cls_token"] == 0
+    assert ids["aasp.embeddings.lambda_encoder.layers.0.mlp.fc1.weight"] == 0  # inside the stem, not block 0
+    assert ids["aasp.layers.0.attention.query.weight"] == 1 and ids["aasp.layers.1.norm2.bias"] == 2
+    assert ids["classifier.dense.weight"] == 3 and ids["classifier.layernorm.weight"] == 3
+    assert set(ids.values()) == {0, 1, 2, 3}
+    base = model.aasp
+    assert layer_id(base, "layers.1.mlp.fc2.weight") == 2 and layer_id(base, "embedding_norm.weight") == 0
+    assert {n for n in no_weight_decay(model)} == {"aasp.cls_token", "aasp.embeddings.position_embeddings"}
 
 
 def test_param_groups_cover_every_trainable_parameter_once_and_never_the_teacher():

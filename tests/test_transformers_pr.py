@@ -219,7 +219,7 @@ def test_tree_test_files_import_from_the_tree_and_carry_their_helpers(tree):
     # the pre-training model's common tests and all its own tests, the masks from the sampler written into the file
     assert "class AaspForPreTrainingModelTest(ModelTesterMixin, unittest.TestCase):" in pretraining
     assert re.search(r"all_model_classes\s+=\s+\(AaspForPreTraining,\)", pretraining)  # as check_repo reads it
-    for test in ("test_teacher_update_is_the_exponential_moving_average",
+    for test in ("test_hidden_states_and_attentions_are_the_students_and_leave_the_teacher_alone",
                  "test_teacher_starts_as_the_student_and_stays_in_eval_mode_without_gradients"):
         assert f"def {test}(" in pretraining
     assert "def sample_pretraining_masks(" in pretraining and "def pretraining_inputs(" in pretraining

@@ -59,7 +59,7 @@ from ..schedules import learning_rate, teacher_momentum
 from ..training.arguments import gradient_accumulation_for
 from ..training.augment import mixup, spec_augment
 from ..training.data_order import clip_plan, micro_batches, stream_clip_seeds
-from ..training.model_ema import create_ema, ema_update_
+from ..training.model_ema import create_ema, ema_update_, update_teacher_
 from ..training.optim import layer_decay_param_groups, param_groups, set_learning_rates
 from ..training.step import apply_update
 from .accelerators import ACCELERATORS
@@ -128,11 +128,11 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
                                   betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon, fused=True)
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
-    update_teacher = unwrapped.update_teacher
+    ema_update = torch.compile(update_teacher_, fullgraph=True) if args.torch_compile else update_teacher_
+    update_teacher = partial(ema_update, unwrapped.teacher, unwrapped.aasp)
     if args.torch_compile:
         torch._dynamo.utils.counters.clear()
         unwrapped.compile(fullgraph=True)
-        update_teacher = torch.compile(unwrapped.update_teacher, fullgraph=True)
     pin_memory = device.type == "cuda"
     if stream is not None:
         batches = stream.finished_micro_batches(collate, partial(stream_clip_seeds, args.seed, world, rank), pin_memory)

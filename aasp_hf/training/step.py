@@ -21,6 +21,8 @@ Mask sampling, visible/query index building and every shape that depends on data
 
 import torch
 
+from .model_ema import update_teacher_
+
 
 def skip_flag(accelerator, step_finite: torch.Tensor, grad_norm: torch.Tensor, stop: torch.Tensor | None = None):
     """Bool 0-d tensor, the same on every process: True when any process saw a non-finite loss in this step, or (without
@@ -45,8 +47,9 @@ def apply_update(accelerator, optimizer, model, step_finite, max_norm: float, mo
 
     accelerator: the run's `accelerate.Accelerator`; optimizer: the prepared fused AdamW; model: the prepared model
     (its parameters are clipped); step_finite: bool 0-d tensor, every micro-batch's loss finite on this process;
-    momentum: float or 0-d tensor, this step's teacher momentum m; update_teacher: the unwrapped model's
-    `update_teacher` (or its compiled version); stop: this process's stop request (`skip_flag`), or None.
+    momentum: float or 0-d tensor, this step's teacher momentum m; update_teacher: a function of m that updates
+    the teacher (default `model_ema.update_teacher_` on the unwrapped model's `teacher` and `aasp`; the scripts pass
+    a compiled one); stop: this process's stop request (`skip_flag`), or None.
     Returns (grad_norm, skipped): 0-d tensors on the device; with `stop`, (grad_norm, skipped, the stop requests
     summed over the processes).
     """
@@ -64,6 +67,11 @@ def apply_update(accelerator, optimizer, model, step_finite, max_norm: float, mo
     optimizer.zero_grad(set_to_none=True)
     momentum = torch.as_tensor(momentum, dtype=torch.float64, device=skipped.device)
     # θ_teacher ← m·θ_teacher + (1 − m)·θ_student; m = 1 on a skipped step leaves the teacher exactly as it was
-    (update_teacher or accelerator.unwrap_model(model).update_teacher)(torch.where(skipped, 1.0, momentum))
+    momentum = torch.where(skipped, 1.0, momentum)
+    if update_teacher is None:
+        unwrapped = accelerator.unwrap_model(model)
+        update_teacher_(unwrapped.teacher, unwrapped.aasp, momentum)
+    else:
+        update_teacher(momentum)
     return (grad_norm, skipped) if stop is None else (grad_norm, skipped, stops)
 
