@@ -10,6 +10,7 @@ lowest supported one, whose kernels round otherwise).
 """
 
 
+import ast
 import json
 import shutil
 import tarfile
@@ -30,23 +31,9 @@ AUTO_CLASSES = {"encoder": "AutoModel", "single_label": "AutoModelForAudioClassi
                 "multi_label": "AutoModelForAudioClassification", "pretraining": "AutoModelForPreTraining"}
 
 # The forward calls of write_fixtures.py, as source, so that the fresh process without aasp_hf runs the same calls.
-OUTPUTS_SOURCE = '''
-def outputs(kind, model, batch):
-    with torch.no_grad():
-        if kind == "pretraining":
-            out = model(batch["crop"], visible_indices=batch["visible_indices"], query_indices=batch["query_indices"])
-        else:
-            labels = {"single_label": batch["single_labels"], "multi_label": batch["multi_labels"]}.get(kind)
-            extra = {} if labels is None else {"labels": labels}
-            out = model(batch["input_values"], attention_mask=batch["attention_mask"], output_hidden_states=True,
-                        output_attentions=True, **extra)
-    flat = {}
-    for name, value in out.items():
-        values = value if isinstance(value, tuple) else (value,)
-        for i, tensor in enumerate(values):
-            flat[f"{kind}.{name}" + (f".{i}" if isinstance(value, tuple) else "")] = tensor.detach().clone().contiguous()
-    return flat
-'''
+WRITER = (FIXTURES / "write_fixtures.py").read_text()
+OUTPUTS_SOURCE = "\n" + next(ast.get_source_segment(WRITER, node) for node in ast.parse(WRITER).body
+                              if isinstance(node, ast.FunctionDef) and node.name == "outputs") + "\n"
 namespace = {"torch": torch}
 exec(OUTPUTS_SOURCE, namespace)
 outputs = namespace["outputs"]
