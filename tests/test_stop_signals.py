@@ -184,16 +184,20 @@ def unshare_works() -> bool:
 
 
 def child_of(pid: int, timeout=60.0) -> int:
+    """The child of `pid` that runs pretrain.py (its argv[1]): a launcher may start other, short-lived children first,
+    and a forked child shows the launcher's own command line until it execs."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for path in Path("/proc").iterdir():
             try:
                 if path.name.isdigit() and int((path / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    return int(path.name)
+                    argv = (path / "cmdline").read_bytes().split(b"\0")
+                    if len(argv) > 1 and argv[1].endswith(b"pretrain.py"):
+                        return int(path.name)
             except (OSError, ValueError, IndexError):
                 continue
         time.sleep(0.05)
-    raise LookupError(f"no child of {pid}")
+    raise LookupError(f"no child of {pid} runs pretrain.py")
 
 
 @pytest.mark.skipif(not unshare_works(), reason="`unshare --pid --fork` is not permitted here (needs CAP_SYS_ADMIN)")
