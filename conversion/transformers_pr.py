@@ -17,7 +17,7 @@ The tree gets, generated from this repository's files (one source of truth; noth
 - `tests/models/aasp/`: our transformers-facing tests (tests/test_transformers_common.py, the model and feature
   extractor against transformers' common mixins; tests/test_transformers_common_pretraining.py, the pre-training
   model against them; tests/test_pretraining_model.py), each in the test file of the model file that defines the
-  class it tests (`test_modeling_aasp_pretraining.py` while `AaspForPreTraining` has a file of its own), with their
+  class it tests (all three model classes are in modeling_aasp.py, so test_modeling_aasp.py), with their
   imports pointed at the tree (`from transformers import ...`, `from ...test_modeling_common import ...`), the
   helpers they take from tests/conftest.py written into the file, and formatted by the tree's ruff.
 Writing again replaces the previous write (the folders are rewritten, our entries removed before they are added).
