@@ -4,9 +4,9 @@ tests/fixtures/checkpoints_v1/ holds one tiny, seeded checkpoint of each kind (e
 classifier, pre-training model) as `save_pretrained` wrote them before the model files were folded into one modeling
 file, the fixed inputs, and the outputs that code computed from them (its write_fixtures.py says how they were made).
 Each loads with today's `aasp_hf`, and through remote code (`trust_remote_code=True`, `aasp_hf` unimportable) both
-with the code it was saved with and with today's code saved next to its weights; every output is compared with
-`torch.equal` (bit-identical) under the torch that wrote them, within float32 rounding under another torch (the
-lowest supported one, whose kernels round otherwise).
+with the code it was saved with and with today's code saved next to its weights; integer outputs are compared
+exactly, floating-point ones within float32 rounding (the fixtures were computed on one CPU; another CPU's kernels,
+or another torch's, may round otherwise).
 """
 
 
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors import safe_open
 from safetensors.torch import load_file
 
 from aasp_hf import AaspForAudioClassification, AaspForPreTraining, AaspModel
@@ -45,16 +44,15 @@ def expected_outputs(kind: str) -> dict:
 
 
 def assert_same_outputs(actual: dict, expected: dict, where: str):
-    """Bit-identical under the torch that wrote the fixtures; within float32 rounding under another torch."""
-    with safe_open(FIXTURES / "outputs.safetensors", framework="pt") as f:
-        same_torch = f.metadata()["torch"] == torch.__version__
+    """Integer outputs exactly; floating-point ones within float32 rounding, since the fixtures' outputs were computed on
+    one CPU and another CPU's kernels (or another torch's) may round otherwise."""
     # Under transformers 5.0 (its `check_model_inputs`) the encoder asked for hidden states and attentions also returns
     # `ffn_outputs`, which the fixtures (written under 5.23) do not hold; every field they hold must match.
     extra = [key for key in actual.keys() - expected.keys() if ".ffn_outputs." not in key]
     assert expected.keys() <= actual.keys() and not extra, (where, sorted(actual), sorted(expected))
     for key in expected:
         assert actual[key].dtype == expected[key].dtype, (where, key)
-        if same_torch or not expected[key].is_floating_point():
+        if not expected[key].is_floating_point():
             assert torch.equal(actual[key], expected[key]), (where, key, (actual[key] - expected[key]).abs().max())
         else:
             torch.testing.assert_close(actual[key], expected[key], rtol=1e-5, atol=1e-6)
