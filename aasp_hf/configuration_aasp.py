@@ -18,16 +18,30 @@ ViT-B (768, 12 layers, 12 heads, 3072), 128 mel bins, 608 frames, 16×16 patches
 C=1024, ε=0.01, Δ=0.01, Lambda encoder r=6, L=3.
 """
 
+import dataclasses
 import difflib
 import inspect
 
+from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
+from transformers.utils import __version__ as transformers_version
+from transformers.utils import auto_docstring
+
+
+# The config is a strict dataclass of typed fields, as transformers' own configs are from 5.4.0 (`PreTrainedConfig`
+# makes each subclass a dataclass). Earlier releases' `PreTrainedConfig` is a plain class, which `@strict` refuses
+# with a message about dataclasses: say what to do instead, also to a checkpoint's remote code.
+if not dataclasses.is_dataclass(PreTrainedConfig):
+    raise ImportError(
+        f"AaSP needs transformers >= 5.4 (its configs are dataclasses from 5.4.0); this is transformers "
+        f"{transformers_version}. Upgrade it: pip install -U 'transformers>=5.4,<6'"
+    )
 
 # P_time, the time patch size of the paper's models: `AaspConfig.time_patch_size` defaults to it, and so does the
 # frame multiple of `AaspFeatureExtractor` (its frame counts are rounded up to whole time patches).
 TIME_PATCH_SIZE = 16
-# The fields that take one of a few named values, and those values (validated in one loop in __init__). The one
-# definition of each set: modeling_aasp.py's SBLU operator and objectives check their arguments against it too.
+# The fields that take one of a few named values, and those values (validated in one loop by `_validate_config`). The
+# one definition of each set: modeling_aasp.py's SBLU operator and objectives check their arguments against it too.
 CHOICES = {
     "hidden_act": ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"),
     "patch_embedding": ("aape", "spe"),
@@ -43,7 +57,10 @@ CHOICES = {
 
 
 def init_arguments(cls) -> set:
-    """The names of `cls.__init__`'s own arguments: the keywords a user may pass it (not `self`, not `**kwargs`)."""
+    """The keywords a user may pass `cls` of its own: for a config (a dataclass), the fields it adds to
+    `PreTrainedConfig`'s; otherwise `cls.__init__`'s arguments but `self` and `**kwargs`."""
+    if dataclasses.is_dataclass(cls):
+        return {f.name for f in dataclasses.fields(cls)} - {f.name for f in dataclasses.fields(PreTrainedConfig)}
     return set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
 
 
@@ -66,245 +83,210 @@ def unknown_keys_message(unknown, valid, what: str, where: str) -> str:
 _LOADED_AS_REMOTE_CODE = __name__.split(".")[0] != "aasp_hf"
 
 
-class AaspConfig(PreTrainedConfig):
-    r"""
+@auto_docstring(
+    custom_intro="""
     Configuration of an AaSP audio spectrogram transformer: `AaspModel`, `AaspForAudioClassification` and
     `AaspForPreTraining`. The defaults are the paper's model, a ViT-B encoder with the AaPE stem (Sec. 4.2). Why each
     choice the paper leaves open is made as it is: docs/model.md, docs/pretraining.md and docs/paper_to_code.md.
-
-    Args:
-        hidden_size (`int`, *optional*, defaults to 768):
-            D, the width of the encoder (ViT-B, Sec. 4.2); a multiple of 4 (2-D sin-cos positions).
-        num_hidden_layers (`int`, *optional*, defaults to 12):
-            Number of encoder blocks.
-        num_attention_heads (`int`, *optional*, defaults to 12):
-            Attention heads per encoder block; divides `hidden_size`.
-        intermediate_size (`int`, *optional*, defaults to 3072):
-            Width of each encoder block's MLP.
-        hidden_act (`str`, *optional*, defaults to `"gelu"`):
-            Activation of the MLPs: `"gelu"`, `"gelu_new"`, `"gelu_pytorch_tanh"`, `"relu"` or `"silu"`.
-        hidden_dropout_prob (`float`, *optional*, defaults to 0.0):
-            Dropout on the embeddings, the attention outputs and the MLPs.
-        attention_probs_dropout_prob (`float`, *optional*, defaults to 0.0):
-            Dropout on the attention weights.
-        drop_path_rate (`float`, *optional*, defaults to 0.0):
-            Stochastic depth: the drop probability grows linearly over the blocks up to this value.
-        layer_norm_eps (`float`, *optional*, defaults to 1e-06):
-            Epsilon of the LayerNorms.
-        initializer_range (`float`, *optional*, defaults to 0.02):
-            Standard deviation of the initial weights.
-        qkv_bias (`bool`, *optional*, defaults to `True`):
-            Whether the query, key and value projections have a bias.
-        layer_norm_first (`bool`, *optional*, defaults to `False`):
-            `False`: EAT's post-norm blocks without a final LayerNorm; `True`: pre-norm ViT blocks with a final one.
-        initialization (`str`, *optional*, defaults to `"trunc_normal"`):
-            How a new model's weights are drawn (loaded weights are untouched): `"trunc_normal"` or `"eat"`, EAT's
-            initialisation. The two schemes: docs/model.md, "Initialisation".
-        num_mel_bins (`int`, *optional*, defaults to 128):
-            F, the mel bins of the input (Sec. 4.2).
-        num_frames (`int`, *optional*, defaults to 608):
-            T at pre-training (6 s, Sec. 4.2): the length of the position table; a longer input gets its positions
-            interpolated along time.
-        frequency_patch_size (`int`, *optional*, defaults to 16):
-            P_freq, the patch height in mel bins (Sec. 3.3); divides `num_mel_bins`.
-        time_patch_size (`int`, *optional*, defaults to 16):
-            P_time, the patch width in frames; patches do not overlap, so the stride S_time = P_time (Sec. 3.3).
-        patch_embedding (`str`, *optional*, defaults to `"aape"`):
-            `"aape"`: the aliasing-aware patch embedding (Sec. 3.3); `"spe"`: the standard strided-conv patch
-            embedding alone.
-        sblu_kernel_size (`int`, *optional*, defaults to 63):
-            K, the odd number of SBLU taps (Sec. 3.2, Eq. 2).
-        sblu_hidden_size (`int`, *optional*, defaults to 128):
-            H, the SBLU hidden channels (the rows of B̄); a multiple of the number of frequency patches.
-        sblu_output_size (`int`, *optional*, defaults to 1024):
-            C, the SBLU output channels (the rows of C̄); a multiple of the number of frequency patches.
-        sblu_epsilon (`float`, *optional*, defaults to 0.01):
-            ε, the window's edge attenuation, which sets the decay's lower bound α_min = −2 log ε / (Δ(K − 1))
-            (Sec. 3.2).
-        sblu_step (`float`, *optional*, defaults to 0.01):
-            Δ, the spectrogram hop in seconds (Sec. 3.2).
-        sblu_adaptive (`bool`, *optional*, defaults to `True`):
-            `True`: the Lambda encoder predicts (α, β) per frequency group and time patch (Sec. 3.3); `False`: learnable
-            static (α, β) per hidden channel (the non-adaptive ablation, Sec. 4.4).
-        sblu_phase (`str`, *optional*, defaults to `"symmetric"`):
-            The kernel's phase: `"symmetric"` (Eq. 3 as written) or `"analytic"` (one-sided phase).
-        sblu_highpass_num_taps (`int`, *optional*, defaults to 63):
-            Odd number of taps of the zero-phase high-pass FIR before B̄ (Sec. 3.3 (a)).
-        lambda_encoder_reduction (`int`, *optional*, defaults to 6):
-            r: the Lambda encoder's width is D / r (Sec. 3.3).
-        lambda_encoder_num_layers (`int`, *optional*, defaults to 3):
-            L, the Lambda encoder's blocks (Sec. 3.3).
-        lambda_encoder_num_attention_heads (`int`, *optional*, defaults to 2):
-            Attention heads of the Lambda encoder's blocks; divides D / r.
-        lambda_encoder_mlp_ratio (`float`, *optional*, defaults to 4.0):
-            MLP width of the Lambda encoder's blocks, as a multiple of D / r.
-        classifier_pooling (`str`, *optional*, defaults to `"cls"`):
-            What `AaspForAudioClassification` classifies: `"cls"`, the class token (Sec. 4.2, fine-tuning), or
-            `"mean"`, the mean of the valid patch tokens.
-        predictor_type (`str`, *optional*, defaults to `"cross_attention"`):
-            `"cross_attention"`: the paper's CrossMAE predictor (Sec. 3.4); `"cnn"`: EAT's CNN predictor.
-        predictor_hidden_size (`int`, *optional*, defaults to 512):
-            Width of the cross-attention predictor (Sec. 4.2).
-        predictor_num_layers (`int`, *optional*, defaults to 3):
-            Cross-attention blocks of the predictor (Sec. 3.4).
-        predictor_num_attention_heads (`int`, *optional*, defaults to 16):
-            Attention heads of the cross-attention predictor (Sec. 4.2).
-        predictor_mlp_ratio (`float`, *optional*, defaults to 4.0):
-            MLP width of the cross-attention predictor's blocks, as a multiple of its width.
-        predictor_cnn_hidden_size (`int`, *optional*, defaults to 768):
-            Channels of the CNN predictor (EAT's `decoder`; docs/model.md, "EAT's CNN predictor").
-        predictor_cnn_num_layers (`int`, *optional*, defaults to 6):
-            Blocks of the CNN predictor.
-        predictor_cnn_kernel_size (`int`, *optional*, defaults to 3):
-            Odd kernel size of the CNN predictor's convolutions.
-        predictor_cnn_groups (`int`, *optional*, defaults to 16):
-            Groups of the CNN predictor's convolutions; divides `predictor_cnn_hidden_size` and `hidden_size`.
-        predictor_cnn_mask_noise_std (`float`, *optional*, defaults to 0.01):
-            σ of the N(0, σ²) noise that fills the hidden positions of the CNN predictor's input grid (0: zeros),
-            drawn from torch's global RNG in each forward. Unused by the cross-attention predictor.
-        mask_ratio (`float`, *optional*, defaults to 0.8):
-            Fraction of the patch tokens hidden from the student in each view (Sec. 4.2).
-        mask_num_views (`int`, *optional*, defaults to 4):
-            M, the masked views of each clip (Sec. 3.4); at least 2 when `contrastive_loss_weight` > 0.
-        mask_query_ratio (`float`, *optional*, defaults to 0.75):
-            Fraction of the hidden tokens the predictor queries (Sec. 4.2).
-        mask_block_sizes (`tuple[tuple[int, int], ...]`, *optional*, defaults to `((3, 8), (4, 6), (5, 5))`):
-            The (frequency × time) patch blocks of inverse block masking; each view draws one (Sec. 4.2). Any
-            sequence of pairs; stored as a list of lists, `[[3, 8], [4, 6], [5, 5]]` by default.
-        target_norm_axis (`str`, *optional*, defaults to `"tokens"`):
-            The instance norm of each teacher layer before the layers are averaged: `"tokens"`, per channel across
-            the tokens (EAT's code), or `"channels"`, per token across the embedding (the paper's wording, Sec. 3.4).
-        target_layer (`str`, *optional*, defaults to `"ffn"`):
-            Which output of each teacher block enters the targets: `"ffn"`, the block's MLP output before the
-            residual add (and, post-norm, before the second LayerNorm), as EAT and data2vec 2.0; `"block"`, the
-            block's output (`hidden_states[1:]`). docs/model.md, "Teacher targets".
-        loss_scaling (`str`, *optional*, defaults to `"mean"`):
-            The reductions of L_m and L_u (Sec. 3.4): `"mean"`, L_m the mean squared error over query tokens and D,
-            L_u over views and D; `"eat"`, EAT's effective weights, L_m × √D and L_u × B·M·√D with B·M the views of
-            this process's batch (docs/model.md, "EAT's loss scaling"). L_c is a mean over anchors in both.
-        student_stem_input (`str`, *optional*, defaults to `"masked"`):
-            What the student's AaPE high-pass, B̄ and SBLU see in masked pre-training: `"masked"`, the clip with each
-            view's hidden patches zeroed (before the high-pass and after B̄), so nothing of them reaches a visible
-            token; `"full"`, the whole clip, keeping only the visible tokens after the stem (EAT's order; hidden
-            context then leaks into visible tokens: docs/model.md, "The student's stem under masking").
-        clip_loss_weight (`float`, *optional*, defaults to 1.0):
-            η_u, the weight of the clip-level loss L_u (Sec. 3.4).
-        contrastive_loss_weight (`float`, *optional*, defaults to 0.1):
-            η_c, the weight of the contrastive loss L_c (Sec. 3.4, 4.2).
-        contrastive_temperature (`float`, *optional*, defaults to 0.2):
-            τ of the contrastive loss (Sec. 3.4).
     """
+)
+@strict
+class AaspConfig(PreTrainedConfig):
+    r"""
+    hidden_size (`int`, *optional*, defaults to 768):
+        D, the width of the encoder (ViT-B, Sec. 4.2); a multiple of 4 (2-D sin-cos positions).
+    num_hidden_layers (`int`, *optional*, defaults to 12):
+        Number of encoder blocks.
+    num_attention_heads (`int`, *optional*, defaults to 12):
+        Attention heads per encoder block; divides `hidden_size`.
+    intermediate_size (`int`, *optional*, defaults to 3072):
+        Width of each encoder block's MLP.
+    hidden_act (`str`, *optional*, defaults to `"gelu"`):
+        Activation of the MLPs: `"gelu"`, `"gelu_new"`, `"gelu_pytorch_tanh"`, `"relu"` or `"silu"`.
+    hidden_dropout_prob (`float`, *optional*, defaults to 0.0):
+        Dropout on the embeddings, the attention outputs and the MLPs.
+    attention_probs_dropout_prob (`float`, *optional*, defaults to 0.0):
+        Dropout on the attention weights.
+    drop_path_rate (`float`, *optional*, defaults to 0.0):
+        Stochastic depth: the drop probability grows linearly over the blocks up to this value.
+    layer_norm_eps (`float`, *optional*, defaults to 1e-06):
+        Epsilon of the LayerNorms.
+    initializer_range (`float`, *optional*, defaults to 0.02):
+        Standard deviation of the initial weights.
+    qkv_bias (`bool`, *optional*, defaults to `True`):
+        Whether the query, key and value projections have a bias.
+    layer_norm_first (`bool`, *optional*, defaults to `False`):
+        `False`: EAT's post-norm blocks without a final LayerNorm; `True`: pre-norm ViT blocks with a final one.
+    initialization (`str`, *optional*, defaults to `"trunc_normal"`):
+        How a new model's weights are drawn (loaded weights are untouched): `"trunc_normal"` or `"eat"`, EAT's
+        initialisation. The two schemes: docs/model.md, "Initialisation".
+    num_mel_bins (`int`, *optional*, defaults to 128):
+        F, the mel bins of the input (Sec. 4.2).
+    num_frames (`int`, *optional*, defaults to 608):
+        T at pre-training (6 s, Sec. 4.2): the length of the position table; a longer input gets its positions
+        interpolated along time.
+    frequency_patch_size (`int`, *optional*, defaults to 16):
+        P_freq, the patch height in mel bins (Sec. 3.3); divides `num_mel_bins`.
+    time_patch_size (`int`, *optional*, defaults to 16):
+        P_time, the patch width in frames; patches do not overlap, so the stride S_time = P_time (Sec. 3.3).
+    patch_embedding (`str`, *optional*, defaults to `"aape"`):
+        `"aape"`: the aliasing-aware patch embedding (Sec. 3.3); `"spe"`: the standard strided-conv patch
+        embedding alone.
+    sblu_kernel_size (`int`, *optional*, defaults to 63):
+        K, the odd number of SBLU taps (Sec. 3.2, Eq. 2).
+    sblu_hidden_size (`int`, *optional*, defaults to 128):
+        H, the SBLU hidden channels (the rows of B̄); a multiple of the number of frequency patches.
+    sblu_output_size (`int`, *optional*, defaults to 1024):
+        C, the SBLU output channels (the rows of C̄); a multiple of the number of frequency patches.
+    sblu_epsilon (`float`, *optional*, defaults to 0.01):
+        ε, the window's edge attenuation, which sets the decay's lower bound α_min = −2 log ε / (Δ(K − 1))
+        (Sec. 3.2).
+    sblu_step (`float`, *optional*, defaults to 0.01):
+        Δ, the spectrogram hop in seconds (Sec. 3.2).
+    sblu_adaptive (`bool`, *optional*, defaults to `True`):
+        `True`: the Lambda encoder predicts (α, β) per frequency group and time patch (Sec. 3.3); `False`: learnable
+        static (α, β) per hidden channel (the non-adaptive ablation, Sec. 4.4).
+    sblu_phase (`str`, *optional*, defaults to `"symmetric"`):
+        The kernel's phase: `"symmetric"` (Eq. 3 as written) or `"analytic"` (one-sided phase).
+    sblu_highpass_num_taps (`int`, *optional*, defaults to 63):
+        Odd number of taps of the zero-phase high-pass FIR before B̄ (Sec. 3.3 (a)).
+    lambda_encoder_reduction (`int`, *optional*, defaults to 6):
+        r: the Lambda encoder's width is D / r (Sec. 3.3).
+    lambda_encoder_num_layers (`int`, *optional*, defaults to 3):
+        L, the Lambda encoder's blocks (Sec. 3.3).
+    lambda_encoder_num_attention_heads (`int`, *optional*, defaults to 2):
+        Attention heads of the Lambda encoder's blocks; divides D / r.
+    lambda_encoder_mlp_ratio (`float`, *optional*, defaults to 4.0):
+        MLP width of the Lambda encoder's blocks, as a multiple of D / r.
+    classifier_pooling (`str`, *optional*, defaults to `"cls"`):
+        What `AaspForAudioClassification` classifies: `"cls"`, the class token (Sec. 4.2, fine-tuning), or
+        `"mean"`, the mean of the valid patch tokens.
+    predictor_type (`str`, *optional*, defaults to `"cross_attention"`):
+        `"cross_attention"`: the paper's CrossMAE predictor (Sec. 3.4); `"cnn"`: EAT's CNN predictor.
+    predictor_hidden_size (`int`, *optional*, defaults to 512):
+        Width of the cross-attention predictor (Sec. 4.2).
+    predictor_num_layers (`int`, *optional*, defaults to 3):
+        Cross-attention blocks of the predictor (Sec. 3.4).
+    predictor_num_attention_heads (`int`, *optional*, defaults to 16):
+        Attention heads of the cross-attention predictor (Sec. 4.2).
+    predictor_mlp_ratio (`float`, *optional*, defaults to 4.0):
+        MLP width of the cross-attention predictor's blocks, as a multiple of its width.
+    predictor_cnn_hidden_size (`int`, *optional*, defaults to 768):
+        Channels of the CNN predictor (EAT's `decoder`; docs/model.md, "EAT's CNN predictor").
+    predictor_cnn_num_layers (`int`, *optional*, defaults to 6):
+        Blocks of the CNN predictor.
+    predictor_cnn_kernel_size (`int`, *optional*, defaults to 3):
+        Odd kernel size of the CNN predictor's convolutions.
+    predictor_cnn_groups (`int`, *optional*, defaults to 16):
+        Groups of the CNN predictor's convolutions; divides `predictor_cnn_hidden_size` and `hidden_size`.
+    predictor_cnn_mask_noise_std (`float`, *optional*, defaults to 0.01):
+        σ of the N(0, σ²) noise that fills the hidden positions of the CNN predictor's input grid (0: zeros),
+        drawn from torch's global RNG in each forward. Unused by the cross-attention predictor.
+    mask_ratio (`float`, *optional*, defaults to 0.8):
+        Fraction of the patch tokens hidden from the student in each view (Sec. 4.2).
+    mask_num_views (`int`, *optional*, defaults to 4):
+        M, the masked views of each clip (Sec. 3.4); at least 2 when `contrastive_loss_weight` > 0.
+    mask_query_ratio (`float`, *optional*, defaults to 0.75):
+        Fraction of the hidden tokens the predictor queries (Sec. 4.2).
+    mask_block_sizes (`tuple[tuple[int, int], ...]`, *optional*, defaults to `((3, 8), (4, 6), (5, 5))`):
+        The (frequency × time) patch blocks of inverse block masking; each view draws one (Sec. 4.2). Any
+        sequence of pairs; stored as a list of lists, `[[3, 8], [4, 6], [5, 5]]` by default.
+    target_norm_axis (`str`, *optional*, defaults to `"tokens"`):
+        The instance norm of each teacher layer before the layers are averaged: `"tokens"`, per channel across
+        the tokens (EAT's code), or `"channels"`, per token across the embedding (the paper's wording, Sec. 3.4).
+    target_layer (`str`, *optional*, defaults to `"ffn"`):
+        Which output of each teacher block enters the targets: `"ffn"`, the block's MLP output before the
+        residual add (and, post-norm, before the second LayerNorm), as EAT and data2vec 2.0; `"block"`, the
+        block's output (`hidden_states[1:]`). docs/model.md, "Teacher targets".
+    loss_scaling (`str`, *optional*, defaults to `"mean"`):
+        The reductions of L_m and L_u (Sec. 3.4): `"mean"`, L_m the mean squared error over query tokens and D,
+        L_u over views and D; `"eat"`, EAT's effective weights, L_m × √D and L_u × B·M·√D with B·M the views of
+        this process's batch (docs/model.md, "EAT's loss scaling"). L_c is a mean over anchors in both.
+    student_stem_input (`str`, *optional*, defaults to `"masked"`):
+        What the student's AaPE high-pass, B̄ and SBLU see in masked pre-training: `"masked"`, the clip with each
+        view's hidden patches zeroed (before the high-pass and after B̄), so nothing of them reaches a visible
+        token; `"full"`, the whole clip, keeping only the visible tokens after the stem (EAT's order; hidden
+        context then leaks into visible tokens: docs/model.md, "The student's stem under masking").
+    clip_loss_weight (`float`, *optional*, defaults to 1.0):
+        η_u, the weight of the clip-level loss L_u (Sec. 3.4).
+    contrastive_loss_weight (`float`, *optional*, defaults to 0.1):
+        η_c, the weight of the contrastive loss L_c (Sec. 3.4, 4.2).
+    contrastive_temperature (`float`, *optional*, defaults to 0.2):
+        τ of the contrastive loss (Sec. 3.4).
+
+    Example:
+
+    ```python
+    >>> from transformers import AaspConfig, AaspModel
+
+    >>> # The paper's ViT-B encoder with the AaPE stem
+    >>> configuration = AaspConfig()
+
+    >>> # A model with random weights from that configuration
+    >>> model = AaspModel(configuration)
+
+    >>> # The model's configuration
+    >>> configuration = model.config
+    ```"""
 
     model_type = "aasp"
 
-    def __init__(
-        self,
-        hidden_size=768,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        intermediate_size=3072,
-        hidden_act="gelu",
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        drop_path_rate=0.0,
-        layer_norm_eps=1e-6,
-        initializer_range=0.02,
-        qkv_bias=True,
-        layer_norm_first=False,
-        initialization="trunc_normal",
-        num_mel_bins=128,
-        num_frames=608,
-        frequency_patch_size=16,
-        time_patch_size=TIME_PATCH_SIZE,
-        patch_embedding="aape",
-        sblu_kernel_size=63,
-        sblu_hidden_size=128,
-        sblu_output_size=1024,
-        sblu_epsilon=0.01,
-        sblu_step=0.01,
-        sblu_adaptive=True,
-        sblu_phase="symmetric",
-        sblu_highpass_num_taps=63,
-        lambda_encoder_reduction=6,
-        lambda_encoder_num_layers=3,
-        lambda_encoder_num_attention_heads=2,
-        lambda_encoder_mlp_ratio=4.0,
-        classifier_pooling="cls",
-        predictor_type="cross_attention",
-        predictor_hidden_size=512,
-        predictor_num_layers=3,
-        predictor_num_attention_heads=16,
-        predictor_mlp_ratio=4.0,
-        predictor_cnn_hidden_size=768,
-        predictor_cnn_num_layers=6,
-        predictor_cnn_kernel_size=3,
-        predictor_cnn_groups=16,
-        predictor_cnn_mask_noise_std=0.01,
-        mask_ratio=0.8,
-        mask_num_views=4,
-        mask_query_ratio=0.75,
-        mask_block_sizes=((3, 8), (4, 6), (5, 5)),
-        target_norm_axis="tokens",
-        target_layer="ffn",
-        loss_scaling="mean",
-        student_stem_input="masked",
-        clip_loss_weight=1.0,
-        contrastive_loss_weight=0.1,
-        contrastive_temperature=0.2,
-        **kwargs,
-    ):
-        self.hidden_size = hidden_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.intermediate_size = intermediate_size
-        self.hidden_act = hidden_act
-        self.hidden_dropout_prob = hidden_dropout_prob
-        self.attention_probs_dropout_prob = attention_probs_dropout_prob
-        self.drop_path_rate = drop_path_rate
-        self.layer_norm_eps = layer_norm_eps
-        self.initializer_range = initializer_range
-        self.qkv_bias = qkv_bias
-        self.layer_norm_first = layer_norm_first
-        self.initialization = initialization
-        self.num_mel_bins = num_mel_bins
-        self.num_frames = num_frames
-        self.frequency_patch_size = frequency_patch_size
-        self.time_patch_size = time_patch_size
-        self.patch_embedding = patch_embedding
-        self.sblu_kernel_size = sblu_kernel_size
-        self.sblu_hidden_size = sblu_hidden_size
-        self.sblu_output_size = sblu_output_size
-        self.sblu_epsilon = sblu_epsilon
-        self.sblu_step = sblu_step
-        self.sblu_adaptive = sblu_adaptive
-        self.sblu_phase = sblu_phase
-        self.sblu_highpass_num_taps = sblu_highpass_num_taps
-        self.lambda_encoder_reduction = lambda_encoder_reduction
-        self.lambda_encoder_num_layers = lambda_encoder_num_layers
-        self.lambda_encoder_num_attention_heads = lambda_encoder_num_attention_heads
-        self.lambda_encoder_mlp_ratio = lambda_encoder_mlp_ratio
-        self.classifier_pooling = classifier_pooling
-        self.predictor_type = predictor_type
-        self.predictor_hidden_size = predictor_hidden_size
-        self.predictor_num_layers = predictor_num_layers
-        self.predictor_num_attention_heads = predictor_num_attention_heads
-        self.predictor_mlp_ratio = predictor_mlp_ratio
-        self.predictor_cnn_hidden_size = predictor_cnn_hidden_size
-        self.predictor_cnn_num_layers = predictor_cnn_num_layers
-        self.predictor_cnn_kernel_size = predictor_cnn_kernel_size
-        self.predictor_cnn_groups = predictor_cnn_groups
-        self.predictor_cnn_mask_noise_std = predictor_cnn_mask_noise_std
-        self.mask_ratio = mask_ratio
-        self.mask_num_views = mask_num_views
-        self.mask_query_ratio = mask_query_ratio
-        self.mask_block_sizes = [list(size) for size in mask_block_sizes]
-        self.target_norm_axis = target_norm_axis
-        self.target_layer = target_layer
-        self.loss_scaling = loss_scaling
-        self.student_stem_input = student_stem_input
-        self.clip_loss_weight = clip_loss_weight
-        self.contrastive_loss_weight = contrastive_loss_weight
-        self.contrastive_temperature = contrastive_temperature
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float | int = 0.0
+    attention_probs_dropout_prob: float | int = 0.0
+    drop_path_rate: float | int = 0.0
+    layer_norm_eps: float = 1e-6
+    initializer_range: float = 0.02
+    qkv_bias: bool = True
+    layer_norm_first: bool = False
+    initialization: str = "trunc_normal"
+    num_mel_bins: int = 128
+    num_frames: int = 608
+    frequency_patch_size: int = 16
+    time_patch_size: int = TIME_PATCH_SIZE
+    patch_embedding: str = "aape"
+    sblu_kernel_size: int = 63
+    sblu_hidden_size: int = 128
+    sblu_output_size: int = 1024
+    sblu_epsilon: float = 0.01
+    sblu_step: float = 0.01
+    sblu_adaptive: bool = True
+    sblu_phase: str = "symmetric"
+    sblu_highpass_num_taps: int = 63
+    lambda_encoder_reduction: int = 6
+    lambda_encoder_num_layers: int = 3
+    lambda_encoder_num_attention_heads: int = 2
+    lambda_encoder_mlp_ratio: float | int = 4.0
+    classifier_pooling: str = "cls"
+    predictor_type: str = "cross_attention"
+    predictor_hidden_size: int = 512
+    predictor_num_layers: int = 3
+    predictor_num_attention_heads: int = 16
+    predictor_mlp_ratio: float | int = 4.0
+    predictor_cnn_hidden_size: int = 768
+    predictor_cnn_num_layers: int = 6
+    predictor_cnn_kernel_size: int = 3
+    predictor_cnn_groups: int = 16
+    predictor_cnn_mask_noise_std: float | int = 0.01
+    mask_ratio: float = 0.8
+    mask_num_views: int = 4
+    mask_query_ratio: float = 0.75
+    mask_block_sizes: list[list[int]] | tuple[tuple[int, int], ...] = ((3, 8), (4, 6), (5, 5))
+    target_norm_axis: str = "tokens"
+    target_layer: str = "ffn"
+    loss_scaling: str = "mean"
+    student_stem_input: str = "masked"
+    clip_loss_weight: float | int = 1.0
+    contrastive_loss_weight: float | int = 0.1
+    contrastive_temperature: float | int = 0.2
+
+    def __post_init__(self, **kwargs):
+        # Any sequence of (frequency, time) pairs is accepted; it is stored, and saved, as a list of lists.
+        self.mask_block_sizes = [list(size) for size in self.mask_block_sizes]
         if not _LOADED_AS_REMOTE_CODE:
             # A checkpoint names its own pipeline class (pipeline_aasp.py) in `custom_pipelines`, and transformers
             # builds a pipeline from such an entry only with trust_remote_code=True. Where this package is installed
@@ -313,7 +295,13 @@ class AaspConfig(PreTrainedConfig):
             # (with transformers' pipeline class; `pipeline_class=AaspAudioClassificationPipeline` gives ours).
             # Loaded as the checkpoint's own code (trust_remote_code=True), the entry stays and builds ours.
             kwargs.pop("custom_pipelines", None)
-        super().__init__(**kwargs)
+        super().__post_init__(**kwargs)
+
+    def validate_architecture(self):
+        """Part of `@strict`'s validation, run after `__init__` and before saving: a ValueError naming the field, its
+        value and what it must be (ranges, the fields of `CHOICES`, and the sizes that must divide each other; the
+        field types are `@strict`'s own checks)."""
+        super().validate_architecture()
         _validate_config(self)
 
     # ------------------------------------------------------------------ derived sizes
@@ -378,7 +366,7 @@ NON_NEGATIVE_FIELDS = ("clip_loss_weight", "contrastive_loss_weight", "predictor
 
 
 def _validate_config(config) -> None:
-    """The checks on an `AaspConfig`'s values, run at the end of its `__init__`: a ValueError naming the field, its
+    """The checks on an `AaspConfig`'s values, run by its `validate_architecture`: a ValueError naming the field, its
     value and what it must be (types and ranges, the fields of `CHOICES`, and the sizes that must divide each other)."""
 
     def fail(field, message):

@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassError
 
 from aasp_hf import AaspConfig
 from aasp_hf.modeling_aasp import AaspCNNPredictor
@@ -148,7 +149,7 @@ def test_cnn_predictor_defaults_are_eats_decoder():
     ours = (c.predictor_cnn_hidden_size, c.predictor_cnn_num_layers, c.predictor_cnn_kernel_size,
             c.predictor_cnn_groups, c.predictor_cnn_mask_noise_std)  # fmt: skip
     assert ours == tuple(eat.values())
-    with pytest.raises(ValueError, match="AaspConfig.predictor_cnn_mask_noise_std=-0.1"):
+    with pytest.raises(StrictDataclassError, match="AaspConfig.predictor_cnn_mask_noise_std=-0.1"):
         AaspConfig(predictor_cnn_mask_noise_std=-0.1)
 
 

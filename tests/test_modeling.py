@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from huggingface_hub.errors import StrictDataclassError
 
 from aasp_hf import AaspConfig, AaspForAudioClassification, AaspModel
 from aasp_hf.modeling_aasp import AaspEmbeddings, sincos_position_embeddings
@@ -65,7 +66,9 @@ def test_aape_stem_breakdown():
     ],
 )
 def test_config_rejects_bad_fields_naming_them(field, value):
-    with pytest.raises(ValueError, match=field):
+    # `@strict` checks the field types on assignment and runs `validate_architecture` (the ranges and divisibilities)
+    # after `__init__`; it raises its own errors, naming the field, as for transformers' configs
+    with pytest.raises(StrictDataclassError, match=field):
         AaspConfig(**{field: value})
 
 
