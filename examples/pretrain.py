@@ -86,7 +86,7 @@ from aasp_hf.data.clips import (
 )
 from aasp_hf.errors import UsageError, check_keys
 from aasp_hf.hub import check_model_path
-from aasp_hf.training.arguments import PlanArguments, check_model_config, parse_arguments
+from aasp_hf.training.arguments import PlanArguments, check_model_config, config_from_fields, parse_arguments
 from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
 
 # the data sources, of which a run reads one
@@ -263,6 +263,7 @@ def parse_args(argv=None):
     data_args, model_args, args = parse_arguments((DataArguments, ModelArguments, PretrainingArguments), argv,
                                                   exclusive=DATA_SOURCES)
     model_args.model_config = check_model_config(model_args.model_config, AaspConfig)  # a typo is refused here
+    config_from_fields(AaspConfig, model_args.model_config)  # and a value the config refuses, before any folder
     if args.torch_compile and args.ddp_bucket_cap_mb is not None and args.ddp_bucket_cap_mb < 1:
         raise UsageError(f"--ddp_bucket_cap_mb {args.ddp_bucket_cap_mb:g} with --torch_compile: DDP's first bucket "
                          "holds 1 MiB and dynamo's DDP optimiser needs the others at least as large; pass 1 or more")
@@ -288,7 +289,7 @@ def build_model(model_args: ModelArguments) -> AaspForPreTraining:
         model.aasp.load_state_dict(encoder.state_dict())
         model.teacher.load_state_dict(encoder.state_dict())
         return model
-    return AaspForPreTraining(AaspConfig(**check_model_config(model_args.model_config, AaspConfig)))
+    return AaspForPreTraining(config_from_fields(AaspConfig, check_model_config(model_args.model_config, AaspConfig)))
 
 
 def resolved_model_config(config: AaspConfig) -> dict:

@@ -36,6 +36,16 @@ def test_a_typo_in_model_config_is_refused_with_the_closest_key(tmp_path):
     assert check_model_config(None, AaspConfig) == {}
 
 
+@pytest.mark.parametrize("value, reason", [
+    ('{"hidden_size": 0}', r"AaspConfig\.hidden_size=0: must be a positive integer"),  # validate_architecture
+    ('{"hidden_size": 1.5}', r"Field 'hidden_size' expected int, got float"),  # @strict's type check
+])
+def test_a_value_the_config_refuses_is_one_line_before_anything_is_written(value, reason, tmp_path):
+    with pytest.raises(UsageError, match="^model_config: " + reason):
+        pretrain.parse_args(["--synthetic_clips", "8", "--model_config", value, "--output_dir", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("script, typo, right", [
     (pretrain, "lerning_rate", "learning_rate"), (finetune, "lerning_rate", "learning_rate"),
     (linear_eval, "learning_rate", "learning_rates"),  # linear evaluation sweeps a list of rates

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from huggingface_hub.errors import StrictDataclassError
 from transformers import HfArgumentParser
 
 from ..configuration_aasp import init_arguments
@@ -261,6 +262,16 @@ def check_model_config(fields, config_class) -> dict:
     where = f"{config_class.__name__}'s docstring ({inspect.getmodule(config_class).__name__})"
     check_keys(fields, config_keys(config_class), "model_config", where)
     return fields
+
+
+def config_from_fields(config_class, fields: dict):
+    """`config_class(**fields)`, where a value the config refuses (its `@strict` type checks and its
+    `validate_architecture`: a wrong type, a size that does not divide another) is a UsageError with the config's own
+    one-line reason, which names the field, instead of a traceback."""
+    try:
+        return config_class(**fields)
+    except StrictDataclassError as error:
+        raise UsageError(f"model_config: {error.__cause__ or error}") from None
 
 
 def gradient_accumulation_for(total_train_batch_size, per_device_train_batch_size: int, num_processes: int,
