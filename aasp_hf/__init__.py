@@ -46,7 +46,7 @@ AaspModel.register_for_auto_class("AutoModel")
 AaspForAudioClassification.register_for_auto_class("AutoModelForAudioClassification")
 AaspForPreTraining.register_for_auto_class("AutoModelForPreTraining")
 AaspFeatureExtractor.register_for_auto_class("AutoFeatureExtractor")
-# transformers 5.0 to 5.22 apply a softmax to every audio classifier's logits: a multi-label checkpoint's scores
+# transformers 5.4 to 5.22 apply a softmax to every audio classifier's logits: a multi-label checkpoint's scores
 # would sum to 1. There, pipeline("audio-classification") builds transformers' class with the score function chosen
 # by problem_type, as 5.23 and later do (aasp_hf.pipeline_aasp).
 score_audio_classification_by_problem_type()

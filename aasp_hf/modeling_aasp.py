@@ -61,16 +61,7 @@ from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, auto_docstring
 from transformers.utils import __version__ as transformers_version
 from transformers.utils.generic import can_return_tuple
-
-try:  # transformers >= 5.2: output recording by forward hooks, installed once per model
-    from transformers.utils.output_capturing import OutputRecorder, capture_outputs, maybe_install_capturing_hooks
-except ImportError:  # transformers 5.0 and 5.1: the same recording, by patching the recorded blocks' forward per call
-    from transformers.utils.generic import OutputRecorder
-    from transformers.utils.generic import check_model_inputs as capture_outputs
-
-    def maybe_install_capturing_hooks(model):  # nothing to install: the blocks are patched during each call
-        return None
-
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs, maybe_install_capturing_hooks
 
 from .configuration_aasp import _LOADED_AS_REMOTE_CODE, CHOICES, AaspConfig
 
@@ -697,22 +688,14 @@ class AaspSelfAttention(nn.Module):
 
 def attention_function(self: nn.Module) -> Callable:
     """The attention function transformers registers for the attention module's `self.config._attn_implementation`
-    ("sdpa", "flex_attention", "flash_attention_2", ...), `eager_attention_forward` for "eager" or None. Through the
-    registry's `get_interface`, which also refuses a name it does not hold, where the installed transformers has it;
-    transformers 5.0 and 5.1 have only the registry's mapping, read here with the same refusal.
+    ("sdpa", "flex_attention", "flash_attention_2", ...), `eager_attention_forward` for "eager" or None, through the
+    registry's `get_interface`, which refuses a name it does not hold.
 
     Spelled as transformers' own attention classes spell it, with `self` the attention module: transformers lets
     `set_attn_implementation` switch a model at run time only when its modeling file holds
-    `ALL_ATTENTION_FUNCTIONS.get_interface(` (5.2 and later) or `ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]`
-    (5.0 and 5.1): it reads the file's source to tell whether the attention classes look the function up per call."""
-    implementation = self.config._attn_implementation
-    if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
-        return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
-    if implementation is None or implementation == "eager":
-        return eager_attention_forward
-    if implementation not in ALL_ATTENTION_FUNCTIONS:
-        raise KeyError(f"`{implementation}` is not an attention implementation transformers registers")
-    return ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
+    `ALL_ATTENTION_FUNCTIONS.get_interface(`: it reads the file's source to tell whether the attention classes look the
+    function up per call."""
+    return ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
 
 
 class AaspMLP(nn.Module):
@@ -877,8 +860,7 @@ class AaspLambdaEncoder(nn.Module):
         """tokens: (B, N, D) with positions; attention_mask: (B, N) token mask (1 = real patch) or None.
         Returns decay α and frequency β, each float32 (B, N, H/F̃)."""
         hidden_states = self.input_projection(tokens)  # (B, N, D) -> (B, N, D/r)
-        # the form config._attn_implementation takes: (B, 1, N, N) for eager/SDPA, None when nothing is padded. The
-        # embeddings go by position: transformers 5.0 names that parameter input_embeds, later releases inputs_embeds
+        # the form config._attn_implementation takes: (B, 1, N, N) for eager/SDPA, None when nothing is padded
         attention_mask = create_bidirectional_mask(self.config, hidden_states, attention_mask)
         for layer in self.layers:
             hidden_states, _, _ = layer(hidden_states, attention_mask)
@@ -1698,7 +1680,6 @@ class AaspModel(AaspPreTrainedModel):
         cls = self.cls_token.expand(patches.shape[0], -1, -1).to(patches.dtype)  # (B, 1, D), no position
         hidden_states = self.embedding_dropout(self.embedding_norm(torch.cat([cls, patches], dim=1)))  # (B, 1 + N, D)
 
-        # by position: transformers 5.0 names the embeddings input_embeds, later releases inputs_embeds
         attn_mask = create_bidirectional_mask(self.config, hidden_states, token_mask)
         for layer in self.layers:
             hidden_states, _, _ = layer(hidden_states, attn_mask, **kwargs)
@@ -1803,22 +1784,21 @@ class AaspForAudioClassification(AaspPreTrainedModel):
 
 # Checkpoints saved before the classification head was one module (AaspClassificationHead) name its LayerNorm
 # `classifier_norm` and its Linear `classifier`. transformers renames them on loading and back on saving (its
-# `save_original_format`), so checkpoints on disk keep the names every released version reads. The patterns are
-# regexes without escapes: transformers 5.0 writes a reversed renaming's pattern as the saved key itself (it saved
-# `classifier\.weight` for `^classifier\.weight`); an unescaped "." matches the dot just the same.
+# `save_original_format`), so checkpoints on disk keep the names every released version reads.
 def _head_renamings() -> list:
     return [
-        WeightRenaming(source_patterns="^classifier_norm.", target_patterns="classifier.layernorm."),
-        WeightRenaming(source_patterns="^classifier.weight", target_patterns="classifier.dense.weight"),
-        WeightRenaming(source_patterns="^classifier.bias", target_patterns="classifier.dense.bias"),
+        WeightRenaming(source_patterns=r"^classifier_norm\.", target_patterns="classifier.layernorm."),
+        WeightRenaming(source_patterns=r"^classifier\.weight", target_patterns="classifier.dense.weight"),
+        WeightRenaming(source_patterns=r"^classifier\.bias", target_patterns="classifier.dense.bias"),
     ]
 
 
 # overwrite: a checkpoint's remote code may import this file again under another module name
 register_checkpoint_conversion_mapping("AaspForAudioClassification", _head_renamings(), overwrite=True)
-# transformers 5.0 to 5.8 look a model's conversions up by its config's model_type only (5.9 added the class name), so
+# transformers 5.4 to 5.8 look a model's conversions up by its config's model_type only (5.9 added the class name), so
 # there the renamings are registered for "aasp" too; they match only the head's keys, which AaspModel and
-# AaspForPreTraining (the same model_type) do not have. Without this, 5.0 saved the head as `classifier.dense.*`.
+# AaspForPreTraining (the same model_type) do not have. Without this, those releases save the head as
+# `classifier.dense.*`.
 if tuple(int(part) for part in transformers_version.split(".")[:2]) < (5, 9):
     register_checkpoint_conversion_mapping(AaspConfig.model_type, _head_renamings(), overwrite=True)
 

@@ -51,7 +51,7 @@ CUSTOM_PIPELINES = {
 class ProblemTypeAudioClassificationPipeline(AudioClassificationPipeline):
     """transformers' audio-classification pipeline whose scores follow the checkpoint's `problem_type` when the
     caller names no `function_to_apply`: a sigmoid for "multi_label_classification" (independent labels, e.g.
-    AudioSet's), none for "regression", a softmax otherwise. transformers' own class does this from 5.23 on; from 5.0
+    AudioSet's), none for "regression", a softmax otherwise. transformers' own class does this from 5.23 on; from 5.4
     to 5.22 it applies a softmax to every checkpoint, so a multi-label classifier's scores summed to 1. A function
     named when the pipeline is built holds for the calls that name none."""
 

@@ -205,7 +205,7 @@ def test_multi_label_checkpoint_makes_the_pipeline_use_a_sigmoid(tmp_path):
     audio = tone(1.0, 500.0)
     expected = direct_probabilities(model, audio, function="sigmoid")
     # every way the pipeline is made: the plain call and trust_remote_code=True (transformers' class: the package is
-    # installed), and ours by pipeline_class; on transformers 5.0 to 5.22, whose own class applied a softmax to any
+    # installed), and ours by pipeline_class; on transformers 5.4 to 5.22, whose own class applied a softmax to any
     # checkpoint, too (make test-compat)
     for kwargs in ({}, {"trust_remote_code": True}, {"pipeline_class": AaspAudioClassificationPipeline}):
         classifier = pipeline("audio-classification", model=str(tmp_path), **kwargs)

@@ -74,9 +74,9 @@ def saved_models(tmp_path_factory):
 
 
 # The whole model on disk ({"": "disk"}) is offloaded only from transformers 5.13 (earlier from_pretrained dispatches
-# only a map with two devices or more, so 5.0 left `hf_device_map` unset) with accelerate 1.15 (earlier
-# dispatch_model refuses a disk-only map: "use the `disk_offload` function instead"), as their sources read; the lowest
-# set (transformers 5.0.0, accelerate 1.2.0) runs the split placement, which offloads half the model to disk
+# only a map with two devices or more) with accelerate 1.15 (earlier dispatch_model refuses a disk-only map: "use the
+# `disk_offload` function instead"), as their sources read; the lowest set (transformers 5.4.0, accelerate 1.3.0) runs
+# the split placement, which offloads half the model to disk
 ALL_ON_DISK = pytest.mark.skipif(
     tuple(int(part) for part in transformers.__version__.split(".")[:2]) < (5, 13)
     or tuple(int(part) for part in accelerate.__version__.split(".")[:2]) < (1, 15),

@@ -46,10 +46,7 @@ def expected_outputs(kind: str) -> dict:
 def assert_same_outputs(actual: dict, expected: dict, where: str):
     """Integer outputs exactly; floating-point ones within float32 rounding, since the fixtures' outputs were computed on
     one CPU and another CPU's kernels (or another torch's) may round otherwise."""
-    # Under transformers 5.0 (its `check_model_inputs`) the encoder asked for hidden states and attentions also returns
-    # `ffn_outputs`, which the fixtures (written under 5.23) do not hold; every field they hold must match.
-    extra = [key for key in actual.keys() - expected.keys() if ".ffn_outputs." not in key]
-    assert expected.keys() <= actual.keys() and not extra, (where, sorted(actual), sorted(expected))
+    assert actual.keys() == expected.keys(), (where, sorted(actual), sorted(expected))
     for key in expected:
         assert actual[key].dtype == expected[key].dtype, (where, key)
         if not expected[key].is_floating_point():

@@ -134,7 +134,7 @@ class AaspForPreTrainingModelTest(ModelTesterMixin, unittest.TestCase):
         torch.testing.assert_close(actual.loss, expected.loss, rtol=1e-4, atol=1e-4)
 
     def test_reverse_loading_mapping(self):
-        # transformers 5.0 to 5.8 look checkpoint conversions up by model_type only, so the classifier head's
+        # transformers 5.4 to 5.8 look checkpoint conversions up by model_type only, so the classifier head's
         # renamings registered for "aasp" there (modeling_aasp.py) reach the pre-training model too, which has no head
         # whose keys they could rename; later releases find no conversion for it
         if TRANSFORMERS_VERSION < (5, 9):

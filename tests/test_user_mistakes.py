@@ -162,8 +162,8 @@ def test_the_pipeline_says_what_is_wrong_with_a_file_it_cannot_decode(tmp_path, 
 def test_the_plain_pipeline_call_works_where_the_package_is_installed(classifier, tmp_path):
     """In a fresh interpreter that imports aasp_hf: `pipeline("audio-classification", model=folder)` with no flag
     builds transformers' pipeline class over the installed model (same scores as our class on an array), and so
-    does `trust_remote_code=True` where transformers prefers installed code to a checkpoint's (5.5 and later; 5.0 to
-    5.4 build the checkpoint's own pipeline class, the same scores); `pipeline_class=` gives ours (one downmix rule
+    does `trust_remote_code=True` where transformers prefers installed code to a checkpoint's (5.5 and later; 5.4
+    builds the checkpoint's own pipeline class, the same scores); `pipeline_class=` gives ours (one downmix rule
     for files). Without the package, `trust_remote_code=True` builds the checkpoint's own class
     (tests/test_hub_integration.py)."""
     import json
@@ -189,13 +189,13 @@ print(json.dumps({{"types": [type(p).__name__ for p in (plain, own, local)], "ow
                             env={**__import__("os").environ, "HF_MODULES_CACHE": str(tmp_path / "modules")})
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    # transformers' class: on transformers 5.0 to 5.22 the installed package's ProblemTypeAudioClassificationPipeline,
+    # transformers' class: on transformers 5.4 to 5.22 the installed package's ProblemTypeAudioClassificationPipeline,
     # the same class with the score function chosen by problem_type (aasp_hf.pipeline_aasp), on later ones its own
     assert report["types"][2] == "AaspAudioClassificationPipeline"
     assert report["types"][0] in ("AudioClassificationPipeline", "ProblemTypeAudioClassificationPipeline")
     if TRANSFORMERS_VERSION >= (5, 5):  # transformers prefers the installed classes to the checkpoint's
         assert report["types"][1] == report["types"][0]
-    else:  # 5.0 to 5.4: the checkpoint's own config keeps `custom_pipelines`, naming the checkpoint's pipeline class
+    else:  # 5.4: the checkpoint's own config keeps `custom_pipelines`, naming the checkpoint's pipeline class
         assert report["types"][1] == "AaspAudioClassificationPipeline"
         assert report["own_module"].startswith("transformers_modules."), report["own_module"]
     assert report["model"] == "aasp_hf.modeling_aasp"  # the installed package's class, no remote code
