@@ -1760,26 +1760,14 @@ class AaspForAudioClassification(AaspPreTrainedModel):
 
         loss = None
         if labels is not None:
-            loss = self.classification_loss(logits, labels)
+            # transformers' loss for classifiers (`ForAudioClassification` -> ForSequenceClassificationLoss): MSE,
+            # cross-entropy or BCE with logits by `config.problem_type`, which it sets from the labels on the first
+            # call when unset (integer labels: single-label; float, e.g. multi-hot or mixup targets: multi-label). The
+            # logits go in as float32, so that a half-precision model's loss is not reduced in half precision.
+            loss = self.loss_function(labels, logits.float(), self.config)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-
-    def classification_loss(self, logits, labels):
-        """Cross-entropy for single-label, BCE-with-logits for multi-label (and mixup targets), MSE for regression."""
-        problem_type = self.config.problem_type
-        if problem_type is None:
-            if self.num_labels == 1:
-                problem_type = "regression"
-            elif labels.dtype in (torch.long, torch.int):
-                problem_type = "single_label_classification"
-            else:
-                problem_type = "multi_label_classification"
-        if problem_type == "regression":
-            return F.mse_loss(logits.squeeze(-1).float(), labels.float())
-        if problem_type == "single_label_classification":
-            return F.cross_entropy(logits.float(), labels.long())
-        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 
 # Checkpoints saved before the classification head was one module (AaspClassificationHead) name its LayerNorm

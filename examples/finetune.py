@@ -624,7 +624,7 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
                 if soft:
                     loss = F.binary_cross_entropy_with_logits(logits.float(), targets)
                 else:
-                    loss = unwrapped.classification_loss(logits, targets)  # cross-entropy
+                    loss = F.cross_entropy(logits.float(), targets)
                 accelerator.backward(loss / accum)
             loss_sum += loss.detach().float().item() / accum
         max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")

@@ -280,10 +280,30 @@ def test_classification_losses_follow_problem_type(tiny_config):
     model = AaspForAudioClassification(tiny_config(num_labels=3)).eval()
     out = model(x, labels=torch.tensor([2, 0]))
     torch.testing.assert_close(out.loss, F.cross_entropy(out.logits, torch.tensor([2, 0])))
+    assert model.config.problem_type == "single_label_classification"  # set from the labels, as transformers does
     multi = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
     model.config.problem_type = "multi_label_classification"
     out = model(x, labels=multi)
     torch.testing.assert_close(out.loss, F.binary_cross_entropy_with_logits(out.logits, multi))
+    # float targets (multi-hot, mixup) on a config without problem_type: BCE with logits, and the config says so
+    model = AaspForAudioClassification(tiny_config(num_labels=3)).eval()
+    out = model(x, labels=multi)
+    torch.testing.assert_close(out.loss, F.binary_cross_entropy_with_logits(out.logits, multi))
+    assert model.config.problem_type == "multi_label_classification"
+    # one output: regression
+    model = AaspForAudioClassification(tiny_config(num_labels=1)).eval()
+    target = torch.tensor([0.5, -1.0])
+    out = model(x, labels=target)
+    torch.testing.assert_close(out.loss, F.mse_loss(out.logits.squeeze(-1), target))
+
+
+def test_a_half_precision_classifier_reduces_its_loss_in_float32(tiny_config):
+    torch.manual_seed(0)
+    model = AaspForAudioClassification(tiny_config(num_labels=3)).eval().to(torch.bfloat16)
+    labels = torch.tensor([2, 0])
+    out = model(torch.randn(2, 64, 32, dtype=torch.bfloat16), labels=labels)
+    assert out.logits.dtype == torch.bfloat16 and out.loss.dtype == torch.float32
+    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits.float(), labels))
 
 
 def test_mean_pooling_ignores_padding(tiny_config):

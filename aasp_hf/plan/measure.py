@@ -236,7 +236,7 @@ def measure_finetuning(args, splits: dict, multi_label: bool, names: list, clip_
                 if soft:
                     loss = F.binary_cross_entropy_with_logits(logits.float(), targets)
                 else:
-                    loss = unwrapped.classification_loss(logits, targets)
+                    loss = F.cross_entropy(logits.float(), targets)
                 accelerator.backward(loss / accum)
             loss.detach().float().item()  # the script sums the loss on the host every micro-batch
         accelerator.clip_grad_norm_(model.parameters(), max_norm)
