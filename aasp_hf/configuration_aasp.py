@@ -213,21 +213,7 @@ class AaspConfig(PreTrainedConfig):
         η_c, the weight of the contrastive loss L_c (Sec. 3.4, 4.2).
     contrastive_temperature (`float`, *optional*, defaults to 0.2):
         τ of the contrastive loss (Sec. 3.4).
-
-    Example:
-
-    ```python
-    >>> from transformers import AaspConfig, AaspModel
-
-    >>> # The paper's ViT-B encoder with the AaPE stem
-    >>> configuration = AaspConfig()
-
-    >>> # A model with random weights from that configuration
-    >>> model = AaspModel(configuration)
-
-    >>> # The model's configuration
-    >>> configuration = model.config
-    ```"""
+    """
 
     model_type = "aasp"
 
