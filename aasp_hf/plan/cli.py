@@ -3,13 +3,11 @@
 reads what `accelerate launch` / torchrun set. The arguments themselves are
 `aasp_hf.training.arguments.PlanArguments`."""
 
-import json
 import os
-from pathlib import Path
 
 from ..configuration_aasp import AaspConfig
 from ..feature_extraction_aasp import AaspFeatureExtractor
-from ..training.arguments import config_from_fields, gradient_accumulation_for
+from ..training.arguments import check_model_config, config_from_fields, gradient_accumulation_for
 from .data_path import data_path_plan
 from .estimate import plan_finetuning, plan_pretraining
 from .measure import compare, format_measured, measure_finetuning, measure_pretraining, write_report
@@ -35,10 +33,7 @@ def print_pretraining_plan(model_args, args, data_args=None) -> dict:
     if model_args.init_from is not None:
         config = AaspConfig.from_pretrained(model_args.init_from)
     else:
-        fields = model_args.model_config or {}
-        if isinstance(fields, str):
-            fields = json.loads(fields) if fields.lstrip().startswith("{") else json.loads(Path(fields).read_text())
-        config = config_from_fields(AaspConfig, fields)
+        config = config_from_fields(AaspConfig, check_model_config(model_args.model_config, AaspConfig))
     world, launched_precision, is_main = launch_environment()
     _check_measured_processes(args, world)
     plan = plan_pretraining(
