@@ -482,7 +482,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         if max_frames % self.frame_multiple:
             raise ValueError(
                 f"{where}={max_frames} must be a multiple of frame_multiple={self.frame_multiple} (the patch size), "
-                f"e.g. {math.ceil(max_frames / self.frame_multiple) * self.frame_multiple}."
+                f"e.g. {self.round_up_frames(max_frames)}."
             )
 
     def to_dict(self):
@@ -513,6 +513,11 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         (`LogMelFrontEnd.num_frames`: m2d ``1 + L // hop`` for even n_fft, kaldi ``1 + (L - win_length) // hop``)."""
         return self._front_end().num_frames(num_samples)
 
+    def round_up_frames(self, num_frames: int) -> int:
+        """`num_frames` rounded up to a multiple of `frame_multiple` (whole time patches): the frames a batch is padded
+        to."""
+        return math.ceil(num_frames / self.frame_multiple) * self.frame_multiple
+
     def normalize(self, log_mel):
         """``(log_mel - mean) / std``: this extractor's normalisation of an unnormalised log-mel (..., F), a tensor
         or numpy array; returns a new one of the same kind. `__call__` applies it when `do_normalize` is set."""
@@ -534,7 +539,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             )
         frames = x.shape[-2]
         if num_frames is None:
-            num_frames = math.ceil(frames / self.frame_multiple) * self.frame_multiple
+            num_frames = self.round_up_frames(frames)
         positions = torch.arange(num_frames, device=x.device)  # (T,)
         keep = positions < frames  # (T,)
         if lengths is not None:
@@ -625,7 +630,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             if waveforms.shape[1] > keep:
                 waveforms, lengths = waveforms[:, :keep], lengths.clamp(max=keep)  # (B, L) -> (B, keep)
         num_frames = max(clip_frames + ([max_frames] if pad_to_max else []))
-        num_frames = math.ceil(num_frames / self.frame_multiple) * self.frame_multiple
+        num_frames = self.round_up_frames(num_frames)
         mean, std = (self.mean, self.std) if self.do_normalize else (None, None)  # normalised inside, in place
         features = front_end(waveforms, lengths, min_frames=num_frames, mean=mean, std=std)  # (B, L) -> (B, T', F)
         features = self.pad_frames(features, num_frames, lengths=clip_frames)  # (B, T', F) -> (B, T, F)

@@ -353,8 +353,7 @@ class AaspFineTuningCollator:
             return None
         if self.padding == "masked":  # every batch as many frames as a whole crop: (B, T, F), T = the crop's
             extractor = self.feature_extractor
-            frames = extractor.num_frames(self.num_samples)
-            frames = -(-frames // extractor.frame_multiple) * extractor.frame_multiple
+            frames = extractor.round_up_frames(extractor.num_frames(self.num_samples))
             batch = extractor(waveforms, sampling_rate=SAMPLING_RATE, return_tensors="pt", padding="max_length",
                               max_frames=frames)
         else:
