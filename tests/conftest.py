@@ -6,7 +6,15 @@ import torch
 # Nothing in the test suite may reach the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-torch.set_num_threads(2)
+
+# The torch threads of the test process, and of a subprocess whose weights a test compares with a run made here
+# (`SAME_THREADS` in its environment). CPU kernels split their sums by thread (LayerNorm's weight gradient, oneDNN's
+# convolutions): on an AMD EPYC the same fine-tuning run gives weights up to 1.3e-6 apart with 1 and with 2 threads,
+# and bit-identical ones with the same count. A resumed run equals the uninterrupted one when both use the same
+# number of threads (docs/reliability.md).
+TORCH_THREADS = 2
+torch.set_num_threads(TORCH_THREADS)
+SAME_THREADS = {"OMP_NUM_THREADS": str(TORCH_THREADS)}
 
 
 def tiny_config_kwargs(**overrides):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_states_close, cli_args, tiny_config_kwargs
+from conftest import SAME_THREADS, assert_states_close, cli_args, tiny_config_kwargs
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def latest_name(output_dir):
 
 def start_run(output_dir, **overrides):
     output_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, **SAME_THREADS, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     log = open(output_dir.parent / f"{output_dir.name}.log", "w")
     return subprocess.Popen([sys.executable, str(ROOT / "examples" / "pretrain.py"), *argv(output_dir, **overrides)],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

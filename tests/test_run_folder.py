@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import assert_states_close
+from conftest import SAME_THREADS, assert_states_close
 from safetensors.torch import load_file
 
 import pretrain
@@ -32,7 +32,7 @@ from aasp_hf.training.checkpointing import checkpoint_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_PRESET = ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+ENV = {**os.environ, **SAME_THREADS, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def argv(output_dir, *extra, max_steps=12, save_steps=4):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_states_close
+from conftest import SAME_THREADS, assert_states_close
 from safetensors.torch import load_file
 from test_distributed import ENV, TWO_PROCESSES, run_args
 from test_pretrain_script import _free_port
@@ -28,7 +28,7 @@ from aasp_hf.training.stopping import STOPPED_EXIT_CODE, StopAgreement, StopSign
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAIN = [sys.executable, str(ROOT / "examples" / "pretrain.py")]
-QUIET = {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+QUIET = {**SAME_THREADS, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def start(command, log_path, **popen):
