@@ -90,6 +90,7 @@ from aasp_hf.training.checkpointing import (
     refused_writes,
     remove_artefacts,
     replace_directory,
+    thread_count_note,
     truncate_log,
     write_text_atomically,
 )
@@ -584,10 +585,16 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         step, micro_position = state["step"], state["micro_batches"]
         best, history = state["best"], state["history"]
         accelerator.print(f"resumed from {checkpoint} at step {step}")
+        if (note := thread_count_note(checkpoint, state, accelerator.device.type)) is not None:
+            accelerator.print(note)
         if changes:
             accelerator.print(describe_resume_changes(changes, state["run_arguments"], run_arguments, step))
         if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
             truncate_log(output_dir / "log_history.jsonl", step)
+    elif args.resume:
+        accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
+        if accelerator.is_main_process:  # a run killed before its first checkpoint logged steps no weights keep
+            truncate_log(output_dir / "log_history.jsonl", 0)
 
     # 7. Training loop.
     stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)

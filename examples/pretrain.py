@@ -70,6 +70,7 @@ from aasp_hf.training.checkpointing import (
     refused_writes,
     remove_artefacts,
     replace_directory,
+    thread_count_note,
     truncate_log,
     write_text_atomically,
 )
@@ -703,6 +704,8 @@ def train(data_args, model_args, args) -> dict:
     if args.resume:
         if checkpoint is None:
             accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
+            if accelerator.is_main_process:  # a run killed before its first checkpoint logged steps no weights keep
+                truncate_log(output_dir / "log_history.jsonl", 0)
         else:
             same_world = trainer_state.get("num_processes", world) == world
             if same_world:  # load_state would skip an unreadable RNG file silently
@@ -727,6 +730,8 @@ def train(data_args, model_args, args) -> dict:
             start_step = trainer_state["step"]
             nonfinite_steps = trainer_state.get("nonfinite_steps", 0)
             accelerator.print(f"resumed from {checkpoint} at step {start_step}")
+            if (note := thread_count_note(checkpoint, trainer_state, accelerator.device.type)) is not None:
+                accelerator.print(note)
             if resume_changes:
                 accelerator.print("\n".join(describe_resume_changes(resume_changes, trainer_state["run_arguments"],
                                                                     current_arguments, start_step, stream is not None)))

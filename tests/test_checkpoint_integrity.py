@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import assert_states_close
+import torch
+from conftest import TORCH_THREADS, assert_states_close
 from safetensors.torch import load_file
 
 import pretrain
@@ -53,8 +54,9 @@ def resumes_from_checkpoint_1(run, finished, capsys) -> str:
 def test_the_manifest_holds_the_size_and_hash_of_every_file(finished):
     checkpoint = finished / "checkpoint-2"
     manifest = json.loads((checkpoint / "manifest.json").read_text())
-    files = {p.name for p in checkpoint.iterdir()} - {"manifest.json", "trainer_state.json"}
-    assert set(manifest) == files and {"model.safetensors", "optimizer.bin", "random_states_0.pkl"} <= files
+    files = {p.name for p in checkpoint.iterdir()} - {"manifest.json"}
+    assert set(manifest) == files and {"model.safetensors", "optimizer.bin", "random_states_0.pkl",
+                                       "trainer_state.json"} <= files
     for name, entry in manifest.items():
         assert entry == {"size": (checkpoint / name).stat().st_size, HASH: file_hash(checkpoint / name)}
 
@@ -107,6 +109,54 @@ def test_a_checkpoint_with_a_manifest_of_sizes_still_resumes(run, finished, caps
     assert resume_checkpoint(run) == (run / "checkpoint-1", [])
     results = pretrain.main(argv(run, "--resume"))
     assert results["start_step"] == 1 and warnings(capsys) == []
+    assert_states_close(load_file(run / "checkpoint-2" / "model.safetensors"),
+                        load_file(finished / "checkpoint-2" / "model.safetensors"))
+
+
+def test_an_edited_step_in_trainer_state_is_named_and_the_run_resumes_from_the_checkpoint_before(run, finished,
+                                                                                                  capsys):
+    """trainer_state.json is hashed in the manifest like the weights: a step changed by hand (2 -> 3) would resume
+    "at step 3" with step 3 never trained."""
+    state = run / "checkpoint-2" / "trainer_state.json"
+    edited = state.read_text().replace('"step": 2,', '"step": 3,')
+    assert edited != state.read_text()
+    state.write_text(edited)
+    line = resumes_from_checkpoint_1(run, finished, capsys)
+    assert line.startswith(f"warning: {run / 'checkpoint-2'} is damaged (trainer_state.json differs from what was "
+                           f"written: {HASH} ")
+
+
+def test_a_folder_named_like_a_checkpoint_where_no_save_finished_is_ignored_and_never_rotated(run, finished, capsys):
+    """An empty checkpoint-999 (made by hand, or a copy that stopped) is named in one line at --resume, never resumed
+    from, and not counted by --save_total_limit: it used to count as the newest checkpoint, so rotation deleted the
+    good ones and kept it."""
+    shutil.rmtree(run / "checkpoint-2")
+    (run / "latest").write_text("checkpoint-1\n")
+    (run / "checkpoint-999").mkdir()
+    results = pretrain.main(argv(run, "--resume", "--save_total_limit", "1"))
+    assert warnings(capsys) == [f"warning: {run / 'checkpoint-999'} is not a checkpoint (it holds no "
+                                "trainer_state.json: no save finished there): ignored, neither resumed from nor "
+                                "counted by --save_total_limit; delete it"]
+    assert results["start_step"] == 1 and results["step"] == 2
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-999"]
+    assert checkpoint_problem(run / "checkpoint-2") is None and not any((run / "checkpoint-999").iterdir())
+
+
+def test_a_resume_with_another_thread_count_says_it_matches_to_rounding_only(run, finished, capsys):
+    """CPU kernels split their sums by thread: the checkpoint records the run's torch threads and a resume with
+    another count says, in one line, that it is not bit-exact and how to make it so."""
+    shutil.rmtree(run / "checkpoint-2")
+    (run / "latest").write_text("checkpoint-1\n")
+    torch.set_num_threads(1)
+    try:
+        results = pretrain.main(argv(run, "--resume"))
+    finally:
+        torch.set_num_threads(TORCH_THREADS)
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert notes == [f"note: checkpoint-1 was written by a run with {TORCH_THREADS} torch threads, this one has 1: "
+                     "CPU kernels split their sums by thread, so the result matches an uninterrupted run to float "
+                     f"rounding, not bit for bit (OMP_NUM_THREADS={TORCH_THREADS} resumes exactly)"]
+    assert results["step"] == 2 and load_trainer_state(run / "checkpoint-2")["torch_threads"] == 1
     assert_states_close(load_file(run / "checkpoint-2" / "model.safetensors"),
                         load_file(finished / "checkpoint-2" / "model.safetensors"))
 

@@ -24,6 +24,7 @@ import pytest
 import soundfile as sf
 from conftest import SAME_THREADS, assert_states_close
 from safetensors.torch import load_file
+from test_reliability_training import logged_steps
 
 import pretrain
 from aasp_hf.errors import UsageError
@@ -141,6 +142,56 @@ def test_a_hold_from_another_host_is_kept_while_it_beats_and_taken_over_when_sta
     assert json.loads((tmp_path / run_lock.HOLD).read_text())["pid"] == os.getpid()
     hold.release()
     assert not (tmp_path / run_lock.HOLD).exists()
+
+
+def test_a_hold_of_this_host_without_a_process_id_is_taken_over_once_its_heartbeat_is_stale(tmp_path):
+    """A record from this host whose pid is null cannot be checked against /proc: its age decides, as for another
+    host's (it used to be refused for ever, although the message said a dead holder here is taken over at once)."""
+    record = {"host": socket.gethostname(), "pid": None, "started": "2026-01-01T00:00:00+00:00", "token": "x"}
+    path = tmp_path / run_lock.HOLD
+    path.write_text(json.dumps(record))
+    os.utime(path, (time.time() - 60,) * 2)
+    with pytest.raises(UsageError, match=rf"in use by another run: process None on {socket.gethostname()} .*"
+                                         rf"heartbeat 60 s ago\).*or delete {path}\.$"):
+        run_lock.RunHold(tmp_path).acquire()
+    os.utime(path, (time.time() - 4000,) * 2)
+    said = []
+    run_lock.RunHold(tmp_path).acquire(said.append).release()
+    assert said == [f"taking over {tmp_path} from process None on {socket.gethostname()} (since "
+                    "2026-01-01T00:00:00+00:00): its heartbeat stopped 4000 s ago (stale after 300 s)"]
+
+
+@pytest.mark.parametrize("content", ["", "{not json", "[1, 2]"])
+def test_a_hold_file_that_is_not_a_record_says_when_it_is_taken_over_and_how_to_clear_it(tmp_path, content):
+    path = tmp_path / run_lock.HOLD
+    path.write_text(content)
+    os.utime(path, (time.time() - 100,) * 2)
+    with pytest.raises(UsageError) as refused:
+        run_lock.RunHold(tmp_path).acquire()
+    assert str(refused.value) == (f"{tmp_path} is in use: {path} exists but is not a hold record (a run may be "
+                                  "starting there, or the file was damaged); it is taken over once 300 s old (in "
+                                  f"200 s). Wait, choose another --output_dir, or, if no run uses the folder, delete "
+                                  f"{path}.")
+    os.utime(path, (time.time() - 400,) * 2)
+    said = []
+    run_lock.RunHold(tmp_path).acquire(said.append).release()
+    assert len(said) == 1 and said[0].startswith(f"taking over {tmp_path} from a run whose hold file cannot be read: "
+                                                 "its heartbeat stopped 400 s ago")
+
+
+def test_a_run_killed_before_its_first_checkpoint_leaves_no_steps_in_the_log_of_the_run_that_resumes(tmp_path):
+    """--resume with no checkpoint starts from scratch; the killed run's logged steps belong to no weights, so the
+    log holds the new run's steps only (it used to keep both: 34 lines for 24 steps)."""
+    out = tmp_path / "run"
+    proc = start(out, max_steps=12, save_steps=100)
+    try:
+        assert wait_for(lambda: 4 in logged_steps(out) or proc.poll() is not None), "no step logged"
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert 4 in logged_steps(out) and not list(out.glob("checkpoint-*"))
+    assert pretrain.main(argv(out, "--resume", max_steps=12, save_steps=100))["step"] == 12
+    assert logged_steps(out) == [4, 8, 12]
 
 
 def test_the_hold_is_given_back_when_a_run_ends_with_an_error(tmp_path):

@@ -43,6 +43,7 @@ MANIFEST = "manifest.json"
 HASH = "sha256"  # the manifest's content hash (hashlib name)
 CHECKPOINT_FORMAT = 2  # trainer_state.json's "checkpoint_format": 2 = the manifest holds sizes and hashes
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+UNFINISHED = f"it holds no {TRAINER_STATE}: no save finished there"
 
 
 class StorageError(UsageError):
@@ -247,9 +248,15 @@ def save_checkpoint(accelerator, output_dir, step: int, extra_state: dict | None
             paths = [path for path in sorted(tmp.rglob("*")) if path.is_file()]
             files = {path.relative_to(tmp).as_posix(): {"size": path.stat().st_size, HASH: digest}
                      for path, digest in zip(paths, file_hashes(paths))}
+            # trainer_state.json (the step, the data position) is written last, as the mark of a finished save, but
+            # hashed in the manifest like every other file: an edited step is a damaged checkpoint, not a resume
+            # at a step that was never trained
+            state = {"step": step, "checkpoint_format": CHECKPOINT_FORMAT, "torch_threads": torch.get_num_threads(),
+                     **(extra_state or {})}
+            state_text = json.dumps(state, indent=2)  # ASCII (json's default): its bytes are what is hashed
+            files[TRAINER_STATE] = {"size": len(state_text), HASH: hashlib.new(HASH, state_text.encode()).hexdigest()}
             write_text_atomically(tmp / MANIFEST, json.dumps(files, indent=2))
-            state = {"step": step, "checkpoint_format": CHECKPOINT_FORMAT, **(extra_state or {})}
-            write_text_atomically(tmp / TRAINER_STATE, json.dumps(state, indent=2))  # last: the save is complete
+            write_text_atomically(tmp / TRAINER_STATE, state_text)  # last: the save is complete
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
             if final.exists():  # re-saving the same step (e.g. the final save): replace the old one
@@ -257,7 +264,8 @@ def save_checkpoint(accelerator, output_dir, step: int, extra_state: dict | None
             os.replace(tmp, final)
             write_text_atomically(output_dir / LATEST, final.name + "\n")
             if save_total_limit is not None and save_total_limit > 0:
-                for old in list_checkpoints(output_dir)[:-save_total_limit]:
+                finished = [p for p in list_checkpoints(output_dir) if (p / TRAINER_STATE).is_file()]
+                for old in finished[:-save_total_limit]:  # a folder where no save finished is not counted
                     if old != final:
                         shutil.rmtree(old, ignore_errors=True)
     except Exception as error:
@@ -346,22 +354,25 @@ def resume_checkpoint(output_dir) -> tuple[Path | None, list[tuple[Path, str]]]:
 
     The checkpoint that ``latest`` names when it is complete (`checkpoint_problem`), else the newest complete
     ``checkpoint-<step>``; ``.tmp`` directories (saves in progress) are never considered. A ``latest`` that names a
-    checkpoint that is not there is passed over too (the first entry, with "latest names it"). (None, []) when there
-    is no checkpoint; (None, [...]) when every checkpoint is damaged.
+    checkpoint that is not there is passed over too (the first entry, with "latest names it"). A ``checkpoint-<step>``
+    folder without ``trainer_state.json`` (no save finished there: saves are renamed into place whole, so it was made
+    or emptied by hand or by a copy) is listed first, whatever ``latest`` says, and never resumed from. (None, []) when
+    there is no checkpoint; (None, [...]) when every checkpoint is damaged.
     """
     output_dir = Path(output_dir)
     candidates = list(reversed(list_checkpoints(output_dir)))
+    damaged = [(path, UNFINISHED) for path in candidates if not (path / TRAINER_STATE).is_file()]
+    candidates = [path for path in candidates if (path, UNFINISHED) not in damaged]
     pointer = output_dir / LATEST
-    damaged = []
     if pointer.is_file():
         try:
             name = pointer.read_text().strip()
         except (OSError, UnicodeDecodeError):
             name = ""
-        if _CHECKPOINT_RE.match(name) and (output_dir / name).is_dir():
+        if _CHECKPOINT_RE.match(name) and output_dir / name in candidates:
             candidates.remove(output_dir / name)
             candidates.insert(0, output_dir / name)
-        elif candidates:
+        elif candidates and (output_dir / name, UNFINISHED) not in damaged:  # (that one is named already)
             damaged.append((output_dir / (name or LATEST),
                             f"{pointer} names {name!r}, which is not there" if name else f"{pointer} is empty"))
     for candidate in candidates:
@@ -388,7 +399,10 @@ def checkpoint_to_resume(output_dir, warn=print) -> Path | None:
         raise UsageError(f"--resume: no complete checkpoint in {output_dir} ({names}). Restore the missing files, or "
                          "start over with --overwrite_output_dir.")
     for path, problem in damaged:
-        if problem.startswith(str(path.parent / LATEST)):  # the pointer, not a checkpoint
+        if problem == UNFINISHED:
+            warn(f"warning: {path} is not a checkpoint ({problem}): ignored, neither resumed from nor counted by "
+                 "--save_total_limit; delete it")
+        elif problem.startswith(str(path.parent / LATEST)):  # the pointer, not a checkpoint
             warn(f"warning: {problem}; resuming from {checkpoint.name}, the newest complete checkpoint")
         else:
             warn(f"warning: {path} is damaged ({problem}); resuming from {checkpoint.name}, the newest complete "
@@ -398,6 +412,22 @@ def checkpoint_to_resume(output_dir, warn=print) -> Path | None:
 
 def load_trainer_state(checkpoint_dir) -> dict:
     return json.loads((Path(checkpoint_dir) / TRAINER_STATE).read_text())
+
+
+def thread_count_note(checkpoint, state: dict, device_type: str) -> str | None:
+    """One line when a CPU run resumes with another number of torch threads than the run that wrote `checkpoint`
+    (``trainer_state.json``'s "torch_threads"); None otherwise. CPU kernels split their sums by thread (LayerNorm's
+    weight gradient, oneDNN's convolutions), so a resumed run equals the uninterrupted one bit for bit only with the
+    same count; with another it agrees to float rounding (on an AMD EPYC, a tiny fine-tuning run with 1 and with 2
+    threads ended 1.3e-6 apart)."""
+    import torch
+
+    saved, now = state.get("torch_threads"), torch.get_num_threads()
+    if device_type != "cpu" or saved is None or saved == now:
+        return None
+    return (f"note: {Path(checkpoint).name} was written by a run with {saved} torch threads, this one has {now}: CPU "
+            f"kernels split their sums by thread, so the result matches an uninterrupted run to float rounding, not "
+            f"bit for bit (OMP_NUM_THREADS={saved} resumes exactly)")
 
 
 def load_process_state(checkpoint_dir, process_index: int):

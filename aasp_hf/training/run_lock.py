@@ -19,7 +19,8 @@ is stale, and is taken over with one line saying whose it was, when
 
 - its host is this host, in the same PID namespace, and its process is gone (no such pid, or the pid now belongs to a
   process started at another time, read from ``/proc/<pid>/stat``): a crash, ``kill -9``, a lost node's restart;
-- otherwise (another host, or a container with its own PID namespace) when its heartbeat is older than
+- otherwise (another host, a container with its own PID namespace, a record without a process id, a file that is
+  not a record at all) when its heartbeat is older than
   `STALE_SECONDS` (5 minutes: ten missed beats, well beyond NFS's attribute cache of at most 60 s and a few seconds of
   clock skew between hosts).
 
@@ -93,17 +94,17 @@ def stale_reason(record: dict | None, mtime: float, now: float | None = None) ->
     age = (time.time() if now is None else now) - mtime
     same_machine = (record is not None and record.get("host") == socket.gethostname()
                     and record.get("pid_namespace") == _pid_namespace())
-    if same_machine:
-        pid = record.get("pid")
+    pid = record.get("pid") if record is not None else None
+    if same_machine and isinstance(pid, int) and pid > 0:  # the process itself tells (a record without one: its age)
         try:
-            os.kill(int(pid), 0)
+            os.kill(pid, 0)
         except ProcessLookupError:
             return "its process is gone"
-        except (PermissionError, TypeError, ValueError):
+        except PermissionError:
             pass
         else:
             started = record.get("pid_start")
-            if started is not None and _process_start(int(pid)) not in (None, started):
+            if started is not None and _process_start(pid) not in (None, started):
                 return "its process is gone (the pid now belongs to another process)"
         return None
     if age > STALE_SECONDS:
@@ -164,14 +165,17 @@ class RunHold:
             return
         reason = stale_reason(record, mtime)
         if reason is None and record is None:  # a file that is not a hold record, but fresh: leave it to its writer
-            raise UsageError(f"{self.output_dir} is in use: {self.path} exists but cannot be read (a run may be "
-                             "starting there); wait, or choose another --output_dir")
+            age = time.time() - mtime
+            raise UsageError(f"{self.output_dir} is in use: {self.path} exists but is not a hold record (a run may be "
+                             f"starting there, or the file was damaged); it is taken over once {STALE_SECONDS:.0f} s "
+                             f"old (in {max(STALE_SECONDS - age, 0):.0f} s). Wait, choose another --output_dir, or, if "
+                             f"no run uses the folder, delete {self.path}.")
         if reason is None:
             raise UsageError(
                 f"{self.output_dir} is in use by another run: {describe(record)}, holding {self.path} (heartbeat "
                 f"{time.time() - mtime:.0f} s ago). Wait for it to finish, stop it, or choose another --output_dir. "
                 f"If that run is gone, the hold is taken over once it is stale (same host: at once; another "
-                f"host: {STALE_SECONDS:.0f} s after its last heartbeat)."
+                f"host: {STALE_SECONDS:.0f} s after its last heartbeat), or delete {self.path}."
             )
         aside = self.path.with_name(f"{HOLD}.stale-{self.record['token']}")
         try:
