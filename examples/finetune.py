@@ -401,7 +401,11 @@ def save_best_model(model, feature_extractor, directory: Path):
     needed = sum(p.numel() * p.element_size() for p in model.state_dict().values())
 
     def intact():
-        return f"the last complete checkpoint is {find_latest_checkpoint(directory.parent)}"
+        checkpoint = find_latest_checkpoint(directory.parent)
+        if checkpoint is None:
+            return ("there is no checkpoint yet, so --resume starts the run again from step 0 (--save_steps keeps "
+                    "the progress of a long run)")
+        return f"the last complete checkpoint is {checkpoint}"
 
     with refused_writes(directory, "the best model", needed, intact), replace_directory(directory) as tmp:
         model.save_pretrained(tmp)
@@ -737,13 +741,18 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
 
         with refused_writes(output_dir, "the best model and results", needed, intact):  # a full disk: one line
             if step >= args.max_steps and (output_dir / "best_model").is_dir():
-                for item in (output_dir / "best_model").iterdir():  # each file whole: a copy, then os.replace
-                    copy = output_dir / f"{item.name}.tmp"
-                    try:
-                        shutil.copy2(item, copy)
-                        os.replace(copy, output_dir / item.name)
-                    finally:
-                        copy.unlink(missing_ok=True)
+                # the model's files whole or not at all: copied into a temporary folder (where a full disk stops the
+                # copy and the folder is removed), then renamed into place, which needs no space
+                export = output_dir / "export.tmp"
+                shutil.rmtree(export, ignore_errors=True)
+                try:
+                    export.mkdir()
+                    for item in sorted((output_dir / "best_model").iterdir()):  # copy2 raises the OSError itself
+                        shutil.copy2(item, export / item.name)
+                    for item in sorted(export.iterdir()):
+                        os.replace(item, output_dir / item.name)
+                finally:
+                    shutil.rmtree(export, ignore_errors=True)
                 write_card(output_dir, unwrapped, feature_extractor, args, splits, results, clip_seconds)
             write_text_atomically(output_dir / "all_results.json",
                                   json.dumps({**results, "arguments": asdict(args)}, indent=2))

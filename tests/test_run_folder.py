@@ -277,3 +277,55 @@ def test_a_third_of_the_audio_failing_to_decode_saves_a_checkpoint_and_stops(tmp
     assert "of the last 100 clips read" in message and "more than --max_failed_clip_share 0.1" in message
     assert checkpoint_problem(tmp_path / "run" / "checkpoint-10") is None
     assert not (tmp_path / "run" / "encoder").exists()
+
+
+# ----------------------------------------------------------------------------------------------- fine-tuning's disk
+def finetune_command(encoder, output_dir, *extra):
+    return [sys.executable, str(ROOT / "examples" / "finetune.py"), "--model_name_or_path", str(encoder),
+            "--synthetic_per_class", "4", "--clip_seconds", "0.5", "--per_device_train_batch_size", "4",
+            "--max_steps", "4", "--warmup_steps", "1", "--eval_steps", "4", "--save_steps", "100", "--logging_steps",
+            "2", "--output_dir", str(output_dir), *extra]
+
+
+def test_finetune_on_a_full_disk_writes_its_model_whole_or_not_at_all(tmp_path, tmpfs):
+    """The final export copies best_model/ to the top of --output_dir: on a full disk it used to leave 5 of the 7
+    model files there (no modeling code, so loading raised OSError); now it is written whole or not at all. A full
+    disk at the best model's save, before any checkpoint, says that --resume starts over (it said "the last complete
+    checkpoint is None")."""
+    from conftest import save_tiny_encoder
+
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    # the same run on an ample disk: what it writes, and which of its files the export adds at the top
+    ample = tmp_path / "ample"
+    subprocess.run(finetune_command(encoder, ample), cwd=ROOT, env=ENV, check=True, capture_output=True)
+    model_files = sorted(p.name for p in (ample / "best_model").iterdir())
+    assert {"model.safetensors", "config.json", "modeling_aasp.py"} <= set(model_files)
+    export = sum(allocated_file(ample / name) for name in model_files)
+    disk, resize = tmpfs
+
+    # 1. room for everything but half the export
+    resize(f"{(allocated(ample) - export + export // 2) // 1024}k")
+    out = disk / "run"
+    run = subprocess.run(finetune_command(encoder, out), cwd=ROOT, env=ENV, capture_output=True, text=True)
+    assert run.returncode == 2, run.stderr[-3000:]
+    (line,) = error_lines(run.stderr)
+    assert line.startswith(f"finetune.py: error: cannot write the best model and results to {out}: No space left on "
+                           "device"), line
+    assert not {p.name for p in out.iterdir()} & {*model_files, "export.tmp"}, sorted(p.name for p in out.iterdir())
+    resize("32m")
+    assert subprocess.run(finetune_command(encoder, out, "--resume"), cwd=ROOT, env=ENV,
+                          capture_output=True).returncode == 0
+    assert all((out / name).read_bytes() == (out / "best_model" / name).read_bytes() for name in model_files)
+
+    # 2. a disk that fills at the first best model, before any checkpoint
+    shutil.rmtree(out)
+    resize(f"{(allocated_file(ample / 'log_history.jsonl') + 3 * 4096) // 1024}k")
+    run = subprocess.run(finetune_command(encoder, out), cwd=ROOT, env=ENV, capture_output=True, text=True)
+    assert run.returncode == 2, run.stderr[-3000:]
+    (line,) = error_lines(run.stderr)
+    assert "the best model" in line and ("there is no checkpoint yet, so --resume starts the run again from step 0 "
+                                         "(--save_steps keeps the progress of a long run)") in line, line
+
+
+def allocated_file(path) -> int:
+    return -(-Path(path).stat().st_size // 4096) * 4096
