@@ -120,6 +120,10 @@ def test_pretraining_dataset_names_bad_clips_and_the_loop_replaces_them(damaged)
     assert all(isinstance(e, dict) and torch.isfinite(e["waveform"]).all() for e in examples)
     with pytest.raises(RuntimeError, match="none of the 2 clips"):
         replace_failed([None, None])
+    # a micro-batch where every clip failed takes copies of an earlier one's clips, its failures counted
+    earlier = [e for e in items if not isinstance(e, FailedClip)][:2]
+    examples, replaced = replace_failed(failed[:3], earlier=earlier)
+    assert replaced == failed[:3] and examples == [earlier[0], earlier[1], earlier[0]]
 
 
 def test_a_file_listed_in_the_metadata_but_missing_is_an_error_with_a_count(damaged):

@@ -279,6 +279,37 @@ def test_a_third_of_the_audio_failing_to_decode_saves_a_checkpoint_and_stops(tmp
     assert not (tmp_path / "run" / "encoder").exists()
 
 
+def test_an_audio_folder_cut_mid_run_so_that_whole_micro_batches_fail_stops_with_a_checkpoint(tmp_path):
+    """Every file cut once the run is under way: every micro-batch from then on fails whole. Such a micro-batch takes
+    copies of an earlier one's clips, its failures counted, so the run stops where --max_failed_clip_share is judged,
+    with a checkpoint and one line (it used to end in a RuntimeError traceback, "none of the 4 clips of a
+    micro-batch could be decoded", with no checkpoint)."""
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(40):
+        sf.write(audio / f"clip{i:02d}.wav", (0.1 * rng.standard_normal(16000)).astype(np.float32), 16000,
+                 subtype="PCM_16")
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "pretrain.py"), "--config", str(TINY_PRESET),
+                             "--train_dir", str(audio), "--per_device_train_batch_size", "4", "--max_steps", "400",
+                             "--warmup_steps", "1", "--save_steps", "1000", "--logging_steps", "1", "--report_to",
+                             "none", "--output_dir", str(out)],
+                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: 2 in logged_steps(out) or proc.poll() is not None), "no step logged"
+        for path in audio.iterdir():  # the header cut, as a copy or a sync that is still running leaves them
+            path.write_bytes(path.read_bytes()[:20])
+        _, stderr = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, stderr[-3000:]
+    (line,) = error_lines(stderr)
+    step = int(line.split("stopping at step ")[1].split(":")[0])
+    assert "failed to decode, more than --max_failed_clip_share 0.1" in line and step < 400
+    assert checkpoint_problem(out / f"checkpoint-{step}") is None and not (out / "encoder").exists()
+
+
 # ----------------------------------------------------------------------------------------------- fine-tuning's disk
 def finetune_command(encoder, output_dir, *extra):
     return [sys.executable, str(ROOT / "examples" / "finetune.py"), "--model_name_or_path", str(encoder),

@@ -187,14 +187,15 @@ def _as_is(item):
     return item
 
 
-def finish_micro_batch(examples, seeds, collate, epoch, position=None) -> dict:
-    """What a loader worker makes of one micro-batch: its failed clips replaced (`replace_failed`), then
-    `collate(examples, seeds)` (the seeds by place in the micro-batch, as the training loop paired them before).
+def finish_micro_batch(examples, seeds, collate, epoch, position=None, earlier=()) -> dict:
+    """What a loader worker makes of one micro-batch: its failed clips replaced (`replace_failed`, from `earlier` when
+    every clip failed), then `collate(examples, seeds)` (the seeds by place in the micro-batch, as the training loop
+    paired them before).
 
     Returns {"batch": the collated tensors, "epoch", "indices": the clips' indices (the run's data checksum),
     "failed": the `FailedClip`s (the training process's `FailureLog` names and counts them), "position": a stream's
     position after this micro-batch (None for a map-style dataset)}."""
-    examples, failed = replace_failed(examples)
+    examples, failed = replace_failed(examples, earlier)
     return {"batch": collate(examples, seeds), "epoch": epoch, "indices": [e["index"] for e in examples],
             "failed": failed, "position": position}
 
@@ -216,9 +217,12 @@ class CollatedMicroBatches(torch.utils.data.IterableDataset):
     def __iter__(self):
         num_workers, worker = _worker()
         kept = _kept_by_worker()
+        earlier = []  # the decoded clips of this worker's last micro-batch that had any
         for count, (epoch, rows, seeds) in enumerate(self.plan()):
             if count % num_workers == worker:
-                kept.append(finish_micro_batch([self.dataset[row] for row in rows], seeds, self.collate, epoch))
+                examples = [self.dataset[row] for row in rows]
+                kept.append(finish_micro_batch(examples, seeds, self.collate, epoch, earlier=earlier))
+                earlier = decoded(examples) or earlier
                 yield kept[-1]
 
 
@@ -284,6 +288,7 @@ class StreamMicroBatches(torch.utils.data.IterableDataset):
         kept = _kept_by_worker()
         epoch, taken = self.position["epoch"], self.position["micro_batches"]
         count = 0  # micro-batches read since `position`, by every worker alike
+        earlier = []  # the decoded clips of this worker's last micro-batch that had any
         while True:
             self.shard.set_epoch(epoch)
             # .iter(batch_size=1) rather than iter(shard): in a DataLoader worker, datasets' own __iter__ would hand
@@ -303,7 +308,8 @@ class StreamMicroBatches(torch.utils.data.IterableDataset):
                         yield epoch, examples, position
                     else:
                         seeds = self.seeds(epoch, [number for number, _ in group])
-                        kept.append(finish_micro_batch(examples, seeds, self.collate, epoch, position))
+                        kept.append(finish_micro_batch(examples, seeds, self.collate, epoch, position, earlier))
+                        earlier = decoded(examples) or earlier
                         yield kept[-1]
             if taken == 0:
                 raise ValueError(f"this process's shard of the stream cannot fill one micro-batch of {self.batch_size}")
@@ -370,17 +376,26 @@ def load_clips(data_args, seed: int, batch_size: int, num_processes: int, proces
     return AudioClips(for_safe_decoding(ds, audio_column), audio_column)
 
 
-def replace_failed(examples):
+def decoded(examples) -> list:
+    """The examples of a micro-batch that decoded (not a `FailedClip`, not None)."""
+    return [e for e in examples if not (e is None or isinstance(e, FailedClip))]
+
+
+def replace_failed(examples, earlier=()):
     """Clips that failed to decode (`FailedClip`s, or None) are replaced by copies of decoded ones from the same
-    micro-batch, so every process keeps the same batch shape (the gathered contrastive loss needs it). Returns
-    (examples, the failures replaced)."""
+    micro-batch, so every process keeps the same batch shape (the gathered contrastive loss needs it). A micro-batch
+    where every clip failed takes copies of `earlier` (the decoded clips of an earlier micro-batch of this worker):
+    its failures are counted like any others, so a folder that vanishes mid-run stops at the next step where
+    ``--max_failed_clip_share`` is judged, with a checkpoint, rather than with a traceback. With no `earlier` clip
+    either (the first micro-batch), a RuntimeError. Returns (examples, the failures replaced)."""
     failed = [e for e in examples if e is None or isinstance(e, FailedClip)]
-    good = [e for e in examples if not (e is None or isinstance(e, FailedClip))]
-    if not good:
+    good = decoded(examples)
+    copied = good or list(earlier)
+    if not copied:
         named = "; ".join(str(f.source) for f in failed if f is not None)[:500]
         raise RuntimeError(f"none of the {len(examples)} clips of a micro-batch could be decoded" +
                            (f": {named}" if named else ""))
-    return good + [good[i % len(good)] for i in range(len(failed))], failed
+    return good + [copied[i % len(copied)] for i in range(len(failed))], failed
 
 
 class FailureLog:
