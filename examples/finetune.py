@@ -94,6 +94,7 @@ from aasp_hf.training.checkpointing import (
     truncate_log,
     write_text_atomically,
 )
+from aasp_hf.training.console import describe_new_head, loading_quietly, quiet_libraries
 from aasp_hf.training.data_order import micro_batches
 from aasp_hf.training.failed_clips import DEFAULT_MAX_SHARE, FailedClipShare
 from aasp_hf.training.run_lock import hold_run_folder
@@ -507,15 +508,18 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
     set_seed(args.seed)  # the head's initialisation, identical on every process
 
     # 2. Model: the encoder's weights load under `aasp`; LayerNorm + Linear on CLS are new.
-    model = AaspForAudioClassification.from_pretrained(
-        args.model_name_or_path,
-        num_labels=num_labels,
-        id2label=dict(enumerate(names)),
-        label2id={n: i for i, n in enumerate(names)},
-        problem_type="multi_label_classification" if multi_label else "single_label_classification",
-        drop_path_rate=args.drop_path_rate,
-        **({"classifier_pooling": args.classifier_pooling} if args.classifier_pooling else {}),
-    )
+    with loading_quietly():  # transformers' report would list the new head as MISSING: one line of ours instead
+        model, loading_info = AaspForAudioClassification.from_pretrained(
+            args.model_name_or_path,
+            num_labels=num_labels,
+            id2label=dict(enumerate(names)),
+            label2id={n: i for i, n in enumerate(names)},
+            problem_type="multi_label_classification" if multi_label else "single_label_classification",
+            drop_path_rate=args.drop_path_rate,
+            output_loading_info=True,
+            **({"classifier_pooling": args.classifier_pooling} if args.classifier_pooling else {}),
+        )
+    accelerator.print(describe_new_head(loading_info, args.model_name_or_path))
     if args.freeze_feature_encoder:
         model.freeze_feature_encoder()
     config = model.config
@@ -606,7 +610,10 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
                             start=micro_position, num_workers=args.dataloader_num_workers, sampler=sampler)
     soft = multi_label or args.mixup_alpha > 0  # BCE (on soft targets with mixup), else cross-entropy
     history_path = output_dir / "log_history.jsonl"
-    progress = tqdm(total=args.max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="finetune")
+    # smoothing=0: the ETA from the average rate since the start, evaluations included (the default smoothing takes
+    # the step after an evaluation for its rate, and the ETA jumped from 3 to 33 minutes)
+    progress = tqdm(total=args.max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="finetune",
+                    smoothing=0)
     failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run (vanishing data)
     loss_sum, num_summed, t_log, step_of_log = 0.0, 0, time.time(), step
     model.train()
@@ -689,8 +696,9 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
                         save_best_model(evaluated, feature_extractor, output_dir / "best_model")
             history.append(record)
             score = record["valid_score"] if args.select_on == "validation" else record["test_score"]
-            accelerator.print(f"step {step}: {args.select_on} {score:.4f} "
-                              f"(selected step {best['step']}, test there {best['test_score']:.4f})")
+            if accelerator.is_main_process:  # above the bar, not after it on its line
+                progress.write(f"step {step}: {args.select_on} {score:.4f} "
+                               f"(selected step {best['step']}, test there {best['test_score']:.4f})")
 
         # 7b. Checkpoint.
         if step % args.save_steps == 0 or step == stop_step or stopping or data_vanishing is not None:
@@ -771,6 +779,7 @@ def main(argv=None) -> dict:
         except ValueError as error:
             raise SystemExit(f"finetune.py --plan: error: {error}") from None
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/console.py)
     with hold_run_folder(args.output_dir):  # one run per folder; an unwritable folder is refused here, before the model
         return finetune(args)
 

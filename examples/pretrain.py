@@ -52,6 +52,7 @@ from aasp_hf.configuration_aasp import init_arguments
 from aasp_hf.data.collators import PretrainingCollator
 from aasp_hf.schedules import learning_rate, teacher_momentum
 from aasp_hf.training import find_latest_checkpoint, param_groups, save_checkpoint
+from aasp_hf.training.console import quiet_libraries
 from aasp_hf.training.data_order import clip_plan, stream_clip_seeds
 from aasp_hf.training.launch import check_launch
 from aasp_hf.training.model_ema import update_teacher_
@@ -553,6 +554,7 @@ def main(argv=None) -> dict:
             return print_pretraining_plan(model_args, args, data_args)
         except ValueError as error:
             raise SystemExit(f"pretrain.py --plan: error: {error}") from None
+    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/console.py)
     with hold_run_folder(args.output_dir):  # one run per folder; an unwritable folder is refused here, before the model
         return train(data_args, model_args, args)
 
@@ -765,7 +767,10 @@ def train(data_args, model_args, args) -> dict:
                                      pin_memory)
     clips_per_step = args.per_device_train_batch_size * world * accum
     history_path = output_dir / "log_history.jsonl"
-    progress = tqdm(total=args.max_steps, initial=start_step, disable=not accelerator.is_local_main_process)
+    # smoothing=0: the ETA from the average rate since the start, periodic evaluations and saves included (the
+    # default smoothing takes the step after one for its rate, and the ETA jumps tenfold)
+    progress = tqdm(total=args.max_steps, initial=start_step, disable=not accelerator.is_local_main_process,
+                    smoothing=0)
     sums, num_summed, seen = {}, 0, hashlib.sha256()
     failure_log = FailureLog(output_dir / "decode_failures.txt")  # names the clips that fail to decode
     failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run (vanishing data)

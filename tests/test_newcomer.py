@@ -3,6 +3,7 @@ scripts on a small folder of their own clips, and the documentation's promises (
 checkpoint given where a model is expected)."""
 
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -287,3 +288,58 @@ def test_the_readme_says_where_weights_come_from_and_its_example_loads_what_make
                     "python conversion/export_onnx.py runs/pt/encoder encoder.onnx --check"):
         assert command in user_docs
     assert "docs/checkpoints.md" in top
+
+
+# ----------------------------------------------------------------------------------------------- a run's output
+OTHER_LIBRARIES = {  # lines other libraries printed in a default run, which the user could not act on
+    "TensorFlow / absl start-up": ("absl::InitializeLog", "oneDNN custom operations", "cudart_stub", "TensorFlow binary"),
+    "transformers' loading report": ("LOAD REPORT", "MISSING", "\x1b["),
+    "transformers' progress bars": ("Loading weights", "Writing model shards"),
+    "accelerate's checkpoint lines": ("Saving current state to", "saved in"),
+}
+
+
+def other_libraries_lines(output: str) -> dict:
+    lines = output.replace("\r", "\n").splitlines()
+    return {what: [line for line in lines if any(mark in line for mark in marks)]
+            for what, marks in OTHER_LIBRARIES.items() if any(mark in line for line in lines for mark in marks)}
+
+
+def test_default_training_runs_print_no_line_of_another_library(tmp_path):
+    """pretrain.py (its default tracker, tensorboard, whose event writer imported TensorFlow when it is installed)
+    and finetune.py (an encoder loaded into a classifier with a new head, evaluations and checkpoints) as processes:
+    their output holds only the scripts' own lines and bars. The tensorboard events are still written."""
+    from conftest import save_tiny_encoder
+
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1"}
+    pretrain = subprocess.run([sys.executable, str(ROOT / "examples" / "pretrain.py"), "--config",
+                               str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"), "--synthetic_clips",
+                               "8", "--per_device_train_batch_size", "4", "--max_steps", "2", "--save_steps", "1",
+                               "--output_dir", str(tmp_path / "pt")],
+                              cwd=ROOT, env=env, capture_output=True, text=True)
+    assert pretrain.returncode == 0, pretrain.stderr[-3000:]
+    assert other_libraries_lines(pretrain.stdout + pretrain.stderr) == {}
+    assert list((tmp_path / "pt").rglob("events.out.tfevents.*")), "no tensorboard events written"
+
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    finetune = subprocess.run([sys.executable, str(ROOT / "examples" / "finetune.py"), "--model_name_or_path",
+                               str(encoder), "--synthetic_per_class", "4", "--clip_seconds", "0.5",
+                               "--per_device_train_batch_size", "4", "--max_steps", "4", "--eval_steps", "2",
+                               "--save_steps", "2", "--output_dir", str(tmp_path / "ft")],
+                              cwd=ROOT, env=env, capture_output=True, text=True)
+    assert finetune.returncode == 0, finetune.stderr[-3000:]
+    assert other_libraries_lines(finetune.stdout + finetune.stderr) == {}
+    assert (f"loaded the encoder from {encoder}; the classification head (classifier.dense, classifier.layernorm: 4 "
+            "tensors) is new, initialised for this task") in finetune.stdout.splitlines()
+    assert "step 2: validation " in finetune.stdout and "step 4: validation " in finetune.stdout
+
+
+def test_a_checkpoint_that_does_not_fit_beyond_the_new_head_is_one_warning_naming_the_tensors():
+    from aasp_hf.training.console import describe_new_head
+
+    line = describe_new_head({"missing_keys": {"classifier.dense.weight", "aasp.layers.0.mlp.fc1.weight"},
+                              "unexpected_keys": {"decoder.weight"}, "mismatched_keys": set()}, "runs/x")
+    assert line == ("warning: runs/x does not fit this classifier beyond its new head (missing: "
+                    "aasp.layers.0.mlp.fc1.weight; unexpected: decoder.weight); is it an AaSP encoder of this "
+                    "architecture? Those tensors were initialised afresh.")
+    assert describe_new_head({"missing_keys": set()}, "runs/x") == "loaded the classifier from runs/x, head included"
