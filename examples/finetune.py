@@ -132,7 +132,7 @@ RUN_ARGUMENTS = {
     "seed": "data", "per_device_train_batch_size": "data", "gradient_accumulation_steps": "data", "dataset": "data",
     "data_root": "data", "dataset_kwargs": "data", "synthetic_per_class": "data", "synthetic_multi_label": "data",
     "task": "data", "clip_seconds": "data", "clip_padding": "data", "test_fold": "data", "select_on": "data",
-    "kfold_validation": "data", "validation_fraction": "data", "test_fraction": "data",
+    "kfold_validation": "data", "validation_fraction": "data", "test_fraction": "data", "group_by": "data",
     "class_balanced_sampling": "data",
     "samples_per_epoch": "data", "mixup_alpha": "data", "spec_augment": "data", "spec_augment_fraction": "data",
     # the update: AdamW's hyper-parameters (the restored state keeps its moments) and the clipping norm
@@ -173,6 +173,10 @@ class FinetuneArguments(PlanArguments):
         default=0.2, metadata={"help": "held out of train (stratified by class, seeded) when there is no test split, "
                                "e.g. an audiofolder without train/test sub-folders"}
     )
+    group_by: str | None = field(default=None, metadata={
+        "help": "each clip's source (speaker, site, device): a column of the data, or a regular expression whose "
+                "first group, searched in the file name, is the source (e.g. '^(\\d+)_'); validation and a held-out "
+                "test then take whole sources, never heard in training"})
     clip_padding: str = field(default="zeros", metadata={
         "help": "a clip shorter than the clip length: 'zeros' (appended to the waveform, EVAR's) or 'masked' (its "
                 "frames padded and marked as padding, which the encoder's attention and mean pooling skip)"})
@@ -350,7 +354,7 @@ def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
         folds=None if args.all_folds or args.test_fold is None else [args.test_fold],
         max_folds=None if args.all_folds else 1,  # one test fold (the first by default) unless --all_folds
         kfold_validation=args.kfold_validation, select_on=args.select_on, validation_fraction=args.validation_fraction,
-        test_fraction=args.test_fraction, seed=SPLIT_SEED,
+        test_fraction=args.test_fraction, seed=SPLIT_SEED, group_by=args.group_by,
     )
     return (downstream.parts, downstream.multi_label, downstream.label_names, downstream.clip_seconds,
             downstream.task)
@@ -491,7 +495,7 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
 
     if selection_rule is None:
         selection_rule = describe_protocol(args.select_on, False, args.kfold_validation, args.validation_fraction,
-                                           SPLIT_SEED)
+                                           SPLIT_SEED, args.group_by)
 
     output_dir = Path(args.output_dir)
     accelerator = Accelerator(mixed_precision=args.mixed_precision, project_dir=str(output_dir))
@@ -801,11 +805,16 @@ def finetune(args: FinetuneArguments) -> dict:
 
     kfold = is_kfold(parts)
     selection_rule = describe_protocol(args.select_on, kfold, args.kfold_validation, args.validation_fraction,
-                                       SPLIT_SEED)
+                                       SPLIT_SEED, args.group_by)
     seeds = args.seeds or [args.seed]
     single = len(parts) == 1 and len(seeds) == 1
     print(f"{task}: {len(names)} classes, {'multi' if multi_label else 'single'}-label, clips {clip_seconds} s, "
           f"parts {list(parts)}, seeds {seeds}")
+    if args.group_by is not None:
+        from aasp_hf.data.protocol import describe_sources
+
+        for part, splits in parts.items():
+            print(f"{part}: {describe_sources(splits, args.group_by)}")
 
     if args.resume and (finished := finished_summary(output_dir, args, parts, seeds)) is not None:
         print(f"{output_dir} holds a finished run (step {finished['max_steps']} of --max_steps {args.max_steps}); "

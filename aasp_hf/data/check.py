@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import soundfile as sf
 from torchcodec.decoders import AudioDecoder
 
+from ..errors import UsageError
 from .loaders import load
 from .loaders.layout import default_audio_dir, recording_missing_files
 
@@ -296,6 +297,17 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+def sources_by_split(name: str, root, group_by: str, options: dict) -> str:
+    """The sources (`--group_by`) of each split that the downstream scripts make of the copy (their defaults: a
+    validation of 10 % and a held-out test of 20 % of train where the dataset has none, seed 0), a line per part."""
+    from .decoding import for_safe_decoding
+    from .protocol import describe_sources, downstream_parts
+
+    loaded = for_safe_decoding(load(name, root=root, **{k: v for k, v in options.items() if v is not None}))
+    parts = downstream_parts(loaded, group_by=group_by)
+    return "\n".join(f"{part}: {describe_sources(splits, group_by)}" for part, splits in parts.items())
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m aasp_hf.data.check",
@@ -311,6 +323,9 @@ def parse_args(argv=None):
                         help="read the headers of at most this many files, a seeded sample (default 200)")
     parser.add_argument("--seed", type=int, default=0, help="seed of that sample (default 0)")
     parser.add_argument("--json", help="also write the report to this JSON file")
+    parser.add_argument("--group_by", help="each clip's source (a column, or a regular expression whose first group, "
+                        "searched in the file name, is the source): also print the sources of each split that "
+                        "finetune.py and linear_eval.py make with it (their default fractions and seed)")
     return parser.parse_args(argv)
 
 
@@ -331,6 +346,11 @@ def main(argv=None) -> int:
     report = check_dataset(name, args.root, sample_files=args.sample_files, seed=args.seed, **options)
     if report["splits"]:
         print(format_report(report))
+    if args.group_by is not None and not report["errors"]:
+        try:
+            print(sources_by_split(name, args.root, args.group_by, options))
+        except UsageError as error:
+            report["errors"].append(str(error))
     for error in report["errors"]:
         print(f"error: {error}", file=sys.stderr)
     if args.json:

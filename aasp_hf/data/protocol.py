@@ -13,6 +13,11 @@ Rules, each named by an argument value that the scripts record in their results:
   after the test fold, cyclically (kept for comparison with older runs; ESC-50 then trains on 3 folds, 1,200 clips).
 - Other datasets: the dataset's own test split, or `test_fraction` of train held out (`hold_out_test`); the
   dataset's own validation split, or a seeded random `validation_fraction` of train (one draw, `seed`).
+- `group_by` (a column, or a regular expression on the file name: each clip's source, e.g. its speaker or site):
+  the validation set and a held-out test take whole sources (`splits.split_by_groups`), so that model selection and
+  the reported score are on voices or places training never heard. A random draw shares the sources with training
+  and rewards a model that has learnt them rather than the classes, which a small folder of few speakers invites.
+  A dataset's own test split and folds are kept as they are.
 - Clip length: the EVAR length of the task (`EVAR_CLIP_SECONDS`), or `--clip_seconds`; a dataset without one (an
   audiofolder of the user's own clips) gets the mean length of its training clips (`downstream_clip_seconds`), as
   EVAR's own lengths for its variable-length tasks are the datasets' mean clip lengths (VoxCeleb1: 8.2 s).
@@ -32,7 +37,7 @@ from datasets import DatasetDict
 from ..errors import UsageError
 from .decoding import decode_audio, for_safe_decoding
 from .loaders import load
-from .splits import fold_split, hold_out_test
+from .splits import fold_split, hold_out_test, source_groups, split_by_groups
 
 
 logger = logging.getLogger(__name__)
@@ -64,10 +69,12 @@ TASK_ALIASES = {"as20k": "audioset", "as2m": "audioset", "urbansound8k": "us8k",
 
 
 def kfold_split(dataset, test_fold: int, *, kfold_validation: str = "evar", validation_fraction: float = 0.1,
-                seed: int = 0, with_validation: bool = True, label_column: str = "label") -> DatasetDict:
+                seed: int = 0, with_validation: bool = True, label_column: str = "label",
+                group_by: str | None = None) -> DatasetDict:
     """{"train", ["validation",] "test"} of one test fold of a dataset with a `fold` column (see the module rules).
 
-    `with_validation=False`: every other fold trains (for `select_on` "test" or "last").
+    `with_validation=False`: every other fold trains (for `select_on` "test" or "last"). `group_by`: the "evar"
+    validation set is whole sources of the training folds instead of a random draw.
     """
     if kfold_validation not in KFOLD_VALIDATION:
         raise ValueError(f"kfold_validation={kfold_validation!r}: use one of {KFOLD_VALIDATION}.")
@@ -82,7 +89,11 @@ def kfold_split(dataset, test_fold: int, *, kfold_validation: str = "evar", vali
         valid_fold = folds[(folds.index(test_fold) + 1) % len(folds)] if test_fold in folds else None
         return fold_split(dataset, test_fold, valid_fold)
     split = fold_split(dataset, test_fold)
-    train, validation = evar_validation_draw(split["train"], validation_fraction, seed, label_column)
+    if group_by is not None:
+        train, validation = split_by_groups(split["train"], source_groups(split["train"], group_by),
+                                            validation_fraction, seed, "validation")
+    else:
+        train, validation = evar_validation_draw(split["train"], validation_fraction, seed, label_column)
     return DatasetDict({"train": train, "validation": validation, "test": split["test"]})
 
 
@@ -116,8 +127,10 @@ def evar_validation_draw(train, validation_fraction: float, seed: int, label_col
 
 
 def downstream_parts(loaded, *, folds=None, kfold_validation: str = "evar", select_on: str = "validation",
-                     validation_fraction: float = 0.1, test_fraction: float = 0.2, seed: int = 0) -> dict:
-    """{part name: {split: Dataset}} of a loaded DatasetDict under the module's rules.
+                     validation_fraction: float = 0.1, test_fraction: float = 0.2, seed: int = 0,
+                     group_by: str | None = None) -> dict:
+    """{part name: {split: Dataset}} of a loaded DatasetDict under the module's rules (`group_by`: validation and a
+    held-out test take whole sources).
 
     K-fold datasets give one part per test fold ("fold<k>", `folds` or all); others one part, "official". The
     parts hold "train" and "test", and "validation" when `select_on == "validation"`.
@@ -130,43 +143,68 @@ def downstream_parts(loaded, *, folds=None, kfold_validation: str = "evar", sele
         available = sorted(set(first["fold"]))
         return {f"fold{k}": dict(kfold_split(first, k, kfold_validation=kfold_validation,
                                              validation_fraction=validation_fraction, seed=seed,
-                                             with_validation=with_validation))
+                                             with_validation=with_validation, group_by=group_by))
                 for k in (folds or available)}
-    splits = hold_out_test(dict(loaded), test_fraction, seed=seed)
-    if with_validation and "validation" not in splits:
+    splits = hold_out_test(dict(loaded), test_fraction, seed=seed, group_by=group_by)
+    if with_validation and "validation" not in splits and group_by is not None:
+        splits["train"], splits["validation"] = split_by_groups(
+            splits["train"], source_groups(splits["train"], group_by), validation_fraction, seed, "validation")
+    elif with_validation and "validation" not in splits:
         held = splits["train"].train_test_split(test_size=validation_fraction, seed=seed)
         splits["train"], splits["validation"] = held["train"], held["test"]
     return {"official": {name: splits[name] for name in SPLITS if name in splits and (with_validation or
                                                                                           name != "validation")}}
 
 
-def held_out_test(loaded, *, test_fraction: float = 0.2, seed: int = 0):
+def held_out_test(loaded, *, test_fraction: float = 0.2, seed: int = 0, group_by: str | None = None):
     """The test rows that fine-tuning's default run reports on, by the same code (`downstream_parts`): the dataset's
     own test split; for a K-fold task the first fold; otherwise `test_fraction` of train held out (`hold_out_test`,
-    seeded with `seed`), the clips finetune.py and linear_eval.py hold out with the same fraction and seed (0 by
-    default in both)."""
+    seeded with `seed`; whole sources with `group_by`), the clips finetune.py and linear_eval.py hold out with the
+    same fraction and seed (0 by default in both)."""
     first = next(iter(loaded.values()))
     folds = None
     if "fold" in first.column_names and set(loaded) == {"train"}:
         folds = [min(set(first["fold"]))]
-    (part,) = downstream_parts(loaded, folds=folds, select_on="last", test_fraction=test_fraction, seed=seed).values()
+    (part,) = downstream_parts(loaded, folds=folds, select_on="last", test_fraction=test_fraction, seed=seed,
+                               group_by=group_by).values()
     return part["test"]
 
 
+SHARED_SOURCES = ("; its clips share their sources (speakers, sites, devices) with training, so it can rate a model "
+                  "that knows the sources above one that knows the classes: pass --group_by to hold sources out whole")
+
+
 def describe_protocol(select_on: str, kfold: bool, kfold_validation: str, validation_fraction: float,
-                      seed: int) -> str:
-    """One sentence naming the selection rule, for results files and model cards."""
+                      seed: int, group_by: str | None = None) -> str:
+    """One sentence naming the selection rule, for results files and model cards; a random validation draw says that
+    it shares its sources with training (`SHARED_SOURCES`) unless `group_by` names them."""
     if select_on == "test":
         return "model selection on the test split (EAT: the best result within the budget); no validation held out"
     if select_on == "last":
         return "the last step's model; no validation held out"
-    if kfold and kfold_validation == "evar":
-        return (f"model selection on a random {validation_fraction:.0%} of the training folds (EVAR; seed {seed}, "
-                f"redrawn until every class is present)")
-    if kfold:
+    if kfold and kfold_validation == "next":
         return "model selection on the fold after the test fold"
+    if group_by is not None:
+        where = "the training folds" if kfold else "train, where the dataset has no validation split of its own"
+        return (f"model selection on whole sources (--group_by {group_by!r}) holding {validation_fraction:.0%} of "
+                f"{where} (seed {seed})")
+    if kfold:
+        return (f"model selection on a random {validation_fraction:.0%} of the training folds (EVAR; seed {seed}, "
+                f"redrawn until every class is present){SHARED_SOURCES}")
     return (f"model selection on the validation split (the dataset's own, or a random {validation_fraction:.0%} "
-            f"of train, seed {seed})")
+            f"of train, seed {seed}){SHARED_SOURCES}")
+
+
+def describe_sources(splits: dict, group_by: str) -> str:
+    """One line: the sources (`source_groups`) of each split of a part, and those found in more than one split."""
+    found = {name: sorted(set(source_groups(rows, group_by))) for name, rows in splits.items()}
+    listed = ", ".join(f"{name} {len(groups)} ({', '.join(groups[:4])}{', …' if len(groups) > 4 else ''})"
+                       for name, groups in found.items())
+    names = list(found)
+    shared = sorted({g for i, a in enumerate(names) for b in names[i + 1:] for g in set(found[a]) & set(found[b])})
+    return (f"sources (--group_by {group_by!r}): {listed}; " +
+            (f"{len(shared)} in more than one split ({', '.join(shared[:4])}{', …' if len(shared) > 4 else ''}: "
+             "the dataset's own splits share them)" if shared else "none in two splits"))
 
 
 def evar_task(dataset: str, task: str | None = None) -> str:
@@ -282,14 +320,15 @@ class DownstreamTask:
 def load_downstream(dataset: str, *, root=None, loader_kwargs: dict | None = None, task: str | None = None,
                     clip_seconds: float | None = None, folds=None, max_folds: int | None = None,
                     kfold_validation: str = "evar", select_on: str = "validation", validation_fraction: float = 0.1,
-                    test_fraction: float = 0.2, seed: int = 0) -> DownstreamTask:
+                    test_fraction: float = 0.2, seed: int = 0, group_by: str | None = None) -> DownstreamTask:
     """`data.load(dataset, root=root, **loader_kwargs)` (clips that fail to decode are skipped later), split into
     parts by `downstream_parts` under the module's rules.
 
     The EVAR task key comes from `task` or the dataset name (`evar_task`), the clip length from `clip_seconds`, the
     task's EVAR length, or the mean length of the training clips when the task has none (`downstream_clip_seconds`;
     a `task` given by name must have an EVAR length, checked before anything is read).
-    K-fold tasks: the test folds `folds` (default all), at most the first `max_folds` of them.
+    K-fold tasks: the test folds `folds` (default all), at most the first `max_folds` of them. `group_by`: each
+    clip's source (a column or a regular expression on the file name), held out whole (the module's rules).
     """
     if task is not None:  # a task named on purpose must be one of EVAR's: refused before anything is read
         clip_seconds = evar_clip_seconds(evar_task(dataset, task), clip_seconds)
@@ -302,6 +341,7 @@ def load_downstream(dataset: str, *, root=None, loader_kwargs: dict | None = Non
     if max_folds is not None and "fold" in first.column_names and set(loaded) == {"train"}:
         folds = list(folds if folds is not None else sorted(set(first["fold"])))[:max_folds]
     parts = downstream_parts(loaded, folds=folds, kfold_validation=kfold_validation, select_on=select_on,
-                             validation_fraction=validation_fraction, test_fraction=test_fraction, seed=seed)
+                             validation_fraction=validation_fraction, test_fraction=test_fraction, seed=seed,
+                             group_by=group_by)
     return DownstreamTask(task=task, parts=parts, multi_label=multi_label, label_names=names,
                           clip_seconds=clip_seconds)

@@ -3,14 +3,21 @@
 
 - `fold_split`: the cross-validation split of a dataset with a fold column (ESC-50, UrbanSound8K).
 - `hold_out_test`: a seeded `test_fraction` of train held out when a dataset has no test split.
+- `source_groups`, `hold_out_groups`: each clip's source (speaker, site, device; `--group_by`), and a seeded share of
+  the clips held out as whole sources, so that validation and test hold voices or places training never heard.
 - `to_streaming`, `split_for_node`: a DatasetDict as an IterableDatasetDict of shards, and one rank's part of it.
 """
 
+import collections
 import logging
+import re
+from pathlib import Path
 
+import numpy as np
 from datasets import DatasetDict, IterableDatasetDict
 from datasets.distributed import split_dataset_by_node
 
+from ..errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -62,12 +69,65 @@ def fold_split(dataset, test_fold: int, valid_fold=None, fold_column: str = "fol
     return DatasetDict({name: dataset.select(indices) for name, indices in splits.items()})
 
 
-def hold_out_test(splits: dict, test_fraction: float, seed: int = 0, label_column: str = "label") -> dict:
+def source_groups(dataset, group_by: str, audio_column: str = "audio") -> list[str]:
+    """Each row's source, the unit that validation and test hold out whole: the value of the column `group_by` when
+    the dataset has one (a speaker or site column of its metadata), else the first group of the regular expression
+    `group_by` searched in the file's name (the whole match when it has no group): `^(\\d+)_` takes "23" from
+    "23_yes_0.wav". A name it does not match, or a pattern that is not a regular expression, is a UsageError."""
+    if group_by in dataset.column_names:
+        return [str(value) for value in dataset[group_by]]  # one column: no audio is decoded
+    try:
+        pattern = re.compile(group_by)
+    except re.error as error:
+        raise UsageError(f"--group_by {group_by!r} is neither a column of the data ({', '.join(dataset.column_names)}) "
+                         f"nor a regular expression ({error})") from None
+    feature = dataset.features.get(audio_column)
+    if getattr(feature, "decode", False):  # the files' names, not their audio
+        dataset = dataset.cast_column(audio_column, type(feature)(sampling_rate=feature.sampling_rate, decode=False))
+    groups = []
+    for cell in dataset[audio_column]:
+        name = Path(cell["path"] if isinstance(cell, dict) else str(cell)).name
+        found = pattern.search(name)
+        if found is None:
+            raise UsageError(f"--group_by {group_by!r} does not match the file name {name!r}: give a regular "
+                             "expression whose first group is the source (e.g. '^(\\d+)_' for 23_yes_0.wav) or a "
+                             f"column of the data ({', '.join(dataset.column_names)})")
+        groups.append(found.group(1) if pattern.groups else found.group(0))
+    return groups
+
+
+def hold_out_groups(groups: list[str], fraction: float, seed: int, what: str) -> np.ndarray:
+    """A boolean mask of the rows held out: whole groups, drawn in a seeded order (`numpy.random.default_rng(seed)`)
+    until they hold at least `fraction` of the rows; at least one group is held out and one kept. `what` names the
+    held-out split in the error when there are fewer than two groups."""
+    names = sorted(set(groups))
+    if len(names) < 2:
+        raise UsageError(f"--group_by found {len(names)} source ({', '.join(names)}) where the {what} must hold out "
+                         "whole sources: it needs two or more (check the pattern against the file names)")
+    counts = collections.Counter(groups)
+    held, total = set(), 0
+    for i in np.random.default_rng(seed).permutation(len(names)):
+        if total >= fraction * len(groups) or len(held) == len(names) - 1:
+            break
+        held.add(names[i])
+        total += counts[names[i]]
+    return np.array([group in held for group in groups])
+
+
+def split_by_groups(dataset, groups: list[str], fraction: float, seed: int, what: str):
+    """(kept, held out) of `dataset`, its `groups` split by `hold_out_groups`; both keep the dataset's order."""
+    held = hold_out_groups(groups, fraction, seed, what)
+    return dataset.select(np.flatnonzero(~held)), dataset.select(np.flatnonzero(held))
+
+
+def hold_out_test(splits: dict, test_fraction: float, seed: int = 0, label_column: str = "label",
+                  group_by: str | None = None) -> dict:
     """`splits` with a "test" split: the dataset's own, or else `test_fraction` of "train" held out.
 
     The rule for a dataset without a test split (an audiofolder of class sub-folders without train/test folders,
     a Hub dataset with only "train"): a seeded draw (`seed`) of `test_fraction` of the train clips, stratified by
-    `label_column` when it is a `ClassLabel` and every class can be represented (else a plain random draw).
+    `label_column` when it is a `ClassLabel` and every class can be represented (else a plain random draw). With
+    `group_by`, whole sources are held out instead (`split_by_groups`).
     """
     splits = dict(splits)
     if "test" in splits:
@@ -81,6 +141,12 @@ def hold_out_test(splits: dict, test_fraction: float, seed: int = 0, label_colum
     from datasets import ClassLabel
 
     train = splits["train"]
+    if group_by is not None:
+        splits["train"], splits["test"] = split_by_groups(train, source_groups(train, group_by), test_fraction, seed,
+                                                          "test")
+        logger.info(f"No test split: {len(splits['test'])} of {len(train)} train clips, whole sources of --group_by "
+                    f"{group_by!r} (seed {seed}), are held out as test.")
+        return splits
     feature = (train.features or {}).get(label_column)
     held = None
     if isinstance(feature, ClassLabel):
