@@ -58,10 +58,12 @@ from aasp_hf.evaluation.linear_protocol import (
     cached_features,
     check_cache_identity,
     evaluation_parts,
+    is_cached,
 )
 from aasp_hf.training.arguments import parse_arguments
 from aasp_hf.training.launch import check_launch
-from aasp_hf.errors import run_script
+from aasp_hf.training.run_lock import RunHold
+from aasp_hf.training.stopping import run_interruptible
 
 
 # ----------------------------------------------------------------------------------------------- arguments
@@ -81,8 +83,15 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     check_launch(1, "linear_eval.py", one_process=True)  # one process: a launcher's several would each do it all
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # one evaluation per folder, as the training scripts: a second one into a held folder, a folder that cannot be
+    # written or a path that is a file is refused here in one line, before the model is loaded
+    with RunHold(args.output_dir).acquire():
+        return evaluate(args)
+
+
+def evaluate(args: LinearEvalArguments) -> dict:
+    """Steps 1-7 of the module docstring into --output_dir (held by `main`)."""
     output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
     print(f"1. frozen encoder from {args.model_name_or_path} on {device}")
@@ -96,6 +105,7 @@ def main(argv=None) -> dict:
     check_cache_identity(args, clip_seconds)
 
     print("3. frozen features (cached under features/)")
+    cached = [(part, split) for part in parts for split in SPLITS if is_cached(output_dir, part, split)]
     features = {}
     for part, splits in parts.items():
         features[part] = {
@@ -113,7 +123,7 @@ def main(argv=None) -> dict:
     metric = load_metric("mean_average_precision" if multi_label else "accuracy")
     runs_dir = output_dir / "runs"
     runs_dir.mkdir(exist_ok=True)
-    runs = []
+    runs, reused = [], 0
     jobs = [(part, seed) for part in parts for seed in args.seeds]
     for part, seed in tqdm(jobs, desc="linear heads", unit="run"):
         run_file = runs_dir / f"{part}_seed{seed}.json"
@@ -124,6 +134,7 @@ def main(argv=None) -> dict:
             stored = json.loads(run_file.read_text())
             if stored["settings"] == settings:
                 runs.append(stored)
+                reused += 1
                 continue
         (train_x, train_y), (valid_x, valid_y), (test_x, test_y) = (features[part][s] for s in SPLITS)
         mean, std = standardization_stats(train_x)
@@ -143,6 +154,12 @@ def main(argv=None) -> dict:
         tmp.write_text(json.dumps(record, indent=2))
         os.replace(tmp, run_file)
         runs.append(record)
+
+    if cached or reused:  # an earlier run into this folder (stopped, or finished): say what it saved this one
+        everything = len(cached) == len(parts) * len(SPLITS) and reused == len(jobs)
+        print(f"   reused from {output_dir}: the cached features of {len(cached)} of {len(parts) * len(SPLITS)} "
+              f"splits (features/) and the heads of {reused} of {len(jobs)} (part, seed) runs (runs/)"
+              + ("; nothing was extracted or trained again" if everything else ""))
 
     print("6. results")
     from aasp_hf.data import describe_protocol, is_kfold
@@ -183,4 +200,7 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    run_script(main, "linear_eval.py")
+    # SIGTERM/SIGUSR1/SIGINT end it at once with exit status 75: everything it wrote is whole and reused by the rerun
+    run_interruptible(main, "linear_eval.py", kept="the features and heads it finished are kept in --output_dir "
+                      "(features/, runs/), and the same command reuses them", then="run the same command again: it "
+                      "reuses the features and heads already in --output_dir")

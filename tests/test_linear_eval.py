@@ -1,13 +1,22 @@
 """examples/linear_eval.py and the frozen-feature helpers: pooling, padding, standardisation, the one-pass lr grid
-(aasp_hf.evaluation.linear_heads), an end-to-end run on a tiny saved encoder with synthetic clips, and resume."""
+(aasp_hf.evaluation.linear_heads), an end-to-end run on a tiny saved encoder with synthetic clips, and resume; then
+the script as a real process: one evaluation per folder, a stop signal, the rerun that reuses what was saved, and
+paths that cannot be used (docs/reliability.md, "Linear evaluation")."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from conftest import tiny_config_kwargs
+from test_run_folder import error_lines, wait_for
+from test_stop_signals import signal_when, start
 
 import linear_eval
 
@@ -16,6 +25,7 @@ from aasp_hf.evaluation import (
     baseline, extract_features, linear_protocol, pool_features, standardization_stats, standardize,
 )
 from aasp_hf.evaluation.linear_heads import final_test_score, train_linear_heads
+from aasp_hf.training.stopping import STOPPED_EXIT_CODE
 
 TINY_128 = tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1, sblu_hidden_size=16, sblu_output_size=16)
 
@@ -193,3 +203,71 @@ def test_k_fold_dataset_from_the_loader(encoder_dir, tmp_path):
         assert [clips[s]["used"] for s in ("train", "validation", "test")] == [7, 1, 2]
     assert "random 10% of the training folds" in (out / "results.md").read_text()
     assert results["test_per_seed"]["0"] == pytest.approx(np.mean([r["test_score"] for r in results["runs"]]))
+
+
+# ----------------------------------------------------------------------------------------------- as a real process
+SCRIPT = [sys.executable, str(Path(__file__).resolve().parents[1] / "examples" / "linear_eval.py")]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def command(encoder_dir, output_dir, *extra, max_steps=12, seeds=("0",)):
+    """linear_eval.py on 4 synthetic clips per class, without the baseline unless `extra` asks for it."""
+    return [*SCRIPT, "--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--max_steps",
+            str(max_steps), "--eval_steps", "4", "--batch_size", "8", "--seeds", *seeds, "--output_dir",
+            str(output_dir), "--baseline", "none", *extra]
+
+
+def run(argv) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=600)
+
+
+def test_a_second_evaluation_into_a_held_folder_is_refused_in_one_line(encoder_dir, tmp_path):
+    out = tmp_path / "run"
+    first = subprocess.Popen(command(encoder_dir, out, max_steps=10**7), env=ENV, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: (out / "features" / "synthetic" / "labels_test.npy").is_file(), timeout=300)
+        second = run(command(encoder_dir, out))
+        assert second.returncode == 2, second.stderr[-3000:]
+        [line] = error_lines(second.stderr)
+        assert line.startswith(f"linear_eval.py: error: {out} is in use by another run: process {first.pid} on ")
+        assert "choose another --output_dir" in line
+        assert "frozen encoder" not in second.stdout  # refused before the model was loaded
+        assert first.poll() is None and json.loads((out / "run.lock").read_text())["pid"] == first.pid
+    finally:
+        first.kill()
+        first.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_is_one_line_and_exit_75_and_the_rerun_says_what_it_reuses(encoder_dir, tmp_path, sig):
+    """The signal again every 20 ms until the process exits, once the first of three seeds is done. The rerun (after
+    SIGTERM) reuses the cached features and that seed's heads, and says so; a third run into the finished folder
+    reuses everything and says that."""
+    out = tmp_path / "run"
+    argv = command(encoder_dir, out, max_steps=1000, seeds=("0", "1", "2"))
+    proc = start(argv, tmp_path / "run.log")
+    status = signal_when(lambda: proc.pid, proc, (out / "runs" / "synthetic_seed0.json").is_file, sig, timeout=300)
+    output = (tmp_path / "run.log").read_text()
+    assert status == STOPPED_EXIT_CODE, output[-3000:]
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
+    lines = [line for line in output.replace("\r", "\n").splitlines() if "stopped by" in line]
+    assert lines == [f"linear_eval.py: stopped by {sig.name}; the features and heads it finished are kept in "
+                     f"--output_dir (features/, runs/), and the same command reuses them; continue with: python "
+                     f"{argv[1]} {' '.join(argv[2:])} (exit status {STOPPED_EXIT_CODE})"], output[-3000:]
+    assert not (out / "run.lock").exists() and not list(out.rglob("*.tmp*"))  # the hold given back, nothing partial
+    finished = sorted(p.name for p in (out / "runs").iterdir())
+    assert "synthetic_seed0.json" in finished and len(finished) < 3
+    if sig != signal.SIGTERM:  # the rerun is the same after either signal
+        return
+    kept = {name: (out / "runs" / name).stat().st_mtime_ns for name in finished}
+    rerun = run(argv)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert (f"   reused from {out}: the cached features of 3 of 3 splits (features/) and the heads of {len(finished)} "
+            f"of 3 (part, seed) runs (runs/)\n") in rerun.stdout
+    assert {name: (out / "runs" / name).stat().st_mtime_ns for name in finished} == kept
+    assert [r["seed"] for r in json.loads((out / "all_results.json").read_text())["runs"]] == [0, 1, 2]
+    again = run(argv)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (f"   reused from {out}: the cached features of 3 of 3 splits (features/) and the heads of 3 of 3 (part, "
+            "seed) runs (runs/); nothing was extracted or trained again\n") in again.stdout

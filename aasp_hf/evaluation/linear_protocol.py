@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..data.clips import leave_stop_signals_to_the_training_process
 from ..data.collators import AaspFineTuningCollator
 from ..data.protocol import load_downstream
 from ..data.synthetic import LABELS, synthetic_splits
@@ -100,11 +101,21 @@ def evaluation_parts(args) -> tuple[dict, bool, int, float]:
 
 
 
+def feature_files(output_dir, part, split) -> tuple[Path, Path]:
+    """(features, labels) of one split in the cache: `features/<part>/features_<split>.npy`, `labels_<split>.npy`."""
+    folder = Path(output_dir) / "features" / part
+    return folder / f"features_{split}.npy", folder / f"labels_{split}.npy"
+
+
+def is_cached(output_dir, part, split) -> bool:
+    return all(path.is_file() for path in feature_files(output_dir, part, split))
+
+
 def cached_features(args, model, feature_extractor, part, rows, split, clip_seconds, num_labels, device):
     """Features and labels of one split, from `features/<part>/` when cached there, else extracted and saved."""
-    folder = Path(args.output_dir) / "features" / part
-    feature_file, label_file = folder / f"features_{split}.npy", folder / f"labels_{split}.npy"
-    if feature_file.is_file() and label_file.is_file():
+    feature_file, label_file = feature_files(args.output_dir, part, split)
+    folder = feature_file.parent
+    if is_cached(args.output_dir, part, split):
         return np.load(feature_file), np.load(label_file)
     collator = AaspFineTuningCollator(
         feature_extractor, clip_seconds=clip_seconds, split=split, num_labels=num_labels,
@@ -112,7 +123,7 @@ def cached_features(args, model, feature_extractor, part, rows, split, clip_seco
     )
     loader = torch.utils.data.DataLoader(
         rows, batch_size=args.feature_batch_size, shuffle=False, collate_fn=collator,
-        num_workers=args.dataloader_num_workers,
+        num_workers=args.dataloader_num_workers, worker_init_fn=leave_stop_signals_to_the_training_process,
     )
     with tqdm(total=len(rows), desc=f"features {part}/{split}", unit="clip") as progress:
         features, labels = extract_features(model, loader, device=device, progress=progress)
