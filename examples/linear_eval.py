@@ -21,8 +21,12 @@ step ("the best result within the budget"), and the learning rate with the best 
 same parts and clips; `--baseline none` skips it, `--baseline_max_clips` caps the clips per split), with a line when
 the model is below it.
 
-Resume: cached features are reused, and each finished (part, seed) result (`runs/<part>_seed<k>.json`) is
-loaded instead of retrained; a cache made with another model or data setting raises an error.
+The folder: one evaluation per `--output_dir` (its `run.lock`, as the training scripts hold theirs); every file
+written there (features, each (part, seed) result, the results) is written whole or not at all (`aasp_hf.files`).
+Rerun: the same command again reuses the cached features and each finished (part, seed) result
+(`runs/<part>_seed<k>.json`) instead of retraining, and says what it reused; a cache made with another model or data
+setting raises an error. SIGTERM, SIGUSR1 and SIGINT end a run at once with one line and exit status 75, as a stopped
+training run: nothing is lost that the rerun would need (docs/reliability.md, "Linear evaluation").
 
 Validation (`aasp_hf.data.downstream_parts`, the rule finetune.py uses too; stated in `all_results.json` and
 `results.md`): for K-fold tasks (ESC-50, US8K) EVAR's rule, `--kfold_validation evar`: train on all the other
@@ -34,7 +38,6 @@ seeded with `feature_seed`. The split is part of the feature cache's identity.
 
 import json
 import logging
-import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -60,6 +63,7 @@ from aasp_hf.evaluation.linear_protocol import (
     evaluation_parts,
     is_cached,
 )
+from aasp_hf.files import write_text_atomically
 from aasp_hf.training.arguments import parse_arguments
 from aasp_hf.training.launch import check_launch
 from aasp_hf.training.run_lock import RunHold
@@ -150,9 +154,7 @@ def evaluate(args: LinearEvalArguments) -> dict:
         for key in ("test_logits", "weights", "biases"):
             del result[key]
         record = {"part": part, "seed": seed, "settings": settings, **result}
-        tmp = run_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=2))
-        os.replace(tmp, run_file)
+        write_text_atomically(run_file, json.dumps(record, indent=2))
         runs.append(record)
 
     if cached or reused:  # an earlier run into this folder (stopped, or finished): say what it saved this one
@@ -189,7 +191,7 @@ def evaluate(args: LinearEvalArguments) -> dict:
     }
 
     def write(results):
-        (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
+        write_text_atomically(output_dir / "all_results.json", json.dumps(results, indent=2))
         write_linear_eval_markdown(output_dir / "results.md", results)
 
     write(results)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import tiny_config_kwargs
-from test_run_folder import error_lines, wait_for
+from test_run_folder import error_lines, mount_tmpfs, wait_for
 from test_stop_signals import signal_when, start
 
 import linear_eval
@@ -271,3 +271,63 @@ def test_a_stop_signal_is_one_line_and_exit_75_and_the_rerun_says_what_it_reuses
     assert again.returncode == 0, again.stderr[-3000:]
     assert (f"   reused from {out}: the cached features of 3 of 3 splits (features/) and the heads of 3 of 3 (part, "
             "seed) runs (runs/); nothing was extracted or trained again\n") in again.stdout
+
+
+def test_a_read_only_or_full_disk_is_one_line_with_advice_the_script_takes_and_nothing_partial(encoder_dir, tmp_path):
+    """linear_eval.py has no --resume: its advice is the same command again, which reuses what is whole. A 40-KB
+    tmpfs holds the train split's features but not the validation split's; the rerun on a larger disk reuses the
+    split that was written and extracts the others."""
+    read_only = mount_tmpfs(tmp_path / "ro", "ro,size=1m")
+    try:
+        refused = run(command(encoder_dir, read_only / "run"))
+        assert refused.returncode == 2 and "--resume" not in refused.stderr, refused.stderr[-3000:]
+        assert error_lines(refused.stderr) == [f"linear_eval.py: error: --output_dir {read_only / 'run'} cannot be "
+                                               f"written (Read-only file system: {read_only / 'run'}); choose an "
+                                               "--output_dir on a writable disk. Nothing was started."]
+    finally:
+        subprocess.run(["umount", "-l", str(read_only)], check=False)
+    disk = mount_tmpfs(tmp_path / "disk", "size=40k")
+    try:
+        out = disk / "run"
+        full = run(command(encoder_dir, out))
+        assert full.returncode == 2 and "--resume" not in full.stderr, full.stderr[-3000:]
+        [line] = error_lines(full.stderr)
+        assert line.startswith(f"linear_eval.py: error: cannot write {out}/features/synthetic/features_validation.npy: "
+                               "No space left on device") and line.endswith(
+            "then run the same command again: it reuses the features and heads already in --output_dir.")
+        assert sorted(p.name for p in (out / "features" / "synthetic").iterdir()) == ["features_train.npy",
+                                                                                    "labels_train.npy"]
+        assert np.load(out / "features" / "synthetic" / "features_train.npy").shape == (20, 288)  # whole
+        assert not (out / "run.lock").exists()
+        subprocess.run(["mount", "-o", "remount,size=2m", str(disk)], check=True)
+        again = run(command(encoder_dir, out))
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert (f"reused from {out}: the cached features of 1 of 3 splits (features/) and the heads of 0 of 1 (part, "
+                "seed) runs (runs/)\n") in again.stdout
+        assert not list(out.rglob("*.tmp"))
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.mark.parametrize("script", ["linear_eval.py", "finetune.py"])
+def test_an_output_dir_that_is_a_file_or_a_data_root_that_is_not_there_is_one_line_and_creates_nothing(
+        encoder_dir, tmp_path, script):
+    base = [sys.executable, str(Path(SCRIPT[1]).with_name(script)), "--model_name_or_path", str(encoder_dir),
+            "--max_steps", "2"]
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    for output_dir, where in ((a_file, "is a file"), (a_file / "run", f"lies under {a_file}, which is a file")):
+        refused = run([*base, "--synthetic_per_class", "2", "--output_dir", str(output_dir)])
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert error_lines(refused.stderr) == [f"{script}: error: --output_dir {output_dir} {where}, not a folder: "
+                                               "choose another --output_dir (a new or existing folder). Nothing was "
+                                               "started."]
+    assert a_file.read_text() == "mine"
+    missing = run([*base, "--dataset", "esc50", "--data_root", str(tmp_path / "ESC-50"), "--output_dir",
+                   str(tmp_path / "out")])
+    assert missing.returncode == 2, missing.stderr[-3000:]
+    assert error_lines(missing.stderr) == [f"{script}: error: ESC-50 metadata file meta/esc50.csv not found: "
+                                           f"{tmp_path / 'ESC-50' / 'meta' / 'esc50.csv'} does not exist. It ships with "
+                                           "ESC-50 (https://github.com/karolpiczak/ESC-50: meta/esc50.csv with columns "
+                                           "filename,fold,target,category,esc10,src_file,take; audio/<filename>)."]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # no folder left behind

@@ -15,7 +15,6 @@ The heads trained on these features: `aasp_hf.evaluation.linear_heads`.
 
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from ..data.clips import leave_stop_signals_to_the_training_process
 from ..data.collators import AaspFineTuningCollator
 from ..data.protocol import load_downstream
 from ..data.synthetic import LABELS, synthetic_splits
+from ..files import save_array_atomically, write_text_atomically
 from .baseline import BASELINE_HELP, DEFAULT_MAX_CLIPS, MAX_CLIPS_HELP
 from .features import extract_features
 
@@ -131,10 +131,8 @@ def cached_features(args, model, feature_extractor, part, rows, split, clip_seco
         logger.warning(f"{part}/{split}: {collator.num_skipped} clip(s) failed to decode and were skipped (each file "
                        f"is named in a line of its own above)")
     folder.mkdir(parents=True, exist_ok=True)
-    for path, array in ((feature_file, features), (label_file, labels)):  # write-then-rename: no partial cache
-        tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, array)
-        os.replace(tmp, path)
+    for path, array in ((feature_file, features), (label_file, labels)):  # each whole or absent: no partial cache
+        save_array_atomically(path, array)
     return features, labels
 
 
@@ -156,5 +154,5 @@ def check_cache_identity(args, clip_seconds):
                              f"use a new --output_dir or delete that folder.")
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(identity, indent=2))
+        write_text_atomically(path, json.dumps(identity, indent=2))
 
