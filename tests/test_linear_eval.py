@@ -331,3 +331,30 @@ def test_an_output_dir_that_is_a_file_or_a_data_root_that_is_not_there_is_one_li
                                            "ESC-50 (https://github.com/karolpiczak/ESC-50: meta/esc50.csv with columns "
                                            "filename,fold,target,category,esc10,src_file,take; audio/<filename>)."]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # no folder left behind
+
+
+def test_results_equal_to_the_baseline_say_equal(encoder_dir, tmp_path):
+    """Two pure tones an octave apart are learnt perfectly by the probe on the tiny encoder and by the baseline: both
+    score 100 %, and the verdict says so (it used to say nothing)."""
+    import soundfile as sf
+
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 8), ("validation", 3), ("test", 3)):
+        for label, frequency in (("low", 200), ("high", 5000)):
+            (tmp_path / "tones" / split / label).mkdir(parents=True)
+            for i in range(count):
+                t = np.arange(16000) / 16000
+                tone = 0.5 * np.sin(2 * np.pi * frequency * (1 + 0.01 * i) * t) + 0.01 * rng.normal(size=t.shape)
+                sf.write(tmp_path / "tones" / split / label / f"{i}.wav", tone.astype(np.float32), 16000)
+    out = tmp_path / "run"
+    result = run([*SCRIPT, "--model_name_or_path", str(encoder_dir), "--dataset", "audiofolder", "--data_root",
+                  str(tmp_path / "tones"), "--max_steps", "50", "--eval_steps", "25", "--batch_size", "8",
+                  "--learning_rates", "1e-2", "--seeds", "0", "--output_dir", str(out)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    stored = json.loads((out / "all_results.json").read_text())
+    assert stored["test_mean"] == stored["baseline"]["test_mean"] == 1.0
+    verdict = ("equal to the log-mel baseline: 100.0 vs 100.0 % accuracy (log-mel statistics + logistic regression on "
+               "the same splits); see docs/downstream.md#the-log-mel-baseline")
+    assert stored["baseline_verdict"] == verdict and "below_baseline" not in stored
+    assert f"   the model is {verdict}\n" in result.stdout
+    assert f"**The model is {verdict}.**" in (out / "results.md").read_text()

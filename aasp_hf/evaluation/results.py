@@ -71,12 +71,13 @@ def write_linear_eval_markdown(path: Path, results: dict):
 
 
 def baseline_markdown(summary: dict) -> list[str]:
-    """The lines after a `results.md` score: the line saying the model is below the log-mel baseline (when it is),
-    then the baseline's section (its settings, one row per part, its mean over parts); none without a baseline."""
+    """The lines after a `results.md` score: the verdict (the model is below, equal to or above the log-mel
+    baseline), then the baseline's section (its settings, one row per part, its mean over parts); none without a
+    baseline."""
     baseline = summary.get("baseline")
     if not baseline:
         return []
-    lines = [f"**The model is {summary['below_baseline']}.**", ""] if summary.get("below_baseline") else []
+    lines = [f"**The model is {summary['baseline_verdict']}.**", ""] if summary.get("baseline_verdict") else []
     lines += [f"## Baseline: {baseline['name']}", ""]
     if "error" in baseline:
         return lines + [f"Not computed: {baseline['error']}.", ""]
