@@ -18,8 +18,8 @@ evaluated on validation every `eval_steps`; each learning rate's test score is t
 step ("the best result within the budget"), and the learning rate with the best validation score is chosen,
 6. results: mean over folds per seed, then mean ± std (ddof=1) over seeds -> `all_results.json`, `results.md`,
 7. beside them the log-mel baseline (`aasp_hf.evaluation.baseline`: log-mel statistics + logistic regression on the
-same parts and clips; `--baseline none` skips it, `--baseline_max_clips` caps the clips per split), with a line when
-the model is below it.
+same parts and clips; `--baseline none` skips it, `--baseline_max_clips` caps the clips per split), with the verdict
+line: the model is below, equal to or above it.
 
 The folder: one evaluation per `--output_dir` (its `run.lock`, as the training scripts hold theirs); every file
 written there (features, each (part, seed) result, the results) is written whole or not at all (`aasp_hf.files`).
@@ -157,7 +157,7 @@ def evaluate(args: LinearEvalArguments) -> dict:
         write_text_atomically(run_file, json.dumps(record, indent=2))
         runs.append(record)
 
-    if cached or reused:  # an earlier run into this folder (stopped, or finished): say what it saved this one
+    if cached or reused:  # an earlier run into this folder (stopped or finished) spared work: say which
         everything = len(cached) == len(parts) * len(SPLITS) and reused == len(jobs)
         print(f"   reused from {output_dir}: the cached features of {len(cached)} of {len(parts) * len(SPLITS)} "
               f"splits (features/) and the heads of {reused} of {len(jobs)} (part, seed) runs (runs/)"

@@ -24,6 +24,10 @@ Two facts of Linux the handler also fixes:
   (`prctl(PR_SET_PDEATHSIG, SIGTERM)`) to send this process SIGTERM when its launcher dies, which then stops it here.
 A cluster's signal (and Ctrl-C's SIGINT) reaches the DataLoader workers too; they leave it to the training process
 (`aasp_hf.data.clips.leave_stop_signals_to_the_training_process`).
+
+A script with no training state (examples/linear_eval.py: its feature cache and each finished head are files written
+whole, which the same command reuses) has nothing to save at a boundary: `run_interruptible` ends it where the signal
+lands, with one line and the same `STOPPED_EXIT_CODE`.
 """
 
 import os
