@@ -76,8 +76,12 @@ def parse_command_line(parser, argv=None):
 _REFUSED_WRITES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 
-def refused_write_message(error: OSError) -> str:
-    """One line for an OSError of `_REFUSED_WRITES`: the path, the reason and the space free there."""
+RESUME = "run the same command with --resume to go on from the last complete checkpoint"
+
+
+def refused_write_message(error: OSError, then: str = RESUME) -> str:
+    """One line for an OSError of `_REFUSED_WRITES`: the path, the reason, the space free there and, after freeing
+    space, `then` (what the script's rerun does: the training scripts' `--resume`)."""
     path = Path(error.filename) if error.filename else None
     space = ""
     if path is not None:
@@ -90,27 +94,28 @@ def refused_write_message(error: OSError) -> str:
         except OSError:
             pass
     return (f"cannot write {path or 'a file'}: {error.strerror}{space}. Free space (or choose a writable "
-            "--output_dir), then run the same command with --resume to go on from the last complete checkpoint.")
+            f"--output_dir), then {then}.")
 
 
-def run_script(main, prog: str):
+def run_script(main, prog: str, then: str = RESUME):
     """Runs `main()`; a `UsageError` becomes `prog: error: message` on stderr and exit code 2 (no traceback), and so
-    does a write the file system refused (full, over quota, read-only: `refused_write_message`) wherever it happens."""
+    does a write the file system refused (full, over quota, read-only: `refused_write_message`, which ends with
+    `then`) wherever it happens."""
     try:
         return main()
     except UsageError as error:
-        _close_progress_bars()
+        close_progress_bars()
         print(f"{prog}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     except OSError as error:
         if error.errno not in _REFUSED_WRITES:
             raise
-        _close_progress_bars()
-        print(f"{prog}: error: {refused_write_message(error)}", file=sys.stderr)
+        close_progress_bars()
+        print(f"{prog}: error: {refused_write_message(error, then)}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
-def _close_progress_bars():
+def close_progress_bars():
     """Ends the line of a progress bar the error interrupted, so the error is a line of its own."""
     if (tqdm := sys.modules.get("tqdm")) is not None:
         for bar in list(getattr(tqdm.tqdm, "_instances", ())):

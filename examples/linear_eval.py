@@ -18,11 +18,15 @@ evaluated on validation every `eval_steps`; each learning rate's test score is t
 step ("the best result within the budget"), and the learning rate with the best validation score is chosen,
 6. results: mean over folds per seed, then mean ± std (ddof=1) over seeds -> `all_results.json`, `results.md`,
 7. beside them the log-mel baseline (`aasp_hf.evaluation.baseline`: log-mel statistics + logistic regression on the
-same parts and clips; `--baseline none` skips it, `--baseline_max_clips` caps the clips per split), with a line when
-the model is below it.
+same parts and clips; `--baseline none` skips it, `--baseline_max_clips` caps the clips per split), with the verdict
+line: the model is below, equal to or above it.
 
-Resume: cached features are reused, and each finished (part, seed) result (`runs/<part>_seed<k>.json`) is
-loaded instead of retrained; a cache made with another model or data setting raises an error.
+The folder: one evaluation per `--output_dir` (its `run.lock`, as the training scripts hold theirs); every file
+written there (features, each (part, seed) result, the results) is written whole or not at all (`aasp_hf.files`).
+Rerun: the same command again reuses the cached features and each finished (part, seed) result
+(`runs/<part>_seed<k>.json`) instead of retraining, and says what it reused; a cache made with another model or data
+setting raises an error. SIGTERM, SIGUSR1 and SIGINT end a run at once with one line and exit status 75, as a stopped
+training run: nothing is lost that the rerun would need (docs/reliability.md, "Linear evaluation").
 
 Validation (`aasp_hf.data.downstream_parts`, the rule finetune.py uses too; stated in `all_results.json` and
 `results.md`): for K-fold tasks (ESC-50, US8K) EVAR's rule, `--kfold_validation evar`: train on all the other
@@ -34,7 +38,6 @@ seeded with `feature_seed`. The split is part of the feature cache's identity.
 
 import json
 import logging
-import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -58,10 +61,13 @@ from aasp_hf.evaluation.linear_protocol import (
     cached_features,
     check_cache_identity,
     evaluation_parts,
+    is_cached,
 )
+from aasp_hf.files import write_text_atomically
 from aasp_hf.training.arguments import parse_arguments
 from aasp_hf.training.launch import check_launch
-from aasp_hf.errors import run_script
+from aasp_hf.training.run_lock import RunHold
+from aasp_hf.training.stopping import run_interruptible
 
 
 # ----------------------------------------------------------------------------------------------- arguments
@@ -81,8 +87,15 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     check_launch(1, "linear_eval.py", one_process=True)  # one process: a launcher's several would each do it all
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # one evaluation per folder, as the training scripts: a second one into a held folder, a folder that cannot be
+    # written or a path that is a file is refused here in one line, before the model is loaded
+    with RunHold(args.output_dir).acquire():
+        return evaluate(args)
+
+
+def evaluate(args: LinearEvalArguments) -> dict:
+    """Steps 1-7 of the module docstring into --output_dir (held by `main`)."""
     output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
     print(f"1. frozen encoder from {args.model_name_or_path} on {device}")
@@ -93,9 +106,15 @@ def main(argv=None) -> dict:
     task = "synthetic" if args.synthetic_per_class else (args.task or args.dataset)
     print(f"   {task}: {num_classes} classes, {'multi' if multi_label else 'single'}-label, clips {clip_seconds} s, "
           f"parts {list(parts)}")
+    if args.group_by is not None:
+        from aasp_hf.data.protocol import describe_sources
+
+        for part, splits in parts.items():
+            print(f"   {part}: {describe_sources(splits, args.group_by)}")
     check_cache_identity(args, clip_seconds)
 
     print("3. frozen features (cached under features/)")
+    cached = [(part, split) for part in parts for split in SPLITS if is_cached(output_dir, part, split)]
     features = {}
     for part, splits in parts.items():
         features[part] = {
@@ -113,7 +132,7 @@ def main(argv=None) -> dict:
     metric = load_metric("mean_average_precision" if multi_label else "accuracy")
     runs_dir = output_dir / "runs"
     runs_dir.mkdir(exist_ok=True)
-    runs = []
+    runs, reused = [], 0
     jobs = [(part, seed) for part in parts for seed in args.seeds]
     for part, seed in tqdm(jobs, desc="linear heads", unit="run"):
         run_file = runs_dir / f"{part}_seed{seed}.json"
@@ -124,6 +143,7 @@ def main(argv=None) -> dict:
             stored = json.loads(run_file.read_text())
             if stored["settings"] == settings:
                 runs.append(stored)
+                reused += 1
                 continue
         (train_x, train_y), (valid_x, valid_y), (test_x, test_y) = (features[part][s] for s in SPLITS)
         mean, std = standardization_stats(train_x)
@@ -139,10 +159,14 @@ def main(argv=None) -> dict:
         for key in ("test_logits", "weights", "biases"):
             del result[key]
         record = {"part": part, "seed": seed, "settings": settings, **result}
-        tmp = run_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=2))
-        os.replace(tmp, run_file)
+        write_text_atomically(run_file, json.dumps(record, indent=2))
         runs.append(record)
+
+    if cached or reused:  # an earlier run into this folder (stopped or finished) spared work: say which
+        everything = len(cached) == len(parts) * len(SPLITS) and reused == len(jobs)
+        print(f"   reused from {output_dir}: the cached features of {len(cached)} of {len(parts) * len(SPLITS)} "
+              f"splits (features/) and the heads of {reused} of {len(jobs)} (part, seed) runs (runs/)"
+              + ("; nothing was extracted or trained again" if everything else ""))
 
     print("6. results")
     from aasp_hf.data import describe_protocol, is_kfold
@@ -163,7 +187,7 @@ def main(argv=None) -> dict:
         "max_steps": args.max_steps,
         "kfold_validation": args.kfold_validation if kfold else None,
         "validation_rule": describe_protocol("validation", kfold, args.kfold_validation, args.validation_fraction,
-                                             args.feature_seed),
+                                             args.feature_seed, args.group_by),
         "test_per_seed": {str(k): v for k, v in per_seed.items()},
         "test_mean": test_mean,
         "test_std": test_std,
@@ -172,7 +196,7 @@ def main(argv=None) -> dict:
     }
 
     def write(results):
-        (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
+        write_text_atomically(output_dir / "all_results.json", json.dumps(results, indent=2))
         write_linear_eval_markdown(output_dir / "results.md", results)
 
     write(results)
@@ -183,4 +207,7 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    run_script(main, "linear_eval.py")
+    # SIGTERM/SIGUSR1/SIGINT end it at once with exit status 75: everything it wrote is whole and reused by the rerun
+    run_interruptible(main, "linear_eval.py", kept="the features and heads it finished are kept in --output_dir "
+                      "(features/, runs/), and the same command reuses them", then="run the same command again: it "
+                      "reuses the features and heads already in --output_dir")

@@ -105,8 +105,12 @@ def test_baseline_on_parts_with_a_cap_and_the_comparison_line():
     assert baseline.ANCHOR in below["below_baseline"]
     lines = "\n".join(baseline_markdown(below))
     assert below["below_baseline"] in lines and "| synthetic |" in lines and "8 of 20" in lines
-    above = baseline.attach({"metric": "accuracy", "test_mean": record["test_mean"]}, record)
-    assert "below_baseline" not in above and "below" not in "\n".join(baseline_markdown(above)).lower()
+    assert below["baseline_verdict"] == below["below_baseline"]
+    for offset, verdict in ((0.0, "equal to"), (1e-12, "equal to"), (0.1, "above")):  # within 1e-9 is equal
+        other = baseline.attach({"metric": "accuracy", "test_mean": record["test_mean"] + offset}, record)
+        assert other["baseline_verdict"].startswith(f"{verdict} the log-mel baseline: ") and "below_baseline" not in other
+        markdown = "\n".join(baseline_markdown(other))
+        assert f"**The model is {other['baseline_verdict']}.**" in markdown and "below" not in markdown.lower()
     assert baseline.attach(summary, None) is summary
 
 

@@ -3,6 +3,7 @@ in `model_config`, with the closest valid key), numbers out of range (naming the
 `<script>: error: <message>` with exit code 2 and no traceback."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +78,54 @@ def test_a_typo_at_the_top_of_a_preset_names_the_key_and_the_closest_one(script,
 def test_a_number_out_of_range_is_refused_before_anything_is_built(flags, message):
     with pytest.raises(UsageError, match=message):
         pretrain.parse_args(["--synthetic_clips", "8", *flags])
+
+
+STEPS_MISTAKES = [
+    ({"max_steps": 3.7}, "max_steps must be a whole number, got 3.7"),  # HfArgumentParser trained 4 steps, said 3.7
+    ({"max_steps": None}, "max_steps must be a whole number, got null"),
+    ({"max_steps": True}, "max_steps must be a whole number, got true"),
+]
+PRESET_TYPE_MISTAKES = {
+    pretrain: STEPS_MISTAKES + [({"seed": [0, 1]}, "seed must be a whole number, got [0, 1]"),
+                                ({"learning_rate": "1e-3"}, 'learning_rate must be a number, got "1e-3"')],
+    finetune: STEPS_MISTAKES + [({"seed": [0, 1]}, "seed must be a whole number, got [0, 1]"),
+                                ({"seeds": 0}, "seeds must be a list of whole numbers or null, got 0"),
+                                ({"seeds": [0, 1.5]}, "seeds must be a list of whole numbers or null, got [0, 1.5]")],
+    linear_eval: STEPS_MISTAKES + [({"seeds": 0}, "seeds must be a list of whole numbers, got 0"),
+                                   ({"learning_rates": 1e-3}, "learning_rates must be a list of numbers, got 0.001")],
+}
+
+
+@pytest.mark.parametrize("script", [pretrain, finetune, linear_eval])
+def test_a_preset_value_of_the_wrong_type_is_refused_as_the_command_line_refuses_it(script, tmp_path):
+    """Both preset forms (`--config preset.json`, `preset.json` alone); a value of the right type (an int for a
+    float) still passes."""
+    path = tmp_path / "preset.json"
+    for preset, message in PRESET_TYPE_MISTAKES[script]:
+        path.write_text(json.dumps({**preset, "output_dir": str(tmp_path / "out")}))
+        for argv in (["--config", str(path)], [str(path)]):
+            with pytest.raises(UsageError, match=f"^the preset {re.escape(str(path))}: {re.escape(message)}$"):
+                script.parse_args(argv)
+    assert not (tmp_path / "out").exists()
+    path.write_text(json.dumps({"max_steps": 3, "weight_decay": 0}))
+    parsed = script.parse_args(["--config", str(path), *(["--synthetic_clips", "8"] if script is pretrain
+                                                          else ["--model_name_or_path", "m"])])
+    args = parsed[-1] if isinstance(parsed, tuple) else parsed
+    assert args.max_steps == 3 and args.weight_decay == 0
+
+
+@pytest.mark.parametrize("script", ["pretrain.py", "finetune.py", "linear_eval.py"])
+def test_as_a_script_a_preset_value_of_the_wrong_type_is_one_line_and_nothing_is_created(script, tmp_path):
+    path = tmp_path / "preset.json"
+    path.write_text(json.dumps({"max_steps": None, "output_dir": str(tmp_path / "out")}))
+    result = subprocess.run([sys.executable, str(EXAMPLES / script), "--config", str(path), "--model_name_or_path",
+                             "m"] if script != "pretrain.py" else [sys.executable, str(EXAMPLES / script), "--config",
+                                                                    str(path), "--synthetic_clips", "8"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1:] == [f"{script}: error: the preset {path}: max_steps must be a whole "
+                                               "number, got null"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["preset.json"]
 
 
 def test_as_a_script_a_mistake_is_one_line_with_exit_code_2(tmp_path):

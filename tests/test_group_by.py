@@ -111,3 +111,18 @@ def test_finetune_with_group_by_validates_on_unseen_speakers_and_says_so(voices,
                              str(tmp_path / "ft")])
     assert results["selection_rule"].startswith("model selection on whole sources (--group_by '^([a-z]+)_')")
     assert "whole sources" in (tmp_path / "ft" / "results.md").read_text()
+
+
+def test_linear_eval_with_group_by_holds_out_whole_speakers(voices, tmp_path, capsys):
+    from conftest import save_tiny_encoder
+
+    import linear_eval
+
+    encoder = save_tiny_encoder(tmp_path / "encoder")
+    results = linear_eval.main(["--model_name_or_path", str(encoder), "--dataset", "audiofolder", "--data_root",
+                                str(voices), "--group_by", r"^([a-z]+)_", "--max_steps", "2", "--eval_steps", "1",
+                                "--seeds", "0", "--baseline", "none", "--output_dir", str(tmp_path / "lin")])
+    assert results["validation_rule"].startswith("model selection on whole sources (--group_by '^([a-z]+)_')")
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "sources (--group_by" in line]
+    assert line.strip().startswith("official: sources (--group_by '^([a-z]+)_'): train 5 (") and line.endswith(
+        "none in two splits")

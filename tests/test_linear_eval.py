@@ -1,13 +1,22 @@
 """examples/linear_eval.py and the frozen-feature helpers: pooling, padding, standardisation, the one-pass lr grid
-(aasp_hf.evaluation.linear_heads), an end-to-end run on a tiny saved encoder with synthetic clips, and resume."""
+(aasp_hf.evaluation.linear_heads), an end-to-end run on a tiny saved encoder with synthetic clips, and resume; then
+the script as a real process: one evaluation per folder, a stop signal, the rerun that reuses what was saved, and
+paths that cannot be used (docs/reliability.md, "Linear evaluation")."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from conftest import tiny_config_kwargs
+from test_run_folder import error_lines, mount_tmpfs, wait_for
+from test_stop_signals import signal_when, start
 
 import linear_eval
 
@@ -16,6 +25,7 @@ from aasp_hf.evaluation import (
     baseline, extract_features, linear_protocol, pool_features, standardization_stats, standardize,
 )
 from aasp_hf.evaluation.linear_heads import final_test_score, train_linear_heads
+from aasp_hf.training.stopping import STOPPED_EXIT_CODE
 
 TINY_128 = tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1, sblu_hidden_size=16, sblu_output_size=16)
 
@@ -193,3 +203,158 @@ def test_k_fold_dataset_from_the_loader(encoder_dir, tmp_path):
         assert [clips[s]["used"] for s in ("train", "validation", "test")] == [7, 1, 2]
     assert "random 10% of the training folds" in (out / "results.md").read_text()
     assert results["test_per_seed"]["0"] == pytest.approx(np.mean([r["test_score"] for r in results["runs"]]))
+
+
+# ----------------------------------------------------------------------------------------------- as a real process
+SCRIPT = [sys.executable, str(Path(__file__).resolve().parents[1] / "examples" / "linear_eval.py")]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def command(encoder_dir, output_dir, *extra, max_steps=12, seeds=("0",)):
+    """linear_eval.py on 4 synthetic clips per class, without the baseline unless `extra` asks for it."""
+    return [*SCRIPT, "--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--max_steps",
+            str(max_steps), "--eval_steps", "4", "--batch_size", "8", "--seeds", *seeds, "--output_dir",
+            str(output_dir), "--baseline", "none", *extra]
+
+
+def run(argv) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=600)
+
+
+def test_a_second_evaluation_into_a_held_folder_is_refused_in_one_line(encoder_dir, tmp_path):
+    out = tmp_path / "run"
+    first = subprocess.Popen(command(encoder_dir, out, max_steps=10**7), env=ENV, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: (out / "features" / "synthetic" / "labels_test.npy").is_file(), timeout=300)
+        second = run(command(encoder_dir, out))
+        assert second.returncode == 2, second.stderr[-3000:]
+        [line] = error_lines(second.stderr)
+        assert line.startswith(f"linear_eval.py: error: {out} is in use by another run: process {first.pid} on ")
+        assert "choose another --output_dir" in line
+        assert "frozen encoder" not in second.stdout  # refused before the model was loaded
+        assert first.poll() is None and json.loads((out / "run.lock").read_text())["pid"] == first.pid
+    finally:
+        first.kill()
+        first.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_is_one_line_and_exit_75_and_the_rerun_says_what_it_reuses(encoder_dir, tmp_path, sig):
+    """The signal again every 20 ms until the process exits, once the first of three seeds is done. The rerun (after
+    SIGTERM) reuses the cached features and that seed's heads, and says so; a third run into the finished folder
+    reuses everything and says that."""
+    out = tmp_path / "run"
+    argv = command(encoder_dir, out, max_steps=1000, seeds=("0", "1", "2"))
+    proc = start(argv, tmp_path / "run.log")
+    status = signal_when(lambda: proc.pid, proc, (out / "runs" / "synthetic_seed0.json").is_file, sig, timeout=300)
+    output = (tmp_path / "run.log").read_text()
+    assert status == STOPPED_EXIT_CODE, output[-3000:]
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
+    lines = [line for line in output.replace("\r", "\n").splitlines() if "stopped by" in line]
+    assert lines == [f"linear_eval.py: stopped by {sig.name}; the features and heads it finished are kept in "
+                     f"--output_dir (features/, runs/), and the same command reuses them; continue with: python "
+                     f"{argv[1]} {' '.join(argv[2:])} (exit status {STOPPED_EXIT_CODE})"], output[-3000:]
+    assert not (out / "run.lock").exists() and not list(out.rglob("*.tmp*"))  # the hold given back, nothing partial
+    finished = sorted(p.name for p in (out / "runs").iterdir())
+    assert "synthetic_seed0.json" in finished and len(finished) < 3
+    if sig != signal.SIGTERM:  # the rerun is the same after either signal
+        return
+    kept = {name: (out / "runs" / name).stat().st_mtime_ns for name in finished}
+    rerun = run(argv)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert (f"   reused from {out}: the cached features of 3 of 3 splits (features/) and the heads of {len(finished)} "
+            f"of 3 (part, seed) runs (runs/)\n") in rerun.stdout
+    assert {name: (out / "runs" / name).stat().st_mtime_ns for name in finished} == kept
+    assert [r["seed"] for r in json.loads((out / "all_results.json").read_text())["runs"]] == [0, 1, 2]
+    again = run(argv)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (f"   reused from {out}: the cached features of 3 of 3 splits (features/) and the heads of 3 of 3 (part, "
+            "seed) runs (runs/); nothing was extracted or trained again\n") in again.stdout
+
+
+def test_a_read_only_or_full_disk_is_one_line_with_advice_the_script_takes_and_nothing_partial(encoder_dir, tmp_path):
+    """linear_eval.py has no --resume: its advice is the same command again, which reuses what is whole. A 40-KB
+    tmpfs holds the train split's features but not the validation split's; the rerun on a larger disk reuses the
+    split that was written and extracts the others."""
+    read_only = mount_tmpfs(tmp_path / "ro", "ro,size=1m")
+    try:
+        refused = run(command(encoder_dir, read_only / "run"))
+        assert refused.returncode == 2 and "--resume" not in refused.stderr, refused.stderr[-3000:]
+        assert error_lines(refused.stderr) == [f"linear_eval.py: error: --output_dir {read_only / 'run'} cannot be "
+                                               f"written (Read-only file system: {read_only / 'run'}); choose an "
+                                               "--output_dir on a writable disk. Nothing was started."]
+    finally:
+        subprocess.run(["umount", "-l", str(read_only)], check=False)
+    disk = mount_tmpfs(tmp_path / "disk", "size=40k")
+    try:
+        out = disk / "run"
+        full = run(command(encoder_dir, out))
+        assert full.returncode == 2 and "--resume" not in full.stderr, full.stderr[-3000:]
+        [line] = error_lines(full.stderr)
+        assert line.startswith(f"linear_eval.py: error: cannot write {out}/features/synthetic/features_validation.npy: "
+                               "No space left on device") and line.endswith(
+            "then run the same command again: it reuses the features and heads already in --output_dir.")
+        assert sorted(p.name for p in (out / "features" / "synthetic").iterdir()) == ["features_train.npy",
+                                                                                    "labels_train.npy"]
+        assert np.load(out / "features" / "synthetic" / "features_train.npy").shape == (20, 288)  # whole
+        assert not (out / "run.lock").exists()
+        subprocess.run(["mount", "-o", "remount,size=2m", str(disk)], check=True)
+        again = run(command(encoder_dir, out))
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert (f"reused from {out}: the cached features of 1 of 3 splits (features/) and the heads of 0 of 1 (part, "
+                "seed) runs (runs/)\n") in again.stdout
+        assert not list(out.rglob("*.tmp"))
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.mark.parametrize("script", ["linear_eval.py", "finetune.py"])
+def test_an_output_dir_that_is_a_file_or_a_data_root_that_is_not_there_is_one_line_and_creates_nothing(
+        encoder_dir, tmp_path, script):
+    base = [sys.executable, str(Path(SCRIPT[1]).with_name(script)), "--model_name_or_path", str(encoder_dir),
+            "--max_steps", "2"]
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    for output_dir, where in ((a_file, "is a file"), (a_file / "run", f"lies under {a_file}, which is a file")):
+        refused = run([*base, "--synthetic_per_class", "2", "--output_dir", str(output_dir)])
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert error_lines(refused.stderr) == [f"{script}: error: --output_dir {output_dir} {where}, not a folder: "
+                                               "choose another --output_dir (a new or existing folder). Nothing was "
+                                               "started."]
+    assert a_file.read_text() == "mine"
+    missing = run([*base, "--dataset", "esc50", "--data_root", str(tmp_path / "ESC-50"), "--output_dir",
+                   str(tmp_path / "out")])
+    assert missing.returncode == 2, missing.stderr[-3000:]
+    assert error_lines(missing.stderr) == [f"{script}: error: ESC-50 metadata file meta/esc50.csv not found: "
+                                           f"{tmp_path / 'ESC-50' / 'meta' / 'esc50.csv'} does not exist. It ships with "
+                                           "ESC-50 (https://github.com/karolpiczak/ESC-50: meta/esc50.csv with columns "
+                                           "filename,fold,target,category,esc10,src_file,take; audio/<filename>)."]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # no folder left behind
+
+
+def test_results_equal_to_the_baseline_say_equal(encoder_dir, tmp_path):
+    """Two pure tones an octave apart are learnt perfectly by the probe on the tiny encoder and by the baseline: both
+    score 100 %, and the verdict says so (it used to say nothing)."""
+    import soundfile as sf
+
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 8), ("validation", 3), ("test", 3)):
+        for label, frequency in (("low", 200), ("high", 5000)):
+            (tmp_path / "tones" / split / label).mkdir(parents=True)
+            for i in range(count):
+                t = np.arange(16000) / 16000
+                tone = 0.5 * np.sin(2 * np.pi * frequency * (1 + 0.01 * i) * t) + 0.01 * rng.normal(size=t.shape)
+                sf.write(tmp_path / "tones" / split / label / f"{i}.wav", tone.astype(np.float32), 16000)
+    out = tmp_path / "run"
+    result = run([*SCRIPT, "--model_name_or_path", str(encoder_dir), "--dataset", "audiofolder", "--data_root",
+                  str(tmp_path / "tones"), "--max_steps", "50", "--eval_steps", "25", "--batch_size", "8",
+                  "--learning_rates", "1e-2", "--seeds", "0", "--output_dir", str(out)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    stored = json.loads((out / "all_results.json").read_text())
+    assert stored["test_mean"] == stored["baseline"]["test_mean"] == 1.0
+    verdict = ("equal to the log-mel baseline: 100.0 vs 100.0 % accuracy (log-mel statistics + logistic regression on "
+               "the same splits); see docs/downstream.md#the-log-mel-baseline")
+    assert stored["baseline_verdict"] == verdict and "below_baseline" not in stored
+    assert f"   the model is {verdict}\n" in result.stdout
+    assert f"**The model is {verdict}.**" in (out / "results.md").read_text()

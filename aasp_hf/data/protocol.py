@@ -328,12 +328,17 @@ def load_downstream(dataset: str, *, root=None, loader_kwargs: dict | None = Non
     task's EVAR length, or the mean length of the training clips when the task has none (`downstream_clip_seconds`;
     a `task` given by name must have an EVAR length, checked before anything is read).
     K-fold tasks: the test folds `folds` (default all), at most the first `max_folds` of them. `group_by`: each
-    clip's source (a column or a regular expression on the file name), held out whole (the module's rules).
+    clip's source (a column or a regular expression on the file name), held out whole (the module's rules). A dataset
+    the loader cannot find (a `root` that does not exist, a metadata file or clips missing) is a one-line UsageError
+    with the loader's message, as `python -m aasp_hf.data.check` prints it.
     """
     if task is not None:  # a task named on purpose must be one of EVAR's: refused before anything is read
         clip_seconds = evar_clip_seconds(evar_task(dataset, task), clip_seconds)
     task = evar_task(dataset, task)
-    loaded = for_safe_decoding(load(dataset, root=root, **(loader_kwargs or {})))
+    try:
+        loaded = for_safe_decoding(load(dataset, root=root, **(loader_kwargs or {})))
+    except FileNotFoundError as error:  # a root, metadata file or clips not there: the loader's words, as data.check
+        raise UsageError(" ".join(str(error).split())) from None
     first = next(iter(loaded.values()))
     check_classes(first, root if root is not None else dataset)
     clip_seconds = downstream_clip_seconds(task, clip_seconds, loaded)

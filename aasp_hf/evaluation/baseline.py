@@ -21,8 +21,8 @@ docs/downstream.md#the-log-mel-baseline says how to read it.
   refits on all of them).
 - `log_mel_baseline`: the whole reference on a run's parts, capped at `max_clips` clips per split (a random subset,
   seed 0); `safe_log_mel_baseline` returns its error as a record instead of raising, so that a failure here never
-  loses the model's result; `compare` / `attach`: the comparison with the model's mean score and the summary that
-  carries both (`results.baseline_markdown` writes it into `results.md`).
+  loses the model's result; `compare` / `attach`: the verdict on the model's mean score (below, equal to or above
+  the baseline's) and the summary that carries both (`results.baseline_markdown` writes it into `results.md`).
 
 The probe is deterministic (fixed crop seeds, fixed subsets, a convex fit): one value per part, the same for every
 seed of the model, so its mean over parts is compared with the model's mean over seeds of its mean over parts.
@@ -273,22 +273,32 @@ def check_choice(choice: str, max_clips: int):
 
 
 # ----------------------------------------------------------------------------------------------- reporting
+EQUAL_WITHIN = 1e-9  # scores this close are equal: the two means are summed in different orders
+
+
 def compare(model_score: float, baseline: dict | None, metric: str) -> str | None:
-    """The line a result carries when the model's mean score is below the baseline's, else None."""
-    if not baseline or "test_mean" not in baseline or not model_score < baseline["test_mean"]:
+    """The verdict on the model's mean score against the baseline's: a line that begins "below", "equal to" or
+    "above the log-mel baseline", with both scores; None when there is no baseline score (none asked for, or it
+    failed)."""
+    if not baseline or "test_mean" not in baseline:
         return None
+    difference = model_score - baseline["test_mean"]
+    where = "equal to" if abs(difference) <= EQUAL_WITHIN else "below" if difference < 0 else "above"
     unit = " %" if metric == "accuracy" else ""
-    return (f"below the log-mel baseline: {100 * model_score:.1f} vs {100 * baseline['test_mean']:.1f}{unit} "
+    return (f"{where} the log-mel baseline: {100 * model_score:.1f} vs {100 * baseline['test_mean']:.1f}{unit} "
             f"{metric} ({NAME} on the same splits); see {ANCHOR}")
 
 
 def attach(summary: dict, baseline: dict | None) -> dict:
-    """`summary` with the baseline block and, when the model is below it, `below_baseline` (the line)."""
+    """`summary` with the baseline block, the verdict line (`baseline_verdict`: below, equal to or above it) and,
+    when the model is below it, the same line as `below_baseline`."""
     if baseline is None:
         return summary
     summary = {**summary, "baseline": baseline}
     line = compare(summary["test_mean"], baseline, summary["metric"])
     if line:
+        summary["baseline_verdict"] = line
+    if line and line.startswith("below"):
         summary["below_baseline"] = line
     return summary
 
@@ -297,7 +307,7 @@ def with_baseline(summary: dict, write, choice: str, parts, clip_seconds, multi_
                   max_clips: int, crop_seed: int, log=print) -> dict:
     """A script's results with the baseline beside them. `write(summary)` has already written the model's results;
     the baseline is computed after that (nothing of the model's is lost if it fails or is interrupted), then the
-    summary is written again with the "baseline" block and, when the model is below it, the `below_baseline` line."""
+    summary is written again with the "baseline" block and the verdict line (`attach`), which is also printed."""
     if choice == "none":
         return summary
     log(f"baseline: {NAME} on the same parts and clips (--baseline none skips it)")
@@ -306,6 +316,6 @@ def with_baseline(summary: dict, write, choice: str, parts, clip_seconds, multi_
     write(summary)
     if "test_mean" in baseline:
         log(f"   baseline {summary['metric']}: {100 * baseline['test_mean']:.2f} in {baseline['seconds']:.1f} s")
-    if summary.get("below_baseline"):
-        log(f"   the model is {summary['below_baseline']}")
+    if summary.get("baseline_verdict"):
+        log(f"   the model is {summary['baseline_verdict']}")
     return summary

@@ -15,7 +15,6 @@ The heads trained on these features: `aasp_hf.evaluation.linear_heads`.
 
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,9 +22,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..data.clips import leave_stop_signals_to_the_training_process
 from ..data.collators import AaspFineTuningCollator
 from ..data.protocol import load_downstream
 from ..data.synthetic import LABELS, synthetic_splits
+from ..files import save_array_atomically, write_text_atomically
 from .baseline import BASELINE_HELP, DEFAULT_MAX_CLIPS, MAX_CLIPS_HELP
 from .features import extract_features
 
@@ -55,6 +56,10 @@ class LinearEvalArguments:
         default=0.2, metadata={"help": "held out of train (stratified by class, seeded) when there is no test split, "
                                "e.g. an audiofolder without train/test sub-folders"}
     )
+    group_by: str | None = field(default=None, metadata={
+        "help": "each clip's source (speaker, site, device): a column of the data, or a regular expression whose "
+                "first group, searched in the file name, is the source (e.g. '^(\\d+)_'); validation (and a K-fold "
+                "task's validation draw) and a held-out test then take whole sources, never heard in training"})
     learning_rates: list[float] = field(default_factory=lambda: [1e-4], metadata={"help": "peak lrs, one pass"})
     min_learning_rate: float = field(default=0.0, metadata={"help": "end of the cosine schedule"})
     weight_decay: float = field(default=0.0)
@@ -94,17 +99,27 @@ def evaluation_parts(args) -> tuple[dict, bool, int, float]:
         loader_kwargs=json.loads(args.dataset_kwargs) if args.dataset_kwargs else None,
         task=args.task, clip_seconds=args.clip_seconds, folds=args.folds,
         kfold_validation=getattr(args, "kfold_validation", "evar"), validation_fraction=args.validation_fraction,
-        test_fraction=args.test_fraction, seed=args.feature_seed,
+        test_fraction=args.test_fraction, seed=args.feature_seed, group_by=args.group_by,
     )
     return downstream.parts, downstream.multi_label, len(downstream.label_names), downstream.clip_seconds
 
 
 
+def feature_files(output_dir, part, split) -> tuple[Path, Path]:
+    """(features, labels) of one split in the cache: `features/<part>/features_<split>.npy`, `labels_<split>.npy`."""
+    folder = Path(output_dir) / "features" / part
+    return folder / f"features_{split}.npy", folder / f"labels_{split}.npy"
+
+
+def is_cached(output_dir, part, split) -> bool:
+    return all(path.is_file() for path in feature_files(output_dir, part, split))
+
+
 def cached_features(args, model, feature_extractor, part, rows, split, clip_seconds, num_labels, device):
     """Features and labels of one split, from `features/<part>/` when cached there, else extracted and saved."""
-    folder = Path(args.output_dir) / "features" / part
-    feature_file, label_file = folder / f"features_{split}.npy", folder / f"labels_{split}.npy"
-    if feature_file.is_file() and label_file.is_file():
+    feature_file, label_file = feature_files(args.output_dir, part, split)
+    folder = feature_file.parent
+    if is_cached(args.output_dir, part, split):
         return np.load(feature_file), np.load(label_file)
     collator = AaspFineTuningCollator(
         feature_extractor, clip_seconds=clip_seconds, split=split, num_labels=num_labels,
@@ -112,7 +127,7 @@ def cached_features(args, model, feature_extractor, part, rows, split, clip_seco
     )
     loader = torch.utils.data.DataLoader(
         rows, batch_size=args.feature_batch_size, shuffle=False, collate_fn=collator,
-        num_workers=args.dataloader_num_workers,
+        num_workers=args.dataloader_num_workers, worker_init_fn=leave_stop_signals_to_the_training_process,
     )
     with tqdm(total=len(rows), desc=f"features {part}/{split}", unit="clip") as progress:
         features, labels = extract_features(model, loader, device=device, progress=progress)
@@ -120,10 +135,8 @@ def cached_features(args, model, feature_extractor, part, rows, split, clip_seco
         logger.warning(f"{part}/{split}: {collator.num_skipped} clip(s) failed to decode and were skipped (each file "
                        f"is named in a line of its own above)")
     folder.mkdir(parents=True, exist_ok=True)
-    for path, array in ((feature_file, features), (label_file, labels)):  # write-then-rename: no partial cache
-        tmp = path.with_suffix(".tmp.npy")
-        np.save(tmp, array)
-        os.replace(tmp, path)
+    for path, array in ((feature_file, features), (label_file, labels)):  # each whole or absent: no partial cache
+        save_array_atomically(path, array)
     return features, labels
 
 
@@ -135,6 +148,7 @@ def check_cache_identity(args, clip_seconds):
         "clip_seconds": clip_seconds, "feature_seed": args.feature_seed,
         "validation_fraction": args.validation_fraction, "test_fraction": args.test_fraction,
         "kfold_validation": args.kfold_validation,
+        **({"group_by": args.group_by} if args.group_by is not None else {}),  # (absent: a cache from before it)
     }
     path = Path(args.output_dir) / "features" / "identity.json"
     if path.is_file():
@@ -145,5 +159,5 @@ def check_cache_identity(args, clip_seconds):
                              f"use a new --output_dir or delete that folder.")
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(identity, indent=2))
+        write_text_atomically(path, json.dumps(identity, indent=2))
 

@@ -4,7 +4,7 @@
 - `classification_score`: accuracy / mAP for model selection in the loop (the same numbers as the shipped
   `evaluate` modules in `aasp_hf.metrics`, which report the final scores).
 - `mean_std`, `write_finetune_markdown`, `write_linear_eval_markdown`: the scripts' summaries over seeds and parts
-  (mean ± std with ddof=1) and their `results.md` tables, each followed by the log-mel baseline's section
+  (mean ± std with ddof=1) and their `results.md` tables (written whole or not at all), each followed by the log-mel baseline's section
   (`baseline_markdown`; the baseline itself: `aasp_hf.evaluation.baseline`).
 """
 
@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.metrics import average_precision_score
+
+from ..files import write_text_atomically
 
 
 def classification_score(logits: np.ndarray, labels: np.ndarray, multi_label: bool) -> float:
@@ -42,7 +44,7 @@ def write_finetune_markdown(path: Path, summary: dict):
         lines.append(f"| {r['part']} | {r['seed']} | {r['best_step']} | {valid} | {100 * r['test_score']:.2f} |")
     lines += ["", f"**{summary['task']} {metric}: {100 * summary['test_mean']:.2f} ± {100 * summary['test_std']:.2f}**",
               ""]
-    Path(path).write_text("\n".join(lines + baseline_markdown(summary)))
+    write_text_atomically(path, "\n".join(lines + baseline_markdown(summary)))
 
 
 def write_linear_eval_markdown(path: Path, results: dict):
@@ -65,16 +67,17 @@ def write_linear_eval_markdown(path: Path, results: dict):
                      f"{100 * run['test_score']:.2f} |")
     lines += ["", f"**{results['task']} {metric}: {100 * results['test_mean']:.2f} ± {100 * results['test_std']:.2f}**",
               ""]
-    Path(path).write_text("\n".join(lines + baseline_markdown(results)))
+    write_text_atomically(path, "\n".join(lines + baseline_markdown(results)))
 
 
 def baseline_markdown(summary: dict) -> list[str]:
-    """The lines after a `results.md` score: the line saying the model is below the log-mel baseline (when it is),
-    then the baseline's section (its settings, one row per part, its mean over parts); none without a baseline."""
+    """The lines after a `results.md` score: the verdict (the model is below, equal to or above the log-mel
+    baseline), then the baseline's section (its settings, one row per part, its mean over parts); none without a
+    baseline."""
     baseline = summary.get("baseline")
     if not baseline:
         return []
-    lines = [f"**The model is {summary['below_baseline']}.**", ""] if summary.get("below_baseline") else []
+    lines = [f"**The model is {summary['baseline_verdict']}.**", ""] if summary.get("baseline_verdict") else []
     lines += [f"## Baseline: {baseline['name']}", ""]
     if "error" in baseline:
         return lines + [f"Not computed: {baseline['error']}.", ""]

@@ -10,6 +10,8 @@ import logging
 import math
 import os
 import sys
+import types
+import typing
 from pathlib import Path
 
 from huggingface_hub.errors import StrictDataclassError
@@ -89,6 +91,7 @@ def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:
     if len(argv) == 1 and argv[0].endswith(".json"):
         preset = _read_preset(argv[0])
         check_keys(preset, valid, f"the preset {argv[0]}", "the script's --help")
+        check_preset_types(preset, classes, f"the preset {argv[0]}")
         return _check(parser.parse_json_file(os.path.abspath(argv[0])), typed=set(), preset=set(preset))
     preset = {}
     if "--config" in argv:
@@ -97,6 +100,7 @@ def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:
             raise UsageError("--config needs a JSON file: --config preset.json [overriding flags]")
         preset = _read_preset(argv[i + 1])
         check_keys(preset, valid, f"the preset {argv[i + 1]}", "the script's --help")
+        check_preset_types(preset, classes, f"the preset {argv[i + 1]}")
         argv = argv[:i] + argv[i + 2 :]
         given = {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")}
         if given & set(exclusive):  # the command line chose among them: the preset's choice goes
@@ -178,6 +182,54 @@ def _read_preset(path) -> dict:
     if not isinstance(preset, dict):
         raise UsageError(f"the preset {path} must hold a JSON object of arguments, got a {type(preset).__name__}")
     return preset
+
+
+# What each argument type is called in the one-line error for a preset value of another type: (one, several).
+_TYPE_NAMES = {bool: ("true or false", "true/false values"), int: ("a whole number", "whole numbers"),
+               float: ("a number", "numbers"), str: ("a string", "strings")}
+
+
+def _fits(value, annotation) -> bool:
+    """Whether a JSON value fits an argument annotated `annotation` (int, float, str, bool, list[...], X | None).
+    A JSON object fits a string: JSON-valued arguments (`model_config`, `dataset_kwargs`) are given as objects in a
+    preset. An int fits a float, as on the command line; a bool fits only a bool."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_fits(value, option) for option in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if typing.get_origin(annotation) is list:
+        (item,) = typing.get_args(annotation) or (object,)
+        return isinstance(value, list) and all(_fits(v, item) for v in value)
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation in (int, float):
+        return isinstance(value, int if annotation is int else (int, float)) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, (str, dict))
+    return True  # a type this check does not know: left to the script
+
+
+def _type_name(annotation) -> str:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return " or ".join("null" if option is type(None) else _type_name(option)
+                           for option in typing.get_args(annotation))
+    if typing.get_origin(annotation) is list:
+        (item,) = typing.get_args(annotation) or (object,)
+        return f"a list of {_TYPE_NAMES.get(item, ('', 'values'))[1]}"
+    return _TYPE_NAMES.get(annotation, (getattr(annotation, "__name__", str(annotation)),))[0]
+
+
+def check_preset_types(preset: dict, classes, where: str) -> None:
+    """A UsageError for the first value of `preset` whose JSON type does not fit its argument's type in the
+    dataclasses `classes`, as argparse refuses the same value typed on the command line: HfArgumentParser takes a
+    preset's values as they are, so `"max_steps": 3.7` trained 4 steps and reported 3.7, and `null` or `[0, 1]`
+    for a number ended in a TypeError after the run had begun."""
+    annotations = {}
+    for cls in classes:
+        annotations.update(typing.get_type_hints(cls))
+    for key, value in preset.items():
+        if key in annotations and not _fits(value, annotations[key]):
+            raise UsageError(f"{where}: {key} must be {_type_name(annotations[key])}, got {json.dumps(value)}")
 
 
 # The ranges of the numeric arguments the scripts share, checked by name before anything is built. An argument

@@ -22,8 +22,8 @@ Checkpoints written before hashes (a manifest of sizes) or before manifests stil
 
 A save that fails (a full disk, a quota, a read-only or vanished file system) removes what it had written and raises a
 `StorageError` of one line naming the path, what was being written, the space it needed and had, and the checkpoint that
-is intact. `write_text_atomically` and `replace_directory` write results and exports the same way: into a temporary
-sibling, then ``os.replace``, so a reader never sees a half-written file.
+is intact. `write_text_atomically` (`aasp_hf.files`, imported here) and `replace_directory` write results and exports
+the same way: into a temporary sibling, then ``os.replace``, so a reader never sees a half-written file.
 """
 
 import contextlib
@@ -36,6 +36,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import UsageError
+from ..files import write_text_atomically
 
 LATEST = "latest"
 TRAINER_STATE = "trainer_state.json"
@@ -104,27 +105,6 @@ def file_hashes(paths) -> list[str]:
         return [file_hash(path) for path in paths]
     with ThreadPoolExecutor(max_workers=min(len(paths), os.cpu_count() or 1, 8)) as pool:
         return list(pool.map(file_hash, paths))
-
-
-def write_text_atomically(path, text: str):
-    """Writes `text` to `path` through a temporary sibling and ``os.replace``: a reader sees the old file or the new
-    one, never a part. A failed write leaves no temporary file behind and raises the `OSError`."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as error:
-        tmp.unlink(missing_ok=True)
-        if error.filename is None:  # a failed write() names no file: name it, for the one-line error
-            raise OSError(error.errno, error.strerror, str(path)) from error
-        raise
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 _atomic_write_text = write_text_atomically

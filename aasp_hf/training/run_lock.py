@@ -124,7 +124,13 @@ class RunHold:
         self._thread = None
 
     def acquire(self, say=print) -> "RunHold":
-        """Takes the hold or raises a one-line UsageError naming the live holder (or an unwritable folder)."""
+        """Takes the hold or raises a one-line UsageError naming the live holder (or an unwritable folder, or a path
+        that is, or lies under, a file)."""
+        existing = next(path for path in (self.output_dir, *self.output_dir.parents) if path.exists())
+        if not existing.is_dir():
+            where = "is a file" if existing == self.output_dir else f"lies under {existing}, which is a file"
+            raise UsageError(f"--output_dir {self.output_dir} {where}, not a folder: choose another --output_dir (a "
+                             "new or existing folder). Nothing was started.")
         try:
             if not self.output_dir.is_dir():
                 self.output_dir.mkdir(parents=True)

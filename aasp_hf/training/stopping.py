@@ -24,6 +24,10 @@ Two facts of Linux the handler also fixes:
   (`prctl(PR_SET_PDEATHSIG, SIGTERM)`) to send this process SIGTERM when its launcher dies, which then stops it here.
 A cluster's signal (and Ctrl-C's SIGINT) reaches the DataLoader workers too; they leave it to the training process
 (`aasp_hf.data.clips.leave_stop_signals_to_the_training_process`).
+
+A script with no training state (examples/linear_eval.py: its feature cache and each finished head are files written
+whole, which the same command reuses) has nothing to save at a boundary: `run_interruptible` ends it where the signal
+lands, with one line and the same `STOPPED_EXIT_CODE`.
 """
 
 import os
@@ -176,6 +180,43 @@ def run_stoppable(main, prog: str):
     follow_launcher()
     try:
         return run_script(main, prog)
+    finally:
+        for number in STOP_SIGNALS:
+            signal.signal(number, signal.SIG_IGN)
+
+
+class Stopped(BaseException):
+    """A stop signal, raised where it lands by `run_interruptible`'s handler. A BaseException, as KeyboardInterrupt
+    is, so that an `except Exception` on the way (a baseline that must never cost the run its result) lets it pass."""
+
+
+def run_interruptible(main, prog: str, kept: str, then: str):
+    """The entry point of a script that has nothing to save when it stops (examples/linear_eval.py): every file it
+    writes is written whole (through a temporary file and `os.replace`) and reused by the same command run again, so
+    SIGTERM, SIGUSR1 and SIGINT end it at once instead of at a step boundary, which a long feature extraction or
+    baseline would make minutes away. The first of them raises `Stopped` where it lands and ignores the rest; the
+    script's `with` blocks give back what they hold (the run folder's hold); then one line names the signal, `kept`
+    (what the rerun reuses) and the command that goes on, and the process exits with `STOPPED_EXIT_CODE`, as a
+    stopped training run does. `main()` runs under `errors.run_script`, whose message for a refused write ends with
+    `then` (what the rerun does); the launcher is followed as by `run_stoppable`."""
+    from ..errors import close_progress_bars, run_script
+
+    def stop(number, frame):
+        for each in STOP_SIGNALS:  # the signals that follow (a cluster repeats SIGTERM) must not interrupt the exit
+            signal.signal(each, signal.SIG_IGN)
+        raise Stopped(number)
+
+    for number in STOP_SIGNALS:
+        signal.signal(number, stop)
+    follow_launcher()
+    try:
+        return run_script(main, prog, then)
+    except Stopped as stopped:
+        close_progress_bars()
+        command = shlex.join(["python", sys.argv[0], *sys.argv[1:]])
+        print(f"{prog}: stopped by {signal.Signals(stopped.args[0]).name}; {kept}; continue with: {command} (exit "
+              f"status {STOPPED_EXIT_CODE})", flush=True)
+        raise SystemExit(STOPPED_EXIT_CODE) from None
     finally:
         for number in STOP_SIGNALS:
             signal.signal(number, signal.SIG_IGN)
