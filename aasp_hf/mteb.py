@@ -117,7 +117,6 @@ def model_meta(model_path: str, name: str | None = None, **options):
     from mteb.models import ModelMeta
 
     folder = hear._checkpoint_folder(model_path)
-    config = json.loads((folder / "config.json").read_text())
     probe = hear.load_model(str(folder), **options)
     parameters = sum(p.numel() for p in probe.encoder.parameters())
     return ModelMeta(
@@ -141,7 +140,7 @@ def model_meta(model_path: str, name: str | None = None, **options):
         use_instructions=False,
         training_datasets=None,
         modalities=["audio"],
-        experiment_kwargs={"model_type": config.get("model_type"), **options} if options else None,
+        experiment_kwargs=dict(options) or None,  # MTEB names the run after them (ablations of one checkpoint)
     )
 
 

@@ -104,8 +104,8 @@ class AaspXaresEncoder(nn.Module):
         lead_ms = 1000.0 * self.lead_samples / self.sampling_rate
         expected = lead_ms + self.hop_size_in_ms * torch.arange(count, dtype=torch.float64)
         if embeddings.shape[1] < count or not torch.allclose(timestamps[0, :count].double().cpu(), expected):
-            raise RuntimeError(f"the HEAR module's columns are not centred at i·{self.hop_size_in_ms:g} ms of the clip "
-                               f"(got {timestamps[0, :3].tolist()} ms with {lead_ms:g} ms in front): a bug, report it")
+            raise RuntimeError(f"the HEAR module's columns are not centred at i·{self.hop_size_in_ms:g} ms of the "
+                               f"clip (got {timestamps[0, :3].tolist()} ms with {lead_ms:g} ms in front): a bug")
         return embeddings[:, :count]  # (B, J, E)
 
 

@@ -122,7 +122,7 @@ def test_mistakes_are_one_line(checkpoint, encoder, monkeypatch):
         encoder(torch.zeros(2, 0))
 
 
-# ----------------------------------------------------------------------------------------------- make xares-check's tasks
+# ----------------------------------------------------------------------------------------------- the local tasks
 @pytest.fixture(scope="module")
 def env_dir(tmp_path_factory):
     from benchmarks.xares import build_tasks  # the repository root is on the path when pytest runs from it
@@ -205,12 +205,13 @@ def test_x_ares_runner_scores_both_tasks_end_to_end(checkpoint, env_dir, tmp_pat
     workdir.mkdir()
     (workdir / "env").symlink_to(env_dir)
     env = {**os.environ, "AASP_XARES_MODEL": str(checkpoint), "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    result = subprocess.run([sys.executable, "-m", "xares.run", "aasp_hf.xares", "benchmarks.xares.synthetic_scene_task",
-                             "benchmarks.xares.synthetic_event_task", "--max-jobs", "0"], cwd=workdir, env=env,
-                            capture_output=True, text=True, timeout=900)
+    tasks = ["benchmarks.xares.synthetic_scene_task", "benchmarks.xares.synthetic_event_task"]
+    result = subprocess.run([sys.executable, "-m", "xares.run", "aasp_hf.xares", *tasks, "--max-jobs", "0"],
+                            cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Results:" in result.stdout and "Synthetic scene" in result.stdout and "Synthetic event" in result.stdout
     for task, probes in (("synthetic_scene", ("mlp", "knn")), ("synthetic_event", ("mlp",))):
         for probe in probes:
-            score, weight = (env_dir / task / "checkpoints" / "AaspXaresEncoder" / f"{probe}_score.txt").read_text().split()
+            stored = env_dir / task / "checkpoints" / "AaspXaresEncoder" / f"{probe}_score.txt"
+            score, weight = stored.read_text().split()
             assert 0.0 <= float(score) <= 1.0 and int(weight) > 0 and not math.isnan(float(score))
