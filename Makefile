@@ -202,7 +202,8 @@ hear-check: setup $(HEAR_STAMP)
 # package with its `xares` extra at constraints.txt's pins): it installs a top-level package `tasks`. Its runner runs
 # with --max-jobs 0 (one process: with worker processes it assigns tasks to GPUs by `i % device_count()`, which fails
 # on a CPU-only machine) and keeps every score and embedding it made under env/ (a second run would reuse the first
-# one's), so the tasks are rebuilt on every run. The runners' output goes to $(XARES_OUT)/logs/.
+# one's), so the tasks are rebuilt on every run. The runners' output goes to $(XARES_OUT)/logs/. Not part of CI: the
+# venv installs a second torch (gigabytes), and the whole check takes minutes.
 XARES_VENV := .venv-xares
 XARES_PY := $(XARES_VENV)/bin/python
 XARES_STAMP := $(XARES_VENV)/.xares-installed
@@ -234,7 +235,8 @@ xares-check: setup $(XARES_STAMP)
 # MTEB's audio tasks (MAEB), unmodified (docs/benchmarks.md): the tests of `aasp_hf.mteb` with MTEB installed, then
 # MTEB's own evaluation on a small local audio task in its format (benchmarks/mteb/build_task.py: parquet files with
 # datasets' Audio column) for the checkpoint MTEB_MODEL and for the log-mel baseline. A venv of its own
-# (.venv-mteb, the package with its `mteb` extra at constraints.txt's pins); offline: nothing is fetched.
+# (.venv-mteb, the package with its `mteb` extra at constraints.txt's pins); offline: nothing is fetched. Not part of
+# CI, for the same reason as xares-check.
 MTEB_VENV := .venv-mteb
 MTEB_PY := $(MTEB_VENV)/bin/python
 MTEB_STAMP := $(MTEB_VENV)/.mteb-installed
