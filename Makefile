@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.aasp-installed
 
 .PHONY: setup demo test test-fast test-newest transformers-pr-check bench quality-data study study-quick ffmpeg clean \
-	hear-check
+	hear-check xares-check mteb-check
 
 setup: $(STAMP) ffmpeg
 
@@ -150,7 +150,7 @@ study: quality-data
 study-quick: quality-data
 	$(PY) benchmarks/quality/run.py --quick $(STUDY_ARGS)
 
-# HEAR's official tools, unmodified, on an AaSP checkpoint (docs/hear.md): the validator, then heareval's embedding
+# HEAR's official tools, unmodified, on an AaSP checkpoint (docs/benchmarks.md): the validator, then heareval's embedding
 # and prediction runners on two small synthetic tasks, for the checkpoint and for a log-mel floor without weights.
 # heareval 2021.1.3 and hearvalidator 2021.0.2 pin packages older than the project's (PyTorch Lightning 1.x,
 # NumPy < 2), so they get a venv of their own (.venv-hear, benchmarks/hear/requirements*.txt); the task builder runs
@@ -195,8 +195,74 @@ hear-check: setup $(HEAR_STAMP)
 		> logs/predictions.log 2>&1 || { tail -n 30 logs/predictions.log; exit 1; }
 	$(HEAR_PY) benchmarks/hear/scores.py $(HEAR_OUT)/embeddings
 
+# X-ARES, unmodified (docs/benchmarks.md): X-ARES's own tests of `aasp_hf.xares` (its check_audio_encoder and its
+# runner on tiny tasks), then X-ARES's runner on two small local tasks in its webdataset format
+# (benchmarks/xares/build_tasks.py: the HEAR check's clips; a clip-level and a frame-level task) for the checkpoint
+# XARES_MODEL and for the log-mel baseline, and the score table. X-ARES gets a venv of its own (.venv-xares, the
+# package with its `xares` extra at constraints.txt's pins): it installs a top-level package `tasks`. Its runner runs
+# with --max-jobs 0 (one process: with worker processes it assigns tasks to GPUs by `i % device_count()`, which fails
+# on a CPU-only machine) and keeps every score and embedding it made under env/ (a second run would reuse the first
+# one's), so the tasks are rebuilt on every run. The runners' output goes to $(XARES_OUT)/logs/. Not part of CI: the
+# venv installs a second torch (gigabytes), and the whole check takes minutes.
+XARES_VENV := .venv-xares
+XARES_PY := $(XARES_VENV)/bin/python
+XARES_STAMP := $(XARES_VENV)/.xares-installed
+XARES_MODEL ?= demo_output/pretrain/encoder
+XARES_OUT ?= xares_output
+XARES_TASKS := benchmarks.xares.synthetic_scene_task benchmarks.xares.synthetic_event_task
+XARES_ENV := CUDA_VISIBLE_DEVICES="" PYTHONPATH=$(CURDIR)
+
+$(XARES_STAMP): pyproject.toml constraints.txt
+	test -x $(XARES_PY) || $(PYTHON) -m venv $(XARES_VENV)
+	$(XARES_PY) -m pip install --quiet --upgrade pip
+	$(XARES_PY) -m pip install --quiet -c constraints.txt -e ".[xares]" pytest
+	touch $(XARES_STAMP)
+
+xares-check: setup $(XARES_STAMP)
+	@if [ ! -f "$(XARES_MODEL)/config.json" ]; then \
+		if [ "$(XARES_MODEL)" = "demo_output/pretrain/encoder" ]; then $(MAKE) demo; \
+		else echo "XARES_MODEL=$(XARES_MODEL) is not a checkpoint folder (no config.json)"; exit 2; fi; fi
+	$(XARES_ENV) $(XARES_PY) -m pytest -q -p no:cacheprovider tests/test_xares.py
+	rm -rf $(XARES_OUT) && mkdir -p $(XARES_OUT)/logs
+	$(PY) -m benchmarks.xares.build_tasks $(XARES_OUT)/env
+	@echo "X-ARES's runner: progress in $(XARES_OUT)/logs/ (a failure prints its last lines)"
+	cd $(XARES_OUT) && $(XARES_ENV) AASP_XARES_MODEL=$(abspath $(XARES_MODEL)) $(abspath $(XARES_PY)) -m xares.run \
+		aasp_hf.xares $(XARES_TASKS) --max-jobs 0 > logs/aasp.log 2>&1 || { tail -n 30 logs/aasp.log; exit 1; }
+	cd $(XARES_OUT) && $(XARES_ENV) $(abspath $(XARES_PY)) -m xares.run benchmarks.xares.logmel_encoder $(XARES_TASKS) \
+		--max-jobs 0 > logs/logmel.log 2>&1 || { tail -n 30 logs/logmel.log; exit 1; }
+	$(PY) benchmarks/xares/scores.py $(XARES_OUT)/env
+
+# MTEB's audio tasks (MAEB), unmodified (docs/benchmarks.md): the tests of `aasp_hf.mteb` with MTEB installed, then
+# MTEB's own evaluation on a small local audio task in its format (benchmarks/mteb/build_task.py: parquet files with
+# datasets' Audio column) for the checkpoint MTEB_MODEL and for the log-mel baseline. A venv of its own
+# (.venv-mteb, the package with its `mteb` extra at constraints.txt's pins); offline: nothing is fetched. Not part of
+# CI, for the same reason as xares-check.
+MTEB_VENV := .venv-mteb
+MTEB_PY := $(MTEB_VENV)/bin/python
+MTEB_STAMP := $(MTEB_VENV)/.mteb-installed
+MTEB_MODEL ?= demo_output/pretrain/encoder
+MTEB_OUT ?= mteb_output
+MTEB_ENV := CUDA_VISIBLE_DEVICES="" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+
+$(MTEB_STAMP): pyproject.toml constraints.txt
+	test -x $(MTEB_PY) || $(PYTHON) -m venv $(MTEB_VENV)
+	$(MTEB_PY) -m pip install --quiet --upgrade pip
+	$(MTEB_PY) -m pip install --quiet -c constraints.txt -e ".[mteb]" pytest
+	touch $(MTEB_STAMP)
+
+mteb-check: setup $(MTEB_STAMP)
+	@if [ ! -f "$(MTEB_MODEL)/config.json" ]; then \
+		if [ "$(MTEB_MODEL)" = "demo_output/pretrain/encoder" ]; then $(MAKE) demo; \
+		else echo "MTEB_MODEL=$(MTEB_MODEL) is not a checkpoint folder (no config.json)"; exit 2; fi; fi
+	$(MTEB_ENV) $(MTEB_PY) -m pytest -q -p no:cacheprovider tests/test_mteb.py
+	rm -rf $(MTEB_OUT) && mkdir -p $(MTEB_OUT)
+	$(PY) benchmarks/mteb/build_task.py $(MTEB_OUT)/data
+	$(MTEB_ENV) $(MTEB_PY) benchmarks/mteb/run.py $(MTEB_OUT)/data --model $(MTEB_MODEL) \
+		--output_folder $(MTEB_OUT)/results 2> $(MTEB_OUT)/run.log || { tail -n 30 $(MTEB_OUT)/run.log; exit 1; }
+
 clean:
-	rm -rf $(VENV) demo_output .pytest_cache $(HEAR_VENV) hear_output $(PR_VENV) transformers_pr_check.log
+	rm -rf $(VENV) demo_output .pytest_cache $(HEAR_VENV) hear_output $(PR_VENV) transformers_pr_check.log \
+		$(XARES_VENV) xares_output $(MTEB_VENV) mteb_output
 
 # ---- the GPU machine's image (docs/gpus.md, "The GPU acceptance check") --------------------------------------------
 # device-wheels: the wheels of benchmarks/gpu_wheels.txt (what the acceptance check needs beyond that machine's image;

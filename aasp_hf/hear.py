@@ -9,7 +9,7 @@ its validator (`hear-validator aasp_hf.hear --model CHECKPOINT_DIR`) and its run
     scene = hear.get_scene_embeddings(audio, model)                 # (n, 16 kHz samples) -> (n, scene size)
     frames, timestamps = hear.get_timestamp_embeddings(audio, model)  # (n, n_t, size), (n, n_t) in ms
 
-How an encoder's output becomes embeddings (the choices and their measurements: docs/hear.md):
+How an encoder's output becomes embeddings (the choices and their measurements: docs/benchmarks.md):
 
 - Frames. The encoder's patch tokens form a grid, time-major (token t·F̃ + f; CLS first). A timestamp embedding is
   one time column t of that grid, its F̃ frequency patches concatenated (`frequency_pooling="concat"`, F̃·D values,
