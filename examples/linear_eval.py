@@ -65,6 +65,7 @@ from aasp_hf.evaluation.linear_protocol import (
 )
 from aasp_hf.files import write_text_atomically
 from aasp_hf.training.arguments import parse_arguments
+from aasp_hf.training.console import quiet_libraries
 from aasp_hf.training.launch import check_launch
 from aasp_hf.training.run_lock import RunHold
 from aasp_hf.training.stopping import run_interruptible
@@ -87,6 +88,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     check_launch(1, "linear_eval.py", one_process=True)  # one process: a launcher's several would each do it all
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/console.py)
     # one evaluation per folder, as the training scripts: a second one into a held folder, a folder that cannot be
     # written or a path that is a file is refused here in one line, before the model is loaded
     with RunHold(args.output_dir).acquire():

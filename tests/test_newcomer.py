@@ -306,9 +306,10 @@ def other_libraries_lines(output: str) -> dict:
 
 
 def test_default_training_runs_print_no_line_of_another_library(tmp_path):
-    """pretrain.py (its default tracker, tensorboard, whose event writer imported TensorFlow when it is installed)
-    and finetune.py (an encoder loaded into a classifier with a new head, evaluations and checkpoints) as processes:
-    their output holds only the scripts' own lines and bars. The tensorboard events are still written."""
+    """pretrain.py (its default tracker, tensorboard, whose event writer imported TensorFlow when it is installed),
+    finetune.py (an encoder loaded into a classifier with a new head, evaluations and checkpoints) and linear_eval.py
+    as processes: their output holds only the scripts' own lines and bars. The tensorboard events are still
+    written."""
     from conftest import save_tiny_encoder
 
     env = {**os.environ, "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1"}
@@ -332,6 +333,13 @@ def test_default_training_runs_print_no_line_of_another_library(tmp_path):
     assert (f"loaded the encoder from {encoder}; the classification head (classifier.dense, classifier.layernorm: 4 "
             "tensors) is new, initialised for this task") in finetune.stdout.splitlines()
     assert "step 2: validation " in finetune.stdout and "step 4: validation " in finetune.stdout
+
+    linear = subprocess.run([sys.executable, str(ROOT / "examples" / "linear_eval.py"), "--model_name_or_path",
+                             str(encoder), "--synthetic_per_class", "4", "--max_steps", "2", "--eval_steps", "1",
+                             "--seeds", "0", "--output_dir", str(tmp_path / "lin")],
+                            cwd=ROOT, env=env, capture_output=True, text=True)
+    assert linear.returncode == 0, linear.stderr[-3000:]
+    assert other_libraries_lines(linear.stdout + linear.stderr) == {}
 
 
 def test_a_checkpoint_that_does_not_fit_beyond_the_new_head_is_one_warning_naming_the_tensors():
