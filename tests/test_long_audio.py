@@ -200,13 +200,14 @@ def test_a_long_file_is_classified_window_by_window_in_a_fresh_process_without_t
 
 
 PEAK_MEMORY_SCRIPT = """
-import resource, sys
+import csv, resource, sys
 import numpy as np, soundfile as sf
 import torch
 from transformers import pipeline
 from aasp_hf import AaspAudioClassificationPipeline
+from aasp_hf.tag import main as tag
 
-folder, path, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+folder, path, seconds, how = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 torch.set_num_threads(1)
 block = (0.1 * np.random.default_rng(0).standard_normal(16000 * 60)).astype(np.float32)
 with sf.SoundFile(path, "w", samplerate=16000, channels=1, subtype="PCM_16") as file:  # one 60-s block, repeated
@@ -214,23 +215,31 @@ with sf.SoundFile(path, "w", samplerate=16000, channels=1, subtype="PCM_16") as 
         file.write(block)
 classifier = pipeline("audio-classification", model=folder, pipeline_class=AaspAudioClassificationPipeline)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-result = classifier(path, top_k=1, chunk_length_s=30.0, return_timestamps=True)
+if how == "pipeline":
+    windows = classifier(path, top_k=1, chunk_length_s=30.0, return_timestamps=True)["windows"]
+    ends = [w["end"] for w in windows]
+else:  # the tag command, decoding in this process (--num_workers 0)
+    assert tag(["--model", folder, "--output", path + ".csv", "--timestamps", "--top_k", "1", "--chunk_length_s",
+                "30", "--num_workers", "0", path]) == 0
+    ends = [float(row["end"]) for row in csv.DictReader(open(path + ".csv"))]
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(len(result["windows"]), result["windows"][-1]["end"], (after - before) / 1024)  # ru_maxrss: KiB
+print(len(ends), ends[-1], (after - before) / 1024)  # ru_maxrss: KiB
 """
 
 
-@pytest.mark.slow  # ~45 s on two cores: writing, decoding and featurising two hours of audio
-def test_a_two_hour_file_in_the_memory_of_a_one_minute_file(tmp_path):
+@pytest.mark.slow  # ~90 s on two cores: writing, decoding and featurising two hours of audio, twice
+@pytest.mark.parametrize("how", ["pipeline", "tag"])
+def test_a_two_hour_file_in_the_memory_of_a_one_minute_file(tmp_path, how):
     """A 2-hour 16-kHz WAV (its waveform alone would be 440 MiB as float32) is decoded in blocks and classified in
-    30-s windows by a tiny SPE classifier: the process's peak memory grows by no more than for a 1-minute file, plus
-    a margin far below the whole waveform's size; the windows reach the file's end."""
+    30-s windows by a tiny SPE classifier, through the pipeline and through the tag command: the process's peak memory
+    grows by no more than for a 1-minute file, plus a margin far below the whole waveform's size; the windows reach
+    the file's end, 30 s apart."""
     folder = save_classifier(tmp_path / "spe", patch_embedding="spe", num_hidden_layers=1)
     growth = {}
     for seconds in (60, 7200):
         run = subprocess.run(
             [sys.executable, "-c", textwrap.dedent(PEAK_MEMORY_SCRIPT), str(folder), str(tmp_path / f"{seconds}.wav"),
-             str(seconds)],
+             str(seconds), how],
             capture_output=True, text=True, timeout=600,
         )
         assert run.returncode == 0, run.stderr[-3000:]
