@@ -187,8 +187,6 @@ class AaspAudioClassificationPipeline(ProblemTypeAudioClassificationPipeline, Ch
         return {"logits": self.model(**model_inputs).logits, **window}
 
     def postprocess(self, model_outputs, top_k=5, function_to_apply=None, aggregation=None, return_timestamps=False):
-        if isinstance(model_outputs, dict):  # a model output of transformers' own (unchunked) path
-            model_outputs = [model_outputs]
         logits = torch.cat([output["logits"] for output in model_outputs]).float()  # W × (1, labels) -> (W, labels)
         function_to_apply = function_to_apply or default_function_to_apply(self.model.config)
         scores = apply_score_function(logits, function_to_apply)  # (W, labels)

@@ -13,8 +13,9 @@ Everything is timed in this one process, one thing after another, so the ratios 
   `writing` (the CSV rows with --timestamps). `not_model_share` = (decode + features + writing) / their sum.
 - `window_batch1_1thread`: one 10.07-s window (1008 frames, 504 tokens), batch 1, one thread, interleaved medians:
   the AaPE and SPE classifiers and transformers' `ASTModel` with non-overlapping 16x16 patches (the same 504 tokens).
-- `memory`: peak RSS growth of a fresh process running the tag command (SPE, --num_workers 0) on a 1-minute file and on
-  a `--memory_minutes` file.
+- `memory`: peak RSS growth (VmHWM) of a fresh process running the tag command (SPE, --num_workers 0, batches of 4
+  windows, so that the 1-minute file's 6 windows fill whole batches too) on a 1-minute file and on a
+  `--memory_minutes` file.
 Weights are random: the speed does not depend on them. Writes results.json and results.md here.
 """
 
@@ -152,7 +153,7 @@ def peak_mib():  # this process's peak resident memory (VmHWM: unlike ru_maxrss,
 torch.set_num_threads(int(sys.argv[3]))
 before = peak_mib()
 assert main(["--model", sys.argv[1], "--output", sys.argv[2] + ".csv", "--timestamps", "--num_workers", "0",
-             sys.argv[2]]) == 0
+             "--batch_size", "4", sys.argv[2]]) == 0
 print(peak_mib() - before)
 """
 
@@ -183,7 +184,7 @@ def to_markdown(results: dict) -> str:
               + ", ".join(f"{name} {ms:.0f}" for name, ms in window.items())
               + f"; SPE / AST {window['spe'] / window['transformers_AST_16x16']:.2f}, AaPE / SPE "
               f"{window['aape'] / window['spe']:.2f}.",
-              "", "Peak memory growth of the command (SPE, in one process): "
+              "", "Peak memory growth of the command (SPE, in one process, batches of 4 windows): "
               + ", ".join(f"{name.replace('_', ' ')} {mib:.0f} MiB" for name, mib in results["memory_growth_mib"].items())
               + ".", ""]
     return "\n".join(lines)
