@@ -21,15 +21,33 @@ array, or read by `aasp_hf.data.decode_audio`, the feature extractor's `mono=Tru
 channel mean. Here a file is decoded by torchcodec (the decoder `datasets` uses), resampled by it to 16 kHz with every
 channel kept, and the channels are then averaged: sample for sample what `decode_audio` gives. A WAV whose header
 promises more frames than the file holds is classified on the whole frames it holds, with a warning naming the file.
-Arrays and dicts go to transformers' pipeline unchanged. Its scores follow the checkpoint's `problem_type` (a sigmoid
-for a multi-label checkpoint) on every transformers 5.x, through `ProblemTypeAudioClassificationPipeline`.
+Arrays and dicts are converted as transformers' pipeline converts them. Its scores follow the checkpoint's
+`problem_type` (a sigmoid for a multi-label checkpoint) on every transformers 5.x, through
+`ProblemTypeAudioClassificationPipeline`.
+
+The whole clip is classified: a clip longer than the length the classifier was trained on (the feature extractor's
+`max_frames`, else `config.num_frames`) is cut into windows of that length (`chunk_length_s`, `chunk_hop_s`), each
+classified as if it were a clip of its own, and the clip's scores aggregate the windows' (`aggregation`). A file is
+decoded in blocks of `DECODE_BLOCK_S` seconds, so memory does not grow with its length. `return_timestamps=True`
+adds each window's start, end and scores.
 """
 
 import io
+import math
 import warnings
 from types import SimpleNamespace
 
+import numpy as np
+import torch
 from transformers.pipelines.audio_classification import AudioClassificationPipeline
+from transformers.pipelines.base import ChunkPipeline
+from transformers.utils import logging
+
+
+logger = logging.get_logger(__name__)
+
+DECODE_BLOCK_S = 60.0  # seconds of audio decoded at a time from a file
+AGGREGATIONS = ("mean", "max")
 
 
 try:
@@ -65,22 +83,237 @@ class ProblemTypeAudioClassificationPipeline(AudioClassificationPipeline):
         return preprocess_params, forward_params, postprocess_params
 
 
-class AaspAudioClassificationPipeline(ProblemTypeAudioClassificationPipeline):
-    """`AudioClassificationPipeline` whose file decoding averages the channels, (L + R) / 2.
+class AaspAudioClassificationPipeline(ProblemTypeAudioClassificationPipeline, ChunkPipeline):
+    """`AudioClassificationPipeline` that classifies the whole clip, window by window, and decodes files averaging the
+    channels, (L + R) / 2.
 
     Takes what transformers' pipeline takes: a path (a `str` or `pathlib.Path`), a URL (torchcodec opens it), a file's
     bytes, a 1-D float array at 16 kHz, a `{"raw" or "array", "sampling_rate"}` dict; and a torchcodec `AudioDecoder`
     (a `datasets` audio cell), whose channels are averaged too rather than refused.
+
+    Windows: a clip is cut into windows of `chunk_length_s` seconds (default: the length the classifier was trained
+    on, `trained_window_samples`) starting every `chunk_hop_s` seconds (default `chunk_length_s`: no overlap); the
+    last window ends at the clip's end, so every window of a clip longer than one window is whole (it may overlap
+    the one before). A clip no longer than a window is one window, classified exactly as before. Each window is
+    featurised and classified as a clip of its own, so its scores are those of its samples classified alone. As a
+    `ChunkPipeline`, `batch_size=` batches windows, of one clip or of several.
+
+    Call options, besides transformers' `top_k` and `function_to_apply`:
+        chunk_length_s (`float`): seconds per window.
+        chunk_hop_s (`float`): seconds between window starts, at most `chunk_length_s`.
+        aggregation (`str`): how the windows' scores make the clip's: `"mean"` of the window probabilities (the
+            default for single-label classifiers: the clip's class distribution, each window counted once) or `"max"`
+            over the windows (the default for multi-label classifiers: a label is present in the clip when it is
+            present in some window, as AudioSet taggers are evaluated).
+        return_timestamps (`bool`): return `{"scores": [...], "windows": [{"start", "end", "scores"}, ...]}`, start
+            and end in seconds, instead of the list of the clip's scores.
+        max_length_s (`float`): classify only the first `max_length_s` seconds; when the clip is longer, one
+            warning line says what was read.
     """
 
-    def preprocess(self, inputs):
-        if isinstance(inputs, (str, bytes)) or hasattr(inputs, "__fspath__"):
-            inputs = decode_clip(inputs, self.feature_extractor.sampling_rate)  # (L,) float32, the channel mean
-        elif AudioDecoder is not None and isinstance(inputs, AudioDecoder):
-            samples = inputs.get_all_samples()
-            waveform = samples.data.mean(dim=0).numpy()  # (C, L) -> (L,)
-            inputs = {"array": waveform, "sampling_rate": samples.sample_rate}
-        return super().preprocess(inputs)
+    def _sanitize_parameters(
+        self,
+        top_k=None,
+        function_to_apply=None,
+        chunk_length_s=None,
+        chunk_hop_s=None,
+        max_length_s=None,
+        aggregation=None,
+        return_timestamps=None,
+        **kwargs,
+    ):
+        preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(
+            top_k=top_k, function_to_apply=function_to_apply, **kwargs
+        )
+        seconds = {"chunk_length_s": chunk_length_s, "chunk_hop_s": chunk_hop_s, "max_length_s": max_length_s}
+        for name, value in seconds.items():
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                    raise ValueError(f"{name}={value!r} must be a positive number of seconds.")
+                preprocess_params[name] = float(value)
+        if aggregation is not None:
+            if aggregation not in AGGREGATIONS:
+                raise ValueError(
+                    f"aggregation={aggregation!r} is not one of {AGGREGATIONS}: 'mean' averages the windows' "
+                    f"probabilities (single-label), 'max' takes each label's highest window score (multi-label)."
+                )
+            postprocess_params["aggregation"] = aggregation
+        if return_timestamps is not None:
+            postprocess_params["return_timestamps"] = bool(return_timestamps)
+        return preprocess_params, forward_params, postprocess_params
+
+    def window_lengths(self, chunk_length_s=None, chunk_hop_s=None) -> tuple[int, int]:
+        """(window, hop) in samples, from the call's options or the classifier's trained length."""
+        rate = self.feature_extractor.sampling_rate
+        if chunk_length_s is None:
+            window = trained_window_samples(self.feature_extractor, self.model.config)
+        else:
+            window = round(chunk_length_s * rate)
+        hop = window if chunk_hop_s is None else round(chunk_hop_s * rate)
+        if not 0 < hop <= window:
+            raise ValueError(
+                f"chunk_hop_s={hop / rate:g} s must be at most chunk_length_s={window / rate:g} s: a longer hop would "
+                f"leave the audio between windows unclassified."
+            )
+        return window, hop
+
+    def preprocess(self, inputs, chunk_length_s=None, chunk_hop_s=None, max_length_s=None):
+        rate = self.feature_extractor.sampling_rate
+        window, hop = self.window_lengths(chunk_length_s, chunk_hop_s)
+        blocks = audio_blocks(inputs, rate)  # 1-D arrays at `rate` whose concatenation is the clip
+        if max_length_s is not None:
+            blocks = first_samples(blocks, round(max_length_s * rate), rate, describe_input(inputs))
+        windows = iter_windows(blocks, window, hop)
+        current = next(windows, None)
+        if current is None:
+            raise ValueError(f"{describe_input(inputs)} holds no audio (0 samples): there is nothing to classify.")
+        for following in windows:  # one window ahead, to mark the last
+            yield self.window_features(*current, is_last=False)
+            current = following
+        yield self.window_features(*current, is_last=True)
+
+    def window_features(self, start: int, samples, is_last: bool) -> dict:
+        """One window's model inputs (`input_values` (1, T, F), `attention_mask` (1, T)), its start and end in
+        seconds, and whether it is the clip's last. Featurised as a clip of its own, and never truncated: a window
+        longer than `max_frames` keeps all its frames."""
+        rate = self.feature_extractor.sampling_rate
+        features = self.feature_extractor(samples, sampling_rate=rate, return_tensors="pt", truncation=False)
+        if self.dtype is not None:
+            features = features.to(dtype=self.dtype)
+        return {**features, "start": start / rate, "end": (start + len(samples)) / rate, "is_last": is_last}
+
+    def _forward(self, model_inputs):
+        window = {key: model_inputs.pop(key) for key in ("start", "end", "is_last")}
+        return {"logits": self.model(**model_inputs).logits, **window}
+
+    def postprocess(self, model_outputs, top_k=5, function_to_apply=None, aggregation=None, return_timestamps=False):
+        logits = torch.cat([output["logits"] for output in model_outputs]).float()  # W × (1, labels) -> (W, labels)
+        function_to_apply = function_to_apply or default_function_to_apply(self.model.config)
+        scores = apply_score_function(logits, function_to_apply)  # (W, labels)
+        aggregation = aggregation or default_aggregation(self.model.config)
+        clip_scores = scores.mean(dim=0) if aggregation == "mean" else scores.amax(dim=0)  # (W, labels) -> (labels,)
+        result = self.top_labels(clip_scores, top_k)
+        if not return_timestamps:
+            return result
+        windows = [
+            {"start": output["start"], "end": output["end"], "scores": self.top_labels(window_scores, top_k)}
+            for output, window_scores in zip(model_outputs, scores)
+        ]
+        return {"scores": result, "windows": windows}
+
+    def top_labels(self, scores, top_k):
+        """(labels,) scores -> the `top_k` highest as `[{"score", "label"}, ...]`, highest first."""
+        values, ids = scores.topk(min(top_k, scores.shape[-1]))
+        labels = self.model.config.id2label
+        return [{"score": value, "label": labels[i]} for value, i in zip(values.tolist(), ids.tolist())]
+
+
+def trained_window_samples(feature_extractor, config) -> int:
+    """The window the classifier was trained on, in samples: the longest clip, in whole hops of the front end, whose
+    log-mel fits the trained frames, i.e. the feature extractor's `max_frames` (fine-tuning saves its clip length
+    there), else `config.num_frames` (pre-training's). 1008 frames at the 10-ms hop: 10.07 s (m2d), 10.1 s (kaldi)."""
+    frames = feature_extractor.max_frames or config.num_frames
+    hop = feature_extractor.hop_length
+    samples = math.ceil((frames * hop + feature_extractor.n_fft) / hop) * hop  # more than `frames` frames read
+    while samples > hop and feature_extractor.num_frames(samples) > frames:
+        samples -= hop
+    return samples
+
+
+def default_aggregation(config) -> str:
+    """"max" over the windows for a multi-label classifier, "mean" of the windows' scores otherwise."""
+    return "max" if config.problem_type == "multi_label_classification" else "mean"
+
+
+def apply_score_function(logits, function_to_apply: str):
+    """(..., labels) logits -> scores: "softmax", "sigmoid" or "none" (the logits)."""
+    if function_to_apply == "softmax":
+        return logits.softmax(dim=-1)
+    if function_to_apply == "sigmoid":
+        return logits.sigmoid()
+    return logits
+
+
+def iter_windows(blocks, window: int, hop: int):
+    """`(start, samples)` of each window over a clip given as consecutive 1-D blocks, holding at most about one
+    window and one block at a time. Windows start at 0, hop, 2·hop, ... while a whole window fits; then, if samples
+    remain that no window covered, one last window ends at the clip's end (starting `window` samples before it, or
+    at 0 for a clip shorter than a window). Yields nothing for an empty clip."""
+    buffer, buffer_start = None, 0  # the samples kept, and the clip index of buffer[0]
+    next_start, covered, total = 0, 0, 0  # the next window's start, the end of the last window, samples so far
+    for block in blocks:
+        buffer = block if buffer is None else np.concatenate([buffer, block])
+        total += len(block)
+        while next_start + window <= total:
+            offset = next_start - buffer_start
+            yield next_start, buffer[offset : offset + window]
+            covered, next_start = next_start + window, next_start + hop
+        keep_from = max(buffer_start, min(next_start, total - window))  # the next window, or the clip's last window
+        buffer, buffer_start = buffer[keep_from - buffer_start :], keep_from
+    if covered < total:
+        start = max(total - window, 0)
+        yield start, buffer[start - buffer_start :]
+
+
+def first_samples(blocks, limit: int, sampling_rate: int, name: str):
+    """The blocks up to `limit` samples; when the clip holds more, one warning line says what was read."""
+    taken = 0
+    for block in blocks:
+        if taken + len(block) > limit:
+            yield block[: limit - taken]
+            logger.warning(
+                f"{name}: classified its first {limit / sampling_rate:g} s (max_length_s); the rest was not read."
+            )
+            return
+        taken += len(block)
+        yield block
+
+
+def describe_input(inputs) -> str:
+    """The pipeline's input in a few words, for messages."""
+    if isinstance(inputs, bytes):
+        return f"<{len(inputs)} bytes of a file>"
+    if isinstance(inputs, str) or hasattr(inputs, "__fspath__"):
+        return str(inputs)
+    return f"the {type(inputs).__name__} input"
+
+
+def audio_blocks(inputs, sampling_rate: int, block_s: float = DECODE_BLOCK_S):
+    """The pipeline's input -> an iterator of mono 1-D numpy blocks at `sampling_rate` whose concatenation is the
+    clip. A path or a file's bytes is decoded block by block (`decode_blocks`); an `AudioDecoder` (a `datasets`
+    audio cell), an array or a dict is one block, converted as transformers' pipeline converts it."""
+    if isinstance(inputs, (str, bytes)) or hasattr(inputs, "__fspath__"):
+        return decode_blocks(inputs, sampling_rate, block_s)
+    if AudioDecoder is not None and isinstance(inputs, AudioDecoder):
+        samples = inputs.get_all_samples()
+        inputs = {"array": samples.data.mean(dim=0), "sampling_rate": samples.sample_rate}  # (C, L) -> (L,)
+    return iter([waveform_array(inputs, sampling_rate)])
+
+
+def waveform_array(inputs, sampling_rate: int) -> np.ndarray:
+    """An array, a tensor or a `{"raw" or "array", "sampling_rate"}` dict -> a 1-D numpy array at `sampling_rate`
+    (resampled by torchaudio, as transformers' pipeline does). Integer PCM is left to the feature extractor."""
+    if isinstance(inputs, dict):
+        if not ("sampling_rate" in inputs and ("raw" in inputs or "array" in inputs)):
+            raise ValueError(
+                "When passing a dictionary to AudioClassificationPipeline, the dict needs to contain a "
+                '"raw" key containing the numpy array or torch tensor representing the audio and a "sampling_rate" '
+                "key, containing the sampling_rate associated with that array"
+            )
+        waveform = inputs["raw"] if inputs.get("raw") is not None else inputs["array"]
+        if inputs["sampling_rate"] != sampling_rate:
+            from torchaudio import functional  # transformers' pipeline resamples with it too
+
+            waveform = torch.from_numpy(waveform) if isinstance(waveform, np.ndarray) else waveform
+            waveform = functional.resample(waveform, inputs["sampling_rate"], sampling_rate)
+        inputs = waveform
+    if isinstance(inputs, torch.Tensor):
+        inputs = inputs.cpu().numpy()
+    if not isinstance(inputs, np.ndarray):
+        raise TypeError("We expect a numpy ndarray or torch tensor as input")
+    if inputs.ndim != 1:
+        raise ValueError("We expect a single channel audio input for AudioClassificationPipeline")
+    return inputs
 
 
 def transformers_scores_by_problem_type() -> bool:
@@ -128,6 +361,42 @@ def default_function_to_apply(config) -> str:
 def decode_clip(source, sampling_rate: int):
     """A path or a file's bytes -> mono float32 numpy array (L,) at `sampling_rate`: torchcodec decodes and resamples
     every channel, then the channels are averaged. A truncated WAV gives its whole frames and a warning."""
+    name, decoder = open_decoder(source, sampling_rate)
+    try:
+        samples = decoder.get_all_samples()
+    except Exception as error:  # noqa: BLE001 - torchcodec's message does not name the file
+        raise decode_error(name, error) from error
+    return samples.data.mean(dim=0).numpy()  # (C, L) -> (L,)
+
+
+def decode_blocks(source, sampling_rate: int, block_s: float = DECODE_BLOCK_S):
+    """A path or a file's bytes -> mono float32 numpy blocks (n,) of `block_s` seconds at `sampling_rate`, decoded one
+    at a time, so memory does not grow with the file's length. Their concatenation is `decode_clip(source)` sample
+    for sample (torchcodec resamples across block boundaries as across the whole file; tests/test_long_audio.py
+    checks WAV and FLAC). A file whose header gives no duration is decoded at once. A truncated WAV gives its whole
+    frames and a warning."""
+    name, decoder = open_decoder(source, sampling_rate)
+    duration = decoder.metadata.duration_seconds
+    if duration is None:
+        yield decode_clip(source, sampling_rate)
+        return
+    for index in range(1_000_000_000):
+        start = index * block_s
+        try:
+            samples = decoder.get_samples_played_in_range(start, start + block_s)
+        except Exception as error:  # noqa: BLE001 - torchcodec's message does not name the file
+            if start >= duration:  # torchcodec refuses a range past the last frame: the file has ended
+                return
+            raise decode_error(name, error) from error
+        if samples.data.shape[1] == 0:
+            return
+        yield samples.data.mean(dim=0).numpy()  # (C, n) -> (n,)
+
+
+def open_decoder(source, sampling_rate: int):
+    """A path or a file's bytes -> (its name for messages, a torchcodec `AudioDecoder` resampling to
+    `sampling_rate`). A WAV whose header promises more frames than the file holds is opened on the whole frames it
+    holds, with a warning naming it."""
     name = f"<{len(source)} bytes of a file>" if isinstance(source, bytes) else str(source)
     if AudioDecoder is None:
         raise ImportError(
@@ -140,13 +409,16 @@ def decode_clip(source, sampling_rate: int):
         warnings.warn(f"{name}: {truncation[0]}; using the audio it holds.", stacklevel=3)
         source = truncation[1]  # the header and the whole frames: a partial frame fails to decode
     try:
-        samples = AudioDecoder(source, sample_rate=sampling_rate).get_all_samples()
+        return name, AudioDecoder(source, sample_rate=sampling_rate)
     except Exception as error:  # noqa: BLE001 - torchcodec's message does not name the file
-        raise ValueError(
-            f"Could not decode {name} as audio ({type(error).__name__}: {error}). Is it an audio file (wav, flac, "
-            f"mp3, ogg, ...) that is complete?"
-        ) from error
-    return samples.data.mean(dim=0).numpy()  # (C, L) -> (L,)
+        raise decode_error(name, error) from error
+
+
+def decode_error(name: str, error: Exception) -> ValueError:
+    return ValueError(
+        f"Could not decode {name} as audio ({type(error).__name__}: {error}). Is it an audio file (wav, flac, "
+        f"mp3, ogg, ...) that is complete?"
+    )
 
 
 def wav_truncation(source):

@@ -571,9 +571,16 @@ def test_the_readme_inference_example_runs_on_the_folders_make_demo_writes(demo_
 
 
 def test_the_inference_page_examples_run_as_written(demo_folders):
-    """docs/inference.md: a file, a float array at 22.05 kHz and integer stereo PCM through decode_audio."""
-    [block] = python_blocks((ROOT / "docs" / "inference.md").read_text())
+    """docs/inference.md: a file, a float array at 22.05 kHz and integer stereo PCM through decode_audio; then a file
+    in windows, with their timestamps."""
+    block, long_recordings = python_blocks((ROOT / "docs" / "inference.md").read_text())
     _, shown = run_python_block(block, "docs/inference.md")
     assert len(shown) == 3
     for scores in shown:
         assert_all_labels_best_first(scores)
+    _, (whole, timed) = run_python_block(long_recordings, "docs/inference.md (Long recordings and folders)")
+    assert_all_labels_best_first(whole)
+    assert_all_labels_best_first(timed["scores"])
+    [window] = timed["windows"]  # the 1.5-s clip.wav is one window of 10 s
+    assert (window["start"], window["end"]) == (0.0, pytest.approx(1.5))
+    assert window["scores"] == timed["scores"]

@@ -42,10 +42,11 @@ def tone(seconds, freq, sr=16000, seed=0):
 
 
 def tiny_classifier():
-    """A tiny AaPE classifier with 128 mel bins (the feature extractor's) and three labels, seeded."""
+    """A tiny AaPE classifier with 128 mel bins (the feature extractor's) and three labels, seeded. Trained length 208
+    frames (2.07 s): the pipeline classifies every clip of these tests (at most 1.7 s) as one window."""
     torch.manual_seed(0)
     config = AaspConfig(
-        **tiny_config_kwargs(num_mel_bins=128, sblu_hidden_size=16, sblu_output_size=64),
+        **tiny_config_kwargs(num_mel_bins=128, num_frames=208, sblu_hidden_size=16, sblu_output_size=64),
         num_labels=3,
         id2label=dict(enumerate(LABELS)),
         label2id={name: i for i, name in enumerate(LABELS)},
@@ -129,7 +130,7 @@ def test_the_checkpoint_pipeline_averages_a_stereo_file_in_a_fresh_process_witho
         from transformers import pipeline
         classifier = pipeline("audio-classification", model={str(path)!r}, trust_remote_code=True)
         print(type(classifier).__module__, type(classifier).__name__)
-        np.save("features.npy", classifier.preprocess({str(wav)!r})["input_values"].numpy())
+        np.save("features.npy", next(classifier.preprocess({str(wav)!r}))["input_values"].numpy())  # its one window
         print(json.dumps({{p["label"]: p["score"] for p in classifier({str(wav)!r}, top_k=3)}}))
         """,
         tmp_path,
@@ -193,7 +194,9 @@ def test_pipeline_on_a_batch_equals_single_calls(saved_classifier):
 def test_multi_label_checkpoint_makes_the_pipeline_use_a_sigmoid(tmp_path):
     torch.manual_seed(0)
     config = AaspConfig(
-        **tiny_config_kwargs(num_mel_bins=128, sblu_hidden_size=16, sblu_output_size=64, patch_embedding="spe"),
+        **tiny_config_kwargs(
+            num_mel_bins=128, num_frames=208, sblu_hidden_size=16, sblu_output_size=64, patch_embedding="spe"
+        ),  # 2.07 s: the 1-s clip is one window
         num_labels=3,
         id2label=dict(enumerate(LABELS)),
         label2id={name: i for i, name in enumerate(LABELS)},
