@@ -611,6 +611,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         if kwargs:
             logger.warning(f"AaspFeatureExtractor ignores unknown arguments: {sorted(kwargs)}")
         pad_to_max = padding_to_max_length(padding)
+        saved_limit = max_frames is None and self.max_frames is not None  # the saved length, not the caller's crop
         max_frames = self.max_frames if max_frames is None else max_frames
         self._check_max_frames(max_frames, "max_frames")
         if pad_to_max and max_frames is None:
@@ -627,6 +628,14 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         if max_frames is not None and truncation:  # keep only the samples the first max_frames frames read
             clip_frames = [min(frames, max_frames) for frames in clip_frames]
             keep = front_end.samples_for_frames(max_frames)
+            if saved_limit and waveforms.shape[1] > keep:  # nothing cut silently: say what was read
+                read, given = keep / self.sampling_rate, waveforms.shape[1] / self.sampling_rate
+                logger.warning(
+                    f"Read the first {read:.2f} s of a {given:.2f} s clip: this feature extractor keeps "
+                    f"max_frames={max_frames} frames, the length its model was "
+                    "trained on. To classify the whole recording in windows, use AaspAudioClassificationPipeline "
+                    "(pipeline(..., trust_remote_code=True), or pipeline_class= with aasp_hf installed)."
+                )
             if waveforms.shape[1] > keep:
                 waveforms, lengths = waveforms[:, :keep], lengths.clamp(max=keep)  # (B, L) -> (B, keep)
         num_frames = max(clip_frames + ([max_frames] if pad_to_max else []))

@@ -250,3 +250,25 @@ def test_a_two_hour_file_in_the_memory_of_a_one_minute_file(tmp_path, how):
         growth[seconds] = float(growth[seconds])
         (tmp_path / f"{seconds}.wav").unlink()
     assert 0 < growth[60] and growth[7200] < growth[60] + 100, growth  # MiB; the whole decoded file would add ~440
+
+
+def test_transformers_own_pipeline_says_what_it_read_of_a_long_clip(tmp_path, caplog):
+    """transformers' own pipeline class (the plain `pipeline(...)` after `import aasp_hf`) featurises the whole clip
+    at once, and a fine-tuned classifier's extractor keeps its trained length: the cut is said in one warning, with
+    the way to classify the whole recording."""
+    import logging
+
+    folder = save_classifier(tmp_path / "clf")
+    AaspFeatureExtractor(max_frames=64).save_pretrained(folder)  # as finetune.py saves it: the trained length
+    classifier = pipeline("audio-classification", model=str(folder))
+    assert not isinstance(classifier, AaspAudioClassificationPipeline)
+    with caplog.at_level(logging.WARNING, logger="aasp_hf.feature_extraction_aasp"):
+        classifier({"raw": noisy_tones(3.0), "sampling_rate": RATE})
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "aasp_hf.feature_extraction_aasp"]
+    assert message.startswith("Read the first 0.66 s of a 3.00 s clip: this feature extractor keeps max_frames=64 "
+                              "frames") and "AaspAudioClassificationPipeline" in message
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="aasp_hf.feature_extraction_aasp"):  # windows: nothing cut
+        AaspAudioClassificationPipeline(model=classifier.model, feature_extractor=classifier.feature_extractor)(
+            {"raw": noisy_tones(3.0), "sampling_rate": RATE})
+    assert not [r for r in caplog.records if r.name == "aasp_hf.feature_extraction_aasp"]

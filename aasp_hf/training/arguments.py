@@ -192,7 +192,9 @@ _TYPE_NAMES = {bool: ("true or false", "true/false values"), int: ("a whole numb
 def _fits(value, annotation) -> bool:
     """Whether a JSON value fits an argument annotated `annotation` (int, float, str, bool, list[...], X | None).
     A JSON object fits a string: JSON-valued arguments (`model_config`, `dataset_kwargs`) are given as objects in a
-    preset. An int fits a float, as on the command line; a bool fits only a bool."""
+    preset. An int fits a float, as on the command line; a bool fits only a bool. A string fits a number or a bool:
+    argparse parses a string default (`set_defaults`) with the argument's type, as a value typed on the command
+    line, so "3" is 3 and "3.7" for a whole number is refused by argparse."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return any(_fits(value, option) for option in typing.get_args(annotation))
     if annotation is type(None):
@@ -200,6 +202,8 @@ def _fits(value, annotation) -> bool:
     if typing.get_origin(annotation) is list:
         (item,) = typing.get_args(annotation) or (object,)
         return isinstance(value, list) and all(_fits(v, item) for v in value)
+    if isinstance(value, str) and annotation in (bool, int, float):
+        return True  # argparse converts a string default as it converts the command line's, and refuses it the same
     if annotation is bool:
         return isinstance(value, bool)
     if annotation in (int, float):
