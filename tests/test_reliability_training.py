@@ -335,9 +335,11 @@ def test_remote_code_has_no_network_access_or_dynamic_code(name):
     # io (in-memory bytes) and torchcodec (the audio decoder datasets uses) decode the clip the pipeline is given;
     # os for os.path alone (whether a name given to from_pretrained is a local folder, so nothing is fetched for it);
     # types for SimpleNamespace (the pipeline asks transformers' class how it scores a stand-in multi-label config)
+    # torchaudio: the pipeline resamples an array given at another rate with it, imported where it is needed, as
+    # transformers' own audio-classification pipeline does
     assert imported <= {"torch", "transformers", "numpy", "math", "copy", "dataclasses", "typing", "functools",
                         "warnings", "collections", "itertools", "__future__", "enum", "difflib", "inspect", "io",
-                        "torchcodec", "os", "types"}, imported
+                        "torchcodec", "torchaudio", "os", "types"}, imported
     assert not imported & FORBIDDEN_MODULES
     # and the text itself: no dynamic code or network names hidden in strings or attribute chains
     # (the one URL allowed besides arxiv and GitHub is the Apache licence's, in the licence header)
