@@ -11,31 +11,12 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""AaSP audio spectrogram transformer, the whole model in one file as transformers keeps a model: the encoder
-`AaspModel`, the classifier `AaspForAudioClassification`, the pre-training model `AaspForPreTraining`, their base
-class `AaspPreTrainedModel` (initialisation, the checks on loading, the saved `auto_map`) and every layer they use.
+"""PyTorch AaSP model: the encoder `AaspModel` (SPE or AaPE patch embedding, then EAT's ViT blocks), the classifier
+`AaspForAudioClassification` and the pre-training model `AaspForPreTraining` (student, EMA teacher, predictor, losses).
 
-Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers". The encoder is EAT's
-layout, which the paper follows: patch embedding (SPE or AaPE, `AaspEmbeddings`) -> prepend CLS -> LayerNorm -> ViT
-blocks (`AaspLayer`).
-
-Sections, each building on the ones above it:
-
-    SBLU operator             |r| of Eq. (3) as a memory-efficient autograd Function, Γ, the zero-phase high-pass
-                              filter, the parameter bounds, and a float64 reference (Sec. SBLU, AaPE (a)-(c))
-    Transformer block         the ViT block of the encoder (post-norm) and of the Lambda encoder (pre-norm)
-    Patch embedding           SPE / AaPE: sin-cos positions, Lambda encoder, SBLU branch, patch fusion
-    Encoder and classifier    outputs, `AaspPreTrainedModel`, `AaspModel`, `AaspForAudioClassification`
-    Pre-training objectives   the pooled teacher targets and the losses L_m, L_u, L_c (Eq. 5)
-    Pre-training model        predictors, contrastive head, `AaspForPreTraining` (student, EMA teacher, losses)
-
-Dimensions: B batch, T frames, F mel bins, F̃/T̃ frequency/time patches, N = T̃·F̃ tokens (time-major: token
-t·F̃ + f), D hidden size, H SBLU hidden channels, K SBLU taps; in masked pre-training M views per clip, V visible and
-Q query tokens per view, B' = B·M views, P predictor width.
-
-Every checkpoint ships this file to the Hub as remote code (transformers' one-model-one-file layout; the feature
-extractor is `feature_extraction_aasp.py`): it imports only torch, transformers, numpy and its sibling
-`configuration_aasp.py` (and `pipeline_aasp.py` inside `save_pretrained`).
+Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers". Derivations and where
+each detail comes from: docs/model.md. This file ships to the Hub as remote code, so it imports only torch,
+transformers, numpy and its sibling `configuration_aasp.py`.
 """
 
 import math
@@ -71,43 +52,67 @@ from .configuration_aasp import _LOADED_AS_REMOTE_CODE, CHOICES, AaspConfig
 # trf-ignore: TRF041 time_patch_size, num_mel_bins, num_patches
 
 
-# ====================================================================================================================
-# SBLU operator
-# ====================================================================================================================
-# The Structured Bilateral Laplace Unit (SBLU) operator of AaSP, and the helpers around it.
-#
-# Paper: "Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers", Sec. "Structured
-# Bilateral Laplace Unit (SBLU)", Sec. "Aliasing-aware Patch Embedding (AaPE)" (a)-(c), Appendices A-C.
-#
-# Symbols and names used throughout this section and the patch embedding:
-#
-#     Δ  -> ``step``          spectrogram hop in seconds (0.01 s in the paper)
-#     α  -> ``decay``         real part of λ = α + jβ, in 1/s (window decay), bounded below by ``sblu_decay_min``
-#     β  -> ``frequency``     imaginary part of λ, angular modulation frequency in rad/s, see ``sblu_frequency_range``
-#     K  -> ``kernel_size``   number of taps k = 0..K-1 (odd, > 1); centre c = (K-1)/2
-#     v  -> ``values``        the high-passed, B̄-projected subband signals (B, H, T)
-#     r  ->                   the complex SBLU response of Eq. (3); the model uses |r|
-#
-# Shapes: B batch, H SBLU hidden channels, T frames, C channels of ``zero_phase_highpass`` (mel bins).
-#
-# What lives here: the operator and its helpers. The layers built around it (B̄, C̄, the masked GroupNorm, the time
-# patchifier and the SBLU branch of AaPE, ``AaspSBLU``) are in the patch-embedding section below.
-#
-#     sblu_decay_min, sblu_frequency_range   band and stability bounds (Sec. SBLU, "Band focusing")
-#     sblu_gamma                             γ of Eq. (4), the per-channel normalisation Γ
-#     highpass_fir_taps, zero_phase_kernel,  the zero-phase high-pass filter of AaPE (a)
-#     zero_phase_highpass
-#     sblu_magnitude                         |r| of Eq. (3): memory-efficient custom autograd Function (AaPE (c))
-#     sblu_token_magnitude                   |r| of Eq. (3) at one token's frames, (α, β) fixed per row (pre-training)
-#     sblu_magnitude_reference               float64 oracle that evaluates Eq. (3) literally (for tests)
+@auto_docstring(custom_intro="Output of `AaspModel`: the encoded tokens, CLS first, and what the flags asked for.")
+@dataclass
+class AaspModelOutput(ModelOutput):
+    r"""
+    last_hidden_state (`torch.FloatTensor` of shape `(B, 1 + N, D)`):
+        CLS token then the N patch tokens (time-major).
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*):
+        Embedding output and each layer's output, each `(B, 1 + N, D)`.
+    attentions (`tuple(torch.FloatTensor)`, *optional*):
+        Each layer's attention weights `(B, heads, 1 + N, 1 + N)`.
+    token_mask (`torch.LongTensor` of shape `(B, 1 + N)`, *optional*):
+        1 for real tokens (CLS and patches that hold at least one real frame), 0 for padding, like an attention mask;
+        None when no attention mask was given (all tokens real).
+    ffn_outputs (`tuple(torch.FloatTensor)`, *optional*):
+        With `output_ffn_outputs=True`, each layer's FFN output before the residual add (and, post-norm, before the
+        second LayerNorm), each `(B, 1 + N, D)`.
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    token_mask: torch.LongTensor | None = None
+    ffn_outputs: tuple[torch.FloatTensor, ...] | None = None
+
+
+@auto_docstring(custom_intro="Output of `AaspForPreTraining`: the three losses, their sum, predictions and targets.")
+@dataclass
+class AaspForPreTrainingOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor`, scalar):
+        L = L_m + η_u·L_u + η_c·L_c.
+    masked_prediction_loss (`torch.FloatTensor`, scalar):
+        L_m, mean squared error over query tokens and dimensions (`config.loss_scaling="eat"`: × √D, EAT's per-token
+        sum over D / √D averaged over the query tokens).
+    clip_loss (`torch.FloatTensor`, scalar):
+        L_u, mean squared error between each view's CLS and the clip target (`config.loss_scaling="eat"`: × B·M·√D,
+        EAT's per-view sum over D / √D summed over the views).
+    contrastive_loss (`torch.FloatTensor`, scalar):
+        L_c, the multi-positive InfoNCE over views (mean over anchors).
+    predictions (`torch.FloatTensor` of shape `(B, M, Q, D)`):
+        Predictor outputs at the query tokens.
+    targets (`torch.FloatTensor` of shape `(B, N, D)`):
+        The pooled, normalised teacher targets.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*):
+        With `output_hidden_states=True`: the student encoder's embedding output and each layer's output on the
+        visible tokens of every view, each `(B·M, 1 + V, D)` (as `AaspModel` returns them with `visible_indices`).
+    attentions (`tuple(torch.FloatTensor)`, *optional*):
+        With `output_attentions=True`: each student encoder layer's attention weights `(B·M, heads, 1 + V, 1 + V)`.
+    """
+
+    loss: torch.FloatTensor | None = None
+    masked_prediction_loss: torch.FloatTensor | None = None
+    clip_loss: torch.FloatTensor | None = None
+    contrastive_loss: torch.FloatTensor | None = None
+    predictions: torch.FloatTensor | None = None
+    targets: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 SBLU_PHASES = CHOICES["sblu_phase"]
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Argument checks (ValueError naming the argument and its value)
-# ----------------------------------------------------------------------------------------------------------------------
 
 
 def _check_step(step: float) -> None:
@@ -148,11 +153,6 @@ def compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
     return dtype
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Band and stability bounds (Sec. SBLU, "Band focusing and stability constraints")
-# ----------------------------------------------------------------------------------------------------------------------
-
-
 def sblu_decay_min(epsilon: float, step: float, kernel_size: int) -> float:
     """α_min = −2·ln(ε) / (Δ·(K−1)), the smallest decay whose window edge exp(−Δα(K−1)/2) is at most ε.
 
@@ -188,11 +188,6 @@ def sblu_gamma(decay: torch.Tensor, frequency: torch.Tensor, step: float) -> tor
     decay, frequency = decay.to(dtype), frequency.to(dtype)
     numerator = torch.sinh(0.5 * step * decay).square() + torch.sin(0.5 * step * frequency).square()
     return torch.sqrt(numerator / (decay.square() + frequency.square()))
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Zero-phase high-pass filter (AaPE (a))
-# ----------------------------------------------------------------------------------------------------------------------
 
 
 def highpass_fir_taps(num_taps: int, cutoff_hz: float, sample_rate_hz: float) -> np.ndarray:
@@ -268,30 +263,6 @@ def zero_phase_highpass(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     return full[..., length // 2 : length // 2 + frames]  # centred: (B, C, S) -> (B, C, T)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# SBLU response magnitude |r| (Eq. 3, AaPE (c)) — memory-efficient autograd Function
-# ----------------------------------------------------------------------------------------------------------------------
-#
-# r[n] = Σ_k w_n[k−c] · v[n+k−c] with the per-frame kernel (α_n, β_n belong to OUTPUT frame n, zero padding)
-#     symmetric (Eq. 3 as written):  w_n[j] = exp(−Δ(α_n + jβ_n)|j|)
-#     analytic (one-sided phase):    w_n[j] = exp(−Δα_n|j|) · exp(−jΔβ_n j)
-# With z_n = exp(−Δ(α_n + jβ_n)) and the distance d = |j| = 0..c, split the sum at the centre:
-#     r[n] = Σ_d z_f[n]^d v[n+d] + Σ_d z_b[n]^d v[n−d] − v[n],   z_f = z;  z_b = z (symmetric) or conj(z) (analytic).
-# With a = v[n+d], b = v[n−d] and p = z^d = p_re + j p_im this is, in real arithmetic,
-#     Re r = Σ_d p_re (a + b) − v,     Im r = Σ_d p_im (a + b)  [symmetric]   or   Σ_d p_im (a − b)  [analytic].
-# The powers p = z^d are kept as a running product (one complex multiply per tap instead of exp/cos/sin), so forward
-# and backward are c+1 passes over (B, H, T) slices and never hold a (B, H, T, K) kernel. In eager mode both run
-# block by block over rows (b, h-range) with in-place/out= arithmetic, so the temporaries are block-sized.
-#
-# Backward, upstream g = ∂L/∂|r| (real, (B, H, T)); Gc = g·conj(r)/|r| (|r| clamped away from 0), so dL = Re(Gc·dr):
-#     ∂L/∂v[m] = Σ_d Re(Gc[m−d] z_f[m−d]^d) + Σ_d Re(Gc[m+d] z_b[m+d]^d) − Re(Gc[m])  (shifted accumulation)
-#     D_f = Σ_d d z_f^d v[n+d],  D_b = Σ_d d z_b^d v[n−d]
-#     ∂r/∂α = −Δ(D_f + D_b),   ∂r/∂β = −jΔ(D_f + D_b) [symmetric]  or  −jΔ(D_f − D_b) [analytic]
-#     ∂L/∂α = −Δ·Re(Gc·(D_f + D_b)),   ∂L/∂β = Δ·Im(Gc·(D_f ± D_b)).
-# In real arithmetic D_f + D_b = Σ d p_re (a+b) + j Σ d p_im (a±b) and, for the analytic phase,
-# D_f − D_b = Σ d p_re (a−b) + j Σ d p_im (a+b): the same tap sums serve both parameter gradients (Appendix C).
-
-
 def _sblu_base(decay: torch.Tensor, frequency: torch.Tensor, step: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(Re z, Im z) of z = exp(−Δ(α + jβ)), each (B, H, T)."""
     magnitude = torch.exp(-step * decay)
@@ -335,17 +306,11 @@ def _row_blocks(shape, width):
             yield b, slice(start, min(start + per_block, rows))
 
 
-# On the CPU the operator works in cache-sized blocks, an accelerator in one whole-tensor pass; True makes the CPU take
-# the accelerator's single pass too (same arithmetic), so that a step measured on the CPU has an accelerator's
-# temporaries: the run planner (`aasp_hf.plan`) sets it while it measures.
-WHOLE_TENSOR_PASS = False
-
-
-def _blocks(values, half):
-    """The blocks of the eager CPU path, or one whole-tensor block (accelerators, torch.compile / torch.export:
-    no Python loop over blocks in a traced graph, and no thousands of tiny kernels on a GPU; `WHOLE_TENSOR_PASS`)."""
+def _blocks(values, half, whole_tensor_pass=False):
+    """The blocks of the eager CPU path, or one whole-tensor block (accelerators, torch.compile / torch.export, or
+    `whole_tensor_pass=True`: no Python loop over blocks in a traced graph, no thousands of tiny kernels on a GPU)."""
     traced = torch.compiler.is_compiling() or torch.compiler.is_exporting()
-    if traced or WHOLE_TENSOR_PASS or values.device.type != "cpu":
+    if traced or whole_tensor_pass or values.device.type != "cpu":
         return [(Ellipsis,)]
     return _row_blocks(values.shape, values.shape[-1] + 2 * half)
 
@@ -442,12 +407,12 @@ class SbluMagnitudeFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, values, decay, frequency, step, kernel_size, phase):
+    def forward(ctx, values, decay, frequency, step, kernel_size, phase, whole_tensor_pass=False):
         analytic = phase == "analytic"
         half = (kernel_size - 1) // 2  # c
         response_re = torch.empty(values.shape, dtype=values.dtype, device=values.device)
         response_im, magnitude = torch.empty_like(response_re), torch.empty_like(response_re)
-        for index in _blocks(values, half):
+        for index in _blocks(values, half, whole_tensor_pass):
             _sblu_forward_block(
                 values[index],
                 decay[index],
@@ -460,7 +425,7 @@ class SbluMagnitudeFunction(torch.autograd.Function):
                 magnitude[index],
             )
         ctx.save_for_backward(values, decay, frequency, response_re, response_im)
-        ctx.step, ctx.kernel_size, ctx.analytic = step, kernel_size, analytic
+        ctx.step, ctx.kernel_size, ctx.analytic, ctx.whole_tensor_pass = step, kernel_size, analytic, whole_tensor_pass
         return magnitude
 
     @staticmethod
@@ -471,7 +436,7 @@ class SbluMagnitudeFunction(torch.autograd.Function):
         with torch.autocast(device_type=values.device.type, enabled=False):
             grad_magnitude = grad_magnitude.to(response_re.dtype)
             grads = [torch.empty(values.shape, dtype=values.dtype, device=values.device) for _ in range(3)]
-            for index in _blocks(values, half):
+            for index in _blocks(values, half, ctx.whole_tensor_pass):
                 _sblu_backward_block(
                     grad_magnitude[index],
                     values[index],
@@ -484,7 +449,7 @@ class SbluMagnitudeFunction(torch.autograd.Function):
                     ctx.analytic,
                     *(grad[index] for grad in grads),
                 )
-        return (*grads, None, None, None)
+        return (*grads, None, None, None, None)
 
 
 def sblu_magnitude(
@@ -494,6 +459,7 @@ def sblu_magnitude(
     step: float,
     kernel_size: int,
     phase: str = "symmetric",
+    whole_tensor_pass: bool = False,
 ) -> torch.Tensor:
     """|r| of Eq. (3): the magnitude of the adaptive bilateral complex-sinusoid convolution (AaPE (c)).
 
@@ -519,7 +485,7 @@ def sblu_magnitude(
     dtype = compute_dtype(values, decay, frequency)
     with torch.autocast(device_type=values.device.type, enabled=False):
         return SbluMagnitudeFunction.apply(
-            values.to(dtype), decay.to(dtype), frequency.to(dtype), float(step), kernel_size, phase
+            values.to(dtype), decay.to(dtype), frequency.to(dtype), float(step), kernel_size, phase, whole_tensor_pass
         )
 
 
@@ -579,49 +545,529 @@ def sblu_token_magnitude(
         return power.clamp_min(torch.finfo(dtype).tiny).sqrt()
 
 
-def sblu_magnitude_reference(
-    values: torch.Tensor,
-    decay: torch.Tensor,
-    frequency: torch.Tensor,
-    step: float,
-    kernel_size: int,
-    phase: str = "symmetric",
-) -> torch.Tensor:
-    """float64 oracle for ``sblu_magnitude``: Eq. (3) evaluated literally, tap by tap (tests only).
+def sincos_position_embeddings(hidden_size: int, num_frequency_patches: int, num_time_patches: int) -> torch.Tensor:
+    """Fixed 2-D sin-cos positions (MAE/EAT), float64 `(N, D)` in time-major token order.
 
-    Each tap k builds its complex weight directly, w = exp(−Δα|k−c|)·(cos(Δβ s) − j·sin(Δβ s)) with s = |k−c|
-    (symmetric) or s = k−c (analytic), and multiplies it with the zero-padded, shifted v[n+k−c]. Same arguments
-    and result as ``sblu_magnitude``; plain autograd differentiates it.
+    The first D/2 dimensions encode the frequency-patch index, the last D/2 the time-patch index (as EAT does);
+    each half is [sin(p·ω), cos(p·ω)] with ω_i = 10000^(−i/(D/4)).
     """
-    _check_sblu_inputs(values, decay, frequency, step, kernel_size, phase)
-    values, decay, frequency = values.double(), decay.double(), frequency.double()
-    center = (kernel_size - 1) // 2
-    frames = values.shape[-1]
-    padded = F.pad(values, (center, center))  # (B, H, T) -> (B, H, T + 2c), zero padding
-    response = torch.zeros(values.shape, dtype=torch.complex128, device=values.device)
-    for k in range(kernel_size):
-        offset = k - center
-        distance = abs(offset)
-        signed = distance if phase == "symmetric" else offset
-        weight = torch.exp(-step * decay * distance) * torch.complex(
-            torch.cos(step * frequency * signed), -torch.sin(step * frequency * signed)
-        )  # (B, H, T) complex
-        response = response + weight * padded[..., k : k + frames]  # v[n+k−c], (B, H, T)
-    return response.abs()
+    quarter = hidden_size // 4
+    omega = 1.0 / 10000 ** (np.arange(quarter, dtype=np.float64) / quarter)  # (D/4,)
+
+    def one_axis(positions):
+        angles = np.outer(positions, omega)  # (P, D/4)
+        return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)  # (P, D/2)
+
+    time_index, freq_index = np.meshgrid(
+        np.arange(num_time_patches), np.arange(num_frequency_patches), indexing="ij"
+    )  # each (T̃, F̃)
+    table = np.concatenate([one_axis(freq_index.reshape(-1)), one_axis(time_index.reshape(-1))], axis=1)  # (N, D)
+    return torch.from_numpy(table)
 
 
-# ====================================================================================================================
-# Transformer block
-# ====================================================================================================================
-# The ViT block of AaSP: multi-head self-attention, MLP and stochastic depth, post-norm (EAT) or pre-norm.
-#
-# Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers". One block class serves
-# the encoder (`AaspLayer`, EAT's post-norm ViT-B block) and the Lambda encoder of AaPE (`AaspLambdaEncoderLayer`,
-# pre-norm; in the patch embedding), so it comes before both. The pre-training predictor reuses the MLP and the eager
-# attention function.
-#
-# Dimensions: B batch, N tokens, D width, heads attention heads of width d = D / heads.
+class AaspLambdaEncoder(nn.Module):
+    """Lambda encoder (paper Sec. AaPE (1)): estimates the SBLU decay α and frequency β for every token.
 
+    X_spec + positions -> Linear(D -> D/r) -> L pre-norm ViT blocks -> LayerNorm -> Linear(D/r -> 2H/F̃), split into
+    α, β (H/F̃ each per token), bounded as α = softplus(·) + α_min, β = (β_max − β_min)·σ(·) + β_min.
+    Attention is restricted to the real tokens given by `attention_mask`, so in masked pre-training it attends
+    only among visible tokens.
+    """
+
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        width = config.hidden_size // config.lambda_encoder_reduction  # D/r (`config.lambda_encoder_hidden_size`)
+        self.input_projection = nn.Linear(config.hidden_size, width)
+        self.layers = nn.ModuleList(
+            [
+                AaspLambdaEncoderLayer(
+                    config,
+                    width,
+                    config.lambda_encoder_num_attention_heads,
+                    int(width * config.lambda_encoder_mlp_ratio),
+                    layer_norm_first=True,
+                    drop_path=0.0,
+                )
+                for _ in range(config.lambda_encoder_num_layers)
+            ]
+        )
+        self.config = config
+        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.output_projection = nn.Linear(width, 2 * config.sblu_hidden_size // config.num_frequency_patches)
+        self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
+        self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
+
+    def forward(self, tokens, attention_mask=None):
+        """tokens: (B, N, D) with positions; attention_mask: (B, N) token mask (1 = real patch) or None.
+        Returns decay α and frequency β, each float32 (B, N, H/F̃)."""
+        hidden_states = self.input_projection(tokens)  # (B, N, D) -> (B, N, D/r)
+        # the form config._attn_implementation takes: (B, 1, N, N) for eager/SDPA, None when nothing is padded
+        attention_mask = create_bidirectional_mask(self.config, hidden_states, attention_mask)
+        for layer in self.layers:
+            hidden_states, _, _ = layer(hidden_states, attention_mask)
+        lambdas = self.output_projection(self.norm(hidden_states)).float()  # (B, N, 2H/F̃)
+        decay, frequency = lambdas.chunk(2, dim=-1)  # (B, N, H/F̃) each
+        decay = F.softplus(decay) + self.decay_min
+        frequency = (self.frequency_max - self.frequency_min) * torch.sigmoid(frequency) + self.frequency_min
+        return decay, frequency
+
+
+def _masked_group_norm(x, norm: nn.GroupNorm, visibility):
+    """GroupNorm whose statistics cover only the visible frames of each group (``AaspMaskedGroupNorm``'s dense path).
+
+    x: (B, C, T); visibility: float (B, G or 1, T) with G = norm.num_groups, 1 = real/visible, or None (plain GroupNorm).
+    """
+    if visibility is None:
+        return norm(x)
+    dtype = torch.promote_types(x.dtype, torch.float32)  # statistics in float32 also under autocast
+    batch_size, channels, num_frames = x.shape
+    groups = x.to(dtype).reshape(
+        batch_size, norm.num_groups, channels // norm.num_groups, num_frames
+    )  # -> (B, G, C/G, T)
+    weight = visibility[:, :, None, :].to(dtype)  # (B, G|1, 1, T)
+    count = weight.sum(-1, keepdim=True).clamp(min=1.0) * groups.shape[2]  # (B, G|1, 1, 1)
+    mean = (groups * weight).sum((2, 3), keepdim=True) / count
+    var = ((groups - mean).square() * weight).sum((2, 3), keepdim=True) / count
+    groups = (groups - mean) * torch.rsqrt(var + norm.eps)
+    x = groups.reshape(batch_size, channels, num_frames)  # (B, G, C/G, T) -> (B, C, T)
+    return x * norm.weight.to(dtype)[:, None] + norm.bias.to(dtype)[:, None]
+
+
+def _per_group(table, group_index):
+    """A per-group table (F̃, ...) -> each token's row (B·M, V, ...) for group indices (B·M, V). F.embedding is an
+    exact gather whose backward is a fast segment sum (plain indexing's backward is a slow scatter-add on the CPU)."""
+    rows = F.embedding(group_index, table.reshape(table.shape[0], -1))  # (F̃, X) -> (B·M, V, X)
+    return rows.reshape(*group_index.shape, *table.shape[1:])  # (B·M, V, X) -> (B·M, V, ...)
+
+
+# The layers of the SBLU branch are modules whose own forward does all the arithmetic with their weights, dense or at
+# the visible tokens of masked pre-training (given ``group_index``, each token's frequency group f, (B·M, V)), so
+# whatever wraps a module sees every use of its weights: accelerate's offload hooks (which load a module's weights
+# only while its forward runs), forward hooks, adapters. On the visible-token path a token meets only its own group's
+# block of a grouped layer's weights, gathered per token (_per_group); the numbers are those of the dense layer at
+# the token's frames.
+
+
+class AaspGroupedProjection(nn.Conv1d):
+    """B̄ (F -> H) or C̄ (H -> C): a 1×1 convolution with F̃ groups, in its input's dtype (the caller chooses it).
+
+    Dense: x (B, C_in, T) -> (B, C_out, T). Visible tokens: x (B·M, V, C_in/F̃, L), the channels of each token's group
+    over L frames, -> (B·M, V, C_out/F̃, L). nn.Conv1d's constructor, so tools that build a layer like it
+    (``type(layer)(in_channels, out_channels, kernel_size, ...)``, as PEFT's LoRA does) get a working one.
+    """
+
+    def forward(self, x, group_index=None):
+        weight = self.weight.to(x.dtype)  # (C_out, C_in/F̃, 1)
+        bias = None if self.bias is None else self.bias.to(x.dtype)  # (C_out,)
+        if group_index is None:
+            return self._conv_forward(x, weight, bias)  # (B, C_in, T) -> (B, C_out, T)
+        if self.kernel_size != (1,) or bias is None:
+            raise ValueError("the visible-token path needs a 1×1 convolution with a bias")
+        outputs = self.out_channels // self.groups  # C_out/F̃
+        weight = _per_group(weight.reshape(self.groups, outputs, -1), group_index)  # (B·M, V, C_out/F̃, C_in/F̃)
+        bias = _per_group(bias.reshape(self.groups, outputs, 1), group_index)  # (B·M, V, C_out/F̃, 1)
+        return weight @ x + bias  # (B·M, V, C_in/F̃, L) -> (B·M, V, C_out/F̃, L)
+
+
+class AaspMaskedGroupNorm(nn.GroupNorm):
+    """GroupNorm (F̃ groups, AaPE (d)) whose statistics cover only the real and visible frames or tokens of a group.
+
+    Dense: x (B, C, T) and ``visibility`` float (B, F̃ or 1, T), 1 where a group's frame counts, or None (plain
+    GroupNorm) -> (B, C, T); statistics in float32 also under autocast.
+    Visible tokens: x (B·M, V, C̃, P), each token's group's C̃ channels over its P frames, -> (B·M, V, C̃, P), with
+    each (view, group)'s statistics over its visible tokens' C̃·P values (biased variance), in x's dtype.
+    """
+
+    def forward(self, x, visibility=None, group_index=None):
+        if group_index is None:
+            if visibility is not None:
+                return _masked_group_norm(x, self, visibility)
+            dtype = torch.promote_types(x.dtype, torch.float32)  # float32 also from the weights of a .half() model
+            return F.group_norm(x.to(dtype), self.num_groups, self.weight.to(dtype), self.bias.to(dtype), self.eps)
+        batch_views, num_visible, channels, patch = x.shape
+        group_id = (torch.arange(batch_views, device=x.device)[:, None] * self.num_groups + group_index).flatten()
+        # group_id: (B·M·V,), the (view, group) of each token
+        count = x.new_zeros(batch_views * self.num_groups)  # (B·M·F̃,) values per (view, group)
+        count = count.index_add(0, group_id, x.new_ones(group_id.shape)).clamp(min=1.0) * (channels * patch)
+        mean = x.new_zeros(count.shape).index_add(0, group_id, x.sum((2, 3)).flatten()) / count
+        centred = x - mean[group_id].reshape(batch_views, num_visible, 1, 1)  # (B·M, V, C̃, P)
+        variance = x.new_zeros(count.shape).index_add(0, group_id, centred.square().sum((2, 3)).flatten())
+        scale = torch.rsqrt(variance / count + self.eps)[group_id]  # (B·M·F̃,) -> (B·M·V,)
+        scale = scale.reshape(batch_views, num_visible, 1, 1)  # (B·M·V,) -> (B·M, V, 1, 1)
+        gamma = self.weight.to(x.dtype).reshape(self.num_groups, channels, 1)  # (C,) -> (F̃, C̃, 1)
+        beta = self.bias.to(x.dtype).reshape(self.num_groups, channels, 1)  # (C,) -> (F̃, C̃, 1)
+        gamma, beta = _per_group(gamma, group_index), _per_group(beta, group_index)  # (B·M, V, C̃, 1) each
+        return torch.addcmul(beta, centred, scale * gamma)  # γ·x̂ + b: (B·M, V, C̃, P)
+
+
+class AaspTimePatchify(nn.Conv1d):
+    """The time patchifier of AaPE (d): a depthwise convolution over C channels with kernel = stride = P_time.
+
+    Dense: x (B, C, T) -> (B, C, T̃). Visible tokens: x (B·M, V, C̃, P), each token's group's C̃ channels over its P
+    frames, -> (B·M, V, C̃), in x's dtype. nn.Conv1d's constructor (see AaspGroupedProjection).
+    """
+
+    def forward(self, x, group_index=None):
+        if group_index is None:
+            return self._conv_forward(x, self.weight.to(x.dtype), self.bias.to(x.dtype))  # (B, C, T) -> (B, C, T̃)
+        channels = x.shape[2]  # C̃
+        num_groups = self.out_channels // channels  # F̃
+        weight = self.weight.to(x.dtype).reshape(num_groups, channels, -1)  # (C, 1, P) -> (F̃, C̃, P)
+        bias = self.bias.to(x.dtype).reshape(num_groups, channels)  # (C,) -> (F̃, C̃)
+        weight, bias = _per_group(weight, group_index), _per_group(bias, group_index)  # (B·M, V, C̃, P), (B·M, V, C̃)
+        return (x * weight).sum(-1) + bias  # (B·M, V, C̃, P) -> (B·M, V, C̃)
+
+
+class AaspSBLU(nn.Module):
+    """Adaptive SBLU branch (paper Sec. SBLU, Eq. 3–4, and Sec. AaPE (2) a–d): log-mel -> X_alias tokens.
+
+    (a) zero-phase FIR high-pass along time (cut-off β_min), (b) B̄: grouped 1×1 conv F -> H (F̃ groups),
+    (c) y = 2·Γ·|Σ_k exp(−ΔΛ|k−c|) v[n+k−c]| with per-frame Λ = α + jβ (taps generated on the fly),
+    then C̄: grouped 1×1 conv H -> C, (d) GroupNorm (F̃ groups), depthwise time conv (kernel = stride = P_time),
+    reshape to C̃ features per (time, frequency) patch. Non-adaptive: Λ is a learnable static (α, β) per channel.
+    """
+
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        self.config = config
+        # Float32 however the model is built (`_keep_in_fp32_modules_strict = ["sblu"]`): transformers keeps the
+        # branch float32 when it loads a checkpoint, and a model built under a half default dtype (`_from_config` or
+        # `from_config` with `dtype`, torch.set_default_dtype) must hardcode it. A float64 model stays float64.
+        dtype = torch.promote_types(torch.get_default_dtype(), torch.float32)
+        groups = config.num_frequency_patches
+        self.step = config.sblu_step
+        self.kernel_size = config.sblu_kernel_size
+        self.phase = config.sblu_phase
+        # On the CPU |r| runs in cache-sized blocks; True runs the accelerators' single whole-tensor pass (same
+        # arithmetic, larger temporaries). Set by the caller on the instance, e.g. the run planner while it measures.
+        self.whole_tensor_pass = False
+        hidden_size, output_size = config.sblu_hidden_size, config.sblu_output_size  # H, C
+        mel_bins = config.num_mel_bins
+        self.input_projection = AaspGroupedProjection(mel_bins, hidden_size, 1, groups=groups, dtype=dtype)  # B̄
+        self.output_projection = AaspGroupedProjection(hidden_size, output_size, 1, groups=groups, dtype=dtype)  # C̄
+        self.norm = AaspMaskedGroupNorm(groups, output_size, dtype=dtype)
+        patch = config.time_patch_size  # depthwise, kernel = stride = P_time
+        self.time_patchify = AaspTimePatchify(
+            output_size, output_size, patch, stride=patch, groups=output_size, dtype=dtype
+        )
+        self.register_buffer("highpass_kernel", self.compute_highpass_kernel(config).to(dtype), persistent=False)
+        self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
+        self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
+        # CODEPATH: AaSP checkpoints (the paper's AaPE) take the adaptive path, (α, β) from the Lambda encoder; the
+        # SBLU-adaptivity ablation (`sblu_adaptive=False`) learns one static (α, β) per hidden channel.
+        if config.sblu_adaptive:
+            self.static_decay = self.static_frequency = None
+        else:  # unbounded parameters, mapped like the Lambda encoder's outputs
+            self.static_decay = nn.Parameter(torch.zeros(config.sblu_hidden_size, dtype=dtype))
+            self.static_frequency = nn.Parameter(torch.zeros(config.sblu_hidden_size, dtype=dtype))
+
+    @staticmethod
+    def compute_highpass_kernel(config) -> torch.Tensor:
+        """Combined forward–backward (zero-phase) kernel of the 63-tap Hamming high-pass at β_min, float32 (2K'−1,)."""
+        frame_rate = 1.0 / config.sblu_step
+        cutoff_hz = frame_rate / (2.0 * config.time_patch_size)  # β_min / 2π = 1/(2·Δ·S_time)
+        taps = highpass_fir_taps(config.sblu_highpass_num_taps, cutoff_hz, frame_rate)
+        return torch.from_numpy(zero_phase_kernel(taps)).float()
+
+    def stem_dtype(self, mel):
+        """The dtype of the high-pass, B̄ and |r|: float32 for half/bfloat16/float32 models and inputs, float64 when
+        the model or the input is float64 (so a float64 model is float64 end to end)."""
+        return compute_dtype(mel, self.input_projection.weight)
+
+    def static_parameters(self):
+        """Bounded static (α, β), each (H,), for the non-adaptive SBLU; float32 (float64 in a float64 model)."""
+        dtype = torch.promote_types(self.static_decay.dtype, torch.float32)
+        decay = F.softplus(self.static_decay.to(dtype)) + self.decay_min
+        frequency = (self.frequency_max - self.frequency_min) * torch.sigmoid(self.static_frequency.to(dtype))
+        return decay, frequency + self.frequency_min
+
+    def forward(self, mel, decay=None, frequency=None, visibility=None, visible_indices=None):
+        """X_alias tokens of a log-mel, densely (fine-tuning, inference) or at each view's visible tokens only (masked
+        pre-training, ``visible_indices`` given).
+
+        mel: (B, F, T). decay, frequency: the SBLU's (α, β), or None for the non-adaptive SBLU (its static Λ):
+            dense: float32 (B, H, T), one (α, β) per hidden channel and frame;
+            visible tokens: float32 (B·M, V, H/F̃), one (α, β) per visible token and channel of its group.
+        visibility: dense only, float (B, F̃ or 1, T) or None — 1 where a frequency group's frame is real and visible.
+        visible_indices: (B·M, V) visible token indices (time-major, t·F̃ + f) of M views per clip, or None.
+        Returns X_alias tokens: dense (B, N, C̃); visible tokens float32 (B·M, V, C̃) (float64 in a float64 model).
+
+        Dense: hidden or padded (group, frame) positions are zeroed at the input and after B̄, exactly like the zero
+        padding at a clip's end, and left out of the GroupNorm statistics: a padded clip gives the same features as
+        the unpadded one, and with per-group visibility a visible token's features carry nothing from hidden patches.
+
+        Visible tokens (``config.student_stem_input="masked"``, the default): the dense result on each view's mel with
+        per-group visibility, taken at the visible tokens (a test checks this in float64). Only the high-pass runs on
+        the whole masked view (one FFT, no gradient); from there on everything is token-local: B̄ on a window of ±c
+        frames around the token's P_time frames, |r| at those P_time frames (sblu_token_magnitude, one kernel per
+        token and hidden channel), C̄ with the token's group weights, GroupNorm statistics gathered over each
+        (view, group)'s visible tokens, and the time patchifier. Hidden tokens cost nothing past the high-pass: with
+        80 % masking, about a fifth of the dense stem per view. All of it runs with autocast off: B̄, |r|, C̄ and the
+        statistics in float32 (float64 in a float64 model).
+
+        ``config.student_stem_input="full"`` (EAT's order): the high-pass runs once per clip on the unmasked mel,
+        shared by its M views, and the windows keep the real hidden frames (only frames outside the clip are zero),
+        so a visible token sees its hidden neighbours; the rest is the same token-local path. The result is the
+        dense stem on the unmasked clip, with the visible tokens' (α, β) and GroupNorm statistics over each
+        (view, group)'s visible tokens (the hidden tokens' features are never computed), taken at the visible
+        tokens (a test checks this against a float64 dense computation).
+
+        Token-path steps (methods below): the visibility of every (view, group, frame); (a) high-pass and the
+        windows of ±c frames around each visible token; (c) 2Γ|r|. B̄ (b), C̄ and GroupNorm and the time patchifier
+        (d) are the dense path's modules, called with each token's frequency group.
+        """
+        if visible_indices is not None:
+            if visibility is not None:
+                raise ValueError("give visibility (dense) or visible_indices (visible tokens only), not both")
+            return self._forward_visible_tokens(mel, visible_indices, decay, frequency)
+        batch_size, _, num_frames = mel.shape
+        if decay is None:
+            static_decay, static_frequency = self.static_parameters()
+            decay = static_decay[None, :, None].expand(batch_size, -1, num_frames)  # (H,) -> (B, H, T)
+            frequency = static_frequency[None, :, None].expand(batch_size, -1, num_frames)  # (H,) -> (B, H, T)
+
+        # The SBLU itself stays in float32 under autocast and in a bf16/fp16 model: its recurrence kernel decays to
+        # ε over K taps, which bf16's 8-bit mantissa cannot resolve. A float64 model computes it in float64.
+        dtype = self.stem_dtype(mel)
+        with torch.autocast(device_type=mel.device.type, enabled=False):
+            mel = mel.to(dtype)
+            if visibility is not None:
+                visibility = visibility.to(dtype)
+                bins_per_group = self.config.frequency_patch_size if visibility.shape[1] > 1 else 1
+                mel = mel * visibility.repeat_interleave(bins_per_group, dim=1)  # (B, F̃|1, T) -> (B, F|1, T)
+            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B, F, T)
+            values = self.input_projection(highpassed)  # (b) B̄, float32 also in a bf16 model: (B, F, T) -> (B, H, T)
+            if visibility is not None:
+                channels_per_group = (
+                    self.config.sblu_hidden_size // self.config.num_frequency_patches if visibility.shape[1] > 1 else 1
+                )
+                values = values * visibility.repeat_interleave(channels_per_group, dim=1)  # -> (B, H|1, T)
+            magnitude = sblu_magnitude(
+                values, decay, frequency, self.step, self.kernel_size, self.phase, self.whole_tensor_pass
+            )  # (c)
+            response = 2.0 * sblu_gamma(decay, frequency, self.step) * magnitude  # 2Γ|r|, (B, H, T)
+
+        # C̄, the GroupNorm and the time patchifier compute in float32 also when a plain .half() cast their weights
+        response = response.to(torch.promote_types(self.output_projection.weight.dtype, torch.float32))
+        features = self.output_projection(response)  # C̄: (B, H, T) -> (B, C, T)
+        features = self.norm(features, visibility)  # (d)
+        features = self.time_patchify(features)  # (B, C, T) -> (B, C, T̃)
+        num_groups = self.config.num_frequency_patches
+        num_time_patches = features.shape[-1]
+        features = features.reshape(batch_size, num_groups, -1, num_time_patches)  # (B, C, T̃) -> (B, F̃, C̃, T̃)
+        features = features.permute(0, 3, 1, 2)  # (B, F̃, C̃, T̃) -> (B, T̃, F̃, C̃)
+        return features.reshape(batch_size, num_time_patches * num_groups, -1)  # (B, T̃, F̃, C̃) -> (B, N, C̃)
+
+    def _forward_visible_tokens(self, mel, views, decay=None, frequency=None):
+        """The visible-token path of ``forward`` (see there): views (B·M, V) -> (B·M, V, C̃)."""
+        num_groups = self.config.num_frequency_patches
+        group_index = views % num_groups  # (B·M, V): each token's frequency group f
+        visibility = self._view_visibility(views, mel.shape[-1])  # (B·M, F̃, T)
+
+        with torch.autocast(device_type=mel.device.type, enabled=False):
+            if decay is None:  # non-adaptive: the static (α, β) of each token's group channels
+                static_decay, static_frequency = self.static_parameters()
+                decay = _per_group(static_decay.reshape(num_groups, -1), group_index)  # (H,) -> (B·M, V, H/F̃)
+                frequency = _per_group(static_frequency.reshape(num_groups, -1), group_index)  # (B·M, V, H/F̃)
+            windows, window_visible = self._token_windows(mel, views, visibility)  # (a)
+            values = self.input_projection(windows, group_index)  # (b) B̄: -> (B·M, V, H/F̃, P + 2c)
+            values = values * window_visible[:, :, None]  # v: frames that do not count (_token_windows) zeroed
+            response = self._token_response(values, decay, frequency)  # (c) 2Γ|r|: (B·M, V, H/F̃, P)
+            response = response.to(torch.promote_types(self.output_projection.weight.dtype, torch.float32))
+            features = self.output_projection(response, group_index)  # C̄: (B·M, V, H/F̃, P) -> (B·M, V, C̃, P)
+            features = self.norm(features, group_index=group_index)  # (d) (B·M, V, C̃, P)
+            return self.time_patchify(features, group_index)  # (B·M, V, C̃, P) -> (B·M, V, C̃)
+
+    def _view_visibility(self, views, num_frames):
+        """1 where a (view, frequency group, frame) belongs to a visible token: float (B·M, F̃, T)."""
+        batch_views = views.shape[0]
+        num_time_patches = num_frames // self.config.time_patch_size
+        token_visible = views.new_zeros(
+            batch_views, num_time_patches * self.config.num_frequency_patches, dtype=torch.bool
+        )
+        token_visible = token_visible.scatter(1, views, True)  # (B·M, N)
+        token_visible = token_visible.reshape(batch_views, num_time_patches, -1)  # (B·M, N) -> (B·M, T̃, F̃)
+        return (
+            token_visible.transpose(1, 2).repeat_interleave(self.config.time_patch_size, dim=-1).float()
+        )  # -> (B·M, F̃, T)
+
+    def _token_windows(self, mel, views, visibility):
+        """(a) The high-passed mel around each visible token: its group's F/F̃ bins on the token's P_time frames and
+        ±c frames either side (zeros outside the clip), and which of those frames count (hidden ones do not under
+        "masked"). mel (B, F, T), views (B·M, V), visibility (B·M, F̃, T) ->
+        windows float32 or float64 (stem_dtype) (B·M, V, F/F̃, P + 2c), window_visible (B·M, V, P + 2c)."""
+        num_groups = self.config.num_frequency_patches
+        bins = self.config.frequency_patch_size  # F/F̃ mel bins per frequency group
+        half = (self.kernel_size - 1) // 2  # c
+        width = self.config.time_patch_size + 2 * half  # window length P + 2c
+        batch_views = views.shape[0]
+        num_frames = mel.shape[-1]
+        num_views = batch_views // mel.shape[0]
+        dtype = self.stem_dtype(mel)
+        time_index, group_index = views // num_groups, views % num_groups  # (B·M, V) each
+        rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (B·M, 1, 1)
+        # CODEPATH: AaSP pre-training (default "masked") runs the stem on each view's visible frames; "full" is EAT's
+        # order (the stem on the unmasked clip, then masked), a fidelity option of pre-training only.
+        if self.config.student_stem_input == "full":
+            # the unmasked clip high-passed once and shared by its M views; windows keep the hidden frames
+            highpassed = zero_phase_highpass(mel.to(dtype), self.highpass_kernel)  # (B, F, T); no gradient needed
+            source_rows = rows // num_views  # view b·M + m reads clip b, (B·M, 1, 1)
+            window_visible = torch.ones_like(visibility)  # (B·M, F̃, T): every frame of the clip counts
+        else:
+            # each view's mel with its hidden patches zeroed, high-passed along time
+            mel = mel.to(dtype).repeat_interleave(num_views, dim=0)  # (B, F, T) -> (B·M, F, T)
+            mel = mel.reshape(batch_views, num_groups, bins, num_frames)  # -> (B·M, F̃, F/F̃, T)
+            mel = (mel * visibility[:, :, None, :]).reshape(batch_views, -1, num_frames)  # -> (B·M, F, T)
+            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (B·M, F, T); no gradient needed
+            source_rows = rows
+            window_visible = visibility  # (B·M, F̃, T)
+
+        frames = time_index[..., None] * self.config.time_patch_size + torch.arange(
+            width, device=views.device
+        )  # (B·M, V, P+2c)
+        padded = F.pad(highpassed, (half, half))  # (B|B·M, F, T) -> (B|B·M, F, T + 2c)
+        padded = padded.reshape(padded.shape[0], num_groups, bins, -1).transpose(2, 3)
+        # (B|B·M, F, T + 2c) -> (B|B·M, F̃, F/F̃, T + 2c) -> (B|B·M, F̃, T + 2c, F/F̃)
+        windows = padded[source_rows, group_index[..., None], frames].transpose(-1, -2)  # (B·M, V, F/F̃, P + 2c)
+        window_visible = F.pad(window_visible, (half, half))[rows, group_index[..., None], frames]  # (B·M, V, P + 2c)
+        return windows, window_visible
+
+    def _token_response(self, values, decay, frequency):
+        """(c) 2Γ|r| at each token's P_time frames, one kernel per (token, hidden channel).
+        values (B·M, V, H/F̃, P + 2c); decay, frequency (B·M, V, H/F̃) -> float32 (B·M, V, H/F̃, P)."""
+        batch_views, num_visible, channels, width = values.shape
+        windows = values.reshape(-1, width)  # (B·M, V, H/F̃, P + 2c) -> (B·M·V·H/F̃, P + 2c)
+        decay, frequency = decay.reshape(-1), frequency.reshape(-1)  # (B·M, V, H/F̃) -> (B·M·V·H/F̃,)
+        magnitude = sblu_token_magnitude(windows, decay, frequency, self.step, self.kernel_size, self.phase)
+        response = 2.0 * sblu_gamma(decay, frequency, self.step)[:, None] * magnitude  # (B·M·V·H/F̃, P)
+        return response.reshape(batch_views, num_visible, channels, -1)  # (B·M·V·H/F̃, P) -> (B·M, V, H/F̃, P)
+
+
+class AaspEmbeddings(nn.Module):
+    """Patch embedding stage: SPE (16×16 conv + fixed positions) or AaPE (SPE + Lambda encoder + SBLU + fusion).
+
+    Input (B, T, F) normalised log-mel; output (B, N, D) patch tokens with positions, time-major.
+    The position table covers `num_frames` (608); shorter inputs truncate it, longer ones interpolate it linearly
+    along time only (paper Sec. Training Setup).
+    """
+
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        self.config = config
+        # X_spec: the input is (B, 1, T, F), so the kernel is (P_time, P_freq) as in EAT.
+        self.projection = nn.Conv2d(
+            1,
+            config.hidden_size,
+            kernel_size=(config.time_patch_size, config.frequency_patch_size),
+            stride=(config.time_patch_size, config.frequency_patch_size),
+        )
+        # Fixed sin-cos positions with a zero row for CLS, a non-trainable parameter as in AudioMAE.
+        self.position_embeddings = nn.Parameter(
+            torch.zeros(1, 1 + config.num_patches, config.hidden_size), requires_grad=False
+        )
+        # CODEPATH: AaSP checkpoints (the paper's AaPE) build the Lambda encoder and the SBLU branch; converted EAT
+        # checkpoints and the SPE baseline (`patch_embedding="spe"`) have the patch projection only. Within AaPE the
+        # SBLU-adaptivity ablation (`sblu_adaptive=False`) has no Lambda encoder.
+        if config.patch_embedding == "aape":
+            # CODEPATH: AaSP checkpoints have a Lambda encoder; the SBLU-adaptivity ablation has none.
+            self.lambda_encoder = AaspLambdaEncoder(config) if config.sblu_adaptive else None
+            self.sblu = AaspSBLU(config)
+            alias_size = config.sblu_output_size // config.num_frequency_patches  # C̃
+            self.spec_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+            self.alias_norm = nn.LayerNorm(alias_size, eps=config.layer_norm_eps)
+            self.fusion = nn.Linear(config.hidden_size + alias_size, config.hidden_size)  # f_fuse
+
+    def compute_position_embeddings(self) -> torch.Tensor:
+        """Float32 (1, 1 + N, D): zero row for CLS, then the sin-cos table."""
+        table = sincos_position_embeddings(
+            self.config.hidden_size, self.config.num_frequency_patches, self.config.num_time_patches
+        )  # (N, D)
+        return torch.cat([torch.zeros(1, self.config.hidden_size, dtype=table.dtype), table])[None].float()
+
+    def patch_positions(self, num_time_patches: int, valid_time_patches: torch.Tensor | None = None) -> torch.Tensor:
+        """Positions (B or 1, T̃'·F̃, D) for an input with T̃' time patches.
+
+        Each clip uses its own length (`valid_time_patches`, (B,), default T̃'): a clip that fits the table takes its
+        first rows; a longer clip gets the table linearly interpolated along time (F.interpolate's "linear",
+        align_corners=False, mapping). Per-clip lengths make a padded batch give every clip the positions it gets
+        alone. Rows past a clip's length (padding) are clamped copies.
+        """
+        table = self.position_embeddings[0, 1:].reshape(self.config.num_time_patches, -1)  # (N, D) -> (T̃, F̃·D)
+        target = torch.arange(num_time_patches, device=table.device, dtype=torch.float32)[None]  # (1, T̃')
+        if valid_time_patches is None:
+            length = torch.full((1, 1), num_time_patches, device=table.device, dtype=torch.float32)
+        else:
+            length = valid_time_patches.to(device=table.device, dtype=torch.float32)[:, None]  # (B, 1)
+        stretched = (target + 0.5) * (self.config.num_time_patches / length) - 0.5
+        source = torch.where(length > self.config.num_time_patches, stretched, target).clamp(
+            0, self.config.num_time_patches - 1
+        )
+        low = source.floor().long()  # (B, T̃')
+        high = (low + 1).clamp(max=self.config.num_time_patches - 1)
+        weight = (source - low)[..., None].to(table.dtype)  # (B, T̃', 1)
+        rows = table[low] * (1 - weight) + table[high] * weight  # (B, T̃', F̃·D)
+        return rows.reshape(rows.shape[0], -1, self.config.hidden_size)  # (B, T̃', F̃·D) -> (B, T̃'·F̃, D)
+
+    def forward(self, input_values, frame_mask=None, attention_mask=None, visible_indices=None):
+        """input_values: (B, T, F), T a multiple of P_time; frame_mask: (B, T) bool or None;
+        attention_mask: (B, N) token mask for the Lambda encoder (1 = real patch) or None;
+        visible_indices: (B, M, V) long or None — masked pre-training: embed only the V visible tokens of each of
+        M views per clip (the Lambda encoder attends among them only).
+        Returns (B, N, D) patch tokens with positions, or (B·M, V, D) with `visible_indices`."""
+        batch_size, num_frames, _ = input_values.shape
+        num_time_patches = num_frames // self.config.time_patch_size
+        valid_time_patches = None
+        if frame_mask is not None:  # (B, T) -> (B, T̃, P_time) -> (B,)
+            valid_time_patches = frame_mask.reshape(batch_size, num_time_patches, -1).any(-1).sum(-1)
+        positions = self.patch_positions(num_time_patches, valid_time_patches).to(input_values.dtype)  # (B|1, N, D)
+        positions = positions.expand(batch_size, -1, -1)  # (B, N, D)
+
+        spec = self.projection(input_values.unsqueeze(1))  # (B, T, F) -> (B, 1, T, F) -> (B, D, T̃, F̃)
+        spec = spec.flatten(2).transpose(1, 2)  # (B, D, T̃, F̃) -> (B, N, D), time-major
+        mel = input_values.transpose(1, 2)  # (B, T, F) -> (B, F, T)
+        visibility = None if frame_mask is None else frame_mask[:, None, :]  # (B, 1, T)
+
+        views = None
+        if visible_indices is not None:
+            num_views = visible_indices.shape[1]
+            views = visible_indices.reshape(batch_size * num_views, -1)  # (B, M, V) -> (B·M, V)
+            spec = self._take(spec.repeat_interleave(num_views, dim=0), views)  # (B·M, V, D)
+            positions = self._take(positions.repeat_interleave(num_views, dim=0), views)  # (B·M, V, D)
+        # CODEPATH: converted EAT checkpoints and the SPE baseline stop here; AaSP checkpoints (AaPE) fuse the SBLU branch.
+        if self.config.patch_embedding == "spe":
+            return spec + positions
+
+        decay = frequency = None
+        if self.lambda_encoder is not None:
+            decay, frequency = self.lambda_encoder(spec + positions, attention_mask)  # (B', N|V, H/F̃) each
+        if views is not None:  # masked pre-training: only the visible tokens' SBLU features are computed
+            alias = self.sblu(mel, decay, frequency, visible_indices=views)  # (B·M, V, C̃)
+        else:
+            if decay is not None:
+                decay = self._lambda_to_frames(decay)  # (B, N, H/F̃) -> (B, H, T)
+                frequency = self._lambda_to_frames(frequency)  # (B, H, T)
+            alias = self.sblu(mel, decay, frequency, visibility)  # (B, N, C̃)
+        fused = self.fusion(torch.cat([self.spec_norm(spec), self.alias_norm(alias.to(spec.dtype))], dim=-1))
+        return fused + positions  # (B', N|V, D)
+
+    @staticmethod
+    def _take(tokens, indices):
+        """(B', N, X) gathered at (B', V) token indices -> (B', V, X)."""
+        return tokens.gather(1, indices[..., None].expand(-1, -1, tokens.shape[-1]))
+
+    def _lambda_to_frames(self, per_token):
+        """(B, N, H/F̃) per-token parameters -> (B, H, T): token (t, f) drives hidden channels f·H/F̃ ... (f+1)·H/F̃−1
+        (the channels B̄ fills from frequency patch f) for the P_time frames of time patch t."""
+        batch_size, num_tokens, per_group = per_token.shape
+        num_time_patches = num_tokens // self.config.num_frequency_patches
+        grid = per_token.reshape(
+            batch_size, num_time_patches, self.config.num_frequency_patches, per_group
+        )  # (B, T̃, F̃, H/F̃)
+        grid = grid.permute(0, 2, 3, 1)  # (B, T̃, F̃, H/F̃) -> (B, F̃, H/F̃, T̃)
+        grid = grid.reshape(
+            batch_size, self.config.num_frequency_patches * per_group, num_time_patches
+        )  # -> (B, H, T̃)
+        return grid.repeat_interleave(self.config.time_patch_size, dim=-1)  # (B, H, T̃) -> (B, H, T)
 
 def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
     """Reference attention. query/key/value: (B, heads, N, d); attention_mask: None, or as transformers'
@@ -774,592 +1220,6 @@ class AaspLambdaEncoderLayer(AaspBlock):
     """A pre-norm block of the Lambda encoder (paper Sec. AaPE (1))."""
 
 
-# ====================================================================================================================
-# Patch embedding
-# ====================================================================================================================
-# The patch embedding of AaSP (`AaspEmbeddings`): SPE, the standard patch embedding, or AaPE, the aliasing-aware
-# patch embedding (SPE + Lambda encoder + SBLU branch + patch fusion), with the fixed 2-D sin-cos positions.
-#
-# Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers", Sec. "Aliasing-aware
-# Patch Embedding (AaPE)" (1) the Lambda encoder, (2) the SBLU branch (a)-(d), and "Patch Fusion".
-#
-#     sincos_position_embeddings          the fixed 2-D sin-cos position table
-#     AaspLambdaEncoder                   AaPE (1): (α, β) of every token from X_spec + positions
-#     AaspGroupedProjection,              the SBLU branch's layers (B̄ and C̄; GroupNorm with masked statistics; the
-#     AaspMaskedGroupNorm,                time patchifier), each computing with its weights in its own forward, dense
-#     AaspTimePatchify                    or per visible token, so offload hooks, forward hooks and adapters see them
-#     AaspSBLU                            AaPE (2) (a)-(d): high-pass, B̄, 2Γ|r|, C̄, GroupNorm, time patchifier; one
-#                                         forward, dense or at each view's visible tokens
-#     AaspEmbeddings                      the stem: X_spec, the Lambda encoder, the SBLU branch, f_fuse, positions
-#
-# The SBLU operator itself (|r| of Eq. 3, Γ, the high-pass filter, the parameter bounds) is the first section; the ViT
-# block of the Lambda encoder (the encoder's block, pre-norm) the second.
-#
-# Symbols -> names: Λ = α + jβ -> (decay, frequency); Δ -> sblu_step; K -> sblu_kernel_size; H -> sblu_hidden_size;
-# C -> sblu_output_size; B̄ -> input_projection; C̄ -> output_projection; Γ -> sblu_gamma.
-# Dimensions: B batch, T frames, F mel bins, F̃/T̃ frequency/time patches, N = T̃·F̃ tokens (time-major: token
-# t·F̃ + f), D hidden size, H SBLU hidden channels, C SBLU output channels, C̃ = C/F̃, K SBLU taps, c = (K−1)/2,
-# P = P_time; in masked pre-training M views per clip and V visible tokens per view.
-
-
-# ----------------------------------------------------------------------------------------------- positions
-def sincos_position_embeddings(hidden_size: int, num_frequency_patches: int, num_time_patches: int) -> torch.Tensor:
-    """Fixed 2-D sin-cos positions (MAE/EAT), float64 `(N, D)` in time-major token order.
-
-    The first D/2 dimensions encode the frequency-patch index, the last D/2 the time-patch index (as EAT does);
-    each half is [sin(p·ω), cos(p·ω)] with ω_i = 10000^(−i/(D/4)).
-    """
-    quarter = hidden_size // 4
-    omega = 1.0 / 10000 ** (np.arange(quarter, dtype=np.float64) / quarter)  # (D/4,)
-
-    def one_axis(positions):
-        angles = np.outer(positions, omega)  # (P, D/4)
-        return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)  # (P, D/2)
-
-    time_index, freq_index = np.meshgrid(
-        np.arange(num_time_patches), np.arange(num_frequency_patches), indexing="ij"
-    )  # each (T̃, F̃)
-    table = np.concatenate([one_axis(freq_index.reshape(-1)), one_axis(time_index.reshape(-1))], axis=1)  # (N, D)
-    return torch.from_numpy(table)
-
-
-# --------------------------------------------------------------------------------------------- AaPE (1): Lambda encoder
-class AaspLambdaEncoder(nn.Module):
-    """Lambda encoder (paper Sec. AaPE (1)): estimates the SBLU decay α and frequency β for every token.
-
-    X_spec + positions -> Linear(D -> D/r) -> L pre-norm ViT blocks -> LayerNorm -> Linear(D/r -> 2H/F̃), split into
-    α, β (H/F̃ each per token), bounded as α = softplus(·) + α_min, β = (β_max − β_min)·σ(·) + β_min.
-    Attention is restricted to the real tokens given by `attention_mask`, so in masked pre-training it attends
-    only among visible tokens.
-    """
-
-    def __init__(self, config: AaspConfig):
-        super().__init__()
-        width = config.hidden_size // config.lambda_encoder_reduction  # D/r (`config.lambda_encoder_hidden_size`)
-        self.input_projection = nn.Linear(config.hidden_size, width)
-        self.layers = nn.ModuleList(
-            [
-                AaspLambdaEncoderLayer(
-                    config,
-                    width,
-                    config.lambda_encoder_num_attention_heads,
-                    int(width * config.lambda_encoder_mlp_ratio),
-                    layer_norm_first=True,
-                    drop_path=0.0,
-                )
-                for _ in range(config.lambda_encoder_num_layers)
-            ]
-        )
-        self.config = config
-        self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
-        self.output_projection = nn.Linear(width, 2 * config.sblu_hidden_size // config.num_frequency_patches)
-        self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
-        self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
-
-    def forward(self, tokens, attention_mask=None):
-        """tokens: (B, N, D) with positions; attention_mask: (B, N) token mask (1 = real patch) or None.
-        Returns decay α and frequency β, each float32 (B, N, H/F̃)."""
-        hidden_states = self.input_projection(tokens)  # (B, N, D) -> (B, N, D/r)
-        # the form config._attn_implementation takes: (B, 1, N, N) for eager/SDPA, None when nothing is padded
-        attention_mask = create_bidirectional_mask(self.config, hidden_states, attention_mask)
-        for layer in self.layers:
-            hidden_states, _, _ = layer(hidden_states, attention_mask)
-        lambdas = self.output_projection(self.norm(hidden_states)).float()  # (B, N, 2H/F̃)
-        decay, frequency = lambdas.chunk(2, dim=-1)  # (B, N, H/F̃) each
-        decay = F.softplus(decay) + self.decay_min
-        frequency = (self.frequency_max - self.frequency_min) * torch.sigmoid(frequency) + self.frequency_min
-        return decay, frequency
-
-
-# ----------------------------------------------------------------------------------------------- AaPE (2): SBLU branch
-def _masked_group_norm(x, norm: nn.GroupNorm, visibility):
-    """GroupNorm whose statistics cover only the visible frames of each group (``AaspMaskedGroupNorm``'s dense path).
-
-    x: (B, C, T); visibility: float (B, G or 1, T) with G = norm.num_groups, 1 = real/visible, or None (plain GroupNorm).
-    """
-    if visibility is None:
-        return norm(x)
-    dtype = torch.promote_types(x.dtype, torch.float32)  # statistics in float32 also under autocast
-    batch_size, channels, num_frames = x.shape
-    groups = x.to(dtype).reshape(
-        batch_size, norm.num_groups, channels // norm.num_groups, num_frames
-    )  # -> (B, G, C/G, T)
-    weight = visibility[:, :, None, :].to(dtype)  # (B, G|1, 1, T)
-    count = weight.sum(-1, keepdim=True).clamp(min=1.0) * groups.shape[2]  # (B, G|1, 1, 1)
-    mean = (groups * weight).sum((2, 3), keepdim=True) / count
-    var = ((groups - mean).square() * weight).sum((2, 3), keepdim=True) / count
-    groups = (groups - mean) * torch.rsqrt(var + norm.eps)
-    x = groups.reshape(batch_size, channels, num_frames)  # (B, G, C/G, T) -> (B, C, T)
-    return x * norm.weight.to(dtype)[:, None] + norm.bias.to(dtype)[:, None]
-
-
-def _per_group(table, group_index):
-    """A per-group table (F̃, ...) -> each token's row (B·M, V, ...) for group indices (B·M, V). F.embedding is an
-    exact gather whose backward is a fast segment sum (plain indexing's backward is a slow scatter-add on the CPU)."""
-    rows = F.embedding(group_index, table.reshape(table.shape[0], -1))  # (F̃, X) -> (B·M, V, X)
-    return rows.reshape(*group_index.shape, *table.shape[1:])  # (B·M, V, X) -> (B·M, V, ...)
-
-
-# The layers of the SBLU branch are modules whose own forward does all the arithmetic with their weights, dense or at
-# the visible tokens of masked pre-training (given ``group_index``, each token's frequency group f, (B·M, V)), so
-# whatever wraps a module sees every use of its weights: accelerate's offload hooks (which load a module's weights
-# only while its forward runs), forward hooks, adapters. On the visible-token path a token meets only its own group's
-# block of a grouped layer's weights, gathered per token (_per_group); the numbers are those of the dense layer at
-# the token's frames.
-
-
-class AaspGroupedProjection(nn.Conv1d):
-    """B̄ (F -> H) or C̄ (H -> C): a 1×1 convolution with F̃ groups, in its input's dtype (the caller chooses it).
-
-    Dense: x (B, C_in, T) -> (B, C_out, T). Visible tokens: x (B·M, V, C_in/F̃, L), the channels of each token's group
-    over L frames, -> (B·M, V, C_out/F̃, L). nn.Conv1d's constructor, so tools that build a layer like it
-    (``type(layer)(in_channels, out_channels, kernel_size, ...)``, as PEFT's LoRA does) get a working one.
-    """
-
-    def forward(self, x, group_index=None):
-        weight = self.weight.to(x.dtype)  # (C_out, C_in/F̃, 1)
-        bias = None if self.bias is None else self.bias.to(x.dtype)  # (C_out,)
-        if group_index is None:
-            return self._conv_forward(x, weight, bias)  # (B, C_in, T) -> (B, C_out, T)
-        if self.kernel_size != (1,) or bias is None:
-            raise ValueError("the visible-token path needs a 1×1 convolution with a bias")
-        outputs = self.out_channels // self.groups  # C_out/F̃
-        weight = _per_group(weight.reshape(self.groups, outputs, -1), group_index)  # (B·M, V, C_out/F̃, C_in/F̃)
-        bias = _per_group(bias.reshape(self.groups, outputs, 1), group_index)  # (B·M, V, C_out/F̃, 1)
-        return weight @ x + bias  # (B·M, V, C_in/F̃, L) -> (B·M, V, C_out/F̃, L)
-
-
-class AaspMaskedGroupNorm(nn.GroupNorm):
-    """GroupNorm (F̃ groups, AaPE (d)) whose statistics cover only the real and visible frames or tokens of a group.
-
-    Dense: x (B, C, T) and ``visibility`` float (B, F̃ or 1, T), 1 where a group's frame counts, or None (plain
-    GroupNorm) -> (B, C, T); statistics in float32 also under autocast.
-    Visible tokens: x (B·M, V, C̃, P), each token's group's C̃ channels over its P frames, -> (B·M, V, C̃, P), with
-    each (view, group)'s statistics over its visible tokens' C̃·P values (biased variance), in x's dtype.
-    """
-
-    def forward(self, x, visibility=None, group_index=None):
-        if group_index is None:
-            if visibility is not None:
-                return _masked_group_norm(x, self, visibility)
-            dtype = torch.promote_types(x.dtype, torch.float32)  # float32 also from the weights of a .half() model
-            return F.group_norm(x.to(dtype), self.num_groups, self.weight.to(dtype), self.bias.to(dtype), self.eps)
-        batch_views, num_visible, channels, patch = x.shape
-        group_id = (torch.arange(batch_views, device=x.device)[:, None] * self.num_groups + group_index).flatten()
-        # group_id: (B·M·V,), the (view, group) of each token
-        count = x.new_zeros(batch_views * self.num_groups)  # (B·M·F̃,) values per (view, group)
-        count = count.index_add(0, group_id, x.new_ones(group_id.shape)).clamp(min=1.0) * (channels * patch)
-        mean = x.new_zeros(count.shape).index_add(0, group_id, x.sum((2, 3)).flatten()) / count
-        centred = x - mean[group_id].reshape(batch_views, num_visible, 1, 1)  # (B·M, V, C̃, P)
-        variance = x.new_zeros(count.shape).index_add(0, group_id, centred.square().sum((2, 3)).flatten())
-        scale = torch.rsqrt(variance / count + self.eps)[group_id]  # (B·M·F̃,) -> (B·M·V,)
-        scale = scale.reshape(batch_views, num_visible, 1, 1)  # (B·M·V,) -> (B·M, V, 1, 1)
-        gamma = self.weight.to(x.dtype).reshape(self.num_groups, channels, 1)  # (C,) -> (F̃, C̃, 1)
-        beta = self.bias.to(x.dtype).reshape(self.num_groups, channels, 1)  # (C,) -> (F̃, C̃, 1)
-        gamma, beta = _per_group(gamma, group_index), _per_group(beta, group_index)  # (B·M, V, C̃, 1) each
-        return torch.addcmul(beta, centred, scale * gamma)  # γ·x̂ + b: (B·M, V, C̃, P)
-
-
-class AaspTimePatchify(nn.Conv1d):
-    """The time patchifier of AaPE (d): a depthwise convolution over C channels with kernel = stride = P_time.
-
-    Dense: x (B, C, T) -> (B, C, T̃). Visible tokens: x (B·M, V, C̃, P), each token's group's C̃ channels over its P
-    frames, -> (B·M, V, C̃), in x's dtype. nn.Conv1d's constructor (see AaspGroupedProjection).
-    """
-
-    def forward(self, x, group_index=None):
-        if group_index is None:
-            return self._conv_forward(x, self.weight.to(x.dtype), self.bias.to(x.dtype))  # (B, C, T) -> (B, C, T̃)
-        channels = x.shape[2]  # C̃
-        num_groups = self.out_channels // channels  # F̃
-        weight = self.weight.to(x.dtype).reshape(num_groups, channels, -1)  # (C, 1, P) -> (F̃, C̃, P)
-        bias = self.bias.to(x.dtype).reshape(num_groups, channels)  # (C,) -> (F̃, C̃)
-        weight, bias = _per_group(weight, group_index), _per_group(bias, group_index)  # (B·M, V, C̃, P), (B·M, V, C̃)
-        return (x * weight).sum(-1) + bias  # (B·M, V, C̃, P) -> (B·M, V, C̃)
-
-
-class AaspSBLU(nn.Module):
-    """Adaptive SBLU branch (paper Sec. SBLU, Eq. 3–4, and Sec. AaPE (2) a–d): log-mel -> X_alias tokens.
-
-    (a) zero-phase FIR high-pass along time (cut-off β_min), (b) B̄: grouped 1×1 conv F -> H (F̃ groups),
-    (c) y = 2·Γ·|Σ_k exp(−ΔΛ|k−c|) v[n+k−c]| with per-frame Λ = α + jβ (taps generated on the fly),
-    then C̄: grouped 1×1 conv H -> C, (d) GroupNorm (F̃ groups), depthwise time conv (kernel = stride = P_time),
-    reshape to C̃ features per (time, frequency) patch. Non-adaptive: Λ is a learnable static (α, β) per channel.
-    """
-
-    def __init__(self, config: AaspConfig):
-        super().__init__()
-        self.config = config
-        # Float32 however the model is built (`_keep_in_fp32_modules_strict = ["sblu"]`): transformers keeps the
-        # branch float32 when it loads a checkpoint, and a model built under a half default dtype (`_from_config` or
-        # `from_config` with `dtype`, torch.set_default_dtype) must hardcode it. A float64 model stays float64.
-        dtype = torch.promote_types(torch.get_default_dtype(), torch.float32)
-        groups = config.num_frequency_patches
-        self.step = config.sblu_step
-        self.kernel_size = config.sblu_kernel_size
-        self.phase = config.sblu_phase
-        hidden_size, output_size = config.sblu_hidden_size, config.sblu_output_size  # H, C
-        mel_bins = config.num_mel_bins
-        self.input_projection = AaspGroupedProjection(mel_bins, hidden_size, 1, groups=groups, dtype=dtype)  # B̄
-        self.output_projection = AaspGroupedProjection(hidden_size, output_size, 1, groups=groups, dtype=dtype)  # C̄
-        self.norm = AaspMaskedGroupNorm(groups, output_size, dtype=dtype)
-        patch = config.time_patch_size  # depthwise, kernel = stride = P_time
-        self.time_patchify = AaspTimePatchify(
-            output_size, output_size, patch, stride=patch, groups=output_size, dtype=dtype
-        )
-        self.register_buffer("highpass_kernel", self.compute_highpass_kernel(config).to(dtype), persistent=False)
-        self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
-        self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
-        # CODEPATH: AaSP checkpoints (the paper's AaPE) take the adaptive path, (α, β) from the Lambda encoder; the
-        # SBLU-adaptivity ablation (`sblu_adaptive=False`) learns one static (α, β) per hidden channel.
-        if config.sblu_adaptive:
-            self.static_decay = self.static_frequency = None
-        else:  # unbounded parameters, mapped like the Lambda encoder's outputs
-            self.static_decay = nn.Parameter(torch.zeros(config.sblu_hidden_size, dtype=dtype))
-            self.static_frequency = nn.Parameter(torch.zeros(config.sblu_hidden_size, dtype=dtype))
-
-    @staticmethod
-    def compute_highpass_kernel(config) -> torch.Tensor:
-        """Combined forward–backward (zero-phase) kernel of the 63-tap Hamming high-pass at β_min, float32 (2K'−1,)."""
-        frame_rate = 1.0 / config.sblu_step
-        cutoff_hz = frame_rate / (2.0 * config.time_patch_size)  # β_min / 2π = 1/(2·Δ·S_time)
-        taps = highpass_fir_taps(config.sblu_highpass_num_taps, cutoff_hz, frame_rate)
-        return torch.from_numpy(zero_phase_kernel(taps)).float()
-
-    def stem_dtype(self, mel):
-        """The dtype of the high-pass, B̄ and |r|: float32 for half/bfloat16/float32 models and inputs, float64 when
-        the model or the input is float64 (so a float64 model is float64 end to end)."""
-        return compute_dtype(mel, self.input_projection.weight)
-
-    def static_parameters(self):
-        """Bounded static (α, β), each (H,), for the non-adaptive SBLU; float32 (float64 in a float64 model)."""
-        dtype = torch.promote_types(self.static_decay.dtype, torch.float32)
-        decay = F.softplus(self.static_decay.to(dtype)) + self.decay_min
-        frequency = (self.frequency_max - self.frequency_min) * torch.sigmoid(self.static_frequency.to(dtype))
-        return decay, frequency + self.frequency_min
-
-    def forward(self, mel, decay=None, frequency=None, visibility=None, visible_indices=None):
-        """X_alias tokens of a log-mel, densely (fine-tuning, inference) or at each view's visible tokens only (masked
-        pre-training, ``visible_indices`` given).
-
-        mel: (B, F, T). decay, frequency: the SBLU's (α, β), or None for the non-adaptive SBLU (its static Λ):
-            dense: float32 (B, H, T), one (α, β) per hidden channel and frame;
-            visible tokens: float32 (B·M, V, H/F̃), one (α, β) per visible token and channel of its group.
-        visibility: dense only, float (B, F̃ or 1, T) or None — 1 where a frequency group's frame is real and visible.
-        visible_indices: (B·M, V) visible token indices (time-major, t·F̃ + f) of M views per clip, or None.
-        Returns X_alias tokens: dense (B, N, C̃); visible tokens float32 (B·M, V, C̃) (float64 in a float64 model).
-
-        Dense: hidden or padded (group, frame) positions are zeroed at the input and after B̄, exactly like the zero
-        padding at a clip's end, and left out of the GroupNorm statistics: a padded clip gives the same features as
-        the unpadded one, and with per-group visibility a visible token's features carry nothing from hidden patches.
-
-        Visible tokens (``config.student_stem_input="masked"``, the default): the dense result on each view's mel with
-        per-group visibility, taken at the visible tokens (a test checks this in float64). Only the high-pass runs on
-        the whole masked view (one FFT, no gradient); from there on everything is token-local: B̄ on a window of ±c
-        frames around the token's P_time frames, |r| at those P_time frames (sblu_token_magnitude, one kernel per
-        token and hidden channel), C̄ with the token's group weights, GroupNorm statistics gathered over each
-        (view, group)'s visible tokens, and the time patchifier. Hidden tokens cost nothing past the high-pass: with
-        80 % masking, about a fifth of the dense stem per view. All of it runs with autocast off: B̄, |r|, C̄ and the
-        statistics in float32 (float64 in a float64 model).
-
-        ``config.student_stem_input="full"`` (EAT's order): the high-pass runs once per clip on the unmasked mel,
-        shared by its M views, and the windows keep the real hidden frames (only frames outside the clip are zero),
-        so a visible token sees its hidden neighbours; the rest is the same token-local path. The result is the
-        dense stem on the unmasked clip, with the visible tokens' (α, β) and GroupNorm statistics over each
-        (view, group)'s visible tokens (the hidden tokens' features are never computed), taken at the visible
-        tokens (a test checks this against a float64 dense computation).
-
-        Token-path steps (methods below): the visibility of every (view, group, frame); (a) high-pass and the
-        windows of ±c frames around each visible token; (c) 2Γ|r|. B̄ (b), C̄ and GroupNorm and the time patchifier
-        (d) are the dense path's modules, called with each token's frequency group.
-        """
-        if visible_indices is not None:
-            if visibility is not None:
-                raise ValueError("give visibility (dense) or visible_indices (visible tokens only), not both")
-            return self._forward_visible_tokens(mel, visible_indices, decay, frequency)
-        batch_size, _, num_frames = mel.shape
-        if decay is None:
-            static_decay, static_frequency = self.static_parameters()
-            decay = static_decay[None, :, None].expand(batch_size, -1, num_frames)  # (H,) -> (B, H, T)
-            frequency = static_frequency[None, :, None].expand(batch_size, -1, num_frames)  # (H,) -> (B, H, T)
-
-        # The SBLU itself stays in float32 under autocast and in a bf16/fp16 model: its recurrence kernel decays to
-        # ε over K taps, which bf16's 8-bit mantissa cannot resolve. A float64 model computes it in float64.
-        dtype = self.stem_dtype(mel)
-        with torch.autocast(device_type=mel.device.type, enabled=False):
-            mel = mel.to(dtype)
-            if visibility is not None:
-                visibility = visibility.to(dtype)
-                bins_per_group = self.config.frequency_patch_size if visibility.shape[1] > 1 else 1
-                mel = mel * visibility.repeat_interleave(bins_per_group, dim=1)  # (B, F̃|1, T) -> (B, F|1, T)
-            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B, F, T)
-            values = self.input_projection(highpassed)  # (b) B̄, float32 also in a bf16 model: (B, F, T) -> (B, H, T)
-            if visibility is not None:
-                channels_per_group = (
-                    self.config.sblu_hidden_size // self.config.num_frequency_patches if visibility.shape[1] > 1 else 1
-                )
-                values = values * visibility.repeat_interleave(channels_per_group, dim=1)  # -> (B, H|1, T)
-            magnitude = sblu_magnitude(values, decay, frequency, self.step, self.kernel_size, self.phase)  # (c)
-            response = 2.0 * sblu_gamma(decay, frequency, self.step) * magnitude  # 2Γ|r|, (B, H, T)
-
-        # C̄, the GroupNorm and the time patchifier compute in float32 also when a plain .half() cast their weights
-        response = response.to(torch.promote_types(self.output_projection.weight.dtype, torch.float32))
-        features = self.output_projection(response)  # C̄: (B, H, T) -> (B, C, T)
-        features = self.norm(features, visibility)  # (d)
-        features = self.time_patchify(features)  # (B, C, T) -> (B, C, T̃)
-        num_groups = self.config.num_frequency_patches
-        num_time_patches = features.shape[-1]
-        features = features.reshape(batch_size, num_groups, -1, num_time_patches)  # (B, C, T̃) -> (B, F̃, C̃, T̃)
-        features = features.permute(0, 3, 1, 2)  # (B, F̃, C̃, T̃) -> (B, T̃, F̃, C̃)
-        return features.reshape(batch_size, num_time_patches * num_groups, -1)  # (B, T̃, F̃, C̃) -> (B, N, C̃)
-
-    def _forward_visible_tokens(self, mel, views, decay=None, frequency=None):
-        """The visible-token path of ``forward`` (see there): views (B·M, V) -> (B·M, V, C̃)."""
-        num_groups = self.config.num_frequency_patches
-        group_index = views % num_groups  # (B·M, V): each token's frequency group f
-        visibility = self._view_visibility(views, mel.shape[-1])  # (B·M, F̃, T)
-
-        with torch.autocast(device_type=mel.device.type, enabled=False):
-            if decay is None:  # non-adaptive: the static (α, β) of each token's group channels
-                static_decay, static_frequency = self.static_parameters()
-                decay = _per_group(static_decay.reshape(num_groups, -1), group_index)  # (H,) -> (B·M, V, H/F̃)
-                frequency = _per_group(static_frequency.reshape(num_groups, -1), group_index)  # (B·M, V, H/F̃)
-            windows, window_visible = self._token_windows(mel, views, visibility)  # (a)
-            values = self.input_projection(windows, group_index)  # (b) B̄: -> (B·M, V, H/F̃, P + 2c)
-            values = values * window_visible[:, :, None]  # v: frames that do not count (_token_windows) zeroed
-            response = self._token_response(values, decay, frequency)  # (c) 2Γ|r|: (B·M, V, H/F̃, P)
-            response = response.to(torch.promote_types(self.output_projection.weight.dtype, torch.float32))
-            features = self.output_projection(response, group_index)  # C̄: (B·M, V, H/F̃, P) -> (B·M, V, C̃, P)
-            features = self.norm(features, group_index=group_index)  # (d) (B·M, V, C̃, P)
-            return self.time_patchify(features, group_index)  # (B·M, V, C̃, P) -> (B·M, V, C̃)
-
-    def _view_visibility(self, views, num_frames):
-        """1 where a (view, frequency group, frame) belongs to a visible token: float (B·M, F̃, T)."""
-        batch_views = views.shape[0]
-        num_time_patches = num_frames // self.config.time_patch_size
-        token_visible = views.new_zeros(
-            batch_views, num_time_patches * self.config.num_frequency_patches, dtype=torch.bool
-        )
-        token_visible = token_visible.scatter(1, views, True)  # (B·M, N)
-        token_visible = token_visible.reshape(batch_views, num_time_patches, -1)  # (B·M, N) -> (B·M, T̃, F̃)
-        return (
-            token_visible.transpose(1, 2).repeat_interleave(self.config.time_patch_size, dim=-1).float()
-        )  # -> (B·M, F̃, T)
-
-    def _token_windows(self, mel, views, visibility):
-        """(a) The high-passed mel around each visible token: its group's F/F̃ bins on the token's P_time frames and
-        ±c frames either side (zeros outside the clip), and which of those frames count (hidden ones do not under
-        "masked"). mel (B, F, T), views (B·M, V), visibility (B·M, F̃, T) ->
-        windows float32 or float64 (stem_dtype) (B·M, V, F/F̃, P + 2c), window_visible (B·M, V, P + 2c)."""
-        num_groups = self.config.num_frequency_patches
-        bins = self.config.frequency_patch_size  # F/F̃ mel bins per frequency group
-        half = (self.kernel_size - 1) // 2  # c
-        width = self.config.time_patch_size + 2 * half  # window length P + 2c
-        batch_views = views.shape[0]
-        num_frames = mel.shape[-1]
-        num_views = batch_views // mel.shape[0]
-        dtype = self.stem_dtype(mel)
-        time_index, group_index = views // num_groups, views % num_groups  # (B·M, V) each
-        rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (B·M, 1, 1)
-        # CODEPATH: AaSP pre-training (default "masked") runs the stem on each view's visible frames; "full" is EAT's
-        # order (the stem on the unmasked clip, then masked), a fidelity option of pre-training only.
-        if self.config.student_stem_input == "full":
-            # the unmasked clip high-passed once and shared by its M views; windows keep the hidden frames
-            highpassed = zero_phase_highpass(mel.to(dtype), self.highpass_kernel)  # (B, F, T); no gradient needed
-            source_rows = rows // num_views  # view b·M + m reads clip b, (B·M, 1, 1)
-            window_visible = torch.ones_like(visibility)  # (B·M, F̃, T): every frame of the clip counts
-        else:
-            # each view's mel with its hidden patches zeroed, high-passed along time
-            mel = mel.to(dtype).repeat_interleave(num_views, dim=0)  # (B, F, T) -> (B·M, F, T)
-            mel = mel.reshape(batch_views, num_groups, bins, num_frames)  # -> (B·M, F̃, F/F̃, T)
-            mel = (mel * visibility[:, :, None, :]).reshape(batch_views, -1, num_frames)  # -> (B·M, F, T)
-            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (B·M, F, T); no gradient needed
-            source_rows = rows
-            window_visible = visibility  # (B·M, F̃, T)
-
-        frames = time_index[..., None] * self.config.time_patch_size + torch.arange(
-            width, device=views.device
-        )  # (B·M, V, P+2c)
-        padded = F.pad(highpassed, (half, half))  # (B|B·M, F, T) -> (B|B·M, F, T + 2c)
-        padded = padded.reshape(padded.shape[0], num_groups, bins, -1).transpose(2, 3)
-        # (B|B·M, F, T + 2c) -> (B|B·M, F̃, F/F̃, T + 2c) -> (B|B·M, F̃, T + 2c, F/F̃)
-        windows = padded[source_rows, group_index[..., None], frames].transpose(-1, -2)  # (B·M, V, F/F̃, P + 2c)
-        window_visible = F.pad(window_visible, (half, half))[rows, group_index[..., None], frames]  # (B·M, V, P + 2c)
-        return windows, window_visible
-
-    def _token_response(self, values, decay, frequency):
-        """(c) 2Γ|r| at each token's P_time frames, one kernel per (token, hidden channel).
-        values (B·M, V, H/F̃, P + 2c); decay, frequency (B·M, V, H/F̃) -> float32 (B·M, V, H/F̃, P)."""
-        batch_views, num_visible, channels, width = values.shape
-        windows = values.reshape(-1, width)  # (B·M, V, H/F̃, P + 2c) -> (B·M·V·H/F̃, P + 2c)
-        decay, frequency = decay.reshape(-1), frequency.reshape(-1)  # (B·M, V, H/F̃) -> (B·M·V·H/F̃,)
-        magnitude = sblu_token_magnitude(windows, decay, frequency, self.step, self.kernel_size, self.phase)
-        response = 2.0 * sblu_gamma(decay, frequency, self.step)[:, None] * magnitude  # (B·M·V·H/F̃, P)
-        return response.reshape(batch_views, num_visible, channels, -1)  # (B·M·V·H/F̃, P) -> (B·M, V, H/F̃, P)
-
-
-# ----------------------------------------------------------------------------- the stem: SPE, or AaPE with patch fusion
-class AaspEmbeddings(nn.Module):
-    """Patch embedding stage: SPE (16×16 conv + fixed positions) or AaPE (SPE + Lambda encoder + SBLU + fusion).
-
-    Input (B, T, F) normalised log-mel; output (B, N, D) patch tokens with positions, time-major.
-    The position table covers `num_frames` (608); shorter inputs truncate it, longer ones interpolate it linearly
-    along time only (paper Sec. Training Setup).
-    """
-
-    def __init__(self, config: AaspConfig):
-        super().__init__()
-        self.config = config
-        # X_spec: the input is (B, 1, T, F), so the kernel is (P_time, P_freq) as in EAT.
-        self.projection = nn.Conv2d(
-            1,
-            config.hidden_size,
-            kernel_size=(config.time_patch_size, config.frequency_patch_size),
-            stride=(config.time_patch_size, config.frequency_patch_size),
-        )
-        # Fixed sin-cos positions with a zero row for CLS, a non-trainable parameter as in AudioMAE.
-        self.position_embeddings = nn.Parameter(
-            torch.zeros(1, 1 + config.num_patches, config.hidden_size), requires_grad=False
-        )
-        # CODEPATH: AaSP checkpoints (the paper's AaPE) build the Lambda encoder and the SBLU branch; converted EAT
-        # checkpoints and the SPE baseline (`patch_embedding="spe"`) have the patch projection only. Within AaPE the
-        # SBLU-adaptivity ablation (`sblu_adaptive=False`) has no Lambda encoder.
-        if config.patch_embedding == "aape":
-            # CODEPATH: AaSP checkpoints have a Lambda encoder; the SBLU-adaptivity ablation has none.
-            self.lambda_encoder = AaspLambdaEncoder(config) if config.sblu_adaptive else None
-            self.sblu = AaspSBLU(config)
-            alias_size = config.sblu_output_size // config.num_frequency_patches  # C̃
-            self.spec_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-            self.alias_norm = nn.LayerNorm(alias_size, eps=config.layer_norm_eps)
-            self.fusion = nn.Linear(config.hidden_size + alias_size, config.hidden_size)  # f_fuse
-
-    def compute_position_embeddings(self) -> torch.Tensor:
-        """Float32 (1, 1 + N, D): zero row for CLS, then the sin-cos table."""
-        table = sincos_position_embeddings(
-            self.config.hidden_size, self.config.num_frequency_patches, self.config.num_time_patches
-        )  # (N, D)
-        return torch.cat([torch.zeros(1, self.config.hidden_size, dtype=table.dtype), table])[None].float()
-
-    def patch_positions(self, num_time_patches: int, valid_time_patches: torch.Tensor | None = None) -> torch.Tensor:
-        """Positions (B or 1, T̃'·F̃, D) for an input with T̃' time patches.
-
-        Each clip uses its own length (`valid_time_patches`, (B,), default T̃'): a clip that fits the table takes its
-        first rows; a longer clip gets the table linearly interpolated along time (F.interpolate's "linear",
-        align_corners=False, mapping). Per-clip lengths make a padded batch give every clip the positions it gets
-        alone. Rows past a clip's length (padding) are clamped copies.
-        """
-        table = self.position_embeddings[0, 1:].reshape(self.config.num_time_patches, -1)  # (N, D) -> (T̃, F̃·D)
-        target = torch.arange(num_time_patches, device=table.device, dtype=torch.float32)[None]  # (1, T̃')
-        if valid_time_patches is None:
-            length = torch.full((1, 1), num_time_patches, device=table.device, dtype=torch.float32)
-        else:
-            length = valid_time_patches.to(device=table.device, dtype=torch.float32)[:, None]  # (B, 1)
-        stretched = (target + 0.5) * (self.config.num_time_patches / length) - 0.5
-        source = torch.where(length > self.config.num_time_patches, stretched, target).clamp(
-            0, self.config.num_time_patches - 1
-        )
-        low = source.floor().long()  # (B, T̃')
-        high = (low + 1).clamp(max=self.config.num_time_patches - 1)
-        weight = (source - low)[..., None].to(table.dtype)  # (B, T̃', 1)
-        rows = table[low] * (1 - weight) + table[high] * weight  # (B, T̃', F̃·D)
-        return rows.reshape(rows.shape[0], -1, self.config.hidden_size)  # (B, T̃', F̃·D) -> (B, T̃'·F̃, D)
-
-    def forward(self, input_values, frame_mask=None, attention_mask=None, visible_indices=None):
-        """input_values: (B, T, F), T a multiple of P_time; frame_mask: (B, T) bool or None;
-        attention_mask: (B, N) token mask for the Lambda encoder (1 = real patch) or None;
-        visible_indices: (B, M, V) long or None — masked pre-training: embed only the V visible tokens of each of
-        M views per clip (the Lambda encoder attends among them only).
-        Returns (B, N, D) patch tokens with positions, or (B·M, V, D) with `visible_indices`."""
-        batch_size, num_frames, _ = input_values.shape
-        num_time_patches = num_frames // self.config.time_patch_size
-        valid_time_patches = None
-        if frame_mask is not None:  # (B, T) -> (B, T̃, P_time) -> (B,)
-            valid_time_patches = frame_mask.reshape(batch_size, num_time_patches, -1).any(-1).sum(-1)
-        positions = self.patch_positions(num_time_patches, valid_time_patches).to(input_values.dtype)  # (B|1, N, D)
-        positions = positions.expand(batch_size, -1, -1)  # (B, N, D)
-
-        spec = self.projection(input_values.unsqueeze(1))  # (B, T, F) -> (B, 1, T, F) -> (B, D, T̃, F̃)
-        spec = spec.flatten(2).transpose(1, 2)  # (B, D, T̃, F̃) -> (B, N, D), time-major
-        mel = input_values.transpose(1, 2)  # (B, T, F) -> (B, F, T)
-        visibility = None if frame_mask is None else frame_mask[:, None, :]  # (B, 1, T)
-
-        views = None
-        if visible_indices is not None:
-            num_views = visible_indices.shape[1]
-            views = visible_indices.reshape(batch_size * num_views, -1)  # (B, M, V) -> (B·M, V)
-            spec = self._take(spec.repeat_interleave(num_views, dim=0), views)  # (B·M, V, D)
-            positions = self._take(positions.repeat_interleave(num_views, dim=0), views)  # (B·M, V, D)
-        # CODEPATH: converted EAT checkpoints and the SPE baseline stop here; AaSP checkpoints (AaPE) fuse the SBLU branch.
-        if self.config.patch_embedding == "spe":
-            return spec + positions
-
-        decay = frequency = None
-        if self.lambda_encoder is not None:
-            decay, frequency = self.lambda_encoder(spec + positions, attention_mask)  # (B', N|V, H/F̃) each
-        if views is not None:  # masked pre-training: only the visible tokens' SBLU features are computed
-            alias = self.sblu(mel, decay, frequency, visible_indices=views)  # (B·M, V, C̃)
-        else:
-            if decay is not None:
-                decay = self._lambda_to_frames(decay)  # (B, N, H/F̃) -> (B, H, T)
-                frequency = self._lambda_to_frames(frequency)  # (B, H, T)
-            alias = self.sblu(mel, decay, frequency, visibility)  # (B, N, C̃)
-        fused = self.fusion(torch.cat([self.spec_norm(spec), self.alias_norm(alias.to(spec.dtype))], dim=-1))
-        return fused + positions  # (B', N|V, D)
-
-    @staticmethod
-    def _take(tokens, indices):
-        """(B', N, X) gathered at (B', V) token indices -> (B', V, X)."""
-        return tokens.gather(1, indices[..., None].expand(-1, -1, tokens.shape[-1]))
-
-    def _lambda_to_frames(self, per_token):
-        """(B, N, H/F̃) per-token parameters -> (B, H, T): token (t, f) drives hidden channels f·H/F̃ ... (f+1)·H/F̃−1
-        (the channels B̄ fills from frequency patch f) for the P_time frames of time patch t."""
-        batch_size, num_tokens, per_group = per_token.shape
-        num_time_patches = num_tokens // self.config.num_frequency_patches
-        grid = per_token.reshape(
-            batch_size, num_time_patches, self.config.num_frequency_patches, per_group
-        )  # (B, T̃, F̃, H/F̃)
-        grid = grid.permute(0, 2, 3, 1)  # (B, T̃, F̃, H/F̃) -> (B, F̃, H/F̃, T̃)
-        grid = grid.reshape(
-            batch_size, self.config.num_frequency_patches * per_group, num_time_patches
-        )  # -> (B, H, T̃)
-        return grid.repeat_interleave(self.config.time_patch_size, dim=-1)  # (B, H, T̃) -> (B, H, T)
-
-
-# ====================================================================================================================
-# Encoder and classifier
-# ====================================================================================================================
-# The encoder `AaspModel`, the classifier `AaspForAudioClassification` with its head, and their base class
-# `AaspPreTrainedModel` (initialisation, the checks on loading, the saved `auto_map`).
-
-
-# ----------------------------------------------------------------------------------------------- outputs
-@auto_docstring(custom_intro="Output of `AaspModel`: the encoded tokens, CLS first, and what the flags asked for.")
-@dataclass
-class AaspModelOutput(ModelOutput):
-    r"""
-    last_hidden_state (`torch.FloatTensor` of shape `(B, 1 + N, D)`):
-        CLS token then the N patch tokens (time-major).
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*):
-        Embedding output and each layer's output, each `(B, 1 + N, D)`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*):
-        Each layer's attention weights `(B, heads, 1 + N, 1 + N)`.
-    token_mask (`torch.LongTensor` of shape `(B, 1 + N)`, *optional*):
-        1 for real tokens (CLS and patches that hold at least one real frame), 0 for padding, like an attention mask;
-        None when no attention mask was given (all tokens real).
-    ffn_outputs (`tuple(torch.FloatTensor)`, *optional*):
-        With `output_ffn_outputs=True`, each layer's FFN output before the residual add (and, post-norm, before the
-        second LayerNorm), each `(B, 1 + N, D)`.
-    """
-
-    last_hidden_state: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    token_mask: torch.LongTensor | None = None
-    ffn_outputs: tuple[torch.FloatTensor, ...] | None = None
-
-
-# ----------------------------------------------------------------------------------------------- token mask
 def _frame_mask_to_token_mask(frame_mask: torch.Tensor, time_patch_size: int, num_frequency_patches: int):
     """(B, T) frame mask -> (B, N) token mask: a patch is real when any of its frames is real."""
     batch_size, num_frames = frame_mask.shape
@@ -1367,7 +1227,6 @@ def _frame_mask_to_token_mask(frame_mask: torch.Tensor, time_patch_size: int, nu
     return patch_mask.repeat_interleave(num_frequency_patches, dim=1)  # (B, T̃) -> (B, N), time-major
 
 
-# ----------------------------------------------------------------------------------------------- models
 @auto_docstring
 class AaspPreTrainedModel(PreTrainedModel):
     config_class = AaspConfig
@@ -1791,56 +1650,6 @@ if tuple(int(part) for part in transformers_version.split(".")[:2]) < (5, 9):
     register_checkpoint_conversion_mapping(AaspConfig.model_type, _head_renamings(), overwrite=True)
 
 
-# ====================================================================================================================
-# Pre-training objectives
-# ====================================================================================================================
-# AaSP pre-training objectives: the pooled teacher targets and the three losses L_m, L_u and L_c.
-#
-# Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers",
-# Sec. "Predictor and Pre-training Objectives" (Eq. 5) and Sec. "Training Setup".
-#
-#     L_total = L_m + η_u·L_u + η_c·L_c          (η_u = 1, η_c = 0.1 in the paper; the caller weights the terms)
-#
-# Dimensions: B clips (local to this process), M views per clip, N patch tokens (no CLS), Q query tokens per view,
-# D hidden size, E contrastive embedding size, W processes (world size).
-#
-# Reductions, ``scaling="mean"`` (the default, ``AaspConfig.loss_scaling``):
-#
-#     L_m  ``masked_prediction_loss``      mean of the squared error over all query tokens (of all views and clips)
-#                                          and all D dimensions
-#     L_u  ``clip_loss``                   mean of the squared error over clips, views and D dimensions
-#     L_c  ``multi_view_contrastive_loss`` mean over the (local) anchors, i.e. the 1/N_vis of the equation; with
-#                                          ``gather=True`` the mean over this process's anchors, so that DDP's
-#                                          gradient averaging over processes yields the gradient of the global mean
-#
-# ``scaling="eat"`` gives L_m and L_u the weights EAT's optimiser sees (L_c has no EAT counterpart and stays a mean):
-#
-#     L_m  Σ_tokens Σ_d e²/√D / (number of query tokens)      = √D × the "mean" L_m
-#     L_u  Σ_views Σ_d e²/√D  (summed over this batch's B·M)   = B·M·√D × the "mean" L_u
-#
-# Where this comes from (EAT, github.com/cwx-worst-one/EAT, models/EAT_pretraining.py; fairseq 0.12):
-#   - ``d2v_loss`` (l. 760–776): ``F.mse_loss(x, y, reduction="none")`` times ``scale = 1 / math.sqrt(x.size(-1))``
-#     (``loss_scale`` unset, ``loss_beta`` 0): an element-wise (tokens, D) tensor, not yet reduced.
-#   - ``sample_size = masked.sum().long()`` (l. 642) with ``masked = encoder_mask.mask.unsqueeze(-1)`` (l. 632): the
-#     number of masked tokens of the B·clone_batch views, i.e. of the tokens the regression is computed on (EAT
-#     regresses every masked token; here the query tokens play that role). Not multiplied by D.
-#   - the regression term is ``d2v_loss(x, y) * cfg.d2v_loss`` (l. 705–707, weight 1); the CLS term is
-#     ``d2v_loss(cls_pred, cls_target) * (cfg.cls_loss * sample_size)`` (l. 659–660; cls_pred the student CLS of each
-#     clone view, cls_target the token mean of the targets repeated over the clone views, cls_loss = 1).
-#   - fairseq's ``model`` criterion (fairseq/criterions/model_criterion.py l. 76) sums each loss tensor completely,
-#     ``coef * p.float().sum()``, adds the terms and returns ``sample_size`` (l. 81, 116); the trainer
-#     (fairseq/trainer.py l. 941–946) multiplies the summed gradients by world_size / Σ_processes sample_size.
-#   So per process the optimiser sees [Σ_tok,d e²/√D + sample_size·Σ_views,d e_cls²/√D] / sample_size: the first term
-#   is √D × the per-element mean, the second B·M·√D × the per-element mean with B·M the views of one process's batch
-#   (12 clips × 16 clones per GPU in EAT). DDP's averaging over processes matches fairseq's division by the summed
-#   sample_size when every process holds the same number of masked tokens (fixed-count masking).
-#
-# Precision: every function computes in float32 (float64 inputs stay float64) with autocast disabled, so bfloat16 /
-# float16 inputs under mixed precision give float32 targets and losses. Teacher targets are a stop-gradient sg(·)
-# in the paper: ``masked_prediction_loss`` and ``clip_loss`` detach ``targets``; run the teacher under
-# ``torch.no_grad()`` anyway to save memory.
-
-
 TARGET_NORM_AXES = CHOICES["target_norm_axis"]
 LOSS_SCALINGS = CHOICES["loss_scaling"]
 
@@ -1850,9 +1659,6 @@ def _check_scaling(scaling: str) -> None:
         raise ValueError(f"scaling must be one of {LOSS_SCALINGS}, got scaling={scaling!r}")
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Precision and distributed helpers
-# ----------------------------------------------------------------------------------------------------------------------
 
 
 def _no_autocast(tensor: torch.Tensor):
@@ -1924,9 +1730,6 @@ def contrastive_offset(local_size: int) -> int:
     return torch.distributed.get_rank() * local_size if is_distributed() else 0
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Teacher targets
-# ----------------------------------------------------------------------------------------------------------------------
 
 
 def teacher_targets(layer_outputs, norm_axis: str = "tokens") -> torch.Tensor:
@@ -1973,9 +1776,6 @@ def teacher_targets(layer_outputs, norm_axis: str = "tokens") -> torch.Tensor:
         return F.layer_norm(average, average.shape[-1:])
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# L_m and L_u
-# ----------------------------------------------------------------------------------------------------------------------
 
 
 def masked_prediction_loss(predictions: torch.Tensor, targets: torch.Tensor, scaling: str = "mean") -> torch.Tensor:
@@ -2037,9 +1837,6 @@ def clip_loss(student_cls: torch.Tensor, targets: torch.Tensor, scaling: str = "
         return error.square().mean()
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# L_c
-# ----------------------------------------------------------------------------------------------------------------------
 
 
 def multi_view_contrastive_loss(
@@ -2099,55 +1896,6 @@ def multi_view_contrastive_loss(
         positive_log_prob = log_prob.masked_fill(~is_positive, 0.0).sum(dim=1) / (num_views - 1)  # (B·M,)
         return -positive_log_prob.mean()
 
-
-# ====================================================================================================================
-# Pre-training model
-# ====================================================================================================================
-# AaSP pre-training: the predictors, the contrastive head and `AaspForPreTraining` (student, EMA teacher, losses).
-#
-# Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers", Sec. "Predictor" and
-# "Pre-training Objectives".
-#
-# Dimensions as at the top of the file, and L context tokens (CLS + V).
-
-
-# ----------------------------------------------------------------------------------------------- outputs
-@auto_docstring(custom_intro="Output of `AaspForPreTraining`: the three losses, their sum, predictions and targets.")
-@dataclass
-class AaspForPreTrainingOutput(ModelOutput):
-    r"""
-    loss (`torch.FloatTensor`, scalar):
-        L = L_m + η_u·L_u + η_c·L_c.
-    masked_prediction_loss (`torch.FloatTensor`, scalar):
-        L_m, mean squared error over query tokens and dimensions (`config.loss_scaling="eat"`: × √D, EAT's per-token
-        sum over D / √D averaged over the query tokens).
-    clip_loss (`torch.FloatTensor`, scalar):
-        L_u, mean squared error between each view's CLS and the clip target (`config.loss_scaling="eat"`: × B·M·√D,
-        EAT's per-view sum over D / √D summed over the views).
-    contrastive_loss (`torch.FloatTensor`, scalar):
-        L_c, the multi-positive InfoNCE over views (mean over anchors).
-    predictions (`torch.FloatTensor` of shape `(B, M, Q, D)`):
-        Predictor outputs at the query tokens.
-    targets (`torch.FloatTensor` of shape `(B, N, D)`):
-        The pooled, normalised teacher targets.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*):
-        With `output_hidden_states=True`: the student encoder's embedding output and each layer's output on the
-        visible tokens of every view, each `(B·M, 1 + V, D)` (as `AaspModel` returns them with `visible_indices`).
-    attentions (`tuple(torch.FloatTensor)`, *optional*):
-        With `output_attentions=True`: each student encoder layer's attention weights `(B·M, heads, 1 + V, 1 + V)`.
-    """
-
-    loss: torch.FloatTensor | None = None
-    masked_prediction_loss: torch.FloatTensor | None = None
-    clip_loss: torch.FloatTensor | None = None
-    contrastive_loss: torch.FloatTensor | None = None
-    predictions: torch.FloatTensor | None = None
-    targets: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-
-
-# ----------------------------------------------------------------------------------------------- pre-training
 class AaspPredictorCrossAttention(nn.Module):
     """Cross-attention of the predictor: queries (mask tokens) attend to the student's outputs only; no attention
     among queries (CrossMAE). Keys and values are projected straight from the D-wide encoder output."""
@@ -2481,15 +2229,4 @@ class AaspForPreTraining(AaspPreTrainedModel):
         )
 
 
-__all__ = [
-    "AaspModel",
-    "AaspForAudioClassification",
-    "AaspForPreTraining",
-    "AaspPreTrainedModel",
-    "AaspModelOutput",
-    "AaspForPreTrainingOutput",
-    "AaspClassificationHead",
-    "AaspCNNPredictor",
-    "AaspContrastiveHead",
-    "AaspPredictor",
-]
+__all__ = ["AaspPreTrainedModel", "AaspModel", "AaspForAudioClassification", "AaspForPreTraining"]

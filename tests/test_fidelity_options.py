@@ -15,8 +15,9 @@ from huggingface_hub.errors import StrictDataclassError
 
 from aasp_hf import AaspConfig, AaspForPreTraining, AaspModel
 from aasp_hf.modeling_aasp import clip_loss, masked_prediction_loss
-from aasp_hf.modeling_aasp import sblu_gamma, sblu_magnitude_reference
+from aasp_hf.modeling_aasp import sblu_gamma
 from conftest import pretraining_batch, tiny_pretraining_config
+from oracles import sblu_magnitude_reference
 
 
 def same_weights(config_a, config_b, dtype=torch.float32):

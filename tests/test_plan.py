@@ -40,7 +40,7 @@ def test_fake_step_memory_matches_a_real_cpu_step(precision):
     real = AaspForPreTraining(config).train()
 
     def step():
-        with accelerator_code_path():  # the code path the plan models (the SBLU in one whole-tensor pass)
+        with accelerator_code_path(real):  # the code path the plan models (the SBLU in one whole-tensor pass)
             run_step(real, "pretraining", inputs, precision)
 
     measured = profiler_peak_bytes(step)

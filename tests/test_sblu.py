@@ -14,11 +14,11 @@ from aasp_hf.modeling_aasp import (
     sblu_frequency_range,
     sblu_gamma,
     sblu_magnitude,
-    sblu_magnitude_reference,
     sblu_token_magnitude,
     zero_phase_highpass,
     zero_phase_kernel,
 )
+from oracles import sblu_magnitude_reference
 
 
 STEP = 0.01
@@ -310,8 +310,6 @@ def test_blockwise_evaluation_matches_reference(phase, blocks, monkeypatch):
         monkeypatch.setattr(sblu_module, "_SBLU_BLOCK_ELEMENTS", 2 * 5 * (37 + 14))
         assert list(sblu_module._row_blocks((3, 5, 37), 37 + 14)) == [(slice(0, 2), slice(None)),
                                                                        (slice(2, 3), slice(None))]
-    else:
-        monkeypatch.setattr(sblu_module, "WHOLE_TENSOR_PASS", True)
     values, decay, frequency = random_sblu_inputs((3, 5, 37), 15, seed=4)
     decay_small = decay[:1].clone().requires_grad_()
     leaves = [values.clone().requires_grad_(), decay_small, frequency.clone().requires_grad_()]
@@ -319,7 +317,7 @@ def test_blockwise_evaluation_matches_reference(phase, blocks, monkeypatch):
     reference_leaves = [t.detach().clone().requires_grad_() for t in leaves]
     reference_inputs = (reference_leaves[0], reference_leaves[1].expand(3, -1, -1), reference_leaves[2])
     upstream = torch.randn(3, 5, 37, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
-    out = sblu_magnitude(*inputs, STEP, 15, phase)
+    out = sblu_magnitude(*inputs, STEP, 15, phase, whole_tensor_pass=blocks == "whole")
     expected = sblu_magnitude_reference(*reference_inputs, STEP, 15, phase)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-10)
     grads = torch.autograd.grad(out, leaves, upstream)

@@ -7,25 +7,28 @@ from contextlib import contextmanager, nullcontext
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .. import modeling_aasp
 from ..data.masking import sample_batch_masks
-from ..modeling_aasp import AaspForAudioClassification, AaspForPreTraining
+from ..modeling_aasp import AaspForAudioClassification, AaspForPreTraining, AaspSBLU
 from .counting import flop_counter
 from .memory import LiveTensorBytes
 
 
 @contextmanager
-def accelerator_code_path():
-    """Runs the SBLU's custom autograd function as on an accelerator: one whole-tensor pass (`aasp_hf.modeling_aasp`'s
-    `WHOLE_TENSOR_PASS`; on the CPU it cuts the tensors into cache-sized blocks, whose temporaries an accelerator does
-    not have). The arithmetic is the same; only the size of the temporaries differs."""
+def accelerator_code_path(model):
+    """Runs `model`'s SBLU as on an accelerator: one whole-tensor pass (`AaspSBLU.whole_tensor_pass`, set on each
+    SBLU module of the model and restored after; on the CPU it otherwise cuts the tensors into cache-sized blocks,
+    whose temporaries an accelerator does not have). The arithmetic is the same; only the size of the temporaries
+    differs."""
 
-    before = modeling_aasp.WHOLE_TENSOR_PASS
-    modeling_aasp.WHOLE_TENSOR_PASS = True
+    modules = [module for module in model.modules() if isinstance(module, AaspSBLU)]
+    before = [module.whole_tensor_pass for module in modules]
+    for module in modules:
+        module.whole_tensor_pass = True
     try:
         yield
     finally:
-        modeling_aasp.WHOLE_TENSOR_PASS = before
+        for module, value in zip(modules, before):
+            module.whole_tensor_pass = value
 
 
 def fake_model(config, kind: str):
@@ -83,7 +86,7 @@ def measure_fake_step(model, fake_mode, kind, inputs, precision, count_flops=Fal
     model.zero_grad(set_to_none=True)
     counter = flop_counter() if count_flops else nullcontext()
     live = LiveTensorBytes(ignore=_static_tensors(model))
-    with accelerator_code_path(), fake_mode, counter, live:
+    with accelerator_code_path(model), fake_mode, counter, live:
         run_step(model, kind, inputs, precision)
     model.zero_grad(set_to_none=True)
     return live.peak, (counter if count_flops else None)
