@@ -47,8 +47,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs,
 from .configuration_aasp import _LOADED_AS_REMOTE_CODE, CHOICES, AaspConfig
 
 
-# The input checks compare shapes with these fields (a wrong shape is refused with its sizes); no checkpoint takes
-# another path on them, so they need no `# CODEPATH:` note:
+# The input checks compare shapes with these fields; no checkpoint takes another path on them.
 # trf-ignore: TRF041 time_patch_size, num_mel_bins, num_patches
 
 
@@ -56,18 +55,13 @@ from .configuration_aasp import _LOADED_AS_REMOTE_CODE, CHOICES, AaspConfig
 @dataclass
 class AaspModelOutput(ModelOutput):
     r"""
-    last_hidden_state (`torch.FloatTensor` of shape `(B, 1 + N, D)`):
-        CLS token then the N patch tokens (time-major).
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*):
-        Embedding output and each layer's output, each `(B, 1 + N, D)`.
-    attentions (`tuple(torch.FloatTensor)`, *optional*):
-        Each layer's attention weights `(B, heads, 1 + N, 1 + N)`.
-    token_mask (`torch.LongTensor` of shape `(B, 1 + N)`, *optional*):
-        1 for real tokens (CLS and patches that hold at least one real frame), 0 for padding, like an attention mask;
-        None when no attention mask was given (all tokens real).
-    ffn_outputs (`tuple(torch.FloatTensor)`, *optional*):
-        With `output_ffn_outputs=True`, each layer's FFN output before the residual add (and, post-norm, before the
-        second LayerNorm), each `(B, 1 + N, D)`.
+    last_hidden_state (`torch.FloatTensor` of shape `(batch_size, 1 + num_patches, hidden_size)`):
+        The CLS token, then the patch tokens in time-major order.
+    token_mask (`torch.LongTensor` of shape `(batch_size, 1 + num_patches)`, *optional*):
+        1 for real tokens (CLS and patches holding at least one real frame), 0 for padding; `None` without an
+        `attention_mask`.
+    ffn_outputs (`tuple(torch.FloatTensor)`, *optional*, returned when `output_ffn_outputs=True`):
+        Each layer's MLP output before the residual add, each `(batch_size, 1 + num_patches, hidden_size)`.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -81,25 +75,18 @@ class AaspModelOutput(ModelOutput):
 @dataclass
 class AaspForPreTrainingOutput(ModelOutput):
     r"""
-    loss (`torch.FloatTensor`, scalar):
-        L = L_m + η_u·L_u + η_c·L_c.
-    masked_prediction_loss (`torch.FloatTensor`, scalar):
-        L_m, mean squared error over query tokens and dimensions (`config.loss_scaling="eat"`: × √D, EAT's per-token
-        sum over D / √D averaged over the query tokens).
-    clip_loss (`torch.FloatTensor`, scalar):
-        L_u, mean squared error between each view's CLS and the clip target (`config.loss_scaling="eat"`: × B·M·√D,
-        EAT's per-view sum over D / √D summed over the views).
-    contrastive_loss (`torch.FloatTensor`, scalar):
-        L_c, the multi-positive InfoNCE over views (mean over anchors).
-    predictions (`torch.FloatTensor` of shape `(B, M, Q, D)`):
+    loss (`torch.FloatTensor` of shape `()`):
+        `masked_prediction_loss + clip_loss_weight * clip_loss + contrastive_loss_weight * contrastive_loss`.
+    masked_prediction_loss (`torch.FloatTensor` of shape `()`):
+        L_m, the squared error of the predictions at the query tokens (reduction: `config.loss_scaling`).
+    clip_loss (`torch.FloatTensor` of shape `()`):
+        L_u, the squared error between each view's CLS token and the clip target (reduction: `config.loss_scaling`).
+    contrastive_loss (`torch.FloatTensor` of shape `()`):
+        L_c, the multi-positive InfoNCE over the views of each clip (Eq. 5).
+    predictions (`torch.FloatTensor` of shape `(batch_size, num_views, num_queries, hidden_size)`):
         Predictor outputs at the query tokens.
-    targets (`torch.FloatTensor` of shape `(B, N, D)`):
+    targets (`torch.FloatTensor` of shape `(batch_size, num_patches, hidden_size)`):
         The pooled, normalised teacher targets.
-    hidden_states (`tuple(torch.FloatTensor)`, *optional*):
-        With `output_hidden_states=True`: the student encoder's embedding output and each layer's output on the
-        visible tokens of every view, each `(B·M, 1 + V, D)` (as `AaspModel` returns them with `visible_indices`).
-    attentions (`tuple(torch.FloatTensor)`, *optional*):
-        With `output_attentions=True`: each student encoder layer's attention weights `(B·M, heads, 1 + V, 1 + V)`.
     """
 
     loss: torch.FloatTensor | None = None
@@ -154,10 +141,7 @@ def compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
 
 
 def sblu_decay_min(epsilon: float, step: float, kernel_size: int) -> float:
-    """α_min = −2·ln(ε) / (Δ·(K−1)), the smallest decay whose window edge exp(−Δα(K−1)/2) is at most ε.
-
-    Defaults of the paper (ε = 0.01, Δ = 0.01 s, K = 63) give 14.855 1/s.
-    """
+    """α_min = −2·ln(ε) / (Δ·(K − 1)), the smallest decay whose window edge is at most ε (14.855 1/s by default)."""
     if not 0 < epsilon < 1:
         raise ValueError(f"epsilon must lie in (0, 1) (window edge attenuation), got epsilon={epsilon!r}")
     _check_step(step)
@@ -166,10 +150,7 @@ def sblu_decay_min(epsilon: float, step: float, kernel_size: int) -> float:
 
 
 def sblu_frequency_range(step: float, time_patch_size: int) -> tuple[float, float]:
-    """(β_min, β_max) = (π/(Δ·S_time), π/Δ): the post- and pre-patching modulation Nyquist limits in rad/s.
-
-    Defaults (Δ = 0.01 s, S_time = P_time = 16) give (19.635, 314.159).
-    """
+    """(β_min, β_max) = (π/(Δ·P_time), π/Δ) in rad/s, the post- and pre-patching Nyquist limits (19.635, 314.159)."""
     _check_step(step)
     if isinstance(time_patch_size, bool) or not isinstance(time_patch_size, int) or time_patch_size < 2:
         raise ValueError(f"time_patch_size must be an integer >= 2, got time_patch_size={time_patch_size!r}")
@@ -177,12 +158,10 @@ def sblu_frequency_range(step: float, time_patch_size: int) -> tuple[float, floa
 
 
 def sblu_gamma(decay: torch.Tensor, frequency: torch.Tensor, step: float) -> torch.Tensor:
-    """γ = |λ⁻¹·sinh(Δλ/2)| with λ = α + jβ, Eq. (4) / Appendix B. Elementwise, any (broadcastable) shapes.
+    """γ = |λ⁻¹·sinh(Δλ/2)|, λ = α + jβ (Eq. 4), elementwise; float32, or float64 for float64 inputs.
 
-    The paper writes γ = sqrt((cosh²(Δα/2) − cos²(Δβ/2)) / (α² + β²)); we evaluate the identical
-    sqrt((sinh²(Δα/2) + sin²(Δβ/2)) / (α² + β²)), which has no cancellation for small Δα and Δβ.
-    Computed in float32 for half/bfloat16/float32 inputs and in float64 for float64 inputs.
-    """
+    Evaluated as sqrt((sinh²(Δα/2) + sin²(Δβ/2)) / (α² + β²)), equal to the paper's cosh² − cos² form without its
+    cancellation."""
     _check_step(step)
     dtype = compute_dtype(decay, frequency)
     decay, frequency = decay.to(dtype), frequency.to(dtype)
@@ -191,13 +170,8 @@ def sblu_gamma(decay: torch.Tensor, frequency: torch.Tensor, step: float) -> tor
 
 
 def highpass_fir_taps(num_taps: int, cutoff_hz: float, sample_rate_hz: float) -> np.ndarray:
-    """Hamming-window FIR high-pass taps (float64, length ``num_taps``), unit gain at Nyquist.
-
-    Equal to ``scipy.signal.firwin(num_taps, cutoff_hz, window="hamming", pass_zero=False, fs=sample_rate_hz)``:
-    an ideal high-pass (sinc at Nyquist minus sinc at the cutoff) times a symmetric Hamming window, then scaled
-    so that the response at Nyquist is exactly 1. ``num_taps`` must be odd (a high-pass needs a tap at the centre).
-    In AaPE the cutoff is β_min/(2π) = 3.125 Hz at a 100 Hz frame rate, with 63 taps.
-    """
+    """Hamming-window FIR high-pass taps (float64, odd `num_taps`), unit gain at Nyquist: equal to
+    `scipy.signal.firwin(num_taps, cutoff_hz, window="hamming", pass_zero=False, fs=sample_rate_hz)`."""
     if isinstance(num_taps, bool) or not isinstance(num_taps, int) or num_taps < 3 or num_taps % 2 == 0:
         raise ValueError(f"num_taps must be an odd integer >= 3 for a high-pass FIR, got num_taps={num_taps!r}")
     nyquist_hz = 0.5 * sample_rate_hz
@@ -215,11 +189,7 @@ def highpass_fir_taps(num_taps: int, cutoff_hz: float, sample_rate_hz: float) ->
 
 
 def zero_phase_kernel(taps: np.ndarray) -> np.ndarray:
-    """The centred kernel equivalent to forward–backward (filtfilt) filtering with ``taps``.
-
-    Filtering forward with h and then backward with h equals one convolution with h ⋆ h[::-1], which is symmetric
-    (zero phase) and has length 2·len(taps) − 1.
-    """
+    """The centred kernel `h ⋆ h[::-1]` (length 2·len(taps) − 1) of forward-backward (filtfilt) filtering."""
     taps = np.asarray(taps, dtype=np.float64)
     if taps.ndim != 1 or taps.size == 0:
         raise ValueError(f"taps must be a non-empty 1-D array, got taps.shape={taps.shape}")
@@ -227,19 +197,10 @@ def zero_phase_kernel(taps: np.ndarray) -> np.ndarray:
 
 
 def zero_phase_highpass(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
-    """Filter every row of ``x`` (B, C, T) along time with the centred zero-phase ``kernel`` (odd length L).
+    """Filters `x` of shape `(batch_size, channels, num_frames)` along time with the centred odd-length `kernel`.
 
-    ``kernel`` is ``zero_phase_kernel(highpass_fir_taps(...))`` as a tensor. Output (B, C, T): out[..., n] =
-    Σ_i kernel[i] · x[..., n + L//2 − i], i.e. ``np.convolve(row, kernel, "full")[L//2 : L//2 + T]``.
-
-    Edges: the signal is ZERO-padded at both ends (not the odd extension of ``scipy.signal.filtfilt``). This is
-    deliberate: the model pads clips with zeros, so a zero-padded clip filters exactly like the unpadded one.
-    At least L//2 = num_taps − 1 frames away from both edges the result equals ``filtfilt(taps, [1], x)``.
-    Works for any T >= 1, also T < L. Arithmetic in float32 (float64 for float64 input), autocast disabled.
-
-    Computed as one FFT convolution of every row (length ≥ T + L − 1, so there is no wrap-around): the 125-tap
-    kernel makes a direct conv1d about 7–10× slower on the CPU.
-    """
+    Zero padding at both ends (not filtfilt's odd extension), so a zero-padded clip filters like the unpadded one;
+    one FFT convolution per row, float32 (float64 for float64 input), autocast off. Returns the shape of `x`."""
     if x.dim() != 3:
         raise ValueError(f"x must have shape (B, C, T), got x.shape={tuple(x.shape)}")
     if kernel.dim() != 1 or kernel.shape[0] % 2 == 0:
@@ -271,7 +232,7 @@ def _sblu_base(decay: torch.Tensor, frequency: torch.Tensor, step: float) -> tup
 
 
 def _complex_mul_(a_re, a_im, b_re, b_im, scratch, conjugate=False) -> None:
-    """(a_re, a_im) ← a·b (or a·conj(b)) in place, with a = a_re + j a_im, b = b_re + j b_im; ``scratch`` is clobbered."""
+    """(a_re, a_im) ← a·b (or a·conj(b)) in place, a = a_re + j·a_im, b = b_re + j·b_im; `scratch` is clobbered."""
     torch.mul(a_re, b_im, out=scratch)  # Re a · Im b
     a_re.mul_(b_re).addcmul_(a_im, b_im, value=1 if conjugate else -1)  # Re a·Re b ∓ Im a·Im b
     a_im.mul_(b_re)  # Im a·Re b ...
@@ -281,19 +242,14 @@ def _complex_mul_(a_re, a_im, b_re, b_im, scratch, conjugate=False) -> None:
         a_im.add_(scratch)  # ... + Re a·Im b
 
 
-# On the CPU (outside torch.compile/export) the work is done in blocks of rows whose padded width fits in
-# _SBLU_BLOCK_ELEMENTS: every temporary of the tap loops is then block-sized, so the peak memory is little more than
-# inputs, outputs and gradients, the blocks stay in cache, and — the size being ATen's parallel grain (32768) —
-# every op runs on the calling thread: no OpenMP region per op, which on a shared (oversubscribed) machine would
-# each cost a scheduler time slice. On one core this is ~3× faster than the former whole-tensor passes, and still
-# faster than those on two cores (spreading the blocks over Python threads was tried: slower, GIL-bound).
+# CPU blocks of at most this many padded elements (ATen's parallel grain): cache-sized temporaries, no OpenMP
+# region per op (docs/model.md, "SBLU operator").
 _SBLU_BLOCK_ELEMENTS = 1 << 15
 
 
 def _row_blocks(shape, width):
-    """Index tuples that cut a (B, H, T) tensor into blocks of at most _SBLU_BLOCK_ELEMENTS // width rows (at least
-    one), ``width`` = the padded row length T + 2c: (slice of clips, all rows) when whole clips fit, else
-    (clip, slice of rows)."""
+    """Index tuples cutting a `(batch_size, channels, num_frames)` tensor into blocks of at most
+    `_SBLU_BLOCK_ELEMENTS // width` rows: whole clips when they fit, else row ranges of one clip."""
     batch, rows, _ = shape
     per_block = max(1, _SBLU_BLOCK_ELEMENTS // max(width, 1))
     if per_block >= rows:  # several whole clips per block (few ops for small inputs)
@@ -338,26 +294,10 @@ def _sblu_forward_block(values, decay, frequency, step, half, analytic, out_re, 
 
 
 def _sblu_backward_block(
-    grad_magnitude,
-    values,
-    decay,
-    frequency,
-    response_re,
-    response_im,
-    step,
-    half,
-    analytic,
-    grad_values,
-    grad_decay,
-    grad_frequency,
+    grad_magnitude, values, decay, frequency, response_re, response_im, step, half, analytic, grads
 ):
-    """∂L/∂v, ∂L/∂α, ∂L/∂β of one block (..., T) into the given tensors (see the derivation above).
-
-    The running products q = Gc·z_f^d and s = Gc·z_b^d (s = q in the symmetric phase) carry every tap's weight:
-    frame n sends Re q to v[n+d] and Re s to v[n−d], and
-        ∂L/∂α = −Δ Σ_d d (v[n+d] Re q + v[n−d] Re s),   ∂L/∂β = Δ Σ_d d (v[n+d] Im q ± v[n−d] Im s)
-    (+ symmetric, − analytic), since Re(Gc·(D_f + D_b)) and Im(Gc·(D_f ± D_b)) expand to exactly these sums.
-    """
+    """∂L/∂v, ∂L/∂α, ∂L/∂β of one block into `grads` (derivation: docs/model.md, "SBLU operator")."""
+    grad_values, grad_decay, grad_frequency = grads
     frames = values.shape[-1]
     tiny = torch.finfo(response_re.dtype).tiny
     q_re, q_im = torch.empty_like(response_re), torch.empty_like(response_re)
@@ -399,12 +339,10 @@ def _sblu_backward_block(
 
 
 class SbluMagnitudeFunction(torch.autograd.Function):
-    """|r| of Eq. (3) with taps generated on the fly; saves only v, α, β, Re r, Im r (each (B, H, T)).
+    """|r| of Eq. (3) with the taps generated on the fly; saves only v, α, β, Re r and Im r.
 
-    Eager CPU calls work block by block (rows of ≤ _SBLU_BLOCK_ELEMENTS padded elements), so besides the saved
-    tensors, the output and the gradients only block-sized temporaries are alive; accelerators and
-    torch.compile/export run one whole-tensor pass of the same code.
-    """
+    Eager CPU calls run block by block (`_row_blocks`); accelerators, torch.compile/export and `whole_tensor_pass=True`
+    run one whole-tensor pass of the same arithmetic."""
 
     @staticmethod
     def forward(ctx, values, decay, frequency, step, kernel_size, phase, whole_tensor_pass=False):
@@ -413,17 +351,8 @@ class SbluMagnitudeFunction(torch.autograd.Function):
         response_re = torch.empty(values.shape, dtype=values.dtype, device=values.device)
         response_im, magnitude = torch.empty_like(response_re), torch.empty_like(response_re)
         for index in _blocks(values, half, whole_tensor_pass):
-            _sblu_forward_block(
-                values[index],
-                decay[index],
-                frequency[index],
-                step,
-                half,
-                analytic,
-                response_re[index],
-                response_im[index],
-                magnitude[index],
-            )
+            outputs = (response_re[index], response_im[index], magnitude[index])
+            _sblu_forward_block(values[index], decay[index], frequency[index], step, half, analytic, *outputs)
         ctx.save_for_backward(values, decay, frequency, response_re, response_im)
         ctx.step, ctx.kernel_size, ctx.analytic, ctx.whole_tensor_pass = step, kernel_size, analytic, whole_tensor_pass
         return magnitude
@@ -437,18 +366,9 @@ class SbluMagnitudeFunction(torch.autograd.Function):
             grad_magnitude = grad_magnitude.to(response_re.dtype)
             grads = [torch.empty(values.shape, dtype=values.dtype, device=values.device) for _ in range(3)]
             for index in _blocks(values, half, ctx.whole_tensor_pass):
-                _sblu_backward_block(
-                    grad_magnitude[index],
-                    values[index],
-                    decay[index],
-                    frequency[index],
-                    response_re[index],
-                    response_im[index],
-                    ctx.step,
-                    half,
-                    ctx.analytic,
-                    *(grad[index] for grad in grads),
-                )
+                saved = (grad_magnitude, values, decay, frequency, response_re, response_im)
+                inputs = [tensor[index] for tensor in saved]
+                _sblu_backward_block(*inputs, ctx.step, half, ctx.analytic, [grad[index] for grad in grads])
         return (*grads, None, None, None, None)
 
 
@@ -461,26 +381,11 @@ def sblu_magnitude(
     phase: str = "symmetric",
     whole_tensor_pass: bool = False,
 ) -> torch.Tensor:
-    """|r| of Eq. (3): the magnitude of the adaptive bilateral complex-sinusoid convolution (AaPE (c)).
-
-    Args:
-        values: v (B, H, T), the high-passed subband signals after B̄.
-        decay: α (B, H, T) in 1/s, the decay of OUTPUT frame n's kernel (Re λ; expanded views are fine).
-        frequency: β (B, H, T) in rad/s, the frequency of OUTPUT frame n's kernel (Im λ).
-        step: Δ in seconds.
-        kernel_size: K, odd and > 1; centre c = (K−1)/2.
-        phase: ``"symmetric"`` — the paper's Eq. (3) as written, r[n] = Σ_k exp(−Δ(α_n + jβ_n)|k−c|)·v[n+k−c];
-            ``"analytic"`` — r[n] = Σ_k exp(−Δα_n|k−c|)·exp(−jΔβ_n(k−c))·v[n+k−c], the one-sided-phase kernel
-            of the paper's window analysis (steady envelope on a pure modulation: |r| varies ≈ 0.005 std/mean
-            at K = 63, α = α_min, against ≈ 0.55 for "symmetric", whose |r| swings with the input phase).
-
-    Returns:
-        |r| (B, H, T), float32 (float64 when any input is float64). v is zero outside [0, T).
-
-    The Γ and 2·C̄ factors of Eq. (3) are applied by the caller (see ``sblu_gamma``). Memory: autograd keeps
-    v, α, β, Re r, Im r — O(B·H·T) — and the backward pass regenerates the taps; no (B, H, T, K) tensor is ever
-    built. Under ``torch.autocast`` the inputs are cast to float32 and autocast is disabled inside.
-    """
+    """|r| of Eq. (3) (AaPE (c)) for v = `values` `(batch_size, sblu_hidden_size, num_frames)`, the high-passed signals
+    after B̄, with each output frame's α = `decay` (1/s) and β = `frequency` (rad/s), of the same shape; Δ = `step` in
+    seconds, K = `kernel_size` taps (odd), `phase` as `AaspConfig.sblu_phase`. `whole_tensor_pass=True` makes the CPU
+    take one pass instead of cache-sized blocks. Returns the shape of `values`, float32 (float64 for float64 inputs),
+    autocast off; the caller applies 2·Γ."""
     _check_sblu_inputs(values, decay, frequency, step, kernel_size, phase)
     dtype = compute_dtype(values, decay, frequency)
     with torch.autocast(device_type=values.device.type, enabled=False):
@@ -497,22 +402,11 @@ def sblu_token_magnitude(
     kernel_size: int,
     phase: str = "symmetric",
 ) -> torch.Tensor:
-    """|r| of Eq. (3) for rows whose (α, β) stay constant over the output frames (masked pre-training, per token).
+    """`sblu_magnitude` for rows whose (α, β) are constant over their output frames (one token, masked pre-training).
 
-    Args:
-        windows: (G, P + K − 1) — row g holds v[n0 − c .. n0 + P − 1 + c] (zeros outside the clip) around the P output
-            frames n0 .. n0 + P − 1 it is asked for.
-        decay, frequency: (G,) — the one (α, β) of row g (a token's Lambda-encoder output for one hidden channel).
-        step, kernel_size, phase: as in ``sblu_magnitude``.
-
-    Returns:
-        |r| (G, P), float32 (float64 for float64 inputs): exactly ``sblu_magnitude`` at those P frames.
-
-    A token's (α, β) do not change within its P_time frames, so each row needs one K-tap complex kernel: the kernel
-    (G, K) is built tap by tap as in Eq. (3) (O(G·K) memory, not O(G·P·K)) and applied as depthwise conv1d (Re and
-    Im kernels); plain autograd differentiates it. |r| is clamped away from 0 under the square
-    root so that an all-zero window has a zero (not NaN) gradient, as in ``SbluMagnitudeFunction``.
-    """
+    `windows` of shape `(num_rows, patch_frames + kernel_size − 1)` holds each row's frames with c = (K − 1)/2 either
+    side; `decay` and `frequency` have shape `(num_rows,)`. Returns `(num_rows, patch_frames)`, float32 (float64 for
+    float64 inputs), equal to `sblu_magnitude` at those frames; plain autograd differentiates it."""
     _check_phase(phase)
     _check_kernel_size(kernel_size)
     _check_step(step)
@@ -537,8 +431,7 @@ def sblu_token_magnitude(
         kernel_re = (envelope * torch.cos(angle))[:, None]  # (G, 1, K)
         kernel_im = (-envelope * torch.sin(angle))[:, None]  # (G, 1, K)
         rows = windows.shape[0]
-        # Σ_k w[k]·v[n + k − c], (1, G, P + K − 1) -> (1, G, P) for Re and Im; two depthwise convs (one output
-        # channel per group) run about 2× faster on the CPU than one conv with two output channels per group
+        # Σ_k w[k]·v[n + k − c], Re and Im: (1, num_rows, width) -> (1, num_rows, patch_frames)
         response_re = F.conv1d(windows[None], kernel_re, groups=rows)[0]  # (G, P)
         response_im = F.conv1d(windows[None], kernel_im, groups=rows)[0]  # (G, P)
         power = response_re.square() + response_im.square()  # |r|², (G, P)
@@ -546,11 +439,8 @@ def sblu_token_magnitude(
 
 
 def sincos_position_embeddings(hidden_size: int, num_frequency_patches: int, num_time_patches: int) -> torch.Tensor:
-    """Fixed 2-D sin-cos positions (MAE/EAT), float64 `(N, D)` in time-major token order.
-
-    The first D/2 dimensions encode the frequency-patch index, the last D/2 the time-patch index (as EAT does);
-    each half is [sin(p·ω), cos(p·ω)] with ω_i = 10000^(−i/(D/4)).
-    """
+    """Fixed 2-D sin-cos positions (MAE/EAT), float64 `(num_patches, hidden_size)` in time-major order: the first half
+    encodes the frequency-patch index, the second the time-patch index."""
     quarter = hidden_size // 4
     omega = 1.0 / 10000 ** (np.arange(quarter, dtype=np.float64) / quarter)  # (D/4,)
 
@@ -566,28 +456,16 @@ def sincos_position_embeddings(hidden_size: int, num_frequency_patches: int, num
 
 
 class AaspLambdaEncoder(nn.Module):
-    """Lambda encoder (paper Sec. AaPE (1)): estimates the SBLU decay α and frequency β for every token.
-
-    X_spec + positions -> Linear(D -> D/r) -> L pre-norm ViT blocks -> LayerNorm -> Linear(D/r -> 2H/F̃), split into
-    α, β (H/F̃ each per token), bounded as α = softplus(·) + α_min, β = (β_max − β_min)·σ(·) + β_min.
-    Attention is restricted to the real tokens given by `attention_mask`, so in masked pre-training it attends
-    only among visible tokens.
-    """
+    """The Lambda encoder (AaPE (1)): the SBLU's decay α ≥ α_min and frequency β ∈ [β_min, β_max] for every token."""
 
     def __init__(self, config: AaspConfig):
         super().__init__()
         width = config.hidden_size // config.lambda_encoder_reduction  # D/r (`config.lambda_encoder_hidden_size`)
         self.input_projection = nn.Linear(config.hidden_size, width)
+        heads, mlp_width = config.lambda_encoder_num_attention_heads, int(width * config.lambda_encoder_mlp_ratio)
         self.layers = nn.ModuleList(
             [
-                AaspLambdaEncoderLayer(
-                    config,
-                    width,
-                    config.lambda_encoder_num_attention_heads,
-                    int(width * config.lambda_encoder_mlp_ratio),
-                    layer_norm_first=True,
-                    drop_path=0.0,
-                )
+                AaspLambdaEncoderLayer(config, width, heads, mlp_width, layer_norm_first=True, drop_path=0.0)
                 for _ in range(config.lambda_encoder_num_layers)
             ]
         )
@@ -598,10 +476,10 @@ class AaspLambdaEncoder(nn.Module):
         self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
 
     def forward(self, tokens, attention_mask=None):
-        """tokens: (B, N, D) with positions; attention_mask: (B, N) token mask (1 = real patch) or None.
-        Returns decay α and frequency β, each float32 (B, N, H/F̃)."""
+        """`tokens` `(batch_size, num_patches, hidden_size)` with positions, `attention_mask`
+        `(batch_size, num_patches)` -> (decay, frequency), each float32
+        `(batch_size, num_patches, sblu_hidden_size // num_frequency_patches)`."""
         hidden_states = self.input_projection(tokens)  # (B, N, D) -> (B, N, D/r)
-        # the form config._attn_implementation takes: (B, 1, N, N) for eager/SDPA, None when nothing is padded
         attention_mask = create_bidirectional_mask(self.config, hidden_states, attention_mask)
         for layer in self.layers:
             hidden_states, _, _ = layer(hidden_states, attention_mask)
@@ -613,10 +491,8 @@ class AaspLambdaEncoder(nn.Module):
 
 
 def _masked_group_norm(x, norm: nn.GroupNorm, visibility):
-    """GroupNorm whose statistics cover only the visible frames of each group (``AaspMaskedGroupNorm``'s dense path).
-
-    x: (B, C, T); visibility: float (B, G or 1, T) with G = norm.num_groups, 1 = real/visible, or None (plain GroupNorm).
-    """
+    """GroupNorm of `x` `(batch_size, channels, num_frames)` whose statistics cover only the frames where `visibility`
+    `(batch_size, num_groups or 1, num_frames)` is 1."""
     if visibility is None:
         return norm(x)
     dtype = torch.promote_types(x.dtype, torch.float32)  # statistics in float32 also under autocast
@@ -634,27 +510,18 @@ def _masked_group_norm(x, norm: nn.GroupNorm, visibility):
 
 
 def _per_group(table, group_index):
-    """A per-group table (F̃, ...) -> each token's row (B·M, V, ...) for group indices (B·M, V). F.embedding is an
-    exact gather whose backward is a fast segment sum (plain indexing's backward is a slow scatter-add on the CPU)."""
+    """A per-group table `(num_groups, ...)` -> each token's row `(batch_size * num_views, num_visible, ...)`;
+    F.embedding is an exact gather with a fast backward."""
     rows = F.embedding(group_index, table.reshape(table.shape[0], -1))  # (F̃, X) -> (B·M, V, X)
     return rows.reshape(*group_index.shape, *table.shape[1:])  # (B·M, V, X) -> (B·M, V, ...)
 
 
-# The layers of the SBLU branch are modules whose own forward does all the arithmetic with their weights, dense or at
-# the visible tokens of masked pre-training (given ``group_index``, each token's frequency group f, (B·M, V)), so
-# whatever wraps a module sees every use of its weights: accelerate's offload hooks (which load a module's weights
-# only while its forward runs), forward hooks, adapters. On the visible-token path a token meets only its own group's
-# block of a grouped layer's weights, gathered per token (_per_group); the numbers are those of the dense layer at
-# the token's frames.
-
-
 class AaspGroupedProjection(nn.Conv1d):
-    """B̄ (F -> H) or C̄ (H -> C): a 1×1 convolution with F̃ groups, in its input's dtype (the caller chooses it).
+    """B̄ or C̄: a grouped 1×1 convolution (one group per frequency patch), in its input's dtype.
 
-    Dense: x (B, C_in, T) -> (B, C_out, T). Visible tokens: x (B·M, V, C_in/F̃, L), the channels of each token's group
-    over L frames, -> (B·M, V, C_out/F̃, L). nn.Conv1d's constructor, so tools that build a layer like it
-    (``type(layer)(in_channels, out_channels, kernel_size, ...)``, as PEFT's LoRA does) get a working one.
-    """
+    Dense: `(batch_size, in_channels, num_frames)` -> `(batch_size, out_channels, num_frames)`. With `group_index`
+    (each visible token's frequency group): `(batch_size * num_views, num_visible, in_channels // groups, length)` ->
+    `(batch_size * num_views, num_visible, out_channels // groups, length)`."""
 
     def forward(self, x, group_index=None):
         weight = self.weight.to(x.dtype)  # (C_out, C_in/F̃, 1)
@@ -670,13 +537,10 @@ class AaspGroupedProjection(nn.Conv1d):
 
 
 class AaspMaskedGroupNorm(nn.GroupNorm):
-    """GroupNorm (F̃ groups, AaPE (d)) whose statistics cover only the real and visible frames or tokens of a group.
+    """GroupNorm (one group per frequency patch, AaPE (d)) over the real and visible frames or tokens only.
 
-    Dense: x (B, C, T) and ``visibility`` float (B, F̃ or 1, T), 1 where a group's frame counts, or None (plain
-    GroupNorm) -> (B, C, T); statistics in float32 also under autocast.
-    Visible tokens: x (B·M, V, C̃, P), each token's group's C̃ channels over its P frames, -> (B·M, V, C̃, P), with
-    each (view, group)'s statistics over its visible tokens' C̃·P values (biased variance), in x's dtype.
-    """
+    Dense: `x` `(batch_size, channels, num_frames)`, `visibility` as in `_masked_group_norm`. With `group_index`:
+    `x` `(batch_size * num_views, num_visible, channels // groups, time_patch_size)`, statistics per (view, group)."""
 
     def forward(self, x, visibility=None, group_index=None):
         if group_index is None:
@@ -686,7 +550,7 @@ class AaspMaskedGroupNorm(nn.GroupNorm):
             return F.group_norm(x.to(dtype), self.num_groups, self.weight.to(dtype), self.bias.to(dtype), self.eps)
         batch_views, num_visible, channels, patch = x.shape
         group_id = (torch.arange(batch_views, device=x.device)[:, None] * self.num_groups + group_index).flatten()
-        # group_id: (B·M·V,), the (view, group) of each token
+        # (batch_size * num_views * num_visible,): the (view, group) of each token
         count = x.new_zeros(batch_views * self.num_groups)  # (B·M·F̃,) values per (view, group)
         count = count.index_add(0, group_id, x.new_ones(group_id.shape)).clamp(min=1.0) * (channels * patch)
         mean = x.new_zeros(count.shape).index_add(0, group_id, x.sum((2, 3)).flatten()) / count
@@ -701,11 +565,10 @@ class AaspMaskedGroupNorm(nn.GroupNorm):
 
 
 class AaspTimePatchify(nn.Conv1d):
-    """The time patchifier of AaPE (d): a depthwise convolution over C channels with kernel = stride = P_time.
+    """The time patchifier of AaPE (d): a depthwise convolution with kernel = stride = `time_patch_size`.
 
-    Dense: x (B, C, T) -> (B, C, T̃). Visible tokens: x (B·M, V, C̃, P), each token's group's C̃ channels over its P
-    frames, -> (B·M, V, C̃), in x's dtype. nn.Conv1d's constructor (see AaspGroupedProjection).
-    """
+    Dense: `(batch_size, channels, num_frames)` -> `(batch_size, channels, num_time_patches)`. With `group_index`:
+    `(batch_size * num_views, num_visible, channels // groups, time_patch_size)` -> `(..., channels // groups)`."""
 
     def forward(self, x, group_index=None):
         if group_index is None:
@@ -719,27 +582,21 @@ class AaspTimePatchify(nn.Conv1d):
 
 
 class AaspSBLU(nn.Module):
-    """Adaptive SBLU branch (paper Sec. SBLU, Eq. 3–4, and Sec. AaPE (2) a–d): log-mel -> X_alias tokens.
+    """The SBLU branch of AaPE (Sec. SBLU, Eq. 3-4; AaPE (2) a-d): log-mel -> X_alias tokens.
 
-    (a) zero-phase FIR high-pass along time (cut-off β_min), (b) B̄: grouped 1×1 conv F -> H (F̃ groups),
-    (c) y = 2·Γ·|Σ_k exp(−ΔΛ|k−c|) v[n+k−c]| with per-frame Λ = α + jβ (taps generated on the fly),
-    then C̄: grouped 1×1 conv H -> C, (d) GroupNorm (F̃ groups), depthwise time conv (kernel = stride = P_time),
-    reshape to C̃ features per (time, frequency) patch. Non-adaptive: Λ is a learnable static (α, β) per channel.
-    """
+    (a) zero-phase high-pass along time, (b) B̄, (c) 2·Γ·|r| with per-frame λ = α + jβ, then C̄, (d) GroupNorm and the
+    time patchifier. With `sblu_adaptive=False`, λ is a learnable static (α, β) per channel."""
 
     def __init__(self, config: AaspConfig):
         super().__init__()
         self.config = config
-        # Float32 however the model is built (`_keep_in_fp32_modules_strict = ["sblu"]`): transformers keeps the
-        # branch float32 when it loads a checkpoint, and a model built under a half default dtype (`_from_config` or
-        # `from_config` with `dtype`, torch.set_default_dtype) must hardcode it. A float64 model stays float64.
+        # Float32 however the model is built (`_keep_in_fp32_modules_strict`); a float64 model stays float64.
         dtype = torch.promote_types(torch.get_default_dtype(), torch.float32)
         groups = config.num_frequency_patches
         self.step = config.sblu_step
         self.kernel_size = config.sblu_kernel_size
         self.phase = config.sblu_phase
-        # On the CPU |r| runs in cache-sized blocks; True runs the accelerators' single whole-tensor pass (same
-        # arithmetic, larger temporaries). Set by the caller on the instance, e.g. the run planner while it measures.
+        # True: one whole-tensor pass on the CPU too (as on an accelerator); set by the caller on the instance.
         self.whole_tensor_pass = False
         hidden_size, output_size = config.sblu_hidden_size, config.sblu_output_size  # H, C
         mel_bins = config.num_mel_bins
@@ -753,8 +610,7 @@ class AaspSBLU(nn.Module):
         self.register_buffer("highpass_kernel", self.compute_highpass_kernel(config).to(dtype), persistent=False)
         self.decay_min = sblu_decay_min(config.sblu_epsilon, config.sblu_step, config.sblu_kernel_size)
         self.frequency_min, self.frequency_max = sblu_frequency_range(config.sblu_step, config.time_patch_size)
-        # CODEPATH: AaSP checkpoints (the paper's AaPE) take the adaptive path, (α, β) from the Lambda encoder; the
-        # SBLU-adaptivity ablation (`sblu_adaptive=False`) learns one static (α, β) per hidden channel.
+        # CODEPATH: AaSP checkpoints take λ from the Lambda encoder; `sblu_adaptive=False` learns a static λ.
         if config.sblu_adaptive:
             self.static_decay = self.static_frequency = None
         else:  # unbounded parameters, mapped like the Lambda encoder's outputs
@@ -763,59 +619,34 @@ class AaspSBLU(nn.Module):
 
     @staticmethod
     def compute_highpass_kernel(config) -> torch.Tensor:
-        """Combined forward–backward (zero-phase) kernel of the 63-tap Hamming high-pass at β_min, float32 (2K'−1,)."""
+        """Zero-phase kernel of the Hamming high-pass at β_min/(2π), float32."""
         frame_rate = 1.0 / config.sblu_step
         cutoff_hz = frame_rate / (2.0 * config.time_patch_size)  # β_min / 2π = 1/(2·Δ·S_time)
         taps = highpass_fir_taps(config.sblu_highpass_num_taps, cutoff_hz, frame_rate)
         return torch.from_numpy(zero_phase_kernel(taps)).float()
 
     def stem_dtype(self, mel):
-        """The dtype of the high-pass, B̄ and |r|: float32 for half/bfloat16/float32 models and inputs, float64 when
-        the model or the input is float64 (so a float64 model is float64 end to end)."""
+        """float32 for half, bfloat16 and float32 models and inputs; float64 if either is float64."""
         return compute_dtype(mel, self.input_projection.weight)
 
     def static_parameters(self):
-        """Bounded static (α, β), each (H,), for the non-adaptive SBLU; float32 (float64 in a float64 model)."""
+        """The bounded static (α, β) of the non-adaptive SBLU, each `(sblu_hidden_size,)`."""
         dtype = torch.promote_types(self.static_decay.dtype, torch.float32)
         decay = F.softplus(self.static_decay.to(dtype)) + self.decay_min
         frequency = (self.frequency_max - self.frequency_min) * torch.sigmoid(self.static_frequency.to(dtype))
         return decay, frequency + self.frequency_min
 
     def forward(self, mel, decay=None, frequency=None, visibility=None, visible_indices=None):
-        """X_alias tokens of a log-mel, densely (fine-tuning, inference) or at each view's visible tokens only (masked
-        pre-training, ``visible_indices`` given).
+        """X_alias tokens of `mel` `(batch_size, num_mel_bins, num_frames)`, dense or at the visible tokens only.
 
-        mel: (B, F, T). decay, frequency: the SBLU's (α, β), or None for the non-adaptive SBLU (its static Λ):
-            dense: float32 (B, H, T), one (α, β) per hidden channel and frame;
-            visible tokens: float32 (B·M, V, H/F̃), one (α, β) per visible token and channel of its group.
-        visibility: dense only, float (B, F̃ or 1, T) or None — 1 where a frequency group's frame is real and visible.
-        visible_indices: (B·M, V) visible token indices (time-major, t·F̃ + f) of M views per clip, or None.
-        Returns X_alias tokens: dense (B, N, C̃); visible tokens float32 (B·M, V, C̃) (float64 in a float64 model).
-
-        Dense: hidden or padded (group, frame) positions are zeroed at the input and after B̄, exactly like the zero
-        padding at a clip's end, and left out of the GroupNorm statistics: a padded clip gives the same features as
-        the unpadded one, and with per-group visibility a visible token's features carry nothing from hidden patches.
-
-        Visible tokens (``config.student_stem_input="masked"``, the default): the dense result on each view's mel with
-        per-group visibility, taken at the visible tokens (a test checks this in float64). Only the high-pass runs on
-        the whole masked view (one FFT, no gradient); from there on everything is token-local: B̄ on a window of ±c
-        frames around the token's P_time frames, |r| at those P_time frames (sblu_token_magnitude, one kernel per
-        token and hidden channel), C̄ with the token's group weights, GroupNorm statistics gathered over each
-        (view, group)'s visible tokens, and the time patchifier. Hidden tokens cost nothing past the high-pass: with
-        80 % masking, about a fifth of the dense stem per view. All of it runs with autocast off: B̄, |r|, C̄ and the
-        statistics in float32 (float64 in a float64 model).
-
-        ``config.student_stem_input="full"`` (EAT's order): the high-pass runs once per clip on the unmasked mel,
-        shared by its M views, and the windows keep the real hidden frames (only frames outside the clip are zero),
-        so a visible token sees its hidden neighbours; the rest is the same token-local path. The result is the
-        dense stem on the unmasked clip, with the visible tokens' (α, β) and GroupNorm statistics over each
-        (view, group)'s visible tokens (the hidden tokens' features are never computed), taken at the visible
-        tokens (a test checks this against a float64 dense computation).
-
-        Token-path steps (methods below): the visibility of every (view, group, frame); (a) high-pass and the
-        windows of ±c frames around each visible token; (c) 2Γ|r|. B̄ (b), C̄ and GroupNorm and the time patchifier
-        (d) are the dense path's modules, called with each token's frequency group.
-        """
+        Dense: `decay` and `frequency` `(batch_size, sblu_hidden_size, num_frames)` (None: the static λ),
+        `visibility` `(batch_size, num_frequency_patches or 1, num_frames)` or None (hidden or padded frames are
+        zeroed and left out of the statistics) ->
+        `(batch_size, num_patches, sblu_output_size // num_frequency_patches)`.
+        Visible tokens: `visible_indices` `(batch_size * num_views, num_visible)`, `decay` and `frequency`
+        `(batch_size * num_views, num_visible, sblu_hidden_size // num_frequency_patches)` ->
+        `(batch_size * num_views, num_visible, sblu_output_size // num_frequency_patches)`, equal to the dense result at
+        those tokens (docs/model.md, "The student's stem under masking")."""
         if visible_indices is not None:
             if visibility is not None:
                 raise ValueError("give visibility (dense) or visible_indices (visible tokens only), not both")
@@ -826,8 +657,7 @@ class AaspSBLU(nn.Module):
             decay = static_decay[None, :, None].expand(batch_size, -1, num_frames)  # (H,) -> (B, H, T)
             frequency = static_frequency[None, :, None].expand(batch_size, -1, num_frames)  # (H,) -> (B, H, T)
 
-        # The SBLU itself stays in float32 under autocast and in a bf16/fp16 model: its recurrence kernel decays to
-        # ε over K taps, which bf16's 8-bit mantissa cannot resolve. A float64 model computes it in float64.
+        # float32 under autocast and in half models: the taps decay to ε over K taps, which bf16 cannot resolve
         dtype = self.stem_dtype(mel)
         with torch.autocast(device_type=mel.device.type, enabled=False):
             mel = mel.to(dtype)
@@ -847,7 +677,7 @@ class AaspSBLU(nn.Module):
             )  # (c)
             response = 2.0 * sblu_gamma(decay, frequency, self.step) * magnitude  # 2Γ|r|, (B, H, T)
 
-        # C̄, the GroupNorm and the time patchifier compute in float32 also when a plain .half() cast their weights
+        # C̄, GroupNorm and the patchifier in float32 also after a plain .half()
         response = response.to(torch.promote_types(self.output_projection.weight.dtype, torch.float32))
         features = self.output_projection(response)  # C̄: (B, H, T) -> (B, C, T)
         features = self.norm(features, visibility)  # (d)
@@ -859,7 +689,7 @@ class AaspSBLU(nn.Module):
         return features.reshape(batch_size, num_time_patches * num_groups, -1)  # (B, T̃, F̃, C̃) -> (B, N, C̃)
 
     def _forward_visible_tokens(self, mel, views, decay=None, frequency=None):
-        """The visible-token path of ``forward`` (see there): views (B·M, V) -> (B·M, V, C̃)."""
+        """The visible-token path of `forward`."""
         num_groups = self.config.num_frequency_patches
         group_index = views % num_groups  # (B·M, V): each token's frequency group f
         visibility = self._view_visibility(views, mel.shape[-1])  # (B·M, F̃, T)
@@ -879,7 +709,7 @@ class AaspSBLU(nn.Module):
             return self.time_patchify(features, group_index)  # (B·M, V, C̃, P) -> (B·M, V, C̃)
 
     def _view_visibility(self, views, num_frames):
-        """1 where a (view, frequency group, frame) belongs to a visible token: float (B·M, F̃, T)."""
+        """1 where a frame is in a visible token, float `(batch_size * num_views, num_frequency_patches, num_frames)`"""
         batch_views = views.shape[0]
         num_time_patches = num_frames // self.config.time_patch_size
         token_visible = views.new_zeros(
@@ -892,10 +722,8 @@ class AaspSBLU(nn.Module):
         )  # -> (B·M, F̃, T)
 
     def _token_windows(self, mel, views, visibility):
-        """(a) The high-passed mel around each visible token: its group's F/F̃ bins on the token's P_time frames and
-        ±c frames either side (zeros outside the clip), and which of those frames count (hidden ones do not under
-        "masked"). mel (B, F, T), views (B·M, V), visibility (B·M, F̃, T) ->
-        windows float32 or float64 (stem_dtype) (B·M, V, F/F̃, P + 2c), window_visible (B·M, V, P + 2c)."""
+        """(a) The high-passed mel around each visible token, its group's bins on its frames and c frames either side,
+        `(batch_size * num_views, num_visible, frequency_patch_size, time_patch_size + 2c)`, and which frames count."""
         num_groups = self.config.num_frequency_patches
         bins = self.config.frequency_patch_size  # F/F̃ mel bins per frequency group
         half = (self.kernel_size - 1) // 2  # c
@@ -906,15 +734,14 @@ class AaspSBLU(nn.Module):
         dtype = self.stem_dtype(mel)
         time_index, group_index = views // num_groups, views % num_groups  # (B·M, V) each
         rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (B·M, 1, 1)
-        # CODEPATH: AaSP pre-training (default "masked") runs the stem on each view's visible frames; "full" is EAT's
-        # order (the stem on the unmasked clip, then masked), a fidelity option of pre-training only.
+        # CODEPATH: AaSP pre-training runs the stem on each masked view; "full" is EAT's order (unmasked clip).
         if self.config.student_stem_input == "full":
-            # the unmasked clip high-passed once and shared by its M views; windows keep the hidden frames
+            # high-passed once per clip, shared by its views; windows keep the hidden frames
             highpassed = zero_phase_highpass(mel.to(dtype), self.highpass_kernel)  # (B, F, T); no gradient needed
             source_rows = rows // num_views  # view b·M + m reads clip b, (B·M, 1, 1)
             window_visible = torch.ones_like(visibility)  # (B·M, F̃, T): every frame of the clip counts
         else:
-            # each view's mel with its hidden patches zeroed, high-passed along time
+            # each view's mel with its hidden patches zeroed
             mel = mel.to(dtype).repeat_interleave(num_views, dim=0)  # (B, F, T) -> (B·M, F, T)
             mel = mel.reshape(batch_views, num_groups, bins, num_frames)  # -> (B·M, F̃, F/F̃, T)
             mel = (mel * visibility[:, :, None, :]).reshape(batch_views, -1, num_frames)  # -> (B·M, F, T)
@@ -933,8 +760,7 @@ class AaspSBLU(nn.Module):
         return windows, window_visible
 
     def _token_response(self, values, decay, frequency):
-        """(c) 2Γ|r| at each token's P_time frames, one kernel per (token, hidden channel).
-        values (B·M, V, H/F̃, P + 2c); decay, frequency (B·M, V, H/F̃) -> float32 (B·M, V, H/F̃, P)."""
+        """(c) 2·Γ·|r| at each token's frames: `(..., time_patch_size + 2c)` -> `(..., time_patch_size)`."""
         batch_views, num_visible, channels, width = values.shape
         windows = values.reshape(-1, width)  # (B·M, V, H/F̃, P + 2c) -> (B·M·V·H/F̃, P + 2c)
         decay, frequency = decay.reshape(-1), frequency.reshape(-1)  # (B·M, V, H/F̃) -> (B·M·V·H/F̃,)
@@ -944,32 +770,27 @@ class AaspSBLU(nn.Module):
 
 
 class AaspEmbeddings(nn.Module):
-    """Patch embedding stage: SPE (16×16 conv + fixed positions) or AaPE (SPE + Lambda encoder + SBLU + fusion).
+    """SPE (a strided convolution and fixed positions) or AaPE (SPE, Lambda encoder, SBLU branch and fusion).
 
-    Input (B, T, F) normalised log-mel; output (B, N, D) patch tokens with positions, time-major.
-    The position table covers `num_frames` (608); shorter inputs truncate it, longer ones interpolate it linearly
-    along time only (paper Sec. Training Setup).
-    """
+    Positions cover `num_frames`; a longer clip gets them interpolated along time (Sec. Training Setup)."""
 
     def __init__(self, config: AaspConfig):
         super().__init__()
         self.config = config
-        # X_spec: the input is (B, 1, T, F), so the kernel is (P_time, P_freq) as in EAT.
+        # X_spec: kernel (time_patch_size, frequency_patch_size) on (batch_size, 1, num_frames, num_mel_bins), as EAT
         self.projection = nn.Conv2d(
             1,
             config.hidden_size,
             kernel_size=(config.time_patch_size, config.frequency_patch_size),
             stride=(config.time_patch_size, config.frequency_patch_size),
         )
-        # Fixed sin-cos positions with a zero row for CLS, a non-trainable parameter as in AudioMAE.
+        # fixed sin-cos positions, a zero row for CLS (non-trainable, as AudioMAE)
         self.position_embeddings = nn.Parameter(
             torch.zeros(1, 1 + config.num_patches, config.hidden_size), requires_grad=False
         )
-        # CODEPATH: AaSP checkpoints (the paper's AaPE) build the Lambda encoder and the SBLU branch; converted EAT
-        # checkpoints and the SPE baseline (`patch_embedding="spe"`) have the patch projection only. Within AaPE the
-        # SBLU-adaptivity ablation (`sblu_adaptive=False`) has no Lambda encoder.
+        # CODEPATH: AaSP checkpoints (AaPE) add the Lambda encoder and the SBLU branch; EAT and SPE checkpoints do not.
         if config.patch_embedding == "aape":
-            # CODEPATH: AaSP checkpoints have a Lambda encoder; the SBLU-adaptivity ablation has none.
+            # CODEPATH: the SBLU-adaptivity ablation (`sblu_adaptive=False`) has no Lambda encoder.
             self.lambda_encoder = AaspLambdaEncoder(config) if config.sblu_adaptive else None
             self.sblu = AaspSBLU(config)
             alias_size = config.sblu_output_size // config.num_frequency_patches  # C̃
@@ -978,20 +799,15 @@ class AaspEmbeddings(nn.Module):
             self.fusion = nn.Linear(config.hidden_size + alias_size, config.hidden_size)  # f_fuse
 
     def compute_position_embeddings(self) -> torch.Tensor:
-        """Float32 (1, 1 + N, D): zero row for CLS, then the sin-cos table."""
+        """Float32 `(1, 1 + num_patches, hidden_size)`: a zero row for CLS, then the sin-cos table."""
         table = sincos_position_embeddings(
             self.config.hidden_size, self.config.num_frequency_patches, self.config.num_time_patches
         )  # (N, D)
         return torch.cat([torch.zeros(1, self.config.hidden_size, dtype=table.dtype), table])[None].float()
 
     def patch_positions(self, num_time_patches: int, valid_time_patches: torch.Tensor | None = None) -> torch.Tensor:
-        """Positions (B or 1, T̃'·F̃, D) for an input with T̃' time patches.
-
-        Each clip uses its own length (`valid_time_patches`, (B,), default T̃'): a clip that fits the table takes its
-        first rows; a longer clip gets the table linearly interpolated along time (F.interpolate's "linear",
-        align_corners=False, mapping). Per-clip lengths make a padded batch give every clip the positions it gets
-        alone. Rows past a clip's length (padding) are clamped copies.
-        """
+        """Positions `(batch_size or 1, num_time_patches * num_frequency_patches, hidden_size)`; a clip longer than the
+        table (`valid_time_patches`, per clip) gets it linearly interpolated along time, so padding changes nothing."""
         table = self.position_embeddings[0, 1:].reshape(self.config.num_time_patches, -1)  # (N, D) -> (T̃, F̃·D)
         target = torch.arange(num_time_patches, device=table.device, dtype=torch.float32)[None]  # (1, T̃')
         if valid_time_patches is None:
@@ -1009,11 +825,9 @@ class AaspEmbeddings(nn.Module):
         return rows.reshape(rows.shape[0], -1, self.config.hidden_size)  # (B, T̃', F̃·D) -> (B, T̃'·F̃, D)
 
     def forward(self, input_values, frame_mask=None, attention_mask=None, visible_indices=None):
-        """input_values: (B, T, F), T a multiple of P_time; frame_mask: (B, T) bool or None;
-        attention_mask: (B, N) token mask for the Lambda encoder (1 = real patch) or None;
-        visible_indices: (B, M, V) long or None — masked pre-training: embed only the V visible tokens of each of
-        M views per clip (the Lambda encoder attends among them only).
-        Returns (B, N, D) patch tokens with positions, or (B·M, V, D) with `visible_indices`."""
+        """`input_values` `(batch_size, num_frames, num_mel_bins)` -> `(batch_size, num_patches, hidden_size)`, or
+        with `visible_indices` `(batch_size, num_views, num_visible)` ->
+        `(batch_size * num_views, num_visible, hidden_size)`."""
         batch_size, num_frames, _ = input_values.shape
         num_time_patches = num_frames // self.config.time_patch_size
         valid_time_patches = None
@@ -1021,7 +835,6 @@ class AaspEmbeddings(nn.Module):
             valid_time_patches = frame_mask.reshape(batch_size, num_time_patches, -1).any(-1).sum(-1)
         positions = self.patch_positions(num_time_patches, valid_time_patches).to(input_values.dtype)  # (B|1, N, D)
         positions = positions.expand(batch_size, -1, -1)  # (B, N, D)
-
         spec = self.projection(input_values.unsqueeze(1))  # (B, T, F) -> (B, 1, T, F) -> (B, D, T̃, F̃)
         spec = spec.flatten(2).transpose(1, 2)  # (B, D, T̃, F̃) -> (B, N, D), time-major
         mel = input_values.transpose(1, 2)  # (B, T, F) -> (B, F, T)
@@ -1033,7 +846,7 @@ class AaspEmbeddings(nn.Module):
             views = visible_indices.reshape(batch_size * num_views, -1)  # (B, M, V) -> (B·M, V)
             spec = self._take(spec.repeat_interleave(num_views, dim=0), views)  # (B·M, V, D)
             positions = self._take(positions.repeat_interleave(num_views, dim=0), views)  # (B·M, V, D)
-        # CODEPATH: converted EAT checkpoints and the SPE baseline stop here; AaSP checkpoints (AaPE) fuse the SBLU branch.
+        # CODEPATH: EAT and SPE checkpoints stop here; AaSP checkpoints (AaPE) fuse the SBLU branch.
         if self.config.patch_embedding == "spe":
             return spec + positions
 
@@ -1052,12 +865,11 @@ class AaspEmbeddings(nn.Module):
 
     @staticmethod
     def _take(tokens, indices):
-        """(B', N, X) gathered at (B', V) token indices -> (B', V, X)."""
+        """Gathers `(batch, num_patches, channels)` at `(batch, num_visible)` indices."""
         return tokens.gather(1, indices[..., None].expand(-1, -1, tokens.shape[-1]))
 
     def _lambda_to_frames(self, per_token):
-        """(B, N, H/F̃) per-token parameters -> (B, H, T): token (t, f) drives hidden channels f·H/F̃ ... (f+1)·H/F̃−1
-        (the channels B̄ fills from frequency patch f) for the P_time frames of time patch t."""
+        """Per token `(batch_size, num_patches, per_group)` -> per frame `(batch_size, sblu_hidden_size, num_frames)`"""
         batch_size, num_tokens, per_group = per_token.shape
         num_time_patches = num_tokens // self.config.num_frequency_patches
         grid = per_token.reshape(
@@ -1070,9 +882,7 @@ class AaspEmbeddings(nn.Module):
         return grid.repeat_interleave(self.config.time_patch_size, dim=-1)  # (B, H, T̃) -> (B, H, T)
 
 def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-    """Reference attention. query/key/value: (B, heads, N, d); attention_mask: None, or as transformers'
-    `create_bidirectional_mask` builds it for "eager": additive float (B, 1, N, N), 0 = attend, dtype min = padding
-    (a bool mask, True = attend, is accepted too)."""
+    """Attention in plain torch; `attention_mask` as `create_bidirectional_mask` builds it, or a bool mask."""
     attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, heads, N, N)
     if attention_mask is not None and attention_mask.ndim == 2:  # a (B, N) padding mask, 1 = real (flash's form)
         attention_mask = attention_mask.bool()[:, None, None, :]  # (B, N) -> (B, 1, 1, N)
@@ -1087,13 +897,10 @@ def eager_attention_forward(module, query, key, value, attention_mask, scaling, 
 
 
 class AaspSelfAttention(nn.Module):
-    """Multi-head self-attention through transformers' attention interface: `config._attn_implementation` (SDPA by
-    default; eager, flex; `model.set_attn_implementation(...)` switches it at run time). Attention weights are only
-    computed by the eager path, so `output_attentions=True` (passed down by the encoder's forward with the other
-    keyword arguments) runs this call eagerly."""
+    """Multi-head self-attention through transformers' attention interface (`config._attn_implementation`); weights
+    are returned only by the eager path, which `output_attentions=True` takes."""
 
-    # Sizes as arguments: one class serves the encoder (D wide), the Lambda encoder (D/r wide, its own heads) and,
-    # for the MLP, the predictor (P wide); the config gives what they share (attention implementation, dropout, eps).
+    # Sizes as arguments: shared by the encoder, the Lambda encoder and the predictor (docs/model.md).
     # trf-ignore: TRF029
     def __init__(self, config: AaspConfig, hidden_size: int, num_heads: int):
         super().__init__()
@@ -1114,7 +921,6 @@ class AaspSelfAttention(nn.Module):
         query = self.query(hidden_states).view(head_shape).transpose(1, 2)  # (B, N, D) -> (B, heads, N, d)
         key = self.key(hidden_states).view(head_shape).transpose(1, 2)  # (B, N, D) -> (B, heads, N, d)
         value = self.value(hidden_states).view(head_shape).transpose(1, 2)  # (B, N, D) -> (B, heads, N, d)
-
         attention_interface: Callable = eager_attention_forward
         if not kwargs.get("output_attentions", False):
             attention_interface = attention_function(self)
@@ -1133,20 +939,13 @@ class AaspSelfAttention(nn.Module):
 
 
 def attention_function(self: nn.Module) -> Callable:
-    """The attention function transformers registers for the attention module's `self.config._attn_implementation`
-    ("sdpa", "flex_attention", "flash_attention_2", ...), `eager_attention_forward` for "eager" or None, through the
-    registry's `get_interface`, which refuses a name it does not hold.
-
-    Spelled as transformers' own attention classes spell it, with `self` the attention module: transformers lets
-    `set_attn_implementation` switch a model at run time only when its modeling file holds
-    `ALL_ATTENTION_FUNCTIONS.get_interface(`: it reads the file's source to tell whether the attention classes look the
-    function up per call."""
+    """The attention function registered for `self.config._attn_implementation` (eager: `eager_attention_forward`).
+    Spelled as transformers spells it: `set_attn_implementation` looks for `ALL_ATTENTION_FUNCTIONS.get_interface(`."""
     return ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
 
 
 class AaspMLP(nn.Module):
-    # Sizes as arguments: one class serves the encoder (D wide), the Lambda encoder (D/r wide, its own heads) and,
-    # for the MLP, the predictor (P wide); the config gives what they share (attention implementation, dropout, eps).
+    # Sizes as arguments: shared by the encoder, the Lambda encoder and the predictor (docs/model.md).
     # trf-ignore: TRF029
     def __init__(self, config: AaspConfig, hidden_size: int, intermediate_size: int):
         super().__init__()
@@ -1160,7 +959,7 @@ class AaspMLP(nn.Module):
 
 
 class AaspDropPath(nn.Module):
-    """Stochastic depth per sample (identity at eval or rate 0)."""
+    """Stochastic depth per sample (identity in eval mode)."""
 
     def __init__(self, drop_prob: float):
         super().__init__()
@@ -1175,18 +974,12 @@ class AaspDropPath(nn.Module):
 
 
 class AaspBlock(GradientCheckpointingLayer):
-    """A ViT block. `layer_norm_first=False` is EAT's post-norm block (x = LN(x + attn(x)); x = LN(x + mlp(x)));
-    True is the pre-norm ViT block (x = x + attn(LN(x)); x = x + mlp(LN(x))).
+    """A ViT block: EAT's post-norm block, or pre-norm with `layer_norm_first=True`.
 
-    Returns the block output, the attention weights (None unless asked for) and the FFN output `mlp(·)` before
-    drop path, the residual add and (post-norm) the second LayerNorm: data2vec 2.0 / EAT's `ffn_targets` (the `t`
-    of AltBlock), used for `config.target_layer="ffn"`. `AaspLayer` (the encoder's blocks) and
-    `AaspLambdaEncoderLayer` are this block under two names, so that transformers' output recording
-    (`_can_record_outputs`) takes hidden states and attentions from the encoder's blocks only.
-    """
+    Returns the output, the attention weights (None unless asked for) and the MLP output before the residual add
+    (EAT's FFN targets, `config.target_layer="ffn"`)."""
 
-    # Sizes as arguments: one class serves the encoder (D wide), the Lambda encoder (D/r wide, its own heads) and,
-    # for the MLP, the predictor (P wide); the config gives what they share (attention implementation, dropout, eps).
+    # Sizes as arguments: shared by the encoder, the Lambda encoder and the predictor (docs/model.md).
     # trf-ignore: TRF029
     def __init__(self, config, hidden_size, num_heads, intermediate_size, layer_norm_first, drop_path):
         super().__init__()
@@ -1213,15 +1006,15 @@ class AaspBlock(GradientCheckpointingLayer):
 
 
 class AaspLayer(AaspBlock):
-    """A block of the encoder (EAT's post-norm ViT-B block in the paper's configuration)."""
+    """A block of the encoder (EAT's post-norm ViT-B block)."""
 
 
 class AaspLambdaEncoderLayer(AaspBlock):
-    """A pre-norm block of the Lambda encoder (paper Sec. AaPE (1))."""
+    """A pre-norm block of the Lambda encoder (AaPE (1))."""
 
 
 def _frame_mask_to_token_mask(frame_mask: torch.Tensor, time_patch_size: int, num_frequency_patches: int):
-    """(B, T) frame mask -> (B, N) token mask: a patch is real when any of its frames is real."""
+    """`(batch_size, num_frames)` -> `(batch_size, num_patches)`: a patch is real when any of its frames is."""
     batch_size, num_frames = frame_mask.shape
     patch_mask = frame_mask.reshape(batch_size, num_frames // time_patch_size, time_patch_size).any(-1)  # (B, T̃)
     return patch_mask.repeat_interleave(num_frequency_patches, dim=1)  # (B, T̃) -> (B, N), time-major
@@ -1236,20 +1029,13 @@ class AaspPreTrainedModel(PreTrainedModel):
     input_modalities = ("audio",)
     supports_gradient_checkpointing = True
     _no_split_modules = ["AaspEmbeddings", "AaspLayer"]
-    _keep_in_fp32_modules_strict = [
-        "sblu"
-    ]  # the SBLU branch's small convs and norm stay float32 in bf16/fp16 checkpoints
-    # Attention implementations: every block attends bidirectionally with a key-padding mask only (padded patches;
-    # none in masked pre-training, where the student encodes only visible tokens), which eager, SDPA, flex and
-    # flash attention all express through transformers' `create_bidirectional_mask`. Flash attention is declared
-    # for that reason (its padded path drops the padded tokens' queries, whose outputs no head reads) and is not
-    # tested here: it needs a CUDA GPU.
+    _keep_in_fp32_modules_strict = ["sblu"]  # the SBLU branch stays float32 in bf16/fp16 checkpoints
+    # Bidirectional attention with a key-padding mask only (`create_bidirectional_mask`); flash attention is untested
+    # here (it needs a CUDA GPU).
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
-    # transformers' output recording (`capture_outputs` on AaspModel.forward): hidden states (the embedding output,
-    # then each encoder block's output), attention weights and FFN outputs are read from the encoder blocks.
     _can_record_outputs = {
         "hidden_states": OutputRecorder(AaspLayer, index=0),
         "attentions": OutputRecorder(AaspLayer, index=1),
@@ -1258,11 +1044,9 @@ class AaspPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
-        """Draw a new model's weights as `config.initialization` says ("trunc_normal" or EAT's "eat"; the two schemes
-        and where EAT's comes from: docs/model.md, "Initialisation") and recompute the fixed tensors."""
+        """Draws a new model's weights as `config.initialization` says (docs/model.md, "Initialisation")."""
         std = self.config.initializer_range
-        # CODEPATH: a new model draws its weights as `config.initialization` says ("trunc_normal", every measurement
-        # here, or EAT's "eat"); a loaded checkpoint's weights replace them.
+        # CODEPATH: a new model draws as `config.initialization` says; a checkpoint's weights replace them.
         eat = self.config.initialization == "eat"
         if isinstance(module, nn.Linear) and eat:
             init.normal_(module.weight, std=std)
@@ -1285,7 +1069,7 @@ class AaspPreTrainedModel(PreTrainedModel):
             init.copy_(module.highpass_kernel, module.compute_highpass_kernel(self.config))
             if module.static_decay is not None:
                 init.zeros_(module.static_decay)
-                # spread the static frequencies over the alias-prone band within each frequency group
+                # static frequencies spread over the alias-prone band of each frequency group
                 per_group = self.config.sblu_hidden_size // self.config.num_frequency_patches
                 targets = torch.linspace(0.05, 0.95, per_group).repeat(self.config.num_frequency_patches)
                 init.copy_(module.static_frequency, torch.logit(targets))
@@ -1295,48 +1079,22 @@ class AaspPreTrainedModel(PreTrainedModel):
             else:
                 init.trunc_normal_(module.cls_token, std=std)
 
-    # Fields that define the trained network (its weights' shapes or what they compute). An explicit `config=`
-    # passed to `from_pretrained` must agree with the checkpoint on these; heads, dropout and pooling may differ.
-    # Why transformers' own loading cannot carry this: it compares only tensor shapes, and several of these fields
-    # change what the same tensors compute (sblu_phase, sblu_step, sblu_epsilon, frequency_patch_size with the same
-    # products, layer_norm_first, hidden_act), so a wrong config would load silently.
-    _checkpoint_fields = (
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-        "hidden_act",
-        "qkv_bias",
-        "layer_norm_first",
-        "num_mel_bins",
-        "num_frames",
-        "frequency_patch_size",
-        "time_patch_size",
-        "patch_embedding",
-        "sblu_kernel_size",
-        "sblu_hidden_size",
-        "sblu_output_size",
-        "sblu_epsilon",
-        "sblu_step",
-        "sblu_adaptive",
-        "sblu_phase",
-        "sblu_highpass_num_taps",
-        "lambda_encoder_reduction",
-        "lambda_encoder_num_layers",
-        "lambda_encoder_num_attention_heads",
-        "lambda_encoder_mlp_ratio",
+    # Fields that define what the weights compute: an explicit `config=` must match the checkpoint on them (several
+    # change the computation without changing a tensor shape, so transformers' shape check cannot catch them).
+    _checkpoint_fields = tuple(
+        "hidden_size num_hidden_layers num_attention_heads intermediate_size hidden_act qkv_bias layer_norm_first "
+        "num_mel_bins num_frames frequency_patch_size time_patch_size patch_embedding sblu_kernel_size sblu_hidden_size "
+        "sblu_output_size sblu_epsilon sblu_step sblu_adaptive sblu_phase sblu_highpass_num_taps lambda_encoder_reduction "
+        "lambda_encoder_num_layers lambda_encoder_num_attention_heads lambda_encoder_mlp_ratio".split()
     )
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
-        """As transformers', and an explicit `config=` (an `AaspConfig`) that disagrees with the checkpoint's own
-        config on a field of `_checkpoint_fields` raises a ValueError naming the field, before any weight is read
-        (transformers alone reports only tensor shapes, or loads an SPE config over AaPE weights with a warning).
-        `ignore_mismatched_sizes=True` skips the check (deliberate re-initialisation)."""
+        """As transformers'; an explicit `config=` that disagrees with the checkpoint on a field of `_checkpoint_fields`
+        raises a ValueError naming it (`ignore_mismatched_sizes=True` skips the check)."""
         if isinstance(config, AaspConfig) and not kwargs.get("ignore_mismatched_sizes", False):
             saved = cls._saved_config_dict(pretrained_model_name_or_path, kwargs)
-            # CODEPATH: every AaSP checkpoint is compared field by field; a folder of another model type is left to
-            # transformers' own loading, which reports the mismatch.
+            # CODEPATH: AaSP checkpoints are compared field by field; another model type is left to transformers.
             if saved.get("model_type") == config.model_type:
                 saved = AaspConfig.from_dict(saved)
                 differ = [
@@ -1363,10 +1121,8 @@ class AaspPreTrainedModel(PreTrainedModel):
 
     @staticmethod
     def _saved_config_dict(pretrained_model_name_or_path, kwargs) -> dict:
-        """The config.json next to the weights being loaded, for the cross-check of `from_pretrained`, or {} when
-        there is none to compare with. It reads only what it was given: nothing for None (weights from a
-        `state_dict=`), the folder's own config.json for a local folder (never the network, whatever the name looks
-        like), and the Hub only for a repository id, whose weights `from_pretrained` fetches from there anyway."""
+        """The checkpoint's own config.json as a dict, or {} when there is none to compare with (never the network for a
+        local path)."""
         if pretrained_model_name_or_path is None:
             return {}
         path = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
@@ -1392,25 +1148,17 @@ class AaspPreTrainedModel(PreTrainedModel):
         return saved
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """As transformers', and when the code ships with the weights (`auto_map`), every checkpoint maps `AutoModel`
-        to the bare encoder and `AutoModelForAudioClassification` to the classifier (a pre-training checkpoint also
-        keeps its `AutoModelForPreTraining`), so `AutoModelForAudioClassification.from_pretrained(encoder,
-        trust_remote_code=True)` fine-tunes an exported encoder (transformers' own audio-classification script)."""
-        # Why not register_for_auto_class alone: it maps only the saving class, and an encoder exported by
-        # pre-training must also load as AutoModelForAudioClassification for transformers' own fine-tuning script.
+        """As transformers'; with the code shipped (`auto_map`), every checkpoint also maps `AutoModel` and
+        `AutoModelForAudioClassification`, and names its own audio-classification pipeline."""
         if self._auto_class is not None:
             auto_map = dict(getattr(self.config, "auto_map", None) or {})
             module = AaspModel.__module__.split(".")[-1]
             auto_map.setdefault("AutoModel", f"{module}.{AaspModel.__name__}")
             auto_map.setdefault("AutoModelForAudioClassification", f"{module}.{AaspForAudioClassification.__name__}")
             self.config.auto_map = auto_map
-            # transformers' own audio-classification pipeline downmixes a stereo file to (L + R) / sqrt(2) (ffmpeg's
-            # -ac 1), the feature extractor to (L + R) / 2; the checkpoint names its own pipeline, which averages the
-            # channels of the files it decodes. The relative import makes save_pretrained ship pipeline_aasp.py too;
-            # it is made here, not at the top, so that a checkpoint loaded as remote code does not import
-            # transformers' pipelines.
+            # the checkpoint names its own pipeline (channels averaged as the feature extractor does); imported here so
+            # that remote code loading does not import transformers' pipelines
             from .pipeline_aasp import CUSTOM_PIPELINES
-
             self.config.custom_pipelines = CUSTOM_PIPELINES
         try:
             return super().save_pretrained(save_directory, *args, **kwargs)
@@ -1421,8 +1169,7 @@ class AaspPreTrainedModel(PreTrainedModel):
 
 @auto_docstring(
     custom_intro="""
-    AaSP encoder: patch embedding (SPE/AaPE) -> prepend CLS -> LayerNorm -> ViT blocks (EAT's layout, which the
-    paper follows: fixed 2-D sin-cos positions, CLS without position, post-norm ViT-B blocks).
+    The AaSP encoder, EAT's layout: patch embedding (SPE or AaPE), CLS token, LayerNorm, post-norm ViT blocks.
     """
 )
 class AaspModel(AaspPreTrainedModel):
@@ -1434,21 +1181,11 @@ class AaspModel(AaspPreTrainedModel):
         self.embedding_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.embedding_dropout = nn.Dropout(config.hidden_dropout_prob)
         drop_path_rates = np.linspace(0.0, config.drop_path_rate, config.num_hidden_layers).tolist()
+        sizes = (config.hidden_size, config.num_attention_heads, config.intermediate_size)
         self.layers = nn.ModuleList(
-            [
-                AaspLayer(
-                    config,
-                    config.hidden_size,
-                    config.num_attention_heads,
-                    config.intermediate_size,
-                    config.layer_norm_first,
-                    drop_path_rates[i],
-                )
-                for i in range(config.num_hidden_layers)
-            ]
+            [AaspLayer(config, *sizes, config.layer_norm_first, drop_path) for drop_path in drop_path_rates]
         )
-        # CODEPATH: AaSP and converted EAT checkpoints use EAT's post-norm blocks (no final norm); `layer_norm_first=True`
-        # (pre-norm blocks with a final LayerNorm) is for models trained that way.
+        # CODEPATH: AaSP and EAT checkpoints are post-norm (no final norm); `layer_norm_first=True` adds one.
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.layer_norm_first else None
         self.post_init()
 
@@ -1470,7 +1207,7 @@ class AaspModel(AaspPreTrainedModel):
             )
 
     def _check_and_pad(self, input_values, attention_mask):
-        """Validates (B, T, F) input and pads T to a multiple of P_time. Returns input and a bool frame mask or None."""
+        """Checks the input and pads it to whole time patches; returns it and a bool frame mask or None."""
         if input_values.ndim != 3 or input_values.shape[-1] != self.config.num_mel_bins:
             raise ValueError(
                 f"AaspModel expects input_values of shape (batch, frames, {self.config.num_mel_bins}) (log-mel from "
@@ -1506,22 +1243,29 @@ class AaspModel(AaspPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> AaspModelOutput:
         r"""
-        input_values (`torch.FloatTensor` of shape `(B, T, F)`):
-            Normalised log-mel from `AaspFeatureExtractor`. T need not be a multiple of 16: the input is zero-padded
-            and the padding masked out.
-        attention_mask (`torch.LongTensor` of shape `(B, T)`, *optional*):
+        input_values (`torch.FloatTensor` of shape `(batch_size, num_frames, num_mel_bins)`):
+            Normalised log-mel from `AaspFeatureExtractor`; `num_frames` is padded to a multiple of `time_patch_size`.
+        attention_mask (`torch.LongTensor` of shape `(batch_size, num_frames)`, *optional*):
             1 for real frames, 0 for padding.
-        visible_indices (`torch.LongTensor` of shape `(B, M, V)`, *optional*):
-            Masked pre-training: encode only these patch tokens (time-major indices) of M views of each clip; the
-            output batch is then B·M and `last_hidden_state` is `(B·M, 1 + V, D)`. Not combinable with
-            `attention_mask`.
+        visible_indices (`torch.LongTensor` of shape `(batch_size, num_views, num_visible)`, *optional*):
+            Masked pre-training: encode only these patch tokens of each view; the output then has shape
+            `(batch_size * num_views, 1 + num_visible, hidden_size)`. Not combinable with `attention_mask`.
 
-        transformers' `capture_outputs` records the outputs that keyword flags ask for (see `_can_record_outputs`):
-        `output_hidden_states=True` the embedding output and each block's output, `output_attentions=True` each
-        block's attention weights (computed eagerly for that call), `output_ffn_outputs=True` each block's FFN output
-        (`ffn_outputs`, the teacher targets of `config.target_layer="ffn"`).
+        Example:
+
+        ```python
+        >>> import numpy as np
+        >>> from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
+
+        >>> feature_extractor = AaspFeatureExtractor()
+        >>> model = AaspModel(AaspConfig())
+        >>> audio = np.random.default_rng(0).standard_normal(16000).astype(np.float32)  # 1 s at 16 kHz
+        >>> inputs = feature_extractor(audio, sampling_rate=16000, return_tensors="pt")
+        >>> model(**inputs).last_hidden_state.shape  # (batch_size, 1 + num_patches, hidden_size)
+        torch.Size([1, 57, 768])
+        ```
         """
-        # attention weights exist only on the eager path: the blocks read the flag to take it for this call
+        # attention weights exist only on the eager path, which the blocks take for this flag
         kwargs["output_attentions"] = kwargs.get("output_attentions", self.config.output_attentions)
         if visible_indices is not None:
             self._check_views(input_values, attention_mask, visible_indices)
@@ -1544,7 +1288,6 @@ class AaspModel(AaspPreTrainedModel):
             hidden_states, _, _ = layer(hidden_states, attn_mask, **kwargs)
         if self.norm is not None:
             hidden_states = self.norm(hidden_states)
-
         return AaspModelOutput(
             last_hidden_state=hidden_states,
             token_mask=None if token_mask is None else token_mask.long(),
@@ -1552,7 +1295,7 @@ class AaspModel(AaspPreTrainedModel):
 
 
 class AaspClassificationHead(nn.Module):
-    """LayerNorm then Linear on the pooled encoder output, as AST's MLP head: (B, D) -> (B, num_labels)."""
+    """LayerNorm and Linear, as AST's head: `(batch_size, hidden_size)` -> `(batch_size, num_labels)`."""
 
     def __init__(self, config: AaspConfig):
         super().__init__()
@@ -1577,15 +1320,14 @@ class AaspForAudioClassification(AaspPreTrainedModel):
         self.post_init()
 
     def freeze_feature_encoder(self):
-        """Freezes the patch-embedding stem (SPE/AaPE), as `run_audio_classification.py`-style scripts expect."""
+        """Freezes the patch embedding (SPE or AaPE)."""
         for parameter in self.aasp.embeddings.parameters():
             parameter.requires_grad = False
 
     def pool(self, last_hidden_state, token_mask=None):
-        """(B, 1 + N, D) -> (B, D): the CLS token, or the mean of the real patch tokens (token_mask (B, 1 + N),
-        1 = real, or None)."""
-        # CODEPATH: fine-tuned AaSP classifiers pool the CLS token (default, EAT's); `classifier_pooling="mean"` averages
-        # the real patch tokens.
+        """`(batch_size, 1 + num_patches, hidden_size)` -> `(batch_size, hidden_size)`: the CLS token, or the mean of
+        the real patch tokens."""
+        # CODEPATH: AaSP classifiers pool the CLS token (EAT's); `classifier_pooling="mean"` the real patch tokens.
         if self.config.classifier_pooling == "cls":
             return last_hidden_state[:, 0]
         patches = last_hidden_state[:, 1:]  # (B, N, D)
@@ -1604,34 +1346,42 @@ class AaspForAudioClassification(AaspPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
         r"""
-        input_values (`torch.FloatTensor` of shape `(B, T, F)`):
+        input_values (`torch.FloatTensor` of shape `(batch_size, num_frames, num_mel_bins)`):
             Normalised log-mel from `AaspFeatureExtractor`.
-        attention_mask (`torch.LongTensor` of shape `(B, T)`, *optional*):
+        attention_mask (`torch.LongTensor` of shape `(batch_size, num_frames)`, *optional*):
             1 for real frames, 0 for padding.
-        labels (`torch.LongTensor` of shape `(B,)` or `torch.FloatTensor` of shape `(B, num_labels)`, *optional*):
-            Class indices (cross-entropy), multi-hot / soft targets (BCE with logits), or values (MSE, 1 label). The
-            loss follows `config.problem_type`; when unset it is inferred as in transformers. The `output_*` flags
-            are passed to the encoder (`AaspModel.forward`).
+        labels (`torch.Tensor` of shape `(batch_size,)` or `(batch_size, num_labels)`, *optional*):
+            Class indices, multi-hot or soft targets, or regression values; the loss follows `config.problem_type`.
+
+        Example:
+
+        ```python
+        >>> import numpy as np
+        >>> import torch
+        >>> from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification
+
+        >>> feature_extractor = AaspFeatureExtractor()
+        >>> model = AaspForAudioClassification(AaspConfig(num_labels=3))
+        >>> audio = np.random.default_rng(0).standard_normal(16000).astype(np.float32)
+        >>> inputs = feature_extractor(audio, sampling_rate=16000, return_tensors="pt")
+        >>> outputs = model(**inputs, labels=torch.tensor([1]))
+        >>> outputs.logits.shape  # (batch_size, num_labels)
+        torch.Size([1, 3])
+        ```
         """
         outputs = self.aasp(input_values, attention_mask=attention_mask, **kwargs)
         pooled = self.pool(outputs.last_hidden_state, outputs.token_mask)  # (B, D)
         logits = self.classifier(pooled)  # (B, num_labels)
-
         loss = None
         if labels is not None:
-            # transformers' loss for classifiers (`ForAudioClassification` -> ForSequenceClassificationLoss): MSE,
-            # cross-entropy or BCE with logits by `config.problem_type`, which it sets from the labels on the first
-            # call when unset (integer labels: single-label; float, e.g. multi-hot or mixup targets: multi-label). The
-            # logits go in as float32, so that a half-precision model's loss is not reduced in half precision.
+            # transformers' classification loss by `config.problem_type`, on float32 logits
             loss = self.loss_function(labels, logits.float(), self.config)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
 
 
-# Checkpoints saved before the classification head was one module (AaspClassificationHead) name its LayerNorm
-# `classifier_norm` and its Linear `classifier`. transformers renames them on loading and back on saving (its
-# `save_original_format`), so checkpoints on disk keep the names every released version reads.
+# Older checkpoints name the head `classifier_norm.*` and `classifier.*`: renamed on loading and back on saving.
 def _head_renamings() -> list:
     return [
         WeightRenaming(source_patterns=r"^classifier_norm\.", target_patterns="classifier.layernorm."),
@@ -1640,12 +1390,9 @@ def _head_renamings() -> list:
     ]
 
 
-# overwrite: a checkpoint's remote code may import this file again under another module name
+# overwrite: remote code may import this file again under another module name
 register_checkpoint_conversion_mapping("AaspForAudioClassification", _head_renamings(), overwrite=True)
-# transformers 5.4 to 5.8 look a model's conversions up by its config's model_type only (5.9 added the class name), so
-# there the renamings are registered for "aasp" too; they match only the head's keys, which AaspModel and
-# AaspForPreTraining (the same model_type) do not have. Without this, those releases save the head as
-# `classifier.dense.*`.
+# transformers 5.4 to 5.8 look conversions up by model_type only
 if tuple(int(part) for part in transformers_version.split(".")[:2]) < (5, 9):
     register_checkpoint_conversion_mapping(AaspConfig.model_type, _head_renamings(), overwrite=True)
 
@@ -1662,12 +1409,12 @@ def _check_scaling(scaling: str) -> None:
 
 
 def _no_autocast(tensor: torch.Tensor):
-    """A context that disables autocast on ``tensor``'s device, so matrix products really run in float32."""
+    """Autocast off on `tensor`'s device, so matrix products run in float32."""
     return torch.autocast(device_type=tensor.device.type, enabled=False)
 
 
 def is_distributed() -> bool:
-    """True when torch.distributed is initialised with more than one process."""
+    """True when torch.distributed runs more than one process."""
     return (
         torch.distributed.is_available()
         and torch.distributed.is_initialized()
@@ -1676,14 +1423,8 @@ def is_distributed() -> bool:
 
 
 class _GatherWithGrad(torch.autograd.Function):
-    """All-gather along dim 0 whose backward hands every process the summed gradient of its own slice.
-
-    forward:  x (B, ...) on each of W processes -> (W·B, ...), identical on every process
-    backward: g (W·B, ...) on each process -> Σ_processes g[rank·B:(rank+1)·B]   (all_reduce, then own slice)
-
-    Written out instead of ``torch.distributed.nn.functional.all_gather`` because that one is deprecated (it warns on
-    every call in recent torch); this uses only the public all_gather / all_reduce and works on every backend.
-    """
+    """All-gather along dim 0 whose backward gives each process the summed gradient of its own slice (the public
+    collectives only; `torch.distributed.nn.functional.all_gather` warns on every call)."""
 
     @staticmethod
     def forward(ctx, tensor):
@@ -1703,14 +1444,8 @@ class _GatherWithGrad(torch.autograd.Function):
 
 
 def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
-    """Concatenate ``tensor`` (B, ...) from all processes along dim 0, keeping gradients -> (W·B, ...).
-
-    Identity when torch.distributed is not initialised or has one process. Every process must hold the same shape
-    (checked, ValueError otherwise); this process's rows start at ``contrastive_offset(B)`` = rank·B. The gradient
-    that reaches ``tensor`` is the sum over processes of the gradients of their gathered copies, so with each
-    process's loss a mean over its own anchors, DDP's averaging of parameter gradients gives the gradient of the
-    mean over all processes' anchors.
-    """
+    """`tensor` `(batch, ...)` of every process concatenated along dim 0, with gradients; identity without
+    distribution. Every process must hold the same shape; this process's rows start at `contrastive_offset(batch)`."""
     if not is_distributed():
         return tensor
     if not torch.compiler.is_compiling():  # the check reads other processes' shapes back to the host: a compiled
@@ -1726,31 +1461,20 @@ def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def contrastive_offset(local_size: int) -> int:
-    """Index of this process's first row in ``gather_with_grad``'s output: rank·local_size (0 when not distributed)."""
+    """This process's first row in `gather_with_grad`'s output (0 when not distributed)."""
     return torch.distributed.get_rank() * local_size if is_distributed() else 0
 
 
 
 
 def teacher_targets(layer_outputs, norm_axis: str = "tokens") -> torch.Tensor:
-    """Pooled teacher targets y (B, N, D) from the output of every teacher block (paper: "teacher pooled tokens").
+    """The pooled teacher targets `(batch_size, num_patches, hidden_size)` from each teacher block's patch tokens.
 
-    Args:
-        layer_outputs: list/tuple of L tensors (B, N, D), one per teacher block, patch tokens only (no CLS).
-        norm_axis: the axis of the per-layer instance normalisation (no affine, eps 1e-5):
-            ``"tokens"`` (default, EAT's code): each channel is normalised across the N tokens of its clip
-            (``F.instance_norm`` on (B, D, N));
-            ``"channels"`` (the paper's text, "per token ... across the embedding dimension"): each token is
-            normalised across its D channels.
-
-    Returns:
-        y = LayerNorm_D( (1/L) Σ_l InstanceNorm(h_l) ), LayerNorm over D without affine (eps 1e-5), (B, N, D),
-        float32 (float64 for float64 inputs). The clip-level target of L_u is ``y.mean(1)``.
-    """
+    y = LayerNorm(mean over layers of InstanceNorm(h_l)), without affine; `norm_axis="tokens"` normalises each channel
+    across the tokens (EAT's code), `"channels"` each token across its channels (the paper's text). Float32 (float64
+    for float64 inputs)."""
     if not isinstance(layer_outputs, (list, tuple)) or len(layer_outputs) == 0:
-        raise ValueError(
-            f"layer_outputs must be a non-empty list or tuple of (B, N, D) tensors, got {layer_outputs!r}"
-        )
+        raise ValueError(f"layer_outputs must be a non-empty list or tuple of (B, N, D) tensors, got {layer_outputs!r}")
     if norm_axis not in TARGET_NORM_AXES:
         raise ValueError(f"norm_axis must be one of {TARGET_NORM_AXES}, got norm_axis={norm_axis!r}")
     shape = tuple(layer_outputs[0].shape)
@@ -1779,17 +1503,10 @@ def teacher_targets(layer_outputs, norm_axis: str = "tokens") -> torch.Tensor:
 
 
 def masked_prediction_loss(predictions: torch.Tensor, targets: torch.Tensor, scaling: str = "mean") -> torch.Tensor:
-    """L_m: squared error between the predictor's outputs at the query tokens and the teacher targets there.
+    """L_m between `predictions` and `targets` of shape `(..., num_queries, hidden_size)` (targets detached).
 
-    Args:
-        predictions: (..., Q, D) predictor outputs at the query positions (e.g. (B, M, Q, D) or (B·M, Q, D)).
-        targets: the same shape, the pooled teacher targets gathered at the same positions (stop-gradient: detached).
-        scaling: ``"mean"`` or ``"eat"`` (module docstring).
-
-    Returns:
-        scalar: ``"mean"``, the mean over all query tokens and all D dimensions of (prediction − target)²;
-        ``"eat"``, each token's Σ_d (prediction − target)² / √D averaged over the query tokens (√D × the mean).
-    """
+    `scaling="mean"`: the mean squared error; `"eat"`: EAT's weight, √hidden_size times it (docs/model.md, "EAT's loss
+    scaling")."""
     if predictions.shape != targets.shape or predictions.ndim < 2 or predictions.numel() == 0:
         raise ValueError(
             "predictions and targets must have the same non-empty shape (..., Q, D), "
@@ -1805,18 +1522,10 @@ def masked_prediction_loss(predictions: torch.Tensor, targets: torch.Tensor, sca
 
 
 def clip_loss(student_cls: torch.Tensor, targets: torch.Tensor, scaling: str = "mean") -> torch.Tensor:
-    """L_u: squared error between the student CLS of each view and the teacher's clip-level target.
+    """L_u between `student_cls` `(batch_size, num_views, hidden_size)` and the clip target `targets.mean(1)`.
 
-    Args:
-        student_cls: (B, M, D), the student's CLS token for each of the M masked views of each clip.
-        targets: (B, N, D), the clip's pooled teacher targets (``teacher_targets``; stop-gradient: detached).
-        scaling: ``"mean"`` or ``"eat"`` (module docstring).
-
-    Returns:
-        scalar: ``"mean"``, the mean over clips, views and D of (cls − ȳ)², with ȳ = targets.mean(1) (B, D) the clip
-        target (mean over the teacher pooled tokens), shared by the M views; ``"eat"``, each view's
-        Σ_d (cls − ȳ)² / √D summed over the B·M views (B·M·√D × the mean).
-    """
+    `scaling="mean"`: the mean squared error; `"eat"`: EAT's weight, batch_size·num_views·√hidden_size times it
+    (docs/model.md, "EAT's loss scaling")."""
     if (
         student_cls.ndim != 3
         or targets.ndim != 3
@@ -1842,25 +1551,11 @@ def clip_loss(student_cls: torch.Tensor, targets: torch.Tensor, scaling: str = "
 def multi_view_contrastive_loss(
     embeddings: torch.Tensor, temperature: float = 0.2, gather: bool = False
 ) -> torch.Tensor:
-    """L_c, Eq. (5): multi-positive InfoNCE over the M masked views of each clip.
+    """L_c of Eq. (5): multi-positive InfoNCE over the views of each clip, the mean over the anchors.
 
-        L_c = −(1/N_vis) Σ_i (1/|P(i)|) Σ_{p∈P(i)} log( exp(z̃_i·z̃_p/τ) / Σ_{a∈A(i)} exp(z̃_i·z̃_a/τ) )
-
-    z̃_i: L2-normalised embedding of view i; P(i): the other M−1 views of the same clip; A(i): P(i) and every view
-    of every other clip (the anchor itself excluded). With B = 1 and no gathering there are no negatives and A(i)
-    is P(i). Computed with one matrix product of all normalised embeddings and a masked logsumexp.
-
-    Args:
-        embeddings: (B, M, E), the projection of each view's mean visible token (the caller applies the MLP);
-            L2-normalised here, so the loss does not depend on their scale.
-        temperature: τ > 0 (0.2 in the paper).
-        gather: if True and torch.distributed runs W > 1 processes, the candidates (positives and negatives) are
-            the embeddings of all processes (``gather_with_grad``, which keeps gradients; every process must hold
-            the same B and M); the anchors stay this process's B·M views and the loss is their mean.
-
-    Returns:
-        scalar L_c, float32 (float64 for float64 inputs).
-    """
+    `embeddings` `(batch_size, num_views, embed_size)` are L2-normalised here; each view's positives are the other views
+    of its clip, its negatives every view of the other clips. With `gather=True` and several processes the candidates
+    are gathered from all of them (`gather_with_grad`), the anchors stay local. Float32 (float64 for float64 inputs)."""
     if embeddings.ndim != 3 or embeddings.shape[1] < 2 or embeddings.shape[0] < 1 or embeddings.shape[2] < 1:
         raise ValueError(
             "embeddings must be (B, M, E) with B >= 1, M >= 2 views per clip and E >= 1, "
@@ -1880,25 +1575,22 @@ def multi_view_contrastive_loss(
         if gather and is_distributed():
             candidates = gather_with_grad(anchors)  # (W·B·M, E), this process's rows start at offset
             offset = contrastive_offset(num_anchors)
-
         logits = anchors @ candidates.T / temperature  # (B·M, C): z̃_i·z̃_a/τ
-
-        # view index -> clip index; views of a clip are contiguous (row b·M + m is view m of clip b)
+        # row b·num_views + m is view m of clip b
         anchor_index = torch.arange(num_anchors, device=logits.device) + offset  # (B·M,) global index of anchor i
         candidate_index = torch.arange(candidates.shape[0], device=logits.device)  # (C,)
         is_self = anchor_index[:, None] == candidate_index[None, :]  # (B·M, C)
         same_clip = (anchor_index[:, None] // num_views) == (candidate_index[None, :] // num_views)
         is_positive = same_clip & ~is_self  # P(i), |P(i)| = M − 1
 
-        # A(i) = every candidate but the anchor itself: P(i) ∪ all views of the other clips
+        # A(i): every candidate but the anchor itself
         log_denominator = torch.logsumexp(logits.masked_fill(is_self, -math.inf), dim=1, keepdim=True)  # (B·M, 1)
         log_prob = logits - log_denominator  # (B·M, C), finite everywhere
         positive_log_prob = log_prob.masked_fill(~is_positive, 0.0).sum(dim=1) / (num_views - 1)  # (B·M,)
         return -positive_log_prob.mean()
 
 class AaspPredictorCrossAttention(nn.Module):
-    """Cross-attention of the predictor: queries (mask tokens) attend to the student's outputs only; no attention
-    among queries (CrossMAE). Keys and values are projected straight from the D-wide encoder output."""
+    """CrossMAE cross-attention: the queries attend to the student's outputs only, never to each other."""
 
     def __init__(self, config: AaspConfig):
         super().__init__()
@@ -1913,7 +1605,7 @@ class AaspPredictorCrossAttention(nn.Module):
         self.output = nn.Linear(width, width)
 
     def forward(self, queries, context):
-        """queries: (B', Q, P); context: (B', L, D). Returns (B', Q, P)."""
+        """`queries` `(batch, num_queries, predictor_hidden_size)`, `context` `(batch, 1 + num_visible, hidden_size)`"""
         batch_size, num_queries, width = queries.shape
         query = self.query(queries).view(batch_size, num_queries, self.num_heads, self.head_dim).transpose(1, 2)
         # (B', Q, P) -> (B', heads, Q, d)
@@ -1925,7 +1617,7 @@ class AaspPredictorCrossAttention(nn.Module):
 
 
 class AaspPredictorLayer(GradientCheckpointingLayer):
-    """Pre-norm CrossMAE block: x = x + cross_attn(LN(x), z); x = x + mlp(LN(x))."""
+    """Pre-norm CrossMAE block."""
 
     def __init__(self, config: AaspConfig):
         super().__init__()
@@ -1941,8 +1633,8 @@ class AaspPredictorLayer(GradientCheckpointingLayer):
 
 
 class AaspPredictor(nn.Module):
-    """Cross-attention predictor (paper Sec. Predictor): a mask token plus the query's fixed sin-cos position
-    (at predictor width) attends to the student's CLS and visible tokens through 3 blocks; LayerNorm; Linear P -> D."""
+    """The cross-attention predictor (Sec. Predictor): a mask token plus each query's sin-cos position attends to the
+    student's CLS and visible tokens, then LayerNorm and a projection to `hidden_size`."""
 
     def __init__(self, config: AaspConfig):
         super().__init__()
@@ -1956,17 +1648,15 @@ class AaspPredictor(nn.Module):
 
     @staticmethod
     def compute_position_embeddings(config) -> torch.Tensor:
-        """Float32 (N, P) sin-cos table of the pre-training grid at predictor width."""
+        """Float32 `(num_patches, predictor_hidden_size)` sin-cos table."""
         return sincos_position_embeddings(
             config.predictor_hidden_size, config.num_frequency_patches, config.num_time_patches
         ).float()
 
     def forward(self, encoder_output, visible_indices, query_indices):
-        """encoder_output: (B', 1 + V, D) student output (CLS first); visible_indices: (B', V) (unused: keys carry
-        their own positions); query_indices: (B', Q) token indices. Returns (B', Q, D)."""
-        # Query indices come from the collator, which draws them on the (T̃, F̃) grid of `num_frames`; their range is
-        # not checked here, because reading their maximum back would stall a GPU step (an index past the grid fails
-        # in the gather below).
+        """`encoder_output` `(batch, 1 + num_visible, hidden_size)`, `query_indices` `(batch, num_queries)` ->
+        `(batch, num_queries, hidden_size)`; `visible_indices` is unused (the keys carry their positions)."""
+        # query indices are not range-checked: reading their maximum back would stall a GPU step
         positions = self.position_embeddings[query_indices].to(encoder_output.dtype)  # (B', Q, P)
         queries = self.mask_token.to(encoder_output.dtype) + positions
         for layer in self.layers:
@@ -1975,45 +1665,28 @@ class AaspPredictor(nn.Module):
 
 
 class AaspCNNPredictor(nn.Module):
-    """EAT's CNN predictor (data2vec 2.0's 2-D decoder, `Decoder2d` in EAT models/modules.py), for the paper's
-    predictor ablation.
+    """EAT's CNN predictor (data2vec 2.0's `Decoder2d`), for the predictor ablation (docs/model.md, "EAT's CNN
+    predictor"): the visible tokens back on the grid, N(0, σ²) noise at hidden ones, then convolution blocks.
 
-    Input (EAT models/base.py `ModalitySpecificEncoder.decoder_input`): the student's visible tokens (CLS dropped)
-    are put back on the (T̃, F̃) grid and every hidden position is filled with N(0, σ²) noise,
-    σ = `predictor_cnn_mask_noise_std` (EAT's `mask_noise_std` = 0.01; 0 gives zeros). Then
-    `predictor_cnn_num_layers` blocks of [grouped k×k Conv2d -> LayerNorm over channels (no affine) -> GELU], each
-    followed by the residual add of `Decoder2d.forward` / `DecoderBase.add_residual`: the block's input is added
-    whenever it has the block's width, so the first block adds the grid itself when `predictor_cnn_hidden_size`
-    equals D (EAT's 768-wide decoder does) and every later block adds the previous block's output. Then Linear -> D;
-    the outputs at the query positions are returned.
-
-    The noise is drawn with torch's global RNG in every forward (EAT draws it in train and eval mode alike), like
-    dropout: `examples/pretrain.py` seeds that RNG (`accelerate.utils.set_seed`) and every checkpoint saves and
-    restores its state, so a run and its resumption draw the same noise. Pass `mask_noise` to inject it.
-    """
+    The noise comes from torch's global RNG in every forward, like dropout; pass `mask_noise` to inject it."""
 
     def __init__(self, config: AaspConfig):
         super().__init__()
         self.config = config
         width, kernel = config.predictor_cnn_hidden_size, config.predictor_cnn_kernel_size
+        groups = config.predictor_cnn_groups
         self.convs = nn.ModuleList(
             [
-                nn.Conv2d(
-                    config.hidden_size if i == 0 else width,
-                    width,
-                    kernel_size=kernel,
-                    padding=kernel // 2,
-                    groups=config.predictor_cnn_groups,
-                )
+                nn.Conv2d(config.hidden_size if i == 0 else width, width, kernel, padding=kernel // 2, groups=groups)
                 for i in range(config.predictor_cnn_num_layers)
             ]
         )
         self.output_projection = nn.Linear(width, config.hidden_size)
 
     def forward(self, encoder_output, visible_indices, query_indices, mask_noise=None):
-        """encoder_output: (B', 1 + V, D); visible_indices: (B', V); query_indices: (B', Q); mask_noise (optional):
-        (B', N, D), the fill of the hidden positions (default: N(0, σ²) from the global RNG; its values at visible
-        positions are ignored). Returns (B', Q, D)."""
+        """`encoder_output` `(batch, 1 + num_visible, hidden_size)`, `visible_indices` `(batch, num_visible)`,
+        `query_indices` `(batch, num_queries)`, `mask_noise` `(batch, num_patches, hidden_size)` or None ->
+        `(batch, num_queries, hidden_size)`."""
         batch_size, _, hidden = encoder_output.shape
         if mask_noise is None:
             mask_noise = torch.randn(
@@ -2045,7 +1718,7 @@ class AaspCNNPredictor(nn.Module):
 
 
 class AaspContrastiveHead(nn.Module):
-    """Projection for L_c: Linear(D, D/2) -> GELU -> Linear(D/2, D/2) on each view's mean visible token."""
+    """The projection of L_c: Linear, GELU, Linear on each view's mean visible token."""
 
     def __init__(self, config: AaspConfig):
         super().__init__()
@@ -2060,16 +1733,10 @@ class AaspContrastiveHead(nn.Module):
 
 @auto_docstring(
     custom_intro="""
-    AaSP pre-training (paper Sec. Predictor and Pre-training Objectives; Sec. Training Setup, Pre-training Setup).
-
-    `aasp` is the student; `teacher` an EMA copy of the whole student encoder (AaPE included) that never receives
-    gradients, stays in eval mode and sees each unmasked clip once. The trainer updates it in plain sight right after
-    `optimizer.step()`: θ_teacher ← m·θ_teacher + (1 − m)·θ_student over `teacher` and `aasp` (aasp_hf's
-    `update_teacher_`). The predictor and the contrastive head are student-side only.
-    Losses (reductions as in the pre-training objectives section): L = L_m + η_u·L_u + η_c·L_c.
-    Fidelity options (see `AaspConfig`): `target_layer` (teacher block outputs or FFN outputs), `loss_scaling`
-    (plain means or EAT's effective weights), `student_stem_input` (the student's AaPE stem on each masked view or
-    on the full clip, EAT's order).
+    AaSP pre-training (Sec. Predictor and Pre-training Objectives): the student `aasp`, the predictor and the
+    contrastive head, and `teacher`, an EMA copy of the student encoder that never receives gradients and stays in
+    eval mode. The model does not update the teacher: the training loop does, after each `optimizer.step()`,
+    θ_teacher ← m·θ_teacher + (1 − m)·θ_student (`aasp_hf.training.model_ema.update_teacher_`).
     """
 )
 class AaspForPreTraining(AaspPreTrainedModel):
@@ -2078,8 +1745,7 @@ class AaspForPreTraining(AaspPreTrainedModel):
         self.aasp = AaspModel(config)
         self.teacher = AaspModel(config)
         self.teacher.requires_grad_(False)
-        # CODEPATH: AaSP pre-training checkpoints use the CrossMAE cross-attention predictor (the paper's); "cnn" is
-        # EAT's CNN predictor, for the predictor ablation.
+        # CODEPATH: AaSP uses the CrossMAE cross-attention predictor; "cnn" is EAT's, for the predictor ablation.
         if config.predictor_type == "cross_attention":
             self.predictor = AaspPredictor(config)
         else:
@@ -2090,9 +1756,7 @@ class AaspForPreTraining(AaspPreTrainedModel):
             for teacher_param, student_param in zip(self.teacher.parameters(), self.aasp.parameters()):
                 teacher_param.copy_(student_param)
         self.teacher.eval()
-        # The teacher's targets are recorded by transformers' output hooks (`_can_record_outputs`), which it installs
-        # the first time they are asked for; installed here, before any torch.compile, the compiled step traces them
-        # instead of breaking its graph on the installation.
+        # installed before any torch.compile, so that a compiled step traces the teacher's output hooks
         maybe_install_capturing_hooks(self.teacher)
 
     @torch.no_grad()
@@ -2102,30 +1766,22 @@ class AaspForPreTraining(AaspPreTrainedModel):
             init.copy_(module.position_embeddings, module.compute_position_embeddings(self.config))
             init.trunc_normal_(module.mask_token, std=self.config.initializer_range)
         cnn = self.predictor if isinstance(getattr(self, "predictor", None), AaspCNNPredictor) else None
-        # CODEPATH: only a new model with EAT's initialisation (`initialization="eat"`) and EAT's CNN predictor resets
-        # the predictor to PyTorch's defaults; a loaded checkpoint's weights replace whatever was drawn.
+        # CODEPATH: only `initialization="eat"` with EAT's CNN predictor resets it to PyTorch's defaults.
         if cnn is not None and self.config.initialization == "eat" and module in (*cnn.convs, cnn.output_projection):
-            # EAT resets its decoder to PyTorch's defaults (models/images.py `ImageEncoder.reset_parameters` ->
-            # models/modules.py `DecoderBase.reset_parameters`; the convolutions are never re-initialised):
-            # weights kaiming_uniform_(a=√5), i.e. U(±1/sqrt(fan_in)), biases U(±1/sqrt(fan_in)). Matched layer by
-            # layer: transformers skips a container without parameters of its own (the predictor) in custom code.
+            # EAT's decoder reset, layer by layer (docs/model.md, "Initialisation")
             fan_in = module.weight[0].numel()
             init.kaiming_uniform_(module.weight, a=5**0.5)
             init.uniform_(module.bias, -(fan_in**-0.5), fan_in**-0.5)
 
     def train(self, mode: bool = True):
-        # The teacher's targets must not depend on the mode the trainer (transformers' Trainer, accelerate, a loop of
-        # one's own) puts the model in: it never uses dropout or drop path. LeViT overrides `train` in transformers too.
+        # the teacher never uses dropout or drop path, whatever mode the trainer sets (as LeViT does)
         super().train(mode)
         self.teacher.eval()
         return self
 
     def _check_masks(self, input_values, visible_indices, query_indices):
-        """The masks must be the ones the config describes (the collator draws them from these fields with
-        `aasp_hf.data.masking.sample_batch_masks`): M = `mask_num_views` views, V = round((1 − `mask_ratio`)·N)
-        visible and Q = round(`mask_query_ratio`·(N − V)) query tokens per view, N the input's tokens. Shapes only,
-        so nothing is read back from the device. (`mask_block_sizes`, the shapes of the hidden blocks, cannot be
-        told from the indices: only the sampler reads it.)"""
+        """The masks must have the config's shape: `mask_num_views` views, round((1 − mask_ratio)·num_patches) visible
+        and round(mask_query_ratio · hidden) query tokens each (shapes only, nothing is read back from the device)."""
         num_tokens = input_values.shape[1] // self.config.time_patch_size * self.config.num_frequency_patches  # N
         num_visible = int(round((1.0 - self.config.mask_ratio) * num_tokens))  # V
         num_queries = int(round(self.config.mask_query_ratio * (num_tokens - num_visible)))  # Q
@@ -2150,19 +1806,29 @@ class AaspForPreTraining(AaspPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> AaspForPreTrainingOutput:
         r"""
-        input_values (`torch.FloatTensor` of shape `(B, T, F)`):
-            Normalised log-mel crops (T = `num_frames`).
-        visible_indices (`torch.LongTensor` of shape `(B, M, V)`):
-            Visible tokens of each view (see `aasp_hf.data.masking`).
-        query_indices (`torch.LongTensor` of shape `(B, M, Q)`):
-            Masked tokens each view's predictor reconstructs.
-        student_input_values (`torch.FloatTensor` of shape `(B, T, F)`, *optional*):
-            The student's view of the same clips (e.g. re-coloured by the collator's `student_eq_strength`); default
-            `input_values`. The teacher always sees `input_values`.
+        input_values (`torch.FloatTensor` of shape `(batch_size, num_frames, num_mel_bins)`):
+            Normalised log-mel crops; the teacher sees them unmasked.
+        visible_indices (`torch.LongTensor` of shape `(batch_size, num_views, num_visible)`):
+            The visible tokens of each view (`aasp_hf.data.masking.sample_batch_masks`).
+        query_indices (`torch.LongTensor` of shape `(batch_size, num_views, num_queries)`):
+            The masked tokens each view's predictor reconstructs.
+        student_input_values (`torch.FloatTensor` of shape `(batch_size, num_frames, num_mel_bins)`, *optional*):
+            The student's view of the same clips; defaults to `input_values`.
 
-        The `output_*` flags are passed to the student encoder (`AaspModel.forward`, whose `capture_outputs` records
-        them): `hidden_states` and `attentions` are the student's, on the visible tokens of each view. The teacher
-        records only its targets, whatever the flags or the config ask for.
+        Example:
+
+        ```python
+        >>> import torch
+        >>> from aasp_hf import AaspConfig, AaspForPreTraining
+        >>> from aasp_hf.data.masking import sample_batch_masks
+
+        >>> config = AaspConfig()
+        >>> model = AaspForPreTraining(config)
+        >>> input_values = torch.randn(2, config.num_frames, config.num_mel_bins)
+        >>> masks = sample_batch_masks(config, batch_size=2)
+        >>> outputs = model(input_values, masks["visible_indices"], masks["query_indices"])
+        >>> outputs.loss.backward()
+        ```
         """
         batch_size, num_views = visible_indices.shape[:2]
         if query_indices.shape[:2] != (batch_size, num_views):
@@ -2179,8 +1845,7 @@ class AaspForPreTraining(AaspPreTrainedModel):
                 f"got {tuple(student_input_values.shape)}: it is the student's view of the same clips."
             )
 
-        # Teacher: the unmasked clip, once per clip; targets from every block (no CLS): each block's output, or its
-        # FFN output before the residual add (EAT, target_layer="ffn").
+        # teacher: the unmasked clip; targets from every block's output, or its FFN output (`target_layer="ffn"`)
         with torch.no_grad():
             ffn_targets = self.config.target_layer == "ffn"
             teacher_output = self.teacher(
@@ -2193,7 +1858,7 @@ class AaspForPreTraining(AaspPreTrainedModel):
             layer_outputs = [hidden[:, 1:] for hidden in layer_outputs]  # L × (B, 1 + N, D) -> L × (B, N, D)
             targets = teacher_targets(layer_outputs, self.config.target_norm_axis)  # (B, N, D), float32
 
-        # Student: only the visible tokens of each view.
+        # student: only the visible tokens of each view
         student_output = self.aasp(student_input_values, visible_indices=visible_indices, **kwargs)
         student = student_output.last_hidden_state  # (B·M, 1 + V, D)
         queries = query_indices.reshape(batch_size * num_views, -1)  # (B, M, Q) -> (B·M, Q)
@@ -2216,7 +1881,6 @@ class AaspForPreTraining(AaspPreTrainedModel):
             + self.config.clip_loss_weight * loss_clip
             + self.config.contrastive_loss_weight * loss_contrastive
         )
-
         return AaspForPreTrainingOutput(
             loss=loss,
             masked_prediction_loss=loss_masked.detach(),
