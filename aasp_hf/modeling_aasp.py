@@ -14,9 +14,9 @@
 """PyTorch AaSP model: the encoder `AaspModel` (SPE or AaPE patch embedding, then EAT's ViT blocks), the classifier
 `AaspForAudioClassification` and the pre-training model `AaspForPreTraining` (student, EMA teacher, predictor, losses).
 
-Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers". Derivations and where
-each detail comes from: docs/model.md. This file ships to the Hub as remote code, so it imports only torch,
-transformers, numpy and its sibling `configuration_aasp.py`.
+Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers"; derivations and sources
+in docs/model.md. Shapes: `batch_views` = batch_size * num_views (masked pre-training), `per_group` = sblu_hidden_size
+// num_frequency_patches. Shipped to the Hub as remote code: imports only torch, transformers, numpy, the config.
 """
 
 import math
@@ -58,8 +58,7 @@ class AaspModelOutput(ModelOutput):
     last_hidden_state (`torch.FloatTensor` of shape `(batch_size, 1 + num_patches, hidden_size)`):
         The CLS token, then the patch tokens in time-major order.
     token_mask (`torch.LongTensor` of shape `(batch_size, 1 + num_patches)`, *optional*):
-        1 for real tokens (CLS and patches holding at least one real frame), 0 for padding; `None` without an
-        `attention_mask`.
+        1 for real tokens (CLS, patches with a real frame), 0 for padding; `None` without an `attention_mask`.
     ffn_outputs (`tuple(torch.FloatTensor)`, *optional*, returned when `output_ffn_outputs=True`):
         Each layer's MLP output before the residual add, each `(batch_size, 1 + num_patches, hidden_size)`.
     """
@@ -209,23 +208,23 @@ def zero_phase_highpass(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     dtype = compute_dtype(x)
     if torch.compiler.is_exporting():  # torch.export/ONNX: a direct convolution keeps the length dynamic
         with torch.autocast(device_type=x.device.type, enabled=False):
-            weight = kernel.to(device=x.device, dtype=dtype).flip(0).view(1, 1, -1)  # (L,) -> (1, 1, L)
-            rows = x.to(dtype).reshape(-1, 1, frames)  # (B, C, T) -> (B·C, 1, T)
-            out = F.conv1d(rows, weight, padding=length // 2)  # (B·C, 1, T), zero padding
-        return out.reshape(x.shape)  # (B·C, 1, T) -> (B, C, T)
-    needed = frames + length - 1  # T + L − 1: no wrap-around
+            weight = kernel.to(device=x.device, dtype=dtype).flip(0).view(1, 1, -1)  # (1, 1, kernel_length)
+            rows = x.to(dtype).reshape(-1, 1, frames)  # (batch_size * channels, 1, num_frames)
+            out = F.conv1d(rows, weight, padding=length // 2)  # (batch_size * channels, 1, num_frames), zero padding
+        return out.reshape(x.shape)  # (batch_size * channels, 1, num_frames) -> (batch_size, channels, num_frames)
+    needed = frames + length - 1  # no wrap-around
     power_of_two = 1 << (needed - 1).bit_length()  # the smallest 2^k >= needed
     three_times_power_of_two = 3 << (-(-needed // 3) - 1).bit_length()  # the smallest 3·2^k >= needed
     fft_size = min(power_of_two, three_times_power_of_two)  # as fast per point: 768 instead of 1024 for 608 frames
     with torch.autocast(device_type=x.device.type, enabled=False):
-        spectrum = torch.fft.rfft(x.to(dtype), n=fft_size)  # (B, C, T) -> (B, C, S/2 + 1)
-        response = torch.fft.rfft(kernel.to(device=x.device, dtype=dtype), n=fft_size)  # (S/2 + 1,)
-        full = torch.fft.irfft(spectrum * response, n=fft_size)  # (B, C, S): the full linear convolution
-    return full[..., length // 2 : length // 2 + frames]  # centred: (B, C, S) -> (B, C, T)
+        spectrum = torch.fft.rfft(x.to(dtype), n=fft_size)  # (batch_size, channels, fft_size // 2 + 1)
+        response = torch.fft.rfft(kernel.to(device=x.device, dtype=dtype), n=fft_size)  # (fft_size // 2 + 1,)
+        full = torch.fft.irfft(spectrum * response, n=fft_size)  # (batch_size, channels, fft_size)
+    return full[..., length // 2 : length // 2 + frames]  # centred: (batch_size, channels, num_frames)
 
 
 def _sblu_base(decay: torch.Tensor, frequency: torch.Tensor, step: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Re z, Im z) of z = exp(−Δ(α + jβ)), each (B, H, T)."""
+    """(Re z, Im z) of z = exp(−Δ(α + jβ)), each of the shape of `decay`."""
     magnitude = torch.exp(-step * decay)
     angle = step * frequency
     return magnitude * torch.cos(angle), -magnitude * torch.sin(angle)
@@ -274,7 +273,7 @@ def _blocks(values, half, whole_tensor_pass=False):
 def _sblu_forward_block(values, decay, frequency, step, half, analytic, out_re, out_im, out_magnitude):
     """Re r, Im r and |r| of one block (..., T) into the given (..., T) tensors; temporaries are block-sized."""
     frames = values.shape[-1]
-    padded = F.pad(values, (half, half))  # (..., T) -> (..., T + 2c), zero padding
+    padded = F.pad(values, (half, half))  # (..., num_frames) -> (..., num_frames + 2c), zero padding
     z_re, z_im = _sblu_base(decay, frequency, step)
     power_re, power_im = z_re.clone(), z_im.clone()  # p = z^d, here d = 1
     pair, scratch = torch.empty_like(z_re), torch.empty_like(z_re)
@@ -306,7 +305,7 @@ def _sblu_backward_block(
     torch.mul(q_re, response_im, out=q_im).neg_()  # Im Gc = −g·Im r/|r|
     q_re.mul_(response_re)  # Re Gc = g·Re r/|r|;  q = Gc·z^0
 
-    padded = F.pad(values, (half, half))  # (..., T) -> (..., T + 2c)
+    padded = F.pad(values, (half, half))  # (..., num_frames) -> (..., num_frames + 2c)
     grad_padded = torch.zeros_like(padded)  # ∂L/∂v on the padded grid
     grad_padded[..., half : half + frames] = q_re  # d = 0 tap: Re(Gc·1), counted once
     z_re, z_im = _sblu_base(decay, frequency, step)
@@ -424,17 +423,17 @@ def sblu_token_magnitude(
     with torch.autocast(device_type=windows.device.type, enabled=False):
         windows, decay, frequency = windows.to(dtype), decay.to(dtype), frequency.to(dtype)
         center = (kernel_size - 1) // 2
-        offset = torch.arange(kernel_size, device=windows.device, dtype=dtype) - center  # k − c, (K,)
+        offset = torch.arange(kernel_size, device=windows.device, dtype=dtype) - center  # k − c, (kernel_size,)
         signed = offset.abs() if phase == "symmetric" else offset
-        envelope = torch.exp(-step * decay[:, None] * offset.abs())  # exp(−Δα|k−c|), (G, K)
-        angle = step * frequency[:, None] * signed  # Δβ|k−c| or Δβ(k−c), (G, K)
-        kernel_re = (envelope * torch.cos(angle))[:, None]  # (G, 1, K)
-        kernel_im = (-envelope * torch.sin(angle))[:, None]  # (G, 1, K)
+        envelope = torch.exp(-step * decay[:, None] * offset.abs())  # exp(−Δα|k−c|), (num_rows, kernel_size)
+        angle = step * frequency[:, None] * signed  # Δβ|k−c| or Δβ(k−c), (num_rows, kernel_size)
+        kernel_re = (envelope * torch.cos(angle))[:, None]  # (num_rows, 1, kernel_size)
+        kernel_im = (-envelope * torch.sin(angle))[:, None]  # (num_rows, 1, kernel_size)
         rows = windows.shape[0]
         # Σ_k w[k]·v[n + k − c], Re and Im: (1, num_rows, width) -> (1, num_rows, patch_frames)
-        response_re = F.conv1d(windows[None], kernel_re, groups=rows)[0]  # (G, P)
-        response_im = F.conv1d(windows[None], kernel_im, groups=rows)[0]  # (G, P)
-        power = response_re.square() + response_im.square()  # |r|², (G, P)
+        response_re = F.conv1d(windows[None], kernel_re, groups=rows)[0]  # (num_rows, patch_frames)
+        response_im = F.conv1d(windows[None], kernel_im, groups=rows)[0]  # (num_rows, patch_frames)
+        power = response_re.square() + response_im.square()  # |r|², (num_rows, patch_frames)
         return power.clamp_min(torch.finfo(dtype).tiny).sqrt()
 
 
@@ -442,16 +441,16 @@ def sincos_position_embeddings(hidden_size: int, num_frequency_patches: int, num
     """Fixed 2-D sin-cos positions (MAE/EAT), float64 `(num_patches, hidden_size)` in time-major order: the first half
     encodes the frequency-patch index, the second the time-patch index."""
     quarter = hidden_size // 4
-    omega = 1.0 / 10000 ** (np.arange(quarter, dtype=np.float64) / quarter)  # (D/4,)
+    omega = 1.0 / 10000 ** (np.arange(quarter, dtype=np.float64) / quarter)  # (hidden_size // 4,)
 
     def one_axis(positions):
-        angles = np.outer(positions, omega)  # (P, D/4)
-        return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)  # (P, D/2)
+        angles = np.outer(positions, omega)  # (num_positions, hidden_size // 4)
+        return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)  # (num_positions, hidden_size // 2)
 
     time_index, freq_index = np.meshgrid(
         np.arange(num_time_patches), np.arange(num_frequency_patches), indexing="ij"
-    )  # each (T̃, F̃)
-    table = np.concatenate([one_axis(freq_index.reshape(-1)), one_axis(time_index.reshape(-1))], axis=1)  # (N, D)
+    )  # each (num_time_patches, num_frequency_patches)
+    table = np.concatenate([one_axis(freq_index.reshape(-1)), one_axis(time_index.reshape(-1))], axis=1)
     return torch.from_numpy(table)
 
 
@@ -460,7 +459,7 @@ class AaspLambdaEncoder(nn.Module):
 
     def __init__(self, config: AaspConfig):
         super().__init__()
-        width = config.hidden_size // config.lambda_encoder_reduction  # D/r (`config.lambda_encoder_hidden_size`)
+        width = config.hidden_size // config.lambda_encoder_reduction  # `config.lambda_encoder_hidden_size`
         self.input_projection = nn.Linear(config.hidden_size, width)
         heads, mlp_width = config.lambda_encoder_num_attention_heads, int(width * config.lambda_encoder_mlp_ratio)
         self.layers = nn.ModuleList(
@@ -479,12 +478,12 @@ class AaspLambdaEncoder(nn.Module):
         """`tokens` `(batch_size, num_patches, hidden_size)` with positions, `attention_mask`
         `(batch_size, num_patches)` -> (decay, frequency), each float32
         `(batch_size, num_patches, sblu_hidden_size // num_frequency_patches)`."""
-        hidden_states = self.input_projection(tokens)  # (B, N, D) -> (B, N, D/r)
+        hidden_states = self.input_projection(tokens)  # (batch_size, num_patches, lambda_hidden_size)
         attention_mask = create_bidirectional_mask(self.config, hidden_states, attention_mask)
         for layer in self.layers:
             hidden_states, _, _ = layer(hidden_states, attention_mask)
-        lambdas = self.output_projection(self.norm(hidden_states)).float()  # (B, N, 2H/F̃)
-        decay, frequency = lambdas.chunk(2, dim=-1)  # (B, N, H/F̃) each
+        lambdas = self.output_projection(self.norm(hidden_states)).float()  # (batch_size, num_patches, 2 * per_group)
+        decay, frequency = lambdas.chunk(2, dim=-1)  # (batch_size, num_patches, per_group) each
         decay = F.softplus(decay) + self.decay_min
         frequency = (self.frequency_max - self.frequency_min) * torch.sigmoid(frequency) + self.frequency_min
         return decay, frequency
@@ -499,21 +498,21 @@ def _masked_group_norm(x, norm: nn.GroupNorm, visibility):
     batch_size, channels, num_frames = x.shape
     groups = x.to(dtype).reshape(
         batch_size, norm.num_groups, channels // norm.num_groups, num_frames
-    )  # -> (B, G, C/G, T)
-    weight = visibility[:, :, None, :].to(dtype)  # (B, G|1, 1, T)
-    count = weight.sum(-1, keepdim=True).clamp(min=1.0) * groups.shape[2]  # (B, G|1, 1, 1)
+    )  # -> (batch_size, num_groups, channels // num_groups, num_frames)
+    weight = visibility[:, :, None, :].to(dtype)  # (batch_size, num_groups or 1, 1, num_frames)
+    count = weight.sum(-1, keepdim=True).clamp(min=1.0) * groups.shape[2]  # (batch_size, num_groups or 1, 1, 1)
     mean = (groups * weight).sum((2, 3), keepdim=True) / count
     var = ((groups - mean).square() * weight).sum((2, 3), keepdim=True) / count
     groups = (groups - mean) * torch.rsqrt(var + norm.eps)
-    x = groups.reshape(batch_size, channels, num_frames)  # (B, G, C/G, T) -> (B, C, T)
+    x = groups.reshape(batch_size, channels, num_frames)  # (batch_size, output_size, num_frames)
     return x * norm.weight.to(dtype)[:, None] + norm.bias.to(dtype)[:, None]
 
 
 def _per_group(table, group_index):
     """A per-group table `(num_groups, ...)` -> each token's row `(batch_size * num_views, num_visible, ...)`;
     F.embedding is an exact gather with a fast backward."""
-    rows = F.embedding(group_index, table.reshape(table.shape[0], -1))  # (F̃, X) -> (B·M, V, X)
-    return rows.reshape(*group_index.shape, *table.shape[1:])  # (B·M, V, X) -> (B·M, V, ...)
+    rows = F.embedding(group_index, table.reshape(table.shape[0], -1))  # (batch_views, num_visible, channels)
+    return rows.reshape(*group_index.shape, *table.shape[1:])  # (batch_views, num_visible, ...)
 
 
 class AaspGroupedProjection(nn.Conv1d):
@@ -524,16 +523,16 @@ class AaspGroupedProjection(nn.Conv1d):
     `(batch_size * num_views, num_visible, out_channels // groups, length)`."""
 
     def forward(self, x, group_index=None):
-        weight = self.weight.to(x.dtype)  # (C_out, C_in/F̃, 1)
-        bias = None if self.bias is None else self.bias.to(x.dtype)  # (C_out,)
+        weight = self.weight.to(x.dtype)  # (out_channels, in_per_group, 1)
+        bias = None if self.bias is None else self.bias.to(x.dtype)  # (out_channels,)
         if group_index is None:
-            return self._conv_forward(x, weight, bias)  # (B, C_in, T) -> (B, C_out, T)
+            return self._conv_forward(x, weight, bias)  # (batch_size, out_channels, num_frames)
         if self.kernel_size != (1,) or bias is None:
             raise ValueError("the visible-token path needs a 1×1 convolution with a bias")
-        outputs = self.out_channels // self.groups  # C_out/F̃
-        weight = _per_group(weight.reshape(self.groups, outputs, -1), group_index)  # (B·M, V, C_out/F̃, C_in/F̃)
-        bias = _per_group(bias.reshape(self.groups, outputs, 1), group_index)  # (B·M, V, C_out/F̃, 1)
-        return weight @ x + bias  # (B·M, V, C_in/F̃, L) -> (B·M, V, C_out/F̃, L)
+        outputs = self.out_channels // self.groups  # out_per_group
+        weight = _per_group(weight.reshape(self.groups, outputs, -1), group_index)
+        bias = _per_group(bias.reshape(self.groups, outputs, 1), group_index)
+        return weight @ x + bias  # (batch_views, num_visible, out_per_group, length)
 
 
 class AaspMaskedGroupNorm(nn.GroupNorm):
@@ -551,17 +550,17 @@ class AaspMaskedGroupNorm(nn.GroupNorm):
         batch_views, num_visible, channels, patch = x.shape
         group_id = (torch.arange(batch_views, device=x.device)[:, None] * self.num_groups + group_index).flatten()
         # (batch_size * num_views * num_visible,): the (view, group) of each token
-        count = x.new_zeros(batch_views * self.num_groups)  # (B·M·F̃,) values per (view, group)
+        count = x.new_zeros(batch_views * self.num_groups)  # (batch_views * num_groups,) values per (view, group)
         count = count.index_add(0, group_id, x.new_ones(group_id.shape)).clamp(min=1.0) * (channels * patch)
         mean = x.new_zeros(count.shape).index_add(0, group_id, x.sum((2, 3)).flatten()) / count
-        centred = x - mean[group_id].reshape(batch_views, num_visible, 1, 1)  # (B·M, V, C̃, P)
+        centred = x - mean[group_id].reshape(batch_views, num_visible, 1, 1)
         variance = x.new_zeros(count.shape).index_add(0, group_id, centred.square().sum((2, 3)).flatten())
-        scale = torch.rsqrt(variance / count + self.eps)[group_id]  # (B·M·F̃,) -> (B·M·V,)
-        scale = scale.reshape(batch_views, num_visible, 1, 1)  # (B·M·V,) -> (B·M, V, 1, 1)
-        gamma = self.weight.to(x.dtype).reshape(self.num_groups, channels, 1)  # (C,) -> (F̃, C̃, 1)
-        beta = self.bias.to(x.dtype).reshape(self.num_groups, channels, 1)  # (C,) -> (F̃, C̃, 1)
-        gamma, beta = _per_group(gamma, group_index), _per_group(beta, group_index)  # (B·M, V, C̃, 1) each
-        return torch.addcmul(beta, centred, scale * gamma)  # γ·x̂ + b: (B·M, V, C̃, P)
+        scale = torch.rsqrt(variance / count + self.eps)[group_id]  # (batch_views * num_visible,)
+        scale = scale.reshape(batch_views, num_visible, 1, 1)  # (batch_views, num_visible, 1, 1)
+        gamma = self.weight.to(x.dtype).reshape(self.num_groups, channels, 1)  # (num_groups, alias_size, 1)
+        beta = self.bias.to(x.dtype).reshape(self.num_groups, channels, 1)  # (num_groups, alias_size, 1)
+        gamma, beta = _per_group(gamma, group_index), _per_group(beta, group_index)
+        return torch.addcmul(beta, centred, scale * gamma)  # γ·x̂ + b: (batch_views, num_visible, alias_size, patch)
 
 
 class AaspTimePatchify(nn.Conv1d):
@@ -572,20 +571,19 @@ class AaspTimePatchify(nn.Conv1d):
 
     def forward(self, x, group_index=None):
         if group_index is None:
-            return self._conv_forward(x, self.weight.to(x.dtype), self.bias.to(x.dtype))  # (B, C, T) -> (B, C, T̃)
+            return self._conv_forward(x, self.weight.to(x.dtype), self.bias.to(x.dtype))
         channels = x.shape[2]  # C̃
-        num_groups = self.out_channels // channels  # F̃
-        weight = self.weight.to(x.dtype).reshape(num_groups, channels, -1)  # (C, 1, P) -> (F̃, C̃, P)
-        bias = self.bias.to(x.dtype).reshape(num_groups, channels)  # (C,) -> (F̃, C̃)
-        weight, bias = _per_group(weight, group_index), _per_group(bias, group_index)  # (B·M, V, C̃, P), (B·M, V, C̃)
-        return (x * weight).sum(-1) + bias  # (B·M, V, C̃, P) -> (B·M, V, C̃)
+        num_groups = self.out_channels // channels  # num_frequency_patches
+        weight = self.weight.to(x.dtype).reshape(num_groups, channels, -1)  # (num_groups, alias_size, patch)
+        bias = self.bias.to(x.dtype).reshape(num_groups, channels)  # (output_size,) -> (num_groups, alias_size)
+        weight, bias = _per_group(weight, group_index), _per_group(bias, group_index)
+        return (x * weight).sum(-1) + bias  # (batch_views, num_visible, alias_size)
 
 
 class AaspSBLU(nn.Module):
-    """The SBLU branch of AaPE (Sec. SBLU, Eq. 3-4; AaPE (2) a-d): log-mel -> X_alias tokens.
-
-    (a) zero-phase high-pass along time, (b) B̄, (c) 2·Γ·|r| with per-frame λ = α + jβ, then C̄, (d) GroupNorm and the
-    time patchifier. With `sblu_adaptive=False`, λ is a learnable static (α, β) per channel."""
+    """The SBLU branch of AaPE (Sec. SBLU, Eq. 3-4; AaPE (2) a-d), log-mel -> X_alias tokens: (a) zero-phase high-pass
+    along time, (b) B̄, (c) 2·Γ·|r| with per-frame λ = α + jβ, then C̄, (d) GroupNorm and the time patchifier. With
+    `sblu_adaptive=False`, λ is a learnable static (α, β) per channel."""
 
     def __init__(self, config: AaspConfig):
         super().__init__()
@@ -654,8 +652,8 @@ class AaspSBLU(nn.Module):
         batch_size, _, num_frames = mel.shape
         if decay is None:
             static_decay, static_frequency = self.static_parameters()
-            decay = static_decay[None, :, None].expand(batch_size, -1, num_frames)  # (H,) -> (B, H, T)
-            frequency = static_frequency[None, :, None].expand(batch_size, -1, num_frames)  # (H,) -> (B, H, T)
+            decay = static_decay[None, :, None].expand(batch_size, -1, num_frames)
+            frequency = static_frequency[None, :, None].expand(batch_size, -1, num_frames)
 
         # float32 under autocast and in half models: the taps decay to ε over K taps, which bf16 cannot resolve
         dtype = self.stem_dtype(mel)
@@ -664,49 +662,50 @@ class AaspSBLU(nn.Module):
             if visibility is not None:
                 visibility = visibility.to(dtype)
                 bins_per_group = self.config.frequency_patch_size if visibility.shape[1] > 1 else 1
-                mel = mel * visibility.repeat_interleave(bins_per_group, dim=1)  # (B, F̃|1, T) -> (B, F|1, T)
-            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (B, F, T)
-            values = self.input_projection(highpassed)  # (b) B̄, float32 also in a bf16 model: (B, F, T) -> (B, H, T)
+                mel = mel * visibility.repeat_interleave(bins_per_group, dim=1)
+            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (a) (batch_size, mel_bins, num_frames)
+            values = self.input_projection(highpassed)  # (b) B̄: (batch_size, hidden_size, num_frames)
             if visibility is not None:
                 channels_per_group = (
                     self.config.sblu_hidden_size // self.config.num_frequency_patches if visibility.shape[1] > 1 else 1
                 )
-                values = values * visibility.repeat_interleave(channels_per_group, dim=1)  # -> (B, H|1, T)
+                values = values * visibility.repeat_interleave(channels_per_group, dim=1)
             magnitude = sblu_magnitude(
                 values, decay, frequency, self.step, self.kernel_size, self.phase, self.whole_tensor_pass
             )  # (c)
-            response = 2.0 * sblu_gamma(decay, frequency, self.step) * magnitude  # 2Γ|r|, (B, H, T)
+            response = 2.0 * sblu_gamma(decay, frequency, self.step) * magnitude  # 2Γ|r|
 
         # C̄, GroupNorm and the patchifier in float32 also after a plain .half()
         response = response.to(torch.promote_types(self.output_projection.weight.dtype, torch.float32))
-        features = self.output_projection(response)  # C̄: (B, H, T) -> (B, C, T)
+        features = self.output_projection(response)  # C̄: (batch_size, output_size, num_frames)
         features = self.norm(features, visibility)  # (d)
-        features = self.time_patchify(features)  # (B, C, T) -> (B, C, T̃)
+        features = self.time_patchify(features)  # (batch_size, output_size, num_time_patches)
         num_groups = self.config.num_frequency_patches
         num_time_patches = features.shape[-1]
-        features = features.reshape(batch_size, num_groups, -1, num_time_patches)  # (B, C, T̃) -> (B, F̃, C̃, T̃)
-        features = features.permute(0, 3, 1, 2)  # (B, F̃, C̃, T̃) -> (B, T̃, F̃, C̃)
-        return features.reshape(batch_size, num_time_patches * num_groups, -1)  # (B, T̃, F̃, C̃) -> (B, N, C̃)
+        # (batch_size, num_groups, alias_size, num_time_patches)
+        features = features.reshape(batch_size, num_groups, -1, num_time_patches)
+        features = features.permute(0, 3, 1, 2)  # (batch_size, num_time_patches, num_groups, alias_size)
+        return features.reshape(batch_size, num_time_patches * num_groups, -1)  # (batch_size, num_patches, alias_size)
 
     def _forward_visible_tokens(self, mel, views, decay=None, frequency=None):
         """The visible-token path of `forward`."""
         num_groups = self.config.num_frequency_patches
-        group_index = views % num_groups  # (B·M, V): each token's frequency group f
-        visibility = self._view_visibility(views, mel.shape[-1])  # (B·M, F̃, T)
+        group_index = views % num_groups  # (batch_views, num_visible): each token's frequency group f
+        visibility = self._view_visibility(views, mel.shape[-1])  # (batch_views, num_groups, num_frames)
 
         with torch.autocast(device_type=mel.device.type, enabled=False):
             if decay is None:  # non-adaptive: the static (α, β) of each token's group channels
                 static_decay, static_frequency = self.static_parameters()
-                decay = _per_group(static_decay.reshape(num_groups, -1), group_index)  # (H,) -> (B·M, V, H/F̃)
-                frequency = _per_group(static_frequency.reshape(num_groups, -1), group_index)  # (B·M, V, H/F̃)
+                decay = _per_group(static_decay.reshape(num_groups, -1), group_index)
+                frequency = _per_group(static_frequency.reshape(num_groups, -1), group_index)
             windows, window_visible = self._token_windows(mel, views, visibility)  # (a)
-            values = self.input_projection(windows, group_index)  # (b) B̄: -> (B·M, V, H/F̃, P + 2c)
+            values = self.input_projection(windows, group_index)  # (b) B̄: (batch_views, num_visible, per_group, width)
             values = values * window_visible[:, :, None]  # v: frames that do not count (_token_windows) zeroed
-            response = self._token_response(values, decay, frequency)  # (c) 2Γ|r|: (B·M, V, H/F̃, P)
+            response = self._token_response(values, decay, frequency)  # (c) 2Γ|r|
             response = response.to(torch.promote_types(self.output_projection.weight.dtype, torch.float32))
-            features = self.output_projection(response, group_index)  # C̄: (B·M, V, H/F̃, P) -> (B·M, V, C̃, P)
-            features = self.norm(features, group_index=group_index)  # (d) (B·M, V, C̃, P)
-            return self.time_patchify(features, group_index)  # (B·M, V, C̃, P) -> (B·M, V, C̃)
+            features = self.output_projection(response, group_index)  # (batch_views, num_visible, alias_size, patch)
+            features = self.norm(features, group_index=group_index)  # (d) (batch_views, num_visible, alias_size, patch)
+            return self.time_patchify(features, group_index)  # (batch_views, num_visible, alias_size)
 
     def _view_visibility(self, views, num_frames):
         """1 where a frame is in a visible token, float `(batch_size * num_views, num_frequency_patches, num_frames)`"""
@@ -715,64 +714,65 @@ class AaspSBLU(nn.Module):
         token_visible = views.new_zeros(
             batch_views, num_time_patches * self.config.num_frequency_patches, dtype=torch.bool
         )
-        token_visible = token_visible.scatter(1, views, True)  # (B·M, N)
-        token_visible = token_visible.reshape(batch_views, num_time_patches, -1)  # (B·M, N) -> (B·M, T̃, F̃)
+        token_visible = token_visible.scatter(1, views, True)  # (batch_views, num_patches)
+        # (batch_views, num_time_patches, num_groups)
+        token_visible = token_visible.reshape(batch_views, num_time_patches, -1)
         return (
             token_visible.transpose(1, 2).repeat_interleave(self.config.time_patch_size, dim=-1).float()
-        )  # -> (B·M, F̃, T)
+        )  # -> (batch_views, num_groups, num_frames)
 
     def _token_windows(self, mel, views, visibility):
         """(a) The high-passed mel around each visible token, its group's bins on its frames and c frames either side,
         `(batch_size * num_views, num_visible, frequency_patch_size, time_patch_size + 2c)`, and which frames count."""
         num_groups = self.config.num_frequency_patches
-        bins = self.config.frequency_patch_size  # F/F̃ mel bins per frequency group
+        bins = self.config.frequency_patch_size  # mel bins per frequency group
         half = (self.kernel_size - 1) // 2  # c
         width = self.config.time_patch_size + 2 * half  # window length P + 2c
         batch_views = views.shape[0]
         num_frames = mel.shape[-1]
         num_views = batch_views // mel.shape[0]
         dtype = self.stem_dtype(mel)
-        time_index, group_index = views // num_groups, views % num_groups  # (B·M, V) each
-        rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (B·M, 1, 1)
+        time_index, group_index = views // num_groups, views % num_groups  # (batch_views, num_visible) each
+        rows = torch.arange(batch_views, device=views.device)[:, None, None]  # (batch_views, 1, 1)
         # CODEPATH: AaSP pre-training runs the stem on each masked view; "full" is EAT's order (unmasked clip).
         if self.config.student_stem_input == "full":
             # high-passed once per clip, shared by its views; windows keep the hidden frames
-            highpassed = zero_phase_highpass(mel.to(dtype), self.highpass_kernel)  # (B, F, T); no gradient needed
-            source_rows = rows // num_views  # view b·M + m reads clip b, (B·M, 1, 1)
-            window_visible = torch.ones_like(visibility)  # (B·M, F̃, T): every frame of the clip counts
+            highpassed = zero_phase_highpass(mel.to(dtype), self.highpass_kernel)  # (batch_size, mel_bins, num_frames)
+            source_rows = rows // num_views  # view b·M + m reads clip b, (batch_views, 1, 1)
+            window_visible = torch.ones_like(visibility)  # (batch_views, num_groups, num_frames)
         else:
             # each view's mel with its hidden patches zeroed
-            mel = mel.to(dtype).repeat_interleave(num_views, dim=0)  # (B, F, T) -> (B·M, F, T)
-            mel = mel.reshape(batch_views, num_groups, bins, num_frames)  # -> (B·M, F̃, F/F̃, T)
-            mel = (mel * visibility[:, :, None, :]).reshape(batch_views, -1, num_frames)  # -> (B·M, F, T)
-            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (B·M, F, T); no gradient needed
+            mel = mel.to(dtype).repeat_interleave(num_views, dim=0)  # (batch_views, mel_bins, num_frames)
+            mel = mel.reshape(batch_views, num_groups, bins, num_frames)  # (batch_views, num_groups, bins, num_frames)
+            # (batch_views, mel_bins, num_frames)
+            mel = (mel * visibility[:, :, None, :]).reshape(batch_views, -1, num_frames)
+            highpassed = zero_phase_highpass(mel, self.highpass_kernel)  # (batch_views, mel_bins, num_frames)
             source_rows = rows
-            window_visible = visibility  # (B·M, F̃, T)
+            window_visible = visibility  # (batch_views, num_groups, num_frames)
 
         frames = time_index[..., None] * self.config.time_patch_size + torch.arange(
             width, device=views.device
-        )  # (B·M, V, P+2c)
-        padded = F.pad(highpassed, (half, half))  # (B|B·M, F, T) -> (B|B·M, F, T + 2c)
+        )  # (batch_views, num_visible, width)
+        padded = F.pad(highpassed, (half, half))  # (batch_size or batch_views, mel_bins, num_frames + 2c)
         padded = padded.reshape(padded.shape[0], num_groups, bins, -1).transpose(2, 3)
-        # (B|B·M, F, T + 2c) -> (B|B·M, F̃, F/F̃, T + 2c) -> (B|B·M, F̃, T + 2c, F/F̃)
-        windows = padded[source_rows, group_index[..., None], frames].transpose(-1, -2)  # (B·M, V, F/F̃, P + 2c)
-        window_visible = F.pad(window_visible, (half, half))[rows, group_index[..., None], frames]  # (B·M, V, P + 2c)
+        # (batch_size or batch_views, num_groups, num_frames + 2c, bins)
+        windows = padded[source_rows, group_index[..., None], frames].transpose(-1, -2)
+        window_visible = F.pad(window_visible, (half, half))[rows, group_index[..., None], frames]
         return windows, window_visible
 
     def _token_response(self, values, decay, frequency):
         """(c) 2·Γ·|r| at each token's frames: `(..., time_patch_size + 2c)` -> `(..., time_patch_size)`."""
         batch_views, num_visible, channels, width = values.shape
-        windows = values.reshape(-1, width)  # (B·M, V, H/F̃, P + 2c) -> (B·M·V·H/F̃, P + 2c)
-        decay, frequency = decay.reshape(-1), frequency.reshape(-1)  # (B·M, V, H/F̃) -> (B·M·V·H/F̃,)
+        windows = values.reshape(-1, width)  # (batch_views, num_visible, per_group, width) -> (num_rows, width)
+        decay, frequency = decay.reshape(-1), frequency.reshape(-1)  # (num_rows,)
         magnitude = sblu_token_magnitude(windows, decay, frequency, self.step, self.kernel_size, self.phase)
-        response = 2.0 * sblu_gamma(decay, frequency, self.step)[:, None] * magnitude  # (B·M·V·H/F̃, P)
-        return response.reshape(batch_views, num_visible, channels, -1)  # (B·M·V·H/F̃, P) -> (B·M, V, H/F̃, P)
+        response = 2.0 * sblu_gamma(decay, frequency, self.step)[:, None] * magnitude  # (num_rows, patch)
+        return response.reshape(batch_views, num_visible, channels, -1)  # (batch_views, num_visible, per_group, patch)
 
 
 class AaspEmbeddings(nn.Module):
-    """SPE (a strided convolution and fixed positions) or AaPE (SPE, Lambda encoder, SBLU branch and fusion).
-
-    Positions cover `num_frames`; a longer clip gets them interpolated along time (Sec. Training Setup)."""
+    """SPE (a strided convolution and fixed positions) or AaPE (SPE, Lambda encoder, SBLU branch and fusion); a clip
+    longer than `num_frames` gets the positions interpolated along time (Sec. Training Setup)."""
 
     def __init__(self, config: AaspConfig):
         super().__init__()
@@ -802,27 +802,28 @@ class AaspEmbeddings(nn.Module):
         """Float32 `(1, 1 + num_patches, hidden_size)`: a zero row for CLS, then the sin-cos table."""
         table = sincos_position_embeddings(
             self.config.hidden_size, self.config.num_frequency_patches, self.config.num_time_patches
-        )  # (N, D)
+        )  # (num_patches, hidden_size)
         return torch.cat([torch.zeros(1, self.config.hidden_size, dtype=table.dtype), table])[None].float()
 
     def patch_positions(self, num_time_patches: int, valid_time_patches: torch.Tensor | None = None) -> torch.Tensor:
         """Positions `(batch_size or 1, num_time_patches * num_frequency_patches, hidden_size)`; a clip longer than the
         table (`valid_time_patches`, per clip) gets it linearly interpolated along time, so padding changes nothing."""
-        table = self.position_embeddings[0, 1:].reshape(self.config.num_time_patches, -1)  # (N, D) -> (T̃, F̃·D)
-        target = torch.arange(num_time_patches, device=table.device, dtype=torch.float32)[None]  # (1, T̃')
+        # (num_time_patches, num_frequency_patches * hidden_size)
+        table = self.position_embeddings[0, 1:].reshape(self.config.num_time_patches, -1)
+        target = torch.arange(num_time_patches, device=table.device, dtype=torch.float32)[None]  # (1, num_time_patches)
         if valid_time_patches is None:
             length = torch.full((1, 1), num_time_patches, device=table.device, dtype=torch.float32)
         else:
-            length = valid_time_patches.to(device=table.device, dtype=torch.float32)[:, None]  # (B, 1)
+            length = valid_time_patches.to(device=table.device, dtype=torch.float32)[:, None]  # (batch_size, 1)
         stretched = (target + 0.5) * (self.config.num_time_patches / length) - 0.5
         source = torch.where(length > self.config.num_time_patches, stretched, target).clamp(
             0, self.config.num_time_patches - 1
         )
-        low = source.floor().long()  # (B, T̃')
+        low = source.floor().long()  # (batch_size, num_time_patches)
         high = (low + 1).clamp(max=self.config.num_time_patches - 1)
-        weight = (source - low)[..., None].to(table.dtype)  # (B, T̃', 1)
-        rows = table[low] * (1 - weight) + table[high] * weight  # (B, T̃', F̃·D)
-        return rows.reshape(rows.shape[0], -1, self.config.hidden_size)  # (B, T̃', F̃·D) -> (B, T̃'·F̃, D)
+        weight = (source - low)[..., None].to(table.dtype)  # (batch_size, num_time_patches, 1)
+        rows = table[low] * (1 - weight) + table[high] * weight
+        return rows.reshape(rows.shape[0], -1, self.config.hidden_size)  # (batch_size, num_patches, hidden_size)
 
     def forward(self, input_values, frame_mask=None, attention_mask=None, visible_indices=None):
         """`input_values` `(batch_size, num_frames, num_mel_bins)` -> `(batch_size, num_patches, hidden_size)`, or
@@ -831,37 +832,38 @@ class AaspEmbeddings(nn.Module):
         batch_size, num_frames, _ = input_values.shape
         num_time_patches = num_frames // self.config.time_patch_size
         valid_time_patches = None
-        if frame_mask is not None:  # (B, T) -> (B, T̃, P_time) -> (B,)
+        if frame_mask is not None:  # (batch_size,)
             valid_time_patches = frame_mask.reshape(batch_size, num_time_patches, -1).any(-1).sum(-1)
-        positions = self.patch_positions(num_time_patches, valid_time_patches).to(input_values.dtype)  # (B|1, N, D)
-        positions = positions.expand(batch_size, -1, -1)  # (B, N, D)
-        spec = self.projection(input_values.unsqueeze(1))  # (B, T, F) -> (B, 1, T, F) -> (B, D, T̃, F̃)
-        spec = spec.flatten(2).transpose(1, 2)  # (B, D, T̃, F̃) -> (B, N, D), time-major
-        mel = input_values.transpose(1, 2)  # (B, T, F) -> (B, F, T)
-        visibility = None if frame_mask is None else frame_mask[:, None, :]  # (B, 1, T)
+        positions = self.patch_positions(num_time_patches, valid_time_patches).to(input_values.dtype)
+        positions = positions.expand(batch_size, -1, -1)  # (batch_size, num_patches, hidden_size)
+        # (batch_size, hidden_size, num_time_patches, num_frequency_patches)
+        spec = self.projection(input_values.unsqueeze(1))
+        spec = spec.flatten(2).transpose(1, 2)  # (batch_size, num_patches, hidden_size), time-major
+        mel = input_values.transpose(1, 2)  # (batch_size, num_mel_bins, num_frames)
+        visibility = None if frame_mask is None else frame_mask[:, None, :]  # (batch_size, 1, num_frames)
 
         views = None
         if visible_indices is not None:
             num_views = visible_indices.shape[1]
-            views = visible_indices.reshape(batch_size * num_views, -1)  # (B, M, V) -> (B·M, V)
-            spec = self._take(spec.repeat_interleave(num_views, dim=0), views)  # (B·M, V, D)
-            positions = self._take(positions.repeat_interleave(num_views, dim=0), views)  # (B·M, V, D)
+            views = visible_indices.reshape(batch_size * num_views, -1)  # (batch_views, num_visible)
+            spec = self._take(spec.repeat_interleave(num_views, dim=0), views)
+            positions = self._take(positions.repeat_interleave(num_views, dim=0), views)
         # CODEPATH: EAT and SPE checkpoints stop here; AaSP checkpoints (AaPE) fuse the SBLU branch.
         if self.config.patch_embedding == "spe":
             return spec + positions
 
         decay = frequency = None
         if self.lambda_encoder is not None:
-            decay, frequency = self.lambda_encoder(spec + positions, attention_mask)  # (B', N|V, H/F̃) each
+            decay, frequency = self.lambda_encoder(spec + positions, attention_mask)
         if views is not None:  # masked pre-training: only the visible tokens' SBLU features are computed
-            alias = self.sblu(mel, decay, frequency, visible_indices=views)  # (B·M, V, C̃)
+            alias = self.sblu(mel, decay, frequency, visible_indices=views)  # (batch_views, num_visible, alias_size)
         else:
             if decay is not None:
-                decay = self._lambda_to_frames(decay)  # (B, N, H/F̃) -> (B, H, T)
-                frequency = self._lambda_to_frames(frequency)  # (B, H, T)
-            alias = self.sblu(mel, decay, frequency, visibility)  # (B, N, C̃)
+                decay = self._lambda_to_frames(decay)  # (batch_size, sblu_hidden_size, num_frames)
+                frequency = self._lambda_to_frames(frequency)  # (batch_size, sblu_hidden_size, num_frames)
+            alias = self.sblu(mel, decay, frequency, visibility)  # (batch_size, num_patches, alias_size)
         fused = self.fusion(torch.cat([self.spec_norm(spec), self.alias_norm(alias.to(spec.dtype))], dim=-1))
-        return fused + positions  # (B', N|V, D)
+        return fused + positions  # (batch_views, num_patches or num_visible, hidden_size)
 
     @staticmethod
     def _take(tokens, indices):
@@ -874,25 +876,26 @@ class AaspEmbeddings(nn.Module):
         num_time_patches = num_tokens // self.config.num_frequency_patches
         grid = per_token.reshape(
             batch_size, num_time_patches, self.config.num_frequency_patches, per_group
-        )  # (B, T̃, F̃, H/F̃)
-        grid = grid.permute(0, 2, 3, 1)  # (B, T̃, F̃, H/F̃) -> (B, F̃, H/F̃, T̃)
+        )  # (batch_size, num_time_patches, num_frequency_patches, per_group)
+        grid = grid.permute(0, 2, 3, 1)  # (batch_size, num_frequency_patches, per_group, num_time_patches)
         grid = grid.reshape(
             batch_size, self.config.num_frequency_patches * per_group, num_time_patches
-        )  # -> (B, H, T̃)
-        return grid.repeat_interleave(self.config.time_patch_size, dim=-1)  # (B, H, T̃) -> (B, H, T)
+        )  # -> (batch_size, sblu_hidden_size, num_time_patches)
+        return grid.repeat_interleave(self.config.time_patch_size, dim=-1)  # (batch_size, sblu_hidden_size, num_frames)
 
 def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
     """Attention in plain torch; `attention_mask` as `create_bidirectional_mask` builds it, or a bool mask."""
-    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling  # (B, heads, N, N)
-    if attention_mask is not None and attention_mask.ndim == 2:  # a (B, N) padding mask, 1 = real (flash's form)
-        attention_mask = attention_mask.bool()[:, None, None, :]  # (B, N) -> (B, 1, 1, N)
+    attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling  # (batch_size, num_heads, seq_len, seq_len)
+    if attention_mask is not None and attention_mask.ndim == 2:
+        attention_mask = attention_mask.bool()[:, None, None, :]  # (batch_size, seq_len) -> (batch_size, 1, 1, seq_len)
     if attention_mask is not None and attention_mask.dtype == torch.bool:
         attn_weights = attn_weights.masked_fill(~attention_mask, torch.finfo(attn_weights.dtype).min)
     elif attention_mask is not None:
         attn_weights = attn_weights + attention_mask
     attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
     attn_weights = F.dropout(attn_weights, p=dropout, training=module.training)
-    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()  # (B, N, heads, d)
+    # (batch_size, seq_len, num_heads, head_dim)
+    attn_output = torch.matmul(attn_weights, value).transpose(1, 2).contiguous()
     return attn_output, attn_weights
 
 
@@ -918,9 +921,9 @@ class AaspSelfAttention(nn.Module):
     def forward(self, hidden_states, attention_mask=None, **kwargs: Unpack[TransformersKwargs]):
         batch_size, seq_len, _ = hidden_states.shape
         head_shape = (batch_size, seq_len, self.num_heads, self.head_dim)
-        query = self.query(hidden_states).view(head_shape).transpose(1, 2)  # (B, N, D) -> (B, heads, N, d)
-        key = self.key(hidden_states).view(head_shape).transpose(1, 2)  # (B, N, D) -> (B, heads, N, d)
-        value = self.value(hidden_states).view(head_shape).transpose(1, 2)  # (B, N, D) -> (B, heads, N, d)
+        query = self.query(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, num_heads, seq_len, head_dim)
+        key = self.key(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, num_heads, seq_len, head_dim)
+        value = self.value(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, num_heads, seq_len, head_dim)
         attention_interface: Callable = eager_attention_forward
         if not kwargs.get("output_attentions", False):
             attention_interface = attention_function(self)
@@ -934,7 +937,7 @@ class AaspSelfAttention(nn.Module):
             scaling=self.scaling,
             is_causal=False,
         )
-        attn_output = attn_output.reshape(batch_size, seq_len, -1)  # (B, N, heads, d) -> (B, N, D)
+        attn_output = attn_output.reshape(batch_size, seq_len, -1)  # (batch_size, seq_len, hidden_size)
         return self.output(attn_output), attn_weights
 
 
@@ -1016,8 +1019,9 @@ class AaspLambdaEncoderLayer(AaspBlock):
 def _frame_mask_to_token_mask(frame_mask: torch.Tensor, time_patch_size: int, num_frequency_patches: int):
     """`(batch_size, num_frames)` -> `(batch_size, num_patches)`: a patch is real when any of its frames is."""
     batch_size, num_frames = frame_mask.shape
-    patch_mask = frame_mask.reshape(batch_size, num_frames // time_patch_size, time_patch_size).any(-1)  # (B, T̃)
-    return patch_mask.repeat_interleave(num_frequency_patches, dim=1)  # (B, T̃) -> (B, N), time-major
+    # (batch_size, num_time_patches)
+    patch_mask = frame_mask.reshape(batch_size, num_frames // time_patch_size, time_patch_size).any(-1)
+    return patch_mask.repeat_interleave(num_frequency_patches, dim=1)  # (batch_size, num_patches), time-major
 
 
 @auto_docstring
@@ -1056,11 +1060,11 @@ class AaspPreTrainedModel(PreTrainedModel):
             init.trunc_normal_(module.weight, std=std)
             if module.bias is not None:
                 init.zeros_(module.bias)
-        else:  # transformers' own: LayerNorm and GroupNorm weight 1, bias 0 (no random draw, so the stream is unchanged)
+        else:  # transformers' own: norms weight 1, bias 0 (no random draw, so the RNG stream is unchanged)
             super()._init_weights(module)
         if isinstance(module, AaspEmbeddings):  # fixed tensors are recomputed (models are built on meta devices)
             init.copy_(module.position_embeddings, module.compute_position_embeddings())
-            if eat:  # Xavier-uniform on the kernel flattened to (D, P_time·P_freq); PyTorch's default bias
+            if eat:  # Xavier-uniform on the kernel as (hidden_size, patch area); PyTorch's default bias
                 fan_out, fan_in = module.projection.weight.shape[0], module.projection.weight[0].numel()
                 bound = (6.0 / (fan_in + fan_out)) ** 0.5
                 init.uniform_(module.projection.weight, -bound, bound)
@@ -1083,9 +1087,10 @@ class AaspPreTrainedModel(PreTrainedModel):
     # change the computation without changing a tensor shape, so transformers' shape check cannot catch them).
     _checkpoint_fields = tuple(
         "hidden_size num_hidden_layers num_attention_heads intermediate_size hidden_act qkv_bias layer_norm_first "
-        "num_mel_bins num_frames frequency_patch_size time_patch_size patch_embedding sblu_kernel_size sblu_hidden_size "
-        "sblu_output_size sblu_epsilon sblu_step sblu_adaptive sblu_phase sblu_highpass_num_taps lambda_encoder_reduction "
-        "lambda_encoder_num_layers lambda_encoder_num_attention_heads lambda_encoder_mlp_ratio".split()
+        "num_mel_bins num_frames frequency_patch_size time_patch_size patch_embedding sblu_kernel_size "
+        "sblu_hidden_size sblu_output_size sblu_epsilon sblu_step sblu_adaptive sblu_phase sblu_highpass_num_taps "
+        "lambda_encoder_reduction lambda_encoder_num_layers lambda_encoder_num_attention_heads "
+        "lambda_encoder_mlp_ratio".split()
     )
 
     @classmethod
@@ -1167,11 +1172,7 @@ class AaspPreTrainedModel(PreTrainedModel):
                 del self.config.custom_pipelines
 
 
-@auto_docstring(
-    custom_intro="""
-    The AaSP encoder, EAT's layout: patch embedding (SPE or AaPE), CLS token, LayerNorm, post-norm ViT blocks.
-    """
-)
+@auto_docstring(custom_intro="The AaSP encoder (EAT's layout): SPE or AaPE patch embedding, CLS, ViT blocks.")
 class AaspModel(AaspPreTrainedModel):
     def __init__(self, config: AaspConfig):
         super().__init__(config)
@@ -1227,7 +1228,7 @@ class AaspModel(AaspPreTrainedModel):
         remainder = num_frames % self.config.time_patch_size
         if remainder:
             pad = self.config.time_patch_size - remainder
-            input_values = F.pad(input_values, (0, 0, 0, pad))  # (B, T, F) -> (B, T + pad, F), zeros
+            input_values = F.pad(input_values, (0, 0, 0, pad))  # (batch_size, num_frames + pad, num_mel_bins), zeros
             if frame_mask is None:
                 frame_mask = torch.ones(batch_size, num_frames, dtype=torch.bool, device=input_values.device)
             frame_mask = F.pad(frame_mask, (0, pad), value=False)
@@ -1254,12 +1255,12 @@ class AaspModel(AaspPreTrainedModel):
         Example:
 
         ```python
-        >>> import numpy as np
+        >>> import torch
         >>> from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
 
         >>> feature_extractor = AaspFeatureExtractor()
         >>> model = AaspModel(AaspConfig())
-        >>> audio = np.random.default_rng(0).standard_normal(16000).astype(np.float32)  # 1 s at 16 kHz
+        >>> audio = torch.randn(16000).numpy()  # 1 s at 16 kHz
         >>> inputs = feature_extractor(audio, sampling_rate=16000, return_tensors="pt")
         >>> model(**inputs).last_hidden_state.shape  # (batch_size, 1 + num_patches, hidden_size)
         torch.Size([1, 57, 768])
@@ -1276,12 +1277,12 @@ class AaspModel(AaspPreTrainedModel):
         if frame_mask is not None:
             patch_mask = _frame_mask_to_token_mask(
                 frame_mask, self.config.time_patch_size, self.config.num_frequency_patches
-            )  # (B, N)
-            token_mask = F.pad(patch_mask, (1, 0), value=True)  # CLS first: (B, N) -> (B, 1 + N)
+            )  # (batch_size, num_patches)
+            token_mask = F.pad(patch_mask, (1, 0), value=True)  # CLS first: (batch_size, 1 + num_patches)
 
-        patches = self.embeddings(input_values, frame_mask, patch_mask, visible_indices)  # (B, N, D) or (B·M, V, D)
-        cls = self.cls_token.expand(patches.shape[0], -1, -1).to(patches.dtype)  # (B, 1, D), no position
-        hidden_states = self.embedding_dropout(self.embedding_norm(torch.cat([cls, patches], dim=1)))  # (B, 1 + N, D)
+        patches = self.embeddings(input_values, frame_mask, patch_mask, visible_indices)
+        cls = self.cls_token.expand(patches.shape[0], -1, -1).to(patches.dtype)  # (batch_size, 1, hidden_size)
+        hidden_states = self.embedding_dropout(self.embedding_norm(torch.cat([cls, patches], dim=1)))
 
         attn_mask = create_bidirectional_mask(self.config, hidden_states, token_mask)
         for layer in self.layers:
@@ -1306,11 +1307,7 @@ class AaspClassificationHead(nn.Module):
         return self.dense(self.layernorm(pooled))
 
 
-@auto_docstring(
-    custom_intro="""
-    AaSP encoder with LayerNorm + Linear on the CLS token (or the mean of the real patch tokens).
-    """
-)
+@auto_docstring(custom_intro="AaSP encoder with LayerNorm + Linear on the CLS token or the mean patch token.")
 class AaspForAudioClassification(AaspPreTrainedModel):
     def __init__(self, config: AaspConfig):
         super().__init__(config)
@@ -1330,10 +1327,10 @@ class AaspForAudioClassification(AaspPreTrainedModel):
         # CODEPATH: AaSP classifiers pool the CLS token (EAT's); `classifier_pooling="mean"` the real patch tokens.
         if self.config.classifier_pooling == "cls":
             return last_hidden_state[:, 0]
-        patches = last_hidden_state[:, 1:]  # (B, N, D)
+        patches = last_hidden_state[:, 1:]  # (batch_size, num_patches, hidden_size)
         if token_mask is None:
             return patches.mean(dim=1)
-        weight = token_mask[:, 1:, None].to(patches.dtype)  # (B, N, 1)
+        weight = token_mask[:, 1:, None].to(patches.dtype)  # (batch_size, num_patches, 1)
         return (patches * weight).sum(dim=1) / weight.sum(dim=1).clamp(min=1.0)
 
     @can_return_tuple
@@ -1356,13 +1353,12 @@ class AaspForAudioClassification(AaspPreTrainedModel):
         Example:
 
         ```python
-        >>> import numpy as np
         >>> import torch
         >>> from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification
 
         >>> feature_extractor = AaspFeatureExtractor()
         >>> model = AaspForAudioClassification(AaspConfig(num_labels=3))
-        >>> audio = np.random.default_rng(0).standard_normal(16000).astype(np.float32)
+        >>> audio = torch.randn(16000).numpy()
         >>> inputs = feature_extractor(audio, sampling_rate=16000, return_tensors="pt")
         >>> outputs = model(**inputs, labels=torch.tensor([1]))
         >>> outputs.logits.shape  # (batch_size, num_labels)
@@ -1370,8 +1366,8 @@ class AaspForAudioClassification(AaspPreTrainedModel):
         ```
         """
         outputs = self.aasp(input_values, attention_mask=attention_mask, **kwargs)
-        pooled = self.pool(outputs.last_hidden_state, outputs.token_mask)  # (B, D)
-        logits = self.classifier(pooled)  # (B, num_labels)
+        pooled = self.pool(outputs.last_hidden_state, outputs.token_mask)  # (batch_size, hidden_size)
+        logits = self.classifier(pooled)  # (batch_size, num_labels)
         loss = None
         if labels is not None:
             # transformers' classification loss by `config.problem_type`, on float32 logits
@@ -1433,7 +1429,7 @@ class _GatherWithGrad(torch.autograd.Function):
         pieces = [torch.empty_like(tensor) for _ in range(world_size)]
         torch.distributed.all_gather(pieces, tensor)
         ctx.rank, ctx.local_size = torch.distributed.get_rank(), tensor.shape[0]
-        return torch.cat(pieces, dim=0)  # W x (B, ...) -> (W·B, ...)
+        return torch.cat(pieces, dim=0)  # W x (batch_size, ...) -> (world_size * batch_size, ...)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -1490,13 +1486,13 @@ def teacher_targets(layer_outputs, norm_axis: str = "tokens") -> torch.Tensor:
         for hidden in layer_outputs:
             hidden = hidden.to(dtype)
             if norm_axis == "tokens":
-                # (B, N, D) -> (B, D, N): instance_norm normalises each (clip, channel) row across the N tokens
-                normed = F.instance_norm(hidden.transpose(1, 2)).transpose(1, 2)  # -> (B, N, D)
+                # each (clip, channel) across the tokens: instance_norm on (batch_size, hidden_size, num_patches)
+                normed = F.instance_norm(hidden.transpose(1, 2)).transpose(1, 2)
             else:
-                # each (clip, token) across its D channels: a LayerNorm over D without affine
+                # each (clip, token) across its channels: a LayerNorm without affine
                 normed = F.layer_norm(hidden, hidden.shape[-1:])
             total = normed if total is None else total + normed
-        average = total / len(layer_outputs)  # (B, N, D)
+        average = total / len(layer_outputs)  # (batch_size, num_patches, hidden_size)
         return F.layer_norm(average, average.shape[-1:])
 
 
@@ -1517,7 +1513,7 @@ def masked_prediction_loss(predictions: torch.Tensor, targets: torch.Tensor, sca
     with _no_autocast(predictions):
         error = predictions.to(dtype) - targets.detach().to(dtype)
         if scaling == "eat":  # EAT's d2v_loss summed per token, divided by sample_size = the number of tokens
-            return (error.square().sum(dim=-1) / math.sqrt(error.shape[-1])).mean()  # (..., Q, D) -> (..., Q) -> ()
+            return (error.square().sum(dim=-1) / math.sqrt(error.shape[-1])).mean()  # ()
         return error.square().mean()
 
 
@@ -1539,10 +1535,10 @@ def clip_loss(student_cls: torch.Tensor, targets: torch.Tensor, scaling: str = "
     _check_scaling(scaling)
     dtype = compute_dtype(student_cls)
     with _no_autocast(student_cls):
-        clip_target = targets.detach().to(dtype).mean(dim=1, keepdim=True)  # (B, N, D) -> (B, 1, D), broadcast over M
-        error = student_cls.to(dtype) - clip_target  # (B, M, D)
+        clip_target = targets.detach().to(dtype).mean(dim=1, keepdim=True)
+        error = student_cls.to(dtype) - clip_target  # (batch_size, num_views, hidden_size)
         if scaling == "eat":  # EAT's d2v_loss × sample_size, summed, then divided by sample_size: a sum over views
-            return (error.square().sum(dim=-1) / math.sqrt(error.shape[-1])).sum()  # (B, M, D) -> (B, M) -> ()
+            return (error.square().sum(dim=-1) / math.sqrt(error.shape[-1])).sum()  # ()
         return error.square().mean()
 
 
@@ -1568,25 +1564,25 @@ def multi_view_contrastive_loss(
 
     dtype = compute_dtype(embeddings)
     with _no_autocast(embeddings):
-        anchors = embeddings.to(dtype).reshape(num_anchors, embed_size)  # (B, M, E) -> (B·M, E)
+        anchors = embeddings.to(dtype).reshape(num_anchors, embed_size)  # (batch_views, embed_size)
         anchors = F.normalize(anchors, dim=-1)  # z̃_i
         offset = 0
-        candidates = anchors  # (C, E), C = B·M
+        candidates = anchors  # (num_candidates, embed_size), here num_candidates = batch_views
         if gather and is_distributed():
-            candidates = gather_with_grad(anchors)  # (W·B·M, E), this process's rows start at offset
+            candidates = gather_with_grad(anchors)  # (world_size * batch_views, embed_size)
             offset = contrastive_offset(num_anchors)
-        logits = anchors @ candidates.T / temperature  # (B·M, C): z̃_i·z̃_a/τ
+        logits = anchors @ candidates.T / temperature  # (batch_views, num_candidates): z̃_i·z̃_a/τ
         # row b·num_views + m is view m of clip b
-        anchor_index = torch.arange(num_anchors, device=logits.device) + offset  # (B·M,) global index of anchor i
-        candidate_index = torch.arange(candidates.shape[0], device=logits.device)  # (C,)
-        is_self = anchor_index[:, None] == candidate_index[None, :]  # (B·M, C)
+        anchor_index = torch.arange(num_anchors, device=logits.device) + offset  # (batch_views,)
+        candidate_index = torch.arange(candidates.shape[0], device=logits.device)  # (num_candidates,)
+        is_self = anchor_index[:, None] == candidate_index[None, :]  # (batch_views, num_candidates)
         same_clip = (anchor_index[:, None] // num_views) == (candidate_index[None, :] // num_views)
         is_positive = same_clip & ~is_self  # P(i), |P(i)| = M − 1
 
         # A(i): every candidate but the anchor itself
-        log_denominator = torch.logsumexp(logits.masked_fill(is_self, -math.inf), dim=1, keepdim=True)  # (B·M, 1)
-        log_prob = logits - log_denominator  # (B·M, C), finite everywhere
-        positive_log_prob = log_prob.masked_fill(~is_positive, 0.0).sum(dim=1) / (num_views - 1)  # (B·M,)
+        log_denominator = torch.logsumexp(logits.masked_fill(is_self, -math.inf), dim=1, keepdim=True)
+        log_prob = logits - log_denominator  # (batch_views, num_candidates), finite everywhere
+        positive_log_prob = log_prob.masked_fill(~is_positive, 0.0).sum(dim=1) / (num_views - 1)  # (batch_views,)
         return -positive_log_prob.mean()
 
 class AaspPredictorCrossAttention(nn.Module):
@@ -1608,12 +1604,13 @@ class AaspPredictorCrossAttention(nn.Module):
         """`queries` `(batch, num_queries, predictor_hidden_size)`, `context` `(batch, 1 + num_visible, hidden_size)`"""
         batch_size, num_queries, width = queries.shape
         query = self.query(queries).view(batch_size, num_queries, self.num_heads, self.head_dim).transpose(1, 2)
-        # (B', Q, P) -> (B', heads, Q, d)
+        # (batch_views, num_queries, predictor_hidden_size) -> (batch_views, num_heads, num_queries, head_dim)
         key_value = self.key_value(context).view(batch_size, context.shape[1], 2, self.num_heads, self.head_dim)
-        key, value = key_value.permute(2, 0, 3, 1, 4)  # (B', L, 2, heads, d) -> 2 × (B', heads, L, d)
+        key, value = key_value.permute(2, 0, 3, 1, 4)  # 2 × (batch_views, num_heads, 1 + num_visible, head_dim)
         attention_interface = attention_function(self)
         attn_output, _ = attention_interface(self, query, key, value, None, scaling=self.scaling, is_causal=False)
-        return self.output(attn_output.reshape(batch_size, num_queries, width))  # (B', Q, heads, d) -> (B', Q, P)
+        # (batch_views, num_queries, predictor_hidden_size)
+        return self.output(attn_output.reshape(batch_size, num_queries, width))
 
 
 class AaspPredictorLayer(GradientCheckpointingLayer):
@@ -1657,11 +1654,11 @@ class AaspPredictor(nn.Module):
         """`encoder_output` `(batch, 1 + num_visible, hidden_size)`, `query_indices` `(batch, num_queries)` ->
         `(batch, num_queries, hidden_size)`; `visible_indices` is unused (the keys carry their positions)."""
         # query indices are not range-checked: reading their maximum back would stall a GPU step
-        positions = self.position_embeddings[query_indices].to(encoder_output.dtype)  # (B', Q, P)
+        positions = self.position_embeddings[query_indices].to(encoder_output.dtype)
         queries = self.mask_token.to(encoder_output.dtype) + positions
         for layer in self.layers:
             queries = layer(queries, encoder_output)
-        return self.output_projection(self.norm(queries))  # (B', Q, P) -> (B', Q, D)
+        return self.output_projection(self.norm(queries))  # (batch_views, num_queries, hidden_size)
 
 
 class AaspCNNPredictor(nn.Module):
@@ -1691,30 +1688,30 @@ class AaspCNNPredictor(nn.Module):
         if mask_noise is None:
             mask_noise = torch.randn(
                 batch_size, self.config.num_patches, hidden, device=encoder_output.device, dtype=encoder_output.dtype
-            )  # (B', N, D)
+            )  # (batch_views, num_patches, hidden_size)
             mask_noise = mask_noise * self.config.predictor_cnn_mask_noise_std
         elif mask_noise.shape != (batch_size, self.config.num_patches, hidden):
             raise ValueError(
                 f"mask_noise must have shape (B', N, D) = ({batch_size}, {self.config.num_patches}, {hidden}), "
                 f"got {tuple(mask_noise.shape)}."
             )
-        grid = mask_noise.to(encoder_output.dtype)  # (B', N, D), the noise stays at hidden tokens
+        grid = mask_noise.to(encoder_output.dtype)  # (batch_views, num_patches, hidden_size)
         grid = grid.scatter(1, visible_indices[..., None].expand(-1, -1, hidden), encoder_output[:, 1:])
         x = grid.transpose(1, 2).reshape(
             batch_size, hidden, self.config.num_time_patches, self.config.num_frequency_patches
         )
-        # (B', N, D) -> (B', D, T̃, F̃), time-major tokens
+        # (batch_views, hidden_size, num_time_patches, num_frequency_patches), time-major tokens
         residual = x
         for conv in self.convs:
             x = conv(x)
             x = F.layer_norm(x.permute(0, 2, 3, 1), x.shape[1:2]).permute(0, 3, 1, 2)  # norm over channels
             x = F.gelu(x)
-            if residual.shape[1] == x.shape[1]:  # the first block's input is the D-wide grid
+            if residual.shape[1] == x.shape[1]:  # the first block's input is the hidden_size-wide grid
                 x = x + residual
             residual = x
-        x = x.flatten(2).transpose(1, 2)  # (B', C, T̃, F̃) -> (B', N, C)
-        predictions = self.output_projection(x)  # (B', N, D)
-        return predictions.gather(1, query_indices[..., None].expand(-1, -1, hidden))  # (B', Q, D)
+        x = x.flatten(2).transpose(1, 2)  # (batch_views, num_patches, channels)
+        predictions = self.output_projection(x)  # (batch_views, num_patches, hidden_size)
+        return predictions.gather(1, query_indices[..., None].expand(-1, -1, hidden))
 
 
 class AaspContrastiveHead(nn.Module):
@@ -1780,8 +1777,7 @@ class AaspForPreTraining(AaspPreTrainedModel):
         return self
 
     def _check_masks(self, input_values, visible_indices, query_indices):
-        """The masks must have the config's shape: `mask_num_views` views, round((1 − mask_ratio)·num_patches) visible
-        and round(mask_query_ratio · hidden) query tokens each (shapes only, nothing is read back from the device)."""
+        """The masks must have the shapes the config's `mask_*` fields give (shapes only: no device sync)."""
         num_tokens = input_values.shape[1] // self.config.time_patch_size * self.config.num_frequency_patches  # N
         num_visible = int(round((1.0 - self.config.mask_ratio) * num_tokens))  # V
         num_queries = int(round(self.config.mask_query_ratio * (num_tokens - num_visible)))  # Q
@@ -1855,23 +1851,24 @@ class AaspForPreTraining(AaspPreTrainedModel):
                 output_ffn_outputs=ffn_targets,
             )
             layer_outputs = teacher_output.ffn_outputs if ffn_targets else teacher_output.hidden_states[1:]
-            layer_outputs = [hidden[:, 1:] for hidden in layer_outputs]  # L × (B, 1 + N, D) -> L × (B, N, D)
-            targets = teacher_targets(layer_outputs, self.config.target_norm_axis)  # (B, N, D), float32
+            layer_outputs = [hidden[:, 1:] for hidden in layer_outputs]  # L × (batch_size, num_patches, hidden_size)
+            targets = teacher_targets(layer_outputs, self.config.target_norm_axis)
 
         # student: only the visible tokens of each view
         student_output = self.aasp(student_input_values, visible_indices=visible_indices, **kwargs)
-        student = student_output.last_hidden_state  # (B·M, 1 + V, D)
-        queries = query_indices.reshape(batch_size * num_views, -1)  # (B, M, Q) -> (B·M, Q)
-        visible = visible_indices.reshape(batch_size * num_views, -1)  # (B, M, V) -> (B·M, V)
-        predictions = self.predictor(student, visible, queries)  # (B·M, Q, D)
-        view_targets = targets.repeat_interleave(num_views, dim=0)  # (B, N, D) -> (B·M, N, D)
-        query_targets = view_targets.gather(1, queries[..., None].expand(-1, -1, targets.shape[-1]))  # (B·M, Q, D)
+        student = student_output.last_hidden_state  # (batch_views, 1 + num_visible, hidden_size)
+        queries = query_indices.reshape(batch_size * num_views, -1)  # (batch_views, num_queries)
+        visible = visible_indices.reshape(batch_size * num_views, -1)  # (batch_views, num_visible)
+        predictions = self.predictor(student, visible, queries)  # (batch_views, num_queries, hidden_size)
+        view_targets = targets.repeat_interleave(num_views, dim=0)  # (batch_views, num_patches, hidden_size)
+        query_targets = view_targets.gather(1, queries[..., None].expand(-1, -1, targets.shape[-1]))
 
         loss_masked = masked_prediction_loss(predictions, query_targets, scaling=self.config.loss_scaling)
-        student_cls = student[:, 0].reshape(batch_size, num_views, -1)  # (B·M, D) -> (B, M, D)
+        student_cls = student[:, 0].reshape(batch_size, num_views, -1)  # (batch_size, num_views, hidden_size)
         loss_clip = clip_loss(student_cls, targets, scaling=self.config.loss_scaling)
-        view_embeddings = self.contrastive_head(student[:, 1:].mean(dim=1))  # (B·M, D/2)
-        view_embeddings = view_embeddings.reshape(batch_size, num_views, -1)  # (B·M, D/2) -> (B, M, D/2)
+        view_embeddings = self.contrastive_head(student[:, 1:].mean(dim=1))  # (batch_views, hidden_size // 2)
+        # (batch_size, num_views, hidden_size // 2)
+        view_embeddings = view_embeddings.reshape(batch_size, num_views, -1)
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         loss_contrastive = multi_view_contrastive_loss(
             view_embeddings, self.config.contrastive_temperature, gather=distributed
@@ -1886,7 +1883,8 @@ class AaspForPreTraining(AaspPreTrainedModel):
             masked_prediction_loss=loss_masked.detach(),
             clip_loss=loss_clip.detach(),
             contrastive_loss=loss_contrastive.detach(),
-            predictions=predictions.reshape(batch_size, num_views, *predictions.shape[1:]),  # (B, M, Q, D)
+            # (batch_size, num_views, num_queries, hidden_size)
+            predictions=predictions.reshape(batch_size, num_views, *predictions.shape[1:]),
             targets=targets,
             hidden_states=student_output.hidden_states,
             attentions=student_output.attentions,
