@@ -727,7 +727,7 @@ class AaspSBLU(nn.Module):
         num_groups = self.config.num_frequency_patches
         bins = self.config.frequency_patch_size  # mel bins per frequency group
         half = (self.kernel_size - 1) // 2  # c
-        width = self.config.time_patch_size + 2 * half  # window length P + 2c
+        width = self.config.time_patch_size + 2 * half  # window length time_patch_size + 2c
         batch_views = views.shape[0]
         num_frames = mel.shape[-1]
         num_views = batch_views // mel.shape[0]

@@ -381,3 +381,28 @@ def test_token_magnitude_bad_shapes_name_them():
         sblu_token_magnitude(windows, decay[:2], frequency, STEP, 7)
     with pytest.raises(ValueError, match="phase='causal'"):
         sblu_token_magnitude(windows, decay, frequency, STEP, 7, "causal")
+
+
+def test_whole_tensor_pass_is_an_attribute_of_the_module(tiny_config, monkeypatch):
+    """`AaspSBLU.whole_tensor_pass`, set on the module by its caller (as `aasp_hf.plan.accelerator_code_path` does
+    and restores), makes the CPU take the single whole-tensor pass; by default the CPU works in blocks."""
+    import aasp_hf.modeling_aasp as modeling
+    from aasp_hf import AaspModel
+    from aasp_hf.plan import accelerator_code_path
+
+    calls = []
+    row_blocks = modeling._row_blocks
+    monkeypatch.setattr(modeling, "_row_blocks", lambda *args: calls.append(args) or row_blocks(*args))
+    model = AaspModel(tiny_config()).eval()
+    sblu_modules = [module for module in model.modules() if isinstance(module, modeling.AaspSBLU)]
+    assert sblu_modules and not any(module.whole_tensor_pass for module in sblu_modules)
+    input_values = torch.randn(1, 64, 32, generator=torch.Generator().manual_seed(0))
+    blockwise = model(input_values).last_hidden_state
+    assert calls  # the CPU default: cache-sized blocks
+    calls.clear()
+    with accelerator_code_path(model):
+        assert all(module.whole_tensor_pass for module in sblu_modules)
+        whole = model(input_values).last_hidden_state
+    assert not calls
+    assert not any(module.whole_tensor_pass for module in sblu_modules)
+    torch.testing.assert_close(whole, blockwise, rtol=0, atol=0)  # the same arithmetic
