@@ -53,7 +53,7 @@ from aasp_hf.data.collators import PretrainingCollator
 from aasp_hf.schedules import learning_rate, teacher_momentum
 from aasp_hf.training import find_latest_checkpoint, param_groups, save_checkpoint
 from aasp_hf.training.console import quiet_libraries
-from aasp_hf.training.data_order import clip_plan, stream_clip_seeds
+from aasp_hf.training.data_order import clip_order, stream_clip_seeds
 from aasp_hf.training.launch import check_launch
 from aasp_hf.training.model_ema import update_teacher_
 from aasp_hf.training.optim import set_learning_rates
@@ -761,7 +761,7 @@ def train(data_args, model_args, args) -> dict:
     if stream is not None:  # its position came with the checkpoint
         batches = stream.finished_micro_batches(collate, partial(stream_clip_seeds, args.seed, world, rank), pin_memory)
     else:  # the position is a pure function of the step
-        plan = partial(clip_plan, len(dataset), args.per_device_train_batch_size, world, rank, args.seed,
+        plan = partial(clip_order, len(dataset), args.per_device_train_batch_size, world, rank, args.seed,
                        start_step * accum)
         batches = load_micro_batches(CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers,
                                      pin_memory)
