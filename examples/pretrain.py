@@ -89,7 +89,8 @@ from aasp_hf.data.clips import (
 from aasp_hf.errors import UsageError, check_keys
 from aasp_hf.hub import check_model_path
 from aasp_hf.training.arguments import PlanArguments, check_model_config, config_from_fields, parse_arguments
-from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
+from aasp_hf.evaluation.probes import FrozenFeatureProbe
+from aasp_hf.training.monitors import pretraining_health
 
 # the data sources, of which a run reads one
 DATA_SOURCES = ("dataset", "train_dir", "train_manifest", "dataset_name", "synthetic_clips", "log_mel_cache")

@@ -8,7 +8,8 @@
 - `clips`: pre-training clips, map-style or streamed; `collators`: pre-training and fine-tuning batches
   (`masking` draws the pre-training masks); `cache`: a cache of log-mel spectrograms.
 - `decoding`: audio decoded at 16 kHz with failures skipped; `statistics`: the front end's mel statistics;
-  `samplers`: class-balanced sampling; `synthetic`: the demo's synthetic audio (no files).
+  `samplers`: class-balanced sampling; `synthetic`: the demo's synthetic audio (no files); `audiofolder`: the files
+  of an audiofolder split listed without `datasets` (`list_audiofolder`, what the frozen-feature probe reads).
 
 See docs/datasets.md. The model files never import this package.
 """
@@ -21,6 +22,7 @@ import importlib
 # `protocol` and `splits` import; the GPU acceptance check runs where only those modules are installed
 # (docs/gpus.md).
 _NAMES = {
+    "audiofolder": ("list_audiofolder",),
     "clips": ("AudioClips", "AudioStream", "FailedClip", "FailureLog", "decode_clip", "load_clips", "replace_failed"),
     "collators": ("AaspFineTuningCollator", "CLIP_PADDING", "PretrainingCollator", "crop_or_pad"),
     "decoding": ("SAMPLING_RATE", "SafeAudioDecoder", "decode_audio", "filter_decodable", "for_safe_decoding"),
@@ -87,6 +89,7 @@ __all__ = [
     "is_kfold",
     "kfold_part",
     "label_info",
+    "list_audiofolder",
     "for_safe_decoding",
     "load",
     "load_audio_dataset",
