@@ -46,7 +46,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from aasp_hf.errors import UsageError, parse_command_line, run_script
+from aasp_hf.entry_points import run_script
+from aasp_hf.errors import UsageError, parse_command_line
 from aasp_hf.hub import CODE_FILES
 
 REPO = Path(__file__).resolve().parents[1]

@@ -58,7 +58,8 @@ from aasp_hf.training.launch import check_launch
 from aasp_hf.training.model_ema import update_teacher_
 from aasp_hf.training.optim import set_learning_rates
 from aasp_hf.training.step import apply_update
-from aasp_hf.training.stopping import StopAgreement, exit_stopped, run_stoppable
+from aasp_hf.entry_points import run_stoppable
+from aasp_hf.training.stopping import StopAgreement, exit_stopped
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
