@@ -86,7 +86,7 @@ transformers-pr-check: setup
 	$(PR_PY) -m pip install --quiet --upgrade pip
 	$(PR_PY) -m pip install --quiet "$$(grep '^torch==' constraints.txt)" $(PR_TORCHVISION) \
 		-e "$(TRANSFORMERS_SRC)[quality]" "pytest>=7.2.0,<9.0.0" pytest-xdist parameterized accelerate timeout-decorator
-	$(PY) conversion/transformers_pr.py $(TRANSFORMERS_SRC) --python=$(PR_PY_ABS) $(PR_ARGS)
+	$(PY) conversion/write_transformers_pr.py $(TRANSFORMERS_SRC) --python=$(PR_PY_ABS) $(PR_ARGS)
 
 # ---- make test-compat: every version pyproject.toml declares works -------------------------------------------------
 # Besides CI's pins (constraints.txt) and the newest releases (test-newest), two ends of the declared ranges, each in

@@ -1,15 +1,13 @@
-"""User mistakes as one clear line: `UsageError`, the check for misspelt keys, and the scripts' entry point.
+"""User mistakes as one clear line: `UsageError` and the checks for misspelt keys and flags.
 
 A mistake in a command's arguments, paths or data (a misspelt key, a negative learning rate, an empty folder) is a
-`UsageError`: the scripts print its message as one line, `<script>: error: <message>`, and exit with code 2, like
-argparse's `parser.error`, without a traceback. A traceback is kept for bugs. Any module may import this one.
-A misspelt flag gets the message a misspelt key gets, with the closest flag: `check_flags`, `parse_command_line`.
+`UsageError`: the scripts' entry point (`aasp_hf.entry_points.run_script`) prints its message as one line,
+`<script>: error: <message>`, and exits with code 2, like argparse's `parser.error`, without a traceback. A
+traceback is kept for bugs. Any module may import this one. A misspelt flag gets the message a misspelt key gets,
+with the closest flag: `check_flags`, `parse_command_line`.
 """
 
-import errno
-import shutil
 import sys
-from pathlib import Path
 
 from .configuration_aasp import unknown_keys_message
 
@@ -58,7 +56,8 @@ def _usage_error(message: str):
 
 def one_line_errors(parser):
     """`parser` (argparse or HfArgumentParser) with argparse's own refusals (a missing required argument, an invalid
-    choice or number) raised as a `UsageError`, which `run_script` prints as one line instead of the usage block."""
+    choice or number) raised as a `UsageError`, which `entry_points.run_script` prints as one line instead of the usage
+    block."""
     parser.error = _usage_error
     return parser
 
@@ -70,53 +69,3 @@ def parse_command_line(parser, argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     check_flags(parser, argv)
     return one_line_errors(parser).parse_args(argv)
-
-
-# a write the file system refused: full, over quota, read-only
-_REFUSED_WRITES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
-
-
-RESUME = "run the same command with --resume to go on from the last complete checkpoint"
-
-
-def refused_write_message(error: OSError, then: str = RESUME) -> str:
-    """One line for an OSError of `_REFUSED_WRITES`: the path, the reason, the space free there and, after freeing
-    space, `then` (what the script's rerun does: the training scripts' `--resume`)."""
-    path = Path(error.filename) if error.filename else None
-    space = ""
-    if path is not None:
-        where = path
-        while not where.exists() and where != where.parent:
-            where = where.parent
-        try:
-            usage = shutil.disk_usage(where)
-            space = f" ({usage.free / 1e6:.1f} MB free of {usage.total / 1e6:.1f} MB)"
-        except OSError:
-            pass
-    return (f"cannot write {path or 'a file'}: {error.strerror}{space}. Free space (or choose a writable "
-            f"--output_dir), then {then}.")
-
-
-def run_script(main, prog: str, then: str = RESUME):
-    """Runs `main()`; a `UsageError` becomes `prog: error: message` on stderr and exit code 2 (no traceback), and so
-    does a write the file system refused (full, over quota, read-only: `refused_write_message`, which ends with
-    `then`) wherever it happens."""
-    try:
-        return main()
-    except UsageError as error:
-        close_progress_bars()
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except OSError as error:
-        if error.errno not in _REFUSED_WRITES:
-            raise
-        close_progress_bars()
-        print(f"{prog}: error: {refused_write_message(error, then)}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-def close_progress_bars():
-    """Ends the line of a progress bar the error interrupted, so the error is a line of its own."""
-    if (tqdm := sys.modules.get("tqdm")) is not None:
-        for bar in list(getattr(tqdm.tqdm, "_instances", ())):
-            bar.close()

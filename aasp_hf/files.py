@@ -4,7 +4,7 @@
 Each writer writes into a temporary sibling (`<name>.tmp`), flushes it to the disk (`fsync`) and renames it into
 place with `os.replace`, which is atomic: a reader, or a rerun after a crash, a stop signal or a full disk, finds the
 old file or the new one, never a part of one. A write that fails removes the temporary file and raises an `OSError`
-that names the file (`errors.run_script` prints a refused write as one line).
+that names the file (`entry_points.run_script` prints a refused write as one line).
 
 - `write_text_atomically`: results, run records, `latest` and checkpoint manifests (`training.checkpointing`).
 - `save_array_atomically`: a numpy array in `.npy` format (linear evaluation's feature cache).

@@ -40,7 +40,8 @@ import numpy as np
 import torch
 
 from . import hear
-from .errors import UsageError, parse_command_line, run_script
+from .entry_points import run_script
+from .errors import UsageError, parse_command_line
 
 SAMPLE_RATE = hear.SAMPLE_RATE
 

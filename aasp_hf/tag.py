@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import UsageError, parse_command_line, run_script
+from .entry_points import run_script
+from .errors import UsageError, parse_command_line
 from .feature_extraction_aasp import AaspFeatureExtractor
 from .modeling_aasp import AaspForAudioClassification
 from .pipeline_aasp import (

@@ -37,7 +37,8 @@ from pathlib import Path
 import torch
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
-from aasp_hf.errors import UsageError, parse_command_line, run_script
+from aasp_hf.entry_points import run_script
+from aasp_hf.errors import UsageError, parse_command_line
 from aasp_hf.modeling_aasp import sincos_position_embeddings
 
 logger = logging.getLogger(__name__)

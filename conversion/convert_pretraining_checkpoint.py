@@ -20,7 +20,8 @@ import logging
 from pathlib import Path
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
-from aasp_hf.errors import UsageError, parse_command_line, run_script
+from aasp_hf.entry_points import run_script
+from aasp_hf.errors import UsageError, parse_command_line
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from transformers import AutoConfig
 
 import aasp_hf  # noqa: F401  (registers the Auto classes)
 from aasp_hf import AaspForAudioClassification, AaspModel
-from aasp_hf.errors import UsageError, parse_command_line, run_script
+from aasp_hf.entry_points import run_script
+from aasp_hf.errors import UsageError, parse_command_line
 from aasp_hf.export import export_onnx
 from aasp_hf.hub import check_model_folder
 

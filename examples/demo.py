@@ -35,7 +35,8 @@ from transformers import pipeline
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
 from aasp_hf.data.synthetic import LABELS, labelled_clips
-from aasp_hf.errors import parse_command_line, run_script
+from aasp_hf.entry_points import run_script
+from aasp_hf.errors import parse_command_line
 from aasp_hf.evaluation import extract_features, standardization_stats, standardize
 
 HERE = Path(__file__).resolve().parent

@@ -108,7 +108,8 @@ from aasp_hf.training.short_run import (
 from aasp_hf.errors import UsageError, check_keys
 from aasp_hf.hub import check_model_path
 from aasp_hf.training.launch import check_launch
-from aasp_hf.training.stopping import exit_stopped, run_stoppable, stop_agreed
+from aasp_hf.entry_points import run_stoppable
+from aasp_hf.training.stopping import exit_stopped, stop_agreed
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000

@@ -68,7 +68,7 @@ from aasp_hf.training.arguments import parse_arguments
 from aasp_hf.training.console import quiet_libraries
 from aasp_hf.training.launch import check_launch
 from aasp_hf.training.run_lock import RunHold
-from aasp_hf.training.stopping import run_interruptible
+from aasp_hf.entry_points import run_interruptible
 
 
 # ----------------------------------------------------------------------------------------------- arguments

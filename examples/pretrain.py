@@ -53,12 +53,13 @@ from aasp_hf.data.collators import PretrainingCollator
 from aasp_hf.schedules import learning_rate, teacher_momentum
 from aasp_hf.training import find_latest_checkpoint, param_groups, save_checkpoint
 from aasp_hf.training.console import quiet_libraries
-from aasp_hf.training.data_order import clip_plan, stream_clip_seeds
+from aasp_hf.training.data_order import clip_order, stream_clip_seeds
 from aasp_hf.training.launch import check_launch
 from aasp_hf.training.model_ema import update_teacher_
 from aasp_hf.training.optim import set_learning_rates
 from aasp_hf.training.step import apply_update
-from aasp_hf.training.stopping import StopAgreement, exit_stopped, run_stoppable
+from aasp_hf.entry_points import run_stoppable
+from aasp_hf.training.stopping import StopAgreement, exit_stopped
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
@@ -89,7 +90,8 @@ from aasp_hf.data.clips import (
 from aasp_hf.errors import UsageError, check_keys
 from aasp_hf.hub import check_model_path
 from aasp_hf.training.arguments import PlanArguments, check_model_config, config_from_fields, parse_arguments
-from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
+from aasp_hf.evaluation.probes import FrozenFeatureProbe
+from aasp_hf.training.monitors import pretraining_health
 
 # the data sources, of which a run reads one
 DATA_SOURCES = ("dataset", "train_dir", "train_manifest", "dataset_name", "synthetic_clips", "log_mel_cache")
@@ -761,7 +763,7 @@ def train(data_args, model_args, args) -> dict:
     if stream is not None:  # its position came with the checkpoint
         batches = stream.finished_micro_batches(collate, partial(stream_clip_seeds, args.seed, world, rank), pin_memory)
     else:  # the position is a pure function of the step
-        plan = partial(clip_plan, len(dataset), args.per_device_train_batch_size, world, rank, args.seed,
+        plan = partial(clip_order, len(dataset), args.per_device_train_batch_size, world, rank, args.seed,
                        start_step * accum)
         batches = load_micro_batches(CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers,
                                      pin_memory)

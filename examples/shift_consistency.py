@@ -11,7 +11,7 @@ circularly shifted waveform, and the drift is 1 − cos(z(x), z(x_δ)) of the fr
 Steps: 1. encoder (AutoModel, frozen, eval mode) and feature extractor, 2. clips (a split of an
 `aasp_hf.data.load` dataset, each cut to its task's EVAR length from the start, or synthetic demo clips; a dataset
 without a test split, such as an audiofolder of class folders, is measured on the clips that finetune.py and
-linear_eval.py hold out as test, by the same code: `aasp_hf.data.held_out_test`),
+linear_eval.py hold out as test, by the same code: `aasp_hf.data.reported_test_split`),
 3. drifts per clip and shift (`drifts.npy`, saved after every batch; a rerun resumes after the last saved clip),
 4. mean ± std over clips -> `all_results.json`, `results.md` and `shift_consistency.png`.
 """
@@ -34,7 +34,8 @@ from aasp_hf.evaluation import (
     representation_drift,
 )
 from aasp_hf.training.arguments import parse_arguments
-from aasp_hf.errors import UsageError, run_script
+from aasp_hf.entry_points import run_script
+from aasp_hf.errors import UsageError
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
@@ -93,7 +94,7 @@ class Clips:
             if args.split in loaded:
                 self.source = loaded[args.split]
             elif args.split == "test":  # held out as fine-tuning and linear evaluation hold it out (the same code)
-                self.source = data.held_out_test(loaded, test_fraction=args.test_fraction, seed=SPLIT_SEED)
+                self.source = data.reported_test_split(loaded, test_fraction=args.test_fraction, seed=SPLIT_SEED)
                 logger.warning(f"{args.dataset} has no test split: measuring the {len(self.source)} clips that "
                                f"finetune.py and linear_eval.py hold out as test")
             else:

@@ -160,7 +160,7 @@ def sample_pretraining_masks(config, batch_size, generator=None):
 
     A small stand-in for the training sampler (`aasp_hf.data.masking.sample_batch_masks`, EAT's inverse block
     masking): the model only receives index tensors, and these tests also run in a transformers tree, which has the
-    model's files but not aasp_hf's data pipeline (conversion/transformers_pr.py writes this function into the
+    model's files but not aasp_hf's data pipeline (conversion/write_transformers_pr.py writes this function into the
     tree's test file). The counts are the training sampler's, from the config: M = `mask_num_views` views per clip,
     V = round((1 - mask_ratio)·N) visible tokens (ascending) and Q = round(mask_query_ratio·(N - V)) queries drawn
     from the masked ones, N = F̃·T̃ tokens; which tokens is uniformly random (no blocks), from `generator`."""

@@ -8,7 +8,7 @@ import logging
 import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
-from aasp_hf.data import downstream_parts, kfold_split
+from aasp_hf.data import downstream_parts, kfold_part
 from aasp_hf.training.arguments import gradient_accumulation_for
 
 
@@ -22,7 +22,7 @@ def fold_dataset(num_folds=5, num_classes=10, per_class_per_fold=8) -> Dataset:
 
 def test_evar_kfold_validation_is_a_seeded_random_tenth_of_all_other_folds():
     dataset = fold_dataset()  # ESC-50's shape: 5 folds of 80 clips here (of 400 in ESC-50)
-    split = kfold_split(dataset, 3)  # default: EVAR
+    split = kfold_part(dataset, 3)  # default: EVAR
     train, valid, test = (set(split[s]["clip"]) for s in ("train", "validation", "test"))
     others = {c for c, f in zip(dataset["clip"], dataset["fold"]) if f != 3}
     assert test == {c for c, f in zip(dataset["clip"], dataset["fold"]) if f == 3}
@@ -30,20 +30,20 @@ def test_evar_kfold_validation_is_a_seeded_random_tenth_of_all_other_folds():
     assert len(valid) == 32 and len(train) == 288  # 10 % of 320 (ESC-50: 160 and 1,440, not 400 and 1,200)
     assert set(split["validation"]["fold"]) == {1, 2, 4, 5}  # drawn from all the training folds, not one
     assert set(split["validation"]["label"]) == set(range(10))  # every class (EVAR's train_test_sure_split)
-    assert set(kfold_split(dataset, 3)["validation"]["clip"]) == valid  # seeded
-    assert set(kfold_split(dataset, 3, seed=1)["validation"]["clip"]) != valid
-    old = kfold_split(dataset, 3, kfold_validation="next")  # the former rule, still available
+    assert set(kfold_part(dataset, 3)["validation"]["clip"]) == valid  # seeded
+    assert set(kfold_part(dataset, 3, seed=1)["validation"]["clip"]) != valid
+    old = kfold_part(dataset, 3, kfold_validation="next")  # the former rule, still available
     assert set(old["validation"]["fold"]) == {4} and len(old["train"]) == 240
 
 
 def test_evar_draw_is_redrawn_until_every_class_is_in_validation():
     dataset = fold_dataset(num_classes=5, per_class_per_fold=1)  # 4 training clips per class: 2 validate
     for seed in range(5):
-        valid = kfold_split(dataset, 1, seed=seed)["validation"]
+        valid = kfold_part(dataset, 1, seed=seed)["validation"]
         assert len(valid) == 2  # fewer than the classes: the first draw stands, with a warning
     dataset = fold_dataset(num_classes=2, per_class_per_fold=3)  # 24 training clips, 3 validate: both classes
     for seed in range(10):
-        assert set(kfold_split(dataset, 1, seed=seed)["validation"]["label"]) == {0, 1}
+        assert set(kfold_part(dataset, 1, seed=seed)["validation"]["label"]) == {0, 1}
 
 
 def test_downstream_parts_k_fold_and_selection_rules():

@@ -1,4 +1,5 @@
-"""aasp_hf.training.monitors against independent computations, and examples/pretrain.py logging them."""
+"""aasp_hf.training.monitors and the frozen-feature probes (aasp_hf.evaluation.probes, the clips listed by
+aasp_hf.data.audiofolder) against independent computations, and examples/pretrain.py logging them."""
 
 import json
 from pathlib import Path
@@ -14,15 +15,13 @@ from sklearn.neighbors import KNeighborsClassifier
 from conftest import cli_args, tiny_config_kwargs
 
 from aasp_hf import AaspConfig, AaspModel
+from aasp_hf.data.audiofolder import list_audiofolder
+from aasp_hf.evaluation.probes import knn_probe_accuracy, probe_accuracies, ridge_probe_accuracy
 from aasp_hf.training.monitors import (
     collapse_statistics,
     effective_rank,
-    knn_probe_accuracy,
     lambda_statistics,
-    list_audiofolder,
     pretraining_collapse_statistics,
-    probe_accuracies,
-    ridge_probe_accuracy,
     sblu_lambdas,
 )
 

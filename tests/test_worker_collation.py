@@ -23,7 +23,7 @@ from aasp_hf import AaspConfig, AaspFeatureExtractor
 from aasp_hf.data.cache import LogMelCache, build_log_mel_cache
 from aasp_hf.data.clips import AudioClips, CollatedMicroBatches, FailedClip, load_clips, load_micro_batches
 from aasp_hf.data.collators import PretrainingCollator
-from aasp_hf.training.data_order import clip_plan, clip_seed, stream_clip_seeds
+from aasp_hf.training.data_order import clip_order, clip_seed, stream_clip_seeds
 
 CONFIG = tiny_config_kwargs(mask_num_views=2, mask_block_sizes=[[1, 2], [2, 1]])
 SEED, BATCH = 3, 3
@@ -58,13 +58,13 @@ def cache(tmp_path_factory):
 
 
 def reference(dataset, make, start, count):
-    """What the training process made before: the plan's rows read in order, failed clips replaced, then
-    `collate_seeded` on the plan's seeds."""
+    """What the training process made before: the order's rows read in order, failed clips replaced, then
+    `collate_seeded` on the order's seeds."""
     from aasp_hf.data.clips import replace_failed
 
-    plan = clip_plan(len(dataset), BATCH, 1, 0, SEED, start)
+    order = clip_order(len(dataset), BATCH, 1, 0, SEED, start)
     out = []
-    for _, (epoch, rows, seeds) in zip(range(count), plan):
+    for _, (epoch, rows, seeds) in zip(range(count), order):
         examples, failed = replace_failed([dataset[row] for row in rows])
         out.append((epoch, make().collate_seeded(examples, seeds), [e["index"] for e in examples], failed))
     return out
@@ -97,8 +97,8 @@ def test_the_workers_batches_are_collate_seeded_bit_for_bit(path, workers, cache
     dataset = cache if path == "cache" else AudioClips(clips(with_nan=True))
     make = partial(collator, 0.5 if path == "equaliser" else 0.0)
     # from global micro-batch 1 (a resume), 5 micro-batches: across the epoch boundary (7 clips: 2 per epoch)
-    plan = partial(clip_plan, len(dataset), BATCH, 1, 0, SEED, 1)
-    loader = load_micro_batches(CollatedMicroBatches(dataset, plan, make().collate_seeded), workers)
+    order = partial(clip_order, len(dataset), BATCH, 1, 0, SEED, 1)
+    loader = load_micro_batches(CollatedMicroBatches(dataset, order, make().collate_seeded), workers)
     expected = reference(dataset, make, 1, 5)
     got = [next(loader) for _ in expected]
     assert [g["epoch"] for g in got] == [0, 1, 1, 2, 2]
@@ -121,8 +121,8 @@ def test_with_the_log_mel_on_the_accelerator_the_workers_draw_the_rest_and_finis
     """--features_on_device: a worker crops and draws masks, queries and equaliser (`draw_seeded`); the training
     process's `finish` computes the log-mel of the micro-batch in one call: the batch `collate_seeded` makes."""
     dataset, make = AudioClips(clips()), partial(collator, 0.5)
-    plan = partial(clip_plan, len(dataset), BATCH, 1, 0, SEED, 0)
-    loader = load_micro_batches(CollatedMicroBatches(dataset, plan, make().draw_seeded), workers)
+    order = partial(clip_order, len(dataset), BATCH, 1, 0, SEED, 0)
+    loader = load_micro_batches(CollatedMicroBatches(dataset, order, make().draw_seeded), workers)
     finisher = make()
     for epoch, batch, indices, _ in reference(dataset, make, 0, 3):
         item = next(loader)

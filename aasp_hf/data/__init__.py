@@ -8,7 +8,8 @@
 - `clips`: pre-training clips, map-style or streamed; `collators`: pre-training and fine-tuning batches
   (`masking` draws the pre-training masks); `cache`: a cache of log-mel spectrograms.
 - `decoding`: audio decoded at 16 kHz with failures skipped; `statistics`: the front end's mel statistics;
-  `samplers`: class-balanced sampling; `synthetic`: the demo's synthetic audio (no files).
+  `samplers`: class-balanced sampling; `synthetic`: the demo's synthetic audio (no files); `audiofolder`: the files
+  of an audiofolder split listed without `datasets` (`list_audiofolder`, what the frozen-feature probe reads).
 
 See docs/datasets.md. The model files never import this package.
 """
@@ -21,6 +22,7 @@ import importlib
 # `protocol` and `splits` import; the GPU acceptance check runs where only those modules are installed
 # (docs/gpus.md).
 _NAMES = {
+    "audiofolder": ("list_audiofolder",),
     "clips": ("AudioClips", "AudioStream", "FailedClip", "FailureLog", "decode_clip", "load_clips", "replace_failed"),
     "collators": ("AaspFineTuningCollator", "CLIP_PADDING", "PretrainingCollator", "crop_or_pad"),
     "decoding": ("SAMPLING_RATE", "SafeAudioDecoder", "decode_audio", "filter_decodable", "for_safe_decoding"),
@@ -31,11 +33,11 @@ _NAMES = {
     ),
     "protocol": (
         "DownstreamTask", "EVAR_CLIP_SECONDS", "KFOLD_VALIDATION", "SELECT_ON", "TASK_ALIASES", "describe_protocol",
-        "downstream_clip_seconds", "downstream_parts", "evar_clip_seconds", "evar_task", "held_out_test", "is_kfold",
-        "kfold_split", "label_info", "load_downstream",
+        "downstream_clip_seconds", "downstream_parts", "evar_clip_seconds", "evar_task", "is_kfold", "kfold_part",
+        "label_info", "load_downstream", "reported_test_split",
     ),
     "samplers": ("ClassBalancedSampler", "class_balanced_weights"),
-    "splits": ("fold_split", "hold_out_test", "split_for_node", "to_streaming"),
+    "splits": ("split_by_folds", "split_for_node", "to_streaming", "with_test_split"),
     "statistics": ("compute_mel_statistics",),
 }
 _SUBMODULE_OF = {name: module for module, names in _NAMES.items() for name in names}
@@ -81,12 +83,13 @@ __all__ = [
     "evar_clip_seconds",
     "evar_task",
     "filter_decodable",
-    "fold_split",
-    "held_out_test",
-    "hold_out_test",
+    "split_by_folds",
+    "reported_test_split",
+    "with_test_split",
     "is_kfold",
-    "kfold_split",
+    "kfold_part",
     "label_info",
+    "list_audiofolder",
     "for_safe_decoding",
     "load",
     "load_audio_dataset",

@@ -203,22 +203,23 @@ def finish_micro_batch(examples, seeds, collate, epoch, position=None, earlier=(
 class CollatedMicroBatches(torch.utils.data.IterableDataset):
     """Finished micro-batches of a map-style dataset (`AudioClips`, `LogMelCache`), made in DataLoader workers.
 
-    `plan()` iterates over this process's micro-batches in training order as (epoch, row numbers, per-clip seeds)
-    (examples/pretrain.py: `training.data_order.micro_batches` over the row numbers, the seeds from `clip_seed`).
+    `order()` iterates over this process's micro-batches in training order as (epoch, row numbers, per-clip seeds)
+    (examples/pretrain.py: `training.data_order.clip_order`, `micro_batches` over the row numbers with each clip's
+    `clip_seed`).
     Worker w of W reads, decodes and collates micro-batches w, w + W, w + 2W, ... of it (`finish_micro_batch` with
     `collate`), and the DataLoader hands them back in turn: the same micro-batches in the same order for any number
-    of workers (0: made in the training process). Every worker walks the whole plan, which costs one permutation of
+    of workers (0: made in the training process). Every worker walks the whole order, which costs one permutation of
     the row numbers per epoch.
     """
 
-    def __init__(self, dataset, plan, collate):
-        self.dataset, self.plan, self.collate = dataset, plan, collate
+    def __init__(self, dataset, order, collate):
+        self.dataset, self.order, self.collate = dataset, order, collate
 
     def __iter__(self):
         num_workers, worker = _worker()
         kept = _kept_by_worker()
         earlier = []  # the decoded clips of this worker's last micro-batch that had any
-        for count, (epoch, rows, seeds) in enumerate(self.plan()):
+        for count, (epoch, rows, seeds) in enumerate(self.order()):
             if count % num_workers == worker:
                 examples = [self.dataset[row] for row in rows]
                 kept.append(finish_micro_batch(examples, seeds, self.collate, epoch, earlier=earlier))

@@ -11,7 +11,7 @@ Rules, each named by an argument value that the scripts record in their results:
   training folds with `validation_fraction=0.1`, redrawn until every class is in the validation set). The draw is
   seeded with `seed` (successive draws of one generator, at most 100). `"next"`: validation is the fold
   after the test fold, cyclically (kept for comparison with older runs; ESC-50 then trains on 3 folds, 1,200 clips).
-- Other datasets: the dataset's own test split, or `test_fraction` of train held out (`hold_out_test`); the
+- Other datasets: the dataset's own test split, or `test_fraction` of train held out (`with_test_split`); the
   dataset's own validation split, or a seeded random `validation_fraction` of train (one draw, `seed`).
 - `group_by` (a column, or a regular expression on the file name: each clip's source, e.g. its speaker or site):
   the validation set and a held-out test take whole sources (`splits.split_by_groups`), so that model selection and
@@ -37,7 +37,7 @@ from datasets import DatasetDict
 from ..errors import UsageError
 from .decoding import decode_audio, for_safe_decoding
 from .loaders import load
-from .splits import fold_split, hold_out_test, source_groups, split_by_groups
+from .splits import source_groups, split_by_folds, split_by_groups, with_test_split
 
 
 logger = logging.getLogger(__name__)
@@ -68,10 +68,11 @@ TASK_ALIASES = {"as20k": "audioset", "as2m": "audioset", "urbansound8k": "us8k",
                 "crema_d": "cremad"}
 
 
-def kfold_split(dataset, test_fold: int, *, kfold_validation: str = "evar", validation_fraction: float = 0.1,
-                seed: int = 0, with_validation: bool = True, label_column: str = "label",
-                group_by: str | None = None) -> DatasetDict:
-    """{"train", ["validation",] "test"} of one test fold of a dataset with a `fold` column (see the module rules).
+def kfold_part(dataset, test_fold: int, *, kfold_validation: str = "evar", validation_fraction: float = 0.1,
+               seed: int = 0, with_validation: bool = True, label_column: str = "label",
+               group_by: str | None = None) -> DatasetDict:
+    """The part of one test fold of a dataset with a `fold` column, {"train", ["validation",] "test"}: the folds split
+    by `splits.split_by_folds`, then the validation set drawn by the module's rules.
 
     `with_validation=False`: every other fold trains (for `select_on` "test" or "last"). `group_by`: the "evar"
     validation set is whole sources of the training folds instead of a random draw.
@@ -80,15 +81,15 @@ def kfold_split(dataset, test_fold: int, *, kfold_validation: str = "evar", vali
         raise ValueError(f"kfold_validation={kfold_validation!r}: use one of {KFOLD_VALIDATION}.")
     if isinstance(dataset, DatasetDict):
         if len(dataset) != 1:
-            raise ValueError(f"kfold_split needs one split with a 'fold' column, got {list(dataset)}.")
+            raise ValueError(f"kfold_part needs one split with a 'fold' column, got {list(dataset)}.")
         dataset = next(iter(dataset.values()))
     if not with_validation:
-        return fold_split(dataset, test_fold)
+        return split_by_folds(dataset, test_fold)
     if kfold_validation == "next":
         folds = sorted(set(dataset["fold"]))
         valid_fold = folds[(folds.index(test_fold) + 1) % len(folds)] if test_fold in folds else None
-        return fold_split(dataset, test_fold, valid_fold)
-    split = fold_split(dataset, test_fold)
+        return split_by_folds(dataset, test_fold, valid_fold)
+    split = split_by_folds(dataset, test_fold)
     if group_by is not None:
         train, validation = split_by_groups(split["train"], source_groups(split["train"], group_by),
                                             validation_fraction, seed, "validation")
@@ -141,11 +142,11 @@ def downstream_parts(loaded, *, folds=None, kfold_validation: str = "evar", sele
     first = next(iter(loaded.values()))
     if "fold" in first.column_names and set(loaded) == {"train"}:
         available = sorted(set(first["fold"]))
-        return {f"fold{k}": dict(kfold_split(first, k, kfold_validation=kfold_validation,
-                                             validation_fraction=validation_fraction, seed=seed,
-                                             with_validation=with_validation, group_by=group_by))
+        return {f"fold{k}": dict(kfold_part(first, k, kfold_validation=kfold_validation,
+                                            validation_fraction=validation_fraction, seed=seed,
+                                            with_validation=with_validation, group_by=group_by))
                 for k in (folds or available)}
-    splits = hold_out_test(dict(loaded), test_fraction, seed=seed, group_by=group_by)
+    splits = with_test_split(dict(loaded), test_fraction, seed=seed, group_by=group_by)
     if with_validation and "validation" not in splits and group_by is not None:
         splits["train"], splits["validation"] = split_by_groups(
             splits["train"], source_groups(splits["train"], group_by), validation_fraction, seed, "validation")
@@ -156,9 +157,9 @@ def downstream_parts(loaded, *, folds=None, kfold_validation: str = "evar", sele
                                                                                           name != "validation")}}
 
 
-def held_out_test(loaded, *, test_fraction: float = 0.2, seed: int = 0, group_by: str | None = None):
+def reported_test_split(loaded, *, test_fraction: float = 0.2, seed: int = 0, group_by: str | None = None):
     """The test rows that fine-tuning's default run reports on, by the same code (`downstream_parts`): the dataset's
-    own test split; for a K-fold task the first fold; otherwise `test_fraction` of train held out (`hold_out_test`,
+    own test split; for a K-fold task the first fold; otherwise `test_fraction` of train held out (`with_test_split`,
     seeded with `seed`; whole sources with `group_by`), the clips finetune.py and linear_eval.py hold out with the
     same fraction and seed (0 by default in both)."""
     first = next(iter(loaded.values()))

@@ -1,8 +1,10 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
 """Splits and shards of loaded datasets, shared by the loaders, the downstream protocol and training.
 
-- `fold_split`: the cross-validation split of a dataset with a fold column (ESC-50, UrbanSound8K).
-- `hold_out_test`: a seeded `test_fraction` of train held out when a dataset has no test split.
+- `split_by_folds`: the cross-validation split of a dataset with a fold column (ESC-50, UrbanSound8K), the folds as
+  they are (the downstream protocol's part of one test fold, with its validation rule, is `protocol.kfold_part`).
+- `with_test_split`: the splits with a "test" split, a seeded `test_fraction` of train held out when a dataset has
+  none (the test rows a downstream run reports on are `protocol.reported_test_split`).
 - `source_groups`, `hold_out_groups`: each clip's source (speaker, site, device; `--group_by`), and a seeded share of
   the clips held out as whole sources, so that validation and test hold voices or places training never heard.
 - `to_streaming`, `split_for_node`: a DatasetDict as an IterableDatasetDict of shards, and one rank's part of it.
@@ -45,14 +47,14 @@ def split_for_node(dataset, rank: int, world_size: int):
     return split_dataset_by_node(dataset, rank=rank, world_size=world_size)
 
 
-def fold_split(dataset, test_fold: int, valid_fold=None, fold_column: str = "fold") -> DatasetDict:
+def split_by_folds(dataset, test_fold: int, valid_fold=None, fold_column: str = "fold") -> DatasetDict:
     """Cross-validation split of a dataset with a fold column: {"train", ["validation",] "test"}.
 
     `dataset` is a Dataset or a DatasetDict holding one split (as `load("esc50")` returns).
     """
     if isinstance(dataset, DatasetDict):
         if len(dataset) != 1:
-            raise ValueError(f"fold_split needs one split with a {fold_column!r} column, got {list(dataset)}.")
+            raise ValueError(f"split_by_folds needs one split with a {fold_column!r} column, got {list(dataset)}.")
         dataset = next(iter(dataset.values()))
     folds = dataset[fold_column]  # one column only: no audio is decoded
     available = sorted(set(folds))
@@ -120,8 +122,8 @@ def split_by_groups(dataset, groups: list[str], fraction: float, seed: int, what
     return dataset.select(np.flatnonzero(~held)), dataset.select(np.flatnonzero(held))
 
 
-def hold_out_test(splits: dict, test_fraction: float, seed: int = 0, label_column: str = "label",
-                  group_by: str | None = None) -> dict:
+def with_test_split(splits: dict, test_fraction: float, seed: int = 0, label_column: str = "label",
+                    group_by: str | None = None) -> dict:
     """`splits` with a "test" split: the dataset's own, or else `test_fraction` of "train" held out.
 
     The rule for a dataset without a test split (an audiofolder of class sub-folders without train/test folders,

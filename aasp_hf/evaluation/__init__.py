@@ -10,8 +10,9 @@ Sec. Shift-Consistency Analysis). The package face re-exports the functions of:
 - `results`: accuracy / mAP for model selection (`classification_score`) and the scripts' summaries over seeds
   (`mean_std`, `write_finetune_markdown`, `write_linear_eval_markdown`).
 
-Imported by name: `linear_protocol` (linear evaluation's arguments, evaluation parts and cached features) and
-`linear_heads` (its grid of heads, one per lr, trained in one pass).
+Imported by name: `linear_protocol` (linear evaluation's arguments, evaluation parts and cached features),
+`linear_heads` (its grid of heads, one per lr, trained in one pass), `baseline` (the log-mel baseline) and `probes`
+(pre-training's frozen-feature k-NN and ridge probes, `FrozenFeatureProbe`).
 """
 
 from .features import (

@@ -1,8 +1,8 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
 """Scores and summaries of the downstream scripts (paper Sec. Training Setup).
 
-- `classification_score`: accuracy / mAP for model selection in the loop (the same numbers as the shipped
-  `evaluate` modules in `aasp_hf.metrics`, which report the final scores).
+- `classification_score`: accuracy / mAP for model selection in the loop (mAP by the function of the shipped
+  `evaluate` module, `aasp_hf.metrics.average_precision.mean_average_precision`, which reports the final scores).
 - `mean_std`, `write_finetune_markdown`, `write_linear_eval_markdown`: the scripts' summaries over seeds and parts
   (mean ± std with ddof=1) and their `results.md` tables (written whole or not at all), each followed by the log-mel baseline's section
   (`baseline_markdown`; the baseline itself: `aasp_hf.evaluation.baseline`).
@@ -11,17 +11,16 @@
 from pathlib import Path
 
 import numpy as np
-from sklearn.metrics import average_precision_score
 
 from ..files import write_text_atomically
+from ..metrics.average_precision import mean_average_precision
 
 
 def classification_score(logits: np.ndarray, labels: np.ndarray, multi_label: bool) -> float:
     """Accuracy (single-label, labels (N,)) or macro mAP over classes with positives (multi-label, (N, C))."""
     if not multi_label:
         return float((logits.argmax(-1) == labels).mean())
-    with_positives = np.flatnonzero(labels.sum(0) > 0)
-    return float(np.mean([average_precision_score(labels[:, c], logits[:, c]) for c in with_positives]))
+    return mean_average_precision(logits, labels)
 
 
 def mean_std(values, single_std: float = 0.0) -> tuple[float, float]:

@@ -1,6 +1,7 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
 """Evaluation metrics shipped as local `evaluate` modules (`evaluate.load("accuracy")` needs the Hub; a path does
-not): `load_metric("accuracy")`, `load_metric("mean_average_precision")` (AudioSet mAP, mean AUC, d-prime)."""
+not): `load_metric("accuracy")`, `load_metric("mean_average_precision")` (AudioSet mAP, mean AUC, d-prime). The
+mAP itself is `average_precision.mean_average_precision`, which model selection in the downstream loops uses too."""
 
 from pathlib import Path
 

@@ -5,7 +5,7 @@ measured value (`measure_pretraining`, `compare`, `format_measured`); `plan_meas
 What runs is the run's own setup and step, built from the library pieces the script builds it from.
 `measure_pretraining` (`examples/pretrain.py`): the model from the plan's config, the data source through
 `load_clips` (or the `--log_mel_cache`), its loader workers finishing whole micro-batches in the script's order
-(`clip_plan`; with `--features_on_device` the log-mel is left to the device), AdamW groups (fused), `accelerate`'s mixed precision, DDP and `--torch_compile` as the script
+(`clip_order`; with `--features_on_device` the log-mel is left to the device), AdamW groups (fused), `accelerate`'s mixed precision, DDP and `--torch_compile` as the script
 compiles it, and per step the script's forward/backward per micro-batch and `aasp_hf.training.step.apply_update`
 (clip, the skip decision on the device, AdamW, EMA teacher). `measure_finetuning` (`examples/finetune.py`): the
 classifier from `--model_name_or_path`, the task's training clips, crops, mixup, SpecAugment, layer-decay AdamW,
@@ -58,7 +58,7 @@ from ..modeling_aasp import AaspForPreTraining
 from ..schedules import learning_rate, teacher_momentum
 from ..training.arguments import gradient_accumulation_for
 from ..training.augment import mixup, spec_augment
-from ..training.data_order import clip_plan, micro_batches, stream_clip_seeds
+from ..training.data_order import clip_order, micro_batches, stream_clip_seeds
 from ..training.model_ema import create_ema, ema_update_, update_teacher_
 from ..training.optim import layer_decay_param_groups, param_groups, set_learning_rates
 from ..training.step import apply_update
@@ -137,7 +137,7 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
     if stream is not None:
         batches = stream.finished_micro_batches(collate, partial(stream_clip_seeds, args.seed, world, rank), pin_memory)
     else:
-        plan = partial(clip_plan, len(dataset), batch_size, world, rank, args.seed, 0)
+        plan = partial(clip_order, len(dataset), batch_size, world, rank, args.seed, 0)
         batches = load_micro_batches(CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers,
                                      pin_memory)
     max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")

@@ -63,7 +63,7 @@ def micro_batches(rows, batch_size: int, num_processes: int, process_index: int,
         epoch, offset = epoch + 1, 0
 
 
-def clip_plan(num_rows: int, batch_size: int, world: int, rank: int, seed: int, start: int):
+def clip_order(num_rows: int, batch_size: int, world: int, rank: int, seed: int, start: int):
     """(epoch, row numbers, clip seeds) of this process's micro-batches from global micro-batch `start` on: the data
     order (`micro_batches` over the row numbers) and each clip's `clip_seed`; what the loader workers read and
     collate (`aasp_hf.data.clips.CollatedMicroBatches`) in examples/pretrain.py and `--plan_measure`."""

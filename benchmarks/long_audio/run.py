@@ -34,7 +34,8 @@ import soundfile as sf
 import torch
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification
-from aasp_hf.errors import parse_command_line, run_script
+from aasp_hf.entry_points import run_script
+from aasp_hf.errors import parse_command_line
 from aasp_hf.pipeline_aasp import decode_blocks, iter_windows, trained_window_samples
 from aasp_hf.tag import RowWriter, choose_labels
 from aasp_hf.tag import main as tag_main

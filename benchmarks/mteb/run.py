@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from aasp_hf.errors import UsageError, parse_command_line, run_script
+from aasp_hf.entry_points import run_script
+from aasp_hf.errors import UsageError, parse_command_line
 
 TASK_NAME = "AaspSyntheticScene"
 N_MELS = 128

@@ -45,7 +45,8 @@ def worker(rank: int, world: int, port: int, steps: int, repeats: int, results):
     from aasp_hf import AaspConfig, AaspForAudioClassification, AaspForPreTraining
     from aasp_hf.data.masking import sample_batch_masks
     from aasp_hf.training.step import apply_update
-    from aasp_hf.training.stopping import StopAgreement, StopSignals, stop_agreed
+    from aasp_hf.entry_points import StopSignals
+    from aasp_hf.training.stopping import StopAgreement, stop_agreed
 
     accelerator = Accelerator(cpu=True)
     model_config = json.loads(PRESET.read_text())["model_config"]

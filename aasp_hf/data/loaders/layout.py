@@ -17,7 +17,7 @@ from pathlib import Path
 from datasets import Audio, Dataset, DatasetDict, Features
 
 from ..decoding import SAMPLING_RATE
-from ..splits import fold_split, to_streaming
+from ..splits import split_by_folds, to_streaming
 
 
 def require_file(path, what: str, source: str) -> Path:
@@ -144,10 +144,10 @@ def build_dataset_dict(splits: dict, features: Features, streaming: bool = False
 def build_fold_dataset_dict(splits: dict, features: Features, test_fold=None, valid_fold=None, streaming=False,
                              num_shards=None):
     """`build_dataset_dict` for a dataset with official folds (ESC-50, UrbanSound8K): every clip in "train", or with
-    `test_fold` (and optionally `valid_fold`) the cross-validation split of `fold_split`."""
+    `test_fold` (and optionally `valid_fold`) the cross-validation split of `split_by_folds`."""
     dataset = build_dataset_dict(splits, features)
     if test_fold is not None:
-        dataset = fold_split(dataset, test_fold, valid_fold)
+        dataset = split_by_folds(dataset, test_fold, valid_fold)
     elif valid_fold is not None:
         raise ValueError("valid_fold needs test_fold.")
     if streaming:

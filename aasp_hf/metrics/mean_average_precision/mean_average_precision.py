@@ -5,7 +5,8 @@
     metric.compute(predictions=scores, references=multi_hot)   # scores (N, C) float, multi_hot (N, C) {0, 1}
 
 - mAP: the macro average over classes of sklearn's `average_precision_score` (area under the precision-recall
-  curve, per class), as AudioSet reports it.
+  curve, per class), as AudioSet reports it: `aasp_hf.metrics.average_precision.mean_average_precision`, the
+  function model selection scores with (`aasp_hf.evaluation.results.classification_score`).
 - Classes with no positive example among the references have no defined AP (nor AUC) and are SKIPPED: the
   means are over the classes with at least one positive (and, for the AUC, at least one negative). The result
   says how many classes were used and how many were skipped.
@@ -16,7 +17,9 @@ import datasets
 import evaluate
 import numpy as np
 from scipy.stats import norm
-from sklearn.metrics import average_precision_score, roc_auc_score
+from sklearn.metrics import roc_auc_score
+
+from aasp_hf.metrics.average_precision import classes_with_positives, mean_average_precision
 
 
 _DESCRIPTION = (
@@ -65,15 +68,14 @@ class MeanAveragePrecision(evaluate.Metric):
                 f"predictions and references must both be (N, C), got {scores.shape} and {targets.shape}."
             )
         positives = targets.sum(axis=0)  # (C,)
-        with_positives = np.flatnonzero(positives > 0)
+        with_positives = classes_with_positives(targets)
         if len(with_positives) == 0:
             raise ValueError("No class has a positive example in the references: mAP is undefined.")
-        average_precisions = [average_precision_score(targets[:, c], scores[:, c]) for c in with_positives]
         with_both = [c for c in with_positives if positives[c] < len(targets)]
         aucs = [roc_auc_score(targets[:, c], scores[:, c]) for c in with_both]
         mean_auc = float(np.mean(aucs)) if aucs else float("nan")
         return {
-            "mAP": float(np.mean(average_precisions)),
+            "mAP": mean_average_precision(scores, targets),
             "mean_auc": mean_auc,
             "d_prime": d_prime(mean_auc) if aucs else float("nan"),
             "num_classes": int(len(with_positives)),

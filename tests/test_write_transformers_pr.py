@@ -1,5 +1,5 @@
-"""conversion/transformers_pr.py's writer, on a skeleton of the transformers files it edits (no transformers tree, no
-checks run): the model folder is generated from aasp_hf's Hub-shipped files with transformers-internal imports, the
+"""conversion/write_transformers_pr.py's writer, on a skeleton of the transformers files it edits (no transformers tree,
+no checks run): the model folder is generated from aasp_hf's Hub-shipped files with transformers-internal imports, the
 shared entries land in their places, the tree's test files import from the tree, and writing again changes nothing."""
 
 import ast
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import transformers_pr as pr
+import write_transformers_pr as pr
 from aasp_hf.errors import UsageError
 from aasp_hf.hub import CODE_FILES
 
