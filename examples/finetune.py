@@ -59,13 +59,11 @@ import math
 import os
 import shutil
 import time
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 from tqdm.auto import tqdm
@@ -77,7 +75,6 @@ from aasp_hf.evaluation import classification_score, mean_std, without_truncatio
 from aasp_hf.evaluation import baseline as logmel_baseline
 from aasp_hf.schedules import learning_rate
 from aasp_hf.training import save_checkpoint
-from aasp_hf.training.augment import mixup, spec_augment
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
@@ -99,7 +96,8 @@ from aasp_hf.training.data_order import micro_batches
 from aasp_hf.training.failed_clips import DEFAULT_MAX_SHARE, FailedClipShare
 from aasp_hf.training.run_lock import hold_run_folder
 from aasp_hf.training.model_ema import create_ema, ema_update_
-from aasp_hf.training.optim import layer_decay_param_groups, set_learning_rates
+from aasp_hf.training.optim import layer_decay_param_groups
+from aasp_hf.training.step import augmented_inputs, finetuning_step
 from aasp_hf.training.arguments import PlanArguments, gradient_accumulation_for, parse_arguments
 from aasp_hf.training.short_run import (
     DEFAULT_BATCH_SIZE, DEFAULT_WARMUP_STEPS, PAPER_EMA_DECAY, PAPER_LEARNING_RATE, batch_size_for, ema_decay_for,
@@ -368,11 +366,6 @@ def clip_labels(rows, multi_label: bool) -> list[list[int]]:
 
 
 # ----------------------------------------------------------------------------------------------- loss, eval (step 7)
-def soft_targets(labels: torch.Tensor, num_labels: int) -> torch.Tensor:
-    """(B,) class ids -> (B, C) one-hot float; (B, C) multi-hot stays (as float)."""
-    return F.one_hot(labels, num_labels).float() if labels.ndim == 1 else labels.float()
-
-
 @torch.no_grad()
 def predict(model, rows, make_collator, batch_size, accelerator) -> tuple[np.ndarray, np.ndarray]:
     """Logits (N, C) and labels of `rows` (clips that fail to decode are skipped); each process takes every W-th
@@ -620,41 +613,33 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
                     smoothing=0)
     failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run (vanishing data)
     loss_sum, num_summed, t_log, step_of_log = 0.0, 0, time.time(), step
+    spec_augment_fraction = args.spec_augment_fraction if args.spec_augment else None
+
+    def next_batch() -> tuple:
+        """The next micro-batch (a micro-batch where every clip failed to decode is skipped), augmented, on the
+        device; its failed clips counted and its position in the data order kept."""
+        nonlocal micro_position
+        batch = None
+        while batch is None:
+            _, rows = next(batches)
+            skipped_before = collator.num_skipped
+            batch = collator(rows)
+            failed_share.add(len(rows), collator.num_skipped - skipped_before)
+            micro_position += 1
+            if batch is None and world > 1:
+                raise RuntimeError("every clip of a micro-batch failed to decode (multi-process runs stop)")
+        inputs = augmented_inputs(batch, num_labels, soft, args.mixup_alpha, spec_augment_fraction, augment_rng)
+        return tuple(t.to(accelerator.device) for t in inputs)
+
     model.train()
     while step < stop_step:
+        # one step (aasp_hf.training.step.finetuning_step): the micro-batches' forward, loss and backward, clipping,
+        # AdamW and the weight EMA right after it
         lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
-        set_learning_rates(optimizer, lr)
-        for micro in range(accum):
-            batch = None
-            while batch is None:  # a micro-batch where every clip failed to decode is skipped
-                _, rows = next(batches)
-                skipped_before = collator.num_skipped
-                batch = collator(rows)
-                failed_share.add(len(rows), collator.num_skipped - skipped_before)
-                micro_position += 1
-                if batch is None and world > 1:
-                    raise RuntimeError("every clip of a micro-batch failed to decode (multi-process runs stop)")
-            inputs, mask, labels = batch["input_values"], batch["attention_mask"], batch["labels"]
-            targets = soft_targets(labels, num_labels) if soft else labels
-            if args.mixup_alpha > 0:
-                inputs, targets, mask, _, _ = mixup(inputs, targets, args.mixup_alpha, augment_rng, mask)
-            if args.spec_augment:
-                inputs, _, _ = spec_augment(inputs, augment_rng, args.spec_augment_fraction, args.spec_augment_fraction)
-            inputs, mask, targets = (t.to(accelerator.device) for t in (inputs, mask, targets))
-            with accelerator.no_sync(model) if micro < accum - 1 else nullcontext():
-                logits = model(input_values=inputs, attention_mask=mask).logits
-                if soft:
-                    loss = F.binary_cross_entropy_with_logits(logits.float(), targets)
-                else:
-                    loss = F.cross_entropy(logits.float(), targets)
-                accelerator.backward(loss / accum)
-            loss_sum += loss.detach().float().item() / accum
-        max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
-        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if ema is not None:
-            ema_update_(ema, unwrapped, args.ema_decay)  # θ_ema ← m·θ_ema + (1 − m)·θ
+        losses, grad_norm = finetuning_step(accelerator, model, optimizer, next_batch, accum, lr, args.max_grad_norm,
+                                            soft, ema, args.ema_decay)
+        for value in losses:
+            loss_sum += value / accum
         step += 1
         num_summed += 1
         progress.update(1)

@@ -11,8 +11,8 @@ or from `--config preset.json` followed by command-line overrides.
 Steps: 1. `--resume` finds the newest complete checkpoint, 2. model and data (a dataset of `aasp_hf.data` in its
 official layout — AS-2M's train split leaves the eval segments out —, an audio folder, a fairseq manifest, any
 `datasets` dataset, or synthetic clips), 3. learning-health monitors, 4. optimiser and schedules (pure functions of the
-step), 5. `accelerator.prepare`, 6. exact `--resume` of the states, 7. training loop: 7a. the update (the EMA teacher
-update in plain sight after `optimizer.step()`), 7b. monitors, 7c. logging (TensorBoard + progress bar), 7d. crash-safe
+step), 5. `accelerator.prepare`, 6. exact `--resume` of the states, 7. training loop: 7a. the step
+(`aasp_hf.training.step.pretraining_step`: micro-batches, `apply_update`, EMA teacher), 7b. monitors, 7c. logging (TensorBoard + progress bar), 7d. crash-safe
 checkpoints, 8. export of the student encoder (and on request the teacher) for `AutoModel.from_pretrained`.
 
 Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of the dataset (seed + epoch); global
@@ -37,7 +37,6 @@ import hashlib
 import itertools
 import json
 import time
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -56,8 +55,7 @@ from aasp_hf.training.console import quiet_libraries
 from aasp_hf.training.data_order import clip_plan, stream_clip_seeds
 from aasp_hf.training.launch import check_launch
 from aasp_hf.training.model_ema import update_teacher_
-from aasp_hf.training.optim import set_learning_rates
-from aasp_hf.training.step import apply_update
+from aasp_hf.training.step import pretraining_step
 from aasp_hf.training.stopping import StopAgreement, exit_stopped, run_stoppable
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
@@ -779,39 +777,34 @@ def train(data_args, model_args, args) -> dict:
     stop = StopAgreement(accelerator.device)  # a stop signal on any process: every process saves the same step
     model.train()
     step = start_step  # optimiser steps completed
+    epoch = None
+
+    def next_batch() -> dict:
+        """The next micro-batch on the device, its failed clips logged and counted and its clips in `seen`."""
+        nonlocal epoch
+        micro_batch = next(batches)  # finished in a loader worker (aasp_hf.data.clips.finish_micro_batch)
+        epoch = micro_batch["epoch"]
+        failure_log(micro_batch["failed"])  # the clips the worker replaced, named and counted here
+        failed_share.add(len(micro_batch["indices"]), len(micro_batch["failed"]))
+        seen.update(str(micro_batch["indices"]).encode())
+        batch = collator.finish(micro_batch["batch"])  # --features_on_device: the log-mel on the accelerator
+        return {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
+
     while step < stop_step:
+        # 7a. One step (aasp_hf.training.step.pretraining_step): forward and backward per micro-batch, then clip,
+        #     AdamW step and EMA teacher update. A NaN/inf loss on any process (or a non-finite gradient norm; under
+        #     fp16 the grad scaler handles overflow itself) skips the update on every process — no optimiser step, no
+        #     EMA update — decided on the device, so the host never waits for the step to finish. The step still
+        #     counts, so the data position and the schedules stay pure functions of the step (exact resume). Skipped
+        #     steps are counted on the device and read back, with the losses, on logging, monitoring and checkpoint
+        #     steps only (the run stops there if too many were skipped).
         lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
-        set_learning_rates(optimizer, lr)  # each group's lr_scale × lr
-        step_sums, step_finite = {}, torch.ones((), dtype=torch.bool, device=accelerator.device)
-        for micro in range(accum):
-            micro_batch = next(batches)  # finished in a loader worker (aasp_hf.data.clips.finish_micro_batch)
-            epoch = micro_batch["epoch"]
-            failure_log(micro_batch["failed"])  # the clips the worker replaced, named and counted here
-            failed_share.add(len(micro_batch["indices"]), len(micro_batch["failed"]))
-            seen.update(str(micro_batch["indices"]).encode())
-            batch = collator.finish(micro_batch["batch"])  # --features_on_device: the log-mel on the accelerator
-            batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
-            # no gradient all-reduce until the last micro-batch of the step
-            with accelerator.no_sync(model) if micro < accum - 1 else nullcontext():
-                outputs = model(**batch)
-                # backward runs even on a non-finite loss, so that every process joins the gradient all-reduce
-                accelerator.backward(outputs.loss / accum)
-            step_finite = step_finite & torch.isfinite(outputs.loss.detach())  # on the device: nothing read back
-            for name in ("loss", "masked_prediction_loss", "clip_loss", "contrastive_loss"):
-                step_sums[name] = step_sums.get(name, 0.0) + getattr(outputs, name).detach().float() / accum
-        # 7a. Clip, AdamW step and EMA teacher update (aasp_hf.training.step.apply_update). A NaN/inf loss on any
-        #     process (or a non-finite gradient norm; under fp16 the grad scaler handles overflow itself) skips the
-        #     update on every process — no optimiser step, no EMA update — decided on the device, so the host never
-        #     waits for the step to finish. The step still counts, so the data position and the schedules stay pure
-        #     functions of the step (exact resume). Skipped steps are counted on the device and read back, with the
-        #     losses, on logging, monitoring and checkpoint steps only (the run stops there if too many were skipped).
-        max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
         momentum = teacher_momentum(step, args.max_steps, args.teacher_momentum_base, args.teacher_momentum_final)
-        grad_norm, skipped, stops = apply_update(
-            accelerator, optimizer, model, step_finite, max_norm,
-            torch.tensor(momentum, dtype=torch.float64, device=accelerator.device), update_teacher, stop=stop.local())
+        done = pretraining_step(accelerator, model, optimizer, next_batch, accum, lr, args.max_grad_norm, momentum,
+                                update_teacher, stop=stop.local())
+        batch, outputs, grad_norm, skipped, stops = done.batch, done.outputs, done.grad_norm, done.skipped, done.stops
         skipped_since_read = skipped_since_read + skipped.long()
-        for name, value in step_sums.items():  # only good steps enter the logged means
+        for name, value in done.losses.items():  # only good steps enter the logged means
             sums[name] = sums.get(name, 0.0) + torch.where(skipped, 0.0, value)
         num_summed = num_summed + (~skipped).long()
         step += 1
