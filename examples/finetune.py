@@ -57,7 +57,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -78,7 +77,6 @@ from aasp_hf.training import save_checkpoint
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
-    check_resume_arguments,
     checkpoint_to_resume,
     find_latest_checkpoint,
     load_process_state,
@@ -86,7 +84,6 @@ from aasp_hf.training.checkpointing import (
     read_results,
     refused_writes,
     remove_artefacts,
-    replace_directory,
     thread_count_note,
     truncate_log,
     write_text_atomically,
@@ -94,8 +91,14 @@ from aasp_hf.training.checkpointing import (
 from aasp_hf.training.console import describe_new_head, loading_quietly, quiet_libraries
 from aasp_hf.training.data_order import micro_batches
 from aasp_hf.training.failed_clips import DEFAULT_MAX_SHARE, FailedClipShare
+from aasp_hf.training.resume import FINETUNING_RUN_ARGUMENTS as RUN_ARGUMENTS
+from aasp_hf.training.resume import (
+    compare_run_arguments, describe_resume_changes, finished_finetuning, resumed_run_arguments,
+)
+from aasp_hf.training.run_log import write_logs
+from aasp_hf.training.saved_models import install_best_model, save_best_model, write_classifier_card
 from aasp_hf.training.run_lock import hold_run_folder
-from aasp_hf.training.model_ema import create_ema, ema_update_
+from aasp_hf.training.model_ema import create_ema
 from aasp_hf.training.optim import layer_decay_param_groups
 from aasp_hf.training.step import augmented_inputs, finetuning_step
 from aasp_hf.training.arguments import PlanArguments, gradient_accumulation_for, parse_arguments
@@ -118,33 +121,6 @@ SPLIT_SEED = 0  # the held-out validation / test draws: one split for every seed
 # What a run leaves in output_dir (sub-runs of --seeds / --all_folds in <part>_seed<k>/; the best model copied in).
 FINETUNE_ARTEFACTS = RUN_ARTEFACTS + ("best_model*", "results.md", "*_seed*", "model.safetensors", "config.json",
                                       "preprocessor_config.json")
-# What defines a fine-tuning run: every checkpoint stores these arguments (trainer_state.json, "run_arguments") and
-# --resume refuses other values unless --resume_allow_changes names them. The value says what a change touches
-# from the resume step on. The number of processes is checked apart (the data are sharded by it).
-RUN_ARGUMENTS = {
-    # the learning rate, a pure function of the step (warm-up, then cosine to the floor at max_steps), times each
-    # group's layer-decay scale
-    "max_steps": "lr", "warmup_steps": "lr", "learning_rate": "lr", "min_learning_rate": "lr", "layer_decay": "lr",
-    # the data order (epoch permutations seeded by seed, global micro-batches of batch × processes, accumulation), the
-    # splits and the clips (dataset, fold, held-out fractions, clip length) and their augmentation
-    "seed": "data", "per_device_train_batch_size": "data", "gradient_accumulation_steps": "data", "dataset": "data",
-    "data_root": "data", "dataset_kwargs": "data", "synthetic_per_class": "data", "synthetic_multi_label": "data",
-    "task": "data", "clip_seconds": "data", "clip_padding": "data", "test_fold": "data", "select_on": "data",
-    "kfold_validation": "data", "validation_fraction": "data", "test_fraction": "data", "group_by": "data",
-    "class_balanced_sampling": "data",
-    "samples_per_epoch": "data", "mixup_alpha": "data", "spec_augment": "data", "spec_augment_fraction": "data",
-    # the update: AdamW's hyper-parameters (the restored state keeps its moments) and the clipping norm
-    "weight_decay": "optimiser", "adam_beta1": "optimiser", "adam_beta2": "optimiser", "adam_epsilon": "optimiser",
-    "max_grad_norm": "optimiser",
-    # the model and the arithmetic
-    "model_name_or_path": "model", "drop_path_rate": "model", "classifier_pooling": "model",
-    "mixed_precision": "precision",
-    # what the checkpoint's state must fit, so no flag allows a change: a frozen stem leaves the optimiser without
-    # its parameters; the weight EMA is saved only when it is on
-    "freeze_feature_encoder": "fixed", "ema_decay": "fixed",
-}
-
-
 # ----------------------------------------------------------------------------------------------- arguments
 @dataclass
 class FinetuneArguments(PlanArguments):
@@ -297,19 +273,6 @@ def parse_args(argv=None) -> FinetuneArguments:
     return args
 
 
-def resumed_run_arguments(output_dir) -> dict:
-    """The run arguments stored by the checkpoint that `--resume` will continue (of the run in `output_dir`, or of its
-    first sub-run `<part>_seed<k>/` with one), {} when there is none. A run that derived its lr, EMA decay or warm-up
-    from `--max_steps` keeps them when resumed with a longer `--max_steps`: re-deriving them would change the EMA
-    (which no resume may change) and the lr mid-run."""
-    output_dir = Path(output_dir)
-    run_dirs = [output_dir] + (sorted(output_dir.glob("*_seed*")) if output_dir.is_dir() else [])
-    for run_dir in run_dirs:
-        if run_dir.is_dir() and (checkpoint := find_latest_checkpoint(run_dir)) is not None:
-            return load_trainer_state(checkpoint).get("run_arguments") or {}
-    return {}
-
-
 def scale_batch_to_data(args, parts: dict, world: int):
     """`args` with the unset `--per_device_train_batch_size` resolved: DEFAULT_BATCH_SIZE, or the training clips per
     process of the smallest part when they are fewer (printed; `short_run.batch_size_for`). A batch that was set and
@@ -393,92 +356,7 @@ def predict(model, rows, make_collator, batch_size, accelerator) -> tuple[np.nda
     return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
 
 
-def save_best_model(model, feature_extractor, directory: Path):
-    """`save_pretrained` into a temporary folder, then an atomic rename (a crash never leaves half a model); a full
-    disk is one line that names the space and the intact checkpoint, and the temporary folder is removed."""
-    needed = sum(p.numel() * p.element_size() for p in model.state_dict().values())
-
-    def intact():
-        checkpoint = find_latest_checkpoint(directory.parent)
-        if checkpoint is None:
-            return ("there is no checkpoint yet, so --resume starts the run again from step 0 (--save_steps keeps "
-                    "the progress of a long run)")
-        return f"the last complete checkpoint is {checkpoint}"
-
-    with refused_writes(directory, "the best model", needed, intact), replace_directory(directory) as tmp:
-        model.save_pretrained(tmp)
-        feature_extractor.save_pretrained(tmp)
-
-
-def write_card(output_dir: Path, model, feature_extractor, args, splits, results: dict, clip_seconds: float):
-    """The saved classifier's model card, generated from the model, the data and the scores this run measured."""
-    from aasp_hf.hub import write_model_card
-
-    if args.synthetic_per_class > 0:
-        data = f"synthetic clips of examples/demo.py's classes ({args.synthetic_per_class} train per class)"
-    else:
-        data = f"`{args.dataset}` from {args.data_root}"
-    sizes = ", ".join(f"{split} {len(splits[split])}" for split in SPLITS if split in splits)
-    metric = results["metric"]
-    training = {
-        "base model": f"{args.model_name_or_path} (pre-trained AaSP encoder; the head is new)",
-        "data": f"{data}; clips: {sizes}; {clip_seconds:g}-s crops, shorter clips padded with "
-                f"{'masked frames' if args.clip_padding == 'masked' else 'zeros'}",
-        "steps": f"{results['step']} ({args.warmup_steps} warm-up), batch {args.per_device_train_batch_size} × "
-                 f"{results['num_processes']} process(es) × {results['gradient_accumulation_steps']} accumulation "
-                 f"= {results['total_train_batch_size']}",
-        "optimiser": f"AdamW, peak lr {args.learning_rate:g}, layer decay {args.layer_decay:g}, weight decay "
-                     f"{args.weight_decay:g}",
-        "augmentation": f"mixup α {args.mixup_alpha:g}, SpecAugment {'on' if args.spec_augment else 'off'}",
-        "saved weights": f"{'EMA (decay ' + format(args.ema_decay, 'g') + ')' if args.ema_decay > 0 else 'trained'} "
-                         f"weights at step {results['best_step']} ({results['selection_rule']})",
-    }
-    write_model_card(output_dir, model, feature_extractor, {
-        "title": f"AaSP audio classifier ({model.config.num_labels} classes)",
-        "path": str(output_dir),
-        "training": training,
-        "evaluation_protocol": f"fine-tuning, {results['selection_rule']}: step {results['best_step']}",
-    }, {**({f"eval_{metric}": results["best_valid_score"]} if args.select_on == "validation" else {}),
-        f"test_{metric}": results["test_score"]})
-
-
 # ----------------------------------------------------------------------------------------------- resume
-def describe_resume_changes(changes, stored: dict, current: dict, step: int) -> str:
-    """What the allowed changes do from the resume step on: the lr schedule (a pure function of the step, now with
-    the new arguments), the data order, the optimiser, the model, the precision."""
-    kinds = {RUN_ARGUMENTS[name] for name, _, _ in changes}
-    lines = ["resuming with " + ", ".join(f"{name} {old!r} → {new!r}" for name, old, new in changes)]
-    if "lr" in kinds:
-        def lr(a):
-            return learning_rate(step, a["max_steps"], a["warmup_steps"], a["learning_rate"], a["min_learning_rate"])
-
-        lines.append(f"learning rate at step {step}: {lr(stored):.3g} → {lr(current):.3g} (× each layer's decay "
-                     f"scale {current['layer_decay']:g}^depth); from here on warm-up {current['warmup_steps']} then "
-                     f"cosine to {current['min_learning_rate']:g} at step {current['max_steps']}, as if the run had "
-                     "been planned with the new arguments")
-    if "data" in kinds:
-        lines.append(f"data: the batches from step {step} on follow the order, splits and augmentation the new "
-                     "arguments define, at the saved position (clips of the current epoch may repeat or be left out)")
-    if "optimiser" in kinds:
-        lines.append("optimiser: AdamW keeps its restored moments and takes the new weight decay, betas, ε and "
-                     "clipping norm from here on")
-    if "model" in kinds:
-        lines.append("model: the checkpoint's weights are loaded into the model the new arguments build")
-    if "precision" in kinds:
-        lines.append(f"precision: the steps from {step} on compute under {current['mixed_precision']!r} autocast")
-    return "\n".join(lines)
-
-
-def finished_summary(output_dir: Path, args, parts, seeds) -> dict | None:
-    """The results of a finished fine-tuning run in `output_dir` (every (part, seed) sub-run at --max_steps), for
-    `--resume` to leave as they are; None when there is training left or no results yet."""
-    summary = read_results(output_dir / "all_results.json", warn=lambda line: None)  # damaged: not finished
-    if summary is None or summary.get("max_steps", -1) < args.max_steps or "runs" not in summary:
-        return None
-    done = {(r["part"], r["seed"]) for r in summary["runs"] if r.get("finished")}
-    return summary if done == {(part, seed) for part in parts for seed in seeds} else None
-
-
 # ----------------------------------------------------------------------------------------------- one run
 def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[str], clip_seconds: float,
         selection_rule: str | None = None) -> dict:
@@ -567,14 +445,9 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         if state["num_processes"] != world:
             raise ValueError(f"{checkpoint} was written by {state['num_processes']} processes; exact resume needs "
                              f"the same number, got {world}")
-        fixed = {name for name, kind in RUN_ARGUMENTS.items() if kind == "fixed"}
-        if "fp16" in (state.get("run_arguments", {}).get("mixed_precision"), accelerator.mixed_precision):
-            fixed.add("mixed_precision")  # fp16 has a gradient scaler whose state only an fp16 checkpoint holds
-        changes = check_resume_arguments(checkpoint, state.get("run_arguments"), run_arguments,
-                                         args.resume_allow_changes, fixed)
-        if state["step"] > args.max_steps:
-            raise UsageError(f"--max_steps {args.max_steps} is below the step of {checkpoint} ({state['step']}): a "
-                             f"resumed run cannot go back; pass --max_steps {state['step']} or more")
+        changes = compare_run_arguments(checkpoint, state.get("run_arguments"), run_arguments,
+                                        args.resume_allow_changes, RUN_ARGUMENTS, accelerator.mixed_precision,
+                                        state["step"], args.max_steps)
         # the optimiser's hyper-parameters are the arguments' (load_state restores the checkpoint's with its moments)
         hyper = [{k: g[k] for k in ("weight_decay", "betas", "eps", "lr_scale") if k in g}
                  for g in optimizer.param_groups]
@@ -593,7 +466,8 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         if (note := thread_count_note(checkpoint, state, accelerator.device.type)) is not None:
             accelerator.print(note)
         if changes:
-            accelerator.print(describe_resume_changes(changes, state["run_arguments"], run_arguments, step))
+            accelerator.print(describe_resume_changes(changes, state["run_arguments"], run_arguments, step,
+                                                      finetuning=True))
         if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
             truncate_log(output_dir / "log_history.jsonl", step)
     elif args.resume:
@@ -651,12 +525,9 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
             data_vanishing = failed_share.check(accelerator)  # every process: saved below, then the run stops
         if step % args.logging_steps == 0 or step == stop_step or stopping:
             now = time.time()
-            logs = {"step": step, "loss": loss_sum / num_summed, "learning_rate": lr, "grad_norm": float(grad_norm),
+            logs = {"loss": loss_sum / num_summed, "learning_rate": lr, "grad_norm": float(grad_norm),
                     "steps_per_second": (step - step_of_log) / max(now - t_log, 1e-9)}
-            if accelerator.is_main_process:
-                output_dir.mkdir(parents=True, exist_ok=True)
-                with open(history_path, "a") as f:
-                    f.write(json.dumps(logs) + "\n")
+            write_logs(accelerator, history_path, step, logs)
             progress.set_postfix(loss=f"{logs['loss']:.4f}", lr=f"{lr:.2e}")
             loss_sum, num_summed, t_log, step_of_log = 0.0, 0, now, step
 
@@ -738,19 +609,8 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
 
         with refused_writes(output_dir, "the best model and results", needed, intact):  # a full disk: one line
             if step >= args.max_steps and (output_dir / "best_model").is_dir():
-                # the model's files whole or not at all: copied into a temporary folder (where a full disk stops the
-                # copy and the folder is removed), then renamed into place, which needs no space
-                export = output_dir / "export.tmp"
-                shutil.rmtree(export, ignore_errors=True)
-                try:
-                    export.mkdir()
-                    for item in sorted((output_dir / "best_model").iterdir()):  # copy2 raises the OSError itself
-                        shutil.copy2(item, export / item.name)
-                    for item in sorted(export.iterdir()):
-                        os.replace(item, output_dir / item.name)
-                finally:
-                    shutil.rmtree(export, ignore_errors=True)
-                write_card(output_dir, unwrapped, feature_extractor, args, splits, results, clip_seconds)
+                install_best_model(output_dir)  # the model's files whole or not at all
+                write_classifier_card(output_dir, unwrapped, feature_extractor, args, splits, results, clip_seconds)
             write_text_atomically(output_dir / "all_results.json",
                                   json.dumps({**results, "arguments": asdict(args)}, indent=2))
     accelerator.wait_for_everyone()
@@ -801,7 +661,7 @@ def finetune(args: FinetuneArguments) -> dict:
         for part, splits in parts.items():
             print(f"{part}: {describe_sources(splits, args.group_by)}")
 
-    if args.resume and (finished := finished_summary(output_dir, args, parts, seeds)) is not None:
+    if args.resume and (finished := finished_finetuning(output_dir, args, parts, seeds)) is not None:
         print(f"{output_dir} holds a finished run (step {finished['max_steps']} of --max_steps {args.max_steps}); "
               f"nothing was changed. Its results: {output_dir / 'all_results.json'}, {output_dir / 'results.md'}. To "
               "train on, raise --max_steps and pass --resume_allow_changes max_steps.")

@@ -12,8 +12,8 @@ Steps: 1. `--resume` finds the newest complete checkpoint, 2. model and data (a 
 official layout — AS-2M's train split leaves the eval segments out —, an audio folder, a fairseq manifest, any
 `datasets` dataset, or synthetic clips), 3. learning-health monitors, 4. optimiser and schedules (pure functions of the
 step), 5. `accelerator.prepare`, 6. exact `--resume` of the states, 7. training loop: 7a. the step
-(`aasp_hf.training.step.pretraining_step`: micro-batches, `apply_update`, EMA teacher), 7b. monitors, 7c. logging (TensorBoard + progress bar), 7d. crash-safe
-checkpoints, 8. export of the student encoder (and on request the teacher) for `AutoModel.from_pretrained`.
+(`aasp_hf.training.step.pretraining_step`: micro-batches, `apply_update`, EMA teacher), 7b. monitors, 7c. logging
+(TensorBoard + progress bar), 7d. crash-safe checkpoints, 8. export of the student encoder (and on request the teacher) for `AutoModel.from_pretrained`.
 
 Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of the dataset (seed + epoch); global
 micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W) of it, process r taking its r-th slice of B clips (W
@@ -61,19 +61,21 @@ from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
     check_random_states,
-    check_resume_arguments,
     checkpoint_to_resume,
     load_process_state,
     load_trainer_state,
     read_results,
     refused_writes,
     remove_artefacts,
-    replace_directory,
     thread_count_note,
     truncate_log,
     write_text_atomically,
 )
 from aasp_hf.training.failed_clips import DEFAULT_MAX_SHARE, FailedClipShare
+from aasp_hf.training.resume import PRETRAINING_RUN_ARGUMENTS as RUN_ARGUMENTS
+from aasp_hf.training.resume import compare_run_arguments, describe_resume_changes, finished_pretraining
+from aasp_hf.training.run_log import last_training_logs, write_logs
+from aasp_hf.training.saved_models import export_encoders, pretraining_summary
 from aasp_hf.training.run_lock import hold_run_folder
 from aasp_hf.data.cache import LogMelCache
 from aasp_hf.data.clips import (
@@ -91,37 +93,6 @@ from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
 
 # the data sources, of which a run reads one
 DATA_SOURCES = ("dataset", "train_dir", "train_manifest", "dataset_name", "synthetic_clips", "log_mel_cache")
-
-# What defines a pre-training run: every checkpoint stores these arguments (trainer_state.json, "run_arguments",
-# with the resolved model config as "model_config") and --resume refuses other values unless --resume_allow_changes
-# names them. The value says what a change touches from the resume step on (`describe_resume_changes`). The number
-# of processes is checked apart (`check_process_count`): a run may resume on another number when the clips of a
-# global micro-batch (per-device batch × processes) stay the same.
-RUN_ARGUMENTS = {
-    # the learning rate, a pure function of the step: linear warm-up, then cosine from the peak to the floor at
-    # max_steps (max_steps also ends the teacher-momentum cosine)
-    "max_steps": "schedules", "warmup_steps": "lr", "learning_rate": "lr", "min_learning_rate": "lr",
-    # the EMA teacher's momentum, a pure function of the step: cosine from base to final over max_steps
-    "teacher_momentum_base": "momentum", "teacher_momentum_final": "momentum",
-    # the data order: epoch e is a permutation seeded by seed + e, cut into global micro-batches of the per-device
-    # batch × processes; a step takes gradient_accumulation_steps of them (so the global batch is their product)
-    "seed": "data", "per_device_train_batch_size": "data", "gradient_accumulation_steps": "data",
-    # the clips: where they come from, and what the collator makes of each one (crop, the student's equaliser)
-    "dataset": "data", "data_root": "data", "train_dir": "data", "train_manifest": "data", "dataset_name": "data",
-    "dataset_config": "data", "dataset_split": "data", "audio_column": "data", "synthetic_clips": "data",
-    "synthetic_seconds": "data", "log_mel_cache": "data", "crop_seconds": "data", "student_eq_strength": "data",
-    "shuffle_buffer_size": "data",
-    # the update: AdamW's hyper-parameters (the restored optimiser state keeps its moments) and the clipping norm
-    "weight_decay": "optimiser", "adam_beta1": "optimiser", "adam_beta2": "optimiser", "adam_epsilon": "optimiser",
-    "max_grad_norm": "optimiser",
-    # the arithmetic: the autocast dtype, resolved (what `accelerate launch` gave when the flag is unset)
-    "mixed_precision": "precision",
-    # what the checkpoint's state must fit, so no flag allows a change: which parameters the optimiser holds and in
-    # which groups (a scale of 0 freezes the stem, another scale gives it groups of its own); the kind of data
-    # position saved (a stream's per-process position, or the step of a map-style dataset)
-    "patch_embedding_lr_scale": "fixed", "streaming": "fixed",
-}
-
 
 # ----------------------------------------------------------------------------------------------- arguments
 @dataclass
@@ -367,136 +338,12 @@ def collate_clips(collator: PretrainingCollator, examples, seeds) -> dict:
     return collator.collate_seeded(examples, seeds)
 
 
-def describe_resume_changes(changes, stored: dict, current: dict, step: int, streaming: bool) -> list[str]:
-    """What the allowed changes do from the resume step on, one line per part of the run (schedules, data,
-    optimiser, precision, model). The schedules stay pure functions of the step, now with the new arguments: a run
-    planned with them from the start would have the same values from here on, so a finished run extended with a
-    larger max_steps continues on the cosine of the longer run (its lr rises again to that curve)."""
-    names = [name for name, _, _ in changes]
-    kinds = {RUN_ARGUMENTS.get(name, "model") for name in names}
-    lines = ["resuming with " + ", ".join(f"{name} {old!r} → {new!r}" for name, old, new in changes)]
-    if kinds & {"schedules", "lr"}:
-        def lr(a):
-            return learning_rate(step, a["max_steps"], a["warmup_steps"], a["learning_rate"], a["min_learning_rate"])
-
-        lines.append(f"learning rate at step {step}: {lr(stored):.3g} → {lr(current):.3g}; from here on warm-up "
-                     f"{current['warmup_steps']} then cosine from {current['learning_rate']:g} to "
-                     f"{current['min_learning_rate']:g} at step {current['max_steps']}, as if the run had been "
-                     "planned with the new arguments")
-    if kinds & {"schedules", "momentum"}:
-        def m(a):
-            return teacher_momentum(step, a["max_steps"], a["teacher_momentum_base"], a["teacher_momentum_final"])
-
-        lines.append(f"teacher momentum at step {step}: {m(stored):.5f} → {m(current):.5f}; from here on cosine from "
-                     f"{current['teacher_momentum_base']:g} to {current['teacher_momentum_final']:g} at step "
-                     f"{current['max_steps']}")
-    if "data" in kinds:
-        lines.append("data: the stream goes on from its saved position; what it reads from here follows the new "
-                     "arguments" if streaming else
-                     f"data: from step {step} the batches are micro-batch "
-                     f"{step * current['gradient_accumulation_steps']} onwards of the order the new arguments define "
-                     "(clips of the current epoch may repeat or be left out); the collator's random stream goes on "
-                     "from its saved state")
-    if "optimiser" in kinds:
-        lines.append("optimiser: AdamW keeps its restored moments and takes the new weight decay, betas, ε and "
-                     "clipping norm from here on")
-    if "precision" in kinds:
-        lines.append(f"precision: the steps from {step} on compute under {current['mixed_precision']!r} autocast")
-    if "model" in kinds:
-        lines.append("model: built from the new config; the checkpoint's weights are loaded into it")
-    return lines
-
-
-def finished_results(output_dir: Path, checkpoint: Path, step: int, args) -> dict | None:
-    """The results of the run in `output_dir` when `--resume` has nothing to do: its checkpoint `step` is at
-    `--max_steps` (or `--stop_after_steps`) and the results and encoder of that step were written. None otherwise
-    (there is training left, or the run died between its last checkpoint and its export, which resuming redoes)."""
-    path = output_dir / "all_results.json"
-    stop = min(args.max_steps, args.stop_after_steps or args.max_steps)
-    if step < stop or not path.is_file() or not (output_dir / "encoder").is_dir():
-        return None
-    results = read_results(path, warn=lambda line: None)  # damaged: the run is not taken for finished
-    return results if results is not None and results.get("step") == step else None
-
-
-def last_training_logs(history_path: Path, step: int) -> dict:
-    """The last training record (loss parts, lr, ...) of log_history.jsonl at or before `step`, without its step; {}
-    when there is none. A resumed run that trains no step (its checkpoint is the last) reports these."""
-    if not history_path.is_file():
-        return {}
-    last = {}
-    for line in history_path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if record.get("step", step + 1) <= step and "train/loss" in record:
-            last = {k: v for k, v in record.items() if k != "step"}
-    return last
-
-
 def checksum(module: torch.nn.Module) -> str:
     digest = hashlib.sha256()
     for name, tensor in sorted(module.state_dict().items()):
         digest.update(name.encode())
         digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
-
-
-def export(model: AaspForPreTraining, feature_extractor, output_dir: Path, export_teacher: bool, training=None):
-    """`AutoModel.from_pretrained(output_dir / "encoder")` then loads the student encoder (after `import aasp_hf`,
-    or with `trust_remote_code=True`); each exported folder gets a model card (README.md) generated from the model
-    and `training` (what `training_summary` says about the run)."""
-    from aasp_hf.hub import write_model_card
-
-    encoders = {"encoder": (model.aasp, "student")}
-    if export_teacher:
-        encoders["teacher_encoder"] = (model.teacher, "EMA teacher")
-    for folder, (encoder, which) in encoders.items():
-        with replace_directory(output_dir / folder) as written:  # whole or not at all: a new folder, then os.replace
-            encoder.save_pretrained(written)
-            feature_extractor.save_pretrained(written)
-            write_model_card(written, encoder, feature_extractor, {
-                "title": f"AaSP encoder ({which}, {encoder.config.num_hidden_layers} layers, hidden "
-                         f"{encoder.config.hidden_size})",
-                "path": str(output_dir / folder),
-                "training": {"encoder": f"the {which} of self-supervised AaSP pre-training (examples/pretrain.py)",
-                             **(training or {})},
-                "evaluation": "No downstream evaluation was run on this export (see examples/finetune.py and "
-                              "examples/linear_eval.py).",
-            })
-
-
-def training_summary(data_args, args, results: dict) -> dict:
-    """What the model card says about a pre-training run: data, steps, batch, optimiser, final losses."""
-    if data_args.synthetic_clips > 0:
-        data = (f"{data_args.synthetic_clips} synthetic clips of {data_args.synthetic_seconds:g} s "
-                f"(examples/demo.py's five classes; labels unused)")
-    elif data_args.log_mel_cache:
-        data = f"the log-mel cache {data_args.log_mel_cache}"
-    elif data_args.dataset:
-        data = f"`{data_args.dataset}` ({data_args.dataset_split} split) from {data_args.data_root}"
-    elif data_args.train_dir:
-        data = f"the audio files of {data_args.train_dir}"
-    elif data_args.train_manifest:
-        data = f"the clips of the fairseq manifest {data_args.train_manifest}"
-    else:
-        data = f"the `{data_args.dataset_name}` dataset ({data_args.dataset_split} split)"
-    summary = {
-        "data": data + (f", {results['num_clips']} clips" if results.get("num_clips") else "")
-        + f", random {data_args.crop_seconds:g}-s crops",
-        "steps": f"{results['step']} of {args.max_steps} ({args.warmup_steps} warm-up)",
-        "batch": f"{args.per_device_train_batch_size} × {results['num_processes']} process(es) × "
-                 f"{args.gradient_accumulation_steps} accumulation",
-        "optimiser": f"AdamW, peak lr {args.learning_rate:g}, weight decay {args.weight_decay:g}, teacher momentum "
-                     f"{args.teacher_momentum_base:g} → {args.teacher_momentum_final:g}",
-    }
-    if "loss" in results:
-        summary["final pre-training loss"] = (f"{results['loss']:.4f} (masked prediction "
-                                              f"{results.get('masked_prediction_loss', float('nan')):.4f}, clip "
-                                              f"{results.get('clip_loss', float('nan')):.4f}, contrastive "
-                                              f"{results.get('contrastive_loss', float('nan')):.4f})")
-    return summary
 
 
 # ----------------------------------------------------------------------------------------------- monitors (steps 3, 7b)
@@ -531,15 +378,6 @@ def probe_logs(probe: FrozenFeatureProbe, model: AaspForPreTraining, encoders, a
         scores = probe(model.aasp if name == "student" else model.teacher, autocast)
         logs.update({f"probe/{name}_{key}": value for key, value in scores.items()})
     return {**logs, "probe/seconds": time.time() - started}
-
-
-def write_logs(accelerator, history_path: Path, step: int, logs: dict):
-    """TensorBoard (accelerate's trackers) and one line of log_history.jsonl (main process)."""
-    accelerator.log(logs, step=step)
-    if accelerator.is_main_process:
-        history_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(history_path, "a") as f:
-            f.write(json.dumps({"step": step, **logs}) + "\n")
 
 
 # ----------------------------------------------------------------------------------------------- main
@@ -577,7 +415,7 @@ def train(data_args, model_args, args) -> dict:
     trainer_state = load_trainer_state(checkpoint) if checkpoint is not None else {}
     previous_results = None
     if checkpoint is not None:
-        finished = finished_results(output_dir, checkpoint, trainer_state["step"], args)
+        finished = finished_pretraining(output_dir, checkpoint, trainer_state["step"], args)
         if finished is not None:
             done = trainer_state["step"]
             if done >= args.max_steps:
@@ -614,17 +452,9 @@ def train(data_args, model_args, args) -> dict:
             accelerator.print(f"resuming {trainer_state['num_processes']} process(es) × "
                               f"{stored['per_device_train_batch_size']} clips on {world} × "
                               f"{args.per_device_train_batch_size}")
-        fixed = {name for name, kind in RUN_ARGUMENTS.items() if kind == "fixed"}
-        if "fp16" in ((stored or {}).get("mixed_precision"), accelerator.mixed_precision):
-            fixed.add("mixed_precision")  # fp16 has a gradient scaler whose state only an fp16 checkpoint holds
-        resume_changes = check_resume_arguments(checkpoint, stored, compared, args.resume_allow_changes, fixed)
-        if stored is None:
-            accelerator.print(f"warning: {checkpoint} predates stored run arguments; the command's arguments are "
-                              "taken as the run's without comparison")
-        if trainer_state["step"] > args.max_steps:
-            raise UsageError(f"--max_steps {args.max_steps} is below the step of {checkpoint} "
-                             f"({trainer_state['step']}): a resumed run cannot go back; pass --max_steps "
-                             f"{trainer_state['step']} or more")
+        resume_changes = compare_run_arguments(checkpoint, stored, compared, args.resume_allow_changes,
+                                               RUN_ARGUMENTS, accelerator.mixed_precision, trainer_state["step"],
+                                               args.max_steps, warn=accelerator.print)
     if accelerator.is_main_process:  # every field of the model this run trains, beside its checkpoints
         output_dir.mkdir(parents=True, exist_ok=True)
         config.to_json_file(output_dir / "resolved_config.json")
@@ -733,8 +563,8 @@ def train(data_args, model_args, args) -> dict:
             if (note := thread_count_note(checkpoint, trainer_state, accelerator.device.type)) is not None:
                 accelerator.print(note)
             if resume_changes:
-                accelerator.print("\n".join(describe_resume_changes(resume_changes, trainer_state["run_arguments"],
-                                                                    current_arguments, start_step, stream is not None)))
+                accelerator.print(describe_resume_changes(resume_changes, trainer_state["run_arguments"],
+                                                          current_arguments, start_step, streaming=stream is not None))
             if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
                 truncate_log(output_dir / "log_history.jsonl", start_step)
             last_logs = last_training_logs(output_dir / "log_history.jsonl", start_step)
@@ -868,11 +698,7 @@ def train(data_args, model_args, args) -> dict:
                 "train/nonfinite_steps": nonfinite_steps,
                 **health,
             }
-            accelerator.log(logs, step=step)
-            if accelerator.is_main_process:
-                output_dir.mkdir(parents=True, exist_ok=True)
-                with open(history_path, "a") as f:
-                    f.write(json.dumps({"step": step, **logs}) + "\n")
+            write_logs(accelerator, history_path, step, logs)
             progress.set_postfix(loss=f"{means['loss']:.4f}", lr=f"{lr:.2e}")
             sums, num_summed, t_log, step_of_last_log, last_logs = {}, 0, now, step, logs
         elif health:  # a monitor step that is not a logging step: a line of its own
@@ -888,7 +714,7 @@ def train(data_args, model_args, args) -> dict:
                                                    **({"stream": dict(stream.position)} if stream is not None else {})},
                                     save_total_limit=args.save_total_limit)
             if args.export_with_checkpoints and accelerator.is_main_process:
-                export(unwrapped, feature_extractor, output_dir / f"checkpoint-{step}", args.export_teacher)
+                export_encoders(unwrapped, feature_extractor, output_dir / f"checkpoint-{step}", args.export_teacher)
             if data_vanishing is not None:
                 raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved {output_dir / f'checkpoint-{step}'}"
                                  f"; each failed file and why: {failure_log.path}. Restore the data, then run the "
@@ -945,8 +771,8 @@ def train(data_args, model_args, args) -> dict:
             return f"{find_latest_checkpoint(output_dir)} is intact and --resume exports from it"
 
         with refused_writes(output_dir, "the encoder and results", needed, intact):  # a full disk: one line
-            export(unwrapped, feature_extractor, output_dir, args.export_teacher,
-                   training_summary(data_args, args, results))
+            export_encoders(unwrapped, feature_extractor, output_dir, args.export_teacher,
+                   pretraining_summary(data_args, args, results))
             write_text_atomically(output_dir / "all_results.json", json.dumps(results, indent=2))
         print(f"saved the pre-trained encoder to {output_dir / 'encoder'}; load it with\n"
               f"  AutoModel.from_pretrained({str(output_dir / 'encoder')!r}, trust_remote_code=True)")

@@ -1,0 +1,30 @@
+"""A run's log: log_history.jsonl (one JSON line per record, beside TensorBoard's events through accelerate's
+trackers), written by the main process only, and what a resumed run reads back from it."""
+
+import json
+from pathlib import Path
+
+
+def last_training_logs(history_path: Path, step: int) -> dict:
+    """The last training record (loss parts, lr, ...) of log_history.jsonl at or before `step`, without its step; {}
+    when there is none. A resumed run that trains no step (its checkpoint is the last) reports these."""
+    if not history_path.is_file():
+        return {}
+    last = {}
+    for line in history_path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("step", step + 1) <= step and "train/loss" in record:
+            last = {k: v for k, v in record.items() if k != "step"}
+    return last
+
+
+def write_logs(accelerator, history_path: Path, step: int, logs: dict):
+    """TensorBoard (accelerate's trackers) and one line of log_history.jsonl (main process)."""
+    accelerator.log(logs, step=step)
+    if accelerator.is_main_process:
+        history_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(history_path, "a") as f:
+            f.write(json.dumps({"step": step, **logs}) + "\n")
