@@ -94,7 +94,7 @@ from aasp_hf.training.data_order import micro_batches
 from aasp_hf.training.failed_clips import FailedClipShare
 from aasp_hf.training.resume import FINETUNING_RUN_ARGUMENTS as RUN_ARGUMENTS
 from aasp_hf.training.resume import (
-    compare_run_arguments, describe_resume_changes, finished_finetuning, resumed_run_arguments,
+    compare_run_arguments, describe_resume_changes, finished_finetuning, load_training_state, resumed_run_arguments,
 )
 from aasp_hf.training.run_log import write_logs
 from aasp_hf.training.saved_models import install_best_model, save_best_model, write_classifier_card
@@ -344,12 +344,7 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         changes = compare_run_arguments(checkpoint, state.get("run_arguments"), run_arguments,
                                         args.resume_allow_changes, RUN_ARGUMENTS, accelerator.mixed_precision,
                                         state["step"], args.max_steps)
-        # the optimiser's hyper-parameters are the arguments' (load_state restores the checkpoint's with its moments)
-        hyper = [{k: g[k] for k in ("weight_decay", "betas", "eps", "lr_scale") if k in g}
-                 for g in optimizer.param_groups]
-        accelerator.load_state(str(checkpoint))
-        for group, values in zip(optimizer.param_groups, hyper):
-            group.update(values)
+        load_training_state(accelerator, optimizer, checkpoint)  # the optimiser's hyper-parameters: the arguments'
         mine = load_process_state(checkpoint, rank)
         collator.rng.bit_generator.state = mine["collator_rng"]
         augment_rng.bit_generator.state = mine["augment_rng"]

@@ -38,7 +38,7 @@ import hashlib
 import itertools
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
@@ -74,7 +74,9 @@ from aasp_hf.training.checkpointing import (
 )
 from aasp_hf.training.failed_clips import FailedClipShare
 from aasp_hf.training.resume import PRETRAINING_RUN_ARGUMENTS as RUN_ARGUMENTS
-from aasp_hf.training.resume import compare_run_arguments, describe_resume_changes, finished_pretraining
+from aasp_hf.training.resume import (
+    compare_run_arguments, describe_resume_changes, finished_pretraining, load_training_state,
+)
 from aasp_hf.training.run_log import last_training_logs, write_logs
 from aasp_hf.training.saved_models import export_encoders, pretraining_summary
 from aasp_hf.training.run_lock import hold_run_folder
@@ -249,6 +251,39 @@ def probe_logs(probe: FrozenFeatureProbe, model: AaspForPreTraining, encoders, a
     return {**logs, "probe/seconds": time.time() - started}
 
 
+@dataclass
+class Monitors:
+    """3. The learning-health monitors (aasp_hf.training.monitors), on the main process only: the fixed batch whose
+    (α, β) are summarised every `monitor_steps` and the frozen-feature probe every `probe_steps` (None elsewhere,
+    and when off)."""
+
+    monitor_steps: int
+    probe_steps: int
+    probe_encoders: list
+    inputs: torch.Tensor | None = None
+    probe: FrozenFeatureProbe | None = None
+
+    @classmethod
+    def build(cls, accelerator, data_args, args, dataset, stream, config, feature_extractor) -> "Monitors":
+        monitor_steps = args.logging_steps if args.monitor_steps is None else args.monitor_steps
+        probe_steps = args.save_steps if args.probe_steps is None else args.probe_steps
+        probe_encoders = [name.strip() for name in args.probe_encoders.split(",") if name.strip()]
+        if monitor_steps < 0 or probe_steps <= 0 or not set(probe_encoders) <= {"student", "teacher"}:
+            raise ValueError(f"need --monitor_steps >= 0, --probe_steps > 0 and --probe_encoders among "
+                             f"student,teacher; got {monitor_steps}, {probe_steps}, {args.probe_encoders!r}")
+        monitors = cls(monitor_steps, probe_steps, probe_encoders)
+        if accelerator.is_main_process and monitor_steps > 0:
+            monitors.inputs = monitor_batch(dataset, stream, data_args, config, feature_extractor, args.seed,
+                                            args.monitor_clips).to(accelerator.device)
+        if accelerator.is_main_process and args.probe_dataset is not None:
+            monitors.probe = FrozenFeatureProbe(args.probe_dataset, feature_extractor, config.num_frames,
+                                                args.probe_max_clips, args.probe_k, args.probe_ridge)
+        return monitors
+
+    def probe_logs(self, model, accelerator) -> dict:
+        return probe_logs(self.probe, model, self.probe_encoders, accelerator.autocast)
+
+
 # ----------------------------------------------------------------------------------------------- main
 def main(argv=None) -> dict:
     data_args, model_args, args = parse_args(argv)
@@ -276,7 +311,6 @@ def train(data_args, model_args, args) -> dict:
     accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=trackers, project_dir=str(output_dir),
                               kwargs_handlers=ddp)
     check_launch(accelerator.num_processes, "pretrain.py")  # a launcher's processes that did not join: one line
-    rank, world = accelerator.process_index, accelerator.num_processes
 
     # 1. --resume: the newest complete checkpoint (a damaged one is named and passed over). A run with nothing left
     #    to train whose results and encoder were written is left exactly as it is.
@@ -286,16 +320,7 @@ def train(data_args, model_args, args) -> dict:
     if checkpoint is not None:
         finished = finished_pretraining(output_dir, checkpoint, trainer_state["step"], args)
         if finished is not None:
-            done = trainer_state["step"]
-            if done >= args.max_steps:
-                why, more = f"finished (step {done} of --max_steps {args.max_steps})", (
-                    "raise --max_steps and pass --resume_allow_changes max_steps")
-            else:
-                why = f"at --stop_after_steps {done} (of --max_steps {args.max_steps})"
-                more = "raise --stop_after_steps"
-            accelerator.print(f"{output_dir} holds a run already {why}; nothing was changed. Its results: "
-                              f"{output_dir / 'all_results.json'}, its encoder: {output_dir / 'encoder'}. To train "
-                              f"on, {more}.")
+            say_finished(accelerator, output_dir, trainer_state["step"], args)
             accelerator.end_training()
             return finished
         # an earlier segment's results: kept where not replaced (a damaged file is named and left out)
@@ -312,24 +337,124 @@ def train(data_args, model_args, args) -> dict:
     config = model.config
     accelerator.print(describe_model(config, model, output_dir / "resolved_config.json"))
     current_arguments = run_arguments(data_args, args, config, accelerator.mixed_precision)
-    resume_changes = []
-    if checkpoint is not None:
-        stored = trainer_state.get("run_arguments")
-        compared = check_process_count(checkpoint, trainer_state.get("num_processes", world), world, stored,
-                                       current_arguments, args.resume_allow_changes, config)
-        if trainer_state.get("num_processes", world) != world:
-            accelerator.print(f"resuming {trainer_state['num_processes']} process(es) × "
-                              f"{stored['per_device_train_batch_size']} clips on {world} × "
-                              f"{args.per_device_train_batch_size}")
-        resume_changes = compare_run_arguments(checkpoint, stored, compared, args.resume_allow_changes,
-                                               RUN_ARGUMENTS, accelerator.mixed_precision, trainer_state["step"],
-                                               args.max_steps, warn=accelerator.print)
+    resume_changes = [] if checkpoint is None else compare_with_checkpoint(
+        accelerator, checkpoint, trainer_state, current_arguments, args, config)
     if accelerator.is_main_process:  # every field of the model this run trains, beside its checkpoints
         output_dir.mkdir(parents=True, exist_ok=True)
         config.to_json_file(output_dir / "resolved_config.json")
     # No max_frames: the exported extractor must featurise whole clips (the model interpolates its positions); the
     # pre-training crop to config.num_frames is the collator's (crop_seconds, max_frames=num_frames).
     feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins)
+    dataset, stream = load_dataset(accelerator, data_args, args, feature_extractor)
+    set_seed(args.seed, device_specific=True)  # from here on (dropout, drop path) each process has its own stream
+    if args.gradient_checkpointing:  # transformers >= 5 renamed it
+        getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    collator = PretrainingCollator(
+        feature_extractor,
+        config,
+        crop_seconds=data_args.crop_seconds,
+        generator=torch.Generator().manual_seed(args.seed * 1_000 + 1 + accelerator.process_index),  # per process
+        device=accelerator.device if data_args.features_on_device else None,
+        student_eq_strength=data_args.student_eq_strength,
+    )
+    # 3. Learning-health monitors (aasp_hf.training.monitors), on the main process only: no gradients, eval mode, no
+    #    draws from any random stream, so they do not change what the run trains.
+    monitors = Monitors.build(accelerator, data_args, args, dataset, stream, config, feature_extractor)
+
+    # 4. Optimiser, 5. distribute (accelerate: DDP/FSDP, devices, mixed precision; --torch_compile)
+    model, optimizer, update_teacher = distribute(accelerator, model, build_optimizer(model, args), args)
+    unwrapped = accelerator.unwrap_model(model)
+
+    # 6. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
+    start_step, nonfinite_steps, last_logs = 0, 0, {}
+    if args.resume:
+        start_step, nonfinite_steps, last_logs = resume_states(
+            accelerator, optimizer, collator, stream, checkpoint, trainer_state, args, resume_changes,
+            current_arguments)
+    if trackers is not None:
+        hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v)
+                   for k, v in {**asdict(data_args), **asdict(args)}.items()}
+        accelerator.init_trackers("tensorboard", config=hparams)
+    if monitors.probe is not None and start_step == 0:  # the random-initialisation reference
+        write_logs(accelerator, output_dir / "log_history.jsonl", 0, monitors.probe_logs(unwrapped, accelerator))
+
+    # 7. Training loop, 8. export and results.
+    batches = micro_batch_source(accelerator, data_args, args, dataset, stream, feature_extractor, config, start_step)
+    loop = TrainingLoop(accelerator, model, optimizer, update_teacher, collator, batches, monitors, args, config,
+                        feature_extractor, stream, start_step, nonfinite_steps, last_logs, current_arguments)
+    _, elapsed = loop.run()
+    return write_results(loop, data_args, args, dataset, elapsed, previous_results)
+
+
+def build_optimizer(model: AaspForPreTraining, args) -> torch.optim.AdamW:
+    """4. AdamW without decay on biases, norms, CLS and positions; the teacher is frozen and not in it. lr and
+    momentum are pure functions of the step (set by hand each step; no scheduler object). --patch_embedding_lr_scale:
+    0 freezes the stem (student and teacher then share it for the whole run), another value gives the stem's
+    parameters groups of their own with that lr scale."""
+    if args.patch_embedding_lr_scale == 0:
+        model.aasp.embeddings.requires_grad_(False)
+    lr_scales = {} if args.patch_embedding_lr_scale in (0, 1) else {"aasp.embeddings.": args.patch_embedding_lr_scale}
+    return torch.optim.AdamW(
+        param_groups(model, args.weight_decay, lr_scales),
+        lr=learning_rate(0, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate),
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+        fused=True,  # one kernel per device and dtype; it skips a non-finite step on the device (training.step)
+    )
+
+
+def distribute(accelerator, model, optimizer, args):
+    """5. (model, optimizer, update_teacher) prepared: DDP/FSDP, device placement and mixed-precision autocast come
+    from accelerate. --torch_compile compiles what the step runs (aasp_hf.training.step): the forward — student on
+    the masked views, EMA teacher on the clip, predictor, the three losses — as one graph (fullgraph: a graph break
+    is an error) whose backward AOTAutograd compiles with it, and the EMA update as a second graph. Between them stay
+    autograd's engine, the gradient clipping (foreach kernels; accelerate unscales fp16 and handles FSDP there) and
+    fused AdamW, which PyTorch excludes from compilation because it already is a single fused kernel. The model is
+    compiled in place, inside its DDP wrapper: DDP's own forward (its bookkeeping, which dynamo cannot trace in one
+    graph) stays eager and calls the compiled model, whose graph dynamo then splits at DDP's gradient-bucket
+    boundaries so that each bucket's all-reduce starts while the backward goes on."""
+    model, optimizer = accelerator.prepare(model, optimizer)
+    unwrapped = accelerator.unwrap_model(model)
+    # the EMA teacher's update: θ_teacher ← m·θ_teacher + (1 − m)·θ_student, called right after each optimiser step
+    ema_update = torch.compile(update_teacher_, fullgraph=True) if args.torch_compile else update_teacher_
+    update_teacher = partial(ema_update, unwrapped.teacher, unwrapped.aasp)
+    if args.torch_compile:
+        unwrapped.compile(fullgraph=True)
+    return model, optimizer, update_teacher
+
+
+def say_finished(accelerator, output_dir: Path, done: int, args):
+    """The line for a --resume of a run with nothing left to train: where its results are, how to train on."""
+    if done >= args.max_steps:
+        why, more = f"finished (step {done} of --max_steps {args.max_steps})", (
+            "raise --max_steps and pass --resume_allow_changes max_steps")
+    else:
+        why = f"at --stop_after_steps {done} (of --max_steps {args.max_steps})"
+        more = "raise --stop_after_steps"
+    accelerator.print(f"{output_dir} holds a run already {why}; nothing was changed. Its results: "
+                      f"{output_dir / 'all_results.json'}, its encoder: {output_dir / 'encoder'}. To train "
+                      f"on, {more}.")
+
+
+def compare_with_checkpoint(accelerator, checkpoint, trainer_state: dict, current_arguments: dict, args,
+                            config: AaspConfig) -> list:
+    """The allowed changes of the run arguments against `checkpoint`'s (the process count checked apart)."""
+    world = accelerator.num_processes
+    stored = trainer_state.get("run_arguments")
+    compared = check_process_count(checkpoint, trainer_state.get("num_processes", world), world, stored,
+                                   current_arguments, args.resume_allow_changes, config)
+    if trainer_state.get("num_processes", world) != world:
+        accelerator.print(f"resuming {trainer_state['num_processes']} process(es) × "
+                          f"{stored['per_device_train_batch_size']} clips on {world} × "
+                          f"{args.per_device_train_batch_size}")
+    return compare_run_arguments(checkpoint, stored, compared, args.resume_allow_changes, RUN_ARGUMENTS,
+                                 accelerator.mixed_precision, trainer_state["step"], args.max_steps,
+                                 warn=accelerator.print)
+
+
+def load_dataset(accelerator, data_args, args, feature_extractor):
+    """(dataset, stream): the clips of the data source (a stream: each process its shard; stream is None else)."""
+    world, rank = accelerator.num_processes, accelerator.process_index
     if data_args.log_mel_cache is not None:
         if data_args.streaming:
             raise ValueError("--streaming reads audio; a --log_mel_cache is read as a map-style dataset")
@@ -339,283 +464,265 @@ def train(data_args, model_args, args) -> dict:
     stream = dataset if isinstance(dataset, AudioStream) else None
     described = "a stream" if stream is not None else f"{len(dataset)} clips"
     accelerator.print(f"{described}, {world} process(es)")
-    set_seed(args.seed, device_specific=True)  # from here on (dropout, drop path) each process has its own stream
-    if args.gradient_checkpointing:  # transformers >= 5 renamed it
-        getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
-    collator = PretrainingCollator(
-        feature_extractor,
-        config,
-        crop_seconds=data_args.crop_seconds,
-        generator=torch.Generator().manual_seed(args.seed * 1_000 + 1 + rank),  # its own stream per process
-        device=accelerator.device if data_args.features_on_device else None,
-        student_eq_strength=data_args.student_eq_strength,
-    )
-    # 3. Learning-health monitors (aasp_hf.training.monitors), on the main process only: no gradients, eval mode, no
-    #    draws from any random stream, so they do not change what the run trains.
-    monitor_steps = args.logging_steps if args.monitor_steps is None else args.monitor_steps
-    probe_steps = args.save_steps if args.probe_steps is None else args.probe_steps
-    probe_encoders = [name.strip() for name in args.probe_encoders.split(",") if name.strip()]
-    if monitor_steps < 0 or probe_steps <= 0 or not set(probe_encoders) <= {"student", "teacher"}:
-        raise ValueError(f"need --monitor_steps >= 0, --probe_steps > 0 and --probe_encoders among student,teacher; "
-                         f"got {monitor_steps}, {probe_steps}, {args.probe_encoders!r}")
-    monitor_inputs = probe = None
-    if accelerator.is_main_process and monitor_steps > 0:
-        monitor_inputs = monitor_batch(dataset, stream, data_args, config, feature_extractor, args.seed,
-                                       args.monitor_clips).to(accelerator.device)
-    if accelerator.is_main_process and args.probe_dataset is not None:
-        probe = FrozenFeatureProbe(args.probe_dataset, feature_extractor, config.num_frames, args.probe_max_clips,
-                                   args.probe_k, args.probe_ridge)
+    return dataset, stream
 
-    # 4. Optimiser: AdamW without decay on biases, norms, CLS and positions; the teacher is frozen and not in it.
-    #    lr and momentum are pure functions of the step (set by hand each step; no scheduler object).
-    #    --patch_embedding_lr_scale: 0 freezes the stem (student and teacher then share it for the whole run),
-    #    another value gives the stem's parameters groups of their own with that lr scale.
-    if args.patch_embedding_lr_scale == 0:
-        model.aasp.embeddings.requires_grad_(False)
-    lr_scales = {} if args.patch_embedding_lr_scale in (0, 1) else {"aasp.embeddings.": args.patch_embedding_lr_scale}
-    optimizer = torch.optim.AdamW(
-        param_groups(model, args.weight_decay, lr_scales),
-        lr=learning_rate(0, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate),
-        betas=(args.adam_beta1, args.adam_beta2),
-        eps=args.adam_epsilon,
-        fused=True,  # one kernel per device and dtype; it skips a non-finite step on the device (training.step)
-    )
 
-    # 5. Distribute: DDP/FSDP, device placement and mixed-precision autocast come from accelerate.
-    #    --torch_compile compiles what the step runs (aasp_hf.training.step): the forward — student on the masked
-    #    views, EMA teacher on the clip, predictor, the three losses — as one graph (fullgraph: a graph break is an
-    #    error) whose backward AOTAutograd compiles with it, and the EMA update as a second graph. Between them stay
-    #    autograd's engine, the gradient clipping (foreach kernels; accelerate unscales fp16 and handles FSDP there)
-    #    and fused AdamW, which PyTorch excludes from compilation because it already is a single fused kernel.
-    #    The model is compiled in place, inside its DDP wrapper: DDP's own forward (its bookkeeping, which dynamo
-    #    cannot trace in one graph) stays eager and calls the compiled model, whose graph dynamo then splits at DDP's
-    #    gradient-bucket boundaries so that each bucket's all-reduce starts while the backward goes on.
-    model, optimizer = accelerator.prepare(model, optimizer)
-    unwrapped = accelerator.unwrap_model(model)
-    # the EMA teacher's update: θ_teacher ← m·θ_teacher + (1 − m)·θ_student, called right after each optimiser step
-    ema_update = torch.compile(update_teacher_, fullgraph=True) if args.torch_compile else update_teacher_
-    update_teacher = partial(ema_update, unwrapped.teacher, unwrapped.aasp)
-    if args.torch_compile:
-        unwrapped.compile(fullgraph=True)
+def resume_states(accelerator, optimizer, collator, stream, checkpoint, trainer_state: dict, args, resume_changes,
+                  current_arguments) -> tuple[int, int, dict]:
+    """--resume: the states of `checkpoint` loaded (model, optimiser, RNG, the collator's generator, the stream's
+    position); returns (start step, non-finite steps so far, the last logged training record)."""
+    output_dir, rank, world = Path(args.output_dir), accelerator.process_index, accelerator.num_processes
+    if checkpoint is None:
+        accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
+        if accelerator.is_main_process:  # a run killed before its first checkpoint logged steps no weights keep
+            truncate_log(output_dir / "log_history.jsonl", 0)
+        return 0, 0, {}
+    same_world = trainer_state.get("num_processes", world) == world
+    if same_world:  # load_state would skip an unreadable RNG file silently
+        check_random_states(checkpoint, rank)
+    load_training_state(accelerator, optimizer, checkpoint)
+    if not same_world:  # the saved per-process states do not map to these processes (check_process_count)
+        set_seed(args.seed + trainer_state["step"], device_specific=True)
+    process_state = (load_process_state(checkpoint, rank) if same_world else None) or {}
+    if "collator" in process_state:  # kept in checkpoints; every clip now draws from its own seed
+        collator.load_state_dict(process_state["collator"])
+    if stream is not None:
+        if "stream" not in process_state:
+            raise ValueError(f"{checkpoint} was not written by a --streaming run: resume it without "
+                             "--streaming, or start a streaming run afresh")
+        stream.position = dict(process_state["stream"])
+    start_step = trainer_state["step"]
+    accelerator.print(f"resumed from {checkpoint} at step {start_step}")
+    if (note := thread_count_note(checkpoint, trainer_state, accelerator.device.type)) is not None:
+        accelerator.print(note)
+    if resume_changes:
+        accelerator.print(describe_resume_changes(resume_changes, trainer_state["run_arguments"],
+                                                  current_arguments, start_step, streaming=stream is not None))
+    if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
+        truncate_log(output_dir / "log_history.jsonl", start_step)
+    last_logs = last_training_logs(output_dir / "log_history.jsonl", start_step)
+    return start_step, trainer_state.get("nonfinite_steps", 0), last_logs
 
-    # 6. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
-    start_step, nonfinite_steps, last_logs = 0, 0, {}
-    if args.resume:
-        if checkpoint is None:
-            accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
-            if accelerator.is_main_process:  # a run killed before its first checkpoint logged steps no weights keep
-                truncate_log(output_dir / "log_history.jsonl", 0)
-        else:
-            same_world = trainer_state.get("num_processes", world) == world
-            if same_world:  # load_state would skip an unreadable RNG file silently
-                check_random_states(checkpoint, rank)
-            # the optimiser's hyper-parameters are the arguments' (load_state restores the checkpoint's with its
-            # moments; an allowed change of weight decay, betas or ε takes effect here)
-            hyper = [{k: g[k] for k in ("weight_decay", "betas", "eps", "lr_scale") if k in g}
-                     for g in optimizer.param_groups]
-            accelerator.load_state(str(checkpoint))
-            for group, values in zip(optimizer.param_groups, hyper):
-                group.update(values)
-            if not same_world:  # the saved per-process states do not map to these processes (check_process_count)
-                set_seed(args.seed + trainer_state["step"], device_specific=True)
-            process_state = (load_process_state(checkpoint, rank) if same_world else None) or {}
-            if "collator" in process_state:  # kept in checkpoints; every clip now draws from its own seed
-                collator.load_state_dict(process_state["collator"])
-            if stream is not None:
-                if "stream" not in process_state:
-                    raise ValueError(f"{checkpoint} was not written by a --streaming run: resume it without "
-                                     "--streaming, or start a streaming run afresh")
-                stream.position = dict(process_state["stream"])
-            start_step = trainer_state["step"]
-            nonfinite_steps = trainer_state.get("nonfinite_steps", 0)
-            accelerator.print(f"resumed from {checkpoint} at step {start_step}")
-            if (note := thread_count_note(checkpoint, trainer_state, accelerator.device.type)) is not None:
-                accelerator.print(note)
-            if resume_changes:
-                accelerator.print(describe_resume_changes(resume_changes, trainer_state["run_arguments"],
-                                                          current_arguments, start_step, streaming=stream is not None))
-            if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
-                truncate_log(output_dir / "log_history.jsonl", start_step)
-            last_logs = last_training_logs(output_dir / "log_history.jsonl", start_step)
-    if trackers is not None:
-        hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v)
-                   for k, v in {**asdict(data_args), **asdict(args)}.items()}
-        accelerator.init_trackers("tensorboard", config=hparams)
-    if probe is not None and start_step == 0:  # the random-initialisation reference
-        write_logs(accelerator, output_dir / "log_history.jsonl", 0,
-                   probe_logs(probe, accelerator.unwrap_model(model), probe_encoders, accelerator.autocast))
 
-    # 7. Training loop.
-    accum = args.gradient_accumulation_steps
-    stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
-    # The loader workers make whole micro-batches: read, decode, replace failed clips, crop, log-mel, masks, queries
-    # and equaliser, each clip from its own seed (with --features_on_device all but the log-mel, which `finish` below
-    # computes on the accelerator). The training process receives them pinned (on CUDA) and in order.
+def micro_batch_source(accelerator, data_args, args, dataset, stream, feature_extractor, config, start_step: int):
+    """The micro-batches from `start_step` on. The loader workers make whole micro-batches: read, decode, replace
+    failed clips, crop, log-mel, masks, queries and equaliser, each clip from its own seed (with
+    --features_on_device all but the log-mel, which the training collator's `finish` computes on the accelerator).
+    The training process receives them pinned (on CUDA) and in order."""
+    world, rank = accelerator.num_processes, accelerator.process_index
     worker_collator = PretrainingCollator(feature_extractor, config, crop_seconds=data_args.crop_seconds,
                                           student_eq_strength=data_args.student_eq_strength)  # CPU, in the workers
     collate = worker_collator.draw_seeded if data_args.features_on_device else worker_collator.collate_seeded
     pin_memory = accelerator.device.type == "cuda"  # page-locked host memory: the copy runs without stalling the host
     if stream is not None:  # its position came with the checkpoint
-        batches = stream.finished_micro_batches(collate, partial(stream_clip_seeds, args.seed, world, rank), pin_memory)
-    else:  # the position is a pure function of the step
-        plan = partial(clip_plan, len(dataset), args.per_device_train_batch_size, world, rank, args.seed,
-                       start_step * accum)
-        batches = load_micro_batches(CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers,
-                                     pin_memory)
-    clips_per_step = args.per_device_train_batch_size * world * accum
-    history_path = output_dir / "log_history.jsonl"
-    # smoothing=0: the ETA from the average rate since the start, periodic evaluations and saves included (the
-    # default smoothing takes the step after one for its rate, and the ETA jumps tenfold)
-    progress = tqdm(total=args.max_steps, initial=start_step, disable=not accelerator.is_local_main_process,
-                    smoothing=0)
-    sums, num_summed, seen = {}, 0, hashlib.sha256()
-    failure_log = FailureLog(output_dir / "decode_failures.txt")  # names the clips that fail to decode
-    failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run (vanishing data)
-    skipped_since_read = torch.zeros((), dtype=torch.long, device=accelerator.device)  # skipped steps not yet counted
-    t_start, t_log, step_of_last_log = time.time(), time.time(), start_step
-    stop = StopAgreement(accelerator.device)  # a stop signal on any process: every process saves the same step
-    model.train()
-    step = start_step  # optimiser steps completed
-    epoch = None
+        return stream.finished_micro_batches(collate, partial(stream_clip_seeds, args.seed, world, rank), pin_memory)
+    # the position is a pure function of the step
+    plan = partial(clip_plan, len(dataset), args.per_device_train_batch_size, world, rank, args.seed,
+                   start_step * args.gradient_accumulation_steps)
+    return load_micro_batches(CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers,
+                              pin_memory)
 
-    def next_batch() -> dict:
+
+class TrainingLoop:
+    """7. The training loop from `start_step` to --max_steps (or --stop_after_steps): per step 7a. the update
+    (`aasp_hf.training.step.pretraining_step`), 7b. monitors, 7c. logging (TensorBoard + progress bar), 7d. crash-safe
+    checkpoints. It keeps what the logs and results need: loss sums since the last log, skipped steps, the data
+    seen (a checksum of the clip indices), the clips that failed to decode."""
+
+    def __init__(self, accelerator, model, optimizer, update_teacher, collator, batches, monitors, args, config,
+                 feature_extractor, stream, start_step: int, nonfinite_steps: int, last_logs: dict,
+                 current_arguments: dict):
+        self.accelerator, self.model, self.optimizer = accelerator, model, optimizer
+        self.unwrapped, self.update_teacher = accelerator.unwrap_model(model), update_teacher
+        self.collator, self.batches, self.monitors, self.args, self.config = collator, batches, monitors, args, config
+        self.feature_extractor, self.stream, self.current_arguments = feature_extractor, stream, current_arguments
+        self.start_step, self.step, self.nonfinite_steps = start_step, start_step, nonfinite_steps
+        self.last_logs = last_logs
+        self.output_dir = Path(args.output_dir)
+        self.history_path = self.output_dir / "log_history.jsonl"
+        self.stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
+        accumulation = args.gradient_accumulation_steps
+        self.clips_per_step = args.per_device_train_batch_size * accelerator.num_processes * accumulation
+        self.sums, self.num_summed, self.seen = {}, 0, hashlib.sha256()
+        self.failure_log = FailureLog(self.output_dir / "decode_failures.txt")  # names the clips that fail to decode
+        self.failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run
+        # skipped steps not yet counted
+        self.skipped_since_read = torch.zeros((), dtype=torch.long, device=accelerator.device)
+        self.epoch = None
+
+    def next_batch(self) -> dict:
         """The next micro-batch on the device, its failed clips logged and counted and its clips in `seen`."""
-        nonlocal epoch
-        micro_batch = next(batches)  # finished in a loader worker (aasp_hf.data.clips.finish_micro_batch)
-        epoch = micro_batch["epoch"]
-        failure_log(micro_batch["failed"])  # the clips the worker replaced, named and counted here
-        failed_share.add(len(micro_batch["indices"]), len(micro_batch["failed"]))
-        seen.update(str(micro_batch["indices"]).encode())
-        batch = collator.finish(micro_batch["batch"])  # --features_on_device: the log-mel on the accelerator
-        return {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
+        micro_batch = next(self.batches)  # finished in a loader worker (aasp_hf.data.clips.finish_micro_batch)
+        self.epoch = micro_batch["epoch"]
+        self.failure_log(micro_batch["failed"])  # the clips the worker replaced, named and counted here
+        self.failed_share.add(len(micro_batch["indices"]), len(micro_batch["failed"]))
+        self.seen.update(str(micro_batch["indices"]).encode())
+        batch = self.collator.finish(micro_batch["batch"])  # --features_on_device: the log-mel on the accelerator
+        return {k: v.to(self.accelerator.device, non_blocking=True) for k, v in batch.items()}
 
-    while step < stop_step:
-        # 7a. One step (aasp_hf.training.step.pretraining_step): forward and backward per micro-batch, then clip,
-        #     AdamW step and EMA teacher update. A NaN/inf loss on any process (or a non-finite gradient norm; under
-        #     fp16 the grad scaler handles overflow itself) skips the update on every process — no optimiser step, no
-        #     EMA update — decided on the device, so the host never waits for the step to finish. The step still
-        #     counts, so the data position and the schedules stay pure functions of the step (exact resume). Skipped
-        #     steps are counted on the device and read back, with the losses, on logging, monitoring and checkpoint
-        #     steps only (the run stops there if too many were skipped).
-        lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
-        momentum = teacher_momentum(step, args.max_steps, args.teacher_momentum_base, args.teacher_momentum_final)
-        done = pretraining_step(accelerator, model, optimizer, next_batch, accum, lr, args.max_grad_norm, momentum,
-                                update_teacher, stop=stop.local())
-        batch, outputs, grad_norm, skipped, stops = done.batch, done.outputs, done.grad_norm, done.skipped, done.stops
-        skipped_since_read = skipped_since_read + skipped.long()
-        for name, value in done.losses.items():  # only good steps enter the logged means
-            sums[name] = sums.get(name, 0.0) + torch.where(skipped, 0.0, value)
-        num_summed = num_summed + (~skipped).long()
-        step += 1
-        progress.update(1)
+    def run(self) -> tuple[int, float]:
+        """Trains to the stop step; returns (the step reached, seconds). A stop signal saves the step and exits."""
+        accelerator, args = self.accelerator, self.args
+        # smoothing=0: the ETA from the average rate since the start, periodic evaluations and saves included (the
+        # default smoothing takes the step after one for its rate, and the ETA jumps tenfold)
+        self.progress = tqdm(total=args.max_steps, initial=self.start_step,
+                             disable=not accelerator.is_local_main_process, smoothing=0)
+        t_start, self.t_log, self.step_of_last_log = time.time(), time.time(), self.start_step
+        stop = StopAgreement(accelerator.device)  # a stop signal on any process: every process saves the same step
+        self.model.train()
+        while self.step < self.stop_step:
+            # 7a. One step (aasp_hf.training.step.pretraining_step): forward and backward per micro-batch, then clip,
+            #     AdamW step and EMA teacher update. A NaN/inf loss on any process (or a non-finite gradient norm;
+            #     under fp16 the grad scaler handles overflow itself) skips the update on every process — no
+            #     optimiser step, no EMA update — decided on the device, so the host never waits for the step to
+            #     finish. The step still counts, so the data position and the schedules stay pure functions of the
+            #     step (exact resume). Skipped steps are counted on the device and read back, with the losses, on
+            #     logging, monitoring and checkpoint steps only (the run stops there if too many were skipped).
+            step = self.step
+            lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
+            momentum = teacher_momentum(step, args.max_steps, args.teacher_momentum_base, args.teacher_momentum_final)
+            done = pretraining_step(accelerator, self.model, self.optimizer, self.next_batch,
+                                    args.gradient_accumulation_steps, lr, args.max_grad_norm, momentum,
+                                    self.update_teacher, stop=stop.local())
+            self.skipped_since_read = self.skipped_since_read + done.skipped.long()
+            for name, value in done.losses.items():  # only good steps enter the logged means
+                self.sums[name] = self.sums.get(name, 0.0) + torch.where(done.skipped, 0.0, value)
+            self.num_summed = self.num_summed + (~done.skipped).long()
+            self.step = step = step + 1
+            self.progress.update(1)
 
-        # SIGTERM / SIGUSR1 / SIGINT on any process (aasp_hf.training.stopping): log and save this step, then exit
-        stopping = stop.agreed(stops) and step < stop_step
-        due_log = step % args.logging_steps == 0 or step == stop_step or stopping
-        due_monitor = monitor_inputs is not None and is_due(step, monitor_steps, stop_step)
-        due_probe = probe is not None and is_due(step, probe_steps, stop_step)
-        due_save = step % args.save_steps == 0 or step == stop_step or stopping
-        # read the skipped steps back (one host sync) on the steps every process shares, so that all of them stop
-        # at the same step (monitors and the probe run on the main process only)
-        data_vanishing = None
-        if due_log or due_save:
-            newly_skipped = int(skipped_since_read)
-            skipped_since_read = torch.zeros_like(skipped_since_read)
-            if newly_skipped:
-                nonfinite_steps += newly_skipped
-                accelerator.print(f"step {step}: {newly_skipped} of the steps since the last report had a non-finite "
-                                  f"loss or gradient, their updates were skipped ({nonfinite_steps} skipped so far, at "
-                                  f"most {args.max_nonfinite_steps} allowed)")
-            if nonfinite_steps > args.max_nonfinite_steps:
-                last = find_latest_checkpoint(output_dir)
-                raise RuntimeError(
-                    f"Stopping at step {step}: {nonfinite_steps} steps had a non-finite (NaN/inf) loss or gradient, "
-                    f"more than --max_nonfinite_steps={args.max_nonfinite_steps}. The weights were not updated by "
-                    f"those steps; the last complete checkpoint is {last}. Lower --learning_rate, check --max_grad_norm "
-                    f"and the data (clips that are silent or contain NaN), then continue with --resume, or raise "
-                    f"--max_nonfinite_steps."
-                )
-            data_vanishing = failed_share.check(accelerator)  # every process: saved below, then the run stops
-            due_save = due_save or data_vanishing is not None
+            # SIGTERM / SIGUSR1 / SIGINT on any process (aasp_hf.training.stopping): log and save this step, then exit
+            stopping = stop.agreed(done.stops) and step < self.stop_step
+            due_log = step % args.logging_steps == 0 or step == self.stop_step or stopping
+            due_save = step % args.save_steps == 0 or step == self.stop_step or stopping
+            # read the skipped steps back (one host sync) on the steps every process shares, so that all of them
+            # stop at the same step (monitors and the probe run on the main process only)
+            data_vanishing = None
+            if due_log or due_save:
+                self.count_skipped_steps()
+                data_vanishing = self.failed_share.check(accelerator)  # every process: saved below, then it stops
+                due_save = due_save or data_vanishing is not None
+            health = self.monitor(done)
+            self.log(due_log, lr, momentum, done, health)
+            if due_save:
+                saved = self.save(data_vanishing)
+            if stopping:
+                self.progress.close()
+                exit_stopped(accelerator, saved, step, "pretrain.py")
+        self.progress.close()
+        return self.step, time.time() - t_start
 
-        # 7b. Monitors (main process): after a good update, every --monitor_steps the collapse statistics of this
-        #     batch (student CLS of one view per clip, the teacher targets of its forward) and the student's (α, β) on
-        #     the fixed batch; every --probe_steps the frozen-feature probe. Their time is logged (monitor/seconds,
-        #     probe/seconds) and left out of the throughput.
+    def count_skipped_steps(self):
+        """The steps skipped since the last read, read back and counted; too many stop the run."""
+        step, args = self.step, self.args
+        newly_skipped = int(self.skipped_since_read)
+        self.skipped_since_read = torch.zeros_like(self.skipped_since_read)
+        if newly_skipped:
+            self.nonfinite_steps += newly_skipped
+            self.accelerator.print(f"step {step}: {newly_skipped} of the steps since the last report had a non-finite "
+                                   f"loss or gradient, their updates were skipped ({self.nonfinite_steps} skipped so "
+                                   f"far, at most {args.max_nonfinite_steps} allowed)")
+        if self.nonfinite_steps > args.max_nonfinite_steps:
+            last = find_latest_checkpoint(self.output_dir)
+            raise RuntimeError(
+                f"Stopping at step {step}: {self.nonfinite_steps} steps had a non-finite (NaN/inf) loss or gradient, "
+                f"more than --max_nonfinite_steps={args.max_nonfinite_steps}. The weights were not updated by "
+                f"those steps; the last complete checkpoint is {last}. Lower --learning_rate, check --max_grad_norm "
+                f"and the data (clips that are silent or contain NaN), then continue with --resume, or raise "
+                f"--max_nonfinite_steps."
+            )
+
+    def monitor(self, done) -> dict:
+        """7b. Monitors (main process): after a good update, every --monitor_steps the collapse statistics of this
+        batch (student CLS of one view per clip, the teacher targets of its forward) and the student's (α, β) on
+        the fixed batch; every --probe_steps the frozen-feature probe. Their time is logged (monitor/seconds,
+        probe/seconds) and left out of the throughput."""
+        monitors, step, accelerator = self.monitors, self.step, self.accelerator
         health, started = {}, time.time()
-        if due_monitor and not bool(skipped):
-            stats = pretraining_health(unwrapped, batch, outputs.targets, monitor_inputs, accelerator.autocast)
+        if monitors.inputs is not None and is_due(step, monitors.monitor_steps, self.stop_step) and not bool(
+                done.skipped):
+            stats = pretraining_health(self.unwrapped, done.batch, done.outputs.targets, monitors.inputs,
+                                       accelerator.autocast)
             health = {**{f"monitor/{k}": v for k, v in stats.items()}, "monitor/seconds": time.time() - started}
-        if due_probe:
-            health.update(probe_logs(probe, unwrapped, probe_encoders, accelerator.autocast))
-        t_log += time.time() - started
+        if monitors.probe is not None and is_due(step, monitors.probe_steps, self.stop_step):
+            health.update(monitors.probe_logs(self.unwrapped, accelerator))
+        self.t_log += time.time() - started
+        return health
 
-        # 7c. Logging: loss parts (mean over the good steps since the last log and over processes), lr, momentum, grad
-        #     norm, throughput and the visible-token ratio. A stretch of skipped steps only logs nothing.
-        good_steps = int(num_summed) if due_log else 0  # the same on every process
+    def log(self, due_log: bool, lr: float, momentum: float, done, health: dict):
+        """7c. Logging: loss parts (mean over the good steps since the last log and over processes), lr, momentum,
+        grad norm, throughput and the visible-token ratio. A stretch of skipped steps only logs nothing."""
+        accelerator, step = self.accelerator, self.step
+        good_steps = int(self.num_summed) if due_log else 0  # the same on every process
         if good_steps > 0:
-            means = {k: accelerator.reduce(v / good_steps, reduction="mean").item() for k, v in sums.items()}
+            means = {k: accelerator.reduce(v / good_steps, reduction="mean").item() for k, v in self.sums.items()}
             now = time.time()
             logs = {
                 **{f"train/{k}": v for k, v in means.items()},
                 "train/learning_rate": lr,
                 "train/teacher_momentum": momentum,
-                "train/grad_norm": float(grad_norm),
-                "train/clips_per_second": clips_per_step * (step - step_of_last_log) / max(now - t_log, 1e-9),
-                "train/visible_token_ratio": batch["visible_indices"].shape[-1] / config.num_patches,
-                "train/epoch": epoch,
-                "train/nonfinite_steps": nonfinite_steps,
+                "train/grad_norm": float(done.grad_norm),
+                "train/clips_per_second": self.clips_per_step * (step - self.step_of_last_log) / max(now - self.t_log,
+                                                                                                   1e-9),
+                "train/visible_token_ratio": done.batch["visible_indices"].shape[-1] / self.config.num_patches,
+                "train/epoch": self.epoch,
+                "train/nonfinite_steps": self.nonfinite_steps,
                 **health,
             }
-            write_logs(accelerator, history_path, step, logs)
-            progress.set_postfix(loss=f"{means['loss']:.4f}", lr=f"{lr:.2e}")
-            sums, num_summed, t_log, step_of_last_log, last_logs = {}, 0, now, step, logs
+            write_logs(accelerator, self.history_path, step, logs)
+            self.progress.set_postfix(loss=f"{means['loss']:.4f}", lr=f"{lr:.2e}")
+            self.sums, self.num_summed, self.t_log, self.step_of_last_log, self.last_logs = {}, 0, now, step, logs
         elif health:  # a monitor step that is not a logging step: a line of its own
-            write_logs(accelerator, history_path, step, health)
+            write_logs(accelerator, self.history_path, step, health)
 
-        # 7d. Checkpoint: state + data position (the step) + this process's collator generator.
-        if due_save:
-            saved = save_checkpoint(accelerator, output_dir, step,
-                                    extra_state={"micro_batches": step * accum, "num_processes": world,
-                                                 "nonfinite_steps": nonfinite_steps,
-                                                 "run_arguments": current_arguments},
-                                    process_state={"collator": collator.state_dict(),
-                                                   **({"stream": dict(stream.position)} if stream is not None else {})},
-                                    save_total_limit=args.save_total_limit)
-            if args.export_with_checkpoints and accelerator.is_main_process:
-                export_encoders(unwrapped, feature_extractor, output_dir / f"checkpoint-{step}", args.export_teacher)
-            if data_vanishing is not None:
-                raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved {output_dir / f'checkpoint-{step}'}"
-                                 f"; each failed file and why: {failure_log.path}. Restore the data, then run the "
-                                 "same command with --resume (or raise --max_failed_clip_share).")
-        if stopping:
-            progress.close()
-            exit_stopped(accelerator, saved, step, "pretrain.py")
-    progress.close()
-    elapsed = time.time() - t_start
+    def save(self, data_vanishing):
+        """7d. Checkpoint: state + data position (the step) + this process's collator generator (+ the stream's
+        position); a vanishing data source stops the run once it is saved."""
+        accelerator, step, args, output_dir = self.accelerator, self.step, self.args, self.output_dir
+        stream = self.stream
+        saved = save_checkpoint(accelerator, output_dir, step,
+                                extra_state={"micro_batches": step * args.gradient_accumulation_steps,
+                                             "num_processes": accelerator.num_processes,
+                                             "nonfinite_steps": self.nonfinite_steps,
+                                             "run_arguments": self.current_arguments},
+                                process_state={"collator": self.collator.state_dict(),
+                                               **({"stream": dict(stream.position)} if stream is not None else {})},
+                                save_total_limit=args.save_total_limit)
+        if args.export_with_checkpoints and accelerator.is_main_process:
+            export_encoders(self.unwrapped, self.feature_extractor, output_dir / f"checkpoint-{step}",
+                            args.export_teacher)
+        if data_vanishing is not None:
+            raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved {output_dir / f'checkpoint-{step}'}"
+                             f"; each failed file and why: {self.failure_log.path}. Restore the data, then run the "
+                             "same command with --resume (or raise --max_failed_clip_share).")
+        return saved
 
-    # 8. Export and results. Every process writes a summary (parameter checksums, data seen) to check the sync.
+
+def write_results(loop: TrainingLoop, data_args, args, dataset, elapsed: float, previous_results) -> dict:
+    """8. Export and results. Every process writes a summary (parameter checksums, data seen) to check the sync;
+    the main process exports the encoder(s) with their model card and writes all_results.json."""
+    accelerator, unwrapped, output_dir, step = loop.accelerator, loop.unwrapped, loop.output_dir, loop.step
     accelerator.wait_for_everyone()  # every process has appended its failures to the one list
-    decode_failures = failure_log.failed_files()  # distinct files, not the micro-batches they failed in
-    missing_files = failure_log.missing_files()  # of those, the files the data source lists that are not on disk
+    decode_failures = loop.failure_log.failed_files()  # distinct files, not the micro-batches they failed in
+    missing_files = loop.failure_log.missing_files()  # of those, the files the data source lists that are not on disk
     ranks_dir = output_dir / "ranks"
     ranks_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(ranks_dir / f"rank{rank}.json", json.dumps({
+    write_text_atomically(ranks_dir / f"rank{accelerator.process_index}.json", json.dumps({
         "student_checksum": checksum(unwrapped.aasp),
         "teacher_checksum": checksum(unwrapped.teacher),
-        "data_checksum": seen.hexdigest(),
+        "data_checksum": loop.seen.hexdigest(),
     }))
     results = {
-        **{k.removeprefix("train/"): v for k, v in last_logs.items()},
+        **{k.removeprefix("train/"): v for k, v in loop.last_logs.items()},
         "step": step,
         "max_steps": args.max_steps,
-        "start_step": start_step,
-        "num_processes": world,
-        "num_clips": None if stream is not None else len(dataset),
-        "clips_per_second_overall": clips_per_step * (step - start_step) / max(elapsed, 1e-9),
+        "start_step": loop.start_step,
+        "num_processes": accelerator.num_processes,
+        "num_clips": None if loop.stream is not None else len(dataset),
+        "clips_per_second_overall": loop.clips_per_step * (step - loop.start_step) / max(elapsed, 1e-9),
         "decode_failures": decode_failures,
         "missing_files": missing_files,
-        "nonfinite_steps": nonfinite_steps,
+        "nonfinite_steps": loop.nonfinite_steps,
     }
     if args.torch_compile:  # graphs dynamo captured (DDP splits them at bucket boundaries) and compiled pieces
         from torch._dynamo.utils import counters
@@ -623,7 +730,7 @@ def train(data_args, model_args, args) -> dict:
         results["compiled_graphs"] = counters["stats"]["unique_graphs"]
         results["compiled_subgraphs"] = counters["aot_autograd"]["total"]
         results["graph_breaks"] = sum(counters["graph_break"].values())
-    if step == start_step:  # nothing was trained (a resume that only exports): no throughput to report
+    if step == loop.start_step:  # nothing was trained (a resume that only exports): no throughput to report
         del results["clips_per_second_overall"]
     if previous_results is not None:  # a resumed run keeps what the earlier segment reported and this one did not
         results = {**previous_results, **results}
@@ -632,7 +739,7 @@ def train(data_args, model_args, args) -> dict:
         if decode_failures:
             missing = f", {missing_files} of them missing on disk" if missing_files else ""
             print(f"skipped {decode_failures} file(s) that failed to decode{missing} (replaced by other clips of their "
-                  f"batch); each file and what was wrong: {failure_log.path}")
+                  f"batch); each file and what was wrong: {loop.failure_log.path}")
         encoders = [unwrapped.aasp] + ([unwrapped.teacher] if args.export_teacher else [])
         needed = sum(p.numel() * p.element_size() for encoder in encoders for p in encoder.state_dict().values())
 
@@ -640,8 +747,8 @@ def train(data_args, model_args, args) -> dict:
             return f"{find_latest_checkpoint(output_dir)} is intact and --resume exports from it"
 
         with refused_writes(output_dir, "the encoder and results", needed, intact):  # a full disk: one line
-            export_encoders(unwrapped, feature_extractor, output_dir, args.export_teacher,
-                   pretraining_summary(data_args, args, results))
+            export_encoders(unwrapped, loop.feature_extractor, output_dir, args.export_teacher,
+                            pretraining_summary(data_args, args, results))
             write_text_atomically(output_dir / "all_results.json", json.dumps(results, indent=2))
         print(f"saved the pre-trained encoder to {output_dir / 'encoder'}; load it with\n"
               f"  AutoModel.from_pretrained({str(output_dir / 'encoder')!r}, trust_remote_code=True)")

@@ -182,3 +182,14 @@ def finished_finetuning(output_dir: Path, args, parts, seeds) -> dict | None:
         return None
     done = {(r["part"], r["seed"]) for r in summary["runs"] if r.get("finished")}
     return summary if done == {(part, seed) for part in parts for seed in seeds} else None
+
+
+def load_training_state(accelerator, optimizer, checkpoint):
+    """accelerate's states of `checkpoint` (model, optimiser, RNG states) loaded into the prepared run. The
+    optimiser's hyper-parameters stay the arguments': `load_state` restores the checkpoint's with its moments, so an
+    allowed change of weight decay, betas or ε takes effect here."""
+    hyper = [{k: g[k] for k in ("weight_decay", "betas", "eps", "lr_scale") if k in g}
+             for g in optimizer.param_groups]
+    accelerator.load_state(str(checkpoint))
+    for group, values in zip(optimizer.param_groups, hyper):
+        group.update(values)
