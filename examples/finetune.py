@@ -275,46 +275,19 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         raise UsageError(f"--per_device_train_batch_size {args.per_device_train_batch_size} × {world} process"
                          f"{'es' if world > 1 else ''} is more than the {num_clips} training clips: pass "
                          f"--per_device_train_batch_size {max(1, num_clips // world)} or less")
-    num_labels = len(names)
     set_seed(args.seed)  # the head's initialisation, identical on every process
 
     # 2. Model: the encoder's weights load under `aasp`; LayerNorm + Linear on CLS are new.
-    with loading_quietly():  # transformers' report would list the new head as MISSING: one line of ours instead
-        model, loading_info = AaspForAudioClassification.from_pretrained(
-            args.model_name_or_path,
-            num_labels=num_labels,
-            id2label=dict(enumerate(names)),
-            label2id={n: i for i, n in enumerate(names)},
-            problem_type="multi_label_classification" if multi_label else "single_label_classification",
-            drop_path_rate=args.drop_path_rate,
-            output_loading_info=True,
-            **({"classifier_pooling": args.classifier_pooling} if args.classifier_pooling else {}),
-        )
-    accelerator.print(describe_new_head(loading_info, args.model_name_or_path))
-    if args.freeze_feature_encoder:
-        model.freeze_feature_encoder()
-    config = model.config
-    try:
-        feature_extractor = without_truncation(AutoFeatureExtractor.from_pretrained(args.model_name_or_path),
-                                               args.model_name_or_path)  # the saved model takes whole clips
-    except (OSError, ValueError):
-        logger.warning(f"No feature extractor saved with {args.model_name_or_path}: using AaspFeatureExtractor() "
-                       f"(the paper's m2d front end, mean -7.1, std 4.1).")
-        feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins)
+    model, feature_extractor = load_classifier(accelerator, args, names, multi_label)
     ema = create_ema(model) if args.ema_decay > 0 else None
     set_seed(args.seed, device_specific=True)  # dropout / drop path: one stream per process
 
     # 3. Data: crops and features in the collator (called in the loop, so its generator is checkpointed).
+    num_labels = len(names)
     collator = AaspFineTuningCollator(feature_extractor, clip_seconds=clip_seconds, split="train",
                                       num_labels=num_labels if multi_label else None,
                                       seed=args.seed * 1000 + 1 + rank, padding=args.clip_padding)
     augment_rng = np.random.default_rng(args.seed * 1000 + 2 + rank)
-
-    def eval_collator(split):
-        return lambda: AaspFineTuningCollator(feature_extractor, clip_seconds=clip_seconds, split=split,
-                                              num_labels=num_labels if multi_label else None,
-                                              seed=7 + SPLITS.index(split), padding=args.clip_padding)
-
     sampler = None
     if args.class_balanced_sampling:
         sampler = ClassBalancedSampler(clip_labels(splits["train"], multi_label), num_classes=num_labels,
@@ -326,153 +299,243 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
 
     # 5. Distribute.
     model, optimizer = accelerator.prepare(model, optimizer)
-    unwrapped = accelerator.unwrap_model(model)
     if ema is not None:
         ema.to(accelerator.device)
 
     # 6. Resume: model, optimiser and RNG states, generators, EMA weights, data position and best-so-far.
-    step, micro_position, decode_failures_before = 0, 0, 0
-    best = {"valid_score": -math.inf, "step": 0, "test_score": float("nan")}
-    history = []
     given = {**asdict(args), "gradient_accumulation_steps": accum, "mixed_precision": accelerator.mixed_precision}
     run_arguments = {name: given[name] for name in RUN_ARGUMENTS}
-    if args.resume and (checkpoint := checkpoint_to_resume(output_dir, accelerator.print)) is not None:
-        state = load_trainer_state(checkpoint)
-        if state["num_processes"] != world:
-            raise ValueError(f"{checkpoint} was written by {state['num_processes']} processes; exact resume needs "
-                             f"the same number, got {world}")
-        changes = compare_run_arguments(checkpoint, state.get("run_arguments"), run_arguments,
-                                        args.resume_allow_changes, RUN_ARGUMENTS, accelerator.mixed_precision,
-                                        state["step"], args.max_steps)
-        load_training_state(accelerator, optimizer, checkpoint)  # the optimiser's hyper-parameters: the arguments'
-        mine = load_process_state(checkpoint, rank)
-        collator.rng.bit_generator.state = mine["collator_rng"]
-        augment_rng.bit_generator.state = mine["augment_rng"]
-        decode_failures_before = mine["decode_failures"]
-        if ema is not None:
-            ema.load_state_dict(load_process_state(checkpoint, 0)["ema"])
-        step, micro_position = state["step"], state["micro_batches"]
-        best, history = state["best"], state["history"]
-        accelerator.print(f"resumed from {checkpoint} at step {step}")
-        if (note := thread_count_note(checkpoint, state, accelerator.device.type)) is not None:
-            accelerator.print(note)
-        if changes:
-            accelerator.print(describe_resume_changes(changes, state["run_arguments"], run_arguments, step,
-                                                      finetuning=True))
-        if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
-            truncate_log(output_dir / "log_history.jsonl", step)
-    elif args.resume:
-        accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
-        if accelerator.is_main_process:  # a run killed before its first checkpoint logged steps no weights keep
-            truncate_log(output_dir / "log_history.jsonl", 0)
+    position = resume_run(accelerator, optimizer, collator, augment_rng, ema, args, run_arguments)
 
-    # 7. Training loop.
-    stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
-    batches = micro_batches(splits["train"], args.per_device_train_batch_size, world, rank, args.seed,
-                            start=micro_position, num_workers=args.dataloader_num_workers, sampler=sampler)
-    soft = multi_label or args.mixup_alpha > 0  # BCE (on soft targets with mixup), else cross-entropy
-    history_path = output_dir / "log_history.jsonl"
-    # smoothing=0: the ETA from the average rate since the start, evaluations included (the default smoothing takes
-    # the step after an evaluation for its rate, and the ETA jumped from 3 to 33 minutes)
-    progress = tqdm(total=args.max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="finetune",
-                    smoothing=0)
-    failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run (vanishing data)
-    loss_sum, num_summed, t_log, step_of_log = 0.0, 0, time.time(), step
-    spec_augment_fraction = args.spec_augment_fraction if args.spec_augment else None
+    # 7. Training loop, 8. the best model and the results.
+    loop = FineTuningLoop(accelerator, model, optimizer, ema, collator, augment_rng, feature_extractor, args, accum,
+                          splits, multi_label, num_labels, clip_seconds, run_arguments, position, sampler)
+    loop.run()
+    return write_run_results(loop, args, splits, multi_label, clip_seconds, selection_rule)
 
-    def next_batch() -> tuple:
+
+def load_classifier(accelerator, args, names: list[str], multi_label: bool):
+    """(model, feature extractor): `AaspForAudioClassification` on the pre-trained encoder (its head new, said in
+    one line) and the encoder's feature extractor, which takes whole clips."""
+    with loading_quietly():  # transformers' report would list the new head as MISSING: one line of ours instead
+        model, loading_info = AaspForAudioClassification.from_pretrained(
+            args.model_name_or_path,
+            num_labels=len(names),
+            id2label=dict(enumerate(names)),
+            label2id={n: i for i, n in enumerate(names)},
+            problem_type="multi_label_classification" if multi_label else "single_label_classification",
+            drop_path_rate=args.drop_path_rate,
+            output_loading_info=True,
+            **({"classifier_pooling": args.classifier_pooling} if args.classifier_pooling else {}),
+        )
+    accelerator.print(describe_new_head(loading_info, args.model_name_or_path))
+    if args.freeze_feature_encoder:
+        model.freeze_feature_encoder()
+    try:
+        feature_extractor = without_truncation(AutoFeatureExtractor.from_pretrained(args.model_name_or_path),
+                                               args.model_name_or_path)  # the saved model takes whole clips
+    except (OSError, ValueError):
+        logger.warning(f"No feature extractor saved with {args.model_name_or_path}: using AaspFeatureExtractor() "
+                       f"(the paper's m2d front end, mean -7.1, std 4.1).")
+        feature_extractor = AaspFeatureExtractor(feature_size=model.config.num_mel_bins)
+    return model, feature_extractor
+
+
+def resume_run(accelerator, optimizer, collator, augment_rng, ema, args, run_arguments: dict) -> dict:
+    """--resume: the newest complete checkpoint's states loaded (model, optimiser, RNG, the collator's and the
+    augmentation's generators, the EMA weights). Returns the position: step, micro-batches consumed, decode failures
+    so far, the best-so-far and the evaluation history (a fresh run's when there is nothing to resume)."""
+    output_dir, rank, world = Path(args.output_dir), accelerator.process_index, accelerator.num_processes
+    position = {"step": 0, "micro_batches": 0, "decode_failures": 0, "history": [],
+                "best": {"valid_score": -math.inf, "step": 0, "test_score": float("nan")}}
+    checkpoint = checkpoint_to_resume(output_dir, accelerator.print) if args.resume else None
+    if checkpoint is None:
+        if args.resume:
+            accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
+            if accelerator.is_main_process:  # a run killed before its first checkpoint logged steps no weights keep
+                truncate_log(output_dir / "log_history.jsonl", 0)
+        return position
+    state = load_trainer_state(checkpoint)
+    if state["num_processes"] != world:
+        raise ValueError(f"{checkpoint} was written by {state['num_processes']} processes; exact resume needs "
+                         f"the same number, got {world}")
+    changes = compare_run_arguments(checkpoint, state.get("run_arguments"), run_arguments, args.resume_allow_changes,
+                                    RUN_ARGUMENTS, accelerator.mixed_precision, state["step"], args.max_steps)
+    load_training_state(accelerator, optimizer, checkpoint)  # the optimiser's hyper-parameters: the arguments'
+    mine = load_process_state(checkpoint, rank)
+    collator.rng.bit_generator.state = mine["collator_rng"]
+    augment_rng.bit_generator.state = mine["augment_rng"]
+    if ema is not None:
+        ema.load_state_dict(load_process_state(checkpoint, 0)["ema"])
+    position = {"step": state["step"], "micro_batches": state["micro_batches"],
+                "decode_failures": mine["decode_failures"], "best": state["best"], "history": state["history"]}
+    accelerator.print(f"resumed from {checkpoint} at step {state['step']}")
+    if (note := thread_count_note(checkpoint, state, accelerator.device.type)) is not None:
+        accelerator.print(note)
+    if changes:
+        accelerator.print(describe_resume_changes(changes, state["run_arguments"], run_arguments, state["step"],
+                                                  finetuning=True))
+    if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
+        truncate_log(output_dir / "log_history.jsonl", state["step"])
+    return position
+
+
+class FineTuningLoop:
+    """7. The training loop from the resumed step to --max_steps (or --stop_after_steps): per step the update
+    (`aasp_hf.training.step.finetuning_step`: mixup then BCE on soft targets, SpecAugment, gradient clipping, the
+    weight EMA right after `optimizer.step()`), logging, 7a. evaluation with the EMA weights every --eval_steps and
+    the model selection, 7b. atomic checkpoints."""
+
+    def __init__(self, accelerator, model, optimizer, ema, collator, augment_rng, feature_extractor, args, accum: int,
+                 splits: dict, multi_label: bool, num_labels: int, clip_seconds: float, run_arguments: dict,
+                 position: dict, sampler):
+        self.accelerator, self.model, self.optimizer, self.ema = accelerator, model, optimizer, ema
+        self.unwrapped = accelerator.unwrap_model(model)
+        self.collator, self.augment_rng, self.feature_extractor = collator, augment_rng, feature_extractor
+        self.args, self.accum, self.splits, self.multi_label = args, accum, splits, multi_label
+        self.num_labels, self.clip_seconds, self.run_arguments = num_labels, clip_seconds, run_arguments
+        self.step, self.micro_position = position["step"], position["micro_batches"]
+        self.decode_failures_before, self.best, self.history = (position["decode_failures"], position["best"],
+                                                                position["history"])
+        self.output_dir = Path(args.output_dir)
+        self.stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
+        rank, world = accelerator.process_index, accelerator.num_processes
+        self.batches = micro_batches(splits["train"], args.per_device_train_batch_size, world, rank, args.seed,
+                                     start=self.micro_position, num_workers=args.dataloader_num_workers,
+                                     sampler=sampler)
+        self.soft = multi_label or args.mixup_alpha > 0  # BCE (on soft targets with mixup), else cross-entropy
+        self.spec_augment_fraction = args.spec_augment_fraction if args.spec_augment else None
+
+    def next_batch(self) -> tuple:
         """The next micro-batch (a micro-batch where every clip failed to decode is skipped), augmented, on the
         device; its failed clips counted and its position in the data order kept."""
-        nonlocal micro_position
         batch = None
         while batch is None:
-            _, rows = next(batches)
-            skipped_before = collator.num_skipped
-            batch = collator(rows)
-            failed_share.add(len(rows), collator.num_skipped - skipped_before)
-            micro_position += 1
-            if batch is None and world > 1:
+            _, rows = next(self.batches)
+            skipped_before = self.collator.num_skipped
+            batch = self.collator(rows)
+            self.failed_share.add(len(rows), self.collator.num_skipped - skipped_before)
+            self.micro_position += 1
+            if batch is None and self.accelerator.num_processes > 1:
                 raise RuntimeError("every clip of a micro-batch failed to decode (multi-process runs stop)")
-        inputs = augmented_inputs(batch, num_labels, soft, args.mixup_alpha, spec_augment_fraction, augment_rng)
-        return tuple(t.to(accelerator.device) for t in inputs)
+        inputs = augmented_inputs(batch, self.num_labels, self.soft, self.args.mixup_alpha,
+                                  self.spec_augment_fraction, self.augment_rng)
+        return tuple(t.to(self.accelerator.device) for t in inputs)
 
-    model.train()
-    while step < stop_step:
-        # one step (aasp_hf.training.step.finetuning_step): the micro-batches' forward, loss and backward, clipping,
-        # AdamW and the weight EMA right after it
-        lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
-        losses, grad_norm = finetuning_step(accelerator, model, optimizer, next_batch, accum, lr, args.max_grad_norm,
-                                            soft, ema, args.ema_decay)
-        for value in losses:
-            loss_sum += value / accum
-        step += 1
-        num_summed += 1
-        progress.update(1)
-        # SIGTERM / SIGUSR1 / SIGINT on any process (aasp_hf.training.stopping): log and save this step, then exit
-        stopping = stop_agreed(accelerator) and step < stop_step
+    def run(self) -> int:
+        """Trains to the stop step; returns it. A stop signal saves the step and exits."""
+        accelerator, args, accum = self.accelerator, self.args, self.accum
+        history_path = self.output_dir / "log_history.jsonl"
+        # smoothing=0: the ETA from the average rate since the start, evaluations included (the default smoothing
+        # takes the step after an evaluation for its rate, and the ETA jumped from 3 to 33 minutes)
+        self.progress = tqdm(total=args.max_steps, initial=self.step, disable=not accelerator.is_local_main_process,
+                             desc="finetune", smoothing=0)
+        self.failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run
+        loss_sum, num_summed, t_log, step_of_log = 0.0, 0, time.time(), self.step
+        self.model.train()
+        while self.step < self.stop_step:
+            # one step (aasp_hf.training.step.finetuning_step): the micro-batches' forward, loss and backward,
+            # clipping, AdamW and the weight EMA right after it
+            lr = learning_rate(self.step, args.max_steps, args.warmup_steps, args.learning_rate,
+                               args.min_learning_rate)
+            losses, grad_norm = finetuning_step(accelerator, self.model, self.optimizer, self.next_batch, accum, lr,
+                                                args.max_grad_norm, self.soft, self.ema, args.ema_decay)
+            for value in losses:
+                loss_sum += value / accum
+            self.step = step = self.step + 1
+            num_summed += 1
+            self.progress.update(1)
+            # SIGTERM / SIGUSR1 / SIGINT on any process (aasp_hf.training.stopping): log and save this step, then exit
+            stopping = stop_agreed(accelerator) and step < self.stop_step
+            due_log = step % args.logging_steps == 0 or step == self.stop_step or stopping
+            data_vanishing = None
+            if due_log or step % args.save_steps == 0:
+                data_vanishing = self.failed_share.check(accelerator)  # every process: saved below, then it stops
+            if due_log:
+                now = time.time()
+                logs = {"loss": loss_sum / num_summed, "learning_rate": lr, "grad_norm": float(grad_norm),
+                        "steps_per_second": (step - step_of_log) / max(now - t_log, 1e-9)}
+                write_logs(accelerator, history_path, step, logs)
+                self.progress.set_postfix(loss=f"{logs['loss']:.4f}", lr=f"{lr:.2e}")
+                loss_sum, num_summed, t_log, step_of_log = 0.0, 0, now, step
+            if step % args.eval_steps == 0 or step == args.max_steps:
+                self.evaluate()
+            if step % args.save_steps == 0 or step == self.stop_step or stopping or data_vanishing is not None:
+                saved = self.save()
+            if data_vanishing is not None:
+                raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved "
+                                 f"{self.output_dir / f'checkpoint-{step}'}. Restore the data, then run the same "
+                                 "command with --resume (or raise --max_failed_clip_share).")
+            if stopping:
+                self.progress.close()
+                exit_stopped(accelerator, saved, step, "finetune.py")
+        self.progress.close()
+        return self.step
 
-        data_vanishing = None
-        if step % args.logging_steps == 0 or step % args.save_steps == 0 or step == stop_step or stopping:
-            data_vanishing = failed_share.check(accelerator)  # every process: saved below, then the run stops
-        if step % args.logging_steps == 0 or step == stop_step or stopping:
-            now = time.time()
-            logs = {"loss": loss_sum / num_summed, "learning_rate": lr, "grad_norm": float(grad_norm),
-                    "steps_per_second": (step - step_of_log) / max(now - t_log, 1e-9)}
-            write_logs(accelerator, history_path, step, logs)
-            progress.set_postfix(loss=f"{logs['loss']:.4f}", lr=f"{lr:.2e}")
-            loss_sum, num_summed, t_log, step_of_log = 0.0, 0, now, step
+    def score_on(self, model, split: str) -> float:
+        """Accuracy or mAP of `model` on `split`, its crops the same at every evaluation (seed 7 + the split's
+        index)."""
+        from aasp_hf.data import AaspFineTuningCollator
 
-        # 7a. Evaluation with the EMA weights (the trained weights when the EMA is off), selection by --select_on.
-        if step % args.eval_steps == 0 or step == args.max_steps:
-            evaluated = ema if ema is not None else unwrapped
+        def make_collator():
+            return AaspFineTuningCollator(self.feature_extractor, clip_seconds=self.clip_seconds, split=split,
+                                          num_labels=self.num_labels if self.multi_label else None,
+                                          seed=7 + SPLITS.index(split), padding=self.args.clip_padding)
 
-            def score_on(split):
-                logits, labels = predict(evaluated, splits[split], eval_collator(split),
-                                         args.per_device_eval_batch_size, accelerator)
-                return classification_score(logits, labels, multi_label)
+        logits, labels = predict(model, self.splits[split], make_collator, self.args.per_device_eval_batch_size,
+                                 self.accelerator)
+        return classification_score(logits, labels, self.multi_label)
 
-            if args.select_on == "validation":
-                record = {"step": step, "valid_score": score_on("validation")}
-                if record["valid_score"] > best["valid_score"]:
-                    record["test_score"] = score_on("test")
-                    best = {"valid_score": record["valid_score"], "step": step, "test_score": record["test_score"]}
-                    if accelerator.is_main_process:
-                        save_best_model(evaluated, feature_extractor, output_dir / "best_model")
-            else:  # "test": the best test score within the budget (EAT); "last": the last step's
-                record = {"step": step, "test_score": score_on("test")}
-                if args.select_on == "last" or record["test_score"] > best["valid_score"]:
-                    selection = record["test_score"] if args.select_on == "test" else float("nan")
-                    best = {"valid_score": selection, "step": step, "test_score": record["test_score"]}
-                    if accelerator.is_main_process and (args.select_on == "test" or step == args.max_steps):
-                        save_best_model(evaluated, feature_extractor, output_dir / "best_model")
-            history.append(record)
-            score = record["valid_score"] if args.select_on == "validation" else record["test_score"]
-            if accelerator.is_main_process:  # above the bar, not after it on its line
-                progress.write(f"step {step}: {args.select_on} {score:.4f} "
-                               f"(selected step {best['step']}, test there {best['test_score']:.4f})")
+    def evaluate(self):
+        """7a. Evaluation with the EMA weights (the trained weights when the EMA is off), selection by --select_on:
+        the best validation score and the test score at its step, the best test score within the budget (EAT), or
+        the last step's; the selected model saved as it is found."""
+        args, step, best, accelerator = self.args, self.step, self.best, self.accelerator
+        evaluated = self.ema if self.ema is not None else self.unwrapped
+        best_model = self.output_dir / "best_model"
+        if args.select_on == "validation":
+            record = {"step": step, "valid_score": self.score_on(evaluated, "validation")}
+            if record["valid_score"] > best["valid_score"]:
+                record["test_score"] = self.score_on(evaluated, "test")
+                best = {"valid_score": record["valid_score"], "step": step, "test_score": record["test_score"]}
+                if accelerator.is_main_process:
+                    save_best_model(evaluated, self.feature_extractor, best_model)
+        else:  # "test": the best test score within the budget (EAT); "last": the last step's
+            record = {"step": step, "test_score": self.score_on(evaluated, "test")}
+            if args.select_on == "last" or record["test_score"] > best["valid_score"]:
+                selection = record["test_score"] if args.select_on == "test" else float("nan")
+                best = {"valid_score": selection, "step": step, "test_score": record["test_score"]}
+                if accelerator.is_main_process and (args.select_on == "test" or step == args.max_steps):
+                    save_best_model(evaluated, self.feature_extractor, best_model)
+        self.best = best
+        self.history.append(record)
+        score = record["valid_score"] if args.select_on == "validation" else record["test_score"]
+        if accelerator.is_main_process:  # above the bar, not after it on its line
+            self.progress.write(f"step {step}: {args.select_on} {score:.4f} "
+                                f"(selected step {best['step']}, test there {best['test_score']:.4f})")
 
-        # 7b. Checkpoint.
-        if step % args.save_steps == 0 or step == stop_step or stopping or data_vanishing is not None:
-            process_state = {"collator_rng": collator.rng.bit_generator.state,
-                             "augment_rng": augment_rng.bit_generator.state,
-                             "decode_failures": decode_failures_before + collator.num_skipped}
-            if rank == 0 and ema is not None:
-                process_state["ema"] = ema.state_dict()
-            saved = save_checkpoint(accelerator, output_dir, step, process_state=process_state,
-                                    extra_state={"micro_batches": micro_position, "num_processes": world, "best": best,
-                                                 "history": history, "run_arguments": run_arguments},
-                                    save_total_limit=args.save_total_limit)
-        if data_vanishing is not None:
-            raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved {output_dir / f'checkpoint-{step}'}. "
-                             "Restore the data, then run the same command with --resume (or raise "
-                             "--max_failed_clip_share).")
-        if stopping:
-            progress.close()
-            exit_stopped(accelerator, saved, step, "finetune.py")
-    progress.close()
+    def save(self):
+        """7b. Checkpoint: the states, the data position, the generators, the EMA weights, the best-so-far."""
+        accelerator = self.accelerator
+        process_state = {"collator_rng": self.collator.rng.bit_generator.state,
+                         "augment_rng": self.augment_rng.bit_generator.state,
+                         "decode_failures": self.decode_failures_before + self.collator.num_skipped}
+        if accelerator.process_index == 0 and self.ema is not None:
+            process_state["ema"] = self.ema.state_dict()
+        return save_checkpoint(accelerator, self.output_dir, self.step, process_state=process_state,
+                               extra_state={"micro_batches": self.micro_position,
+                                            "num_processes": accelerator.num_processes, "best": self.best,
+                                            "history": self.history, "run_arguments": self.run_arguments},
+                               save_total_limit=self.args.save_total_limit)
 
-    # 8. The best model (EMA weights at the best validation step) for the pipeline and the Hub; results.
-    decode_failures = decode_failures_before + collator.num_skipped
+
+def write_run_results(loop: FineTuningLoop, args, splits: dict, multi_label: bool, clip_seconds: float,
+                      selection_rule: str) -> dict:
+    """8. The best model (EMA weights at the best validation step) for the pipeline and the Hub, its model card, and
+    all_results.json; returns the results."""
+    accelerator, step, best, output_dir = loop.accelerator, loop.step, loop.best, loop.output_dir
+    world, accum = accelerator.num_processes, loop.accum
+    decode_failures = loop.decode_failures_before + loop.collator.num_skipped
     decode_failures = int(accelerator.reduce(torch.tensor(decode_failures, device=accelerator.device), "sum"))
     results = {
         "metric": "mAP" if multi_label else "accuracy",
@@ -489,11 +552,11 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         "selection_rule": selection_rule,
         "gradient_accumulation_steps": accum,
         "total_train_batch_size": args.per_device_train_batch_size * world * accum,
-        "eval_history": history,
+        "eval_history": loop.history,
     }
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        needed = sum(p.numel() * p.element_size() for p in unwrapped.state_dict().values())
+        needed = sum(p.numel() * p.element_size() for p in loop.unwrapped.state_dict().values())
 
         def intact():
             return f"{find_latest_checkpoint(output_dir)} is intact and --resume writes the results from it"
@@ -501,7 +564,8 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         with refused_writes(output_dir, "the best model and results", needed, intact):  # a full disk: one line
             if step >= args.max_steps and (output_dir / "best_model").is_dir():
                 install_best_model(output_dir)  # the model's files whole or not at all
-                write_classifier_card(output_dir, unwrapped, feature_extractor, args, splits, results, clip_seconds)
+                write_classifier_card(output_dir, loop.unwrapped, loop.feature_extractor, args, splits, results,
+                                      clip_seconds)
             write_text_atomically(output_dir / "all_results.json",
                                   json.dumps({**results, "arguments": asdict(args)}, indent=2))
     accelerator.wait_for_everyone()
