@@ -23,7 +23,7 @@ from a generator seeded by its position in that order (`clip_seed`), not by the 
 position is therefore a pure function of the step, and so are the learning rate and the teacher momentum; RNG
 states (accelerate: dropout, drop path) are saved with each checkpoint, so a resumed run repeats exactly what the
 uninterrupted run would have done — on another number of processes too, given the per-device batch that keeps the
-B·W clips of a global micro-batch (`check_process_count` says what cannot carry over). With
+B·W clips of a global micro-batch (`aasp_hf.training.resume.check_process_count` says what cannot carry over). With
 `--streaming` the data is a `datasets` IterableDataset: each process reads its shard, reshuffled every epoch, and
 the stream position (epoch, micro-batches taken) is saved per process with each checkpoint instead (see
 `aasp_hf.data.clips.AudioStream`).
@@ -35,10 +35,9 @@ overrides the preset's model config key by key; the resolved config is printed a
 """
 
 import hashlib
-import itertools
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
@@ -75,9 +74,10 @@ from aasp_hf.training.checkpointing import (
 from aasp_hf.training.failed_clips import FailedClipShare
 from aasp_hf.training.resume import PRETRAINING_RUN_ARGUMENTS as RUN_ARGUMENTS
 from aasp_hf.training.resume import (
-    compare_run_arguments, describe_resume_changes, finished_pretraining, load_training_state,
+    check_process_count, compare_run_arguments, describe_resume_changes, finished_pretraining, load_training_state,
 )
-from aasp_hf.training.run_log import last_training_logs, write_logs
+from aasp_hf.training.pretraining_monitors import Monitors, is_due
+from aasp_hf.training.run_log import last_training_logs, write_logs, write_rank_summary
 from aasp_hf.training.saved_models import export_encoders, pretraining_summary
 from aasp_hf.training.run_lock import hold_run_folder
 from aasp_hf.data.cache import LogMelCache
@@ -85,7 +85,6 @@ from aasp_hf.data.clips import (
     AudioStream,
     CollatedMicroBatches,
     FailureLog,
-    decode_clip,
     load_clips,
     load_micro_batches,
 )
@@ -95,7 +94,7 @@ from aasp_hf.training.arguments import check_model_config, config_from_fields, p
 from aasp_hf.training.pretraining_arguments import (
     DATA_SOURCES, DataArguments, ModelArguments, PretrainingArguments,
 )
-from aasp_hf.training.monitors import FrozenFeatureProbe, pretraining_health
+from aasp_hf.training.monitors import pretraining_health
 
 # ----------------------------------------------------------------------------------------------- arguments
 
@@ -155,135 +154,13 @@ def run_arguments(data_args, args, config: AaspConfig, mixed_precision: str) -> 
     return {**{name: given[name] for name in RUN_ARGUMENTS}, "model_config": resolved_model_config(config)}
 
 
-def check_process_count(checkpoint, stored_world: int, world: int, stored: dict | None, current: dict, allowed,
-                        config: AaspConfig) -> dict:
-    """A checkpoint written by `stored_world` processes, resumed on `world`: `current` (this command's run arguments)
-    as they compare with the checkpoint's, or a UsageError of one line that says what to pass instead.
-
-    What carries over exactly: the model, optimiser and teacher (one copy, the same on every process), the schedules
-    (functions of the step) and the data. The data order is cut into global micro-batches of B·W clips and each
-    clip's crop and masks come from its position in the order (`clip_seed`), so keeping B·W — the per-device batch
-    scaled by the inverse of the process count — gives the same global batches; so does the contrastive loss, whose
-    negatives are the B·W clips of a micro-batch over all processes. Keeping only the global batch by the
-    accumulation instead would split the contrastive loss's micro-batch: refused, unless --resume_allow_changes
-    per_device_train_batch_size accepts another micro-batch. What cannot carry over: a --streaming run's position
-    (one shard per process) and the random states each process saved for dropout, drop path or the CNN predictor's
-    mask noise (--resume_allow_changes num_processes continues with fresh ones, seeded by --seed and the step)."""
-    if stored_world == world:
-        return current
-    allowed = set(allowed or ())
-    head = f"--resume: {checkpoint} was written by {stored_world} process(es)"
-    if current["streaming"]:
-        raise UsageError(f"{head}, each reading its own shard of the stream from a saved position that {world} "
-                         f"process(es) cannot take over: resume it on {stored_world} process(es).")
-    if stored is None:
-        raise UsageError(f"{head} and predates stored run arguments, so its per-device batch is unknown: resume it on "
-                         f"{stored_world} process(es).")
-    old_batch, new_batch = stored["per_device_train_batch_size"], current["per_device_train_batch_size"]
-    clips = old_batch * stored_world  # a global micro-batch: the data order's unit and the contrastive loss's batch
-    if new_batch * world != clips and "per_device_train_batch_size" not in allowed:
-        other = (f"pass --per_device_train_batch_size {clips // world} to keep its micro-batch of {clips} clips"
-                 if clips % world == 0 else
-                 f"its micro-batch of {clips} clips cannot be split evenly over {world}: resume on a number of "
-                 f"processes that divides {clips}")
-        raise UsageError(f"{head} × {old_batch} clips; on {world} {other} (the data order and the contrastive "
-                         f"loss's negatives), or pass --resume_allow_changes per_device_train_batch_size to go on "
-                         f"with micro-batches of {new_batch} × {world} clips.")
-    if new_batch * world == clips:  # the same micro-batch over all processes: not a change of the run
-        current = {**current, "per_device_train_batch_size": old_batch}
-    random = [f"{name} {getattr(config, name):g}" for name in
-              ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate")
-              if getattr(config, name) > 0]
-    if config.predictor_type == "cnn" and config.predictor_cnn_mask_noise_std > 0:
-        random.append(f"predictor_cnn_mask_noise_std {config.predictor_cnn_mask_noise_std:g}")
-    if random and "num_processes" not in allowed:
-        raise UsageError(f"{head}, whose random states for {', '.join(random)} cannot be dealt to {world}: resume on "
-                         f"{stored_world} process(es) to repeat its draws, or pass --resume_allow_changes "
-                         "num_processes to go on with new ones.")
-    return current
-
-
 def collate_clips(collator: PretrainingCollator, examples, seeds) -> dict:
     """The collator's batch with each clip's random draws (crop, masks, queries, equaliser) from its own seed (its
     `clip_seed`), so that they depend neither on the process that collates the clip nor on the rest of its batch."""
     return collator.collate_seeded(examples, seeds)
 
 
-def checksum(module: torch.nn.Module) -> str:
-    digest = hashlib.sha256()
-    for name, tensor in sorted(module.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
 # ----------------------------------------------------------------------------------------------- monitors (steps 3, 7b)
-def is_due(step: int, every: int, stop_step: int) -> bool:
-    """Every `every` steps and at the last step; never when `every` is 0."""
-    return every > 0 and (step % every == 0 or step == stop_step)
-
-
-def monitor_batch(dataset, stream, data_args, config, feature_extractor, seed: int, num_clips: int) -> torch.Tensor:
-    """The fixed batch (B', T, F) on which the student's (α, β) are summarised: the first `num_clips` decodable clips
-    (map-style rows 0, 1, ...; a stream: its first examples in epoch 0's order), cropped and featurised by a
-    collator of its own (seeded with `seed`), so the training collator's random stream is untouched."""
-    if stream is not None:
-        items = itertools.islice(stream.shard, 4 * num_clips)
-        examples = [decode_clip(item, stream.audio_column, i) for i, item in enumerate(items)]
-    else:
-        examples = [dataset[i] for i in range(min(len(dataset), 4 * num_clips))]
-    examples = [e for e in examples if isinstance(e, dict)][:num_clips]  # FailedClips left out
-    if not examples:
-        raise ValueError("--monitor_steps: none of the first clips of the dataset could be decoded")
-    collator = PretrainingCollator(feature_extractor, config, crop_seconds=data_args.crop_seconds,
-                                   generator=torch.Generator().manual_seed(seed))
-    return collator(examples)["input_values"]
-
-
-def probe_logs(probe: FrozenFeatureProbe, model: AaspForPreTraining, encoders, autocast) -> dict:
-    """probe/<encoder>_knn_accuracy, probe/<encoder>_ridge_accuracy for "student" (model.aasp) and/or "teacher",
-    probe/chance_accuracy and probe/seconds."""
-    started = time.time()
-    logs = {"probe/chance_accuracy": probe.chance_accuracy()}
-    for name in encoders:
-        scores = probe(model.aasp if name == "student" else model.teacher, autocast)
-        logs.update({f"probe/{name}_{key}": value for key, value in scores.items()})
-    return {**logs, "probe/seconds": time.time() - started}
-
-
-@dataclass
-class Monitors:
-    """3. The learning-health monitors (aasp_hf.training.monitors), on the main process only: the fixed batch whose
-    (α, β) are summarised every `monitor_steps` and the frozen-feature probe every `probe_steps` (None elsewhere,
-    and when off)."""
-
-    monitor_steps: int
-    probe_steps: int
-    probe_encoders: list
-    inputs: torch.Tensor | None = None
-    probe: FrozenFeatureProbe | None = None
-
-    @classmethod
-    def build(cls, accelerator, data_args, args, dataset, stream, config, feature_extractor) -> "Monitors":
-        monitor_steps = args.logging_steps if args.monitor_steps is None else args.monitor_steps
-        probe_steps = args.save_steps if args.probe_steps is None else args.probe_steps
-        probe_encoders = [name.strip() for name in args.probe_encoders.split(",") if name.strip()]
-        if monitor_steps < 0 or probe_steps <= 0 or not set(probe_encoders) <= {"student", "teacher"}:
-            raise ValueError(f"need --monitor_steps >= 0, --probe_steps > 0 and --probe_encoders among "
-                             f"student,teacher; got {monitor_steps}, {probe_steps}, {args.probe_encoders!r}")
-        monitors = cls(monitor_steps, probe_steps, probe_encoders)
-        if accelerator.is_main_process and monitor_steps > 0:
-            monitors.inputs = monitor_batch(dataset, stream, data_args, config, feature_extractor, args.seed,
-                                            args.monitor_clips).to(accelerator.device)
-        if accelerator.is_main_process and args.probe_dataset is not None:
-            monitors.probe = FrozenFeatureProbe(args.probe_dataset, feature_extractor, config.num_frames,
-                                                args.probe_max_clips, args.probe_k, args.probe_ridge)
-        return monitors
-
-    def probe_logs(self, model, accelerator) -> dict:
-        return probe_logs(self.probe, model, self.probe_encoders, accelerator.autocast)
-
-
 # ----------------------------------------------------------------------------------------------- main
 def main(argv=None) -> dict:
     data_args, model_args, args = parse_args(argv)
@@ -705,13 +582,7 @@ def write_results(loop: TrainingLoop, data_args, args, dataset, elapsed: float, 
     accelerator.wait_for_everyone()  # every process has appended its failures to the one list
     decode_failures = loop.failure_log.failed_files()  # distinct files, not the micro-batches they failed in
     missing_files = loop.failure_log.missing_files()  # of those, the files the data source lists that are not on disk
-    ranks_dir = output_dir / "ranks"
-    ranks_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(ranks_dir / f"rank{accelerator.process_index}.json", json.dumps({
-        "student_checksum": checksum(unwrapped.aasp),
-        "teacher_checksum": checksum(unwrapped.teacher),
-        "data_checksum": loop.seen.hexdigest(),
-    }))
+    write_rank_summary(output_dir, accelerator.process_index, unwrapped, loop.seen.hexdigest())
     results = {
         **{k.removeprefix("train/"): v for k, v in loop.last_logs.items()},
         "step": step,

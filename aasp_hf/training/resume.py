@@ -18,7 +18,7 @@ from .checkpointing import check_resume_arguments, find_latest_checkpoint, load_
 # What defines a pre-training run: every checkpoint stores these arguments (trainer_state.json, "run_arguments",
 # with the resolved model config as "model_config") and --resume refuses other values unless --resume_allow_changes
 # names them. The value says what a change touches from the resume step on (`describe_resume_changes`). The number
-# of processes is checked apart (examples/pretrain.py's `check_process_count`): a run may resume on another number
+# of processes is checked apart (`check_process_count` below): a run may resume on another number
 # when the clips of a global micro-batch (per-device batch × processes) stay the same.
 PRETRAINING_RUN_ARGUMENTS = {
     # the learning rate, a pure function of the step: linear warm-up, then cosine from the peak to the floor at
@@ -193,3 +193,51 @@ def load_training_state(accelerator, optimizer, checkpoint):
     accelerator.load_state(str(checkpoint))
     for group, values in zip(optimizer.param_groups, hyper):
         group.update(values)
+
+
+def check_process_count(checkpoint, stored_world: int, world: int, stored: dict | None, current: dict, allowed,
+                        config) -> dict:
+    """A checkpoint written by `stored_world` processes, resumed on `world`: `current` (this command's run arguments)
+    as they compare with the checkpoint's, or a UsageError of one line that says what to pass instead.
+
+    What carries over exactly: the model, optimiser and teacher (one copy, the same on every process), the schedules
+    (functions of the step) and the data. The data order is cut into global micro-batches of B·W clips and each
+    clip's crop and masks come from its position in the order (`clip_seed`), so keeping B·W — the per-device batch
+    scaled by the inverse of the process count — gives the same global batches; so does the contrastive loss, whose
+    negatives are the B·W clips of a micro-batch over all processes. Keeping only the global batch by the
+    accumulation instead would split the contrastive loss's micro-batch: refused, unless --resume_allow_changes
+    per_device_train_batch_size accepts another micro-batch. What cannot carry over: a --streaming run's position
+    (one shard per process) and the random states each process saved for dropout, drop path or the CNN predictor's
+    mask noise (--resume_allow_changes num_processes continues with fresh ones, seeded by --seed and the step)."""
+    if stored_world == world:
+        return current
+    allowed = set(allowed or ())
+    head = f"--resume: {checkpoint} was written by {stored_world} process(es)"
+    if current["streaming"]:
+        raise UsageError(f"{head}, each reading its own shard of the stream from a saved position that {world} "
+                         f"process(es) cannot take over: resume it on {stored_world} process(es).")
+    if stored is None:
+        raise UsageError(f"{head} and predates stored run arguments, so its per-device batch is unknown: resume it on "
+                         f"{stored_world} process(es).")
+    old_batch, new_batch = stored["per_device_train_batch_size"], current["per_device_train_batch_size"]
+    clips = old_batch * stored_world  # a global micro-batch: the data order's unit and the contrastive loss's batch
+    if new_batch * world != clips and "per_device_train_batch_size" not in allowed:
+        other = (f"pass --per_device_train_batch_size {clips // world} to keep its micro-batch of {clips} clips"
+                 if clips % world == 0 else
+                 f"its micro-batch of {clips} clips cannot be split evenly over {world}: resume on a number of "
+                 f"processes that divides {clips}")
+        raise UsageError(f"{head} × {old_batch} clips; on {world} {other} (the data order and the contrastive "
+                         f"loss's negatives), or pass --resume_allow_changes per_device_train_batch_size to go on "
+                         f"with micro-batches of {new_batch} × {world} clips.")
+    if new_batch * world == clips:  # the same micro-batch over all processes: not a change of the run
+        current = {**current, "per_device_train_batch_size": old_batch}
+    random = [f"{name} {getattr(config, name):g}" for name in
+              ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate")
+              if getattr(config, name) > 0]
+    if config.predictor_type == "cnn" and config.predictor_cnn_mask_noise_std > 0:
+        random.append(f"predictor_cnn_mask_noise_std {config.predictor_cnn_mask_noise_std:g}")
+    if random and "num_processes" not in allowed:
+        raise UsageError(f"{head}, whose random states for {', '.join(random)} cannot be dealt to {world}: resume on "
+                         f"{stored_world} process(es) to repeat its draws, or pass --resume_allow_changes "
+                         "num_processes to go on with new ones.")
+    return current

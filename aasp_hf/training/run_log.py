@@ -1,8 +1,13 @@
 """A run's log: log_history.jsonl (one JSON line per record, beside TensorBoard's events through accelerate's
 trackers), written by the main process only, and what a resumed run reads back from it."""
 
+import hashlib
 import json
 from pathlib import Path
+
+import torch
+
+from ..files import write_text_atomically
 
 
 def last_training_logs(history_path: Path, step: int) -> dict:
@@ -28,3 +33,24 @@ def write_logs(accelerator, history_path: Path, step: int, logs: dict):
         history_path.parent.mkdir(parents=True, exist_ok=True)
         with open(history_path, "a") as f:
             f.write(json.dumps({"step": step, **logs}) + "\n")
+
+
+def checksum(module: torch.nn.Module) -> str:
+    """sha256 of `module`'s state (names and float32 values): equal on every process of a run in sync."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def write_rank_summary(output_dir: Path, rank: int, model, data_checksum: str):
+    """ranks/rank<r>.json: this process's parameter checksums (student, teacher) and the checksum of the data it saw,
+    which every process of a run in sync shares."""
+    ranks_dir = output_dir / "ranks"
+    ranks_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(ranks_dir / f"rank{rank}.json", json.dumps({
+        "student_checksum": checksum(model.aasp),
+        "teacher_checksum": checksum(model.teacher),
+        "data_checksum": data_checksum,
+    }))
