@@ -78,7 +78,8 @@ from aasp_hf.training.resume import (
 )
 from aasp_hf.training.pretraining_monitors import Monitors, is_due
 from aasp_hf.training.run_log import last_training_logs, write_logs, write_rank_summary
-from aasp_hf.training.saved_models import export_encoders, pretraining_summary
+from aasp_hf.training.saved_models import export_encoders as export
+from aasp_hf.training.saved_models import pretraining_summary
 from aasp_hf.training.run_lock import hold_run_folder
 from aasp_hf.data.cache import LogMelCache
 from aasp_hf.data.clips import (
@@ -566,8 +567,7 @@ class TrainingLoop:
                                                **({"stream": dict(stream.position)} if stream is not None else {})},
                                 save_total_limit=args.save_total_limit)
         if args.export_with_checkpoints and accelerator.is_main_process:
-            export_encoders(self.unwrapped, self.feature_extractor, output_dir / f"checkpoint-{step}",
-                            args.export_teacher)
+            export(self.unwrapped, self.feature_extractor, output_dir / f"checkpoint-{step}", args.export_teacher)
         if data_vanishing is not None:
             raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved {output_dir / f'checkpoint-{step}'}"
                              f"; each failed file and why: {self.failure_log.path}. Restore the data, then run the "
@@ -618,8 +618,8 @@ def write_results(loop: TrainingLoop, data_args, args, dataset, elapsed: float, 
             return f"{find_latest_checkpoint(output_dir)} is intact and --resume exports from it"
 
         with refused_writes(output_dir, "the encoder and results", needed, intact):  # a full disk: one line
-            export_encoders(unwrapped, loop.feature_extractor, output_dir, args.export_teacher,
-                            pretraining_summary(data_args, args, results))
+            export(unwrapped, loop.feature_extractor, output_dir, args.export_teacher,
+                   pretraining_summary(data_args, args, results))
             write_text_atomically(output_dir / "all_results.json", json.dumps(results, indent=2))
         print(f"saved the pre-trained encoder to {output_dir / 'encoder'}; load it with\n"
               f"  AutoModel.from_pretrained({str(output_dir / 'encoder')!r}, trust_remote_code=True)")
