@@ -78,6 +78,7 @@ from aasp_hf.training.resume import (
 )
 from aasp_hf.training.pretraining_monitors import Monitors, is_due
 from aasp_hf.training.run_log import last_training_logs, write_logs, write_rank_summary
+from aasp_hf.training.run_log import checksum  # noqa: F401  (benchmarks/quality/run.py reads pretrain.checksum)
 from aasp_hf.training.saved_models import export_encoders as export
 from aasp_hf.training.saved_models import pretraining_summary
 from aasp_hf.training.run_lock import hold_run_folder
