@@ -9,7 +9,9 @@ Steps:
 2. pre-train the tiny preset (examples/configs/pretrain_tiny_cpu.json) with examples/pretrain.py, export the encoder
 3. linear probe of frozen features ([CLS ; time-averaged tokens per frequency row]): random init vs pre-trained
 4. fine-tune AaspForAudioClassification from scratch and from the pre-trained encoder, the same number of steps
-   and the same recipe each (AdamW, warm-up + cosine by step)
+   and the same recipe each (AdamW, warm-up + cosine by step). This loop is the demo's own, not
+   `aasp_hf.training.step.finetuning_step`: it runs without `accelerate`, takes the model's own loss, sets a
+   warm-up × cosine lr of its own and clips at 1.0, so that step would change the numbers it prints
 5. save_pretrained the fine-tuned model (with a model card), reload it with
    pipeline("audio-classification"), predict
 

@@ -10,14 +10,15 @@ Table hyperparams 1; datasets, splits and EVAR clip lengths: Sec. Datasets, aasp
 
 `runs/pt/encoder` is the encoder that `examples/pretrain.py --config examples/configs/pretrain_tiny_cpu.json` saves.
 
-Arguments come from the dataclass below: on the command line, from one JSON file (`finetune.py preset.json`), or
-from `--config preset.json` followed by command-line overrides. The presets copy Table hyperparams 1 column by
-column; the paper's batch size is the total over its GPUs (4 for AS-2M / AS-20K), so their per-device batch is 32
-and they state the global batch, `total_train_batch_size` 128: on fewer processes gradient accumulation makes it up
-(1 process: 4 micro-batches of 32 per step; `aasp_hf.training.arguments.gradient_accumulation_for`). One preset is
-not the paper's: `small_folder.json`, for a few hundred clips from a fresh or barely pre-trained encoder (mean pooling,
-lr 4e-3 without layer decay, 1,500 steps of 32 clips, masked padding of short clips; measured in
-research/2026-11-small-data-recipe, docs/downstream.md#a-small-folder-of-your-own-clips).
+Arguments come from the dataclass `aasp_hf.training.finetuning_arguments.FinetuneArguments`: on the command line, from
+one JSON file (`finetune.py preset.json`), or from `--config preset.json` followed by command-line overrides. The
+presets copy Table hyperparams 1 column by column; the paper's batch size is the total over its GPUs (4 for AS-2M /
+AS-20K), so their per-device batch is 32 and they state the global batch, `total_train_batch_size` 128: on fewer
+processes gradient accumulation makes it up (1 process: 4 micro-batches of 32 per step;
+`aasp_hf.training.arguments.gradient_accumulation_for`). One preset is not the paper's: `small_folder.json`, for a few
+hundred clips from a fresh or barely pre-trained encoder (mean pooling, lr 4e-3 without layer decay, 1,500 steps of 32
+clips, masked padding of short clips; measured in research/2026-11-small-data-recipe,
+docs/downstream.md#a-small-folder-of-your-own-clips).
 
 Steps: 1. data (`aasp_hf.data.load`, one test fold of a K-fold task, or synthetic demo clips), 2. model
 (`AaspForAudioClassification`: LayerNorm + Linear on CLS over a pre-trained encoder, drop path), 3. crops and features
@@ -57,15 +58,12 @@ import json
 import logging
 import math
 import os
-import shutil
 import time
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 from tqdm.auto import tqdm
@@ -77,11 +75,9 @@ from aasp_hf.evaluation import classification_score, mean_std, without_truncatio
 from aasp_hf.evaluation import baseline as logmel_baseline
 from aasp_hf.schedules import learning_rate
 from aasp_hf.training import save_checkpoint
-from aasp_hf.training.augment import mixup, spec_augment
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
-    check_resume_arguments,
     checkpoint_to_resume,
     find_latest_checkpoint,
     load_process_state,
@@ -89,21 +85,27 @@ from aasp_hf.training.checkpointing import (
     read_results,
     refused_writes,
     remove_artefacts,
-    replace_directory,
     thread_count_note,
     truncate_log,
     write_text_atomically,
 )
 from aasp_hf.training.console import describe_new_head, loading_quietly, quiet_libraries
 from aasp_hf.training.data_order import micro_batches
-from aasp_hf.training.failed_clips import DEFAULT_MAX_SHARE, FailedClipShare
+from aasp_hf.training.failed_clips import FailedClipShare
+from aasp_hf.training.resume import FINETUNING_RUN_ARGUMENTS as RUN_ARGUMENTS
+from aasp_hf.training.resume import (
+    compare_run_arguments, describe_resume_changes, finished_finetuning, load_training_state, resumed_run_arguments,
+)
+from aasp_hf.training.run_log import write_logs
+from aasp_hf.training.saved_models import install_best_model, save_best_model, write_classifier_card
 from aasp_hf.training.run_lock import hold_run_folder
-from aasp_hf.training.model_ema import create_ema, ema_update_
-from aasp_hf.training.optim import layer_decay_param_groups, set_learning_rates
-from aasp_hf.training.arguments import PlanArguments, gradient_accumulation_for, parse_arguments
+from aasp_hf.training.model_ema import create_ema
+from aasp_hf.training.optim import layer_decay_param_groups
+from aasp_hf.training.step import augmented_inputs, finetuning_step
+from aasp_hf.training.arguments import gradient_accumulation_for, parse_arguments
+from aasp_hf.training.finetuning_arguments import FinetuneArguments
 from aasp_hf.training.short_run import (
-    DEFAULT_BATCH_SIZE, DEFAULT_WARMUP_STEPS, PAPER_EMA_DECAY, PAPER_LEARNING_RATE, batch_size_for, ema_decay_for,
-    learning_rate_for, warmup_steps_for,
+    DEFAULT_BATCH_SIZE, batch_size_for, ema_decay_for, learning_rate_for, warmup_steps_for,
 )
 from aasp_hf.errors import UsageError, check_keys
 from aasp_hf.hub import check_model_path
@@ -121,139 +123,7 @@ SPLIT_SEED = 0  # the held-out validation / test draws: one split for every seed
 # What a run leaves in output_dir (sub-runs of --seeds / --all_folds in <part>_seed<k>/; the best model copied in).
 FINETUNE_ARTEFACTS = RUN_ARTEFACTS + ("best_model*", "results.md", "*_seed*", "model.safetensors", "config.json",
                                       "preprocessor_config.json")
-# What defines a fine-tuning run: every checkpoint stores these arguments (trainer_state.json, "run_arguments") and
-# --resume refuses other values unless --resume_allow_changes names them. The value says what a change touches
-# from the resume step on. The number of processes is checked apart (the data are sharded by it).
-RUN_ARGUMENTS = {
-    # the learning rate, a pure function of the step (warm-up, then cosine to the floor at max_steps), times each
-    # group's layer-decay scale
-    "max_steps": "lr", "warmup_steps": "lr", "learning_rate": "lr", "min_learning_rate": "lr", "layer_decay": "lr",
-    # the data order (epoch permutations seeded by seed, global micro-batches of batch × processes, accumulation), the
-    # splits and the clips (dataset, fold, held-out fractions, clip length) and their augmentation
-    "seed": "data", "per_device_train_batch_size": "data", "gradient_accumulation_steps": "data", "dataset": "data",
-    "data_root": "data", "dataset_kwargs": "data", "synthetic_per_class": "data", "synthetic_multi_label": "data",
-    "task": "data", "clip_seconds": "data", "clip_padding": "data", "test_fold": "data", "select_on": "data",
-    "kfold_validation": "data", "validation_fraction": "data", "test_fraction": "data", "group_by": "data",
-    "class_balanced_sampling": "data",
-    "samples_per_epoch": "data", "mixup_alpha": "data", "spec_augment": "data", "spec_augment_fraction": "data",
-    # the update: AdamW's hyper-parameters (the restored state keeps its moments) and the clipping norm
-    "weight_decay": "optimiser", "adam_beta1": "optimiser", "adam_beta2": "optimiser", "adam_epsilon": "optimiser",
-    "max_grad_norm": "optimiser",
-    # the model and the arithmetic
-    "model_name_or_path": "model", "drop_path_rate": "model", "classifier_pooling": "model",
-    "mixed_precision": "precision",
-    # what the checkpoint's state must fit, so no flag allows a change: a frozen stem leaves the optimiser without
-    # its parameters; the weight EMA is saved only when it is on
-    "freeze_feature_encoder": "fixed", "ema_decay": "fixed",
-}
-
-
 # ----------------------------------------------------------------------------------------------- arguments
-@dataclass
-class FinetuneArguments(PlanArguments):
-    model_name_or_path: str = field(metadata={"help": "a pre-trained AaspModel encoder (or a saved classifier)"})
-    # data
-    dataset: str | None = field(default=None, metadata={"help": "a name for aasp_hf.data.load (as20k, esc50, ...)"})
-    data_root: str | None = field(default=None, metadata={"help": "the dataset's folder in its official layout"})
-    dataset_kwargs: str | None = field(default=None, metadata={"help": "JSON object of extra loader arguments"})
-    synthetic_per_class: int = field(default=0, metadata={"help": "N > 0: demo clips (N train per class), no files"})
-    synthetic_multi_label: bool = field(default=False, metadata={"help": "synthetic clips = sums of 1-2 classes"})
-    task: str | None = field(default=None, metadata={"help": "EVAR clip-length key; unset: the dataset's"})
-    clip_seconds: float | None = field(default=None, metadata={"help": "overrides the task's EVAR clip length"})
-    test_fold: int | None = field(default=None, metadata={"help": "K-fold task: the test fold; unset: the first"})
-    all_folds: bool = field(default=False, metadata={"help": "K-fold task: one run per test fold, averaged"})
-    select_on: str = field(default="validation", metadata={
-        "help": "model selection: 'validation' (held out of train when the dataset has none), 'test' (EAT: train on "
-                "the whole training set, best test score within the budget) or 'last' (whole training set, last step)"})
-    kfold_validation: str = field(default="evar", metadata={
-        "help": "K-fold validation set: 'evar' (a random validation_fraction of the other folds, seed 0) or 'next' "
-                "(the fold after the test fold); 'test' is the old spelling of --select_on test"})
-    validation_fraction: float = field(default=0.1, metadata={"help": "held out of train when there is no validation "
-                                                              "(and of the training folds of a K-fold task)"})
-    test_fraction: float = field(
-        default=0.2, metadata={"help": "held out of train (stratified by class, seeded) when there is no test split, "
-                               "e.g. an audiofolder without train/test sub-folders"}
-    )
-    group_by: str | None = field(default=None, metadata={
-        "help": "each clip's source (speaker, site, device): a column of the data, or a regular expression whose "
-                "first group, searched in the file name, is the source (e.g. '^(\\d+)_'); validation and a held-out "
-                "test then take whole sources, never heard in training"})
-    clip_padding: str = field(default="zeros", metadata={
-        "help": "a clip shorter than the clip length: 'zeros' (appended to the waveform, EVAR's) or 'masked' (its "
-                "frames padded and marked as padding, which the encoder's attention and mean pooling skip)"})
-    dataloader_num_workers: int = field(default=0, metadata={"help": "worker processes that load the clips"})
-    # model
-    drop_path_rate: float = field(default=0.1, metadata={"help": "stochastic depth of the encoder blocks"})
-    classifier_pooling: str | None = field(default=None, metadata={
-        "help": "what the head reads: 'cls' (the paper's: the class token, which pre-training trains) or 'mean' (the "
-                "mean of the patch tokens: for an encoder whose class token was never trained, e.g. a fresh one); "
-                "unset: the encoder's config (cls)"})
-    freeze_feature_encoder: bool = field(default=False, metadata={"help": "freeze the SPE/AaPE patch embedding"})
-    # optimisation (Table hyperparams 1)
-    output_dir: str = field(default="finetune_output", metadata={"help": "where checkpoints, the log, the results "
-                                                                 "and the best model go"})
-    seed: int = field(default=0, metadata={"help": "seeds the head, the data order and the augmentation"})
-    seeds: list[int] | None = field(default=None, metadata={"help": "several seeds: one sub-run each, mean ± std"})
-    per_device_train_batch_size: int | None = field(default=None, metadata={
-        "help": f"clips per process per micro-batch; unset: {DEFAULT_BATCH_SIZE}, or as many as the training clips "
-                f"when they are fewer (a line says so)"})
-    per_device_eval_batch_size: int = field(default=64, metadata={"help": "clips per process when evaluating"})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
-    total_train_batch_size: int | None = field(default=None, metadata={
-        "help": "the global batch per optimiser step: accumulation = total / (per-device batch × processes)"})
-    max_steps: int = field(default=1000, metadata={"help": "the training-step budget (sets the schedule)"})
-    stop_after_steps: int | None = field(default=None, metadata={"help": "leave after this many steps (then --resume)"})
-    warmup_steps: int | None = field(default=None, metadata={
-        "help": f"linear warm-up steps (at most --max_steps); unset: {DEFAULT_WARMUP_STEPS}, or 10 %% of --max_steps "
-                f"when that is fewer"})
-    learning_rate: float | None = field(default=None, metadata={
-        "help": f"peak lr (of the head; layer l gets lr·decay^(L+1-l)); unset: the paper's {PAPER_LEARNING_RATE:g} "
-                f"from 8,000 steps on, for a shorter run the same lr × steps, at most 2e-3 (a line says so)"})
-    min_learning_rate: float = field(default=1e-7, metadata={"help": "end of the cosine decay"})
-    layer_decay: float = field(default=0.65, metadata={"help": "layer-wise lr decay factor (1: none)"})
-    weight_decay: float = field(default=0.05, metadata={"help": "AdamW weight decay (not on biases, norms, CLS, "
-                                                               "positions)"})
-    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW β1"})
-    adam_beta2: float = field(default=0.95, metadata={"help": "AdamW β2"})
-    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW ε"})
-    max_grad_norm: float = field(default=4.0, metadata={"help": "gradient clipping; <= 0 disables"})
-    # augmentation, sampling, EMA
-    mixup_alpha: float = field(default=0.0, metadata={"help": "Beta(α, α) mixup; 0 disables (then CE if single-label)"})
-    spec_augment: bool = field(default=True, metadata={"help": "one time + one frequency mask per clip"})
-    spec_augment_fraction: float = field(default=0.2, metadata={"help": "maximum mask size / input size (1/5)"})
-    class_balanced_sampling: bool = field(default=False, metadata={"help": "AS-2M: weighted draws with replacement"})
-    samples_per_epoch: int = field(default=200_000, metadata={"help": "draws per epoch of class-balanced sampling"})
-    ema_decay: float | None = field(default=None, metadata={
-        "help": f"weight EMA for evaluation; 0 disables (ESC-50); unset: the paper's {PAPER_EMA_DECAY:g}, or for a "
-                f"run under 2,000 steps the decay whose horizon 1/(1-d) is a tenth of --max_steps (a line says so)"})
-    # evaluation, logging, checkpoints
-    eval_steps: int = field(default=500, metadata={"help": "validate every N steps (and at the last step)"})
-    logging_steps: int = field(default=50)
-    save_steps: int = field(default=1000)
-    save_total_limit: int | None = field(default=2)
-    max_failed_clip_share: float = field(
-        default=DEFAULT_MAX_SHARE, metadata={"help": "when more than this share of the training clips read (over "
-                                             "windows of at least 100) fail to decode, the run saves a checkpoint "
-                                             "and stops (1 disables)"}
-    )
-    resume: bool = field(
-        default=False, metadata={"help": "continue from output_dir's newest complete checkpoint with the arguments "
-                                 "it was written with (a finished run is left as it is)"}
-    )
-    resume_allow_changes: list[str] | None = field(
-        default=None, metadata={"help": "--resume: the run-defining arguments this command may change (e.g. "
-                                "max_steps); the others must equal the checkpoint's"}
-    )
-    overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "start over in an output_dir that holds a run (its checkpoints, log, results "
-                                 "and saved model are deleted first); without it or --resume such a folder is refused"}
-    )
-    mixed_precision: str | None = field(default=None, metadata={"help": "'no' | 'bf16' | 'fp16'"})
-    # the reference beside the results (aasp_hf.evaluation.baseline)
-    baseline: str = field(default="logmel", metadata={"help": logmel_baseline.BASELINE_HELP})
-    baseline_max_clips: int = field(default=logmel_baseline.DEFAULT_MAX_CLIPS,
-                                    metadata={"help": logmel_baseline.MAX_CLIPS_HELP})
-
 
 def parse_args(argv=None) -> FinetuneArguments:
     """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
@@ -298,19 +168,6 @@ def parse_args(argv=None) -> FinetuneArguments:
         args = replace(args, resume_allow_changes=names)
         check_keys(args.resume_allow_changes, RUN_ARGUMENTS, "--resume_allow_changes", "docs/pretraining.md#resuming")
     return args
-
-
-def resumed_run_arguments(output_dir) -> dict:
-    """The run arguments stored by the checkpoint that `--resume` will continue (of the run in `output_dir`, or of its
-    first sub-run `<part>_seed<k>/` with one), {} when there is none. A run that derived its lr, EMA decay or warm-up
-    from `--max_steps` keeps them when resumed with a longer `--max_steps`: re-deriving them would change the EMA
-    (which no resume may change) and the lr mid-run."""
-    output_dir = Path(output_dir)
-    run_dirs = [output_dir] + (sorted(output_dir.glob("*_seed*")) if output_dir.is_dir() else [])
-    for run_dir in run_dirs:
-        if run_dir.is_dir() and (checkpoint := find_latest_checkpoint(run_dir)) is not None:
-            return load_trainer_state(checkpoint).get("run_arguments") or {}
-    return {}
 
 
 def scale_batch_to_data(args, parts: dict, world: int):
@@ -369,11 +226,6 @@ def clip_labels(rows, multi_label: bool) -> list[list[int]]:
 
 
 # ----------------------------------------------------------------------------------------------- loss, eval (step 7)
-def soft_targets(labels: torch.Tensor, num_labels: int) -> torch.Tensor:
-    """(B,) class ids -> (B, C) one-hot float; (B, C) multi-hot stays (as float)."""
-    return F.one_hot(labels, num_labels).float() if labels.ndim == 1 else labels.float()
-
-
 @torch.no_grad()
 def predict(model, rows, make_collator, batch_size, accelerator) -> tuple[np.ndarray, np.ndarray]:
     """Logits (N, C) and labels of `rows` (clips that fail to decode are skipped); each process takes every W-th
@@ -401,92 +253,7 @@ def predict(model, rows, make_collator, batch_size, accelerator) -> tuple[np.nda
     return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
 
 
-def save_best_model(model, feature_extractor, directory: Path):
-    """`save_pretrained` into a temporary folder, then an atomic rename (a crash never leaves half a model); a full
-    disk is one line that names the space and the intact checkpoint, and the temporary folder is removed."""
-    needed = sum(p.numel() * p.element_size() for p in model.state_dict().values())
-
-    def intact():
-        checkpoint = find_latest_checkpoint(directory.parent)
-        if checkpoint is None:
-            return ("there is no checkpoint yet, so --resume starts the run again from step 0 (--save_steps keeps "
-                    "the progress of a long run)")
-        return f"the last complete checkpoint is {checkpoint}"
-
-    with refused_writes(directory, "the best model", needed, intact), replace_directory(directory) as tmp:
-        model.save_pretrained(tmp)
-        feature_extractor.save_pretrained(tmp)
-
-
-def write_card(output_dir: Path, model, feature_extractor, args, splits, results: dict, clip_seconds: float):
-    """The saved classifier's model card, generated from the model, the data and the scores this run measured."""
-    from aasp_hf.hub import write_model_card
-
-    if args.synthetic_per_class > 0:
-        data = f"synthetic clips of examples/demo.py's classes ({args.synthetic_per_class} train per class)"
-    else:
-        data = f"`{args.dataset}` from {args.data_root}"
-    sizes = ", ".join(f"{split} {len(splits[split])}" for split in SPLITS if split in splits)
-    metric = results["metric"]
-    training = {
-        "base model": f"{args.model_name_or_path} (pre-trained AaSP encoder; the head is new)",
-        "data": f"{data}; clips: {sizes}; {clip_seconds:g}-s crops, shorter clips padded with "
-                f"{'masked frames' if args.clip_padding == 'masked' else 'zeros'}",
-        "steps": f"{results['step']} ({args.warmup_steps} warm-up), batch {args.per_device_train_batch_size} × "
-                 f"{results['num_processes']} process(es) × {results['gradient_accumulation_steps']} accumulation "
-                 f"= {results['total_train_batch_size']}",
-        "optimiser": f"AdamW, peak lr {args.learning_rate:g}, layer decay {args.layer_decay:g}, weight decay "
-                     f"{args.weight_decay:g}",
-        "augmentation": f"mixup α {args.mixup_alpha:g}, SpecAugment {'on' if args.spec_augment else 'off'}",
-        "saved weights": f"{'EMA (decay ' + format(args.ema_decay, 'g') + ')' if args.ema_decay > 0 else 'trained'} "
-                         f"weights at step {results['best_step']} ({results['selection_rule']})",
-    }
-    write_model_card(output_dir, model, feature_extractor, {
-        "title": f"AaSP audio classifier ({model.config.num_labels} classes)",
-        "path": str(output_dir),
-        "training": training,
-        "evaluation_protocol": f"fine-tuning, {results['selection_rule']}: step {results['best_step']}",
-    }, {**({f"eval_{metric}": results["best_valid_score"]} if args.select_on == "validation" else {}),
-        f"test_{metric}": results["test_score"]})
-
-
 # ----------------------------------------------------------------------------------------------- resume
-def describe_resume_changes(changes, stored: dict, current: dict, step: int) -> str:
-    """What the allowed changes do from the resume step on: the lr schedule (a pure function of the step, now with
-    the new arguments), the data order, the optimiser, the model, the precision."""
-    kinds = {RUN_ARGUMENTS[name] for name, _, _ in changes}
-    lines = ["resuming with " + ", ".join(f"{name} {old!r} → {new!r}" for name, old, new in changes)]
-    if "lr" in kinds:
-        def lr(a):
-            return learning_rate(step, a["max_steps"], a["warmup_steps"], a["learning_rate"], a["min_learning_rate"])
-
-        lines.append(f"learning rate at step {step}: {lr(stored):.3g} → {lr(current):.3g} (× each layer's decay "
-                     f"scale {current['layer_decay']:g}^depth); from here on warm-up {current['warmup_steps']} then "
-                     f"cosine to {current['min_learning_rate']:g} at step {current['max_steps']}, as if the run had "
-                     "been planned with the new arguments")
-    if "data" in kinds:
-        lines.append(f"data: the batches from step {step} on follow the order, splits and augmentation the new "
-                     "arguments define, at the saved position (clips of the current epoch may repeat or be left out)")
-    if "optimiser" in kinds:
-        lines.append("optimiser: AdamW keeps its restored moments and takes the new weight decay, betas, ε and "
-                     "clipping norm from here on")
-    if "model" in kinds:
-        lines.append("model: the checkpoint's weights are loaded into the model the new arguments build")
-    if "precision" in kinds:
-        lines.append(f"precision: the steps from {step} on compute under {current['mixed_precision']!r} autocast")
-    return "\n".join(lines)
-
-
-def finished_summary(output_dir: Path, args, parts, seeds) -> dict | None:
-    """The results of a finished fine-tuning run in `output_dir` (every (part, seed) sub-run at --max_steps), for
-    `--resume` to leave as they are; None when there is training left or no results yet."""
-    summary = read_results(output_dir / "all_results.json", warn=lambda line: None)  # damaged: not finished
-    if summary is None or summary.get("max_steps", -1) < args.max_steps or "runs" not in summary:
-        return None
-    done = {(r["part"], r["seed"]) for r in summary["runs"] if r.get("finished")}
-    return summary if done == {(part, seed) for part in parts for seed in seeds} else None
-
-
 # ----------------------------------------------------------------------------------------------- one run
 def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[str], clip_seconds: float,
         selection_rule: str | None = None) -> dict:
@@ -509,46 +276,19 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         raise UsageError(f"--per_device_train_batch_size {args.per_device_train_batch_size} × {world} process"
                          f"{'es' if world > 1 else ''} is more than the {num_clips} training clips: pass "
                          f"--per_device_train_batch_size {max(1, num_clips // world)} or less")
-    num_labels = len(names)
     set_seed(args.seed)  # the head's initialisation, identical on every process
 
     # 2. Model: the encoder's weights load under `aasp`; LayerNorm + Linear on CLS are new.
-    with loading_quietly():  # transformers' report would list the new head as MISSING: one line of ours instead
-        model, loading_info = AaspForAudioClassification.from_pretrained(
-            args.model_name_or_path,
-            num_labels=num_labels,
-            id2label=dict(enumerate(names)),
-            label2id={n: i for i, n in enumerate(names)},
-            problem_type="multi_label_classification" if multi_label else "single_label_classification",
-            drop_path_rate=args.drop_path_rate,
-            output_loading_info=True,
-            **({"classifier_pooling": args.classifier_pooling} if args.classifier_pooling else {}),
-        )
-    accelerator.print(describe_new_head(loading_info, args.model_name_or_path))
-    if args.freeze_feature_encoder:
-        model.freeze_feature_encoder()
-    config = model.config
-    try:
-        feature_extractor = without_truncation(AutoFeatureExtractor.from_pretrained(args.model_name_or_path),
-                                               args.model_name_or_path)  # the saved model takes whole clips
-    except (OSError, ValueError):
-        logger.warning(f"No feature extractor saved with {args.model_name_or_path}: using AaspFeatureExtractor() "
-                       f"(the paper's m2d front end, mean -7.1, std 4.1).")
-        feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins)
+    model, feature_extractor = load_classifier(accelerator, args, names, multi_label)
     ema = create_ema(model) if args.ema_decay > 0 else None
     set_seed(args.seed, device_specific=True)  # dropout / drop path: one stream per process
 
     # 3. Data: crops and features in the collator (called in the loop, so its generator is checkpointed).
+    num_labels = len(names)
     collator = AaspFineTuningCollator(feature_extractor, clip_seconds=clip_seconds, split="train",
                                       num_labels=num_labels if multi_label else None,
                                       seed=args.seed * 1000 + 1 + rank, padding=args.clip_padding)
     augment_rng = np.random.default_rng(args.seed * 1000 + 2 + rank)
-
-    def eval_collator(split):
-        return lambda: AaspFineTuningCollator(feature_extractor, clip_seconds=clip_seconds, split=split,
-                                              num_labels=num_labels if multi_label else None,
-                                              seed=7 + SPLITS.index(split), padding=args.clip_padding)
-
     sampler = None
     if args.class_balanced_sampling:
         sampler = ClassBalancedSampler(clip_labels(splits["train"], multi_label), num_classes=num_labels,
@@ -560,173 +300,243 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
 
     # 5. Distribute.
     model, optimizer = accelerator.prepare(model, optimizer)
-    unwrapped = accelerator.unwrap_model(model)
     if ema is not None:
         ema.to(accelerator.device)
 
     # 6. Resume: model, optimiser and RNG states, generators, EMA weights, data position and best-so-far.
-    step, micro_position, decode_failures_before = 0, 0, 0
-    best = {"valid_score": -math.inf, "step": 0, "test_score": float("nan")}
-    history = []
     given = {**asdict(args), "gradient_accumulation_steps": accum, "mixed_precision": accelerator.mixed_precision}
     run_arguments = {name: given[name] for name in RUN_ARGUMENTS}
-    if args.resume and (checkpoint := checkpoint_to_resume(output_dir, accelerator.print)) is not None:
-        state = load_trainer_state(checkpoint)
-        if state["num_processes"] != world:
-            raise ValueError(f"{checkpoint} was written by {state['num_processes']} processes; exact resume needs "
-                             f"the same number, got {world}")
-        fixed = {name for name, kind in RUN_ARGUMENTS.items() if kind == "fixed"}
-        if "fp16" in (state.get("run_arguments", {}).get("mixed_precision"), accelerator.mixed_precision):
-            fixed.add("mixed_precision")  # fp16 has a gradient scaler whose state only an fp16 checkpoint holds
-        changes = check_resume_arguments(checkpoint, state.get("run_arguments"), run_arguments,
-                                         args.resume_allow_changes, fixed)
-        if state["step"] > args.max_steps:
-            raise UsageError(f"--max_steps {args.max_steps} is below the step of {checkpoint} ({state['step']}): a "
-                             f"resumed run cannot go back; pass --max_steps {state['step']} or more")
-        # the optimiser's hyper-parameters are the arguments' (load_state restores the checkpoint's with its moments)
-        hyper = [{k: g[k] for k in ("weight_decay", "betas", "eps", "lr_scale") if k in g}
-                 for g in optimizer.param_groups]
-        accelerator.load_state(str(checkpoint))
-        for group, values in zip(optimizer.param_groups, hyper):
-            group.update(values)
-        mine = load_process_state(checkpoint, rank)
-        collator.rng.bit_generator.state = mine["collator_rng"]
-        augment_rng.bit_generator.state = mine["augment_rng"]
-        decode_failures_before = mine["decode_failures"]
-        if ema is not None:
-            ema.load_state_dict(load_process_state(checkpoint, 0)["ema"])
-        step, micro_position = state["step"], state["micro_batches"]
-        best, history = state["best"], state["history"]
-        accelerator.print(f"resumed from {checkpoint} at step {step}")
-        if (note := thread_count_note(checkpoint, state, accelerator.device.type)) is not None:
-            accelerator.print(note)
-        if changes:
-            accelerator.print(describe_resume_changes(changes, state["run_arguments"], run_arguments, step))
-        if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
-            truncate_log(output_dir / "log_history.jsonl", step)
-    elif args.resume:
-        accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
-        if accelerator.is_main_process:  # a run killed before its first checkpoint logged steps no weights keep
-            truncate_log(output_dir / "log_history.jsonl", 0)
+    position = resume_run(accelerator, optimizer, collator, augment_rng, ema, args, run_arguments)
 
-    # 7. Training loop.
-    stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
-    batches = micro_batches(splits["train"], args.per_device_train_batch_size, world, rank, args.seed,
-                            start=micro_position, num_workers=args.dataloader_num_workers, sampler=sampler)
-    soft = multi_label or args.mixup_alpha > 0  # BCE (on soft targets with mixup), else cross-entropy
-    history_path = output_dir / "log_history.jsonl"
-    # smoothing=0: the ETA from the average rate since the start, evaluations included (the default smoothing takes
-    # the step after an evaluation for its rate, and the ETA jumped from 3 to 33 minutes)
-    progress = tqdm(total=args.max_steps, initial=step, disable=not accelerator.is_local_main_process, desc="finetune",
-                    smoothing=0)
-    failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run (vanishing data)
-    loss_sum, num_summed, t_log, step_of_log = 0.0, 0, time.time(), step
-    model.train()
-    while step < stop_step:
-        lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
-        set_learning_rates(optimizer, lr)
-        for micro in range(accum):
-            batch = None
-            while batch is None:  # a micro-batch where every clip failed to decode is skipped
-                _, rows = next(batches)
-                skipped_before = collator.num_skipped
-                batch = collator(rows)
-                failed_share.add(len(rows), collator.num_skipped - skipped_before)
-                micro_position += 1
-                if batch is None and world > 1:
-                    raise RuntimeError("every clip of a micro-batch failed to decode (multi-process runs stop)")
-            inputs, mask, labels = batch["input_values"], batch["attention_mask"], batch["labels"]
-            targets = soft_targets(labels, num_labels) if soft else labels
-            if args.mixup_alpha > 0:
-                inputs, targets, mask, _, _ = mixup(inputs, targets, args.mixup_alpha, augment_rng, mask)
-            if args.spec_augment:
-                inputs, _, _ = spec_augment(inputs, augment_rng, args.spec_augment_fraction, args.spec_augment_fraction)
-            inputs, mask, targets = (t.to(accelerator.device) for t in (inputs, mask, targets))
-            with accelerator.no_sync(model) if micro < accum - 1 else nullcontext():
-                logits = model(input_values=inputs, attention_mask=mask).logits
-                if soft:
-                    loss = F.binary_cross_entropy_with_logits(logits.float(), targets)
-                else:
-                    loss = F.cross_entropy(logits.float(), targets)
-                accelerator.backward(loss / accum)
-            loss_sum += loss.detach().float().item() / accum
-        max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
-        grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if ema is not None:
-            ema_update_(ema, unwrapped, args.ema_decay)  # θ_ema ← m·θ_ema + (1 − m)·θ
-        step += 1
-        num_summed += 1
-        progress.update(1)
-        # SIGTERM / SIGUSR1 / SIGINT on any process (aasp_hf.training.stopping): log and save this step, then exit
-        stopping = stop_agreed(accelerator) and step < stop_step
+    # 7. Training loop, 8. the best model and the results.
+    loop = FineTuningLoop(accelerator, model, optimizer, ema, collator, augment_rng, feature_extractor, args, accum,
+                          splits, multi_label, num_labels, clip_seconds, run_arguments, position, sampler)
+    loop.run()
+    return write_run_results(loop, args, splits, multi_label, clip_seconds, selection_rule)
 
-        data_vanishing = None
-        if step % args.logging_steps == 0 or step % args.save_steps == 0 or step == stop_step or stopping:
-            data_vanishing = failed_share.check(accelerator)  # every process: saved below, then the run stops
-        if step % args.logging_steps == 0 or step == stop_step or stopping:
-            now = time.time()
-            logs = {"step": step, "loss": loss_sum / num_summed, "learning_rate": lr, "grad_norm": float(grad_norm),
-                    "steps_per_second": (step - step_of_log) / max(now - t_log, 1e-9)}
-            if accelerator.is_main_process:
-                output_dir.mkdir(parents=True, exist_ok=True)
-                with open(history_path, "a") as f:
-                    f.write(json.dumps(logs) + "\n")
-            progress.set_postfix(loss=f"{logs['loss']:.4f}", lr=f"{lr:.2e}")
-            loss_sum, num_summed, t_log, step_of_log = 0.0, 0, now, step
 
-        # 7a. Evaluation with the EMA weights (the trained weights when the EMA is off), selection by --select_on.
-        if step % args.eval_steps == 0 or step == args.max_steps:
-            evaluated = ema if ema is not None else unwrapped
+def load_classifier(accelerator, args, names: list[str], multi_label: bool):
+    """(model, feature extractor): `AaspForAudioClassification` on the pre-trained encoder (its head new, said in
+    one line) and the encoder's feature extractor, which takes whole clips."""
+    with loading_quietly():  # transformers' report would list the new head as MISSING: one line of ours instead
+        model, loading_info = AaspForAudioClassification.from_pretrained(
+            args.model_name_or_path,
+            num_labels=len(names),
+            id2label=dict(enumerate(names)),
+            label2id={n: i for i, n in enumerate(names)},
+            problem_type="multi_label_classification" if multi_label else "single_label_classification",
+            drop_path_rate=args.drop_path_rate,
+            output_loading_info=True,
+            **({"classifier_pooling": args.classifier_pooling} if args.classifier_pooling else {}),
+        )
+    accelerator.print(describe_new_head(loading_info, args.model_name_or_path))
+    if args.freeze_feature_encoder:
+        model.freeze_feature_encoder()
+    try:
+        feature_extractor = without_truncation(AutoFeatureExtractor.from_pretrained(args.model_name_or_path),
+                                               args.model_name_or_path)  # the saved model takes whole clips
+    except (OSError, ValueError):
+        logger.warning(f"No feature extractor saved with {args.model_name_or_path}: using AaspFeatureExtractor() "
+                       f"(the paper's m2d front end, mean -7.1, std 4.1).")
+        feature_extractor = AaspFeatureExtractor(feature_size=model.config.num_mel_bins)
+    return model, feature_extractor
 
-            def score_on(split):
-                logits, labels = predict(evaluated, splits[split], eval_collator(split),
-                                         args.per_device_eval_batch_size, accelerator)
-                return classification_score(logits, labels, multi_label)
 
-            if args.select_on == "validation":
-                record = {"step": step, "valid_score": score_on("validation")}
-                if record["valid_score"] > best["valid_score"]:
-                    record["test_score"] = score_on("test")
-                    best = {"valid_score": record["valid_score"], "step": step, "test_score": record["test_score"]}
-                    if accelerator.is_main_process:
-                        save_best_model(evaluated, feature_extractor, output_dir / "best_model")
-            else:  # "test": the best test score within the budget (EAT); "last": the last step's
-                record = {"step": step, "test_score": score_on("test")}
-                if args.select_on == "last" or record["test_score"] > best["valid_score"]:
-                    selection = record["test_score"] if args.select_on == "test" else float("nan")
-                    best = {"valid_score": selection, "step": step, "test_score": record["test_score"]}
-                    if accelerator.is_main_process and (args.select_on == "test" or step == args.max_steps):
-                        save_best_model(evaluated, feature_extractor, output_dir / "best_model")
-            history.append(record)
-            score = record["valid_score"] if args.select_on == "validation" else record["test_score"]
-            if accelerator.is_main_process:  # above the bar, not after it on its line
-                progress.write(f"step {step}: {args.select_on} {score:.4f} "
-                               f"(selected step {best['step']}, test there {best['test_score']:.4f})")
+def resume_run(accelerator, optimizer, collator, augment_rng, ema, args, run_arguments: dict) -> dict:
+    """--resume: the newest complete checkpoint's states loaded (model, optimiser, RNG, the collator's and the
+    augmentation's generators, the EMA weights). Returns the position: step, micro-batches consumed, decode failures
+    so far, the best-so-far and the evaluation history (a fresh run's when there is nothing to resume)."""
+    output_dir, rank, world = Path(args.output_dir), accelerator.process_index, accelerator.num_processes
+    position = {"step": 0, "micro_batches": 0, "decode_failures": 0, "history": [],
+                "best": {"valid_score": -math.inf, "step": 0, "test_score": float("nan")}}
+    checkpoint = checkpoint_to_resume(output_dir, accelerator.print) if args.resume else None
+    if checkpoint is None:
+        if args.resume:
+            accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
+            if accelerator.is_main_process:  # a run killed before its first checkpoint logged steps no weights keep
+                truncate_log(output_dir / "log_history.jsonl", 0)
+        return position
+    state = load_trainer_state(checkpoint)
+    if state["num_processes"] != world:
+        raise ValueError(f"{checkpoint} was written by {state['num_processes']} processes; exact resume needs "
+                         f"the same number, got {world}")
+    changes = compare_run_arguments(checkpoint, state.get("run_arguments"), run_arguments, args.resume_allow_changes,
+                                    RUN_ARGUMENTS, accelerator.mixed_precision, state["step"], args.max_steps)
+    load_training_state(accelerator, optimizer, checkpoint)  # the optimiser's hyper-parameters: the arguments'
+    mine = load_process_state(checkpoint, rank)
+    collator.rng.bit_generator.state = mine["collator_rng"]
+    augment_rng.bit_generator.state = mine["augment_rng"]
+    if ema is not None:
+        ema.load_state_dict(load_process_state(checkpoint, 0)["ema"])
+    position = {"step": state["step"], "micro_batches": state["micro_batches"],
+                "decode_failures": mine["decode_failures"], "best": state["best"], "history": state["history"]}
+    accelerator.print(f"resumed from {checkpoint} at step {state['step']}")
+    if (note := thread_count_note(checkpoint, state, accelerator.device.type)) is not None:
+        accelerator.print(note)
+    if changes:
+        accelerator.print(describe_resume_changes(changes, state["run_arguments"], run_arguments, state["step"],
+                                                  finetuning=True))
+    if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
+        truncate_log(output_dir / "log_history.jsonl", state["step"])
+    return position
 
-        # 7b. Checkpoint.
-        if step % args.save_steps == 0 or step == stop_step or stopping or data_vanishing is not None:
-            process_state = {"collator_rng": collator.rng.bit_generator.state,
-                             "augment_rng": augment_rng.bit_generator.state,
-                             "decode_failures": decode_failures_before + collator.num_skipped}
-            if rank == 0 and ema is not None:
-                process_state["ema"] = ema.state_dict()
-            saved = save_checkpoint(accelerator, output_dir, step, process_state=process_state,
-                                    extra_state={"micro_batches": micro_position, "num_processes": world, "best": best,
-                                                 "history": history, "run_arguments": run_arguments},
-                                    save_total_limit=args.save_total_limit)
-        if data_vanishing is not None:
-            raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved {output_dir / f'checkpoint-{step}'}. "
-                             "Restore the data, then run the same command with --resume (or raise "
-                             "--max_failed_clip_share).")
-        if stopping:
-            progress.close()
-            exit_stopped(accelerator, saved, step, "finetune.py")
-    progress.close()
 
-    # 8. The best model (EMA weights at the best validation step) for the pipeline and the Hub; results.
-    decode_failures = decode_failures_before + collator.num_skipped
+class FineTuningLoop:
+    """7. The training loop from the resumed step to --max_steps (or --stop_after_steps): per step the update
+    (`aasp_hf.training.step.finetuning_step`: mixup then BCE on soft targets, SpecAugment, gradient clipping, the
+    weight EMA right after `optimizer.step()`), logging, 7a. evaluation with the EMA weights every --eval_steps and
+    the model selection, 7b. atomic checkpoints."""
+
+    def __init__(self, accelerator, model, optimizer, ema, collator, augment_rng, feature_extractor, args, accum: int,
+                 splits: dict, multi_label: bool, num_labels: int, clip_seconds: float, run_arguments: dict,
+                 position: dict, sampler):
+        self.accelerator, self.model, self.optimizer, self.ema = accelerator, model, optimizer, ema
+        self.unwrapped = accelerator.unwrap_model(model)
+        self.collator, self.augment_rng, self.feature_extractor = collator, augment_rng, feature_extractor
+        self.args, self.accum, self.splits, self.multi_label = args, accum, splits, multi_label
+        self.num_labels, self.clip_seconds, self.run_arguments = num_labels, clip_seconds, run_arguments
+        self.step, self.micro_position = position["step"], position["micro_batches"]
+        self.decode_failures_before, self.best, self.history = (position["decode_failures"], position["best"],
+                                                                position["history"])
+        self.output_dir = Path(args.output_dir)
+        self.stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
+        rank, world = accelerator.process_index, accelerator.num_processes
+        self.batches = micro_batches(splits["train"], args.per_device_train_batch_size, world, rank, args.seed,
+                                     start=self.micro_position, num_workers=args.dataloader_num_workers,
+                                     sampler=sampler)
+        self.soft = multi_label or args.mixup_alpha > 0  # BCE (on soft targets with mixup), else cross-entropy
+        self.spec_augment_fraction = args.spec_augment_fraction if args.spec_augment else None
+
+    def next_batch(self) -> tuple:
+        """The next micro-batch (a micro-batch where every clip failed to decode is skipped), augmented, on the
+        device; its failed clips counted and its position in the data order kept."""
+        batch = None
+        while batch is None:
+            _, rows = next(self.batches)
+            skipped_before = self.collator.num_skipped
+            batch = self.collator(rows)
+            self.failed_share.add(len(rows), self.collator.num_skipped - skipped_before)
+            self.micro_position += 1
+            if batch is None and self.accelerator.num_processes > 1:
+                raise RuntimeError("every clip of a micro-batch failed to decode (multi-process runs stop)")
+        inputs = augmented_inputs(batch, self.num_labels, self.soft, self.args.mixup_alpha,
+                                  self.spec_augment_fraction, self.augment_rng)
+        return tuple(t.to(self.accelerator.device) for t in inputs)
+
+    def run(self) -> int:
+        """Trains to the stop step; returns it. A stop signal saves the step and exits."""
+        accelerator, args, accum = self.accelerator, self.args, self.accum
+        history_path = self.output_dir / "log_history.jsonl"
+        # smoothing=0: the ETA from the average rate since the start, evaluations included (the default smoothing
+        # takes the step after an evaluation for its rate, and the ETA jumped from 3 to 33 minutes)
+        self.progress = tqdm(total=args.max_steps, initial=self.step, disable=not accelerator.is_local_main_process,
+                             desc="finetune", smoothing=0)
+        self.failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run
+        loss_sum, num_summed, t_log, step_of_log = 0.0, 0, time.time(), self.step
+        self.model.train()
+        while self.step < self.stop_step:
+            # one step (aasp_hf.training.step.finetuning_step): the micro-batches' forward, loss and backward,
+            # clipping, AdamW and the weight EMA right after it
+            lr = learning_rate(self.step, args.max_steps, args.warmup_steps, args.learning_rate,
+                               args.min_learning_rate)
+            losses, grad_norm = finetuning_step(accelerator, self.model, self.optimizer, self.next_batch, accum, lr,
+                                                args.max_grad_norm, self.soft, self.ema, args.ema_decay)
+            for value in losses:
+                loss_sum += value / accum
+            self.step = step = self.step + 1
+            num_summed += 1
+            self.progress.update(1)
+            # SIGTERM / SIGUSR1 / SIGINT on any process (aasp_hf.training.stopping): log and save this step, then exit
+            stopping = stop_agreed(accelerator) and step < self.stop_step
+            due_log = step % args.logging_steps == 0 or step == self.stop_step or stopping
+            data_vanishing = None
+            if due_log or step % args.save_steps == 0:
+                data_vanishing = self.failed_share.check(accelerator)  # every process: saved below, then it stops
+            if due_log:
+                now = time.time()
+                logs = {"loss": loss_sum / num_summed, "learning_rate": lr, "grad_norm": float(grad_norm),
+                        "steps_per_second": (step - step_of_log) / max(now - t_log, 1e-9)}
+                write_logs(accelerator, history_path, step, logs)
+                self.progress.set_postfix(loss=f"{logs['loss']:.4f}", lr=f"{lr:.2e}")
+                loss_sum, num_summed, t_log, step_of_log = 0.0, 0, now, step
+            if step % args.eval_steps == 0 or step == args.max_steps:
+                self.evaluate()
+            if step % args.save_steps == 0 or step == self.stop_step or stopping or data_vanishing is not None:
+                saved = self.save()
+            if data_vanishing is not None:
+                raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved "
+                                 f"{self.output_dir / f'checkpoint-{step}'}. Restore the data, then run the same "
+                                 "command with --resume (or raise --max_failed_clip_share).")
+            if stopping:
+                self.progress.close()
+                exit_stopped(accelerator, saved, step, "finetune.py")
+        self.progress.close()
+        return self.step
+
+    def score_on(self, model, split: str) -> float:
+        """Accuracy or mAP of `model` on `split`, its crops the same at every evaluation (seed 7 + the split's
+        index)."""
+        from aasp_hf.data import AaspFineTuningCollator
+
+        def make_collator():
+            return AaspFineTuningCollator(self.feature_extractor, clip_seconds=self.clip_seconds, split=split,
+                                          num_labels=self.num_labels if self.multi_label else None,
+                                          seed=7 + SPLITS.index(split), padding=self.args.clip_padding)
+
+        logits, labels = predict(model, self.splits[split], make_collator, self.args.per_device_eval_batch_size,
+                                 self.accelerator)
+        return classification_score(logits, labels, self.multi_label)
+
+    def evaluate(self):
+        """7a. Evaluation with the EMA weights (the trained weights when the EMA is off), selection by --select_on:
+        the best validation score and the test score at its step, the best test score within the budget (EAT), or
+        the last step's; the selected model saved as it is found."""
+        args, step, best, accelerator = self.args, self.step, self.best, self.accelerator
+        evaluated = self.ema if self.ema is not None else self.unwrapped
+        best_model = self.output_dir / "best_model"
+        if args.select_on == "validation":
+            record = {"step": step, "valid_score": self.score_on(evaluated, "validation")}
+            if record["valid_score"] > best["valid_score"]:
+                record["test_score"] = self.score_on(evaluated, "test")
+                best = {"valid_score": record["valid_score"], "step": step, "test_score": record["test_score"]}
+                if accelerator.is_main_process:
+                    save_best_model(evaluated, self.feature_extractor, best_model)
+        else:  # "test": the best test score within the budget (EAT); "last": the last step's
+            record = {"step": step, "test_score": self.score_on(evaluated, "test")}
+            if args.select_on == "last" or record["test_score"] > best["valid_score"]:
+                selection = record["test_score"] if args.select_on == "test" else float("nan")
+                best = {"valid_score": selection, "step": step, "test_score": record["test_score"]}
+                if accelerator.is_main_process and (args.select_on == "test" or step == args.max_steps):
+                    save_best_model(evaluated, self.feature_extractor, best_model)
+        self.best = best
+        self.history.append(record)
+        score = record["valid_score"] if args.select_on == "validation" else record["test_score"]
+        if accelerator.is_main_process:  # above the bar, not after it on its line
+            self.progress.write(f"step {step}: {args.select_on} {score:.4f} "
+                                f"(selected step {best['step']}, test there {best['test_score']:.4f})")
+
+    def save(self):
+        """7b. Checkpoint: the states, the data position, the generators, the EMA weights, the best-so-far."""
+        accelerator = self.accelerator
+        process_state = {"collator_rng": self.collator.rng.bit_generator.state,
+                         "augment_rng": self.augment_rng.bit_generator.state,
+                         "decode_failures": self.decode_failures_before + self.collator.num_skipped}
+        if accelerator.process_index == 0 and self.ema is not None:
+            process_state["ema"] = self.ema.state_dict()
+        return save_checkpoint(accelerator, self.output_dir, self.step, process_state=process_state,
+                               extra_state={"micro_batches": self.micro_position,
+                                            "num_processes": accelerator.num_processes, "best": self.best,
+                                            "history": self.history, "run_arguments": self.run_arguments},
+                               save_total_limit=self.args.save_total_limit)
+
+
+def write_run_results(loop: FineTuningLoop, args, splits: dict, multi_label: bool, clip_seconds: float,
+                      selection_rule: str) -> dict:
+    """8. The best model (EMA weights at the best validation step) for the pipeline and the Hub, its model card, and
+    all_results.json; returns the results."""
+    accelerator, step, best, output_dir = loop.accelerator, loop.step, loop.best, loop.output_dir
+    world, accum = accelerator.num_processes, loop.accum
+    decode_failures = loop.decode_failures_before + loop.collator.num_skipped
     decode_failures = int(accelerator.reduce(torch.tensor(decode_failures, device=accelerator.device), "sum"))
     results = {
         "metric": "mAP" if multi_label else "accuracy",
@@ -743,30 +553,20 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
         "selection_rule": selection_rule,
         "gradient_accumulation_steps": accum,
         "total_train_batch_size": args.per_device_train_batch_size * world * accum,
-        "eval_history": history,
+        "eval_history": loop.history,
     }
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        needed = sum(p.numel() * p.element_size() for p in unwrapped.state_dict().values())
+        needed = sum(p.numel() * p.element_size() for p in loop.unwrapped.state_dict().values())
 
         def intact():
             return f"{find_latest_checkpoint(output_dir)} is intact and --resume writes the results from it"
 
         with refused_writes(output_dir, "the best model and results", needed, intact):  # a full disk: one line
             if step >= args.max_steps and (output_dir / "best_model").is_dir():
-                # the model's files whole or not at all: copied into a temporary folder (where a full disk stops the
-                # copy and the folder is removed), then renamed into place, which needs no space
-                export = output_dir / "export.tmp"
-                shutil.rmtree(export, ignore_errors=True)
-                try:
-                    export.mkdir()
-                    for item in sorted((output_dir / "best_model").iterdir()):  # copy2 raises the OSError itself
-                        shutil.copy2(item, export / item.name)
-                    for item in sorted(export.iterdir()):
-                        os.replace(item, output_dir / item.name)
-                finally:
-                    shutil.rmtree(export, ignore_errors=True)
-                write_card(output_dir, unwrapped, feature_extractor, args, splits, results, clip_seconds)
+                install_best_model(output_dir)  # the model's files whole or not at all
+                write_classifier_card(output_dir, loop.unwrapped, loop.feature_extractor, args, splits, results,
+                                      clip_seconds)
             write_text_atomically(output_dir / "all_results.json",
                                   json.dumps({**results, "arguments": asdict(args)}, indent=2))
     accelerator.wait_for_everyone()
@@ -817,7 +617,7 @@ def finetune(args: FinetuneArguments) -> dict:
         for part, splits in parts.items():
             print(f"{part}: {describe_sources(splits, args.group_by)}")
 
-    if args.resume and (finished := finished_summary(output_dir, args, parts, seeds)) is not None:
+    if args.resume and (finished := finished_finetuning(output_dir, args, parts, seeds)) is not None:
         print(f"{output_dir} holds a finished run (step {finished['max_steps']} of --max_steps {args.max_steps}); "
               f"nothing was changed. Its results: {output_dir / 'all_results.json'}, {output_dir / 'results.md'}. To "
               "train on, raise --max_steps and pass --resume_allow_changes max_steps.")

@@ -5,15 +5,16 @@
         --config examples/configs/pretrain_paper.json --dataset as2m --data_root /data/audioset
     python examples/pretrain.py --synthetic_clips 64 --max_steps 20 --output_dir runs/try   # one process
 
-Arguments come from the dataclasses below: on the command line, from one JSON file (`pretrain.py preset.json`),
-or from `--config preset.json` followed by command-line overrides.
+Arguments come from the dataclasses of `aasp_hf.training.pretraining_arguments`: on the command line, from one JSON
+file (`pretrain.py preset.json`), or from `--config preset.json` followed by command-line overrides.
 
 Steps: 1. `--resume` finds the newest complete checkpoint, 2. model and data (a dataset of `aasp_hf.data` in its
 official layout — AS-2M's train split leaves the eval segments out —, an audio folder, a fairseq manifest, any
 `datasets` dataset, or synthetic clips), 3. learning-health monitors, 4. optimiser and schedules (pure functions of the
-step), 5. `accelerator.prepare`, 6. exact `--resume` of the states, 7. training loop: 7a. the update (the EMA teacher
-update in plain sight after `optimizer.step()`), 7b. monitors, 7c. logging (TensorBoard + progress bar), 7d. crash-safe
-checkpoints, 8. export of the student encoder (and on request the teacher) for `AutoModel.from_pretrained`.
+step), 5. `accelerator.prepare`, 6. exact `--resume` of the states, 7. training loop: 7a. the step
+(`aasp_hf.training.step.pretraining_step`: micro-batches, `apply_update`, EMA teacher), 7b. monitors, 7c. logging
+(TensorBoard + progress bar), 7d. crash-safe checkpoints, 8. export of the student encoder (and on request the
+teacher) for `AutoModel.from_pretrained`.
 
 Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of the dataset (seed + epoch); global
 micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W) of it, process r taking its r-th slice of B clips (W
@@ -22,7 +23,7 @@ from a generator seeded by its position in that order (`clip_seed`), not by the 
 position is therefore a pure function of the step, and so are the learning rate and the teacher momentum; RNG
 states (accelerate: dropout, drop path) are saved with each checkpoint, so a resumed run repeats exactly what the
 uninterrupted run would have done — on another number of processes too, given the per-device batch that keeps the
-B·W clips of a global micro-batch (`check_process_count` says what cannot carry over). With
+B·W clips of a global micro-batch (`aasp_hf.training.resume.check_process_count` says what cannot carry over). With
 `--streaming` the data is a `datasets` IterableDataset: each process reads its shard, reshuffled every epoch, and
 the stream position (epoch, micro-batches taken) is saved per process with each checkpoint instead (see
 `aasp_hf.data.clips.AudioStream`).
@@ -34,11 +35,9 @@ overrides the preset's model config key by key; the resolved config is printed a
 """
 
 import hashlib
-import itertools
 import json
 import time
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
@@ -56,210 +55,51 @@ from aasp_hf.training.console import quiet_libraries
 from aasp_hf.training.data_order import clip_order, stream_clip_seeds
 from aasp_hf.training.launch import check_launch
 from aasp_hf.training.model_ema import update_teacher_
-from aasp_hf.training.optim import set_learning_rates
-from aasp_hf.training.step import apply_update
+from aasp_hf.training.step import pretraining_step
 from aasp_hf.entry_points import run_stoppable
 from aasp_hf.training.stopping import StopAgreement, exit_stopped
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
     check_random_states,
-    check_resume_arguments,
     checkpoint_to_resume,
     load_process_state,
     load_trainer_state,
     read_results,
     refused_writes,
     remove_artefacts,
-    replace_directory,
     thread_count_note,
     truncate_log,
     write_text_atomically,
 )
-from aasp_hf.training.failed_clips import DEFAULT_MAX_SHARE, FailedClipShare
+from aasp_hf.training.failed_clips import FailedClipShare
+from aasp_hf.training.resume import PRETRAINING_RUN_ARGUMENTS as RUN_ARGUMENTS
+from aasp_hf.training.resume import (
+    check_process_count, compare_run_arguments, describe_resume_changes, finished_pretraining, load_training_state,
+)
+from aasp_hf.training.pretraining_monitors import Monitors, is_due
+from aasp_hf.training.run_log import last_training_logs, write_logs, write_rank_summary
+from aasp_hf.training.run_log import checksum  # noqa: F401  (benchmarks/quality/run.py reads pretrain.checksum)
+from aasp_hf.training.saved_models import export_encoders as export
+from aasp_hf.training.saved_models import pretraining_summary
 from aasp_hf.training.run_lock import hold_run_folder
 from aasp_hf.data.cache import LogMelCache
 from aasp_hf.data.clips import (
     AudioStream,
     CollatedMicroBatches,
     FailureLog,
-    decode_clip,
     load_clips,
     load_micro_batches,
 )
 from aasp_hf.errors import UsageError, check_keys
 from aasp_hf.hub import check_model_path
-from aasp_hf.training.arguments import PlanArguments, check_model_config, config_from_fields, parse_arguments
-from aasp_hf.evaluation.probes import FrozenFeatureProbe
+from aasp_hf.training.arguments import check_model_config, config_from_fields, parse_arguments
+from aasp_hf.training.pretraining_arguments import (
+    DATA_SOURCES, DataArguments, ModelArguments, PretrainingArguments,
+)
 from aasp_hf.training.monitors import pretraining_health
 
-# the data sources, of which a run reads one
-DATA_SOURCES = ("dataset", "train_dir", "train_manifest", "dataset_name", "synthetic_clips", "log_mel_cache")
-
-# What defines a pre-training run: every checkpoint stores these arguments (trainer_state.json, "run_arguments",
-# with the resolved model config as "model_config") and --resume refuses other values unless --resume_allow_changes
-# names them. The value says what a change touches from the resume step on (`describe_resume_changes`). The number
-# of processes is checked apart (`check_process_count`): a run may resume on another number when the clips of a
-# global micro-batch (per-device batch × processes) stay the same.
-RUN_ARGUMENTS = {
-    # the learning rate, a pure function of the step: linear warm-up, then cosine from the peak to the floor at
-    # max_steps (max_steps also ends the teacher-momentum cosine)
-    "max_steps": "schedules", "warmup_steps": "lr", "learning_rate": "lr", "min_learning_rate": "lr",
-    # the EMA teacher's momentum, a pure function of the step: cosine from base to final over max_steps
-    "teacher_momentum_base": "momentum", "teacher_momentum_final": "momentum",
-    # the data order: epoch e is a permutation seeded by seed + e, cut into global micro-batches of the per-device
-    # batch × processes; a step takes gradient_accumulation_steps of them (so the global batch is their product)
-    "seed": "data", "per_device_train_batch_size": "data", "gradient_accumulation_steps": "data",
-    # the clips: where they come from, and what the collator makes of each one (crop, the student's equaliser)
-    "dataset": "data", "data_root": "data", "train_dir": "data", "train_manifest": "data", "dataset_name": "data",
-    "dataset_config": "data", "dataset_split": "data", "audio_column": "data", "synthetic_clips": "data",
-    "synthetic_seconds": "data", "log_mel_cache": "data", "crop_seconds": "data", "student_eq_strength": "data",
-    "shuffle_buffer_size": "data",
-    # the update: AdamW's hyper-parameters (the restored optimiser state keeps its moments) and the clipping norm
-    "weight_decay": "optimiser", "adam_beta1": "optimiser", "adam_beta2": "optimiser", "adam_epsilon": "optimiser",
-    "max_grad_norm": "optimiser",
-    # the arithmetic: the autocast dtype, resolved (what `accelerate launch` gave when the flag is unset)
-    "mixed_precision": "precision",
-    # what the checkpoint's state must fit, so no flag allows a change: which parameters the optimiser holds and in
-    # which groups (a scale of 0 freezes the stem, another scale gives it groups of its own); the kind of data
-    # position saved (a stream's per-process position, or the step of a map-style dataset)
-    "patch_embedding_lr_scale": "fixed", "streaming": "fixed",
-}
-
-
 # ----------------------------------------------------------------------------------------------- arguments
-@dataclass
-class DataArguments:
-    dataset: str | None = field(
-        default=None, metadata={"help": "a name for aasp_hf.data.load (as2m, as20k, esc50, ...) with --data_root"}
-    )
-    data_root: str | None = field(default=None, metadata={"help": "that dataset's folder in its official layout"})
-    train_dir: str | None = field(default=None, metadata={"help": "folder of audio files (datasets' audiofolder)"})
-    train_manifest: str | None = field(
-        default=None, metadata={"help": "a fairseq manifest (wav2vec/data2vec/EAT/BEATs `train.tsv`: the root folder, "
-                                "then `relative/path<TAB>num_samples` per clip); a listed file missing on disk is "
-                                "skipped and counted"}
-    )
-    dataset_name: str | None = field(default=None, metadata={"help": "any `datasets.load_dataset` name or path"})
-    dataset_config: str | None = field(default=None, metadata={"help": "its configuration name"})
-    dataset_split: str = field(default="train")
-    audio_column: str = field(default="audio")
-    synthetic_clips: int = field(default=0, metadata={"help": "N > 0: synthesise N clips (no files needed)"})
-    synthetic_seconds: float = field(default=2.0, metadata={"help": "length of each synthetic clip"})
-    log_mel_cache: str | None = field(
-        default=None, metadata={"help": "a cache from aasp_hf.data.cache.build_log_mel_cache (no audio decoding)"}
-    )
-    crop_seconds: float = field(default=6.0, metadata={"help": "random crop per clip (6 s = 601 frames -> 608)"})
-    dataloader_num_workers: int = field(
-        default=0, metadata={"help": "worker processes that decode and collate whole micro-batches (0: the training "
-                             "process does it)"}
-    )
-    streaming: bool = field(
-        default=False, metadata={"help": "read the dataset as a stream (datasets' IterableDataset): each process its "
-                                 "shard, reshuffled per epoch in a buffer, decoded in --dataloader_num_workers workers"}
-    )
-    shuffle_buffer_size: int = field(default=1000, metadata={"help": "--streaming: examples in the shuffle buffer"})
-    features_on_device: bool = field(default=False, metadata={"help": "log-mel on the accelerator, not the CPU"})
-    student_eq_strength: float = field(
-        default=0.0, metadata={"help": "s > 0: the student sees each clip under a random smooth equaliser (4 cosine "
-                               "terms over mel bins, each ~ U(-s, s) in normalised log-mel units), the teacher the "
-                               "clean clip; not in the paper (PretrainingCollator)"}
-    )
-
-
-@dataclass
-class ModelArguments:
-    model_config: str | None = field(
-        default=None,
-        metadata={"help": "AaspConfig fields: a JSON file, an inline JSON object, or (in a JSON preset) an object; "
-                  "unset fields keep the paper's defaults"},
-    )
-    init_from: str | None = field(
-        default=None, metadata={"help": "a saved AaspForPreTraining, or an AaspModel encoder (student and teacher)"}
-    )
-
-
-@dataclass
-class PretrainingArguments(PlanArguments):
-    output_dir: str = field(default="pretrain_output", metadata={"help": "checkpoints, log, results and encoder/"})
-    seed: int = field(default=0, metadata={"help": "seeds the model, the data order and the masks"})
-    per_device_train_batch_size: int = field(default=8, metadata={"help": "clips per process per micro-batch"})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
-    max_steps: int = field(default=1000, metadata={"help": "total optimiser steps (sets the schedules)"})
-    stop_after_steps: int | None = field(
-        default=None, metadata={"help": "leave after this many steps in total (time-limited jobs; go on with --resume)"}
-    )
-    warmup_steps: int = field(default=0, metadata={"help": "linear warm-up steps (at most --max_steps)"})
-    learning_rate: float = field(default=5e-4, metadata={"help": "peak learning rate"})
-    min_learning_rate: float = field(default=0.0, metadata={"help": "end of the cosine decay"})
-    patch_embedding_lr_scale: float = field(
-        default=1.0, metadata={"help": "lr of the patch embedding (SPE/AaPE stem) as a fraction of the scheduled lr; "
-                                       "0 freezes it at its initialisation (MoCo v3's frozen random patch projection)"}
-    )
-    weight_decay: float = field(default=0.05, metadata={"help": "AdamW weight decay (not on biases, norms, CLS, "
-                                                               "positions)"})
-    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW β1"})
-    adam_beta2: float = field(default=0.95, metadata={"help": "AdamW β2"})
-    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW ε"})
-    max_grad_norm: float = field(default=4.0, metadata={"help": "gradient clipping (EAT's 4.0); <= 0 disables"})
-    max_nonfinite_steps: int = field(
-        default=10, metadata={"help": "steps with a NaN/inf loss (or gradient) are skipped and counted; one more than "
-                              "this stops the run"}
-    )
-    max_failed_clip_share: float = field(
-        default=DEFAULT_MAX_SHARE, metadata={"help": "when more than this share of the clips read (over windows of "
-                                             "at least 100) fail to decode, the run saves a checkpoint and stops "
-                                             "instead of training on copies of the others (1 disables)"}
-    )
-    teacher_momentum_base: float = field(default=0.994, metadata={"help": "EMA teacher momentum at step 0"})
-    teacher_momentum_final: float = field(default=1.0, metadata={"help": "teacher momentum at --max_steps (cosine)"})
-    mixed_precision: str | None = field(
-        default=None, metadata={"help": "'no' | 'bf16' | 'fp16'; unset: what `accelerate launch` was given"}
-    )
-    torch_compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
-    ddp_bucket_cap_mb: float | None = field(
-        default=None, metadata={"help": "DDP's gradient buckets in MiB (unset: PyTorch's 25); each bucket's all-reduce "
-                                "starts when its gradients are ready, and --torch_compile splits the graph at them"}
-    )
-    gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
-    logging_steps: int = field(default=10, metadata={"help": "log every N steps"})
-    save_steps: int = field(default=1000, metadata={"help": "checkpoint every N steps (and at the last step)"})
-    save_total_limit: int | None = field(default=3, metadata={"help": "checkpoints kept (older ones deleted)"})
-    resume: bool = field(
-        default=False, metadata={"help": "continue from output_dir's newest complete checkpoint with the arguments "
-                                 "it was written with (a finished run is left as it is)"}
-    )
-    resume_allow_changes: list[str] | None = field(
-        default=None, metadata={"help": "--resume: the run-defining arguments this command may change (e.g. "
-                                "max_steps to train a finished run on; model_config for all its keys, or "
-                                "model_config.KEY); the others must equal the checkpoint's"}
-    )
-    overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "start over in an output_dir that holds a run (its checkpoints, log and "
-                                 "exports are deleted first); without it or --resume such a folder is refused"}
-    )
-    export_teacher: bool = field(default=False, metadata={"help": "also export the EMA teacher encoder"})
-    export_with_checkpoints: bool = field(default=False, metadata={"help": "export the encoder at every checkpoint"})
-    report_to: str = field(default="tensorboard", metadata={"help": "accelerate tracker ('none' to disable)"})
-    monitor_steps: int | None = field(
-        default=None, metadata={"help": "every N steps (and the last) log learning-health statistics (monitor/...): "
-                                "collapse statistics of the student CLS and the teacher targets of the batch, the "
-                                "SBLU's (α, β) on a fixed batch; unset: every --logging_steps; 0: off"}
-    )
-    monitor_clips: int = field(default=8, metadata={"help": "clips in the fixed batch for the (α, β) statistics"})
-    probe_dataset: str | None = field(
-        default=None, metadata={"help": "an audiofolder DIR/{train,test}/<label>/*.wav: every --probe_steps, k-NN and "
-                                "ridge accuracy of frozen features of --probe_encoders (probe/...)"}
-    )
-    probe_steps: int | None = field(
-        default=None, metadata={"help": "probe every N steps, at step 0 of a fresh run and at the last; unset: "
-                                "every --save_steps"}
-    )
-    probe_max_clips: int = field(default=200, metadata={"help": "at most N probe clips per split, balanced"})
-    probe_encoders: str = field(default="student,teacher", metadata={"help": "which encoders the probe scores"})
-    probe_k: int = field(default=10, metadata={"help": "neighbours of the cosine k-NN probe"})
-    probe_ridge: float = field(default=1.0, metadata={"help": "ridge probe penalty per standardised feature"})
-
 
 def parse_args(argv=None):
     """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
@@ -317,235 +157,13 @@ def run_arguments(data_args, args, config: AaspConfig, mixed_precision: str) -> 
     return {**{name: given[name] for name in RUN_ARGUMENTS}, "model_config": resolved_model_config(config)}
 
 
-def check_process_count(checkpoint, stored_world: int, world: int, stored: dict | None, current: dict, allowed,
-                        config: AaspConfig) -> dict:
-    """A checkpoint written by `stored_world` processes, resumed on `world`: `current` (this command's run arguments)
-    as they compare with the checkpoint's, or a UsageError of one line that says what to pass instead.
-
-    What carries over exactly: the model, optimiser and teacher (one copy, the same on every process), the schedules
-    (functions of the step) and the data. The data order is cut into global micro-batches of B·W clips and each
-    clip's crop and masks come from its position in the order (`clip_seed`), so keeping B·W — the per-device batch
-    scaled by the inverse of the process count — gives the same global batches; so does the contrastive loss, whose
-    negatives are the B·W clips of a micro-batch over all processes. Keeping only the global batch by the
-    accumulation instead would split the contrastive loss's micro-batch: refused, unless --resume_allow_changes
-    per_device_train_batch_size accepts another micro-batch. What cannot carry over: a --streaming run's position
-    (one shard per process) and the random states each process saved for dropout, drop path or the CNN predictor's
-    mask noise (--resume_allow_changes num_processes continues with fresh ones, seeded by --seed and the step)."""
-    if stored_world == world:
-        return current
-    allowed = set(allowed or ())
-    head = f"--resume: {checkpoint} was written by {stored_world} process(es)"
-    if current["streaming"]:
-        raise UsageError(f"{head}, each reading its own shard of the stream from a saved position that {world} "
-                         f"process(es) cannot take over: resume it on {stored_world} process(es).")
-    if stored is None:
-        raise UsageError(f"{head} and predates stored run arguments, so its per-device batch is unknown: resume it on "
-                         f"{stored_world} process(es).")
-    old_batch, new_batch = stored["per_device_train_batch_size"], current["per_device_train_batch_size"]
-    clips = old_batch * stored_world  # a global micro-batch: the data order's unit and the contrastive loss's batch
-    if new_batch * world != clips and "per_device_train_batch_size" not in allowed:
-        other = (f"pass --per_device_train_batch_size {clips // world} to keep its micro-batch of {clips} clips"
-                 if clips % world == 0 else
-                 f"its micro-batch of {clips} clips cannot be split evenly over {world}: resume on a number of "
-                 f"processes that divides {clips}")
-        raise UsageError(f"{head} × {old_batch} clips; on {world} {other} (the data order and the contrastive "
-                         f"loss's negatives), or pass --resume_allow_changes per_device_train_batch_size to go on "
-                         f"with micro-batches of {new_batch} × {world} clips.")
-    if new_batch * world == clips:  # the same micro-batch over all processes: not a change of the run
-        current = {**current, "per_device_train_batch_size": old_batch}
-    random = [f"{name} {getattr(config, name):g}" for name in
-              ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate")
-              if getattr(config, name) > 0]
-    if config.predictor_type == "cnn" and config.predictor_cnn_mask_noise_std > 0:
-        random.append(f"predictor_cnn_mask_noise_std {config.predictor_cnn_mask_noise_std:g}")
-    if random and "num_processes" not in allowed:
-        raise UsageError(f"{head}, whose random states for {', '.join(random)} cannot be dealt to {world}: resume on "
-                         f"{stored_world} process(es) to repeat its draws, or pass --resume_allow_changes "
-                         "num_processes to go on with new ones.")
-    return current
-
-
 def collate_clips(collator: PretrainingCollator, examples, seeds) -> dict:
     """The collator's batch with each clip's random draws (crop, masks, queries, equaliser) from its own seed (its
     `clip_seed`), so that they depend neither on the process that collates the clip nor on the rest of its batch."""
     return collator.collate_seeded(examples, seeds)
 
 
-def describe_resume_changes(changes, stored: dict, current: dict, step: int, streaming: bool) -> list[str]:
-    """What the allowed changes do from the resume step on, one line per part of the run (schedules, data,
-    optimiser, precision, model). The schedules stay pure functions of the step, now with the new arguments: a run
-    planned with them from the start would have the same values from here on, so a finished run extended with a
-    larger max_steps continues on the cosine of the longer run (its lr rises again to that curve)."""
-    names = [name for name, _, _ in changes]
-    kinds = {RUN_ARGUMENTS.get(name, "model") for name in names}
-    lines = ["resuming with " + ", ".join(f"{name} {old!r} → {new!r}" for name, old, new in changes)]
-    if kinds & {"schedules", "lr"}:
-        def lr(a):
-            return learning_rate(step, a["max_steps"], a["warmup_steps"], a["learning_rate"], a["min_learning_rate"])
-
-        lines.append(f"learning rate at step {step}: {lr(stored):.3g} → {lr(current):.3g}; from here on warm-up "
-                     f"{current['warmup_steps']} then cosine from {current['learning_rate']:g} to "
-                     f"{current['min_learning_rate']:g} at step {current['max_steps']}, as if the run had been "
-                     "planned with the new arguments")
-    if kinds & {"schedules", "momentum"}:
-        def m(a):
-            return teacher_momentum(step, a["max_steps"], a["teacher_momentum_base"], a["teacher_momentum_final"])
-
-        lines.append(f"teacher momentum at step {step}: {m(stored):.5f} → {m(current):.5f}; from here on cosine from "
-                     f"{current['teacher_momentum_base']:g} to {current['teacher_momentum_final']:g} at step "
-                     f"{current['max_steps']}")
-    if "data" in kinds:
-        lines.append("data: the stream goes on from its saved position; what it reads from here follows the new "
-                     "arguments" if streaming else
-                     f"data: from step {step} the batches are micro-batch "
-                     f"{step * current['gradient_accumulation_steps']} onwards of the order the new arguments define "
-                     "(clips of the current epoch may repeat or be left out); the collator's random stream goes on "
-                     "from its saved state")
-    if "optimiser" in kinds:
-        lines.append("optimiser: AdamW keeps its restored moments and takes the new weight decay, betas, ε and "
-                     "clipping norm from here on")
-    if "precision" in kinds:
-        lines.append(f"precision: the steps from {step} on compute under {current['mixed_precision']!r} autocast")
-    if "model" in kinds:
-        lines.append("model: built from the new config; the checkpoint's weights are loaded into it")
-    return lines
-
-
-def finished_results(output_dir: Path, checkpoint: Path, step: int, args) -> dict | None:
-    """The results of the run in `output_dir` when `--resume` has nothing to do: its checkpoint `step` is at
-    `--max_steps` (or `--stop_after_steps`) and the results and encoder of that step were written. None otherwise
-    (there is training left, or the run died between its last checkpoint and its export, which resuming redoes)."""
-    path = output_dir / "all_results.json"
-    stop = min(args.max_steps, args.stop_after_steps or args.max_steps)
-    if step < stop or not path.is_file() or not (output_dir / "encoder").is_dir():
-        return None
-    results = read_results(path, warn=lambda line: None)  # damaged: the run is not taken for finished
-    return results if results is not None and results.get("step") == step else None
-
-
-def last_training_logs(history_path: Path, step: int) -> dict:
-    """The last training record (loss parts, lr, ...) of log_history.jsonl at or before `step`, without its step; {}
-    when there is none. A resumed run that trains no step (its checkpoint is the last) reports these."""
-    if not history_path.is_file():
-        return {}
-    last = {}
-    for line in history_path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if record.get("step", step + 1) <= step and "train/loss" in record:
-            last = {k: v for k, v in record.items() if k != "step"}
-    return last
-
-
-def checksum(module: torch.nn.Module) -> str:
-    digest = hashlib.sha256()
-    for name, tensor in sorted(module.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
-def export(model: AaspForPreTraining, feature_extractor, output_dir: Path, export_teacher: bool, training=None):
-    """`AutoModel.from_pretrained(output_dir / "encoder")` then loads the student encoder (after `import aasp_hf`,
-    or with `trust_remote_code=True`); each exported folder gets a model card (README.md) generated from the model
-    and `training` (what `training_summary` says about the run)."""
-    from aasp_hf.hub import write_model_card
-
-    encoders = {"encoder": (model.aasp, "student")}
-    if export_teacher:
-        encoders["teacher_encoder"] = (model.teacher, "EMA teacher")
-    for folder, (encoder, which) in encoders.items():
-        with replace_directory(output_dir / folder) as written:  # whole or not at all: a new folder, then os.replace
-            encoder.save_pretrained(written)
-            feature_extractor.save_pretrained(written)
-            write_model_card(written, encoder, feature_extractor, {
-                "title": f"AaSP encoder ({which}, {encoder.config.num_hidden_layers} layers, hidden "
-                         f"{encoder.config.hidden_size})",
-                "path": str(output_dir / folder),
-                "training": {"encoder": f"the {which} of self-supervised AaSP pre-training (examples/pretrain.py)",
-                             **(training or {})},
-                "evaluation": "No downstream evaluation was run on this export (see examples/finetune.py and "
-                              "examples/linear_eval.py).",
-            })
-
-
-def training_summary(data_args, args, results: dict) -> dict:
-    """What the model card says about a pre-training run: data, steps, batch, optimiser, final losses."""
-    if data_args.synthetic_clips > 0:
-        data = (f"{data_args.synthetic_clips} synthetic clips of {data_args.synthetic_seconds:g} s "
-                f"(examples/demo.py's five classes; labels unused)")
-    elif data_args.log_mel_cache:
-        data = f"the log-mel cache {data_args.log_mel_cache}"
-    elif data_args.dataset:
-        data = f"`{data_args.dataset}` ({data_args.dataset_split} split) from {data_args.data_root}"
-    elif data_args.train_dir:
-        data = f"the audio files of {data_args.train_dir}"
-    elif data_args.train_manifest:
-        data = f"the clips of the fairseq manifest {data_args.train_manifest}"
-    else:
-        data = f"the `{data_args.dataset_name}` dataset ({data_args.dataset_split} split)"
-    summary = {
-        "data": data + (f", {results['num_clips']} clips" if results.get("num_clips") else "")
-        + f", random {data_args.crop_seconds:g}-s crops",
-        "steps": f"{results['step']} of {args.max_steps} ({args.warmup_steps} warm-up)",
-        "batch": f"{args.per_device_train_batch_size} × {results['num_processes']} process(es) × "
-                 f"{args.gradient_accumulation_steps} accumulation",
-        "optimiser": f"AdamW, peak lr {args.learning_rate:g}, weight decay {args.weight_decay:g}, teacher momentum "
-                     f"{args.teacher_momentum_base:g} → {args.teacher_momentum_final:g}",
-    }
-    if "loss" in results:
-        summary["final pre-training loss"] = (f"{results['loss']:.4f} (masked prediction "
-                                              f"{results.get('masked_prediction_loss', float('nan')):.4f}, clip "
-                                              f"{results.get('clip_loss', float('nan')):.4f}, contrastive "
-                                              f"{results.get('contrastive_loss', float('nan')):.4f})")
-    return summary
-
-
 # ----------------------------------------------------------------------------------------------- monitors (steps 3, 7b)
-def is_due(step: int, every: int, stop_step: int) -> bool:
-    """Every `every` steps and at the last step; never when `every` is 0."""
-    return every > 0 and (step % every == 0 or step == stop_step)
-
-
-def monitor_batch(dataset, stream, data_args, config, feature_extractor, seed: int, num_clips: int) -> torch.Tensor:
-    """The fixed batch (B', T, F) on which the student's (α, β) are summarised: the first `num_clips` decodable clips
-    (map-style rows 0, 1, ...; a stream: its first examples in epoch 0's order), cropped and featurised by a
-    collator of its own (seeded with `seed`), so the training collator's random stream is untouched."""
-    if stream is not None:
-        items = itertools.islice(stream.shard, 4 * num_clips)
-        examples = [decode_clip(item, stream.audio_column, i) for i, item in enumerate(items)]
-    else:
-        examples = [dataset[i] for i in range(min(len(dataset), 4 * num_clips))]
-    examples = [e for e in examples if isinstance(e, dict)][:num_clips]  # FailedClips left out
-    if not examples:
-        raise ValueError("--monitor_steps: none of the first clips of the dataset could be decoded")
-    collator = PretrainingCollator(feature_extractor, config, crop_seconds=data_args.crop_seconds,
-                                   generator=torch.Generator().manual_seed(seed))
-    return collator(examples)["input_values"]
-
-
-def probe_logs(probe: FrozenFeatureProbe, model: AaspForPreTraining, encoders, autocast) -> dict:
-    """probe/<encoder>_knn_accuracy, probe/<encoder>_ridge_accuracy for "student" (model.aasp) and/or "teacher",
-    probe/chance_accuracy and probe/seconds."""
-    started = time.time()
-    logs = {"probe/chance_accuracy": probe.chance_accuracy()}
-    for name in encoders:
-        scores = probe(model.aasp if name == "student" else model.teacher, autocast)
-        logs.update({f"probe/{name}_{key}": value for key, value in scores.items()})
-    return {**logs, "probe/seconds": time.time() - started}
-
-
-def write_logs(accelerator, history_path: Path, step: int, logs: dict):
-    """TensorBoard (accelerate's trackers) and one line of log_history.jsonl (main process)."""
-    accelerator.log(logs, step=step)
-    if accelerator.is_main_process:
-        history_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(history_path, "a") as f:
-            f.write(json.dumps({"step": step, **logs}) + "\n")
-
-
 # ----------------------------------------------------------------------------------------------- main
 def main(argv=None) -> dict:
     data_args, model_args, args = parse_args(argv)
@@ -573,7 +191,6 @@ def train(data_args, model_args, args) -> dict:
     accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=trackers, project_dir=str(output_dir),
                               kwargs_handlers=ddp)
     check_launch(accelerator.num_processes, "pretrain.py")  # a launcher's processes that did not join: one line
-    rank, world = accelerator.process_index, accelerator.num_processes
 
     # 1. --resume: the newest complete checkpoint (a damaged one is named and passed over). A run with nothing left
     #    to train whose results and encoder were written is left exactly as it is.
@@ -581,18 +198,9 @@ def train(data_args, model_args, args) -> dict:
     trainer_state = load_trainer_state(checkpoint) if checkpoint is not None else {}
     previous_results = None
     if checkpoint is not None:
-        finished = finished_results(output_dir, checkpoint, trainer_state["step"], args)
+        finished = finished_pretraining(output_dir, checkpoint, trainer_state["step"], args)
         if finished is not None:
-            done = trainer_state["step"]
-            if done >= args.max_steps:
-                why, more = f"finished (step {done} of --max_steps {args.max_steps})", (
-                    "raise --max_steps and pass --resume_allow_changes max_steps")
-            else:
-                why = f"at --stop_after_steps {done} (of --max_steps {args.max_steps})"
-                more = "raise --stop_after_steps"
-            accelerator.print(f"{output_dir} holds a run already {why}; nothing was changed. Its results: "
-                              f"{output_dir / 'all_results.json'}, its encoder: {output_dir / 'encoder'}. To train "
-                              f"on, {more}.")
+            say_finished(accelerator, output_dir, trainer_state["step"], args)
             accelerator.end_training()
             return finished
         # an earlier segment's results: kept where not replaced (a damaged file is named and left out)
@@ -609,32 +217,124 @@ def train(data_args, model_args, args) -> dict:
     config = model.config
     accelerator.print(describe_model(config, model, output_dir / "resolved_config.json"))
     current_arguments = run_arguments(data_args, args, config, accelerator.mixed_precision)
-    resume_changes = []
-    if checkpoint is not None:
-        stored = trainer_state.get("run_arguments")
-        compared = check_process_count(checkpoint, trainer_state.get("num_processes", world), world, stored,
-                                       current_arguments, args.resume_allow_changes, config)
-        if trainer_state.get("num_processes", world) != world:
-            accelerator.print(f"resuming {trainer_state['num_processes']} process(es) × "
-                              f"{stored['per_device_train_batch_size']} clips on {world} × "
-                              f"{args.per_device_train_batch_size}")
-        fixed = {name for name, kind in RUN_ARGUMENTS.items() if kind == "fixed"}
-        if "fp16" in ((stored or {}).get("mixed_precision"), accelerator.mixed_precision):
-            fixed.add("mixed_precision")  # fp16 has a gradient scaler whose state only an fp16 checkpoint holds
-        resume_changes = check_resume_arguments(checkpoint, stored, compared, args.resume_allow_changes, fixed)
-        if stored is None:
-            accelerator.print(f"warning: {checkpoint} predates stored run arguments; the command's arguments are "
-                              "taken as the run's without comparison")
-        if trainer_state["step"] > args.max_steps:
-            raise UsageError(f"--max_steps {args.max_steps} is below the step of {checkpoint} "
-                             f"({trainer_state['step']}): a resumed run cannot go back; pass --max_steps "
-                             f"{trainer_state['step']} or more")
+    resume_changes = [] if checkpoint is None else compare_with_checkpoint(
+        accelerator, checkpoint, trainer_state, current_arguments, args, config)
     if accelerator.is_main_process:  # every field of the model this run trains, beside its checkpoints
         output_dir.mkdir(parents=True, exist_ok=True)
         config.to_json_file(output_dir / "resolved_config.json")
     # No max_frames: the exported extractor must featurise whole clips (the model interpolates its positions); the
     # pre-training crop to config.num_frames is the collator's (crop_seconds, max_frames=num_frames).
     feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins)
+    dataset, stream = load_dataset(accelerator, data_args, args, feature_extractor)
+    set_seed(args.seed, device_specific=True)  # from here on (dropout, drop path) each process has its own stream
+    if args.gradient_checkpointing:  # transformers >= 5 renamed it
+        getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    collator = PretrainingCollator(
+        feature_extractor,
+        config,
+        crop_seconds=data_args.crop_seconds,
+        generator=torch.Generator().manual_seed(args.seed * 1_000 + 1 + accelerator.process_index),  # per process
+        device=accelerator.device if data_args.features_on_device else None,
+        student_eq_strength=data_args.student_eq_strength,
+    )
+    # 3. Learning-health monitors (aasp_hf.training.monitors), on the main process only: no gradients, eval mode, no
+    #    draws from any random stream, so they do not change what the run trains.
+    monitors = Monitors.build(accelerator, data_args, args, dataset, stream, config, feature_extractor)
+
+    # 4. Optimiser, 5. distribute (accelerate: DDP/FSDP, devices, mixed precision; --torch_compile)
+    model, optimizer, update_teacher = distribute(accelerator, model, build_optimizer(model, args), args)
+    unwrapped = accelerator.unwrap_model(model)
+
+    # 6. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
+    start_step, nonfinite_steps, last_logs = 0, 0, {}
+    if args.resume:
+        start_step, nonfinite_steps, last_logs = resume_states(
+            accelerator, optimizer, collator, stream, checkpoint, trainer_state, args, resume_changes,
+            current_arguments)
+    if trackers is not None:
+        hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v)
+                   for k, v in {**asdict(data_args), **asdict(args)}.items()}
+        accelerator.init_trackers("tensorboard", config=hparams)
+    if monitors.probe is not None and start_step == 0:  # the random-initialisation reference
+        write_logs(accelerator, output_dir / "log_history.jsonl", 0, monitors.probe_logs(unwrapped, accelerator))
+
+    # 7. Training loop, 8. export and results.
+    batches = micro_batch_source(accelerator, data_args, args, dataset, stream, feature_extractor, config, start_step)
+    loop = TrainingLoop(accelerator, model, optimizer, update_teacher, collator, batches, monitors, args, config,
+                        feature_extractor, stream, start_step, nonfinite_steps, last_logs, current_arguments)
+    _, elapsed = loop.run()
+    return write_results(loop, data_args, args, dataset, elapsed, previous_results)
+
+
+def build_optimizer(model: AaspForPreTraining, args) -> torch.optim.AdamW:
+    """4. AdamW without decay on biases, norms, CLS and positions; the teacher is frozen and not in it. lr and
+    momentum are pure functions of the step (set by hand each step; no scheduler object). --patch_embedding_lr_scale:
+    0 freezes the stem (student and teacher then share it for the whole run), another value gives the stem's
+    parameters groups of their own with that lr scale."""
+    if args.patch_embedding_lr_scale == 0:
+        model.aasp.embeddings.requires_grad_(False)
+    lr_scales = {} if args.patch_embedding_lr_scale in (0, 1) else {"aasp.embeddings.": args.patch_embedding_lr_scale}
+    return torch.optim.AdamW(
+        param_groups(model, args.weight_decay, lr_scales),
+        lr=learning_rate(0, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate),
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+        fused=True,  # one kernel per device and dtype; it skips a non-finite step on the device (training.step)
+    )
+
+
+def distribute(accelerator, model, optimizer, args):
+    """5. (model, optimizer, update_teacher) prepared: DDP/FSDP, device placement and mixed-precision autocast come
+    from accelerate. --torch_compile compiles what the step runs (aasp_hf.training.step): the forward — student on
+    the masked views, EMA teacher on the clip, predictor, the three losses — as one graph (fullgraph: a graph break
+    is an error) whose backward AOTAutograd compiles with it, and the EMA update as a second graph. Between them stay
+    autograd's engine, the gradient clipping (foreach kernels; accelerate unscales fp16 and handles FSDP there) and
+    fused AdamW, which PyTorch excludes from compilation because it already is a single fused kernel. The model is
+    compiled in place, inside its DDP wrapper: DDP's own forward (its bookkeeping, which dynamo cannot trace in one
+    graph) stays eager and calls the compiled model, whose graph dynamo then splits at DDP's gradient-bucket
+    boundaries so that each bucket's all-reduce starts while the backward goes on."""
+    model, optimizer = accelerator.prepare(model, optimizer)
+    unwrapped = accelerator.unwrap_model(model)
+    # the EMA teacher's update: θ_teacher ← m·θ_teacher + (1 − m)·θ_student, called right after each optimiser step
+    ema_update = torch.compile(update_teacher_, fullgraph=True) if args.torch_compile else update_teacher_
+    update_teacher = partial(ema_update, unwrapped.teacher, unwrapped.aasp)
+    if args.torch_compile:
+        unwrapped.compile(fullgraph=True)
+    return model, optimizer, update_teacher
+
+
+def say_finished(accelerator, output_dir: Path, done: int, args):
+    """The line for a --resume of a run with nothing left to train: where its results are, how to train on."""
+    if done >= args.max_steps:
+        why, more = f"finished (step {done} of --max_steps {args.max_steps})", (
+            "raise --max_steps and pass --resume_allow_changes max_steps")
+    else:
+        why = f"at --stop_after_steps {done} (of --max_steps {args.max_steps})"
+        more = "raise --stop_after_steps"
+    accelerator.print(f"{output_dir} holds a run already {why}; nothing was changed. Its results: "
+                      f"{output_dir / 'all_results.json'}, its encoder: {output_dir / 'encoder'}. To train "
+                      f"on, {more}.")
+
+
+def compare_with_checkpoint(accelerator, checkpoint, trainer_state: dict, current_arguments: dict, args,
+                            config: AaspConfig) -> list:
+    """The allowed changes of the run arguments against `checkpoint`'s (the process count checked apart)."""
+    world = accelerator.num_processes
+    stored = trainer_state.get("run_arguments")
+    compared = check_process_count(checkpoint, trainer_state.get("num_processes", world), world, stored,
+                                   current_arguments, args.resume_allow_changes, config)
+    if trainer_state.get("num_processes", world) != world:
+        accelerator.print(f"resuming {trainer_state['num_processes']} process(es) × "
+                          f"{stored['per_device_train_batch_size']} clips on {world} × "
+                          f"{args.per_device_train_batch_size}")
+    return compare_run_arguments(checkpoint, stored, compared, args.resume_allow_changes, RUN_ARGUMENTS,
+                                 accelerator.mixed_precision, trainer_state["step"], args.max_steps,
+                                 warn=accelerator.print)
+
+
+def load_dataset(accelerator, data_args, args, feature_extractor):
+    """(dataset, stream): the clips of the data source (a stream: each process its shard; stream is None else)."""
+    world, rank = accelerator.num_processes, accelerator.process_index
     if data_args.log_mel_cache is not None:
         if data_args.streaming:
             raise ValueError("--streaming reads audio; a --log_mel_cache is read as a map-style dataset")
@@ -644,292 +344,258 @@ def train(data_args, model_args, args) -> dict:
     stream = dataset if isinstance(dataset, AudioStream) else None
     described = "a stream" if stream is not None else f"{len(dataset)} clips"
     accelerator.print(f"{described}, {world} process(es)")
-    set_seed(args.seed, device_specific=True)  # from here on (dropout, drop path) each process has its own stream
-    if args.gradient_checkpointing:  # transformers >= 5 renamed it
-        getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
-    collator = PretrainingCollator(
-        feature_extractor,
-        config,
-        crop_seconds=data_args.crop_seconds,
-        generator=torch.Generator().manual_seed(args.seed * 1_000 + 1 + rank),  # its own stream per process
-        device=accelerator.device if data_args.features_on_device else None,
-        student_eq_strength=data_args.student_eq_strength,
-    )
-    # 3. Learning-health monitors (aasp_hf.training.monitors), on the main process only: no gradients, eval mode, no
-    #    draws from any random stream, so they do not change what the run trains.
-    monitor_steps = args.logging_steps if args.monitor_steps is None else args.monitor_steps
-    probe_steps = args.save_steps if args.probe_steps is None else args.probe_steps
-    probe_encoders = [name.strip() for name in args.probe_encoders.split(",") if name.strip()]
-    if monitor_steps < 0 or probe_steps <= 0 or not set(probe_encoders) <= {"student", "teacher"}:
-        raise ValueError(f"need --monitor_steps >= 0, --probe_steps > 0 and --probe_encoders among student,teacher; "
-                         f"got {monitor_steps}, {probe_steps}, {args.probe_encoders!r}")
-    monitor_inputs = probe = None
-    if accelerator.is_main_process and monitor_steps > 0:
-        monitor_inputs = monitor_batch(dataset, stream, data_args, config, feature_extractor, args.seed,
-                                       args.monitor_clips).to(accelerator.device)
-    if accelerator.is_main_process and args.probe_dataset is not None:
-        probe = FrozenFeatureProbe(args.probe_dataset, feature_extractor, config.num_frames, args.probe_max_clips,
-                                   args.probe_k, args.probe_ridge)
+    return dataset, stream
 
-    # 4. Optimiser: AdamW without decay on biases, norms, CLS and positions; the teacher is frozen and not in it.
-    #    lr and momentum are pure functions of the step (set by hand each step; no scheduler object).
-    #    --patch_embedding_lr_scale: 0 freezes the stem (student and teacher then share it for the whole run),
-    #    another value gives the stem's parameters groups of their own with that lr scale.
-    if args.patch_embedding_lr_scale == 0:
-        model.aasp.embeddings.requires_grad_(False)
-    lr_scales = {} if args.patch_embedding_lr_scale in (0, 1) else {"aasp.embeddings.": args.patch_embedding_lr_scale}
-    optimizer = torch.optim.AdamW(
-        param_groups(model, args.weight_decay, lr_scales),
-        lr=learning_rate(0, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate),
-        betas=(args.adam_beta1, args.adam_beta2),
-        eps=args.adam_epsilon,
-        fused=True,  # one kernel per device and dtype; it skips a non-finite step on the device (training.step)
-    )
 
-    # 5. Distribute: DDP/FSDP, device placement and mixed-precision autocast come from accelerate.
-    #    --torch_compile compiles what the step runs (aasp_hf.training.step): the forward — student on the masked
-    #    views, EMA teacher on the clip, predictor, the three losses — as one graph (fullgraph: a graph break is an
-    #    error) whose backward AOTAutograd compiles with it, and the EMA update as a second graph. Between them stay
-    #    autograd's engine, the gradient clipping (foreach kernels; accelerate unscales fp16 and handles FSDP there)
-    #    and fused AdamW, which PyTorch excludes from compilation because it already is a single fused kernel.
-    #    The model is compiled in place, inside its DDP wrapper: DDP's own forward (its bookkeeping, which dynamo
-    #    cannot trace in one graph) stays eager and calls the compiled model, whose graph dynamo then splits at DDP's
-    #    gradient-bucket boundaries so that each bucket's all-reduce starts while the backward goes on.
-    model, optimizer = accelerator.prepare(model, optimizer)
-    unwrapped = accelerator.unwrap_model(model)
-    # the EMA teacher's update: θ_teacher ← m·θ_teacher + (1 − m)·θ_student, called right after each optimiser step
-    ema_update = torch.compile(update_teacher_, fullgraph=True) if args.torch_compile else update_teacher_
-    update_teacher = partial(ema_update, unwrapped.teacher, unwrapped.aasp)
-    if args.torch_compile:
-        unwrapped.compile(fullgraph=True)
+def resume_states(accelerator, optimizer, collator, stream, checkpoint, trainer_state: dict, args, resume_changes,
+                  current_arguments) -> tuple[int, int, dict]:
+    """--resume: the states of `checkpoint` loaded (model, optimiser, RNG, the collator's generator, the stream's
+    position); returns (start step, non-finite steps so far, the last logged training record)."""
+    output_dir, rank, world = Path(args.output_dir), accelerator.process_index, accelerator.num_processes
+    if checkpoint is None:
+        accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
+        if accelerator.is_main_process:  # a run killed before its first checkpoint logged steps no weights keep
+            truncate_log(output_dir / "log_history.jsonl", 0)
+        return 0, 0, {}
+    same_world = trainer_state.get("num_processes", world) == world
+    if same_world:  # load_state would skip an unreadable RNG file silently
+        check_random_states(checkpoint, rank)
+    load_training_state(accelerator, optimizer, checkpoint)
+    if not same_world:  # the saved per-process states do not map to these processes (check_process_count)
+        set_seed(args.seed + trainer_state["step"], device_specific=True)
+    process_state = (load_process_state(checkpoint, rank) if same_world else None) or {}
+    if "collator" in process_state:  # kept in checkpoints; every clip now draws from its own seed
+        collator.load_state_dict(process_state["collator"])
+    if stream is not None:
+        if "stream" not in process_state:
+            raise ValueError(f"{checkpoint} was not written by a --streaming run: resume it without "
+                             "--streaming, or start a streaming run afresh")
+        stream.position = dict(process_state["stream"])
+    start_step = trainer_state["step"]
+    accelerator.print(f"resumed from {checkpoint} at step {start_step}")
+    if (note := thread_count_note(checkpoint, trainer_state, accelerator.device.type)) is not None:
+        accelerator.print(note)
+    if resume_changes:
+        accelerator.print(describe_resume_changes(resume_changes, trainer_state["run_arguments"],
+                                                  current_arguments, start_step, streaming=stream is not None))
+    if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
+        truncate_log(output_dir / "log_history.jsonl", start_step)
+    last_logs = last_training_logs(output_dir / "log_history.jsonl", start_step)
+    return start_step, trainer_state.get("nonfinite_steps", 0), last_logs
 
-    # 6. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
-    start_step, nonfinite_steps, last_logs = 0, 0, {}
-    if args.resume:
-        if checkpoint is None:
-            accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
-            if accelerator.is_main_process:  # a run killed before its first checkpoint logged steps no weights keep
-                truncate_log(output_dir / "log_history.jsonl", 0)
-        else:
-            same_world = trainer_state.get("num_processes", world) == world
-            if same_world:  # load_state would skip an unreadable RNG file silently
-                check_random_states(checkpoint, rank)
-            # the optimiser's hyper-parameters are the arguments' (load_state restores the checkpoint's with its
-            # moments; an allowed change of weight decay, betas or ε takes effect here)
-            hyper = [{k: g[k] for k in ("weight_decay", "betas", "eps", "lr_scale") if k in g}
-                     for g in optimizer.param_groups]
-            accelerator.load_state(str(checkpoint))
-            for group, values in zip(optimizer.param_groups, hyper):
-                group.update(values)
-            if not same_world:  # the saved per-process states do not map to these processes (check_process_count)
-                set_seed(args.seed + trainer_state["step"], device_specific=True)
-            process_state = (load_process_state(checkpoint, rank) if same_world else None) or {}
-            if "collator" in process_state:  # kept in checkpoints; every clip now draws from its own seed
-                collator.load_state_dict(process_state["collator"])
-            if stream is not None:
-                if "stream" not in process_state:
-                    raise ValueError(f"{checkpoint} was not written by a --streaming run: resume it without "
-                                     "--streaming, or start a streaming run afresh")
-                stream.position = dict(process_state["stream"])
-            start_step = trainer_state["step"]
-            nonfinite_steps = trainer_state.get("nonfinite_steps", 0)
-            accelerator.print(f"resumed from {checkpoint} at step {start_step}")
-            if (note := thread_count_note(checkpoint, trainer_state, accelerator.device.type)) is not None:
-                accelerator.print(note)
-            if resume_changes:
-                accelerator.print("\n".join(describe_resume_changes(resume_changes, trainer_state["run_arguments"],
-                                                                    current_arguments, start_step, stream is not None)))
-            if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
-                truncate_log(output_dir / "log_history.jsonl", start_step)
-            last_logs = last_training_logs(output_dir / "log_history.jsonl", start_step)
-    if trackers is not None:
-        hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v)
-                   for k, v in {**asdict(data_args), **asdict(args)}.items()}
-        accelerator.init_trackers("tensorboard", config=hparams)
-    if probe is not None and start_step == 0:  # the random-initialisation reference
-        write_logs(accelerator, output_dir / "log_history.jsonl", 0,
-                   probe_logs(probe, accelerator.unwrap_model(model), probe_encoders, accelerator.autocast))
 
-    # 7. Training loop.
-    accum = args.gradient_accumulation_steps
-    stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
-    # The loader workers make whole micro-batches: read, decode, replace failed clips, crop, log-mel, masks, queries
-    # and equaliser, each clip from its own seed (with --features_on_device all but the log-mel, which `finish` below
-    # computes on the accelerator). The training process receives them pinned (on CUDA) and in order.
+def micro_batch_source(accelerator, data_args, args, dataset, stream, feature_extractor, config, start_step: int):
+    """The micro-batches from `start_step` on. The loader workers make whole micro-batches: read, decode, replace
+    failed clips, crop, log-mel, masks, queries and equaliser, each clip from its own seed (with
+    --features_on_device all but the log-mel, which the training collator's `finish` computes on the accelerator).
+    The training process receives them pinned (on CUDA) and in order."""
+    world, rank = accelerator.num_processes, accelerator.process_index
     worker_collator = PretrainingCollator(feature_extractor, config, crop_seconds=data_args.crop_seconds,
                                           student_eq_strength=data_args.student_eq_strength)  # CPU, in the workers
     collate = worker_collator.draw_seeded if data_args.features_on_device else worker_collator.collate_seeded
     pin_memory = accelerator.device.type == "cuda"  # page-locked host memory: the copy runs without stalling the host
     if stream is not None:  # its position came with the checkpoint
-        batches = stream.finished_micro_batches(collate, partial(stream_clip_seeds, args.seed, world, rank), pin_memory)
-    else:  # the position is a pure function of the step
-        plan = partial(clip_order, len(dataset), args.per_device_train_batch_size, world, rank, args.seed,
-                       start_step * accum)
-        batches = load_micro_batches(CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers,
-                                     pin_memory)
-    clips_per_step = args.per_device_train_batch_size * world * accum
-    history_path = output_dir / "log_history.jsonl"
-    # smoothing=0: the ETA from the average rate since the start, periodic evaluations and saves included (the
-    # default smoothing takes the step after one for its rate, and the ETA jumps tenfold)
-    progress = tqdm(total=args.max_steps, initial=start_step, disable=not accelerator.is_local_main_process,
-                    smoothing=0)
-    sums, num_summed, seen = {}, 0, hashlib.sha256()
-    failure_log = FailureLog(output_dir / "decode_failures.txt")  # names the clips that fail to decode
-    failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run (vanishing data)
-    skipped_since_read = torch.zeros((), dtype=torch.long, device=accelerator.device)  # skipped steps not yet counted
-    t_start, t_log, step_of_last_log = time.time(), time.time(), start_step
-    stop = StopAgreement(accelerator.device)  # a stop signal on any process: every process saves the same step
-    model.train()
-    step = start_step  # optimiser steps completed
-    while step < stop_step:
-        lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
-        set_learning_rates(optimizer, lr)  # each group's lr_scale × lr
-        step_sums, step_finite = {}, torch.ones((), dtype=torch.bool, device=accelerator.device)
-        for micro in range(accum):
-            micro_batch = next(batches)  # finished in a loader worker (aasp_hf.data.clips.finish_micro_batch)
-            epoch = micro_batch["epoch"]
-            failure_log(micro_batch["failed"])  # the clips the worker replaced, named and counted here
-            failed_share.add(len(micro_batch["indices"]), len(micro_batch["failed"]))
-            seen.update(str(micro_batch["indices"]).encode())
-            batch = collator.finish(micro_batch["batch"])  # --features_on_device: the log-mel on the accelerator
-            batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
-            # no gradient all-reduce until the last micro-batch of the step
-            with accelerator.no_sync(model) if micro < accum - 1 else nullcontext():
-                outputs = model(**batch)
-                # backward runs even on a non-finite loss, so that every process joins the gradient all-reduce
-                accelerator.backward(outputs.loss / accum)
-            step_finite = step_finite & torch.isfinite(outputs.loss.detach())  # on the device: nothing read back
-            for name in ("loss", "masked_prediction_loss", "clip_loss", "contrastive_loss"):
-                step_sums[name] = step_sums.get(name, 0.0) + getattr(outputs, name).detach().float() / accum
-        # 7a. Clip, AdamW step and EMA teacher update (aasp_hf.training.step.apply_update). A NaN/inf loss on any
-        #     process (or a non-finite gradient norm; under fp16 the grad scaler handles overflow itself) skips the
-        #     update on every process — no optimiser step, no EMA update — decided on the device, so the host never
-        #     waits for the step to finish. The step still counts, so the data position and the schedules stay pure
-        #     functions of the step (exact resume). Skipped steps are counted on the device and read back, with the
-        #     losses, on logging, monitoring and checkpoint steps only (the run stops there if too many were skipped).
-        max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
-        momentum = teacher_momentum(step, args.max_steps, args.teacher_momentum_base, args.teacher_momentum_final)
-        grad_norm, skipped, stops = apply_update(
-            accelerator, optimizer, model, step_finite, max_norm,
-            torch.tensor(momentum, dtype=torch.float64, device=accelerator.device), update_teacher, stop=stop.local())
-        skipped_since_read = skipped_since_read + skipped.long()
-        for name, value in step_sums.items():  # only good steps enter the logged means
-            sums[name] = sums.get(name, 0.0) + torch.where(skipped, 0.0, value)
-        num_summed = num_summed + (~skipped).long()
-        step += 1
-        progress.update(1)
+        return stream.finished_micro_batches(collate, partial(stream_clip_seeds, args.seed, world, rank), pin_memory)
+    # the position is a pure function of the step
+    plan = partial(clip_order, len(dataset), args.per_device_train_batch_size, world, rank, args.seed,
+                   start_step * args.gradient_accumulation_steps)
+    return load_micro_batches(CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers,
+                              pin_memory)
 
-        # SIGTERM / SIGUSR1 / SIGINT on any process (aasp_hf.training.stopping): log and save this step, then exit
-        stopping = stop.agreed(stops) and step < stop_step
-        due_log = step % args.logging_steps == 0 or step == stop_step or stopping
-        due_monitor = monitor_inputs is not None and is_due(step, monitor_steps, stop_step)
-        due_probe = probe is not None and is_due(step, probe_steps, stop_step)
-        due_save = step % args.save_steps == 0 or step == stop_step or stopping
-        # read the skipped steps back (one host sync) on the steps every process shares, so that all of them stop
-        # at the same step (monitors and the probe run on the main process only)
-        data_vanishing = None
-        if due_log or due_save:
-            newly_skipped = int(skipped_since_read)
-            skipped_since_read = torch.zeros_like(skipped_since_read)
-            if newly_skipped:
-                nonfinite_steps += newly_skipped
-                accelerator.print(f"step {step}: {newly_skipped} of the steps since the last report had a non-finite "
-                                  f"loss or gradient, their updates were skipped ({nonfinite_steps} skipped so far, at "
-                                  f"most {args.max_nonfinite_steps} allowed)")
-            if nonfinite_steps > args.max_nonfinite_steps:
-                last = find_latest_checkpoint(output_dir)
-                raise RuntimeError(
-                    f"Stopping at step {step}: {nonfinite_steps} steps had a non-finite (NaN/inf) loss or gradient, "
-                    f"more than --max_nonfinite_steps={args.max_nonfinite_steps}. The weights were not updated by "
-                    f"those steps; the last complete checkpoint is {last}. Lower --learning_rate, check --max_grad_norm "
-                    f"and the data (clips that are silent or contain NaN), then continue with --resume, or raise "
-                    f"--max_nonfinite_steps."
-                )
-            data_vanishing = failed_share.check(accelerator)  # every process: saved below, then the run stops
-            due_save = due_save or data_vanishing is not None
 
-        # 7b. Monitors (main process): after a good update, every --monitor_steps the collapse statistics of this
-        #     batch (student CLS of one view per clip, the teacher targets of its forward) and the student's (α, β) on
-        #     the fixed batch; every --probe_steps the frozen-feature probe. Their time is logged (monitor/seconds,
-        #     probe/seconds) and left out of the throughput.
+class TrainingLoop:
+    """7. The training loop from `start_step` to --max_steps (or --stop_after_steps): per step 7a. the update
+    (`aasp_hf.training.step.pretraining_step`), 7b. monitors, 7c. logging (TensorBoard + progress bar), 7d. crash-safe
+    checkpoints. It keeps what the logs and results need: loss sums since the last log, skipped steps, the data
+    seen (a checksum of the clip indices), the clips that failed to decode."""
+
+    def __init__(self, accelerator, model, optimizer, update_teacher, collator, batches, monitors, args, config,
+                 feature_extractor, stream, start_step: int, nonfinite_steps: int, last_logs: dict,
+                 current_arguments: dict):
+        self.accelerator, self.model, self.optimizer = accelerator, model, optimizer
+        self.unwrapped, self.update_teacher = accelerator.unwrap_model(model), update_teacher
+        self.collator, self.batches, self.monitors, self.args, self.config = collator, batches, monitors, args, config
+        self.feature_extractor, self.stream, self.current_arguments = feature_extractor, stream, current_arguments
+        self.start_step, self.step, self.nonfinite_steps = start_step, start_step, nonfinite_steps
+        self.last_logs = last_logs
+        self.output_dir = Path(args.output_dir)
+        self.history_path = self.output_dir / "log_history.jsonl"
+        self.stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
+        accumulation = args.gradient_accumulation_steps
+        self.clips_per_step = args.per_device_train_batch_size * accelerator.num_processes * accumulation
+        self.sums, self.num_summed, self.seen = {}, 0, hashlib.sha256()
+        self.failure_log = FailureLog(self.output_dir / "decode_failures.txt")  # names the clips that fail to decode
+        self.failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run
+        # skipped steps not yet counted
+        self.skipped_since_read = torch.zeros((), dtype=torch.long, device=accelerator.device)
+        self.epoch = None
+
+    def next_batch(self) -> dict:
+        """The next micro-batch on the device, its failed clips logged and counted and its clips in `seen`."""
+        micro_batch = next(self.batches)  # finished in a loader worker (aasp_hf.data.clips.finish_micro_batch)
+        self.epoch = micro_batch["epoch"]
+        self.failure_log(micro_batch["failed"])  # the clips the worker replaced, named and counted here
+        self.failed_share.add(len(micro_batch["indices"]), len(micro_batch["failed"]))
+        self.seen.update(str(micro_batch["indices"]).encode())
+        batch = self.collator.finish(micro_batch["batch"])  # --features_on_device: the log-mel on the accelerator
+        return {k: v.to(self.accelerator.device, non_blocking=True) for k, v in batch.items()}
+
+    def run(self) -> tuple[int, float]:
+        """Trains to the stop step; returns (the step reached, seconds). A stop signal saves the step and exits."""
+        accelerator, args = self.accelerator, self.args
+        # smoothing=0: the ETA from the average rate since the start, periodic evaluations and saves included (the
+        # default smoothing takes the step after one for its rate, and the ETA jumps tenfold)
+        self.progress = tqdm(total=args.max_steps, initial=self.start_step,
+                             disable=not accelerator.is_local_main_process, smoothing=0)
+        t_start, self.t_log, self.step_of_last_log = time.time(), time.time(), self.start_step
+        stop = StopAgreement(accelerator.device)  # a stop signal on any process: every process saves the same step
+        self.model.train()
+        while self.step < self.stop_step:
+            # 7a. One step (aasp_hf.training.step.pretraining_step): forward and backward per micro-batch, then clip,
+            #     AdamW step and EMA teacher update. A NaN/inf loss on any process (or a non-finite gradient norm;
+            #     under fp16 the grad scaler handles overflow itself) skips the update on every process — no
+            #     optimiser step, no EMA update — decided on the device, so the host never waits for the step to
+            #     finish. The step still counts, so the data position and the schedules stay pure functions of the
+            #     step (exact resume). Skipped steps are counted on the device and read back, with the losses, on
+            #     logging, monitoring and checkpoint steps only (the run stops there if too many were skipped).
+            step = self.step
+            lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
+            momentum = teacher_momentum(step, args.max_steps, args.teacher_momentum_base, args.teacher_momentum_final)
+            done = pretraining_step(accelerator, self.model, self.optimizer, self.next_batch,
+                                    args.gradient_accumulation_steps, lr, args.max_grad_norm, momentum,
+                                    self.update_teacher, stop=stop.local())
+            self.skipped_since_read = self.skipped_since_read + done.skipped.long()
+            for name, value in done.losses.items():  # only good steps enter the logged means
+                self.sums[name] = self.sums.get(name, 0.0) + torch.where(done.skipped, 0.0, value)
+            self.num_summed = self.num_summed + (~done.skipped).long()
+            self.step = step = step + 1
+            self.progress.update(1)
+
+            # SIGTERM / SIGUSR1 / SIGINT on any process (aasp_hf.training.stopping): log and save this step, then exit
+            stopping = stop.agreed(done.stops) and step < self.stop_step
+            due_log = step % args.logging_steps == 0 or step == self.stop_step or stopping
+            due_save = step % args.save_steps == 0 or step == self.stop_step or stopping
+            # read the skipped steps back (one host sync) on the steps every process shares, so that all of them
+            # stop at the same step (monitors and the probe run on the main process only)
+            data_vanishing = None
+            if due_log or due_save:
+                self.count_skipped_steps()
+                data_vanishing = self.failed_share.check(accelerator)  # every process: saved below, then it stops
+                due_save = due_save or data_vanishing is not None
+            health = self.monitor(done)
+            self.log(due_log, lr, momentum, done, health)
+            if due_save:
+                saved = self.save(data_vanishing)
+            if stopping:
+                self.progress.close()
+                exit_stopped(accelerator, saved, step, "pretrain.py")
+        self.progress.close()
+        return self.step, time.time() - t_start
+
+    def count_skipped_steps(self):
+        """The steps skipped since the last read, read back and counted; too many stop the run."""
+        step, args = self.step, self.args
+        newly_skipped = int(self.skipped_since_read)
+        self.skipped_since_read = torch.zeros_like(self.skipped_since_read)
+        if newly_skipped:
+            self.nonfinite_steps += newly_skipped
+            self.accelerator.print(f"step {step}: {newly_skipped} of the steps since the last report had a non-finite "
+                                   f"loss or gradient, their updates were skipped ({self.nonfinite_steps} skipped so "
+                                   f"far, at most {args.max_nonfinite_steps} allowed)")
+        if self.nonfinite_steps > args.max_nonfinite_steps:
+            last = find_latest_checkpoint(self.output_dir)
+            raise RuntimeError(
+                f"Stopping at step {step}: {self.nonfinite_steps} steps had a non-finite (NaN/inf) loss or gradient, "
+                f"more than --max_nonfinite_steps={args.max_nonfinite_steps}. The weights were not updated by "
+                f"those steps; the last complete checkpoint is {last}. Lower --learning_rate, check --max_grad_norm "
+                f"and the data (clips that are silent or contain NaN), then continue with --resume, or raise "
+                f"--max_nonfinite_steps."
+            )
+
+    def monitor(self, done) -> dict:
+        """7b. Monitors (main process): after a good update, every --monitor_steps the collapse statistics of this
+        batch (student CLS of one view per clip, the teacher targets of its forward) and the student's (α, β) on
+        the fixed batch; every --probe_steps the frozen-feature probe. Their time is logged (monitor/seconds,
+        probe/seconds) and left out of the throughput."""
+        monitors, step, accelerator = self.monitors, self.step, self.accelerator
         health, started = {}, time.time()
-        if due_monitor and not bool(skipped):
-            stats = pretraining_health(unwrapped, batch, outputs.targets, monitor_inputs, accelerator.autocast)
+        if monitors.inputs is not None and is_due(step, monitors.monitor_steps, self.stop_step) and not bool(
+                done.skipped):
+            stats = pretraining_health(self.unwrapped, done.batch, done.outputs.targets, monitors.inputs,
+                                       accelerator.autocast)
             health = {**{f"monitor/{k}": v for k, v in stats.items()}, "monitor/seconds": time.time() - started}
-        if due_probe:
-            health.update(probe_logs(probe, unwrapped, probe_encoders, accelerator.autocast))
-        t_log += time.time() - started
+        if monitors.probe is not None and is_due(step, monitors.probe_steps, self.stop_step):
+            health.update(monitors.probe_logs(self.unwrapped, accelerator))
+        self.t_log += time.time() - started
+        return health
 
-        # 7c. Logging: loss parts (mean over the good steps since the last log and over processes), lr, momentum, grad
-        #     norm, throughput and the visible-token ratio. A stretch of skipped steps only logs nothing.
-        good_steps = int(num_summed) if due_log else 0  # the same on every process
+    def log(self, due_log: bool, lr: float, momentum: float, done, health: dict):
+        """7c. Logging: loss parts (mean over the good steps since the last log and over processes), lr, momentum,
+        grad norm, throughput and the visible-token ratio. A stretch of skipped steps only logs nothing."""
+        accelerator, step = self.accelerator, self.step
+        good_steps = int(self.num_summed) if due_log else 0  # the same on every process
         if good_steps > 0:
-            means = {k: accelerator.reduce(v / good_steps, reduction="mean").item() for k, v in sums.items()}
+            means = {k: accelerator.reduce(v / good_steps, reduction="mean").item() for k, v in self.sums.items()}
             now = time.time()
             logs = {
                 **{f"train/{k}": v for k, v in means.items()},
                 "train/learning_rate": lr,
                 "train/teacher_momentum": momentum,
-                "train/grad_norm": float(grad_norm),
-                "train/clips_per_second": clips_per_step * (step - step_of_last_log) / max(now - t_log, 1e-9),
-                "train/visible_token_ratio": batch["visible_indices"].shape[-1] / config.num_patches,
-                "train/epoch": epoch,
-                "train/nonfinite_steps": nonfinite_steps,
+                "train/grad_norm": float(done.grad_norm),
+                "train/clips_per_second": self.clips_per_step * (step - self.step_of_last_log) / max(now - self.t_log,
+                                                                                                   1e-9),
+                "train/visible_token_ratio": done.batch["visible_indices"].shape[-1] / self.config.num_patches,
+                "train/epoch": self.epoch,
+                "train/nonfinite_steps": self.nonfinite_steps,
                 **health,
             }
-            accelerator.log(logs, step=step)
-            if accelerator.is_main_process:
-                output_dir.mkdir(parents=True, exist_ok=True)
-                with open(history_path, "a") as f:
-                    f.write(json.dumps({"step": step, **logs}) + "\n")
-            progress.set_postfix(loss=f"{means['loss']:.4f}", lr=f"{lr:.2e}")
-            sums, num_summed, t_log, step_of_last_log, last_logs = {}, 0, now, step, logs
+            write_logs(accelerator, self.history_path, step, logs)
+            self.progress.set_postfix(loss=f"{means['loss']:.4f}", lr=f"{lr:.2e}")
+            self.sums, self.num_summed, self.t_log, self.step_of_last_log, self.last_logs = {}, 0, now, step, logs
         elif health:  # a monitor step that is not a logging step: a line of its own
-            write_logs(accelerator, history_path, step, health)
+            write_logs(accelerator, self.history_path, step, health)
 
-        # 7d. Checkpoint: state + data position (the step) + this process's collator generator.
-        if due_save:
-            saved = save_checkpoint(accelerator, output_dir, step,
-                                    extra_state={"micro_batches": step * accum, "num_processes": world,
-                                                 "nonfinite_steps": nonfinite_steps,
-                                                 "run_arguments": current_arguments},
-                                    process_state={"collator": collator.state_dict(),
-                                                   **({"stream": dict(stream.position)} if stream is not None else {})},
-                                    save_total_limit=args.save_total_limit)
-            if args.export_with_checkpoints and accelerator.is_main_process:
-                export(unwrapped, feature_extractor, output_dir / f"checkpoint-{step}", args.export_teacher)
-            if data_vanishing is not None:
-                raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved {output_dir / f'checkpoint-{step}'}"
-                                 f"; each failed file and why: {failure_log.path}. Restore the data, then run the "
-                                 "same command with --resume (or raise --max_failed_clip_share).")
-        if stopping:
-            progress.close()
-            exit_stopped(accelerator, saved, step, "pretrain.py")
-    progress.close()
-    elapsed = time.time() - t_start
+    def save(self, data_vanishing):
+        """7d. Checkpoint: state + data position (the step) + this process's collator generator (+ the stream's
+        position); a vanishing data source stops the run once it is saved."""
+        accelerator, step, args, output_dir = self.accelerator, self.step, self.args, self.output_dir
+        stream = self.stream
+        saved = save_checkpoint(accelerator, output_dir, step,
+                                extra_state={"micro_batches": step * args.gradient_accumulation_steps,
+                                             "num_processes": accelerator.num_processes,
+                                             "nonfinite_steps": self.nonfinite_steps,
+                                             "run_arguments": self.current_arguments},
+                                process_state={"collator": self.collator.state_dict(),
+                                               **({"stream": dict(stream.position)} if stream is not None else {})},
+                                save_total_limit=args.save_total_limit)
+        if args.export_with_checkpoints and accelerator.is_main_process:
+            export(self.unwrapped, self.feature_extractor, output_dir / f"checkpoint-{step}", args.export_teacher)
+        if data_vanishing is not None:
+            raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved {output_dir / f'checkpoint-{step}'}"
+                             f"; each failed file and why: {self.failure_log.path}. Restore the data, then run the "
+                             "same command with --resume (or raise --max_failed_clip_share).")
+        return saved
 
-    # 8. Export and results. Every process writes a summary (parameter checksums, data seen) to check the sync.
+
+def write_results(loop: TrainingLoop, data_args, args, dataset, elapsed: float, previous_results) -> dict:
+    """8. Export and results. Every process writes a summary (parameter checksums, data seen) to check the sync;
+    the main process exports the encoder(s) with their model card and writes all_results.json."""
+    accelerator, unwrapped, output_dir, step = loop.accelerator, loop.unwrapped, loop.output_dir, loop.step
     accelerator.wait_for_everyone()  # every process has appended its failures to the one list
-    decode_failures = failure_log.failed_files()  # distinct files, not the micro-batches they failed in
-    missing_files = failure_log.missing_files()  # of those, the files the data source lists that are not on disk
-    ranks_dir = output_dir / "ranks"
-    ranks_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(ranks_dir / f"rank{rank}.json", json.dumps({
-        "student_checksum": checksum(unwrapped.aasp),
-        "teacher_checksum": checksum(unwrapped.teacher),
-        "data_checksum": seen.hexdigest(),
-    }))
+    decode_failures = loop.failure_log.failed_files()  # distinct files, not the micro-batches they failed in
+    missing_files = loop.failure_log.missing_files()  # of those, the files the data source lists that are not on disk
+    write_rank_summary(output_dir, accelerator.process_index, unwrapped, loop.seen.hexdigest())
     results = {
-        **{k.removeprefix("train/"): v for k, v in last_logs.items()},
+        **{k.removeprefix("train/"): v for k, v in loop.last_logs.items()},
         "step": step,
         "max_steps": args.max_steps,
-        "start_step": start_step,
-        "num_processes": world,
-        "num_clips": None if stream is not None else len(dataset),
-        "clips_per_second_overall": clips_per_step * (step - start_step) / max(elapsed, 1e-9),
+        "start_step": loop.start_step,
+        "num_processes": accelerator.num_processes,
+        "num_clips": None if loop.stream is not None else len(dataset),
+        "clips_per_second_overall": loop.clips_per_step * (step - loop.start_step) / max(elapsed, 1e-9),
         "decode_failures": decode_failures,
         "missing_files": missing_files,
-        "nonfinite_steps": nonfinite_steps,
+        "nonfinite_steps": loop.nonfinite_steps,
     }
     if args.torch_compile:  # graphs dynamo captured (DDP splits them at bucket boundaries) and compiled pieces
         from torch._dynamo.utils import counters
@@ -937,7 +603,7 @@ def train(data_args, model_args, args) -> dict:
         results["compiled_graphs"] = counters["stats"]["unique_graphs"]
         results["compiled_subgraphs"] = counters["aot_autograd"]["total"]
         results["graph_breaks"] = sum(counters["graph_break"].values())
-    if step == start_step:  # nothing was trained (a resume that only exports): no throughput to report
+    if step == loop.start_step:  # nothing was trained (a resume that only exports): no throughput to report
         del results["clips_per_second_overall"]
     if previous_results is not None:  # a resumed run keeps what the earlier segment reported and this one did not
         results = {**previous_results, **results}
@@ -946,7 +612,7 @@ def train(data_args, model_args, args) -> dict:
         if decode_failures:
             missing = f", {missing_files} of them missing on disk" if missing_files else ""
             print(f"skipped {decode_failures} file(s) that failed to decode{missing} (replaced by other clips of their "
-                  f"batch); each file and what was wrong: {failure_log.path}")
+                  f"batch); each file and what was wrong: {loop.failure_log.path}")
         encoders = [unwrapped.aasp] + ([unwrapped.teacher] if args.export_teacher else [])
         needed = sum(p.numel() * p.element_size() for encoder in encoders for p in encoder.state_dict().values())
 
@@ -954,8 +620,8 @@ def train(data_args, model_args, args) -> dict:
             return f"{find_latest_checkpoint(output_dir)} is intact and --resume exports from it"
 
         with refused_writes(output_dir, "the encoder and results", needed, intact):  # a full disk: one line
-            export(unwrapped, feature_extractor, output_dir, args.export_teacher,
-                   training_summary(data_args, args, results))
+            export(unwrapped, loop.feature_extractor, output_dir, args.export_teacher,
+                   pretraining_summary(data_args, args, results))
             write_text_atomically(output_dir / "all_results.json", json.dumps(results, indent=2))
         print(f"saved the pre-trained encoder to {output_dir / 'encoder'}; load it with\n"
               f"  AutoModel.from_pretrained({str(output_dir / 'encoder')!r}, trust_remote_code=True)")

@@ -249,8 +249,8 @@ def test_default_output_folders_stay_out_of_the_repository(script):
 
     module = importlib.import_module(script)
     (arguments,) = [c for c in vars(module).values() if dataclasses.is_dataclass(c) and c.__module__ in
-                    (module.__name__, "aasp_hf.evaluation.linear_protocol") and "output_dir" in
-                    {f.name for f in dataclasses.fields(c)}]
+                    (module.__name__, "aasp_hf.evaluation.linear_protocol", "aasp_hf.training.finetuning_arguments")
+                    and "output_dir" in {f.name for f in dataclasses.fields(c)}]
     default = next(f.default for f in dataclasses.fields(arguments) if f.name == "output_dir")
     ignored = subprocess.run(["git", "check-ignore", "-q", f"{default}/results.md"], cwd=ROOT)
     assert ignored.returncode == 0, f"{script}.py writes {default}/ into the repository"

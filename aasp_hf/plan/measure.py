@@ -5,12 +5,14 @@ measured value (`measure_pretraining`, `compare`, `format_measured`); `plan_meas
 What runs is the run's own setup and step, built from the library pieces the script builds it from.
 `measure_pretraining` (`examples/pretrain.py`): the model from the plan's config, the data source through
 `load_clips` (or the `--log_mel_cache`), its loader workers finishing whole micro-batches in the script's order
-(`clip_order`; with `--features_on_device` the log-mel is left to the device), AdamW groups (fused), `accelerate`'s mixed precision, DDP and `--torch_compile` as the script
-compiles it, and per step the script's forward/backward per micro-batch and `aasp_hf.training.step.apply_update`
-(clip, the skip decision on the device, AdamW, EMA teacher). `measure_finetuning` (`examples/finetune.py`): the
-classifier from `--model_name_or_path`, the task's training clips, crops, mixup, SpecAugment, layer-decay AdamW,
-clipping and the weight EMA. Neither is the script's loop itself: that loop also logs, evaluates, checkpoints and
-exports, which a measurement must not do (no checkpoint, no output beyond the report), and keeps no per-step clock.
+(`clip_order`; with `--features_on_device` the log-mel is left to the device), AdamW groups (fused), `accelerate`'s
+mixed precision, DDP and `--torch_compile` as the script compiles it, and per step the script's own step,
+`aasp_hf.training.step.pretraining_step` (forward/backward per micro-batch, then clip, the skip decision on the
+device, AdamW, EMA teacher). `measure_finetuning` (`examples/finetune.py`): the classifier from
+`--model_name_or_path`, the task's training clips, crops, mixup and SpecAugment (`augmented_inputs`), layer-decay
+AdamW, and the script's step, `aasp_hf.training.step.finetuning_step` (clipping and the weight EMA included).
+Neither is the script's loop itself: that loop also logs, evaluates, checkpoints and exports, which a measurement
+must not do (no checkpoint, no output beyond the report), and keeps no per-step clock.
 
 How each figure is taken:
 - step time: wall-clock of each timed step, the device synchronised at its end (`torch.cuda.synchronize`), so a step
@@ -38,13 +40,11 @@ import re
 import statistics
 import time
 import warnings
-from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
@@ -57,11 +57,10 @@ from ..modeling_aasp import AaspForAudioClassification
 from ..modeling_aasp import AaspForPreTraining
 from ..schedules import learning_rate, teacher_momentum
 from ..training.arguments import gradient_accumulation_for
-from ..training.augment import mixup, spec_augment
 from ..training.data_order import clip_order, micro_batches, stream_clip_seeds
-from ..training.model_ema import create_ema, ema_update_, update_teacher_
-from ..training.optim import layer_decay_param_groups, param_groups, set_learning_rates
-from ..training.step import apply_update
+from ..training.model_ema import create_ema, update_teacher_
+from ..training.optim import layer_decay_param_groups, param_groups
+from ..training.step import augmented_inputs, finetuning_step, pretraining_step
 from .accelerators import ACCELERATORS
 from .memory import profiler_peak_bytes
 from .report import _bytes, _duration, _flops
@@ -140,26 +139,25 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
         plan = partial(clip_order, len(dataset), batch_size, world, rank, args.seed, 0)
         batches = load_micro_batches(CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers,
                                      pin_memory)
-    max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
     model.train()
 
     def step(index: int) -> float:
-        """One optimiser step as examples/pretrain.py runs it; returns the seconds spent getting its batches."""
-        set_learning_rates(optimizer, learning_rate(index, args.max_steps, args.warmup_steps, args.learning_rate,
-                                                    args.min_learning_rate))
-        waited, step_finite = 0.0, torch.ones((), dtype=torch.bool, device=device)
-        for micro in range(accum):
+        """One optimiser step of the script (`aasp_hf.training.step.pretraining_step`); returns the seconds spent
+        getting its batches."""
+        waited = 0.0
+
+        def next_batch() -> dict:
+            nonlocal waited
             started = time.perf_counter()
             batch = collator.finish(next(batches)["batch"])  # finished in a loader worker
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             waited += time.perf_counter() - started
-            with accelerator.no_sync(model) if micro < accum - 1 else nullcontext():
-                outputs = model(**batch)
-                accelerator.backward(outputs.loss / accum)
-            step_finite = step_finite & torch.isfinite(outputs.loss.detach())
+            return batch
+
+        lr = learning_rate(index, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
         momentum = teacher_momentum(index, args.max_steps, args.teacher_momentum_base, args.teacher_momentum_final)
-        apply_update(accelerator, optimizer, model, step_finite, max_norm,
-                     torch.tensor(momentum, dtype=torch.float64, device=device), update_teacher)
+        pretraining_step(accelerator, model, optimizer, next_batch, accum, lr, args.max_grad_norm, momentum,
+                         update_teacher)
         return waited
 
     static = [*unwrapped.parameters(), *unwrapped.buffers()]
@@ -207,43 +205,29 @@ def measure_finetuning(args, splits: dict, multi_label: bool, names: list, clip_
     batches = micro_batches(splits["train"], args.per_device_train_batch_size, world, rank, args.seed,
                             num_workers=args.dataloader_num_workers, sampler=sampler)
     soft = multi_label or args.mixup_alpha > 0
-    max_norm = args.max_grad_norm if args.max_grad_norm > 0 else float("inf")
+    spec_augment_fraction = args.spec_augment_fraction if args.spec_augment else None
     model.train()
 
     def step(index: int) -> float:
-        """One optimiser step as examples/finetune.py runs it; returns the seconds spent getting its batches."""
-        set_learning_rates(optimizer, learning_rate(index, args.max_steps, args.warmup_steps, args.learning_rate,
-                                                    args.min_learning_rate))
+        """One optimiser step of the script (`aasp_hf.training.step.finetuning_step`, its loss read back every
+        micro-batch included); returns the seconds spent getting its batches."""
         waited = 0.0
-        for micro in range(accum):
+
+        def next_batch() -> tuple:
+            nonlocal waited
             started = time.perf_counter()
             batch = None
             while batch is None:  # a micro-batch where every clip failed to decode is skipped
                 _, rows = next(batches)
                 batch = collator(rows)
-            inputs, mask, labels = batch["input_values"], batch["attention_mask"], batch["labels"]
-            targets = (F.one_hot(labels, num_labels).float() if labels.ndim == 1 else labels.float()) if soft \
-                else labels
-            if args.mixup_alpha > 0:
-                inputs, targets, mask, _, _ = mixup(inputs, targets, args.mixup_alpha, augment_rng, mask)
-            if args.spec_augment:
-                inputs, _, _ = spec_augment(inputs, augment_rng, args.spec_augment_fraction,
-                                            args.spec_augment_fraction)
-            inputs, mask, targets = (t.to(device) for t in (inputs, mask, targets))
+            inputs = augmented_inputs(batch, num_labels, soft, args.mixup_alpha, spec_augment_fraction, augment_rng)
+            inputs = tuple(t.to(device) for t in inputs)
             waited += time.perf_counter() - started
-            with accelerator.no_sync(model) if micro < accum - 1 else nullcontext():
-                logits = model(input_values=inputs, attention_mask=mask).logits
-                if soft:
-                    loss = F.binary_cross_entropy_with_logits(logits.float(), targets)
-                else:
-                    loss = F.cross_entropy(logits.float(), targets)
-                accelerator.backward(loss / accum)
-            loss.detach().float().item()  # the script sums the loss on the host every micro-batch
-        accelerator.clip_grad_norm_(model.parameters(), max_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if ema is not None:
-            ema_update_(ema, unwrapped, args.ema_decay)
+            return inputs
+
+        lr = learning_rate(index, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
+        finetuning_step(accelerator, model, optimizer, next_batch, accum, lr, args.max_grad_norm, soft, ema,
+                        args.ema_decay)
         return waited
 
     static = [*unwrapped.parameters(), *unwrapped.buffers(),

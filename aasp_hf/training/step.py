@@ -1,8 +1,15 @@
-"""One pre-training optimiser step without a host synchronisation: the update is skipped on the device.
+"""One optimiser step of pre-training and of fine-tuning, the one place each is written.
 
-`examples/pretrain.py` runs each step as
+`pretraining_step` (`examples/pretrain.py` and `--plan_measure`) runs
     forward + backward (per micro-batch)  ->  `apply_update`: clip, skip flag, AdamW, EMA teacher
-and reads scalars back (losses, grad norm, skipped steps) only on logging, monitoring and checkpoint steps.
+without a host synchronisation: the update is skipped on the device; the script reads scalars back (losses, grad
+norm, skipped steps) only on logging, monitoring and checkpoint steps.
+`finetuning_step` (`examples/finetune.py` and `--plan_measure`) runs
+    forward + loss + backward (per micro-batch, on the micro-batches `augmented_inputs` makes)  ->  clip, AdamW,
+    weight EMA
+and reads each micro-batch's loss back, as the fine-tuning script always has.
+Each takes a function that returns the next micro-batch, so that the script (which counts failed clips, the data
+position and what was seen) and the measurement (which times the data wait) get their batches their own way.
 
 Why no host sync: on a GPU, reading a value back (`.item()`, `bool(t)`, `float(t)`) makes the CPU wait until the
 device has finished everything queued so far, so the next step's kernels cannot be queued while this one runs. The
@@ -19,9 +26,19 @@ Mask sampling, visible/query index building and every shape that depends on data
 (`PretrainingCollator`), so the step sees fixed shapes.
 """
 
-import torch
+from contextlib import nullcontext
+from dataclasses import dataclass
 
-from .model_ema import update_teacher_
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .augment import mixup, spec_augment
+from .model_ema import ema_update_, update_teacher_
+from .optim import set_learning_rates
+
+# the loss parts of AaspForPreTraining's output that a pre-training step sums over its micro-batches
+PRETRAINING_LOSSES = ("loss", "masked_prediction_loss", "clip_loss", "contrastive_loss")
 
 
 def skip_flag(accelerator, step_finite: torch.Tensor, grad_norm: torch.Tensor, stop: torch.Tensor | None = None):
@@ -75,3 +92,85 @@ def apply_update(accelerator, optimizer, model, step_finite, max_norm: float, mo
         update_teacher(momentum)
     return (grad_norm, skipped) if stop is None else (grad_norm, skipped, stops)
 
+
+
+@dataclass
+class PretrainingStep:
+    """What `pretraining_step` leaves: the last micro-batch and the model's outputs on it (the monitors read them),
+    each loss part's mean over the micro-batches (0-d tensors on the device), the gradient norm, whether the update
+    was skipped, and the stop requests summed over the processes (None without `stop`)."""
+
+    batch: dict
+    outputs: object
+    losses: dict
+    grad_norm: torch.Tensor
+    skipped: torch.Tensor
+    stops: torch.Tensor | None = None
+
+
+def pretraining_step(accelerator, model, optimizer, next_batch, accumulation: int, lr: float, max_grad_norm: float,
+                     momentum: float, update_teacher=None, stop=None) -> PretrainingStep:
+    """One pre-training optimiser step: the learning rate `lr` (× each group's scale), then `accumulation`
+    micro-batches of forward and backward (`next_batch()` returns each one, on the device), then `apply_update`
+    (clip at `max_grad_norm`, <= 0: no clipping; the skip decision on the device; AdamW; the EMA teacher with
+    `momentum`). No value is read back to the host."""
+    set_learning_rates(optimizer, lr)  # each group's lr_scale × lr
+    device = accelerator.device
+    losses, step_finite = {}, torch.ones((), dtype=torch.bool, device=device)
+    for micro in range(accumulation):
+        batch = next_batch()
+        # no gradient all-reduce until the last micro-batch of the step
+        with accelerator.no_sync(model) if micro < accumulation - 1 else nullcontext():
+            outputs = model(**batch)
+            # backward runs even on a non-finite loss, so that every process joins the gradient all-reduce
+            accelerator.backward(outputs.loss / accumulation)
+        step_finite = step_finite & torch.isfinite(outputs.loss.detach())  # on the device: nothing read back
+        for name in PRETRAINING_LOSSES:
+            losses[name] = losses.get(name, 0.0) + getattr(outputs, name).detach().float() / accumulation
+    max_norm = max_grad_norm if max_grad_norm > 0 else float("inf")
+    updated = apply_update(accelerator, optimizer, model, step_finite, max_norm,
+                           torch.tensor(momentum, dtype=torch.float64, device=device), update_teacher, stop=stop)
+    return PretrainingStep(batch, outputs, losses, *updated)
+
+
+def augmented_inputs(batch: dict, num_labels: int, soft: bool, mixup_alpha: float, spec_augment_fraction,
+                     rng: np.random.Generator) -> tuple:
+    """A fine-tuning collator's micro-batch as the model trains on it: (inputs, attention mask, targets) on the CPU.
+    `soft`: one-hot (or multi-hot) float targets for the BCE loss, else class ids for cross-entropy; mixup with
+    Beta(α, α) when `mixup_alpha` > 0; SpecAugment (one time and one frequency mask of at most
+    `spec_augment_fraction` of the input) unless it is None. Both draw from `rng`."""
+    inputs, mask, labels = batch["input_values"], batch["attention_mask"], batch["labels"]
+    targets = (F.one_hot(labels, num_labels).float() if labels.ndim == 1 else labels.float()) if soft else labels
+    if mixup_alpha > 0:
+        inputs, targets, mask, _, _ = mixup(inputs, targets, mixup_alpha, rng, mask)
+    if spec_augment_fraction is not None:
+        inputs, _, _ = spec_augment(inputs, rng, spec_augment_fraction, spec_augment_fraction)
+    return inputs, mask, targets
+
+
+def finetuning_step(accelerator, model, optimizer, next_batch, accumulation: int, lr: float, max_grad_norm: float,
+                    soft: bool, ema=None, ema_decay: float = 0.0) -> tuple[list[float], torch.Tensor]:
+    """One fine-tuning optimiser step: the learning rate `lr` (× each group's layer-decay scale), then `accumulation`
+    micro-batches (`next_batch()` returns (inputs, attention mask, targets) on the device) of forward, loss (BCE on
+    soft targets when `soft`, else cross-entropy, in float32) and backward, then gradient clipping at
+    `max_grad_norm` (<= 0: none), AdamW and the weight EMA `ema` (θ_ema ← d·θ_ema + (1 − d)·θ) right after it.
+    Returns each micro-batch's loss (read back, one host sync per micro-batch) and the gradient norm."""
+    set_learning_rates(optimizer, lr)
+    losses = []
+    for micro in range(accumulation):
+        inputs, mask, targets = next_batch()
+        with accelerator.no_sync(model) if micro < accumulation - 1 else nullcontext():
+            logits = model(input_values=inputs, attention_mask=mask).logits
+            if soft:
+                loss = F.binary_cross_entropy_with_logits(logits.float(), targets)
+            else:
+                loss = F.cross_entropy(logits.float(), targets)
+            accelerator.backward(loss / accumulation)
+        losses.append(loss.detach().float().item())
+    max_norm = max_grad_norm if max_grad_norm > 0 else float("inf")
+    grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if ema is not None:
+        ema_update_(ema, accelerator.unwrap_model(model), ema_decay)
+    return losses, grad_norm
