@@ -126,3 +126,18 @@ def test_linear_eval_with_group_by_holds_out_whole_speakers(voices, tmp_path, ca
     (line,) = [line for line in capsys.readouterr().out.splitlines() if "sources (--group_by" in line]
     assert line.strip().startswith("official: sources (--group_by '^([a-z]+)_'): train 5 (") and line.endswith(
         "none in two splits")
+
+
+def test_a_validation_of_few_sources_is_named_as_a_noisy_estimate(voices):
+    from aasp_hf.data.protocol import FEW_VALIDATION_SOURCES, describe_sources
+
+    (part,) = downstream_parts(loaded(voices), group_by=r"^([a-z]+)_").values()
+    validation_sources = set(source_groups(part["validation"], r"^([a-z]+)_"))
+    assert len(validation_sources) < FEW_VALIDATION_SOURCES  # 8 speakers: 10 % of the rest is one speaker
+    line = describe_sources(part, r"^([a-z]+)_")
+    assert f"validation holds {len(validation_sources)} source" in line and "--select_on last" in line
+    assert f"({len(part['validation'])} clips)" in line
+    # enough validation sources: no such line
+    many = {"train": part["train"], "validation": part["train"]}  # every training speaker, at least 5
+    assert len(set(source_groups(part["train"], r"^([a-z]+)_"))) >= FEW_VALIDATION_SOURCES
+    assert "validation holds" not in describe_sources(many, r"^([a-z]+)_")

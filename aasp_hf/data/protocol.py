@@ -196,16 +196,29 @@ def describe_protocol(select_on: str, kfold: bool, kfold_validation: str, valida
             f"of train, seed {seed}){SHARED_SOURCES}")
 
 
+# Fewer validation sources than this and the validation score is mostly a property of the few sources drawn: model
+# selection and the reported validation score then follow them, not the task (`describe_sources` says so).
+FEW_VALIDATION_SOURCES = 5
+
+
 def describe_sources(splits: dict, group_by: str) -> str:
-    """One line: the sources (`source_groups`) of each split of a part, and those found in more than one split."""
+    """One line: the sources (`source_groups`) of each split of a part, and those found in more than one split; when
+    validation holds fewer than `FEW_VALIDATION_SOURCES` sources, a second line says what its score is worth."""
     found = {name: sorted(set(source_groups(rows, group_by))) for name, rows in splits.items()}
     listed = ", ".join(f"{name} {len(groups)} ({', '.join(groups[:4])}{', …' if len(groups) > 4 else ''})"
                        for name, groups in found.items())
     names = list(found)
     shared = sorted({g for i, a in enumerate(names) for b in names[i + 1:] for g in set(found[a]) & set(found[b])})
-    return (f"sources (--group_by {group_by!r}): {listed}; " +
+    line = (f"sources (--group_by {group_by!r}): {listed}; " +
             (f"{len(shared)} in more than one split ({', '.join(shared[:4])}{', …' if len(shared) > 4 else ''}: "
              "the dataset's own splits share them)" if shared else "none in two splits"))
+    few = len(found.get("validation", ())) if "validation" in found else None
+    if few is not None and few < FEW_VALIDATION_SOURCES:
+        line += (f"\n   validation holds {few} source{'s' if few != 1 else ''} ({len(splits['validation'])} clips): "
+                 "its score measures those few, so it can sit far above or below a test on other sources, and the "
+                 "step it selects follows them; hold out more sources (--validation_fraction), or train on every "
+                 "training source and keep the last step (--select_on last)")
+    return line
 
 
 def evar_task(dataset: str, task: str | None = None) -> str:
