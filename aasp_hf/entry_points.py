@@ -67,8 +67,10 @@ def refused_write_message(error: OSError, then: str = RESUME) -> str:
             space = f" ({usage.free / 1e6:.1f} MB free of {usage.total / 1e6:.1f} MB)"
         except OSError:
             pass
-    return (f"cannot write {path or 'a file'}: {error.strerror}{space}. Free space (or choose a writable "
-            f"--output_dir), then {then}.")
+    return (
+        f"cannot write {path or 'a file'}: {error.strerror}{space}. Free space (or choose a writable "
+        f"--output_dir), then {then}."
+    )
 
 
 def run_script(main, prog: str, then: str = RESUME):
@@ -215,8 +217,11 @@ def run_interruptible(main, prog: str, kept: str, then: str):
     except Stopped as stopped:
         close_progress_bars()
         command = shlex.join(["python", sys.argv[0], *sys.argv[1:]])
-        print(f"{prog}: stopped by {signal.Signals(stopped.args[0]).name}; {kept}; continue with: {command} (exit "
-              f"status {STOPPED_EXIT_CODE})", flush=True)
+        print(
+            f"{prog}: stopped by {signal.Signals(stopped.args[0]).name}; {kept}; continue with: {command} (exit "
+            f"status {STOPPED_EXIT_CODE})",
+            flush=True,
+        )
         raise SystemExit(STOPPED_EXIT_CODE) from None
     finally:
         for number in STOP_SIGNALS:

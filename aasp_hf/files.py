@@ -32,8 +32,9 @@ def write_atomically(path, write, mode: str = "w"):
     except OSError as error:
         tmp.unlink(missing_ok=True)
         if error.errno is None or error.filename is None:  # name the file, for the one-line error
-            raise OSError(error.errno or errno.ENOSPC, error.strerror or os.strerror(errno.ENOSPC),
-                          str(path)) from error
+            raise OSError(
+                error.errno or errno.ENOSPC, error.strerror or os.strerror(errno.ENOSPC), str(path)
+            ) from error
         raise
     except BaseException:
         tmp.unlink(missing_ok=True)

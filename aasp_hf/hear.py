@@ -84,8 +84,17 @@ class AaspHearModel(nn.Module):
     Build it with `load_model`; the options are described there.
     """
 
-    def __init__(self, encoder, feature_extractor, layers=-1, frequency_pooling="concat", scene_pooling="cls+mean",
-                 hop_ms=40.0, timestamp_method="shift", batch_size=32):
+    def __init__(
+        self,
+        encoder,
+        feature_extractor,
+        layers=-1,
+        frequency_pooling="concat",
+        scene_pooling="cls+mean",
+        hop_ms=40.0,
+        timestamp_method="shift",
+        batch_size=32,
+    ):
         super().__init__()
         self.encoder = encoder.eval().requires_grad_(False)
         self.feature_extractor = feature_extractor
@@ -124,8 +133,14 @@ class AaspHearModel(nn.Module):
 
     def options(self) -> dict:
         """The options this model was built with (`load_model`'s keywords)."""
-        return dict(layers=self.layers, frequency_pooling=self.frequency_pooling, scene_pooling=self.scene_pooling,
-                    hop_ms=self.hop_ms, timestamp_method=self.timestamp_method, batch_size=self.batch_size)
+        return dict(
+            layers=self.layers,
+            frequency_pooling=self.frequency_pooling,
+            scene_pooling=self.scene_pooling,
+            hop_ms=self.hop_ms,
+            timestamp_method=self.timestamp_method,
+            batch_size=self.batch_size,
+        )
 
     # ------------------------------------------------------------------------------------------- features
     def log_mel(self, audio: torch.Tensor) -> torch.Tensor:
@@ -147,8 +162,9 @@ class AaspHearModel(nn.Module):
         shortest = self.feature_extractor.win_length if self.feature_extractor.mode == "kaldi" else 1
         if audio.shape[1] < shortest:  # Kaldi frames need one whole window: zero-pad a shorter clip to one
             audio = F.pad(audio, (0, shortest - audio.shape[1]))
-        features = self.feature_extractor(audio, sampling_rate=self.sample_rate, return_tensors="pt", batched=True,
-                                          return_attention_mask=False)["input_values"]  # (B, T rounded up, F)
+        features = self.feature_extractor(
+            audio, sampling_rate=self.sample_rate, return_tensors="pt", batched=True, return_attention_mask=False
+        )["input_values"]  # (B, T rounded up, F)
         return features[:, : self.feature_extractor.num_frames(audio.shape[1])]  # (B, T, F)
 
     # ------------------------------------------------------------------------------------------- encoder
@@ -176,8 +192,10 @@ class AaspHearModel(nn.Module):
             layout.append((num_chunks, math.ceil(frames / patch)))
         inputs, mask = torch.cat(pieces), torch.cat(masks).long()  # (ΣB·n, C, F), (ΣB·n, C)
 
-        hidden = [self._layer_output(inputs[i : i + self.batch_size], mask[i : i + self.batch_size])
-                  for i in range(0, inputs.shape[0], self.batch_size)]
+        hidden = [
+            self._layer_output(inputs[i : i + self.batch_size], mask[i : i + self.batch_size])
+            for i in range(0, inputs.shape[0], self.batch_size)
+        ]
         hidden = torch.cat(hidden).float()  # (ΣB·n, 1 + N, D)
 
         out, start = [], 0
@@ -274,8 +292,9 @@ def load_model(model_file_path: str = "", **options) -> AaspHearModel:
     """
     unknown = set(options) - set(DEFAULT_OPTIONS)
     if unknown:
-        raise unknown_keys_error(unknown, DEFAULT_OPTIONS, "load_model's options",
-                                 "aasp_hf.hear.load_model's docstring")
+        raise unknown_keys_error(
+            unknown, DEFAULT_OPTIONS, "load_model's options", "aasp_hf.hear.load_model's docstring"
+        )
     folder = _checkpoint_folder(model_file_path)
     encoder = AaspModel.from_pretrained(folder, local_files_only=True)
     config = encoder.config
@@ -311,8 +330,10 @@ def get_timestamp_embeddings(audio: torch.Tensor, model: AaspHearModel):
 
 # ----------------------------------------------------------------------------------------------- checks
 def _checkpoint_folder(model_file_path) -> Path:
-    what = ("pass the folder of an AaSP checkpoint written by save_pretrained (an exported encoder such as "
-            "runs/pt/encoder, a fine-tuned classifier, or a converted EAT checkpoint); nothing is downloaded")
+    what = (
+        "pass the folder of an AaSP checkpoint written by save_pretrained (an exported encoder such as "
+        "runs/pt/encoder, a fine-tuned classifier, or a converted EAT checkpoint); nothing is downloaded"
+    )
     if not model_file_path:
         raise UsageError(f"aasp_hf.hear.load_model needs model_file_path: {what}.")
     folder = Path(model_file_path)
@@ -323,10 +344,13 @@ def _checkpoint_folder(model_file_path) -> Path:
         model_type = json.loads(config_file.read_text()).get("model_type") if config_file.is_file() else None
     except (OSError, ValueError, AttributeError):
         model_type = None
-    if model_type != "aasp" or not any((folder / name).is_file() for name in ("model.safetensors",
-                                                                            "model.safetensors.index.json")):
-        raise UsageError(f"{folder} is not an AaSP checkpoint (it needs config.json with model_type 'aasp' and "
-                         f"model.safetensors): {what}.")
+    if model_type != "aasp" or not any(
+        (folder / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")
+    ):
+        raise UsageError(
+            f"{folder} is not an AaSP checkpoint (it needs config.json with model_type 'aasp' and "
+            f"model.safetensors): {what}."
+        )
     return folder
 
 
@@ -343,8 +367,10 @@ def _resolve_layers(layers, num_hidden_layers: int) -> tuple[int, ...]:
     for value in values:
         index = value + num_hidden_layers + 1 if value < 0 else value
         if not 0 <= index <= num_hidden_layers:
-            raise UsageError(f"layers={layers!r}: {value} is out of range for a {num_hidden_layers}-block encoder "
-                             f"(use 0..{num_hidden_layers} or -{num_hidden_layers + 1}..-1).")
+            raise UsageError(
+                f"layers={layers!r}: {value} is out of range for a {num_hidden_layers}-block encoder "
+                f"(use 0..{num_hidden_layers} or -{num_hidden_layers + 1}..-1)."
+            )
         resolved.append(index)
     return tuple(resolved)
 
@@ -363,8 +389,10 @@ def _hop_frames(hop_ms, frame_ms: float, patch_frames: int) -> int:
     except (TypeError, ValueError):
         frames = None
     if frames is None or abs(frames - round(frames)) > 1e-6 or round(frames) not in valid:
-        raise UsageError(f"hop_ms={hop_ms!r} must be a whole number of {frame_ms:g} ms frames that divides the "
-                         f"{patch_frames * frame_ms:g} ms patch: one of {valid_ms}.")
+        raise UsageError(
+            f"hop_ms={hop_ms!r} must be a whole number of {frame_ms:g} ms frames that divides the "
+            f"{patch_frames * frame_ms:g} ms patch: one of {valid_ms}."
+        )
     return int(round(frames))
 
 

@@ -34,6 +34,7 @@ YAML_FIELDS = ("library_name", "pipeline_tag", "license", "tags", "datasets", "b
 # all_results.json entries that are bookkeeping, not evaluation results.
 _NOT_METRICS = ("runtime", "samples_per_second", "steps_per_second", "epoch", "total_flos", "num_samples")
 
+
 def training_checkpoint_message(path) -> str | None:
     """What to load instead when `path` is a training checkpoint folder (`checkpoint-<step>/` of examples/
     pretrain.py or finetune.py: the accelerate state for --resume, no config.json), else None.
@@ -63,12 +64,16 @@ def training_checkpoint_message(path) -> str | None:
             where = f"load the encoder the run exported, {exported}"
         else:
             where = f"load the encoder the run exports when it finishes, {exported}"
-        return (f"{folder} is a pre-training checkpoint (weights, optimiser and data state for --resume), not a model "
-                f"folder: {where}, or make one from this step with `python "
-                f"conversion/convert_pretraining_checkpoint.py {folder} OUTPUT_DIR` (add --which teacher for the EMA "
-                f"teacher)")
-    return (f"{folder} is a training checkpoint (weights, optimiser and data state for --resume), not a model folder: "
-            f"load the model the run saved, {run} (or {run / 'best_model'})")
+        return (
+            f"{folder} is a pre-training checkpoint (weights, optimiser and data state for --resume), not a model "
+            f"folder: {where}, or make one from this step with `python "
+            f"conversion/convert_pretraining_checkpoint.py {folder} OUTPUT_DIR` (add --which teacher for the EMA "
+            f"teacher)"
+        )
+    return (
+        f"{folder} is a training checkpoint (weights, optimiser and data state for --resume), not a model folder: "
+        f"load the model the run saved, {run} (or {run / 'best_model'})"
+    )
 
 
 def check_model_folder(path) -> None:
@@ -123,14 +128,20 @@ def _missing_model_message(path: str) -> str | None:
 
 def _folder_without_config(folder: Path) -> str:
     if (folder / "encoder" / "config.json").is_file():  # examples/pretrain.py's output folder
-        return (f"{folder} is a pre-training run's folder, not a model folder: pass the encoder it exported, "
-                f"{folder / 'encoder'}")
+        return (
+            f"{folder} is a pre-training run's folder, not a model folder: pass the encoder it exported, "
+            f"{folder / 'encoder'}"
+        )
     models = sorted(p.name for p in folder.iterdir() if (p / "config.json").is_file())
     if models:
-        return (f"{folder} holds no config.json, so it is not a model folder; the model folders in it: "
-                f"{', '.join(models)}: pass one of them, e.g. {folder / models[0]}")
-    checkpoints = sorted((p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
-                         key=lambda p: int(p.name.split("-")[-1]))
+        return (
+            f"{folder} holds no config.json, so it is not a model folder; the model folders in it: "
+            f"{', '.join(models)}: pass one of them, e.g. {folder / models[0]}"
+        )
+    checkpoints = sorted(
+        (p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
+        key=lambda p: int(p.name.split("-")[-1]),
+    )
     if checkpoints and (message := training_checkpoint_message(checkpoints[-1])) is not None:
         return f"{folder} is a training run's folder without a saved model yet; its newest checkpoint: {message}"
     return f"{folder} holds no config.json, so it is not a model folder: pass {WHAT_TO_PASS}"
@@ -172,8 +183,10 @@ def _unreachable_hub_model(repo_id: str) -> str | None:
     try:
         socket.getaddrinfo(host, 443)
     except OSError as error:  # no network: the download would retry for about a minute before failing
-        return (f"{given}, and the Hub ({host}) cannot be reached from here ({error.strerror or error}): pass "
-                f"{WHAT_TO_PASS}, or download it where the Hub is reachable")
+        return (
+            f"{given}, and the Hub ({host}) cannot be reached from here ({error.strerror or error}): pass "
+            f"{WHAT_TO_PASS}, or download it where the Hub is reachable"
+        )
     from huggingface_hub import hf_hub_download
 
     try:
@@ -244,8 +257,10 @@ def _is_result(value) -> bool:
         return math.isfinite(value)
     if isinstance(value, dict):
         return isinstance(value.get("mean"), (int, float))
-    return isinstance(value, (list, tuple)) and bool(value) and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    return (
+        isinstance(value, (list, tuple))
+        and bool(value)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
     )
 
 
@@ -302,8 +317,13 @@ def fill_model_card(fields: dict | None = None, all_results: dict | None = None,
         body = body.replace("REPO_ID_FINETUNED", fields["repo_id"]).replace("REPO_ID", fields["repo_id"])
 
     if fields.get("description"):  # replaces the body of the "## Model" section (the template describes AaPE)
-        body = re.sub(r"(^## Model\n\n).*?(?=\n## )", lambda m: m.group(1) + fields["description"].strip() + "\n",
-                      body, count=1, flags=re.S | re.M)
+        body = re.sub(
+            r"(^## Model\n\n).*?(?=\n## )",
+            lambda m: m.group(1) + fields["description"].strip() + "\n",
+            body,
+            count=1,
+            flags=re.S | re.M,
+        )
     training = fields.get("training") or "Not documented for this checkpoint."
     body = re.sub(r"^FILL: (pre-)?training.*$", lambda _: training, body, count=1, flags=re.M)
     if fields.get("evaluation"):
@@ -323,22 +343,30 @@ def _architecture(model, feature_extractor=None) -> str:
     c = model.config
     count = sum(p.numel() for p in model.parameters())
     if c.patch_embedding == "aape":
-        stem = (f"AaPE patch embedding ({c.frequency_patch_size}×{c.time_patch_size} patches fused with the "
-                f"features of a{'n adaptive' if c.sblu_adaptive else ' static'} Structured Bilateral Laplace Unit: "
-                f"{c.sblu_hidden_size} channels, {c.sblu_kernel_size} taps)")
+        stem = (
+            f"AaPE patch embedding ({c.frequency_patch_size}×{c.time_patch_size} patches fused with the "
+            f"features of a{'n adaptive' if c.sblu_adaptive else ' static'} Structured Bilateral Laplace Unit: "
+            f"{c.sblu_hidden_size} channels, {c.sblu_kernel_size} taps)"
+        )
     else:
         stem = f"standard {c.frequency_patch_size}×{c.time_patch_size} patch embedding (SPE)"
-    kind = {"AaspModel": "encoder", "AaspForAudioClassification": "audio classifier",
-            "AaspForPreTraining": "pre-training model (student, EMA teacher, predictor)"}.get(type(model).__name__,
-                                                                                              type(model).__name__)
-    text = (f"`{type(model).__name__}`, an AaSP {kind}: {c.num_hidden_layers} transformer blocks, hidden size "
-            f"{c.hidden_size}, {c.num_attention_heads} attention heads, MLP {c.intermediate_size}; {stem}. "
-            f"**{count:,} parameters ({count / 1e6:.3g} M).** Input: 16 kHz mono audio → {c.num_mel_bins}-bin "
-            f"log-mel")
+    kind = {
+        "AaspModel": "encoder",
+        "AaspForAudioClassification": "audio classifier",
+        "AaspForPreTraining": "pre-training model (student, EMA teacher, predictor)",
+    }.get(type(model).__name__, type(model).__name__)
+    text = (
+        f"`{type(model).__name__}`, an AaSP {kind}: {c.num_hidden_layers} transformer blocks, hidden size "
+        f"{c.hidden_size}, {c.num_attention_heads} attention heads, MLP {c.intermediate_size}; {stem}. "
+        f"**{count:,} parameters ({count / 1e6:.3g} M).** Input: 16 kHz mono audio → {c.num_mel_bins}-bin "
+        f"log-mel"
+    )
     if feature_extractor is not None:
         text += f" (`AaspFeatureExtractor`, mode `{getattr(feature_extractor, 'mode', '?')}`)"
-    text += (f"; the position table covers {c.num_frames} frames ({c.num_frames / 100:g} s), longer inputs get it "
-             f"interpolated.")
+    text += (
+        f"; the position table covers {c.num_frames} frames ({c.num_frames / 100:g} s), longer inputs get it "
+        f"interpolated."
+    )
     if type(model).__name__.endswith("ForAudioClassification"):
         names = [str(v) for _, v in sorted((c.id2label or {}).items())]
         shown = ", ".join(names[:12]) + (f", … ({len(names)} in all)" if len(names) > 12 else "")
@@ -365,9 +393,11 @@ def model_card(model, feature_extractor=None, fields: dict | None = None, all_re
     """
     fields = dict(fields or {})
     classifier = type(model).__name__.endswith("ForAudioClassification")
-    metadata = {"library_name": "transformers",
-                "pipeline_tag": "audio-classification" if classifier else "feature-extraction",
-                "license": "apache-2.0"}
+    metadata = {
+        "library_name": "transformers",
+        "pipeline_tag": "audio-classification" if classifier else "feature-extraction",
+        "license": "apache-2.0",
+    }
     for key in YAML_FIELDS:
         if fields.get(key) is not None:
             metadata[key] = fields[key]
@@ -375,25 +405,31 @@ def model_card(model, feature_extractor=None, fields: dict | None = None, all_re
     metadata["tags"] = list(dict.fromkeys(list(metadata.get("tags") or tags) + list(fields.get("extra_tags") or [])))
 
     c = model.config
-    title = fields.get("title") or (f"AaSP {'audio classifier' if classifier else 'encoder'} "
-                                    f"({c.num_hidden_layers} layers, hidden {c.hidden_size})")
+    title = fields.get("title") or (
+        f"AaSP {'audio classifier' if classifier else 'encoder'} ({c.num_hidden_layers} layers, hidden {c.hidden_size})"
+    )
     where = json.dumps(str(fields.get("repo_id") or fields.get("path") or "."))  # quoted for the snippet
-    uses = ["from transformers import AutoFeatureExtractor, AutoModel, AutoModelForAudioClassification, pipeline",
-            "# where aasp_hf is installed, `import aasp_hf` registers the classes instead: no trust_remote_code needed",
-            "",
-            f"features = AutoFeatureExtractor.from_pretrained({where}, trust_remote_code=True)",
-            "inputs = features([waveform], sampling_rate=16000, return_tensors=\"pt\")  # 1-D float32 at 16 kHz",
-            f"encoder = AutoModel.from_pretrained({where}, trust_remote_code=True)",
-            f"embedding = encoder(**inputs).last_hidden_state[:, 0]  # CLS: (B, {c.hidden_size})"]
+    uses = [
+        "from transformers import AutoFeatureExtractor, AutoModel, AutoModelForAudioClassification, pipeline",
+        "# where aasp_hf is installed, `import aasp_hf` registers the classes instead: no trust_remote_code needed",
+        "",
+        f"features = AutoFeatureExtractor.from_pretrained({where}, trust_remote_code=True)",
+        'inputs = features([waveform], sampling_rate=16000, return_tensors="pt")  # 1-D float32 at 16 kHz',
+        f"encoder = AutoModel.from_pretrained({where}, trust_remote_code=True)",
+        f"embedding = encoder(**inputs).last_hidden_state[:, 0]  # CLS: (B, {c.hidden_size})",
+    ]
     if classifier:
-        uses += [f"model = AutoModelForAudioClassification.from_pretrained({where}, trust_remote_code=True)",
-                 "probabilities = model(**inputs).logits.softmax(-1)",
-                 f"classifier = pipeline(\"audio-classification\", model={where}, trust_remote_code=True)",
-                 "classifier(\"clip.wav\", top_k=3)"]
+        uses += [
+            f"model = AutoModelForAudioClassification.from_pretrained({where}, trust_remote_code=True)",
+            "probabilities = model(**inputs).logits.softmax(-1)",
+            f'classifier = pipeline("audio-classification", model={where}, trust_remote_code=True)',
+            'classifier("clip.wav", top_k=3)',
+        ]
     else:
-        uses += ["# fine-tuning (a new head; transformers' Trainer or run_audio_classification.py work as well):",
-                 f"model = AutoModelForAudioClassification.from_pretrained({where}, num_labels=10, "
-                 "trust_remote_code=True)"]
+        uses += [
+            "# fine-tuning (a new head; transformers' Trainer or run_audio_classification.py work as well):",
+            f"model = AutoModelForAudioClassification.from_pretrained({where}, num_labels=10, trust_remote_code=True)",
+        ]
     uses_text = "```python\n" + "\n".join(uses) + "\n```"
 
     training = fields.get("training")
@@ -409,25 +445,35 @@ def model_card(model, feature_extractor=None, fields: dict | None = None, all_re
         "AaSP's gains are smaller on very short utterances and on pitch-dominated tasks (the paper's finding).",
     ]
     if fields.get("datasets"):
-        limitations.append(f"Trained on {', '.join(map(str, fields['datasets']))}: its label and recording biases "
-                           f"carry over.")
+        limitations.append(
+            f"Trained on {', '.join(map(str, fields['datasets']))}: its label and recording biases carry over."
+        )
     else:
         limitations.append("Check the Training section for the data it saw; it carries that data's biases.")
-    body = "\n\n".join([
-        f"# {title}",
-        "## Model", (fields.get("description") or _architecture(model, feature_extractor)).strip(),
-        "## Uses", uses_text,
-        "## Limitations", "\n".join(f"- {item}" for item in limitations),
-        "## Training", training_text.strip(),
-        "## Evaluation", evaluation.strip(),
-        "## Citation", "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers.",
-    ])
+    body = "\n\n".join(
+        [
+            f"# {title}",
+            "## Model",
+            (fields.get("description") or _architecture(model, feature_extractor)).strip(),
+            "## Uses",
+            uses_text,
+            "## Limitations",
+            "\n".join(f"- {item}" for item in limitations),
+            "## Training",
+            training_text.strip(),
+            "## Evaluation",
+            evaluation.strip(),
+            "## Citation",
+            "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers.",
+        ]
+    )
     front = yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True)
     return f"---\n{front}---\n\n{body}\n"
 
 
-def write_model_card(folder, model, feature_extractor=None, fields: dict | None = None,
-                     all_results: dict | None = None) -> Path:
+def write_model_card(
+    folder, model, feature_extractor=None, fields: dict | None = None, all_results: dict | None = None
+) -> Path:
     """Writes `model_card(...)` as `folder/README.md` (the Hub's model card) and returns its path."""
     path = Path(folder) / "README.md"
     path.write_text(model_card(model, feature_extractor, fields, all_results))
@@ -485,9 +531,7 @@ def push_folder(
         raise FileNotFoundError(f"{folder} has no config.json: write it with write_hub_folder first")
     api = HfApi(token=token)
     api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
-    return api.upload_folder(
-        folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message=commit_message
-    )
+    return api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model", commit_message=commit_message)
 
 
 __all__ = ["evaluation_table", "fill_model_card", "model_card", "push_folder", "write_hub_folder", "write_model_card"]

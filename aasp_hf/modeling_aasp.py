@@ -883,6 +883,7 @@ class AaspEmbeddings(nn.Module):
         )  # -> (batch_size, sblu_hidden_size, num_time_patches)
         return grid.repeat_interleave(self.config.time_patch_size, dim=-1)  # (batch_size, sblu_hidden_size, num_frames)
 
+
 def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
     """Attention in plain torch; `attention_mask` as `create_bidirectional_mask` builds it, or a bool mask."""
     attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling  # (batch_size, num_heads, seq_len, seq_len)
@@ -1164,6 +1165,7 @@ class AaspPreTrainedModel(PreTrainedModel):
             # the checkpoint names its own pipeline (channels averaged as the feature extractor does); imported here so
             # that remote code loading does not import transformers' pipelines
             from .pipeline_aasp import CUSTOM_PIPELINES
+
             self.config.custom_pipelines = CUSTOM_PIPELINES
         try:
             return super().save_pretrained(save_directory, *args, **kwargs)
@@ -1402,8 +1404,6 @@ def _check_scaling(scaling: str) -> None:
         raise ValueError(f"scaling must be one of {LOSS_SCALINGS}, got scaling={scaling!r}")
 
 
-
-
 def _no_autocast(tensor: torch.Tensor):
     """Autocast off on `tensor`'s device, so matrix products run in float32."""
     return torch.autocast(device_type=tensor.device.type, enabled=False)
@@ -1461,8 +1461,6 @@ def contrastive_offset(local_size: int) -> int:
     return torch.distributed.get_rank() * local_size if is_distributed() else 0
 
 
-
-
 def teacher_targets(layer_outputs, norm_axis: str = "tokens") -> torch.Tensor:
     """The pooled teacher targets `(batch_size, num_patches, hidden_size)` from each teacher block's patch tokens.
 
@@ -1494,8 +1492,6 @@ def teacher_targets(layer_outputs, norm_axis: str = "tokens") -> torch.Tensor:
             total = normed if total is None else total + normed
         average = total / len(layer_outputs)  # (batch_size, num_patches, hidden_size)
         return F.layer_norm(average, average.shape[-1:])
-
-
 
 
 def masked_prediction_loss(predictions: torch.Tensor, targets: torch.Tensor, scaling: str = "mean") -> torch.Tensor:
@@ -1542,8 +1538,6 @@ def clip_loss(student_cls: torch.Tensor, targets: torch.Tensor, scaling: str = "
         return error.square().mean()
 
 
-
-
 def multi_view_contrastive_loss(
     embeddings: torch.Tensor, temperature: float = 0.2, gather: bool = False
 ) -> torch.Tensor:
@@ -1584,6 +1578,7 @@ def multi_view_contrastive_loss(
         log_prob = logits - log_denominator  # (batch_views, num_candidates), finite everywhere
         positive_log_prob = log_prob.masked_fill(~is_positive, 0.0).sum(dim=1) / (num_views - 1)  # (batch_views,)
         return -positive_log_prob.mean()
+
 
 class AaspPredictorCrossAttention(nn.Module):
     """CrossMAE cross-attention: the queries attend to the student's outputs only, never to each other."""

@@ -66,8 +66,15 @@ class AaspMtebEncoder:
     ```
     """
 
-    def __init__(self, model_name: str, revision: str | None = None, *, device: str | None = None,
-                 model_path: str | None = None, **options):
+    def __init__(
+        self,
+        model_name: str,
+        revision: str | None = None,
+        *,
+        device: str | None = None,
+        model_path: str | None = None,
+        **options,
+    ):
         self.model_path, self.options = str(model_path or model_name), dict(options)
         self.model = hear.load_model(self.model_path, **options)
         self.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -157,8 +164,9 @@ def _weights_digest(folder: Path) -> str:
 
 # ----------------------------------------------------------------------------------------------- the command
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m aasp_hf.mteb",
-                                     description="MTEB's own evaluation of an AaSP checkpoint on MTEB's audio tasks.")
+    parser = argparse.ArgumentParser(
+        prog="python -m aasp_hf.mteb", description="MTEB's own evaluation of an AaSP checkpoint on MTEB's audio tasks."
+    )
     parser.add_argument("model", help="the checkpoint folder (save_pretrained output)")
     parser.add_argument("--tasks", nargs="+", default=None, help="MTEB task names, e.g. ESC50 GTZANGenre")
     parser.add_argument("--benchmark", default=None, help='an MTEB benchmark, e.g. "MAEB(v1, audio-only)"')
@@ -168,7 +176,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--name", default=None, help='the model name in the results ("organization/model")')
     args = parse_command_line(parser, argv)
     if (args.tasks is None) == (args.benchmark is None):
-        raise UsageError("pass either --tasks NAME [NAME ...] or --benchmark NAME (e.g. \"MAEB(v1, audio-only)\").")
+        raise UsageError('pass either --tasks NAME [NAME ...] or --benchmark NAME (e.g. "MAEB(v1, audio-only)").')
     if args.batch_size < 1:
         raise UsageError(f"--batch_size {args.batch_size} must be at least 1.")
     try:
@@ -176,8 +184,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     except ValueError:
         args.model_options = None
     if not isinstance(args.model_options, dict):
-        raise UsageError("--model_options must be a JSON object of aasp_hf.hear.load_model's options, "
-                         "e.g. '{\"hop_ms\": 20}'.")
+        raise UsageError(
+            "--model_options must be a JSON object of aasp_hf.hear.load_model's options, e.g. '{\"hop_ms\": 20}'."
+        )
     return args
 
 
@@ -190,11 +199,17 @@ def main(argv=None):
     tasks = mteb.get_benchmark(args.benchmark).tasks if args.benchmark else mteb.get_tasks(tasks=args.tasks)
     meta = model_meta(args.model, name=args.name, **args.model_options)
     try:
-        results = mteb.evaluate(meta.load_model(), tasks, encode_kwargs={"batch_size": args.batch_size},
-                                cache=mteb.ResultCache(args.output_folder))
+        results = mteb.evaluate(
+            meta.load_model(),
+            tasks,
+            encode_kwargs={"batch_size": args.batch_size},
+            cache=mteb.ResultCache(args.output_folder),
+        )
     except ConnectionError as error:  # datasets' message when a task's data are neither reachable nor cached
-        raise UsageError(f"{error}: MTEB loads each task's data from the Hugging Face Hub; load them once where it is "
-                         f"reachable (they stay in the datasets cache), then run with HF_DATASETS_OFFLINE=1.") from None
+        raise UsageError(
+            f"{error}: MTEB loads each task's data from the Hugging Face Hub; load them once where it is "
+            f"reachable (they stay in the datasets cache), then run with HF_DATASETS_OFFLINE=1."
+        ) from None
     for task_result in results.task_results:
         print(f"{task_result.task_name}: {task_result.get_score():.4f}")
     return results

@@ -221,7 +221,7 @@ def trained_window_samples(feature_extractor, config) -> int:
 
 
 def default_aggregation(config) -> str:
-    """"max" over the windows for a multi-label classifier, "mean" of the windows' scores otherwise."""
+    """ "max" over the windows for a multi-label classifier, "mean" of the windows' scores otherwise."""
     return "max" if config.problem_type == "multi_label_classification" else "mean"
 
 

@@ -133,13 +133,20 @@ class FileWindows(torch.utils.data.IterableDataset):
         rate = self.feature_extractor.sampling_rate
         for index in range(worker, len(self.files), num_workers):
             try:
-                for start, samples, last in mark_last(iter_windows(decode_blocks(self.files[index], rate), self.window,
-                                                                   self.hop)):
-                    features = self.feature_extractor(samples, sampling_rate=rate, return_tensors="pt",
-                                                      truncation=False)
-                    yield {"file": index, "start": start / rate, "end": (start + len(samples)) / rate,
-                           "input_values": features["input_values"][0],  # (1, T, F) -> (T, F)
-                           "frames": int(features["attention_mask"].sum()), "last": last}  # real frames, <= T
+                for start, samples, last in mark_last(
+                    iter_windows(decode_blocks(self.files[index], rate), self.window, self.hop)
+                ):
+                    features = self.feature_extractor(
+                        samples, sampling_rate=rate, return_tensors="pt", truncation=False
+                    )
+                    yield {
+                        "file": index,
+                        "start": start / rate,
+                        "end": (start + len(samples)) / rate,
+                        "input_values": features["input_values"][0],  # (1, T, F) -> (T, F)
+                        "frames": int(features["attention_mask"].sum()),
+                        "last": last,
+                    }  # real frames, <= T
             except Exception as error:  # noqa: BLE001 - any file that fails is reported and skipped
                 yield {"file": index, "error": f"{type(error).__name__}: {error}".replace("\n", " "), "last": True}
 
@@ -251,8 +258,13 @@ class Progress:
             self.shown = now
             rate = self.seconds / 3600 / max(now - self.started, 1e-9)
             end = "\n" if self.files == self.total else ""
-            print(f"\r{self.files}/{self.total} files, {self.seconds / 3600:.2f} h of audio, {rate:.3f} h/s "
-                  f"({rate * 3600:.0f}x real time)", end=end, file=sys.stderr, flush=True)
+            print(
+                f"\r{self.files}/{self.total} files, {self.seconds / 3600:.2f} h of audio, {rate:.3f} h/s "
+                f"({rate * 3600:.0f}x real time)",
+                end=end,
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def return_freed_blocks_to_the_system():
@@ -280,12 +292,17 @@ def tag(args) -> int:
     threshold = args.threshold if args.threshold is not None else (0.5 if multi_label else 0.0)
     aggregation = args.aggregation or default_aggregation(config)
     function_to_apply = default_function_to_apply(config)
-    window = trained_window_samples(feature_extractor, config) if args.chunk_length_s is None \
+    window = (
+        trained_window_samples(feature_extractor, config)
+        if args.chunk_length_s is None
         else round(args.chunk_length_s * rate)
+    )
     hop = window if args.chunk_hop_s is None else round(args.chunk_hop_s * rate)
     if hop > window:
-        raise UsageError(f"--chunk_hop_s {args.chunk_hop_s} must be at most the window ({window / rate:g} s): a longer "
-                         f"hop would leave audio between windows untagged.")
+        raise UsageError(
+            f"--chunk_hop_s {args.chunk_hop_s} must be at most the window ({window / rate:g} s): a longer "
+            f"hop would leave audio between windows untagged."
+        )
 
     columns = ["file", "start", "end", "label", "score"] if args.timestamps else ["file", "label", "score"]
     writer = RowWriter(args.output, columns)
@@ -303,20 +320,29 @@ def tag(args) -> int:
     stop = StopRequest()
 
     dataset = FileWindows(todo, feature_extractor, window, hop)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=args.num_workers,
-                                         worker_init_fn=ignore_interrupts_in_worker if args.num_workers else None,
-                                         persistent_workers=False)
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=None,
+        num_workers=args.num_workers,
+        worker_init_fn=ignore_interrupts_in_worker if args.num_workers else None,
+        persistent_workers=False,
+    )
     progress = Progress(len(todo))
     scored = {}  # file index -> {"start": [...], "end": [...], "scores": [(labels,) arrays]}
     pending, finished, failed = [], set(), 0  # windows waiting for the model; files whose last window is pending
 
     def run_batch():
         num_frames = max(item["input_values"].shape[0] for item in pending)
-        input_values = torch.stack([
-            torch.nn.functional.pad(item["input_values"], (0, 0, 0, num_frames - item["input_values"].shape[0]),
-                                    value=feature_extractor.padding_value)
-            for item in pending
-        ])  # B × (T_i, F) -> (B, T, F)
+        input_values = torch.stack(
+            [
+                torch.nn.functional.pad(
+                    item["input_values"],
+                    (0, 0, 0, num_frames - item["input_values"].shape[0]),
+                    value=feature_extractor.padding_value,
+                )
+                for item in pending
+            ]
+        )  # B × (T_i, F) -> (B, T, F)
         frames = torch.tensor([item["frames"] for item in pending])  # (B,) real frames of each window
         attention_mask = (torch.arange(num_frames)[None] < frames[:, None]).long()  # (B, T)
         with torch.inference_mode():
@@ -337,15 +363,19 @@ def tag(args) -> int:
         starts, ends = [round(s, 6) for s in record["start"]], [round(e, 6) for e in record["end"]]
         per_window = [choose_labels(s, labels, top_k, threshold) for s in scores]
         if args.timestamps:
-            rows = [(name, start, end, label, score)
-                    for start, end, chosen in zip(starts, ends, per_window) for label, score in chosen]
+            rows = [
+                (name, start, end, label, score)
+                for start, end, chosen in zip(starts, ends, per_window)
+                for label, score in chosen
+            ]
         else:
             clip = scores.mean(axis=0) if aggregation == "mean" else scores.max(axis=0)  # (W, labels) -> (labels,)
             rows = [(name, label, score) for label, score in choose_labels(clip, labels, top_k, threshold)]
         writer.write_file(rows)
         if events_file is not None:
-            events_file.writelines("\t".join(map(str, event)) + "\n" for event in events_of(name, starts, ends,
-                                                                                           per_window))
+            events_file.writelines(
+                "\t".join(map(str, event)) + "\n" for event in events_of(name, starts, ends, per_window)
+            )
             events_file.flush()
         progress.update(ends[-1])
 
@@ -381,8 +411,11 @@ def tag(args) -> int:
     if failed:
         print(f"{failed} file(s) could not be decoded: listed in {failures_path}.", file=sys.stderr)
     if stop.signal is not None:
-        print(f"\nstopped by {signal.Signals(stop.signal).name}: {args.output} holds every file finished; run the same "
-              f"command to go on.", file=sys.stderr)
+        print(
+            f"\nstopped by {signal.Signals(stop.signal).name}: {args.output} holds every file finished; run the same "
+            f"command to go on.",
+            file=sys.stderr,
+        )
         return STOPPED_EXIT_CODE
     return 0
 

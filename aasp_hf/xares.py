@@ -71,8 +71,10 @@ class AaspXaresEncoder(nn.Module):
         if model_path is None:
             model_path = os.environ.get(MODEL_VARIABLE, "")
             if not model_path:
-                raise UsageError(f"AaspXaresEncoder needs a checkpoint folder: pass model_path, or set "
-                                 f"{MODEL_VARIABLE}=FOLDER (a save_pretrained folder) for X-ARES's runner.")
+                raise UsageError(
+                    f"AaspXaresEncoder needs a checkpoint folder: pass model_path, or set "
+                    f"{MODEL_VARIABLE}=FOLDER (a save_pretrained folder) for X-ARES's runner."
+                )
             options = {**_options_from_environment(), **options}
         if "scene_pooling" in options:
             raise UsageError("scene_pooling does not apply to X-ARES (it averages the frames itself): leave it out.")
@@ -96,16 +98,20 @@ class AaspXaresEncoder(nn.Module):
         i·`hop_size_in_ms` ms of the clip."""
         if not isinstance(audio, torch.Tensor) or audio.ndim != 2 or audio.shape[1] == 0:
             shape = tuple(audio.shape) if isinstance(audio, torch.Tensor) else type(audio).__name__
-            raise UsageError(f"audio must be a float tensor of shape (batch, samples) at {self.sampling_rate} Hz with "
-                             f"at least one sample, got {shape}.")
+            raise UsageError(
+                f"audio must be a float tensor of shape (batch, samples) at {self.sampling_rate} Hz with "
+                f"at least one sample, got {shape}."
+            )
         count = self.num_frames(audio.shape[1])  # J
         audio = F.pad(audio, (self.lead_samples, self.hop_samples))  # (B, lead + L + hop)
         embeddings, timestamps = self.hear.timestamp_embeddings(audio)  # (B, J', E), (B, J') ms of the padded clip
         lead_ms = 1000.0 * self.lead_samples / self.sampling_rate
         expected = lead_ms + self.hop_size_in_ms * torch.arange(count, dtype=torch.float64)
         if embeddings.shape[1] < count or not torch.allclose(timestamps[0, :count].double().cpu(), expected):
-            raise RuntimeError(f"the HEAR module's columns are not centred at i·{self.hop_size_in_ms:g} ms of the "
-                               f"clip (got {timestamps[0, :3].tolist()} ms with {lead_ms:g} ms in front): a bug")
+            raise RuntimeError(
+                f"the HEAR module's columns are not centred at i·{self.hop_size_in_ms:g} ms of the "
+                f"clip (got {timestamps[0, :3].tolist()} ms with {lead_ms:g} ms in front): a bug"
+            )
         return embeddings[:, :count]  # (B, J, E)
 
 
@@ -127,8 +133,10 @@ def _options_from_environment() -> dict:
     except ValueError:
         options = None
     if not isinstance(options, dict):
-        raise UsageError(f"{OPTIONS_VARIABLE}={text!r} must be a JSON object of aasp_hf.hear.load_model's options, "
-                         f"e.g. '{{\"hop_ms\": 20}}'.")
+        raise UsageError(
+            f"{OPTIONS_VARIABLE}={text!r} must be a JSON object of aasp_hf.hear.load_model's options, "
+            f"e.g. '{{\"hop_ms\": 20}}'."
+        )
     return options
 
 

@@ -53,11 +53,20 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results_cuda.md"
 TARGETS = {"mfu": 0.40, "aape_over_spe": 1.15, "memory_within": 0.10, "data_wait": 0.05}
 ATTENTION_SLACK, ATTENTION_FLOOR = 2.0, 1e-4  # an attention kernel may be at most 2x eager's own rounding error
-GPU_RUN = {"config": "examples/configs/pretrain_paper.json", "synthetic_clips": 256, "synthetic_seconds": 10,
-           "steps": 20, "extra": ["--torch_compile", "--mixed_precision", "bf16", "--plan_data_clips", "64"]}
-DRY_RUN = {"config": "examples/configs/pretrain_tiny_cpu.json", "synthetic_clips": 32, "synthetic_seconds": 1,
-           "steps": 2, "extra": ["--per_device_train_batch_size", "4", "--plan_data_clips", "0",
-                                 "--mixed_precision", "bf16"]}
+GPU_RUN = {
+    "config": "examples/configs/pretrain_paper.json",
+    "synthetic_clips": 256,
+    "synthetic_seconds": 10,
+    "steps": 20,
+    "extra": ["--torch_compile", "--mixed_precision", "bf16", "--plan_data_clips", "64"],
+}
+DRY_RUN = {
+    "config": "examples/configs/pretrain_tiny_cpu.json",
+    "synthetic_clips": 32,
+    "synthetic_seconds": 1,
+    "steps": 2,
+    "extra": ["--per_device_train_batch_size", "4", "--plan_data_clips", "0", "--mixed_precision", "bf16"],
+}
 # Seconds each step may run on the GPU. The estimate behind them (docs/gpus.md; nothing here was measured on a GPU): a
 # fresh interpreter imports torch, transformers and accelerate in about 10 s; the CUDA-only tests are two small
 # feature-extraction comparisons; each --plan_measure run is the plan (fake-tensor FLOP count, the host's data path on
@@ -71,8 +80,9 @@ DRY_RUN_LIMITS = {"tests": 300, "aape": 600, "spe": 600, "attention": 300}  # a 
 
 def gpu_test_files() -> list[str]:
     """The test files that hold CUDA-only (`gpu`-marked) tests."""
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
-                  if "pytest.mark.gpu" in p.read_text())
+    return sorted(
+        str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py") if "pytest.mark.gpu" in p.read_text()
+    )
 
 
 RUNNING = []  # the command running now (`stop` ends it with this process)
@@ -96,12 +106,17 @@ def run_command(command: list[str], timeout: float) -> dict:
         returncode, output = "timeout", f"{stdout}{stderr}\ntimed out after {timeout:g} s (its time limit)"
     finally:
         RUNNING.remove(process)
-    return {"command": shlex.join(command), "returncode": returncode, "seconds": time.perf_counter() - started,
-            "output": output}
+    return {
+        "command": shlex.join(command),
+        "returncode": returncode,
+        "seconds": time.perf_counter() - started,
+        "output": output,
+    }
 
 
 def within(seconds: float, function, *args):
     """`function(*args)` in this process, stopped with TimeoutError after `seconds` (SIGALRM: the main thread)."""
+
     def expire(signum, frame):
         raise TimeoutError(f"timed out after {seconds:g} s (its time limit)")
 
@@ -116,20 +131,40 @@ def within(seconds: float, function, *args):
 
 def cuda_tests(timeout: float) -> dict:
     """Step 1: `pytest -m gpu` over the files with gpu-marked tests; the counts from pytest's last line."""
-    result = run_command([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-                          *gpu_test_files()], timeout)
+    result = run_command(
+        [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *gpu_test_files()], timeout
+    )
     last = result["output"].strip().splitlines()[-1] if result["output"].strip() else ""
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error|errors|deselected)", last)}
-    return {**result, "summary": last, "passed": counts.get("passed", 0), "skipped": counts.get("skipped", 0),
-            "failed": counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0)}
+    return {
+        **result,
+        "summary": last,
+        "passed": counts.get("passed", 0),
+        "skipped": counts.get("skipped", 0),
+        "failed": counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0),
+    }
 
 
 def measure_run(settings: dict, output_dir: Path, accelerator: str | None, stem: str, timeout: float) -> dict:
     """Steps 2 and 3: `pretrain.py --plan --plan_measure` with one stem; the run's plan_measured.json and plan.txt."""
-    command = [sys.executable, "examples/pretrain.py", "--config", settings["config"], "--plan",
-               "--plan_measure", str(settings["steps"]), "--synthetic_clips", str(settings["synthetic_clips"]),
-               "--synthetic_seconds", str(settings["synthetic_seconds"]), "--report_to", "none",
-               "--output_dir", str(output_dir / stem), *settings["extra"]]
+    command = [
+        sys.executable,
+        "examples/pretrain.py",
+        "--config",
+        settings["config"],
+        "--plan",
+        "--plan_measure",
+        str(settings["steps"]),
+        "--synthetic_clips",
+        str(settings["synthetic_clips"]),
+        "--synthetic_seconds",
+        str(settings["synthetic_seconds"]),
+        "--report_to",
+        "none",
+        "--output_dir",
+        str(output_dir / stem),
+        *settings["extra"],
+    ]
     if accelerator is not None:
         command += ["--plan_accelerator", accelerator]
     if stem == "spe":
@@ -149,10 +184,19 @@ def attention_check(dry_run: bool, device: torch.device, repeats: int = 5) -> di
     ATTENTION_SLACK × eager's own error in the same dtype (at least ATTENTION_FLOOR): fused kernels round differently,
     not worse."""
     if dry_run:
-        config = AaspConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                            num_mel_bins=128, num_frames=64, sblu_hidden_size=16, sblu_output_size=64,
-                            lambda_encoder_reduction=4, lambda_encoder_num_layers=1,
-                            lambda_encoder_num_attention_heads=2)
+        config = AaspConfig(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=128,
+            num_mel_bins=128,
+            num_frames=64,
+            sblu_hidden_size=16,
+            sblu_output_size=64,
+            lambda_encoder_reduction=4,
+            lambda_encoder_num_layers=1,
+            lambda_encoder_num_attention_heads=2,
+        )
         batch = 4
     else:
         config, batch = AaspConfig(), 32  # the paper's ViT-B, 608 frames
@@ -162,7 +206,7 @@ def attention_check(dry_run: bool, device: torch.device, repeats: int = 5) -> di
     frames = config.num_frames
     values = torch.randn(batch, frames, config.num_mel_bins, device=device)  # (B, T, F)
     mask = torch.ones(batch, frames, dtype=torch.long, device=device)  # (B, T)
-    mask[batch // 2:, int(0.6 * frames):] = 0  # half of the clips padded to 60 % of their frames
+    mask[batch // 2 :, int(0.6 * frames) :] = 0  # half of the clips padded to 60 % of their frames
     with torch.no_grad():
         model.set_attn_implementation("eager")
         out = model(values, attention_mask=mask)  # float32 eager: the reference
@@ -189,9 +233,15 @@ def attention_check(dry_run: bool, device: torch.device, repeats: int = 5) -> di
         error = float((out.last_hidden_state[real].float() - reference).abs().max())
         results[name] = {"max_abs_difference": error, "forward_seconds": statistics.median(times[1:])}
     bound = max(ATTENTION_SLACK * results["eager"]["max_abs_difference"], ATTENTION_FLOOR)
-    return {"dtype": str(dtype).removeprefix("torch."), "batch": batch, "frames": frames,
-            "padded_clips": batch - batch // 2, "implementations": results, "flash_attn_installed": flash_installed,
-            "bound": bound}
+    return {
+        "dtype": str(dtype).removeprefix("torch."),
+        "batch": batch,
+        "frames": frames,
+        "padded_clips": batch - batch // 2,
+        "implementations": results,
+        "flash_attn_installed": flash_installed,
+        "bound": bound,
+    }
 
 
 def verdicts(tests: dict, aape: dict, spe: dict, attention: dict) -> list[dict]:
@@ -199,72 +249,123 @@ def verdicts(tests: dict, aape: dict, spe: dict, attention: dict) -> list[dict]:
     rows = []
     report = aape.get("report")
     figures = report["figures"] if report else {}
-    rows.append({"target": "CUDA-only tests: none failed, at least one ran",
-                 "value": f"{tests['passed']} passed, {tests['skipped']} skipped, {tests['failed']} failed",
-                 "passed": tests["failed"] == 0 and tests["passed"] > 0 and tests["returncode"] == 0})
+    rows.append(
+        {
+            "target": "CUDA-only tests: none failed, at least one ran",
+            "value": f"{tests['passed']} passed, {tests['skipped']} skipped, {tests['failed']} failed",
+            "passed": tests["failed"] == 0 and tests["passed"] > 0 and tests["returncode"] == 0,
+        }
+    )
     mfu = figures.get("mfu", {}).get("measured")
-    rows.append({"target": f"MFU >= {TARGETS['mfu']:.0%} at the paper batch",
-                 "value": "-" if mfu is None else f"{mfu:.1%}", "passed": None if mfu is None else
-                 mfu >= TARGETS["mfu"]})
+    rows.append(
+        {
+            "target": f"MFU >= {TARGETS['mfu']:.0%} at the paper batch",
+            "value": "-" if mfu is None else f"{mfu:.1%}",
+            "passed": None if mfu is None else mfu >= TARGETS["mfu"],
+        }
+    )
     ratio = None
     if report and spe.get("report"):
         ratio = figures["step_seconds"]["measured"] / spe["report"]["figures"]["step_seconds"]["measured"]
-    rows.append({"target": f"AaPE step <= {TARGETS['aape_over_spe']} × SPE step",
-                 "value": "-" if ratio is None else f"{ratio:.3f}×", "passed": None if ratio is None else
-                 ratio <= TARGETS["aape_over_spe"]})
+    rows.append(
+        {
+            "target": f"AaPE step <= {TARGETS['aape_over_spe']} × SPE step",
+            "value": "-" if ratio is None else f"{ratio:.3f}×",
+            "passed": None if ratio is None else ratio <= TARGETS["aape_over_spe"],
+        }
+    )
     memory = figures.get("peak_memory_bytes", {}).get("ratio")
-    rows.append({"target": f"peak memory within {TARGETS['memory_within']:.0%} of the plan",
-                 "value": "-" if memory is None else f"{memory:.3f}× the plan", "passed": None if memory is None
-                 else abs(memory - 1) <= TARGETS["memory_within"]})
+    rows.append(
+        {
+            "target": f"peak memory within {TARGETS['memory_within']:.0%} of the plan",
+            "value": "-" if memory is None else f"{memory:.3f}× the plan",
+            "passed": None if memory is None else abs(memory - 1) <= TARGETS["memory_within"],
+        }
+    )
     wait = figures.get("data_wait_seconds", {}).get("fraction_of_step")
-    rows.append({"target": f"data wait <= {TARGETS['data_wait']:.0%} of the step",
-                 "value": "-" if wait is None else f"{wait:.1%}", "passed": None if wait is None else
-                 wait <= TARGETS["data_wait"]})
+    rows.append(
+        {
+            "target": f"data wait <= {TARGETS['data_wait']:.0%} of the step",
+            "value": "-" if wait is None else f"{wait:.1%}",
+            "passed": None if wait is None else wait <= TARGETS["data_wait"],
+        }
+    )
     if "error" in attention:
-        rows.append({"target": "attention implementations on a padded batch", "value": attention["error"],
-                     "passed": False})
+        rows.append(
+            {"target": "attention implementations on a padded batch", "value": attention["error"], "passed": False}
+        )
     for name, entry in attention["implementations"].items():
         if name != "eager":
-            rows.append({"target": f"{name} ({attention['dtype']}) from fp32 eager <= {ATTENTION_SLACK:g} × eager's "
-                                   "own error (padded batch, real tokens)",
-                         "value": f"{entry['max_abs_difference']:.2e} (bound {attention['bound']:.2e})",
-                         "passed": entry["max_abs_difference"] <= attention["bound"]})
+            rows.append(
+                {
+                    "target": f"{name} ({attention['dtype']}) from fp32 eager <= {ATTENTION_SLACK:g} × eager's "
+                    "own error (padded batch, real tokens)",
+                    "value": f"{entry['max_abs_difference']:.2e} (bound {attention['bound']:.2e})",
+                    "passed": entry["max_abs_difference"] <= attention["bound"],
+                }
+            )
     return rows
 
 
-def markdown(title: str, device: str, started: str, tests: dict, aape: dict, spe: dict, attention: dict,
-             rows: list[dict], dry_run: bool) -> str:
+def markdown(
+    title: str,
+    device: str,
+    started: str,
+    tests: dict,
+    aape: dict,
+    spe: dict,
+    attention: dict,
+    rows: list[dict],
+    dry_run: bool,
+) -> str:
     try:  # the GPU machine gets a copy of the working tree: maybe no .git, maybe no git
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     except OSError:
         commit = ""
     judged = "not judged: a CPU dry run" if dry_run else None
-    lines = [f"# {title}", "",
-             f"Device: **{device}**; torch {torch.__version__}; commit `{commit or 'unknown'}`; started {started} UTC.",
-             "Every figure below comes from the commands listed with it, run by `benchmarks/gpu_acceptance.py`"
-             + (" --dry_run (the tiny preset on the CPU: not a GPU figure)." if dry_run else "."), "",
-             "## Targets", "", "| target | value | verdict |", "|---|---|---|"]
+    lines = [
+        f"# {title}",
+        "",
+        f"Device: **{device}**; torch {torch.__version__}; commit `{commit or 'unknown'}`; started {started} UTC.",
+        "Every figure below comes from the commands listed with it, run by `benchmarks/gpu_acceptance.py`"
+        + (" --dry_run (the tiny preset on the CPU: not a GPU figure)." if dry_run else "."),
+        "",
+        "## Targets",
+        "",
+        "| target | value | verdict |",
+        "|---|---|---|",
+    ]
     for row in rows:
         verdict = judged or ("n/a" if row["passed"] is None else "pass" if row["passed"] else "FAIL")
         lines.append(f"| {row['target']} | {row['value']} | {verdict} |")
     lines += ["", "## Commands", ""]
     for name, step in (("CUDA-only tests", tests), ("AaPE (paper stem)", aape), ("SPE", spe)):
         lines.append(f"- {name} ({step['seconds']:.0f} s, exit {step['returncode']}): `{step['command']}`")
-    lines += ["- attention: in-process, `attention_check` of benchmarks/gpu_acceptance.py", "",
-              "## CUDA-only tests", "", f"`{tests['summary']}`", ""]
+    lines += [
+        "- attention: in-process, `attention_check` of benchmarks/gpu_acceptance.py",
+        "",
+        "## CUDA-only tests",
+        "",
+        f"`{tests['summary']}`",
+        "",
+    ]
     for name, step in (("AaPE", aape), ("SPE", spe)):
         lines += [f"## {name}: measured beside the plan", ""]
         if "plan_text" in step:
-            measured = step["plan_text"][step["plan_text"].index("Measured on this machine"):]
+            measured = step["plan_text"][step["plan_text"].index("Measured on this machine") :]
             lines += ["```", measured.rstrip(), "```", ""]
         else:
             lines += ["The run failed; the end of its output:", "", "```", step["output"][-3000:].rstrip(), "```", ""]
     lines += ["## Attention on a padded batch", ""]
     if "error" in attention:
         return "\n".join(lines + [f"Not finished: {attention['error']}."]) + "\n"
-    lines += [f"{attention['batch']} clips of {attention['frames']} frames, {attention['padded_clips']} padded to "
-              f"60 %, {attention['dtype']}; flash_attn installed: {attention['flash_attn_installed']}.", "",
-              "| implementation | max abs difference to fp32 eager (real tokens) | forward |", "|---|---|---|"]
+    lines += [
+        f"{attention['batch']} clips of {attention['frames']} frames, {attention['padded_clips']} padded to "
+        f"60 %, {attention['dtype']}; flash_attn installed: {attention['flash_attn_installed']}.",
+        "",
+        "| implementation | max abs difference to fp32 eager (real tokens) | forward |",
+        "|---|---|---|",
+    ]
     for name, entry in attention["implementations"].items():
         lines.append(f"| {name} | {entry['max_abs_difference']:.2e} | {entry['forward_seconds'] * 1e3:.1f} ms |")
     return "\n".join(lines) + "\n"
@@ -280,8 +381,10 @@ def time_limits(text: str, defaults: dict) -> dict:
         except ValueError:
             value = 0.0
         if step not in limits or not value > 0:
-            raise UsageError(f"--time_limits {text!r}: give step=seconds pairs, seconds > 0, for the steps "
-                             f"{', '.join(limits)} (e.g. 'aape=240,spe=200')")
+            raise UsageError(
+                f"--time_limits {text!r}: give step=seconds pairs, seconds > 0, for the steps "
+                f"{', '.join(limits)} (e.g. 'aape=240,spe=200')"
+            )
         limits[step] = value
     return limits
 
@@ -295,11 +398,19 @@ def finished(step: dict) -> str:
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(prog="gpu_acceptance.py", description=__doc__.split("\n")[0])
     parser.add_argument("--dry_run", action="store_true", help="the same sequence on the CPU, tiny preset")
-    parser.add_argument("--output", default=None, help="the report (default: benchmarks/results_cuda.md; with "
-                        "--dry_run a temporary folder's results_cuda_dry_run.md)")
-    parser.add_argument("--time_limits", default="", help="seconds per step instead of the defaults, e.g. "
-                        f"'aape=240,spe=200' (steps: {', '.join(LIMITS)}; defaults {LIMITS} on a GPU, "
-                        f"{DRY_RUN_LIMITS} with --dry_run)")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help="the report (default: benchmarks/results_cuda.md; with "
+        "--dry_run a temporary folder's results_cuda_dry_run.md)",
+    )
+    parser.add_argument(
+        "--time_limits",
+        default="",
+        help="seconds per step instead of the defaults, e.g. "
+        f"'aape=240,spe=200' (steps: {', '.join(LIMITS)}; defaults {LIMITS} on a GPU, "
+        f"{DRY_RUN_LIMITS} with --dry_run)",
+    )
     args = parse_command_line(parser, argv)
     limits = time_limits(args.time_limits, DRY_RUN_LIMITS if args.dry_run else LIMITS)
     if not args.dry_run and not torch.cuda.is_available():
@@ -337,14 +448,23 @@ def main(argv=None) -> dict:
     ran = ran and tests["returncode"] in (0, 5) and "error" not in attention  # 5: pytest collected no test
     ok = ran and (args.dry_run or all(row["passed"] is not False for row in rows))
     for row in rows:
-        print(f"  {row['target']}: {row['value']}" + ("" if args.dry_run else
-                                                       f" -> {'pass' if row['passed'] else 'FAIL'}"))
+        print(
+            f"  {row['target']}: {row['value']}"
+            + ("" if args.dry_run else f" -> {'pass' if row['passed'] else 'FAIL'}")
+        )
     if not ok:
         failed = [s["command"] for s in (tests, aape, spe) if s["returncode"] not in (0, 5)]
         failed += ["attention check: " + attention["error"]] if "error" in attention else []
         print("not accepted" + (f"; failed: {failed}" if failed else ""), flush=True)
-    return {"ok": ok, "output": str(output), "rows": rows, "tests": tests, "aape": aape, "spe": spe,
-            "attention": attention}
+    return {
+        "ok": ok,
+        "output": str(output),
+        "rows": rows,
+        "tests": tests,
+        "aape": aape,
+        "spe": spe,
+        "attention": attention,
+    }
 
 
 def stop(signum, frame):

@@ -157,8 +157,9 @@ def load_checkpoint(path: str | Path, trust_pickle: bool = False) -> dict:
     with open(path, "rb") as file:
         is_pickle = file.read(1) == b"\x80"  # a pickle (protocol >= 2): torch's legacy format
     if not (is_pickle or zipfile.is_zipfile(path)):  # torch.save writes a zip file
-        raise ConversionError(f"{path} is not a torch checkpoint (.pt), a .safetensors file or a folder holding "
-                              f"model.safetensors")
+        raise ConversionError(
+            f"{path} is not a torch checkpoint (.pt), a .safetensors file or a folder holding model.safetensors"
+        )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
@@ -198,8 +199,11 @@ def hub_port_settings(path: str | Path) -> dict:
             f"{config_path}: layer_norm_first=true (pre-norm blocks); EAT's released models are post-norm and that is "
             "the only variant this converter maps."
         )
-    settings = {"num_attention_heads": config.get("num_heads"), "num_mel_bins": config.get("mel_bins"),
-                "layer_norm_eps": config.get("norm_eps")}
+    settings = {
+        "num_attention_heads": config.get("num_heads"),
+        "num_mel_bins": config.get("mel_bins"),
+        "layer_norm_eps": config.get("norm_eps"),
+    }
     img_size = config.get("img_size")
     if isinstance(img_size, (list, tuple)) and img_size:
         settings["num_frames"] = int(img_size[0])
@@ -245,8 +249,17 @@ def _select_teacher(state: dict, layout: EatLayout, report: ConversionReport) ->
     return {**student, **teacher}, set(teacher)
 
 
-def _infer_config(state: dict, layout: EatLayout, num_mel_bins, num_frames, num_attention_heads, layer_norm_eps,
-                  num_labels, id2label, problem_type) -> AaspConfig:
+def _infer_config(
+    state: dict,
+    layout: EatLayout,
+    num_mel_bins,
+    num_frames,
+    num_attention_heads,
+    layer_norm_eps,
+    num_labels,
+    id2label,
+    problem_type,
+) -> AaspConfig:
     def get(key):
         if key not in state:
             raise ConversionError(f"Missing key `{key}` ({layout.name} layout)")
@@ -431,9 +444,7 @@ def convert(
     if ema:
         state, teacher_keys = _select_teacher(state, layout, report)
     state = {k: v for k, v in state.items()}
-    has_head = all(
-        f"{p}.{s}" in state for p in (layout.classifier_norm, layout.classifier) for s in ("weight", "bias")
-    )
+    has_head = all(f"{p}.{s}" in state for p in (layout.classifier_norm, layout.classifier) for s in ("weight", "bias"))
     with_head = task == "classification" or (task == "auto" and (has_head or num_labels is not None))
     if with_head and has_head:
         head_labels = state[f"{layout.classifier}.weight"].shape[0]
@@ -445,8 +456,15 @@ def convert(
     if id2label is not None and num_labels is None:
         num_labels = len(id2label)
     config = _infer_config(
-        state, layout, num_mel_bins, num_frames, num_attention_heads, layer_norm_eps,
-        num_labels if with_head else None, id2label, problem_type,
+        state,
+        layout,
+        num_mel_bins,
+        num_frames,
+        num_attention_heads,
+        layer_norm_eps,
+        num_labels if with_head else None,
+        id2label,
+        problem_type,
     )
     mapped, sources = map_state_dict(state, layout, config, with_head, report)
     if teacher_keys is not None:  # encoder weights the teacher copy lacks (e.g. ema_local_encoder=False)
@@ -479,11 +497,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("output_dir")
     parser.add_argument("--ema", action="store_true", help="convert the EMA teacher (`_ema`) of a pre-training run")
     parser.add_argument("--task", choices=("auto", "base", "classification"), default="auto")
-    parser.add_argument("--num-frames", type=int, default=None,
-                        help="position-table length (default: a Hub-port config's img_size[0], else EAT's table)")
+    parser.add_argument(
+        "--num-frames",
+        type=int,
+        default=None,
+        help="position-table length (default: a Hub-port config's img_size[0], else EAT's table)",
+    )
     parser.add_argument("--num-mel-bins", type=int, default=None, help="default: a Hub-port config's, else 128")
-    parser.add_argument("--num-attention-heads", type=int, default=None,
-                        help="default: a Hub-port config's num_heads, else hidden size / 64")
+    parser.add_argument(
+        "--num-attention-heads",
+        type=int,
+        default=None,
+        help="default: a Hub-port config's num_heads, else hidden size / 64",
+    )
     parser.add_argument("--layer-norm-eps", type=float, default=None, help="default: a Hub-port config's, else 1e-6")
     parser.add_argument("--num-labels", type=int, default=None, help="new head size when the checkpoint has none")
     parser.add_argument("--id2label-json", default=None, help='JSON file {"0": "Speech", ...} or a list of names')
@@ -500,8 +526,10 @@ def main(argv=None):
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     if not Path(args.checkpoint).exists():
-        raise UsageError(f"checkpoint {args.checkpoint} does not exist (the first argument: an EAT .pt, a state-dict "
-                         f".pt / .safetensors, or a Hub-port folder)")
+        raise UsageError(
+            f"checkpoint {args.checkpoint} does not exist (the first argument: an EAT .pt, a state-dict "
+            f".pt / .safetensors, or a Hub-port folder)"
+        )
     id2label = None
     if args.id2label_json:
         if not Path(args.id2label_json).is_file():
@@ -513,12 +541,22 @@ def main(argv=None):
         id2label = dict(enumerate(labels)) if isinstance(labels, list) else {int(k): v for k, v in labels.items()}
     state = load_checkpoint(args.checkpoint, trust_pickle=args.trust_pickle)
     settings = hub_port_settings(args.checkpoint)  # unset fields keep convert()'s defaults
-    given = {"num_frames": args.num_frames, "num_mel_bins": args.num_mel_bins,
-             "num_attention_heads": args.num_attention_heads, "layer_norm_eps": args.layer_norm_eps}
+    given = {
+        "num_frames": args.num_frames,
+        "num_mel_bins": args.num_mel_bins,
+        "num_attention_heads": args.num_attention_heads,
+        "layer_norm_eps": args.layer_norm_eps,
+    }
     settings.update({k: v for k, v in given.items() if v is not None})  # the command line wins
     model, report = convert(
-        state, ema=args.ema, task=args.task, num_labels=args.num_labels, id2label=id2label,
-        problem_type=args.problem_type, return_report=True, **settings,
+        state,
+        ema=args.ema,
+        task=args.task,
+        num_labels=args.num_labels,
+        id2label=id2label,
+        problem_type=args.problem_type,
+        return_report=True,
+        **settings,
     )
     logger.info("%s layout: %d keys consumed, %d dropped", report.layout, len(report.consumed), len(report.dropped))
     for key in report.dropped:
@@ -536,7 +574,7 @@ def main(argv=None):
             "description": "EAT's encoder (Chen et al., 2024) in aasp_hf's layout: the standard 16×16 patch "
             "embedding (SPE, no AaPE), fixed 2-D sin-cos positions, CLS, LayerNorm and "
             f"{model.config.num_hidden_layers} post-norm blocks ({model.config.hidden_size} wide). Input: 16 kHz "
-            "mono audio -> EAT's kaldi log-mel front end (`AaspFeatureExtractor(mode=\"kaldi\")`).",
+            'mono audio -> EAT\'s kaldi log-mel front end (`AaspFeatureExtractor(mode="kaldi")`).',
             "license": "mit",
             "extra_tags": ["eat"],
             "training": f"Weights converted from the EAT checkpoint `{source}` with "

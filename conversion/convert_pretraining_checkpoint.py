@@ -61,9 +61,7 @@ def locate(source: str | Path, config: str | Path | None = None) -> tuple[Path, 
     else:
         config_obj = AaspConfig.from_json_file(config_path)
     folder = config_path if config_path.is_dir() else config_path.parent
-    preprocessor = next(
-        (f for f in (weights.parent, folder) if (f / "preprocessor_config.json").exists()), None
-    )
+    preprocessor = next((f for f in (weights.parent, folder) if (f / "preprocessor_config.json").exists()), None)
     return weights, config_obj, preprocessor
 
 
@@ -106,8 +104,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("source", help="AaspForPreTraining folder, accelerate checkpoint-* folder or .safetensors")
     parser.add_argument("output_dir")
-    parser.add_argument("--which", choices=tuple(ENCODER_PREFIXES), default="student",
-                        help="which encoder to export (default: the student, as examples/pretrain.py exports)")
+    parser.add_argument(
+        "--which",
+        choices=tuple(ENCODER_PREFIXES),
+        default="student",
+        help="which encoder to export (default: the student, as examples/pretrain.py exports)",
+    )
     parser.add_argument("--config", default=None, help="config.json (or its folder) when the source has none")
     parser.add_argument("--feature-extractor", default=None, help="folder with preprocessor_config.json")
     parser.add_argument("--all-results", default=None, help="all_results.json for the model card's evaluation table")

@@ -50,8 +50,14 @@ def main(argv=None):
     args = parse_args(argv)
     check_model_folder(args.model_dir)  # a checkpoint-<step>/ folder: say what to export instead
     if not (Path(args.model_dir) / "config.json").is_file():
-        raise UsageError(f"model_dir {args.model_dir} " + ("holds no config.json: pass a save_pretrained folder"
-                                                           if Path(args.model_dir).is_dir() else "does not exist"))
+        raise UsageError(
+            f"model_dir {args.model_dir} "
+            + (
+                "holds no config.json: pass a save_pretrained folder"
+                if Path(args.model_dir).is_dir()
+                else "does not exist"
+            )
+        )
     config = AutoConfig.from_pretrained(args.model_dir)
     has_head = any("ForAudioClassification" in name for name in (config.architectures or []))
     model_class = AaspForAudioClassification if has_head else AaspModel

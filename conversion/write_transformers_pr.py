@@ -84,23 +84,42 @@ TOP_LEVEL_SUBMODULES = {"initialization"}
 # class of the module in an `all_model_classes` there; two sources for one file are written into it together):
 # (our test file, that class, top-level names left out and why).
 TEST_FILES = [
-    ("test_transformers_common.py", "AaspModel",
-     {"aasp_in_transformers_model_tables": "the tree's auto tables hold aasp already",
-      "test_config_common_kwargs_names_every_public_config_attribute": "checks our stand-in for a file the tree has",
-      "AaspFeatureExtractionTester": "with the feature extractor's tests",
-      "AaspFeatureExtractionTest": "with the feature extractor's tests"}),
-    ("test_transformers_common.py", "AaspFeatureExtractor",
-     {"aasp_in_transformers_model_tables": "the tree's auto tables hold aasp already",
-      "test_config_common_kwargs_names_every_public_config_attribute": "checks our stand-in for a file the tree has",
-      "AaspModelTester": "with the model's tests", "AaspModelTest": "with the model's tests",
-      "AaspPaddedModelTest": "with the model's tests"}),
-    ("test_transformers_common_pretraining.py", "AaspForPreTraining",
-     {"aasp_in_transformers_pretraining_table": "the tree's auto tables hold aasp already"}),
+    (
+        "test_transformers_common.py",
+        "AaspModel",
+        {
+            "aasp_in_transformers_model_tables": "the tree's auto tables hold aasp already",
+            "test_config_common_kwargs_names_every_public_config_attribute": "checks our stand-in for a file the tree has",
+            "AaspFeatureExtractionTester": "with the feature extractor's tests",
+            "AaspFeatureExtractionTest": "with the feature extractor's tests",
+        },
+    ),
+    (
+        "test_transformers_common.py",
+        "AaspFeatureExtractor",
+        {
+            "aasp_in_transformers_model_tables": "the tree's auto tables hold aasp already",
+            "test_config_common_kwargs_names_every_public_config_attribute": "checks our stand-in for a file the tree has",
+            "AaspModelTester": "with the model's tests",
+            "AaspModelTest": "with the model's tests",
+            "AaspPaddedModelTest": "with the model's tests",
+        },
+    ),
+    (
+        "test_transformers_common_pretraining.py",
+        "AaspForPreTraining",
+        {"aasp_in_transformers_pretraining_table": "the tree's auto tables hold aasp already"},
+    ),
     ("test_pretraining_model.py", "AaspForPreTraining", {}),
 ]
 # conftest helpers that need training-side code (not shipped to the tree): a test that calls one is left out.
-TRAINING_SIDE_HELPERS = {"pretraining_batch", "save_tiny_encoder", "run_without_aasp_hf", "remote_code_logits",
-                         "cli_args"}
+TRAINING_SIDE_HELPERS = {
+    "pretraining_batch",
+    "save_tiny_encoder",
+    "run_without_aasp_hf",
+    "remote_code_logits",
+    "cli_args",
+}
 LICENSE = """# Copyright 2026 The aasp_hf authors. All rights reserved.
 #
 # Licensed under the Apache License, Version 2.0 (the "License");
@@ -127,7 +146,7 @@ def _replace_lines(source: str, spans: list[tuple[int, int, str]]) -> str:
     """Replaces 1-based inclusive line spans (start, end, new text) of `source`, last first."""
     lines = source.splitlines(keepends=True)
     for start, end, text in sorted(spans, reverse=True):
-        lines[start - 1:end] = [text] if text else []
+        lines[start - 1 : end] = [text] if text else []
     return "".join(lines)
 
 
@@ -142,10 +161,16 @@ def rewrite_imports(source: str, name: str = "<source>") -> str:
     lines = source.splitlines()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "transformers" for a in node.names):
-            raise UsageError(f"{name}:{node.lineno}: `import transformers` has no relative form; import names from "
-                             "their transformers module instead")
-        if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
-                and node.module.split(".")[0] == "transformers"):
+            raise UsageError(
+                f"{name}:{node.lineno}: `import transformers` has no relative form; import names from "
+                "their transformers module instead"
+            )
+        if not (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and node.module.split(".")[0] == "transformers"
+        ):
             continue
         if node.module != "transformers":
             names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in node.names)
@@ -159,9 +184,11 @@ def rewrite_imports(source: str, name: str = "<source>") -> str:
                 elif alias.name in TOP_LEVEL_HOMES:
                     new.append(f"from ...{TOP_LEVEL_HOMES[alias.name]} import {spelled}")
                 else:
-                    raise UsageError(f"{name}:{node.lineno}: no transformers module is known for `{alias.name}`: add "
-                                     "it to TOP_LEVEL_HOMES in conversion/write_transformers_pr.py")
-        indent = lines[node.lineno - 1][:node.col_offset]
+                    raise UsageError(
+                        f"{name}:{node.lineno}: no transformers module is known for `{alias.name}`: add "
+                        "it to TOP_LEVEL_HOMES in conversion/write_transformers_pr.py"
+                    )
+        indent = lines[node.lineno - 1][: node.col_offset]
         if indent.strip():
             raise UsageError(f"{name}:{node.lineno}: put `from {node.module} import ...` on a line of its own")
         spans.append((node.lineno, node.end_lineno, "".join(f"{indent}{line}\n" for line in new)))
@@ -175,8 +202,10 @@ def point_remote_code_switch(source: str) -> str:
     if "_LOADED_AS_REMOTE_CODE =" not in source:
         return source
     if pattern not in source:
-        raise UsageError("configuration_aasp.py: the `_LOADED_AS_REMOTE_CODE` line changed; update "
-                         "point_remote_code_switch in conversion/write_transformers_pr.py")
+        raise UsageError(
+            "configuration_aasp.py: the `_LOADED_AS_REMOTE_CODE` line changed; update "
+            "point_remote_code_switch in conversion/write_transformers_pr.py"
+        )
     return source.replace(pattern, pattern.replace('"aasp_hf"', '"transformers"'))
 
 
@@ -196,7 +225,7 @@ SHORT_LICENSE = "# Copyright 2026 The aasp_hf authors. Licensed under the Apache
 def full_license(source: str) -> str:
     """Our files' one-line licence -> the Apache header every transformers file starts with (the same licence)."""
     if source.startswith(SHORT_LICENSE):
-        return LICENSE + source[len(SHORT_LICENSE):]
+        return LICENSE + source[len(SHORT_LICENSE) :]
     return source if source.startswith("# Copyright") else LICENSE + source
 
 
@@ -270,8 +299,9 @@ def add_auto_model_entries(text: str) -> str:
         if match is None:
             raise UsageError(f"modeling_auto.py has no `{table} = OrderedDict([` table")
         end = text.index("\n    ]\n)", match.end())
-        entries = [m for m in re.finditer(r'^ {8}\("([^"]+)", ', text[match.end():end], flags=re.M)
-                   if m.group(1) > MODEL]
+        entries = [
+            m for m in re.finditer(r'^ {8}\("([^"]+)", ', text[match.end() : end], flags=re.M) if m.group(1) > MODEL
+        ]
         at = match.end() + (entries[0].start() if entries else end - match.end() + 1)
         text = text[:at] + f'        ("{MODEL}", "{cls}"),\n' + text[at:]
     return text
@@ -302,8 +332,10 @@ CONFIG_ATTRIBUTES_READ_ELSEWHERE = ["mask_block_sizes"]
 def add_config_attributes_exception(text: str) -> str:
     """`"AaspConfig": [...]` with its reason, first in SPECIAL_CASES_TO_ALLOW of utils/check_config_attributes.py;
     a previous entry removed first."""
-    entry = (f'    "AaspConfig": {json.dumps(CONFIG_ATTRIBUTES_READ_ELSEWHERE)},  # the mask sampler of pre-training '
-             "draws the blocks; the model gets indices\n")
+    entry = (
+        f'    "AaspConfig": {json.dumps(CONFIG_ATTRIBUTES_READ_ELSEWHERE)},  # the mask sampler of pre-training '
+        "draws the blocks; the model gets indices\n"
+    )
     text = re.sub(r'^    "AaspConfig": .*\n', "", text, flags=re.M)
     start = text.find("SPECIAL_CASES_TO_ALLOW = {\n")
     if start < 0:
@@ -318,7 +350,8 @@ def docs_page() -> str:
         f"## {cls}\n\n[[autodoc]] {cls}\n" + "".join(f"    - {m}\n" for m in methods)
         for cls, methods in DOCUMENTED.items()
     )
-    return textwrap.dedent("""\
+    return (
+        textwrap.dedent("""\
         <!--Copyright 2026 The HuggingFace Team and the aasp_hf authors. All rights reserved.
 
         Licensed under the Apache License, Version 2.0 (the "License"); you may not use this file except in compliance with
@@ -360,7 +393,9 @@ def docs_page() -> str:
             logits = model(**inputs).logits
         ```
 
-        """) + blocks
+        """)
+        + blocks
+    )
 
 
 def write_docs(tree: Path) -> None:
@@ -378,7 +413,7 @@ def _conftest_helpers() -> dict[str, str]:
     for node in ast.parse(source).body:
         if isinstance(node, ast.FunctionDef):
             start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-            out[node.name] = "\n".join(source.splitlines()[start - 1:node.end_lineno]) + "\n"
+            out[node.name] = "\n".join(source.splitlines()[start - 1 : node.end_lineno]) + "\n"
     return out
 
 
@@ -404,8 +439,10 @@ def tree_test_files() -> dict[str, list[tuple[str, dict[str, str]]]]:
     for ours, cls, drop in TEST_FILES:
         module = defining_module(cls)
         if module is None:
-            raise UsageError(f"no file of {sorted(model_file_names())} defines {cls}, which tests/{ours} tests: update "
-                             "TEST_FILES in conversion/write_transformers_pr.py")
+            raise UsageError(
+                f"no file of {sorted(model_file_names())} defines {cls}, which tests/{ours} tests: update "
+                "TEST_FILES in conversion/write_transformers_pr.py"
+            )
         out.setdefault(f"test_{module}.py", []).append((ours, drop))
     return out
 
@@ -414,6 +451,7 @@ def _tree_import(node: ast.ImportFrom, aliases: list[ast.alias]) -> list[str]:
     """`from <ours> import ...` as the tree's test file imports it: transformers' common test files relative
     (`...test_modeling_common`); aasp_hf's documented classes from `transformers`, any other name of the model from
     the file of the model folder that defines it (not the module our test names, which may re-export it)."""
+
     def spelled(group):
         return ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in group)
 
@@ -429,9 +467,11 @@ def _tree_import(node: ast.ImportFrom, aliases: list[ast.alias]) -> list[str]:
         elif (module := defining_module(alias.name)) is not None:
             home = f"transformers.models.{MODEL}.{module}"
         else:
-            raise UsageError(f"a test written into the tree imports {alias.name} from {mod}, which no file of the "
-                             "model folder defines: import it from a Hub-shipped file, or leave the test out (drop "
-                             "it in TEST_FILES, conversion/write_transformers_pr.py)")
+            raise UsageError(
+                f"a test written into the tree imports {alias.name} from {mod}, which no file of the "
+                "model folder defines: import it from a Hub-shipped file, or leave the test out (drop "
+                "it in TEST_FILES, conversion/write_transformers_pr.py)"
+            )
         homes.setdefault(home, []).append(alias)
     return [f"from {home} import {spelled(group)}" for home, group in homes.items()]
 
@@ -449,8 +489,8 @@ def tree_test_file(sources: list[tuple[str, dict[str, str]]]) -> str:
         left_out.update(drop)
         lines = source.splitlines()
         for node in module.body:
-            start = (node.decorator_list[0].lineno if getattr(node, "decorator_list", None) else node.lineno)
-            text = "\n".join(lines[start - 1:node.end_lineno]) + "\n"
+            start = node.decorator_list[0].lineno if getattr(node, "decorator_list", None) else node.lineno
+            text = "\n".join(lines[start - 1 : node.end_lineno]) + "\n"
             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and node is module.body[0]:
                 continue  # the docstring
             if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -459,7 +499,9 @@ def tree_test_file(sources: list[tuple[str, dict[str, str]]]) -> str:
                 else:
                     import_nodes.append(node)
                 continue
-            if isinstance(node, ast.Try):  # the skip when transformers' common tests are not unpacked: the tree has them
+            if isinstance(
+                node, ast.Try
+            ):  # the skip when transformers' common tests are not unpacked: the tree has them
                 continue
             name = getattr(node, "name", None)
             if name in drop:
@@ -478,11 +520,13 @@ def tree_test_file(sources: list[tuple[str, dict[str, str]]]) -> str:
             if dep not in used:
                 used.add(dep)
                 todo.append(dep)
-    helper_text = [helpers[n].replace("from aasp_hf import", "from transformers import") for n in helpers
-                   if n in used]
+    helper_text = [helpers[n].replace("from aasp_hf import", "from transformers import") for n in helpers if n in used]
     used_names = set().union(set(), *(_uses(t) for t in helper_text + body)) | {
-        n.value.id for t in helper_text + body for n in ast.walk(ast.parse(t))
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+        n.value.id
+        for t in helper_text + body
+        for n in ast.walk(ast.parse(t))
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+    }
     imports = []
     for node in import_nodes:  # only what the kept code uses, pointed at the tree, each line once
         aliases = [a for a in node.names if (a.asname or a.name).split(".")[0] in used_names]
@@ -495,8 +539,14 @@ def tree_test_file(sources: list[tuple[str, dict[str, str]]]) -> str:
         imports += [line for line in new if line not in imports]
     note = "".join(f"\n- `{n}`: {why}" for n, why in left_out.items() if n)
     names = " and ".join(f"tests/{ours}" for ours, _ in sources)
-    doc = textwrap.fill(f"Generated by aasp_hf's conversion/write_transformers_pr.py from its {names}"
-                        + (", less:" if note else "."), width=119) + note
+    doc = (
+        textwrap.fill(
+            f"Generated by aasp_hf's conversion/write_transformers_pr.py from its {names}"
+            + (", less:" if note else "."),
+            width=119,
+        )
+        + note
+    )
     parts = [LICENSE, f'"""{doc}\n"""\n\n', "\n".join(imports) + "\n\n\n", "\n\n".join(helper_text + body)]
     return "".join(parts) if (helper_text or body) else ""
 
@@ -513,11 +563,18 @@ def write_tests(tree: Path) -> list[str]:
 
 # ----------------------------------------------------------------------------------------------------- the writer
 def check_tree(tree: Path) -> None:
-    for part in ("src/transformers/models/__init__.py", "src/transformers/models/auto/modeling_auto.py",
-                 "docs/source/en/_toctree.yml", "utils/checkers.py", "Makefile"):
+    for part in (
+        "src/transformers/models/__init__.py",
+        "src/transformers/models/auto/modeling_auto.py",
+        "docs/source/en/_toctree.yml",
+        "utils/checkers.py",
+        "Makefile",
+    ):
         if not (tree / part).is_file():
-            raise UsageError(f"{tree} is not a transformers source tree ({part} is missing): pass the root of a "
-                             "clone of https://github.com/huggingface/transformers")
+            raise UsageError(
+                f"{tree} is not a transformers source tree ({part} is missing): pass the root of a "
+                "clone of https://github.com/huggingface/transformers"
+            )
 
 
 PR_BRANCH = "add-aasp"
@@ -528,20 +585,26 @@ def ensure_pr_branch(tree: Path) -> str:
     converts every modular file of the tree when it runs on `main` itself, only the changed models' on a branch;
     add_dates reads the branch's diff), so a tree on `main` is moved to a new branch `add-aasp` at the same commit
     (`git switch -c`; uncommitted changes come along), as a contributor starts a pull request."""
+
     def git(*args):
-        return subprocess.run(["git", "-C", str(tree), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+        return subprocess.run(
+            ["git", "-C", str(tree), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
 
     current = git("branch", "--show-current")
     if current.returncode != 0:
-        raise UsageError(f"{tree} is not a git clone ({current.stdout.strip()}): the tree's checks read its history; "
-                         "clone https://github.com/huggingface/transformers")
+        raise UsageError(
+            f"{tree} is not a git clone ({current.stdout.strip()}): the tree's checks read its history; "
+            "clone https://github.com/huggingface/transformers"
+        )
     branch = current.stdout.strip()
     if branch != "main":
         return branch
     if git("rev-parse", "--verify", "--quiet", f"refs/heads/{PR_BRANCH}").returncode == 0:
-        raise UsageError(f"{tree} is on main and a branch {PR_BRANCH} exists: switch to it (git -C {tree} switch "
-                         f"{PR_BRANCH}) or to another branch, and run again")
+        raise UsageError(
+            f"{tree} is on main and a branch {PR_BRANCH} exists: switch to it (git -C {tree} switch "
+            f"{PR_BRANCH}) or to another branch, and run again"
+        )
     switched = git("switch", "-c", PR_BRANCH)
     if switched.returncode != 0:
         raise UsageError(f"could not create the branch {PR_BRANCH} in {tree}: {switched.stdout.strip()}")
@@ -574,8 +637,10 @@ def tree_fixes(python: str, style: bool) -> list[tuple[list[str], bool]]:
     out = [([ruff, "check", "--select", "I", "--fix", *WRITTEN], False), ([ruff, "format", *GENERATED], True)]
     if style:
         out += [([ruff, "check", "--fix", *WRITTEN], False), ([ruff, "format", *WRITTEN], True)]
-    out += [([python, "utils/check_auto.py", "--fix_and_overwrite"], True),
-            ([python, "utils/sort_auto_mappings.py"], True)]
+    out += [
+        ([python, "utils/check_auto.py", "--fix_and_overwrite"], True),
+        ([python, "utils/sort_auto_mappings.py"], True),
+    ]
     return out
 
 
@@ -583,19 +648,27 @@ def tree_fixes(python: str, style: bool) -> list[tuple[list[str], bool]]:
 # network it asks GitHub's main and takes today's date for a file main lacks).
 DATE_FIX = ["utils/add_dates.py", "--models", MODEL]
 COMMIT_SUBJECT = "Add AaSP (written by aasp_hf's conversion/write_transformers_pr.py)"
-PR_PATHS = [f"src/transformers/models/{MODEL}", f"tests/models/{MODEL}", f"docs/source/en/model_doc/{MODEL}.md",
-            "docs/source/en/_toctree.yml", "src/transformers/models/__init__.py",
-            "src/transformers/models/auto/modeling_auto.py", "src/transformers/models/auto/auto_mappings.py",
-            "utils/check_config_attributes.py"]
+PR_PATHS = [
+    f"src/transformers/models/{MODEL}",
+    f"tests/models/{MODEL}",
+    f"docs/source/en/model_doc/{MODEL}.md",
+    "docs/source/en/_toctree.yml",
+    "src/transformers/models/__init__.py",
+    "src/transformers/models/auto/modeling_auto.py",
+    "src/transformers/models/auto/auto_mappings.py",
+    "utils/check_config_attributes.py",
+]
 
 
 def commit_pr(tree: Path) -> str:
     """Commits what the pull request changes on its branch `add-aasp`, amending our previous commit there (so a rerun
     replaces it; the author date, which add_dates reads, stays the first one). On any other branch nothing is
     committed. Returns what was done, for the log."""
+
     def git(*args, check=True):
-        proc = subprocess.run(["git", "-C", str(tree), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+        proc = subprocess.run(
+            ["git", "-C", str(tree), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         if check and proc.returncode != 0:
             raise UsageError(f"git {' '.join(args[:2])} failed in {tree}: {proc.stdout.strip()}")
         return proc.stdout.strip()
@@ -604,8 +677,11 @@ def commit_pr(tree: Path) -> str:
     if branch != PR_BRANCH:
         return f"left uncommitted: the tree is on {branch}, not {PR_BRANCH}"
     git("add", "-A", "--", *[path for path in PR_PATHS if (tree / path).exists()])
-    identity = [] if git("config", "user.email", check=False) else [
-        "-c", "user.name=aasp_hf write_transformers_pr.py", "-c", "user.email=aasp_hf@localhost"]
+    identity = (
+        []
+        if git("config", "user.email", check=False)
+        else ["-c", "user.name=aasp_hf write_transformers_pr.py", "-c", "user.email=aasp_hf@localhost"]
+    )
     if git("log", "-1", "--format=%s") == COMMIT_SUBJECT:
         git(*identity, "commit", "-q", "--amend", "--no-edit", "--allow-empty")
         return f"amended {COMMIT_SUBJECT!r} on {PR_BRANCH}"
@@ -655,22 +731,33 @@ def checks(tree: Path, python: str) -> list[tuple[str, list[str], str | None]]:
     """(name, command, version requirement) for every check, in order."""
     written = WRITTEN
     style = [n for n in makefile_list(tree, "STYLE_CHECKERS") if not n.startswith("ruff")]
-    out = [(name, [python, "utils/checkers.py", name, "--no-cache"], None)
-           for name in makefile_list(tree, "REPO_CONSISTENCY_CHECKERS") + style]
+    out = [
+        (name, [python, "utils/checkers.py", name, "--no-cache"], None)
+        for name in makefile_list(tree, "REPO_CONSISTENCY_CHECKERS") + style
+    ]
     ruff = str(Path(python).parent / "ruff")
     out.append(("ruff_check", [ruff, "check", *written], "ruff"))
     out.append(("ruff_format", [ruff, "format", "--check", *written], "ruff"))
     # the linter searches the folders as the tree's CI searches src/transformers/models and tests/models: modeling_*,
     # configuration_*, feature_extraction_* files (the helper modules beside them are not model integration files)
-    out.append(("modeling_structure", [python, "utils/check_modeling_structure.py", "--no-progress", *written],
-                "transformers-mlinter"))
+    out.append(
+        (
+            "modeling_structure",
+            [python, "utils/check_modeling_structure.py", "--no-progress", *written],
+            "transformers-mlinter",
+        )
+    )
     out.append(("model_tests", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/models/{MODEL}"], None))
     return out
 
 
 def installed_version(python: str, package: str) -> str | None:
-    proc = subprocess.run([python, "-c", f"import importlib.metadata as m; print(m.version({package!r}))"],
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.run(
+        [python, "-c", f"import importlib.metadata as m; print(m.version({package!r}))"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
@@ -709,17 +796,28 @@ def run_checks(tree: Path, python: str, log, skip=()) -> list[tuple[str, bool]]:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("transformers_src", type=Path, help="root of a transformers source tree (a git clone)")
-    parser.add_argument("--python", default=sys.executable,
-                        help="interpreter with the tree installed editable (.[quality]), torchvision and pytest")
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="interpreter with the tree installed editable (.[quality]), torchvision and pytest",
+    )
     parser.add_argument("--write-only", action="store_true", help="write the model into the tree, run no checks")
-    parser.add_argument("--style", action="store_true",
-                        help="also run ruff's fixes and formatter on the written folders, as `make style` would")
+    parser.add_argument(
+        "--style",
+        action="store_true",
+        help="also run ruff's fixes and formatter on the written folders, as `make style` would",
+    )
     parser.add_argument("--skip", nargs="*", default=[], help="checks not to run (names as printed)")
-    parser.add_argument("--log", type=Path, default=None,
-                        help="full output of the fixes and checks (default: transformers_pr_check.log here)")
+    parser.add_argument(
+        "--log",
+        type=Path,
+        default=None,
+        help="full output of the fixes and checks (default: transformers_pr_check.log here)",
+    )
     return parse_command_line(parser, argv)
 
 
@@ -729,20 +827,28 @@ def main(argv=None) -> int:
     check_tree(tree)
     branch = ensure_pr_branch(tree)
     written = write(tree)
-    print(f"wrote src/transformers/models/{MODEL}/ ({len(written['model'])} files), tests/models/{MODEL}/ "
-          f"({len(written['tests'])} files), docs/source/en/model_doc/{MODEL}.md and the shared entries (branch {branch})",
-          flush=True)
+    print(
+        f"wrote src/transformers/models/{MODEL}/ ({len(written['model'])} files), tests/models/{MODEL}/ "
+        f"({len(written['tests'])} files), docs/source/en/model_doc/{MODEL}.md and the shared entries (branch {branch})",
+        flush=True,
+    )
     if args.write_only:
         return 0
     if shutil.which(args.python) is None and not Path(args.python).is_file():
-        raise UsageError(f"--python {args.python} does not exist: pass the interpreter of a venv with the tree installed")
+        raise UsageError(
+            f"--python {args.python} does not exist: pass the interpreter of a venv with the tree installed"
+        )
     log_path = args.log or Path("transformers_pr_check.log")
     with open(log_path, "w", encoding="utf-8") as log:
         run_fixes(tree, args.python, log, style=args.style)
         results = run_checks(tree, args.python, log, skip=set(args.skip))
     failed = [name for name, ok in results if not ok]
-    print(f"{len(results) - len(failed)} of {len(results)} checks passed"
-          + (f"; failed: {', '.join(failed)}" if failed else "") + f" (full output: {log_path})", flush=True)
+    print(
+        f"{len(results) - len(failed)} of {len(results)} checks passed"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+        + f" (full output: {log_path})",
+        flush=True,
+    )
     return 1 if failed else 0
 
 

@@ -118,8 +118,10 @@ def finetune(model, train, train_y, steps, batch_size, learning_rate, log_prefix
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         if (step + 1) % 50 == 0 or step + 1 == steps:
-            print(f"   {log_prefix} step {step + 1:5d}/{steps}  loss {out.loss.item():.3f}  "
-                  f"({time.monotonic() - start:.0f} s)")
+            print(
+                f"   {log_prefix} step {step + 1:5d}/{steps}  loss {out.loss.item():.3f}  "
+                f"({time.monotonic() - start:.0f} s)"
+            )
     return time.monotonic() - start
 
 
@@ -134,8 +136,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--pretrain-steps", type=int, default=1500, help="0 skips pre-training")
     parser.add_argument("--pretrain-clips", type=int, default=1024)
     parser.add_argument("--finetune-steps", type=int, default=250, help="fine-tuning steps, the same for each model")
-    parser.add_argument("--threads", type=int, default=default_threads(), help="torch threads (default: usable "
-                        "cores, at most 8)")
+    parser.add_argument(
+        "--threads", type=int, default=default_threads(), help="torch threads (default: usable cores, at most 8)"
+    )
     parser.add_argument("--output-dir", default="demo_output")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--train-per-class", type=int, default=400)
@@ -146,8 +149,10 @@ def main(argv=None) -> dict:
     output_dir = Path(args.output_dir)
     earlier = [name for name in ("all_results.json", "pretrain", "classifier") if (output_dir / name).exists()]
     if earlier:
-        print(f"{output_dir}/ holds an earlier demo run ({', '.join(earlier)}): this run replaces it "
-              f"(pass --output-dir to keep both)")
+        print(
+            f"{output_dir}/ holds an earlier demo run ({', '.join(earlier)}): this run replaces it "
+            f"(pass --output-dir to keep both)"
+        )
     torch.set_num_threads(args.threads)
     print(f"torch threads: {torch.get_num_threads()}")
     t_start = time.monotonic()
@@ -167,7 +172,9 @@ def main(argv=None) -> dict:
 
     encoder_dir = None
     if args.pretrain_steps > 0:
-        print(f"2. pre-training the tiny preset for {args.pretrain_steps} steps on {args.pretrain_clips} unlabelled clips")
+        print(
+            f"2. pre-training the tiny preset for {args.pretrain_steps} steps on {args.pretrain_clips} unlabelled clips"
+        )
         start = time.monotonic()
         encoder_dir = pretrain(output_dir / "pretrain", args.pretrain_steps, args.pretrain_clips, args.seed)
         results["pretrain_seconds"] = round(time.monotonic() - start, 1)
@@ -189,14 +196,17 @@ def main(argv=None) -> dict:
     if encoder_dir is not None:
         candidates["pretrained"] = AaspForAudioClassification.from_pretrained(encoder_dir, **head_kwargs)
     for name, model in candidates.items():
-        seconds = finetune(model, train, train_y, args.finetune_steps, args.batch_size, args.learning_rate, name,
-                           seed=args.seed)
+        seconds = finetune(
+            model, train, train_y, args.finetune_steps, args.batch_size, args.learning_rate, name, seed=args.seed
+        )
         results[f"finetune_steps_{name}"] = args.finetune_steps
         results[f"finetune_seconds_{name}"] = round(seconds, 1)
         results[f"finetune_accuracy_{name}"] = accuracy(model, test, test_y)
     for name in candidates:
-        print(f"   from {name:10s}: {results[f'finetune_accuracy_{name}']:.3f} held-out accuracy after "
-              f"{args.finetune_steps} steps ({results[f'finetune_seconds_{name}']:.0f} s)")
+        print(
+            f"   from {name:10s}: {results[f'finetune_accuracy_{name}']:.3f} held-out accuracy after "
+            f"{args.finetune_steps} steps ({results[f'finetune_seconds_{name}']:.0f} s)"
+        )
 
     best_name = "pretrained" if "pretrained" in candidates else "scratch"
     classifier_dir = output_dir / "classifier"
@@ -214,28 +224,39 @@ def main(argv=None) -> dict:
 
     from aasp_hf.hub import write_model_card
 
-    write_model_card(classifier_dir, candidates[best_name], feature_extractor, {
-        "title": "AaSP demo classifier (synthetic audio, 5 classes)",
-        "path": str(classifier_dir),
-        "training": {"data": f"examples/demo.py's synthetic clips: {args.train_per_class} train per class, "
-                             f"{args.test_per_class} test per class, 1 s each",
-                     "pre-training": f"{args.pretrain_steps} steps on {args.pretrain_clips} unlabelled synthetic clips"
-                                     if encoder_dir is not None else "none (from scratch)",
-                     "fine-tuning": f"{args.finetune_steps} steps, batch {args.batch_size}, AdamW lr "
-                                    f"{args.learning_rate:g}"},
-        "evaluation": f"Held-out accuracy on {len(test_y)} synthetic test clips through the pipeline: "
-                      f"{results['pipeline_accuracy']:.3f} (from scratch, same steps: "
-                      f"{results['finetune_accuracy_scratch']:.3f}). A demonstration, not a benchmark.",
-    })
+    write_model_card(
+        classifier_dir,
+        candidates[best_name],
+        feature_extractor,
+        {
+            "title": "AaSP demo classifier (synthetic audio, 5 classes)",
+            "path": str(classifier_dir),
+            "training": {
+                "data": f"examples/demo.py's synthetic clips: {args.train_per_class} train per class, "
+                f"{args.test_per_class} test per class, 1 s each",
+                "pre-training": f"{args.pretrain_steps} steps on {args.pretrain_clips} unlabelled synthetic clips"
+                if encoder_dir is not None
+                else "none (from scratch)",
+                "fine-tuning": f"{args.finetune_steps} steps, batch {args.batch_size}, AdamW lr {args.learning_rate:g}",
+            },
+            "evaluation": f"Held-out accuracy on {len(test_y)} synthetic test clips through the pipeline: "
+            f"{results['pipeline_accuracy']:.3f} (from scratch, same steps: "
+            f"{results['finetune_accuracy_scratch']:.3f}). A demonstration, not a benchmark.",
+        },
+    )
     results["seconds"] = round(time.monotonic() - t_start, 1)
     (output_dir / "all_results.json").write_text(json.dumps(results, indent=2))
     print(f"done in {results['seconds'] / 60:.1f} min. Artefacts:")
     if encoder_dir is not None:
-        print(f"   pre-training run      {output_dir / 'pretrain'}/  (checkpoint, log_history.jsonl, all_results.json, "
-              f"TensorBoard events)")
+        print(
+            f"   pre-training run      {output_dir / 'pretrain'}/  (checkpoint, log_history.jsonl, all_results.json, "
+            f"TensorBoard events)"
+        )
         print(f"   pre-trained encoder   {encoder_dir}/  (AutoModel.from_pretrained; model card README.md)")
-    print(f"   fine-tuned classifier {classifier_dir}/  (model card; load it with "
-          f"pipeline(\"audio-classification\", model=...))")
+    print(
+        f"   fine-tuned classifier {classifier_dir}/  (model card; load it with "
+        f'pipeline("audio-classification", model=...))'
+    )
     print(f"   results               {output_dir / 'all_results.json'}")
     return results
 

@@ -94,7 +94,11 @@ from aasp_hf.training.data_order import micro_batches
 from aasp_hf.training.failed_clips import FailedClipShare
 from aasp_hf.training.resume import FINETUNING_RUN_ARGUMENTS as RUN_ARGUMENTS
 from aasp_hf.training.resume import (
-    compare_run_arguments, describe_resume_changes, finished_finetuning, load_training_state, resumed_run_arguments,
+    compare_run_arguments,
+    describe_resume_changes,
+    finished_finetuning,
+    load_training_state,
+    resumed_run_arguments,
 )
 from aasp_hf.training.run_log import write_logs
 from aasp_hf.training.saved_models import install_best_model, save_best_model, write_classifier_card
@@ -105,7 +109,11 @@ from aasp_hf.training.step import augmented_inputs, finetuning_step
 from aasp_hf.training.arguments import gradient_accumulation_for, parse_arguments
 from aasp_hf.training.finetuning_arguments import FinetuneArguments
 from aasp_hf.training.short_run import (
-    DEFAULT_BATCH_SIZE, batch_size_for, ema_decay_for, learning_rate_for, warmup_steps_for,
+    DEFAULT_BATCH_SIZE,
+    batch_size_for,
+    ema_decay_for,
+    learning_rate_for,
+    warmup_steps_for,
 )
 from aasp_hf.errors import UsageError, check_keys
 from aasp_hf.hub import check_model_path
@@ -121,9 +129,16 @@ SPLIT_SEED = 0  # the held-out validation / test draws: one split for every seed
 # a long run on a large set and are derived for a short run or a small folder when left unset, one printed line each
 # (aasp_hf.training.short_run); the presets set them, so they keep the paper's values.
 # What a run leaves in output_dir (sub-runs of --seeds / --all_folds in <part>_seed<k>/; the best model copied in).
-FINETUNE_ARTEFACTS = RUN_ARTEFACTS + ("best_model*", "results.md", "*_seed*", "model.safetensors", "config.json",
-                                      "preprocessor_config.json")
+FINETUNE_ARTEFACTS = RUN_ARTEFACTS + (
+    "best_model*",
+    "results.md",
+    "*_seed*",
+    "model.safetensors",
+    "config.json",
+    "preprocessor_config.json",
+)
 # ----------------------------------------------------------------------------------------------- arguments
+
 
 def parse_args(argv=None) -> FinetuneArguments:
     """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
@@ -140,19 +155,31 @@ def parse_args(argv=None) -> FinetuneArguments:
         raise ValueError(f"select_on={args.select_on!r}: use one of {SELECT_ON}")
     logmel_baseline.check_choice(args.baseline, args.baseline_max_clips)
     if args.classifier_pooling not in (None, "cls", "mean"):
-        raise UsageError(f"--classifier_pooling {args.classifier_pooling}: use cls (the class token) or mean (the "
-                         "mean of the patch tokens)")
+        raise UsageError(
+            f"--classifier_pooling {args.classifier_pooling}: use cls (the class token) or mean (the "
+            "mean of the patch tokens)"
+        )
     if args.clip_padding not in CLIP_PADDING:
-        raise UsageError(f"--clip_padding {args.clip_padding}: use zeros (appended to the waveform) or masked (padded "
-                         "frames marked as padding)")
+        raise UsageError(
+            f"--clip_padding {args.clip_padding}: use zeros (appended to the waveform) or masked (padded "
+            "frames marked as padding)"
+        )
     resumed = resumed_run_arguments(args.output_dir) if args.resume else {}
-    for name, rule in (("learning_rate", learning_rate_for), ("ema_decay", ema_decay_for),
-                       ("warmup_steps", warmup_steps_for)):  # unset: derived from the run's length, said in a line
+    for name, rule in (
+        ("learning_rate", learning_rate_for),
+        ("ema_decay", ema_decay_for),
+        ("warmup_steps", warmup_steps_for),
+    ):  # unset: derived from the run's length, said in a line
         if getattr(args, name) is None:
             value, line = rule(args.max_steps)
             if resumed.get(name) is not None and resumed[name] != value:  # a longer resumed run keeps its own values
-                value, line = resumed[name], (f"--{name} {resumed[name]:g}: the value the resumed run derived from its "
-                                              f"--max_steps {resumed['max_steps']} (pass --{name} to choose)")
+                value, line = (
+                    resumed[name],
+                    (
+                        f"--{name} {resumed[name]:g}: the value the resumed run derived from its "
+                        f"--max_steps {resumed['max_steps']} (pass --{name} to choose)"
+                    ),
+                )
             args = replace(args, **{name: value})
             if line:
                 print(line)
@@ -198,24 +225,34 @@ def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
         # train / validation clips 25 % longer than the crop (random crops); test clips exactly the crop, so the
         # pipeline on a raw test clip sees what the evaluation saw
         clip_seconds = args.clip_seconds or 1.0
-        splits = synthetic_splits(args.synthetic_per_class, 1234, seconds=1.25 * clip_seconds,
-                                  test_seconds=clip_seconds, multi_label=args.synthetic_multi_label)
+        splits = synthetic_splits(
+            args.synthetic_per_class,
+            1234,
+            seconds=1.25 * clip_seconds,
+            test_seconds=clip_seconds,
+            multi_label=args.synthetic_multi_label,
+        )
         if args.select_on != "validation":  # nothing selects on it
             del splits["validation"]
         return {"synthetic": splits}, args.synthetic_multi_label, list(LABELS), clip_seconds, "synthetic"
     if args.dataset is None:
         raise ValueError("Pass --dataset (with --data_root) or --synthetic_per_class N.")
     downstream = data.load_downstream(
-        args.dataset, root=args.data_root,
+        args.dataset,
+        root=args.data_root,
         loader_kwargs=json.loads(args.dataset_kwargs) if args.dataset_kwargs else None,
-        task=args.task, clip_seconds=args.clip_seconds,
+        task=args.task,
+        clip_seconds=args.clip_seconds,
         folds=None if args.all_folds or args.test_fold is None else [args.test_fold],
         max_folds=None if args.all_folds else 1,  # one test fold (the first by default) unless --all_folds
-        kfold_validation=args.kfold_validation, select_on=args.select_on, validation_fraction=args.validation_fraction,
-        test_fraction=args.test_fraction, seed=SPLIT_SEED, group_by=args.group_by,
+        kfold_validation=args.kfold_validation,
+        select_on=args.select_on,
+        validation_fraction=args.validation_fraction,
+        test_fraction=args.test_fraction,
+        seed=SPLIT_SEED,
+        group_by=args.group_by,
     )
-    return (downstream.parts, downstream.multi_label, downstream.label_names, downstream.clip_seconds,
-            downstream.task)
+    return (downstream.parts, downstream.multi_label, downstream.label_names, downstream.clip_seconds, downstream.task)
 
 
 def clip_labels(rows, multi_label: bool) -> list[list[int]]:
@@ -240,8 +277,10 @@ def predict(model, rows, make_collator, batch_size, accelerator) -> tuple[np.nda
         if batch is None:
             continue
         with accelerator.autocast():
-            out = model(input_values=batch["input_values"].to(accelerator.device),
-                        attention_mask=batch["attention_mask"].to(accelerator.device)).logits
+            out = model(
+                input_values=batch["input_values"].to(accelerator.device),
+                attention_mask=batch["attention_mask"].to(accelerator.device),
+            ).logits
         logits.append(out.float().cpu().numpy())
         labels.append(batch["labels"].numpy())
     model.train(was_training)
@@ -255,27 +294,37 @@ def predict(model, rows, make_collator, batch_size, accelerator) -> tuple[np.nda
 
 # ----------------------------------------------------------------------------------------------- resume
 # ----------------------------------------------------------------------------------------------- one run
-def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[str], clip_seconds: float,
-        selection_rule: str | None = None) -> dict:
+def run(
+    args: FinetuneArguments,
+    splits: dict,
+    multi_label: bool,
+    names: list[str],
+    clip_seconds: float,
+    selection_rule: str | None = None,
+) -> dict:
     """Fine-tunes once (one seed, one test fold) into `args.output_dir`; returns its results. `selection_rule`: the
     sentence that the results and the model card give for the model selection (default: from `args.select_on`)."""
     from aasp_hf.data import AaspFineTuningCollator, ClassBalancedSampler, describe_protocol
 
     if selection_rule is None:
-        selection_rule = describe_protocol(args.select_on, False, args.kfold_validation, args.validation_fraction,
-                                           SPLIT_SEED, args.group_by)
+        selection_rule = describe_protocol(
+            args.select_on, False, args.kfold_validation, args.validation_fraction, SPLIT_SEED, args.group_by
+        )
 
     output_dir = Path(args.output_dir)
     accelerator = Accelerator(mixed_precision=args.mixed_precision, project_dir=str(output_dir))
     check_launch(accelerator.num_processes, "finetune.py")  # a launcher's processes that did not join: one line
     rank, world = accelerator.process_index, accelerator.num_processes
-    accum = gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size, world,
-                                      args.gradient_accumulation_steps)  # the preset's global batch on `world`
+    accum = gradient_accumulation_for(
+        args.total_train_batch_size, args.per_device_train_batch_size, world, args.gradient_accumulation_steps
+    )  # the preset's global batch on `world`
     num_clips = len(splits["train"])
     if not args.class_balanced_sampling and args.per_device_train_batch_size * world > num_clips:
-        raise UsageError(f"--per_device_train_batch_size {args.per_device_train_batch_size} × {world} process"
-                         f"{'es' if world > 1 else ''} is more than the {num_clips} training clips: pass "
-                         f"--per_device_train_batch_size {max(1, num_clips // world)} or less")
+        raise UsageError(
+            f"--per_device_train_batch_size {args.per_device_train_batch_size} × {world} process"
+            f"{'es' if world > 1 else ''} is more than the {num_clips} training clips: pass "
+            f"--per_device_train_batch_size {max(1, num_clips // world)} or less"
+        )
     set_seed(args.seed)  # the head's initialisation, identical on every process
 
     # 2. Model: the encoder's weights load under `aasp`; LayerNorm + Linear on CLS are new.
@@ -285,18 +334,31 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
 
     # 3. Data: crops and features in the collator (called in the loop, so its generator is checkpointed).
     num_labels = len(names)
-    collator = AaspFineTuningCollator(feature_extractor, clip_seconds=clip_seconds, split="train",
-                                      num_labels=num_labels if multi_label else None,
-                                      seed=args.seed * 1000 + 1 + rank, padding=args.clip_padding)
+    collator = AaspFineTuningCollator(
+        feature_extractor,
+        clip_seconds=clip_seconds,
+        split="train",
+        num_labels=num_labels if multi_label else None,
+        seed=args.seed * 1000 + 1 + rank,
+        padding=args.clip_padding,
+    )
     augment_rng = np.random.default_rng(args.seed * 1000 + 2 + rank)
     sampler = None
     if args.class_balanced_sampling:
-        sampler = ClassBalancedSampler(clip_labels(splits["train"], multi_label), num_classes=num_labels,
-                                       num_samples=args.samples_per_epoch, seed=0)
+        sampler = ClassBalancedSampler(
+            clip_labels(splits["train"], multi_label),
+            num_classes=num_labels,
+            num_samples=args.samples_per_epoch,
+            seed=0,
+        )
 
     # 4. Optimiser: layer-wise lr decay on top of the decay / no-decay split; lr a pure function of the step.
-    optimizer = torch.optim.AdamW(layer_decay_param_groups(model, args.weight_decay, args.layer_decay),
-                                  lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
+    optimizer = torch.optim.AdamW(
+        layer_decay_param_groups(model, args.weight_decay, args.layer_decay),
+        lr=args.learning_rate,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+    )
 
     # 5. Distribute.
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -309,8 +371,24 @@ def run(args: FinetuneArguments, splits: dict, multi_label: bool, names: list[st
     position = resume_run(accelerator, optimizer, collator, augment_rng, ema, args, run_arguments)
 
     # 7. Training loop, 8. the best model and the results.
-    loop = FineTuningLoop(accelerator, model, optimizer, ema, collator, augment_rng, feature_extractor, args, accum,
-                          splits, multi_label, num_labels, clip_seconds, run_arguments, position, sampler)
+    loop = FineTuningLoop(
+        accelerator,
+        model,
+        optimizer,
+        ema,
+        collator,
+        augment_rng,
+        feature_extractor,
+        args,
+        accum,
+        splits,
+        multi_label,
+        num_labels,
+        clip_seconds,
+        run_arguments,
+        position,
+        sampler,
+    )
     loop.run()
     return write_run_results(loop, args, splits, multi_label, clip_seconds, selection_rule)
 
@@ -333,11 +411,14 @@ def load_classifier(accelerator, args, names: list[str], multi_label: bool):
     if args.freeze_feature_encoder:
         model.freeze_feature_encoder()
     try:
-        feature_extractor = without_truncation(AutoFeatureExtractor.from_pretrained(args.model_name_or_path),
-                                               args.model_name_or_path)  # the saved model takes whole clips
+        feature_extractor = without_truncation(
+            AutoFeatureExtractor.from_pretrained(args.model_name_or_path), args.model_name_or_path
+        )  # the saved model takes whole clips
     except (OSError, ValueError):
-        logger.warning(f"No feature extractor saved with {args.model_name_or_path}: using AaspFeatureExtractor() "
-                       f"(the paper's m2d front end, mean -7.1, std 4.1).")
+        logger.warning(
+            f"No feature extractor saved with {args.model_name_or_path}: using AaspFeatureExtractor() "
+            f"(the paper's m2d front end, mean -7.1, std 4.1)."
+        )
         feature_extractor = AaspFeatureExtractor(feature_size=model.config.num_mel_bins)
     return model, feature_extractor
 
@@ -347,8 +428,13 @@ def resume_run(accelerator, optimizer, collator, augment_rng, ema, args, run_arg
     augmentation's generators, the EMA weights). Returns the position: step, micro-batches consumed, decode failures
     so far, the best-so-far and the evaluation history (a fresh run's when there is nothing to resume)."""
     output_dir, rank, world = Path(args.output_dir), accelerator.process_index, accelerator.num_processes
-    position = {"step": 0, "micro_batches": 0, "decode_failures": 0, "history": [],
-                "best": {"valid_score": -math.inf, "step": 0, "test_score": float("nan")}}
+    position = {
+        "step": 0,
+        "micro_batches": 0,
+        "decode_failures": 0,
+        "history": [],
+        "best": {"valid_score": -math.inf, "step": 0, "test_score": float("nan")},
+    }
     checkpoint = checkpoint_to_resume(output_dir, accelerator.print) if args.resume else None
     if checkpoint is None:
         if args.resume:
@@ -358,24 +444,40 @@ def resume_run(accelerator, optimizer, collator, augment_rng, ema, args, run_arg
         return position
     state = load_trainer_state(checkpoint)
     if state["num_processes"] != world:
-        raise ValueError(f"{checkpoint} was written by {state['num_processes']} processes; exact resume needs "
-                         f"the same number, got {world}")
-    changes = compare_run_arguments(checkpoint, state.get("run_arguments"), run_arguments, args.resume_allow_changes,
-                                    RUN_ARGUMENTS, accelerator.mixed_precision, state["step"], args.max_steps)
+        raise ValueError(
+            f"{checkpoint} was written by {state['num_processes']} processes; exact resume needs "
+            f"the same number, got {world}"
+        )
+    changes = compare_run_arguments(
+        checkpoint,
+        state.get("run_arguments"),
+        run_arguments,
+        args.resume_allow_changes,
+        RUN_ARGUMENTS,
+        accelerator.mixed_precision,
+        state["step"],
+        args.max_steps,
+    )
     load_training_state(accelerator, optimizer, checkpoint)  # the optimiser's hyper-parameters: the arguments'
     mine = load_process_state(checkpoint, rank)
     collator.rng.bit_generator.state = mine["collator_rng"]
     augment_rng.bit_generator.state = mine["augment_rng"]
     if ema is not None:
         ema.load_state_dict(load_process_state(checkpoint, 0)["ema"])
-    position = {"step": state["step"], "micro_batches": state["micro_batches"],
-                "decode_failures": mine["decode_failures"], "best": state["best"], "history": state["history"]}
+    position = {
+        "step": state["step"],
+        "micro_batches": state["micro_batches"],
+        "decode_failures": mine["decode_failures"],
+        "best": state["best"],
+        "history": state["history"],
+    }
     accelerator.print(f"resumed from {checkpoint} at step {state['step']}")
     if (note := thread_count_note(checkpoint, state, accelerator.device.type)) is not None:
         accelerator.print(note)
     if changes:
-        accelerator.print(describe_resume_changes(changes, state["run_arguments"], run_arguments, state["step"],
-                                                  finetuning=True))
+        accelerator.print(
+            describe_resume_changes(changes, state["run_arguments"], run_arguments, state["step"], finetuning=True)
+        )
     if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
         truncate_log(output_dir / "log_history.jsonl", state["step"])
     return position
@@ -387,23 +489,49 @@ class FineTuningLoop:
     weight EMA right after `optimizer.step()`), logging, 7a. evaluation with the EMA weights every --eval_steps and
     the model selection, 7b. atomic checkpoints."""
 
-    def __init__(self, accelerator, model, optimizer, ema, collator, augment_rng, feature_extractor, args, accum: int,
-                 splits: dict, multi_label: bool, num_labels: int, clip_seconds: float, run_arguments: dict,
-                 position: dict, sampler):
+    def __init__(
+        self,
+        accelerator,
+        model,
+        optimizer,
+        ema,
+        collator,
+        augment_rng,
+        feature_extractor,
+        args,
+        accum: int,
+        splits: dict,
+        multi_label: bool,
+        num_labels: int,
+        clip_seconds: float,
+        run_arguments: dict,
+        position: dict,
+        sampler,
+    ):
         self.accelerator, self.model, self.optimizer, self.ema = accelerator, model, optimizer, ema
         self.unwrapped = accelerator.unwrap_model(model)
         self.collator, self.augment_rng, self.feature_extractor = collator, augment_rng, feature_extractor
         self.args, self.accum, self.splits, self.multi_label = args, accum, splits, multi_label
         self.num_labels, self.clip_seconds, self.run_arguments = num_labels, clip_seconds, run_arguments
         self.step, self.micro_position = position["step"], position["micro_batches"]
-        self.decode_failures_before, self.best, self.history = (position["decode_failures"], position["best"],
-                                                                position["history"])
+        self.decode_failures_before, self.best, self.history = (
+            position["decode_failures"],
+            position["best"],
+            position["history"],
+        )
         self.output_dir = Path(args.output_dir)
         self.stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
         rank, world = accelerator.process_index, accelerator.num_processes
-        self.batches = micro_batches(splits["train"], args.per_device_train_batch_size, world, rank, args.seed,
-                                     start=self.micro_position, num_workers=args.dataloader_num_workers,
-                                     sampler=sampler)
+        self.batches = micro_batches(
+            splits["train"],
+            args.per_device_train_batch_size,
+            world,
+            rank,
+            args.seed,
+            start=self.micro_position,
+            num_workers=args.dataloader_num_workers,
+            sampler=sampler,
+        )
         self.soft = multi_label or args.mixup_alpha > 0  # BCE (on soft targets with mixup), else cross-entropy
         self.spec_augment_fraction = args.spec_augment_fraction if args.spec_augment else None
 
@@ -419,8 +547,9 @@ class FineTuningLoop:
             self.micro_position += 1
             if batch is None and self.accelerator.num_processes > 1:
                 raise RuntimeError("every clip of a micro-batch failed to decode (multi-process runs stop)")
-        inputs = augmented_inputs(batch, self.num_labels, self.soft, self.args.mixup_alpha,
-                                  self.spec_augment_fraction, self.augment_rng)
+        inputs = augmented_inputs(
+            batch, self.num_labels, self.soft, self.args.mixup_alpha, self.spec_augment_fraction, self.augment_rng
+        )
         return tuple(t.to(self.accelerator.device) for t in inputs)
 
     def run(self) -> int:
@@ -429,18 +558,32 @@ class FineTuningLoop:
         history_path = self.output_dir / "log_history.jsonl"
         # smoothing=0: the ETA from the average rate since the start, evaluations included (the default smoothing
         # takes the step after an evaluation for its rate, and the ETA jumped from 3 to 33 minutes)
-        self.progress = tqdm(total=args.max_steps, initial=self.step, disable=not accelerator.is_local_main_process,
-                             desc="finetune", smoothing=0)
+        self.progress = tqdm(
+            total=args.max_steps,
+            initial=self.step,
+            disable=not accelerator.is_local_main_process,
+            desc="finetune",
+            smoothing=0,
+        )
         self.failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run
         loss_sum, num_summed, t_log, step_of_log = 0.0, 0, time.time(), self.step
         self.model.train()
         while self.step < self.stop_step:
             # one step (aasp_hf.training.step.finetuning_step): the micro-batches' forward, loss and backward,
             # clipping, AdamW and the weight EMA right after it
-            lr = learning_rate(self.step, args.max_steps, args.warmup_steps, args.learning_rate,
-                               args.min_learning_rate)
-            losses, grad_norm = finetuning_step(accelerator, self.model, self.optimizer, self.next_batch, accum, lr,
-                                                args.max_grad_norm, self.soft, self.ema, args.ema_decay)
+            lr = learning_rate(self.step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
+            losses, grad_norm = finetuning_step(
+                accelerator,
+                self.model,
+                self.optimizer,
+                self.next_batch,
+                accum,
+                lr,
+                args.max_grad_norm,
+                self.soft,
+                self.ema,
+                args.ema_decay,
+            )
             for value in losses:
                 loss_sum += value / accum
             self.step = step = self.step + 1
@@ -454,8 +597,12 @@ class FineTuningLoop:
                 data_vanishing = self.failed_share.check(accelerator)  # every process: saved below, then it stops
             if due_log:
                 now = time.time()
-                logs = {"loss": loss_sum / num_summed, "learning_rate": lr, "grad_norm": float(grad_norm),
-                        "steps_per_second": (step - step_of_log) / max(now - t_log, 1e-9)}
+                logs = {
+                    "loss": loss_sum / num_summed,
+                    "learning_rate": lr,
+                    "grad_norm": float(grad_norm),
+                    "steps_per_second": (step - step_of_log) / max(now - t_log, 1e-9),
+                }
                 write_logs(accelerator, history_path, step, logs)
                 self.progress.set_postfix(loss=f"{logs['loss']:.4f}", lr=f"{lr:.2e}")
                 loss_sum, num_summed, t_log, step_of_log = 0.0, 0, now, step
@@ -464,9 +611,11 @@ class FineTuningLoop:
             if step % args.save_steps == 0 or step == self.stop_step or stopping or data_vanishing is not None:
                 saved = self.save()
             if data_vanishing is not None:
-                raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved "
-                                 f"{self.output_dir / f'checkpoint-{step}'}. Restore the data, then run the same "
-                                 "command with --resume (or raise --max_failed_clip_share).")
+                raise UsageError(
+                    f"stopping at step {step}: {data_vanishing}. Saved "
+                    f"{self.output_dir / f'checkpoint-{step}'}. Restore the data, then run the same "
+                    "command with --resume (or raise --max_failed_clip_share)."
+                )
             if stopping:
                 self.progress.close()
                 exit_stopped(accelerator, saved, step, "finetune.py")
@@ -479,12 +628,18 @@ class FineTuningLoop:
         from aasp_hf.data import AaspFineTuningCollator
 
         def make_collator():
-            return AaspFineTuningCollator(self.feature_extractor, clip_seconds=self.clip_seconds, split=split,
-                                          num_labels=self.num_labels if self.multi_label else None,
-                                          seed=7 + SPLITS.index(split), padding=self.args.clip_padding)
+            return AaspFineTuningCollator(
+                self.feature_extractor,
+                clip_seconds=self.clip_seconds,
+                split=split,
+                num_labels=self.num_labels if self.multi_label else None,
+                seed=7 + SPLITS.index(split),
+                padding=self.args.clip_padding,
+            )
 
-        logits, labels = predict(model, self.splits[split], make_collator, self.args.per_device_eval_batch_size,
-                                 self.accelerator)
+        logits, labels = predict(
+            model, self.splits[split], make_collator, self.args.per_device_eval_batch_size, self.accelerator
+        )
         return classification_score(logits, labels, self.multi_label)
 
     def evaluate(self):
@@ -512,26 +667,40 @@ class FineTuningLoop:
         self.history.append(record)
         score = record["valid_score"] if args.select_on == "validation" else record["test_score"]
         if accelerator.is_main_process:  # above the bar, not after it on its line
-            self.progress.write(f"step {step}: {args.select_on} {score:.4f} "
-                                f"(selected step {best['step']}, test there {best['test_score']:.4f})")
+            self.progress.write(
+                f"step {step}: {args.select_on} {score:.4f} "
+                f"(selected step {best['step']}, test there {best['test_score']:.4f})"
+            )
 
     def save(self):
         """7b. Checkpoint: the states, the data position, the generators, the EMA weights, the best-so-far."""
         accelerator = self.accelerator
-        process_state = {"collator_rng": self.collator.rng.bit_generator.state,
-                         "augment_rng": self.augment_rng.bit_generator.state,
-                         "decode_failures": self.decode_failures_before + self.collator.num_skipped}
+        process_state = {
+            "collator_rng": self.collator.rng.bit_generator.state,
+            "augment_rng": self.augment_rng.bit_generator.state,
+            "decode_failures": self.decode_failures_before + self.collator.num_skipped,
+        }
         if accelerator.process_index == 0 and self.ema is not None:
             process_state["ema"] = self.ema.state_dict()
-        return save_checkpoint(accelerator, self.output_dir, self.step, process_state=process_state,
-                               extra_state={"micro_batches": self.micro_position,
-                                            "num_processes": accelerator.num_processes, "best": self.best,
-                                            "history": self.history, "run_arguments": self.run_arguments},
-                               save_total_limit=self.args.save_total_limit)
+        return save_checkpoint(
+            accelerator,
+            self.output_dir,
+            self.step,
+            process_state=process_state,
+            extra_state={
+                "micro_batches": self.micro_position,
+                "num_processes": accelerator.num_processes,
+                "best": self.best,
+                "history": self.history,
+                "run_arguments": self.run_arguments,
+            },
+            save_total_limit=self.args.save_total_limit,
+        )
 
 
-def write_run_results(loop: FineTuningLoop, args, splits: dict, multi_label: bool, clip_seconds: float,
-                      selection_rule: str) -> dict:
+def write_run_results(
+    loop: FineTuningLoop, args, splits: dict, multi_label: bool, clip_seconds: float, selection_rule: str
+) -> dict:
     """8. The best model (EMA weights at the best validation step) for the pipeline and the Hub, its model card, and
     all_results.json; returns the results."""
     accelerator, step, best, output_dir = loop.accelerator, loop.step, loop.best, loop.output_dir
@@ -565,10 +734,12 @@ def write_run_results(loop: FineTuningLoop, args, splits: dict, multi_label: boo
         with refused_writes(output_dir, "the best model and results", needed, intact):  # a full disk: one line
             if step >= args.max_steps and (output_dir / "best_model").is_dir():
                 install_best_model(output_dir)  # the model's files whole or not at all
-                write_classifier_card(output_dir, loop.unwrapped, loop.feature_extractor, args, splits, results,
-                                      clip_seconds)
-            write_text_atomically(output_dir / "all_results.json",
-                                  json.dumps({**results, "arguments": asdict(args)}, indent=2))
+                write_classifier_card(
+                    output_dir, loop.unwrapped, loop.feature_extractor, args, splits, results, clip_seconds
+                )
+            write_text_atomically(
+                output_dir / "all_results.json", json.dumps({**results, "arguments": asdict(args)}, indent=2)
+            )
     accelerator.wait_for_everyone()
     return results
 
@@ -597,20 +768,27 @@ def finetune(args: FinetuneArguments) -> dict:
     if stale and int(os.environ.get("RANK", "0")) == 0:
         remove_artefacts(stale)
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size or DEFAULT_BATCH_SIZE,
-                              world, args.gradient_accumulation_steps)  # fail early
+    gradient_accumulation_for(
+        args.total_train_batch_size,
+        args.per_device_train_batch_size or DEFAULT_BATCH_SIZE,
+        world,
+        args.gradient_accumulation_steps,
+    )  # fail early
     check_model_path(args.model_name_or_path)  # a misspelt path or an unreachable Hub id: one line, before the data
     parts, multi_label, names, clip_seconds, task = load_parts(args)
     args = scale_batch_to_data(args, parts, world)
     from aasp_hf.data import describe_protocol, is_kfold
 
     kfold = is_kfold(parts)
-    selection_rule = describe_protocol(args.select_on, kfold, args.kfold_validation, args.validation_fraction,
-                                       SPLIT_SEED, args.group_by)
+    selection_rule = describe_protocol(
+        args.select_on, kfold, args.kfold_validation, args.validation_fraction, SPLIT_SEED, args.group_by
+    )
     seeds = args.seeds or [args.seed]
     single = len(parts) == 1 and len(seeds) == 1
-    print(f"{task}: {len(names)} classes, {'multi' if multi_label else 'single'}-label, clips {clip_seconds} s, "
-          f"parts {list(parts)}, seeds {seeds}")
+    print(
+        f"{task}: {len(names)} classes, {'multi' if multi_label else 'single'}-label, clips {clip_seconds} s, "
+        f"parts {list(parts)}, seeds {seeds}"
+    )
     if args.group_by is not None:
         from aasp_hf.data.protocol import describe_sources
 
@@ -618,9 +796,11 @@ def finetune(args: FinetuneArguments) -> dict:
             print(f"{part}: {describe_sources(splits, args.group_by)}")
 
     if args.resume and (finished := finished_finetuning(output_dir, args, parts, seeds)) is not None:
-        print(f"{output_dir} holds a finished run (step {finished['max_steps']} of --max_steps {args.max_steps}); "
-              f"nothing was changed. Its results: {output_dir / 'all_results.json'}, {output_dir / 'results.md'}. To "
-              "train on, raise --max_steps and pass --resume_allow_changes max_steps.")
+        print(
+            f"{output_dir} holds a finished run (step {finished['max_steps']} of --max_steps {args.max_steps}); "
+            f"nothing was changed. Its results: {output_dir / 'all_results.json'}, {output_dir / 'results.md'}. To "
+            "train on, raise --max_steps and pass --resume_allow_changes max_steps."
+        )
         return finished
     runs = []
     for part, splits in parts.items():
@@ -631,22 +811,52 @@ def finetune(args: FinetuneArguments) -> dict:
             if previous.get("finished") and previous.get("max_steps", -1) >= args.max_steps:
                 result = previous  # a finished sub-run of an interrupted sweep
             else:
-                result = run(replace(args, seed=seed, output_dir=str(run_dir)), splits, multi_label, names,
-                             clip_seconds, selection_rule=selection_rule)
+                result = run(
+                    replace(args, seed=seed, output_dir=str(run_dir)),
+                    splits,
+                    multi_label,
+                    names,
+                    clip_seconds,
+                    selection_rule=selection_rule,
+                )
             runs.append({"part": part, "seed": seed, **{k: v for k, v in result.items() if k != "arguments"}})
 
     per_seed = [float(np.mean([r["test_score"] for r in runs if r["seed"] == s])) for s in seeds]
     test_mean, test_std = mean_std(per_seed)
     summary = {
-        "task": task, "model_name_or_path": str(args.model_name_or_path), "metric": runs[0]["metric"],
-        "num_classes": len(names), "clip_seconds": clip_seconds, "parts": list(parts), "seeds": seeds,
-        "max_steps": args.max_steps, "select_on": args.select_on, "selection_rule": selection_rule,
+        "task": task,
+        "model_name_or_path": str(args.model_name_or_path),
+        "metric": runs[0]["metric"],
+        "num_classes": len(names),
+        "clip_seconds": clip_seconds,
+        "parts": list(parts),
+        "seeds": seeds,
+        "max_steps": args.max_steps,
+        "select_on": args.select_on,
+        "selection_rule": selection_rule,
         "kfold_validation": args.kfold_validation if kfold and args.select_on == "validation" else None,
         "test_per_seed": dict(zip(map(str, seeds), per_seed)),
-        "test_mean": test_mean, "test_std": test_std, "runs": runs,
-        **({k: runs[0][k] for k in ("best_valid_score", "best_step", "test_score", "step", "finished",
-                                    "decode_failures", "gradient_accumulation_steps", "total_train_batch_size",
-                                    "eval_history")} if single else {}),
+        "test_mean": test_mean,
+        "test_std": test_std,
+        "runs": runs,
+        **(
+            {
+                k: runs[0][k]
+                for k in (
+                    "best_valid_score",
+                    "best_step",
+                    "test_score",
+                    "step",
+                    "finished",
+                    "decode_failures",
+                    "gradient_accumulation_steps",
+                    "total_train_batch_size",
+                    "eval_history",
+                )
+            }
+            if single
+            else {}
+        ),
         "arguments": asdict(args),
     }
     if int(os.environ.get("RANK", "0")) == 0:
@@ -659,8 +869,17 @@ def finetune(args: FinetuneArguments) -> dict:
         write(summary)
         print(f"{task} {summary['metric']}: {100 * test_mean:.2f} ± {100 * test_std:.2f} -> {output_dir}/results.md")
         # the log-mel baseline on the same parts and clips, its crops from run()'s evaluation seeds (7 + split index)
-        summary = logmel_baseline.with_baseline(summary, write, args.baseline, parts, clip_seconds, multi_label,
-                                                len(names), args.baseline_max_clips, crop_seed=7)
+        summary = logmel_baseline.with_baseline(
+            summary,
+            write,
+            args.baseline,
+            parts,
+            clip_seconds,
+            multi_label,
+            len(names),
+            args.baseline_max_clips,
+            crop_seed=7,
+        )
     return summary
 
 

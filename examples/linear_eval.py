@@ -106,8 +106,10 @@ def evaluate(args: LinearEvalArguments) -> dict:
     print("2. data")
     parts, multi_label, num_classes, clip_seconds = evaluation_parts(args)
     task = "synthetic" if args.synthetic_per_class else (args.task or args.dataset)
-    print(f"   {task}: {num_classes} classes, {'multi' if multi_label else 'single'}-label, clips {clip_seconds} s, "
-          f"parts {list(parts)}")
+    print(
+        f"   {task}: {num_classes} classes, {'multi' if multi_label else 'single'}-label, clips {clip_seconds} s, "
+        f"parts {list(parts)}"
+    )
     if args.group_by is not None:
         from aasp_hf.data.protocol import describe_sources
 
@@ -120,13 +122,24 @@ def evaluate(args: LinearEvalArguments) -> dict:
     features = {}
     for part, splits in parts.items():
         features[part] = {
-            split: cached_features(args, model, feature_extractor, part, splits[split], split, clip_seconds,
-                                   num_classes if multi_label else None, device)
+            split: cached_features(
+                args,
+                model,
+                feature_extractor,
+                part,
+                splits[split],
+                split,
+                clip_seconds,
+                num_classes if multi_label else None,
+                device,
+            )
             for split in SPLITS
         }
     dim = next(iter(features.values()))["train"][0].shape[1]
-    print(f"   feature dimension {dim} = D + F̃·D = {model.config.hidden_size} + "
-          f"{model.config.num_frequency_patches}·{model.config.hidden_size}")
+    print(
+        f"   feature dimension {dim} = D + F̃·D = {model.config.hidden_size} + "
+        f"{model.config.num_frequency_patches}·{model.config.hidden_size}"
+    )
 
     print(f"4-5. standardised features, {len(args.learning_rates)} lr(s) per pass, seeds {args.seeds}")
     from aasp_hf.metrics import load_metric
@@ -138,9 +151,20 @@ def evaluate(args: LinearEvalArguments) -> dict:
     jobs = [(part, seed) for part in parts for seed in args.seeds]
     for part, seed in tqdm(jobs, desc="linear heads", unit="run"):
         run_file = runs_dir / f"{part}_seed{seed}.json"
-        settings = {k: getattr(args, k) for k in ("learning_rates", "min_learning_rate", "weight_decay", "adam_beta1",
-                                                  "adam_beta2", "batch_size", "max_steps", "eval_steps",
-                                                  "early_stopping_patience")}
+        settings = {
+            k: getattr(args, k)
+            for k in (
+                "learning_rates",
+                "min_learning_rate",
+                "weight_decay",
+                "adam_beta1",
+                "adam_beta2",
+                "batch_size",
+                "max_steps",
+                "eval_steps",
+                "early_stopping_patience",
+            )
+        }
         if run_file.is_file():
             stored = json.loads(run_file.read_text())
             if stored["settings"] == settings:
@@ -150,11 +174,20 @@ def evaluate(args: LinearEvalArguments) -> dict:
         (train_x, train_y), (valid_x, valid_y), (test_x, test_y) = (features[part][s] for s in SPLITS)
         mean, std = standardization_stats(train_x)
         result = train_linear_heads(
-            (standardize(train_x, mean, std), train_y), (standardize(valid_x, mean, std), valid_y),
-            (standardize(test_x, mean, std), test_y), args.learning_rates, multi_label=multi_label,
-            num_classes=num_classes, max_steps=args.max_steps, batch_size=args.batch_size, eval_steps=args.eval_steps,
-            seed=seed, min_learning_rate=args.min_learning_rate, weight_decay=args.weight_decay,
-            betas=(args.adam_beta1, args.adam_beta2), early_stopping_patience=args.early_stopping_patience,
+            (standardize(train_x, mean, std), train_y),
+            (standardize(valid_x, mean, std), valid_y),
+            (standardize(test_x, mean, std), test_y),
+            args.learning_rates,
+            multi_label=multi_label,
+            num_classes=num_classes,
+            max_steps=args.max_steps,
+            batch_size=args.batch_size,
+            eval_steps=args.eval_steps,
+            seed=seed,
+            min_learning_rate=args.min_learning_rate,
+            weight_decay=args.weight_decay,
+            betas=(args.adam_beta1, args.adam_beta2),
+            early_stopping_patience=args.early_stopping_patience,
             device=device,
         )
         result["test_score"] = final_test_score(metric, result["test_logits"], test_y, multi_label)
@@ -166,9 +199,11 @@ def evaluate(args: LinearEvalArguments) -> dict:
 
     if cached or reused:  # an earlier run into this folder (stopped or finished) spared work: say which
         everything = len(cached) == len(parts) * len(SPLITS) and reused == len(jobs)
-        print(f"   reused from {output_dir}: the cached features of {len(cached)} of {len(parts) * len(SPLITS)} "
-              f"splits (features/) and the heads of {reused} of {len(jobs)} (part, seed) runs (runs/)"
-              + ("; nothing was extracted or trained again" if everything else ""))
+        print(
+            f"   reused from {output_dir}: the cached features of {len(cached)} of {len(parts) * len(SPLITS)} "
+            f"splits (features/) and the heads of {reused} of {len(jobs)} (part, seed) runs (runs/)"
+            + ("; nothing was extracted or trained again" if everything else "")
+        )
 
     print("6. results")
     from aasp_hf.data import describe_protocol, is_kfold
@@ -188,8 +223,9 @@ def evaluate(args: LinearEvalArguments) -> dict:
         "learning_rates": list(args.learning_rates),
         "max_steps": args.max_steps,
         "kfold_validation": args.kfold_validation if kfold else None,
-        "validation_rule": describe_protocol("validation", kfold, args.kfold_validation, args.validation_fraction,
-                                             args.feature_seed, args.group_by),
+        "validation_rule": describe_protocol(
+            "validation", kfold, args.kfold_validation, args.validation_fraction, args.feature_seed, args.group_by
+        ),
         "test_per_seed": {str(k): v for k, v in per_seed.items()},
         "test_mean": test_mean,
         "test_std": test_std,
@@ -204,12 +240,25 @@ def evaluate(args: LinearEvalArguments) -> dict:
     write(results)
     print(f"   {task} {results['metric']}: {100 * test_mean:.2f} ± {100 * test_std:.2f} -> {output_dir}/results.md")
     # the log-mel baseline on the same parts and clips, its crops seeded as the features' (feature_seed + split index)
-    return logmel_baseline.with_baseline(results, write, args.baseline, parts, clip_seconds, multi_label, num_classes,
-                                         args.baseline_max_clips, crop_seed=args.feature_seed)
+    return logmel_baseline.with_baseline(
+        results,
+        write,
+        args.baseline,
+        parts,
+        clip_seconds,
+        multi_label,
+        num_classes,
+        args.baseline_max_clips,
+        crop_seed=args.feature_seed,
+    )
 
 
 if __name__ == "__main__":
     # SIGTERM/SIGUSR1/SIGINT end it at once with exit status 75: everything it wrote is whole and reused by the rerun
-    run_interruptible(main, "linear_eval.py", kept="the features and heads it finished are kept in --output_dir "
-                      "(features/, runs/), and the same command reuses them", then="run the same command again: it "
-                      "reuses the features and heads already in --output_dir")
+    run_interruptible(
+        main,
+        "linear_eval.py",
+        kept="the features and heads it finished are kept in --output_dir "
+        "(features/, runs/), and the same command reuses them",
+        then="run the same command again: it reuses the features and heads already in --output_dir",
+    )

@@ -46,8 +46,15 @@ class MaskGeometryArguments:
 
 
 # ----------------------------------------------------------------------------------------------- EAT's sampler
-def eat_inverse_block_masks(num_views, num_time_patches, num_frequency_patches, mask_prob=0.8, mask_length=5,
-                            mask_prob_adjust=0.07, generator=None) -> torch.BoolTensor:
+def eat_inverse_block_masks(
+    num_views,
+    num_time_patches,
+    num_frequency_patches,
+    mask_prob=0.8,
+    mask_length=5,
+    mask_prob_adjust=0.07,
+    generator=None,
+) -> torch.BoolTensor:
     """EAT's inverse block masks (EAT utils/data_utils.py `compute_block_mask_2d`, `inverse_mask=True`,
     `require_same_masks=True`, no `mask_dropout`), vectorised over views. bool (R, N), True = masked, N time-major.
 
@@ -147,8 +154,12 @@ def main(argv=None) -> list:
             stats = mask_statistics(ours(config, scaled, args.num_views, g), *grid)
             rows.append({"sampler": f"paper blocks, time scaled by {grid[0]}/38 ({scaled})", **stats})
     g = torch.Generator().manual_seed(args.seed)
-    rows.append({"sampler": "EAT compute_block_mask_2d (EAT's grid)",
-                 **mask_statistics(eat_inverse_block_masks(args.num_views, *EAT_GRID, generator=g), *EAT_GRID)})
+    rows.append(
+        {
+            "sampler": "EAT compute_block_mask_2d (EAT's grid)",
+            **mask_statistics(eat_inverse_block_masks(args.num_views, *EAT_GRID, generator=g), *EAT_GRID),
+        }
+    )
 
     # 4.-5. table, JSON and figure
     lines = [
@@ -163,9 +174,11 @@ def main(argv=None) -> list:
     for r in rows:
         rows_visibility = " ".join(f"{v:.2f}" for v in r["frequency_row_visibility"])
         time = r["time_visibility"]
-        lines.append(f"| {r['sampler']} | {r['grid']} | {r['visible_ratio']:.3f} | {r['regions_mean']:.2f} | "
-                     f"{r['regions_per_100_visible']:.1f} | {r['blobs_mean']:.2f} | {r['one_region_share']:.0%} | "
-                     f"{rows_visibility} | {min(time):.2f}–{max(time):.2f} |")
+        lines.append(
+            f"| {r['sampler']} | {r['grid']} | {r['visible_ratio']:.3f} | {r['regions_mean']:.2f} | "
+            f"{r['regions_per_100_visible']:.1f} | {r['blobs_mean']:.2f} | {r['one_region_share']:.0%} | "
+            f"{rows_visibility} | {min(time):.2f}–{max(time):.2f} |"
+        )
     (output_dir / "mask_geometry.md").write_text("\n".join(lines) + "\n")
     (output_dir / "mask_geometry.json").write_text(json.dumps(rows, indent=1))
     try:
@@ -194,5 +207,7 @@ def main(argv=None) -> list:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)
     for row in run_script(main, "mask_geometry.py"):
-        print(f"{row['sampler']:<70} {row['grid']:>7}  visible {row['visible_ratio']:.3f}  "
-              f"regions {row['regions_mean']:.2f}")
+        print(
+            f"{row['sampler']:<70} {row['grid']:>7}  visible {row['visible_ratio']:.3f}  "
+            f"regions {row['regions_mean']:.2f}"
+        )

@@ -75,7 +75,11 @@ from aasp_hf.training.checkpointing import (
 from aasp_hf.training.failed_clips import FailedClipShare
 from aasp_hf.training.resume import PRETRAINING_RUN_ARGUMENTS as RUN_ARGUMENTS
 from aasp_hf.training.resume import (
-    check_process_count, compare_run_arguments, describe_resume_changes, finished_pretraining, load_training_state,
+    check_process_count,
+    compare_run_arguments,
+    describe_resume_changes,
+    finished_pretraining,
+    load_training_state,
 )
 from aasp_hf.training.pretraining_monitors import Monitors, is_due
 from aasp_hf.training.run_log import last_training_logs, write_logs, write_rank_summary
@@ -95,28 +99,39 @@ from aasp_hf.errors import UsageError, check_keys
 from aasp_hf.hub import check_model_path
 from aasp_hf.training.arguments import check_model_config, config_from_fields, parse_arguments
 from aasp_hf.training.pretraining_arguments import (
-    DATA_SOURCES, DataArguments, ModelArguments, PretrainingArguments,
+    DATA_SOURCES,
+    DataArguments,
+    ModelArguments,
+    PretrainingArguments,
 )
 from aasp_hf.training.monitors import pretraining_health
 
 # ----------------------------------------------------------------------------------------------- arguments
 
+
 def parse_args(argv=None):
     """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
     # a data source on the command line replaces the preset's (`--config pretrain_tiny_cpu.json --train_dir DIR`)
-    data_args, model_args, args = parse_arguments((DataArguments, ModelArguments, PretrainingArguments), argv,
-                                                  exclusive=DATA_SOURCES)
+    data_args, model_args, args = parse_arguments(
+        (DataArguments, ModelArguments, PretrainingArguments), argv, exclusive=DATA_SOURCES
+    )
     model_args.model_config = check_model_config(model_args.model_config, AaspConfig)  # a typo is refused here
     config_from_fields(AaspConfig, model_args.model_config)  # and a value the config refuses, before any folder
     if args.torch_compile and args.ddp_bucket_cap_mb is not None and args.ddp_bucket_cap_mb < 1:
-        raise UsageError(f"--ddp_bucket_cap_mb {args.ddp_bucket_cap_mb:g} with --torch_compile: DDP's first bucket "
-                         "holds 1 MiB and dynamo's DDP optimiser needs the others at least as large; pass 1 or more")
+        raise UsageError(
+            f"--ddp_bucket_cap_mb {args.ddp_bucket_cap_mb:g} with --torch_compile: DDP's first bucket "
+            "holds 1 MiB and dynamo's DDP optimiser needs the others at least as large; pass 1 or more"
+        )
     if args.resume_allow_changes:
         if not args.resume:
             raise UsageError("--resume_allow_changes goes with --resume (it names what a resumed run may change)")
         args.resume_allow_changes = [n for item in args.resume_allow_changes for n in item.split(",") if n]
-        valid = [*RUN_ARGUMENTS, "num_processes", "model_config",
-                 *(f"model_config.{k}" for k in init_arguments(AaspConfig))]
+        valid = [
+            *RUN_ARGUMENTS,
+            "num_processes",
+            "model_config",
+            *(f"model_config.{k}" for k in init_arguments(AaspConfig)),
+        ]
         check_keys(args.resume_allow_changes, valid, "--resume_allow_changes", "docs/pretraining.md#resuming")
     return data_args, model_args, args
 
@@ -147,8 +162,10 @@ def describe_model(config: AaspConfig, model: AaspForPreTraining, saved_as: Path
     defaults, resolved = resolved_model_config(AaspConfig()), resolved_model_config(config)
     changed = {k: v for k, v in resolved.items() if defaults.get(k) != v}
     parameters = sum(p.numel() for p in model.aasp.parameters())
-    return (f"model: AaspConfig defaults with {json.dumps(changed)}; encoder {parameters / 1e6:.2f} M parameters, "
-            f"{config.num_hidden_layers} layers of width {config.hidden_size}; every field: {saved_as}")
+    return (
+        f"model: AaspConfig defaults with {json.dumps(changed)}; encoder {parameters / 1e6:.2f} M parameters, "
+        f"{config.num_hidden_layers} layers of width {config.hidden_size}; every field: {saved_as}"
+    )
 
 
 def run_arguments(data_args, args, config: AaspConfig, mixed_precision: str) -> dict:
@@ -182,14 +199,20 @@ def main(argv=None) -> dict:
 def train(data_args, model_args, args) -> dict:
     output_dir = Path(args.output_dir)
     # a folder holding a run is refused without --resume / --overwrite_output_dir (before anything is written)
-    stale = check_output_dir(output_dir, args.resume, args.overwrite_output_dir,
-                             RUN_ARTEFACTS + ("encoder", "teacher_encoder", "ranks", "tensorboard",
-                                              "resolved_config.json", "decode_failures.txt"))
+    stale = check_output_dir(
+        output_dir,
+        args.resume,
+        args.overwrite_output_dir,
+        RUN_ARTEFACTS
+        + ("encoder", "teacher_encoder", "ranks", "tensorboard", "resolved_config.json", "decode_failures.txt"),
+    )
     trackers = None if args.report_to in ("none", "", None) else args.report_to
-    ddp = ([] if args.ddp_bucket_cap_mb is None else
-           [DistributedDataParallelKwargs(bucket_cap_mb=args.ddp_bucket_cap_mb)])
-    accelerator = Accelerator(mixed_precision=args.mixed_precision, log_with=trackers, project_dir=str(output_dir),
-                              kwargs_handlers=ddp)
+    ddp = (
+        [] if args.ddp_bucket_cap_mb is None else [DistributedDataParallelKwargs(bucket_cap_mb=args.ddp_bucket_cap_mb)]
+    )
+    accelerator = Accelerator(
+        mixed_precision=args.mixed_precision, log_with=trackers, project_dir=str(output_dir), kwargs_handlers=ddp
+    )
     check_launch(accelerator.num_processes, "pretrain.py")  # a launcher's processes that did not join: one line
 
     # 1. --resume: the newest complete checkpoint (a damaged one is named and passed over). A run with nothing left
@@ -217,8 +240,11 @@ def train(data_args, model_args, args) -> dict:
     config = model.config
     accelerator.print(describe_model(config, model, output_dir / "resolved_config.json"))
     current_arguments = run_arguments(data_args, args, config, accelerator.mixed_precision)
-    resume_changes = [] if checkpoint is None else compare_with_checkpoint(
-        accelerator, checkpoint, trainer_state, current_arguments, args, config)
+    resume_changes = (
+        []
+        if checkpoint is None
+        else compare_with_checkpoint(accelerator, checkpoint, trainer_state, current_arguments, args, config)
+    )
     if accelerator.is_main_process:  # every field of the model this run trains, beside its checkpoints
         output_dir.mkdir(parents=True, exist_ok=True)
         config.to_json_file(output_dir / "resolved_config.json")
@@ -249,19 +275,36 @@ def train(data_args, model_args, args) -> dict:
     start_step, nonfinite_steps, last_logs = 0, 0, {}
     if args.resume:
         start_step, nonfinite_steps, last_logs = resume_states(
-            accelerator, optimizer, collator, stream, checkpoint, trainer_state, args, resume_changes,
-            current_arguments)
+            accelerator, optimizer, collator, stream, checkpoint, trainer_state, args, resume_changes, current_arguments
+        )
     if trackers is not None:
-        hparams = {k: v if isinstance(v, (int, float, str, bool)) else str(v)
-                   for k, v in {**asdict(data_args), **asdict(args)}.items()}
+        hparams = {
+            k: v if isinstance(v, (int, float, str, bool)) else str(v)
+            for k, v in {**asdict(data_args), **asdict(args)}.items()
+        }
         accelerator.init_trackers("tensorboard", config=hparams)
     if monitors.probe is not None and start_step == 0:  # the random-initialisation reference
         write_logs(accelerator, output_dir / "log_history.jsonl", 0, monitors.probe_logs(unwrapped, accelerator))
 
     # 7. Training loop, 8. export and results.
     batches = micro_batch_source(accelerator, data_args, args, dataset, stream, feature_extractor, config, start_step)
-    loop = TrainingLoop(accelerator, model, optimizer, update_teacher, collator, batches, monitors, args, config,
-                        feature_extractor, stream, start_step, nonfinite_steps, last_logs, current_arguments)
+    loop = TrainingLoop(
+        accelerator,
+        model,
+        optimizer,
+        update_teacher,
+        collator,
+        batches,
+        monitors,
+        args,
+        config,
+        feature_extractor,
+        stream,
+        start_step,
+        nonfinite_steps,
+        last_logs,
+        current_arguments,
+    )
     _, elapsed = loop.run()
     return write_results(loop, data_args, args, dataset, elapsed, previous_results)
 
@@ -306,30 +349,52 @@ def distribute(accelerator, model, optimizer, args):
 def say_finished(accelerator, output_dir: Path, done: int, args):
     """The line for a --resume of a run with nothing left to train: where its results are, how to train on."""
     if done >= args.max_steps:
-        why, more = f"finished (step {done} of --max_steps {args.max_steps})", (
-            "raise --max_steps and pass --resume_allow_changes max_steps")
+        why, more = (
+            f"finished (step {done} of --max_steps {args.max_steps})",
+            ("raise --max_steps and pass --resume_allow_changes max_steps"),
+        )
     else:
         why = f"at --stop_after_steps {done} (of --max_steps {args.max_steps})"
         more = "raise --stop_after_steps"
-    accelerator.print(f"{output_dir} holds a run already {why}; nothing was changed. Its results: "
-                      f"{output_dir / 'all_results.json'}, its encoder: {output_dir / 'encoder'}. To train "
-                      f"on, {more}.")
+    accelerator.print(
+        f"{output_dir} holds a run already {why}; nothing was changed. Its results: "
+        f"{output_dir / 'all_results.json'}, its encoder: {output_dir / 'encoder'}. To train "
+        f"on, {more}."
+    )
 
 
-def compare_with_checkpoint(accelerator, checkpoint, trainer_state: dict, current_arguments: dict, args,
-                            config: AaspConfig) -> list:
+def compare_with_checkpoint(
+    accelerator, checkpoint, trainer_state: dict, current_arguments: dict, args, config: AaspConfig
+) -> list:
     """The allowed changes of the run arguments against `checkpoint`'s (the process count checked apart)."""
     world = accelerator.num_processes
     stored = trainer_state.get("run_arguments")
-    compared = check_process_count(checkpoint, trainer_state.get("num_processes", world), world, stored,
-                                   current_arguments, args.resume_allow_changes, config)
+    compared = check_process_count(
+        checkpoint,
+        trainer_state.get("num_processes", world),
+        world,
+        stored,
+        current_arguments,
+        args.resume_allow_changes,
+        config,
+    )
     if trainer_state.get("num_processes", world) != world:
-        accelerator.print(f"resuming {trainer_state['num_processes']} process(es) × "
-                          f"{stored['per_device_train_batch_size']} clips on {world} × "
-                          f"{args.per_device_train_batch_size}")
-    return compare_run_arguments(checkpoint, stored, compared, args.resume_allow_changes, RUN_ARGUMENTS,
-                                 accelerator.mixed_precision, trainer_state["step"], args.max_steps,
-                                 warn=accelerator.print)
+        accelerator.print(
+            f"resuming {trainer_state['num_processes']} process(es) × "
+            f"{stored['per_device_train_batch_size']} clips on {world} × "
+            f"{args.per_device_train_batch_size}"
+        )
+    return compare_run_arguments(
+        checkpoint,
+        stored,
+        compared,
+        args.resume_allow_changes,
+        RUN_ARGUMENTS,
+        accelerator.mixed_precision,
+        trainer_state["step"],
+        args.max_steps,
+        warn=accelerator.print,
+    )
 
 
 def load_dataset(accelerator, data_args, args, feature_extractor):
@@ -347,8 +412,9 @@ def load_dataset(accelerator, data_args, args, feature_extractor):
     return dataset, stream
 
 
-def resume_states(accelerator, optimizer, collator, stream, checkpoint, trainer_state: dict, args, resume_changes,
-                  current_arguments) -> tuple[int, int, dict]:
+def resume_states(
+    accelerator, optimizer, collator, stream, checkpoint, trainer_state: dict, args, resume_changes, current_arguments
+) -> tuple[int, int, dict]:
     """--resume: the states of `checkpoint` loaded (model, optimiser, RNG, the collator's generator, the stream's
     position); returns (start step, non-finite steps so far, the last logged training record)."""
     output_dir, rank, world = Path(args.output_dir), accelerator.process_index, accelerator.num_processes
@@ -368,16 +434,25 @@ def resume_states(accelerator, optimizer, collator, stream, checkpoint, trainer_
         collator.load_state_dict(process_state["collator"])
     if stream is not None:
         if "stream" not in process_state:
-            raise ValueError(f"{checkpoint} was not written by a --streaming run: resume it without "
-                             "--streaming, or start a streaming run afresh")
+            raise ValueError(
+                f"{checkpoint} was not written by a --streaming run: resume it without "
+                "--streaming, or start a streaming run afresh"
+            )
         stream.position = dict(process_state["stream"])
     start_step = trainer_state["step"]
     accelerator.print(f"resumed from {checkpoint} at step {start_step}")
     if (note := thread_count_note(checkpoint, trainer_state, accelerator.device.type)) is not None:
         accelerator.print(note)
     if resume_changes:
-        accelerator.print(describe_resume_changes(resume_changes, trainer_state["run_arguments"],
-                                                  current_arguments, start_step, streaming=stream is not None))
+        accelerator.print(
+            describe_resume_changes(
+                resume_changes,
+                trainer_state["run_arguments"],
+                current_arguments,
+                start_step,
+                streaming=stream is not None,
+            )
+        )
     if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
         truncate_log(output_dir / "log_history.jsonl", start_step)
     last_logs = last_training_logs(output_dir / "log_history.jsonl", start_step)
@@ -390,17 +465,29 @@ def micro_batch_source(accelerator, data_args, args, dataset, stream, feature_ex
     --features_on_device all but the log-mel, which the training collator's `finish` computes on the accelerator).
     The training process receives them pinned (on CUDA) and in order."""
     world, rank = accelerator.num_processes, accelerator.process_index
-    worker_collator = PretrainingCollator(feature_extractor, config, crop_seconds=data_args.crop_seconds,
-                                          student_eq_strength=data_args.student_eq_strength)  # CPU, in the workers
+    worker_collator = PretrainingCollator(
+        feature_extractor,
+        config,
+        crop_seconds=data_args.crop_seconds,
+        student_eq_strength=data_args.student_eq_strength,
+    )  # CPU, in the workers
     collate = worker_collator.draw_seeded if data_args.features_on_device else worker_collator.collate_seeded
     pin_memory = accelerator.device.type == "cuda"  # page-locked host memory: the copy runs without stalling the host
     if stream is not None:  # its position came with the checkpoint
         return stream.finished_micro_batches(collate, partial(stream_clip_seeds, args.seed, world, rank), pin_memory)
     # the position is a pure function of the step
-    plan = partial(clip_order, len(dataset), args.per_device_train_batch_size, world, rank, args.seed,
-                   start_step * args.gradient_accumulation_steps)
-    return load_micro_batches(CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers,
-                              pin_memory)
+    plan = partial(
+        clip_order,
+        len(dataset),
+        args.per_device_train_batch_size,
+        world,
+        rank,
+        args.seed,
+        start_step * args.gradient_accumulation_steps,
+    )
+    return load_micro_batches(
+        CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers, pin_memory
+    )
 
 
 class TrainingLoop:
@@ -409,9 +496,24 @@ class TrainingLoop:
     checkpoints. It keeps what the logs and results need: loss sums since the last log, skipped steps, the data
     seen (a checksum of the clip indices), the clips that failed to decode."""
 
-    def __init__(self, accelerator, model, optimizer, update_teacher, collator, batches, monitors, args, config,
-                 feature_extractor, stream, start_step: int, nonfinite_steps: int, last_logs: dict,
-                 current_arguments: dict):
+    def __init__(
+        self,
+        accelerator,
+        model,
+        optimizer,
+        update_teacher,
+        collator,
+        batches,
+        monitors,
+        args,
+        config,
+        feature_extractor,
+        stream,
+        start_step: int,
+        nonfinite_steps: int,
+        last_logs: dict,
+        current_arguments: dict,
+    ):
         self.accelerator, self.model, self.optimizer = accelerator, model, optimizer
         self.unwrapped, self.update_teacher = accelerator.unwrap_model(model), update_teacher
         self.collator, self.batches, self.monitors, self.args, self.config = collator, batches, monitors, args, config
@@ -445,8 +547,9 @@ class TrainingLoop:
         accelerator, args = self.accelerator, self.args
         # smoothing=0: the ETA from the average rate since the start, periodic evaluations and saves included (the
         # default smoothing takes the step after one for its rate, and the ETA jumps tenfold)
-        self.progress = tqdm(total=args.max_steps, initial=self.start_step,
-                             disable=not accelerator.is_local_main_process, smoothing=0)
+        self.progress = tqdm(
+            total=args.max_steps, initial=self.start_step, disable=not accelerator.is_local_main_process, smoothing=0
+        )
         t_start, self.t_log, self.step_of_last_log = time.time(), time.time(), self.start_step
         stop = StopAgreement(accelerator.device)  # a stop signal on any process: every process saves the same step
         self.model.train()
@@ -461,9 +564,18 @@ class TrainingLoop:
             step = self.step
             lr = learning_rate(step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
             momentum = teacher_momentum(step, args.max_steps, args.teacher_momentum_base, args.teacher_momentum_final)
-            done = pretraining_step(accelerator, self.model, self.optimizer, self.next_batch,
-                                    args.gradient_accumulation_steps, lr, args.max_grad_norm, momentum,
-                                    self.update_teacher, stop=stop.local())
+            done = pretraining_step(
+                accelerator,
+                self.model,
+                self.optimizer,
+                self.next_batch,
+                args.gradient_accumulation_steps,
+                lr,
+                args.max_grad_norm,
+                momentum,
+                self.update_teacher,
+                stop=stop.local(),
+            )
             self.skipped_since_read = self.skipped_since_read + done.skipped.long()
             for name, value in done.losses.items():  # only good steps enter the logged means
                 self.sums[name] = self.sums.get(name, 0.0) + torch.where(done.skipped, 0.0, value)
@@ -499,9 +611,11 @@ class TrainingLoop:
         self.skipped_since_read = torch.zeros_like(self.skipped_since_read)
         if newly_skipped:
             self.nonfinite_steps += newly_skipped
-            self.accelerator.print(f"step {step}: {newly_skipped} of the steps since the last report had a non-finite "
-                                   f"loss or gradient, their updates were skipped ({self.nonfinite_steps} skipped so "
-                                   f"far, at most {args.max_nonfinite_steps} allowed)")
+            self.accelerator.print(
+                f"step {step}: {newly_skipped} of the steps since the last report had a non-finite "
+                f"loss or gradient, their updates were skipped ({self.nonfinite_steps} skipped so "
+                f"far, at most {args.max_nonfinite_steps} allowed)"
+            )
         if self.nonfinite_steps > args.max_nonfinite_steps:
             last = find_latest_checkpoint(self.output_dir)
             raise RuntimeError(
@@ -519,10 +633,14 @@ class TrainingLoop:
         probe/seconds) and left out of the throughput."""
         monitors, step, accelerator = self.monitors, self.step, self.accelerator
         health, started = {}, time.time()
-        if monitors.inputs is not None and is_due(step, monitors.monitor_steps, self.stop_step) and not bool(
-                done.skipped):
-            stats = pretraining_health(self.unwrapped, done.batch, done.outputs.targets, monitors.inputs,
-                                       accelerator.autocast)
+        if (
+            monitors.inputs is not None
+            and is_due(step, monitors.monitor_steps, self.stop_step)
+            and not bool(done.skipped)
+        ):
+            stats = pretraining_health(
+                self.unwrapped, done.batch, done.outputs.targets, monitors.inputs, accelerator.autocast
+            )
             health = {**{f"monitor/{k}": v for k, v in stats.items()}, "monitor/seconds": time.time() - started}
         if monitors.probe is not None and is_due(step, monitors.probe_steps, self.stop_step):
             health.update(monitors.probe_logs(self.unwrapped, accelerator))
@@ -542,8 +660,9 @@ class TrainingLoop:
                 "train/learning_rate": lr,
                 "train/teacher_momentum": momentum,
                 "train/grad_norm": float(done.grad_norm),
-                "train/clips_per_second": self.clips_per_step * (step - self.step_of_last_log) / max(now - self.t_log,
-                                                                                                   1e-9),
+                "train/clips_per_second": self.clips_per_step
+                * (step - self.step_of_last_log)
+                / max(now - self.t_log, 1e-9),
                 "train/visible_token_ratio": done.batch["visible_indices"].shape[-1] / self.config.num_patches,
                 "train/epoch": self.epoch,
                 "train/nonfinite_steps": self.nonfinite_steps,
@@ -560,20 +679,30 @@ class TrainingLoop:
         position); a vanishing data source stops the run once it is saved."""
         accelerator, step, args, output_dir = self.accelerator, self.step, self.args, self.output_dir
         stream = self.stream
-        saved = save_checkpoint(accelerator, output_dir, step,
-                                extra_state={"micro_batches": step * args.gradient_accumulation_steps,
-                                             "num_processes": accelerator.num_processes,
-                                             "nonfinite_steps": self.nonfinite_steps,
-                                             "run_arguments": self.current_arguments},
-                                process_state={"collator": self.collator.state_dict(),
-                                               **({"stream": dict(stream.position)} if stream is not None else {})},
-                                save_total_limit=args.save_total_limit)
+        saved = save_checkpoint(
+            accelerator,
+            output_dir,
+            step,
+            extra_state={
+                "micro_batches": step * args.gradient_accumulation_steps,
+                "num_processes": accelerator.num_processes,
+                "nonfinite_steps": self.nonfinite_steps,
+                "run_arguments": self.current_arguments,
+            },
+            process_state={
+                "collator": self.collator.state_dict(),
+                **({"stream": dict(stream.position)} if stream is not None else {}),
+            },
+            save_total_limit=args.save_total_limit,
+        )
         if args.export_with_checkpoints and accelerator.is_main_process:
             export(self.unwrapped, self.feature_extractor, output_dir / f"checkpoint-{step}", args.export_teacher)
         if data_vanishing is not None:
-            raise UsageError(f"stopping at step {step}: {data_vanishing}. Saved {output_dir / f'checkpoint-{step}'}"
-                             f"; each failed file and why: {self.failure_log.path}. Restore the data, then run the "
-                             "same command with --resume (or raise --max_failed_clip_share).")
+            raise UsageError(
+                f"stopping at step {step}: {data_vanishing}. Saved {output_dir / f'checkpoint-{step}'}"
+                f"; each failed file and why: {self.failure_log.path}. Restore the data, then run the "
+                "same command with --resume (or raise --max_failed_clip_share)."
+            )
         return saved
 
 
@@ -611,8 +740,10 @@ def write_results(loop: TrainingLoop, data_args, args, dataset, elapsed: float, 
     if accelerator.is_main_process:
         if decode_failures:
             missing = f", {missing_files} of them missing on disk" if missing_files else ""
-            print(f"skipped {decode_failures} file(s) that failed to decode{missing} (replaced by other clips of their "
-                  f"batch); each file and what was wrong: {loop.failure_log.path}")
+            print(
+                f"skipped {decode_failures} file(s) that failed to decode{missing} (replaced by other clips of their "
+                f"batch); each file and what was wrong: {loop.failure_log.path}"
+            )
         encoders = [unwrapped.aasp] + ([unwrapped.teacher] if args.export_teacher else [])
         needed = sum(p.numel() * p.element_size() for encoder in encoders for p in encoder.state_dict().values())
 
@@ -620,11 +751,18 @@ def write_results(loop: TrainingLoop, data_args, args, dataset, elapsed: float, 
             return f"{find_latest_checkpoint(output_dir)} is intact and --resume exports from it"
 
         with refused_writes(output_dir, "the encoder and results", needed, intact):  # a full disk: one line
-            export(unwrapped, loop.feature_extractor, output_dir, args.export_teacher,
-                   pretraining_summary(data_args, args, results))
+            export(
+                unwrapped,
+                loop.feature_extractor,
+                output_dir,
+                args.export_teacher,
+                pretraining_summary(data_args, args, results),
+            )
             write_text_atomically(output_dir / "all_results.json", json.dumps(results, indent=2))
-        print(f"saved the pre-trained encoder to {output_dir / 'encoder'}; load it with\n"
-              f"  AutoModel.from_pretrained({str(output_dir / 'encoder')!r}, trust_remote_code=True)")
+        print(
+            f"saved the pre-trained encoder to {output_dir / 'encoder'}; load it with\n"
+            f"  AutoModel.from_pretrained({str(output_dir / 'encoder')!r}, trust_remote_code=True)"
+        )
     accelerator.end_training()
     return results
 

@@ -48,18 +48,28 @@ class ShiftConsistencyArguments:
     dataset: str | None = field(default=None, metadata={"help": "a name for aasp_hf.data.load (the paper: as20k)"})
     data_root: str | None = field(default=None)
     dataset_kwargs: str | None = field(default=None, metadata={"help": "JSON object of extra loader arguments"})
-    split: str = field(default="test", metadata={
-        "help": "the split to measure; 'test' of a dataset without one is the test set fine-tuning holds out: the "
-                "first fold of a K-fold task, or --test_fraction of train (an audiofolder without train/test folders)"})
+    split: str = field(
+        default="test",
+        metadata={
+            "help": "the split to measure; 'test' of a dataset without one is the test set fine-tuning holds out: the "
+            "first fold of a K-fold task, or --test_fraction of train (an audiofolder without train/test folders)"
+        },
+    )
     test_fraction: float = field(
-        default=0.2, metadata={"help": "held out of train (stratified by class, seed 0) when there is no test split, "
-                               "the clips finetune.py and linear_eval.py hold out"}
+        default=0.2,
+        metadata={
+            "help": "held out of train (stratified by class, seed 0) when there is no test split, "
+            "the clips finetune.py and linear_eval.py hold out"
+        },
     )
     synthetic_clips: int = field(default=0, metadata={"help": "N > 0: N synthetic demo clips, no files"})
     max_clips: int | None = field(default=None, metadata={"help": "only the first N clips of the split"})
     clip_seconds: float | None = field(
-        default=None, metadata={"help": "cut each clip to this length from the start (default: the task's EVAR length, "
-                                "or the mean length of the training clips when it has none)"}
+        default=None,
+        metadata={
+            "help": "cut each clip to this length from the start (default: the task's EVAR length, "
+            "or the mean length of the training clips when it has none)"
+        },
     )
     shifts_ms: list[float] = field(default_factory=lambda: [10.0, 20.0, 40.0, 80.0, 160.0])
     batch_size: int = field(default=16)
@@ -95,8 +105,10 @@ class Clips:
                 self.source = loaded[args.split]
             elif args.split == "test":  # held out as fine-tuning and linear evaluation hold it out (the same code)
                 self.source = data.reported_test_split(loaded, test_fraction=args.test_fraction, seed=SPLIT_SEED)
-                logger.warning(f"{args.dataset} has no test split: measuring the {len(self.source)} clips that "
-                               f"finetune.py and linear_eval.py hold out as test")
+                logger.warning(
+                    f"{args.dataset} has no test split: measuring the {len(self.source)} clips that "
+                    f"finetune.py and linear_eval.py hold out as test"
+                )
             else:
                 raise UsageError(f"--split {args.split!r} is not a split of {args.dataset}: {sorted(loaded)}")
             self.decoder = data.SafeAudioDecoder()
@@ -157,8 +169,10 @@ def main(argv=None) -> dict:
     model, feature_extractor = load_frozen_encoder(args.model_name_or_path, device)
 
     clips = Clips(args)
-    print(f"2. {len(clips)} clips ({'synthetic' if args.synthetic_clips else f'{args.dataset}/{args.split}'}), "
-          f"shifts {args.shifts_ms} ms")
+    print(
+        f"2. {len(clips)} clips ({'synthetic' if args.synthetic_clips else f'{args.dataset}/{args.split}'}), "
+        f"shifts {args.shifts_ms} ms"
+    )
 
     print("3. drifts (resumable: drifts.npy)")
     identity = {k: v for k, v in asdict(args).items() if k not in ("batch_size", "device", "output_dir")}
@@ -213,8 +227,13 @@ def main(argv=None) -> dict:
         f"mean ± std over {results['clips']} clips (lower = more consistent).\n\n| model | {header} |\n"
         f"|---|{'---|' * len(args.shifts_ms)}\n| {Path(str(args.model_name_or_path)).name} | {cells} |\n"
     )
-    plot(output_dir / "shift_consistency.png", args.shifts_ms, means, stds,
-         f"{Path(str(args.model_name_or_path)).name}: {results['clips']} clips")
+    plot(
+        output_dir / "shift_consistency.png",
+        args.shifts_ms,
+        means,
+        stds,
+        f"{Path(str(args.model_name_or_path)).name}: {results['clips']} clips",
+    )
     print("   " + ", ".join(f"{s:g} ms: {m:.4f} ± {d:.4f}" for s, m, d in zip(args.shifts_ms, means, stds)))
     return results
 

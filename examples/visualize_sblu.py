@@ -75,8 +75,10 @@ def sblu_parameters(model, input_values, attention_mask):
     they are adaptive. Raises ValueError for a model without SBLU (SPE stem)."""
     config = model.config
     if config.patch_embedding != "aape":
-        raise ValueError(f"{config.patch_embedding!r} stem: this model has no SBLU / Lambda encoder to visualise "
-                         f"(patch_embedding must be 'aape').")
+        raise ValueError(
+            f"{config.patch_embedding!r} stem: this model has no SBLU / Lambda encoder to visualise "
+            f"(patch_embedding must be 'aape')."
+        )
     embeddings = model.embeddings
     num_groups = config.num_frequency_patches
     if embeddings.lambda_encoder is None:  # non-adaptive: static (α, β) per hidden channel
@@ -123,8 +125,16 @@ def plot(path: Path, log_mel, decay, frequency_hz, config, frequency_range_hz, d
         (axes[2], frequency_hz.mean(-1), "frequency β/2π (Hz)", "cividis", frequency_range_hz),
     )
     for ax, values, label, cmap, (low, high) in panels:
-        image = ax.imshow(values.T, origin="lower", aspect="auto", cmap=cmap, extent=extent, vmin=low, vmax=high,
-                          interpolation="nearest")
+        image = ax.imshow(
+            values.T,
+            origin="lower",
+            aspect="auto",
+            cmap=cmap,
+            extent=extent,
+            vmin=low,
+            vmax=high,
+            interpolation="nearest",
+        )
         ax.set_ylabel("frequency group")
         ax.set_yticks(np.arange(num_groups) * config.frequency_patch_size + config.frequency_patch_size / 2)
         ax.set_yticklabels([str(g) for g in range(num_groups)])
@@ -139,8 +149,9 @@ def main(argv=None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    figure, arrays, results_file = (output_dir / n for n in ("sblu_parameters.png", "sblu_parameters.npz",
-                                                            "all_results.json"))
+    figure, arrays, results_file = (
+        output_dir / n for n in ("sblu_parameters.png", "sblu_parameters.npz", "all_results.json")
+    )
     if figure.is_file() and arrays.is_file() and results_file.is_file():
         stored = json.loads(results_file.read_text())
         if stored.get("arguments") == asdict(args):
@@ -153,8 +164,10 @@ def main(argv=None) -> dict:
     model, feature_extractor = load_frozen_encoder(args.model_name_or_path, device)
     config = model.config
     if config.patch_embedding != "aape":
-        raise ValueError(f"{args.model_name_or_path} uses the {config.patch_embedding!r} stem: it has no SBLU / "
-                         f"Lambda encoder to visualise (patch_embedding must be 'aape').")
+        raise ValueError(
+            f"{args.model_name_or_path} uses the {config.patch_embedding!r} stem: it has no SBLU / "
+            f"Lambda encoder to visualise (patch_embedding must be 'aape')."
+        )
     progress.update()
 
     waveform = load_clip(args)
@@ -176,8 +189,10 @@ def main(argv=None) -> dict:
 
     print("4. figure")
     log_mel = inputs["input_values"][0, : int(attention_mask.sum())].cpu().numpy()  # (T, F)
-    title = (f"{Path(str(args.model_name_or_path)).name} — {source}: "
-             f"{'adaptive' if adaptive else 'static (non-adaptive)'} SBLU, {decay.shape[-1]} (α, β) pairs per patch")
+    title = (
+        f"{Path(str(args.model_name_or_path)).name} — {source}: "
+        f"{'adaptive' if adaptive else 'static (non-adaptive)'} SBLU, {decay.shape[-1]} (α, β) pairs per patch"
+    )
     plot(figure, log_mel, decay, frequency_hz, config, beta_range_hz, embeddings_sblu.decay_min, title)
     np.savez(arrays, decay=decay, frequency=frequency, frequency_hz=frequency_hz, log_mel=log_mel)
     results = {
@@ -190,8 +205,11 @@ def main(argv=None) -> dict:
         "beta_min_hz": beta_range_hz[0],
         "beta_max_hz": beta_range_hz[1],
         "decay_min": float(embeddings_sblu.decay_min),
-        "frequency_hz": {"min": float(frequency_hz.min()), "mean": float(frequency_hz.mean()),
-                         "max": float(frequency_hz.max())},
+        "frequency_hz": {
+            "min": float(frequency_hz.min()),
+            "mean": float(frequency_hz.mean()),
+            "max": float(frequency_hz.max()),
+        },
         "decay": {"min": float(decay.min()), "mean": float(decay.mean()), "max": float(decay.max())},
         "figure": str(figure),
         "arguments": asdict(args),
@@ -207,8 +225,10 @@ def main(argv=None) -> dict:
     )
     progress.update()
     progress.close()
-    print(f"   β/2π in [{results['frequency_hz']['min']:.2f}, {results['frequency_hz']['max']:.2f}] Hz, "
-          f"α in [{results['decay']['min']:.2f}, {results['decay']['max']:.2f}] 1/s -> {figure}")
+    print(
+        f"   β/2π in [{results['frequency_hz']['min']:.2f}, {results['frequency_hz']['max']:.2f}] Hz, "
+        f"α in [{results['decay']['min']:.2f}, {results['decay']['max']:.2f}] 1/s -> {figure}"
+    )
     return results
 
 

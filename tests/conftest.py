@@ -170,7 +170,7 @@ def sample_pretraining_masks(config, batch_size, generator=None):
     shape = (batch_size, config.mask_num_views, num_tokens)
     order = torch.rand(shape, generator=generator).argsort(dim=-1)  # (B, M, N): a random permutation per view
     visible = order[..., :num_visible].sort(dim=-1).values  # (B, M, V)
-    queries = order[..., num_visible:num_visible + num_queries]  # (B, M, Q), masked tokens only
+    queries = order[..., num_visible : num_visible + num_queries]  # (B, M, Q), masked tokens only
     return visible, queries
 
 

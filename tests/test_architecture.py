@@ -9,25 +9,49 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PATH_EDIT = re.compile(r"\bsys\.path\.(insert|append|extend)\b|\bsys\.path\s*(\+=|=[^=])")
-SCRIPTS = {"pretrain", "finetune", "linear_eval", "demo", "shift_consistency", "visualize_sblu", "run", "variants",
-           "build_data", "probe_encoders", "convert_eat_checkpoint", "convert_pretraining_checkpoint", "export_onnx"}
+SCRIPTS = {
+    "pretrain",
+    "finetune",
+    "linear_eval",
+    "demo",
+    "shift_consistency",
+    "visualize_sblu",
+    "run",
+    "variants",
+    "build_data",
+    "probe_encoders",
+    "convert_eat_checkpoint",
+    "convert_pretraining_checkpoint",
+    "export_onnx",
+}
 
 
 def tracked_python_files(under: str = ".") -> list[Path]:
     """The repository's tracked .py files (the pinned studies in research/ are not run, so not checked)."""
-    names = subprocess.run(["git", "ls-files", "-z", "--", f"{under}/*.py" if under != "." else "*.py"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split("\0")
+    names = subprocess.run(
+        ["git", "ls-files", "-z", "--", f"{under}/*.py" if under != "." else "*.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     return [ROOT / name for name in names if name and not name.startswith("research/")]
 
 
 def test_no_file_edits_the_import_path():
     files = tracked_python_files()
     assert len(files) > 50  # the listing worked
-    offenders = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
-                 for path in files if path.is_file()
-                 for number, line in enumerate(path.read_text().splitlines(), 1) if PATH_EDIT.search(line)]
-    assert not offenders, "edits of the import path (install the package; pytest's pythonpath finds the scripts):\n" \
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        if path.is_file()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if PATH_EDIT.search(line)
+    ]
+    assert not offenders, (
+        "edits of the import path (install the package; pytest's pythonpath finds the scripts):\n"
         + "\n".join(offenders)
+    )
 
 
 def test_the_package_imports_no_script():
@@ -41,8 +65,11 @@ def test_the_package_imports_no_script():
                 names = [node.module]
             else:
                 continue
-            offenders += [f"{path.relative_to(ROOT)}: {name}" for name in names
-                          if name.split(".")[0] in SCRIPTS | {"examples", "benchmarks", "conversion", "research"}]
+            offenders += [
+                f"{path.relative_to(ROOT)}: {name}"
+                for name in names
+                if name.split(".")[0] in SCRIPTS | {"examples", "benchmarks", "conversion", "research"}
+            ]
     assert not offenders, offenders
 
 
@@ -89,8 +116,10 @@ def own_imports(path: Path, source: str) -> list[tuple[int, str]]:
             parts = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
             origin = ".".join(parts + ([node.module] if node.module else []))
             if origin.split(".")[0] == "aasp_hf":
-                found += [(node.lineno, f"{origin}.{alias.name}" if is_module(f"{origin}.{alias.name}") else origin)
-                          for alias in node.names]
+                found += [
+                    (node.lineno, f"{origin}.{alias.name}" if is_module(f"{origin}.{alias.name}") else origin)
+                    for alias in node.names
+                ]
     return sorted(set(found))
 
 
@@ -118,8 +147,11 @@ def test_every_module_has_a_floor():
 
 def test_no_import_runs_up_a_floor():
     floors = declared_floors()
-    offenders = [offender for path in tracked_python_files("aasp_hf")
-                 for offender in upward_imports(path, path.read_text(), floors)]
+    offenders = [
+        offender
+        for path in tracked_python_files("aasp_hf")
+        for offender in upward_imports(path, path.read_text(), floors)
+    ]
     assert not offenders, "imports that run up a floor (docs/architecture.md, Floors):\n" + "\n".join(offenders)
 
 
@@ -128,9 +160,12 @@ def test_the_floor_check_sees_local_and_face_imports():
     floors = declared_floors()
     probe = ROOT / "aasp_hf" / "data" / "probe.py"
     upward = upward_imports(probe, "def f():\n    from ..training import optim\n", floors)
-    assert upward == [f"aasp_hf/data/probe.py:2 imports aasp_hf.training.optim "
-                      f"(floor {floors['data']} -> floor {floors['training']})"]
-    assert upward_imports(probe, "from . import load\n", floors) == \
-        ["aasp_hf/data/probe.py:1 imports aasp_hf.data (its own sub-package's face)"]
-    assert upward_imports(probe, "import torch\nfrom . import collators\nfrom ..errors import check_flags\n",
-                          floors) == []
+    assert upward == [
+        f"aasp_hf/data/probe.py:2 imports aasp_hf.training.optim (floor {floors['data']} -> floor {floors['training']})"
+    ]
+    assert upward_imports(probe, "from . import load\n", floors) == [
+        "aasp_hf/data/probe.py:1 imports aasp_hf.data (its own sub-package's face)"
+    ]
+    assert (
+        upward_imports(probe, "import torch\nfrom . import collators\nfrom ..errors import check_flags\n", floors) == []
+    )

@@ -26,8 +26,9 @@ def test_statistics_are_mean_std_max_and_step_rms_per_bin_over_real_frames():
     for b, frames in enumerate((7, 5, 1)):
         real = x[b, :frames]  # (T_b, F)
         steps = np.diff(real, axis=0)
-        expected = np.concatenate([real.mean(0), real.std(0), real.max(0),
-                                   np.sqrt((steps**2).mean(0)) if frames > 1 else np.zeros(4)])
+        expected = np.concatenate(
+            [real.mean(0), real.std(0), real.max(0), np.sqrt((steps**2).mean(0)) if frames > 1 else np.zeros(4)]
+        )
         np.testing.assert_allclose(got[b], expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(baseline.log_mel_statistics(x[:1]), got[:1], rtol=1e-6)  # no mask: all frames real
     with pytest.raises(ValueError, match="at least one real frame"):
@@ -42,8 +43,9 @@ def test_clip_features_are_the_statistics_of_the_model_s_test_crops():
     for i, row in enumerate(rows):
         clip = crop_or_pad(row["audio"]["array"], 8000, random_crop=False)
         alone = extractor(clip, sampling_rate=16000, return_tensors="np")
-        np.testing.assert_allclose(features[i], baseline.log_mel_statistics(alone["input_values"],
-                                                                            alone["attention_mask"])[0], atol=1e-4)
+        np.testing.assert_allclose(
+            features[i], baseline.log_mel_statistics(alone["input_values"], alone["attention_mask"])[0], atol=1e-4
+        )
     assert features.shape == (len(rows), 4 * baseline.N_MELS) and labels.tolist() == [r["label"] for r in rows]
 
 
@@ -72,6 +74,7 @@ def test_multi_label_probe_is_one_vs_rest_scored_by_map():
     def split(n):
         y = (rng.random((n, 5)) < 0.3).astype(np.float32)
         return (y.repeat(2, axis=1) + rng.normal(0, 0.4, (n, 10))).astype(np.float32), y
+
     train, valid, test = split(300), split(60), split(1000)
     fitted = baseline.fit_probe(train, valid, 5, multi_label=True)
     assert baseline.evaluate(fitted, test, 5, True) > 0.95
@@ -91,24 +94,33 @@ def test_baseline_on_parts_with_a_cap_and_the_comparison_line():
     parts = {"synthetic": synthetic_splits(4, seed=0)}  # 20 train, 10 validation, 10 test clips of 1.25 s
     record = baseline.log_mel_baseline(parts, 1.0, False, len(LABELS), max_clips=8, log=lambda line: None)
     clips = record["parts"]["synthetic"]["clips"]
-    assert clips == {"train": {"used": 8, "of": 20}, "validation": {"used": 8, "of": 10},
-                     "test": {"used": 8, "of": 10}} and record["capped"] == ["test", "train", "validation"]
-    assert baseline.capped_indices(20, 8) == baseline.capped_indices(20, 8) and baseline.capped_indices(5, 8) == [
-        0, 1, 2, 3, 4] and baseline.capped_indices(20, 0) == list(range(20))
+    assert clips == {
+        "train": {"used": 8, "of": 20},
+        "validation": {"used": 8, "of": 10},
+        "test": {"used": 8, "of": 10},
+    } and record["capped"] == ["test", "train", "validation"]
+    assert (
+        baseline.capped_indices(20, 8) == baseline.capped_indices(20, 8)
+        and baseline.capped_indices(5, 8) == [0, 1, 2, 3, 4]
+        and baseline.capped_indices(20, 0) == list(range(20))
+    )
     assert record["test_mean"] == record["parts"]["synthetic"]["test_score"]
     assert record["settings"]["max_clips_per_split"] == 8 and record["settings"]["crop_seeds"]["test"] == 2
 
     summary = {"metric": "accuracy", "test_mean": record["test_mean"] - 0.1}
     below = baseline.attach(summary, record)
-    assert below["below_baseline"].startswith(f"below the log-mel baseline: {100 * summary['test_mean']:.1f} vs "
-                                              f"{100 * record['test_mean']:.1f} %")
+    assert below["below_baseline"].startswith(
+        f"below the log-mel baseline: {100 * summary['test_mean']:.1f} vs {100 * record['test_mean']:.1f} %"
+    )
     assert baseline.ANCHOR in below["below_baseline"]
     lines = "\n".join(baseline_markdown(below))
     assert below["below_baseline"] in lines and "| synthetic |" in lines and "8 of 20" in lines
     assert below["baseline_verdict"] == below["below_baseline"]
     for offset, verdict in ((0.0, "equal to"), (1e-12, "equal to"), (0.1, "above")):  # within 1e-9 is equal
         other = baseline.attach({"metric": "accuracy", "test_mean": record["test_mean"] + offset}, record)
-        assert other["baseline_verdict"].startswith(f"{verdict} the log-mel baseline: ") and "below_baseline" not in other
+        assert (
+            other["baseline_verdict"].startswith(f"{verdict} the log-mel baseline: ") and "below_baseline" not in other
+        )
         markdown = "\n".join(baseline_markdown(other))
         assert f"**The model is {other['baseline_verdict']}.**" in markdown and "below" not in markdown.lower()
     assert baseline.attach(summary, None) is summary

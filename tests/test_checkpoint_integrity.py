@@ -46,8 +46,10 @@ def resumes_from_checkpoint_1(run, finished, capsys) -> str:
     assert len(lines) == 1 and lines[0].endswith("; resuming from checkpoint-1, the newest complete checkpoint")
     assert results["start_step"] == 1 and results["step"] == 2
     assert checkpoint_problem(run / "checkpoint-2") is None  # saved again, whole
-    assert_states_close(load_file(run / "checkpoint-2" / "model.safetensors"),
-                        load_file(finished / "checkpoint-2" / "model.safetensors"))
+    assert_states_close(
+        load_file(run / "checkpoint-2" / "model.safetensors"),
+        load_file(finished / "checkpoint-2" / "model.safetensors"),
+    )
     return lines[0]
 
 
@@ -55,8 +57,10 @@ def test_the_manifest_holds_the_size_and_hash_of_every_file(finished):
     checkpoint = finished / "checkpoint-2"
     manifest = json.loads((checkpoint / "manifest.json").read_text())
     files = {p.name for p in checkpoint.iterdir()} - {"manifest.json"}
-    assert set(manifest) == files and {"model.safetensors", "optimizer.bin", "random_states_0.pkl",
-                                       "trainer_state.json"} <= files
+    assert (
+        set(manifest) == files
+        and {"model.safetensors", "optimizer.bin", "random_states_0.pkl", "trainer_state.json"} <= files
+    )
     for name, entry in manifest.items():
         assert entry == {"size": (checkpoint / name).stat().st_size, HASH: file_hash(checkpoint / name)}
 
@@ -65,19 +69,21 @@ def test_bytes_zeroed_in_place_are_named_and_the_run_resumes_from_the_checkpoint
     weights = run / "checkpoint-2" / "model.safetensors"
     data = bytearray(weights.read_bytes())
     size = len(data)
-    data[size // 2: size // 2 + 4096] = bytes(4096)  # 4 KiB of the tensors zeroed, the header and the size intact
+    data[size // 2 : size // 2 + 4096] = bytes(4096)  # 4 KiB of the tensors zeroed, the header and the size intact
     weights.write_bytes(bytes(data))
     line = resumes_from_checkpoint_1(run, finished, capsys)
-    assert line.startswith(f"warning: {run / 'checkpoint-2'} is damaged (model.safetensors differs from what was "
-                           f"written: {HASH} ")
+    assert line.startswith(
+        f"warning: {run / 'checkpoint-2'} is damaged (model.safetensors differs from what was written: {HASH} "
+    )
 
 
 def test_a_checkpoint_without_its_manifest_and_optimizer_is_passed_over(run, finished, capsys):
     (run / "checkpoint-2" / "optimizer.bin").unlink()
     (run / "checkpoint-2" / "manifest.json").unlink()
     line = resumes_from_checkpoint_1(run, finished, capsys)
-    assert line.startswith(f"warning: {run / 'checkpoint-2'} is damaged (manifest.json is missing (the save wrote "
-                           "one))")
+    assert line.startswith(
+        f"warning: {run / 'checkpoint-2'} is damaged (manifest.json is missing (the save wrote one))"
+    )
 
 
 def as_written_before(checkpoint, manifest: str | None):
@@ -98,8 +104,10 @@ def test_a_checkpoint_from_before_manifests_that_misses_a_file_is_passed_over(ru
     assert checkpoint_problem(run / "checkpoint-2") is None  # whole: it resumes as before
     (run / "checkpoint-2" / "optimizer.bin").unlink()
     line = resumes_from_checkpoint_1(run, finished, capsys)
-    assert line == (f"warning: {run / 'checkpoint-2'} is damaged (optimizer.bin is missing); resuming from "
-                    "checkpoint-1, the newest complete checkpoint")
+    assert line == (
+        f"warning: {run / 'checkpoint-2'} is damaged (optimizer.bin is missing); resuming from "
+        "checkpoint-1, the newest complete checkpoint"
+    )
 
 
 def test_a_checkpoint_with_a_manifest_of_sizes_still_resumes(run, finished, capsys):
@@ -109,12 +117,13 @@ def test_a_checkpoint_with_a_manifest_of_sizes_still_resumes(run, finished, caps
     assert resume_checkpoint(run) == (run / "checkpoint-1", [])
     results = pretrain.main(argv(run, "--resume"))
     assert results["start_step"] == 1 and warnings(capsys) == []
-    assert_states_close(load_file(run / "checkpoint-2" / "model.safetensors"),
-                        load_file(finished / "checkpoint-2" / "model.safetensors"))
+    assert_states_close(
+        load_file(run / "checkpoint-2" / "model.safetensors"),
+        load_file(finished / "checkpoint-2" / "model.safetensors"),
+    )
 
 
-def test_an_edited_step_in_trainer_state_is_named_and_the_run_resumes_from_the_checkpoint_before(run, finished,
-                                                                                                  capsys):
+def test_an_edited_step_in_trainer_state_is_named_and_the_run_resumes_from_the_checkpoint_before(run, finished, capsys):
     """trainer_state.json is hashed in the manifest like the weights: a step changed by hand (2 -> 3) would resume
     "at step 3" with step 3 never trained."""
     state = run / "checkpoint-2" / "trainer_state.json"
@@ -122,8 +131,9 @@ def test_an_edited_step_in_trainer_state_is_named_and_the_run_resumes_from_the_c
     assert edited != state.read_text()
     state.write_text(edited)
     line = resumes_from_checkpoint_1(run, finished, capsys)
-    assert line.startswith(f"warning: {run / 'checkpoint-2'} is damaged (trainer_state.json differs from what was "
-                           f"written: {HASH} ")
+    assert line.startswith(
+        f"warning: {run / 'checkpoint-2'} is damaged (trainer_state.json differs from what was written: {HASH} "
+    )
 
 
 def test_a_folder_named_like_a_checkpoint_where_no_save_finished_is_ignored_and_never_rotated(run, finished, capsys):
@@ -134,9 +144,11 @@ def test_a_folder_named_like_a_checkpoint_where_no_save_finished_is_ignored_and_
     (run / "latest").write_text("checkpoint-1\n")
     (run / "checkpoint-999").mkdir()
     results = pretrain.main(argv(run, "--resume", "--save_total_limit", "1"))
-    assert warnings(capsys) == [f"warning: {run / 'checkpoint-999'} is not a checkpoint (it holds no "
-                                "trainer_state.json: no save finished there): ignored, neither resumed from nor "
-                                "counted by --save_total_limit; delete it"]
+    assert warnings(capsys) == [
+        f"warning: {run / 'checkpoint-999'} is not a checkpoint (it holds no "
+        "trainer_state.json: no save finished there): ignored, neither resumed from nor "
+        "counted by --save_total_limit; delete it"
+    ]
     assert results["start_step"] == 1 and results["step"] == 2
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-999"]
     assert checkpoint_problem(run / "checkpoint-2") is None and not any((run / "checkpoint-999").iterdir())
@@ -153,20 +165,26 @@ def test_a_resume_with_another_thread_count_says_it_matches_to_rounding_only(run
     finally:
         torch.set_num_threads(TORCH_THREADS)
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
-    assert notes == [f"note: checkpoint-1 was written by a run with {TORCH_THREADS} torch threads, this one has 1: "
-                     "CPU kernels split their sums by thread, so the result matches an uninterrupted run to float "
-                     f"rounding, not bit for bit (OMP_NUM_THREADS={TORCH_THREADS} resumes exactly)"]
+    assert notes == [
+        f"note: checkpoint-1 was written by a run with {TORCH_THREADS} torch threads, this one has 1: "
+        "CPU kernels split their sums by thread, so the result matches an uninterrupted run to float "
+        f"rounding, not bit for bit (OMP_NUM_THREADS={TORCH_THREADS} resumes exactly)"
+    ]
     assert results["step"] == 2 and load_trainer_state(run / "checkpoint-2")["torch_threads"] == 1
-    assert_states_close(load_file(run / "checkpoint-2" / "model.safetensors"),
-                        load_file(finished / "checkpoint-2" / "model.safetensors"))
+    assert_states_close(
+        load_file(run / "checkpoint-2" / "model.safetensors"),
+        load_file(finished / "checkpoint-2" / "model.safetensors"),
+    )
 
 
 def test_a_latest_that_names_nothing_is_one_line(run, finished, capsys):
     shutil.rmtree(run / "checkpoint-1")
     (run / "latest").write_text("checkpoint-7\n")
     results = pretrain.main(argv(run, "--resume"))
-    assert warnings(capsys) == [f"warning: {run / 'latest'} names 'checkpoint-7', which is not there; resuming from "
-                                "checkpoint-2, the newest complete checkpoint"]
+    assert warnings(capsys) == [
+        f"warning: {run / 'latest'} names 'checkpoint-7', which is not there; resuming from "
+        "checkpoint-2, the newest complete checkpoint"
+    ]
     assert results["step"] == 2
 
 
@@ -174,8 +192,10 @@ def test_an_empty_all_results_never_blocks_resume(finished, tmp_path, capsys):
     run = Path(shutil.copytree(finished, tmp_path / "run"))
     (run / "all_results.json").write_text("")  # what a full disk left while an older version wrote it
     results = pretrain.main(argv(run, "--resume"))
-    assert warnings(capsys) == [f"warning: {run / 'all_results.json'} is damaged (empty); its results are left out and "
-                                "the file is written again when this run ends"]
+    assert warnings(capsys) == [
+        f"warning: {run / 'all_results.json'} is damaged (empty); its results are left out and "
+        "the file is written again when this run ends"
+    ]
     assert json.loads((run / "all_results.json").read_text()) == results and results["step"] == 2
 
 
@@ -186,9 +206,28 @@ def test_finetune_passes_over_a_checkpoint_with_zeroed_bytes(tmp_path, capsys):
 
     encoder = save_tiny_encoder(tmp_path / "encoder")
     out = tmp_path / "run"
-    command = ["--model_name_or_path", str(encoder), "--synthetic_per_class", "4", "--clip_seconds", "0.5",
-               "--per_device_train_batch_size", "10", "--per_device_eval_batch_size", "32", "--max_steps", "2",
-               "--warmup_steps", "1", "--eval_steps", "2", "--save_steps", "1", "--output_dir", str(out)]
+    command = [
+        "--model_name_or_path",
+        str(encoder),
+        "--synthetic_per_class",
+        "4",
+        "--clip_seconds",
+        "0.5",
+        "--per_device_train_batch_size",
+        "10",
+        "--per_device_eval_batch_size",
+        "32",
+        "--max_steps",
+        "2",
+        "--warmup_steps",
+        "1",
+        "--eval_steps",
+        "2",
+        "--save_steps",
+        "1",
+        "--output_dir",
+        str(out),
+    ]
     finetune.main(command)
     (out / "all_results.json").unlink()
     optimizer = out / "checkpoint-2" / "optimizer.bin"
@@ -199,7 +238,8 @@ def test_finetune_passes_over_a_checkpoint_with_zeroed_bytes(tmp_path, capsys):
     results = finetune.main([*command, "--resume"])
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
     assert len(lines) == 1
-    assert lines[0].startswith(f"warning: {out / 'checkpoint-2'} is damaged (optimizer.bin differs from what was "
-                               f"written: {HASH} ")
+    assert lines[0].startswith(
+        f"warning: {out / 'checkpoint-2'} is damaged (optimizer.bin differs from what was written: {HASH} "
+    )
     assert lines[0].endswith("; resuming from checkpoint-1, the newest complete checkpoint")
     assert results["step"] == 2 and checkpoint_problem(out / "checkpoint-2") is None

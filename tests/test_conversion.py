@@ -59,14 +59,22 @@ def eat_encoder_state(generator, blocks="blocks"):
     }
     for i in range(LAYERS):
         b = f"{blocks}.{i}."
-        state.update({
-            b + "norm1.weight": 1 + rand(D), b + "norm1.bias": rand(D),
-            b + "attn.qkv.weight": rand(3 * D, D), b + "attn.qkv.bias": rand(3 * D),
-            b + "attn.proj.weight": rand(D, D), b + "attn.proj.bias": rand(D),
-            b + "norm2.weight": 1 + rand(D), b + "norm2.bias": rand(D),
-            b + "mlp.fc1.weight": rand(MLP, D), b + "mlp.fc1.bias": rand(MLP),
-            b + "mlp.fc2.weight": rand(D, MLP), b + "mlp.fc2.bias": rand(D),
-        })
+        state.update(
+            {
+                b + "norm1.weight": 1 + rand(D),
+                b + "norm1.bias": rand(D),
+                b + "attn.qkv.weight": rand(3 * D, D),
+                b + "attn.qkv.bias": rand(3 * D),
+                b + "attn.proj.weight": rand(D, D),
+                b + "attn.proj.bias": rand(D),
+                b + "norm2.weight": 1 + rand(D),
+                b + "norm2.bias": rand(D),
+                b + "mlp.fc1.weight": rand(MLP, D),
+                b + "mlp.fc1.bias": rand(MLP),
+                b + "mlp.fc2.weight": rand(D, MLP),
+                b + "mlp.fc2.bias": rand(D),
+            }
+        )
     return state
 
 
@@ -77,12 +85,14 @@ def eat_pretraining_state(seed=0):
     teacher = {k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in eat_encoder_state(g).items()}
     teacher[PREFIX + "fixed_positional_encoder.positions"] = state[PREFIX + "fixed_positional_encoder.positions"]
     state["_ema"] = teacher
-    state.update({
-        PREFIX + "decoder.blocks.0.0.weight": torch.randn(D, D, 3, 3, generator=g),
-        PREFIX + "decoder.proj.weight": torch.randn(D, D, generator=g),
-        "recon_proj.weight": torch.randn(D // 3, D, generator=g),
-        "recon_proj.bias": torch.zeros(D // 3),
-    })
+    state.update(
+        {
+            PREFIX + "decoder.blocks.0.0.weight": torch.randn(D, D, 3, 3, generator=g),
+            PREFIX + "decoder.proj.weight": torch.randn(D, D, generator=g),
+            "recon_proj.weight": torch.randn(D // 3, D, generator=g),
+            "recon_proj.bias": torch.zeros(D // 3),
+        }
+    )
     return state
 
 
@@ -90,16 +100,20 @@ def eat_finetuned_state(num_classes=5, seed=1):
     """MaeImageClassificationModel: the encoder under `model.`, then fc_norm and head."""
     g = torch.Generator().manual_seed(seed)
     state = {f"model.{k}": v for k, v in eat_encoder_state(g).items()}
-    state.update({
-        "fc_norm.weight": 1 + 0.2 * torch.randn(D, generator=g), "fc_norm.bias": 0.2 * torch.randn(D, generator=g),
-        "head.weight": 0.2 * torch.randn(num_classes, D, generator=g),
-        "head.bias": 0.2 * torch.randn(num_classes, generator=g),
-    })
+    state.update(
+        {
+            "fc_norm.weight": 1 + 0.2 * torch.randn(D, generator=g),
+            "fc_norm.bias": 0.2 * torch.randn(D, generator=g),
+            "head.weight": 0.2 * torch.randn(num_classes, D, generator=g),
+            "head.bias": 0.2 * torch.randn(num_classes, generator=g),
+        }
+    )
     return state
 
 
 def eat_forward(state, x, heads=HEADS, blocks="blocks"):
     """Independent EAT encoder forward. x: (B, 1, T, F). Returns (B, 1 + N, D)."""
+
     def ln(t, name):
         return F.layer_norm(t, (t.shape[-1],), state[name + ".weight"], state[name + ".bias"], EPS)
 
@@ -118,8 +132,11 @@ def eat_forward(state, x, heads=HEADS, blocks="blocks"):
         a = (attn @ v).transpose(1, 2).reshape(batch, tokens, dim)
         a = F.linear(a, state[b + "attn.proj.weight"], state[b + "attn.proj.bias"])
         h = r = ln(h + a, b + "norm1")
-        m = F.linear(F.gelu(F.linear(h, state[b + "mlp.fc1.weight"], state[b + "mlp.fc1.bias"])),
-                     state[b + "mlp.fc2.weight"], state[b + "mlp.fc2.bias"])
+        m = F.linear(
+            F.gelu(F.linear(h, state[b + "mlp.fc1.weight"], state[b + "mlp.fc1.bias"])),
+            state[b + "mlp.fc2.weight"],
+            state[b + "mlp.fc2.bias"],
+        )
         h = ln(r + m, b + "norm2")
     return h
 
@@ -181,8 +198,11 @@ def test_finetuned_head_maps_to_classifier(spectrogram):
     assert model.config.num_labels == 5 and model.config.id2label[3] == "class_3"
     encoder_state = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")}
     cls = eat_forward(encoder_state, spectrogram[:, None])[:, 0]
-    expected = F.linear(F.layer_norm(cls, (D,), state["fc_norm.weight"], state["fc_norm.bias"], EPS),
-                        state["head.weight"], state["head.bias"])
+    expected = F.linear(
+        F.layer_norm(cls, (D,), state["fc_norm.weight"], state["fc_norm.bias"], EPS),
+        state["head.weight"],
+        state["head.bias"],
+    )
     with torch.no_grad():
         logits = model(spectrogram).logits
     torch.testing.assert_close(logits, expected, atol=1e-5, rtol=0)
@@ -230,17 +250,32 @@ def test_hub_port_folder_config_gives_heads_mel_bins_and_input_length(spectrogra
     folder, out = tmp_path / "port", tmp_path / "converted"
     folder.mkdir()
     save_file(hub, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "eat", "embed_dim": D, "depth": LAYERS, "num_heads": HEADS, "mel_bins": MELS, "max_length": 6,
-        "img_size": [FRAMES, MELS], "norm_eps": EPS, "model_variant": "finetune", "num_classes": 5,
-        "layer_norm_first": False,
-    }))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "eat",
+                "embed_dim": D,
+                "depth": LAYERS,
+                "num_heads": HEADS,
+                "mel_bins": MELS,
+                "max_length": 6,
+                "img_size": [FRAMES, MELS],
+                "norm_eps": EPS,
+                "model_variant": "finetune",
+                "num_classes": 5,
+                "layer_norm_first": False,
+            }
+        )
+    )
     eat_conv.main([str(folder), str(out)])
     from transformers import AutoModelForAudioClassification
 
     loaded = AutoModelForAudioClassification.from_pretrained(out).eval()
-    assert (loaded.config.num_attention_heads, loaded.config.num_mel_bins, loaded.config.num_frames) == (HEADS, MELS,
-                                                                                                        FRAMES)
+    assert (loaded.config.num_attention_heads, loaded.config.num_mel_bins, loaded.config.num_frames) == (
+        HEADS,
+        MELS,
+        FRAMES,
+    )
     with torch.no_grad():
         torch.testing.assert_close(loaded(spectrogram).logits, convert(fairseq)(spectrogram).logits, atol=1e-6, rtol=0)
     config = json.loads((folder / "config.json").read_text())
@@ -283,8 +318,9 @@ def test_saved_folder_loads_with_auto_model_and_cli_reads_pickled_fairseq(tmp_pa
     with pytest.raises(eat_conv.ConversionError, match="--trust-pickle"):
         eat_conv.load_checkpoint(path)
     out = tmp_path / "converted"
-    eat_conv.main([str(path), str(out), "--trust-pickle", "--num-mel-bins", str(MELS),
-                   "--num-attention-heads", str(HEADS)])
+    eat_conv.main(
+        [str(path), str(out), "--trust-pickle", "--num-mel-bins", str(MELS), "--num-attention-heads", str(HEADS)]
+    )
 
     from transformers import AutoFeatureExtractor, AutoModel
 

@@ -54,10 +54,14 @@ def extras_only() -> tuple[list[str], list[str]]:
     """(distributions, top-level modules) that only the extras install: the distributions the extras need, their
     dependencies included, less those the core dependencies need; a module is blocked when every distribution that
     provides it is."""
-    blocked = (requirement_closure(r for rs in PROJECT["optional-dependencies"].values() for r in rs)
-               - requirement_closure(PROJECT["dependencies"]))
-    modules = [module for module, dists in importlib.metadata.packages_distributions().items()
-               if module.isidentifier() and all(canonicalize_name(d) in blocked for d in dists)]
+    blocked = requirement_closure(
+        r for rs in PROJECT["optional-dependencies"].values() for r in rs
+    ) - requirement_closure(PROJECT["dependencies"])
+    modules = [
+        module
+        for module, dists in importlib.metadata.packages_distributions().items()
+        if module.isidentifier() and all(canonicalize_name(d) in blocked for d in dists)
+    ]
     return sorted(blocked), sorted(modules)
 
 
@@ -99,9 +103,14 @@ def test_core_dependencies_are_what_inference_needs_and_every_declared_package_i
     # the benchmark suites' extras are installed by their make targets in venvs of their own, not with `all`
     suites = ("xares", "mteb")
     assert extras["all"] == [f"aasp_hf[{','.join(n for n in extras if n not in ('all', 'test', *suites))}]"]
-    pins = {canonicalize_name(Requirement(line).name): line
-            for line in (ROOT / "constraints.txt").read_text().splitlines() if line and not line.startswith("#")}
-    declared = {canonicalize_name(Requirement(r).name) for rs in [PROJECT["dependencies"], *extras.values()] for r in rs}
+    pins = {
+        canonicalize_name(Requirement(line).name): line
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    declared = {
+        canonicalize_name(Requirement(r).name) for rs in [PROJECT["dependencies"], *extras.values()] for r in rs
+    }
     declared.discard(canonicalize_name(PROJECT["name"]))
     assert {name for name in declared if "==" not in pins.get(name, "")} == set()
 
@@ -163,8 +172,14 @@ def test_an_exported_encoder_loads_runs_and_classifies_with_the_core_dependencie
         print(json.dumps({{"inputs": list(inputs["input_values"].shape), "tokens": list(tokens.shape),
                           "same": same, "labels": len(scores), "leaked": leaked}}))
     """)
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     # 1 s -> 98 frames, padded to 112 (a multiple of 16) × 128 mel bins; tokens: CLS + (112/16) × (128/16) patches

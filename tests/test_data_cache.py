@@ -26,7 +26,7 @@ def fake_dataset(tmp_path):
     paths, waveforms = [], []
     for i, seconds in enumerate(SECONDS):
         n = int(seconds * 16000)
-        wave = (0.05 * rng.standard_normal(n) + 0.3 * np.sin(2 * np.pi * 440 * (1 + i) * np.arange(n) / 16000))
+        wave = 0.05 * rng.standard_normal(n) + 0.3 * np.sin(2 * np.pi * 440 * (1 + i) * np.arange(n) / 16000)
         wave = wave.astype(np.float32)
         path = str(tmp_path / "audio" / f"clip{i}.wav")
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -37,8 +37,10 @@ def fake_dataset(tmp_path):
     with open(bad, "wb") as f:
         f.write(rng.bytes(3000))
     rows = paths[:2] + [bad] + paths[2:]  # the corrupt clip is row 2
-    dataset = Dataset.from_dict({"audio": rows, "name": [f"c{i}" for i in range(4)]},
-                                features=Features({"audio": Audio(sampling_rate=16000), "name": Value("string")}))
+    dataset = Dataset.from_dict(
+        {"audio": rows, "name": [f"c{i}" for i in range(4)]},
+        features=Features({"audio": Audio(sampling_rate=16000), "name": Value("string")}),
+    )
     return dataset, waveforms
 
 
@@ -129,8 +131,10 @@ def test_settings_mismatch_raises(fake_dataset, tmp_path):
 def test_mel_moments_match_numpy():
     """The one accumulator of LogMelCache.mel_statistics and compute_mel_statistics: chunks of any shape (..., F)."""
     rng = np.random.default_rng(0)
-    chunks = [rng.normal(-6.0, 3.0, size=shape).astype(dtype) for shape, dtype in
-              [((37, 16), np.float16), ((2, 5, 16), np.float32), ((1, 16), np.float64)]]
+    chunks = [
+        rng.normal(-6.0, 3.0, size=shape).astype(dtype)
+        for shape, dtype in [((37, 16), np.float16), ((2, 5, 16), np.float32), ((1, 16), np.float64)]
+    ]
     moments = MelMoments(16)
     for chunk in chunks:
         moments.add(chunk)

@@ -30,8 +30,11 @@ def run_main(argv, capsys):
 
 def table_row(out, split):
     """The cells of the table row of `split`."""
-    return next(line.split()[len(split.split()):] for line in out.splitlines()
-                if line.startswith(f"  {split} ") and line.split()[: len(split.split())] == split.split())
+    return next(
+        line.split()[len(split.split()) :]
+        for line in out.splitlines()
+        if line.startswith(f"  {split} ") and line.split()[: len(split.split())] == split.split()
+    )
 
 
 @pytest.fixture
@@ -54,14 +57,19 @@ def esc50_root(tmp_path):
 
 def test_check_esc50_as_a_subprocess(esc50_root, tmp_path):
     report_file = tmp_path / "report.json"
-    result = subprocess.run([sys.executable, "-m", "aasp_hf.data.check", "esc50", "--root", str(esc50_root),
-                             "--json", str(report_file)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "aasp_hf.data.check", "esc50", "--root", str(esc50_root), "--json", str(report_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1, result.stderr
     # the loader's own message, one line: the copy lacks a file its metadata names
     assert result.stderr.splitlines() == [
         f"error: 1 of 15 audio files listed in {esc50_root / 'meta' / 'esc50.csv'} are missing under "
         f"{esc50_root / 'audio'}, e.g. ['{esc50_root / 'audio' / '3-101-A-1.wav'}']. Check that `root` points at "
-        f"the dataset's top folder in its official layout."]
+        f"the dataset's top folder in its official layout."
+    ]
     out = result.stdout
     assert table_row(out, "fold 1") == ["3", "400", "*", "0"]
     assert table_row(out, "fold 3") == ["3", "400", "*", "1"]
@@ -74,8 +82,9 @@ def test_check_esc50_as_a_subprocess(esc50_root, tmp_path):
     assert "channels: 1 (14)" in out and "formats: WAV/PCM_16 (14)" in out
 
     report = json.loads(report_file.read_text())
-    assert [(r["split"], r["clips"], r["official"], r["missing"]) for r in report["splits"]] == \
-        [(f"fold {k}", 3, 400, int(k == 3)) for k in range(1, 6)] + [("all", 15, 2000, 1)]
+    assert [(r["split"], r["clips"], r["official"], r["missing"]) for r in report["splits"]] == [
+        (f"fold {k}", 3, 400, int(k == 3)) for k in range(1, 6)
+    ] + [("all", 15, 2000, 1)]
     assert report["audio"]["sample_rates"] == {"22050": 5, "44100": 9}
     assert report["unnamed_files"]["count"] == 1 and report["missing_files"]["count"] == 1
 
@@ -86,8 +95,9 @@ def test_check_missing_metadata_is_one_line(esc50_root, capsys):
     assert code == 1 and out == ""
     assert len(err) == 1 and "meta/esc50.csv not found" in err[0] and "github.com/karolpiczak/ESC-50" in err[0]
     code, out, err = run_main(["esc50", "--root", esc50_root, "--split_file", "x.txt"], capsys)
-    assert code == 1 and err == ["error: esc50 does not take --split_file; its options are in the esc50 section of "
-                                 "docs/datasets.md."]
+    assert code == 1 and err == [
+        "error: esc50 does not take --split_file; its options are in the esc50 section of docs/datasets.md."
+    ]
     code, out, err = run_main(["gtzan", "--root", esc50_root], capsys)  # EVAR tasks need their CSV
     assert code == 2 and err == ["error: gtzan needs --metadata_csv, EVAR's metadata CSV for it (docs/datasets.md)."]
 
@@ -99,8 +109,11 @@ def write_evar_csv(path, rows):
 
 def test_check_evar_task_with_an_empty_split(tmp_path, capsys):
     genres = tmp_path / "genres"
-    rows = [("blues/blues.00000.wav", "blues", "train"), ("rock/rock.00001.wav", "rock", "train"),
-            ("jazz/jazz.00002.wav", "jazz", "test")]
+    rows = [
+        ("blues/blues.00000.wav", "blues", "train"),
+        ("rock/rock.00001.wav", "rock", "train"),
+        ("jazz/jazz.00002.wav", "jazz", "test"),
+    ]
     for file_name, _, _ in rows:
         write_tone(str(genres / file_name), sr=22050)
     write_evar_csv(tmp_path / "gtzan.csv", rows)
@@ -128,7 +141,8 @@ def write_segments(path, rows):
         "# Segments csv created Sun Mar  5 10:54:31 2017\n"
         f"# num_ytids={len(rows)}, num_segs={len(rows)}, num_unique_labels=3, num_positive_labels=4\n"
         "# YTID, start_seconds, end_seconds, positive_labels\n"
-        + "".join(f'{y}, {s:.3f}, {s + 10:.3f}, "{",".join(m)}"\n' for y, s, m in rows))
+        + "".join(f'{y}, {s:.3f}, {s + 10:.3f}, "{",".join(m)}"\n' for y, s, m in rows)
+    )
 
 
 @pytest.fixture
@@ -138,13 +152,24 @@ def audioset_root(tmp_path):
     root = tmp_path / "audioset"
     root.mkdir()
     (root / "class_labels_indices.csv").write_text(CLASS_LABELS)
-    write_segments(root / "balanced_train_segments.csv",
-                   [("--PJHxphWEs", 30.0, ["/m/09x0r", "/m/04rlf"]), ("-0RWZT-miFs", 420.0, ["/m/04rlf"]),
-                    ("xAbCdEfGhIj", 0.0, ["/m/04rlf"]), ("gone1234567", 0.0, ["/m/09x0r"])])
+    write_segments(
+        root / "balanced_train_segments.csv",
+        [
+            ("--PJHxphWEs", 30.0, ["/m/09x0r", "/m/04rlf"]),
+            ("-0RWZT-miFs", 420.0, ["/m/04rlf"]),
+            ("xAbCdEfGhIj", 0.0, ["/m/04rlf"]),
+            ("gone1234567", 0.0, ["/m/09x0r"]),
+        ],
+    )
     write_segments(root / "unbalanced_train_segments.csv", [("-0SdAVK79lg", 30.0, ["/m/09x0r"])])
-    write_segments(root / "eval_segments.csv", [("--4gqARaEJE", 0.0, ["/m/0jbk", "/m/04rlf"]),
-                                                ("-1nilez17Dg", 30.0, ["/m/04rlf"]),
-                                                ("gone7654321", 5.0, ["/m/04rlf"])])
+    write_segments(
+        root / "eval_segments.csv",
+        [
+            ("--4gqARaEJE", 0.0, ["/m/0jbk", "/m/04rlf"]),
+            ("-1nilez17Dg", 30.0, ["/m/04rlf"]),
+            ("gone7654321", 5.0, ["/m/04rlf"]),
+        ],
+    )
     audio = root / "audio"
     write_tone(str(audio / "balanced" / "--PJHxphWEs_30.000_40.000.wav"), sr=32000)
     write_tone(str(audio / "balanced" / "Y-0RWZT-miFs.wav"), sr=32000, channels=2)
@@ -165,8 +190,10 @@ def test_check_audioset_coverage(audioset_root, capsys, tmp_path):
     assert f"in no split: 1 file under {audioset_root / 'audio'}, e.g. audio/unbalanced/-0SdAVK79lg" in out
     assert "sample rates: 16000 Hz (3), 32000 Hz (2)" in out and "channels: 1 (4), 2 (1)" in out
     report = json.loads((tmp_path / "as20k.json").read_text())
-    assert [(r["split"], r["clips"], r["segments"], r["coverage"]) for r in report["splits"]] == \
-        [("train", 3, 4, 0.75), ("test", 2, 3, 0.6667)]
+    assert [(r["split"], r["clips"], r["segments"], r["coverage"]) for r in report["splits"]] == [
+        ("train", 3, 4, 0.75),
+        ("test", 2, 3, 0.6667),
+    ]
 
     code, out, err = run_main(["as2m", "--root", audioset_root], capsys)
     assert code == 0 and table_row(out, "train") == ["4", "2,063,949", "*", "5", "80.0", "%"]  # balanced + unbalanced
@@ -203,9 +230,16 @@ def test_check_us8k_scv2_nsynth_voxceleb1(tmp_path, capsys):
 
     nsynth = tmp_path / "nsynth"
     for folder, count in (("nsynth-train", 3), ("nsynth-valid", 1), ("nsynth-test", 2)):
-        notes = {f"bass_synthetic_00{i}-0{60 + i}-100": {"note_str": f"bass_synthetic_00{i}-0{60 + i}-100",
-                 "instrument_family_str": "bass", "pitch": 60 + i, "velocity": 100,
-                 "instrument_source_str": "synthetic"} for i in range(count)}
+        notes = {
+            f"bass_synthetic_00{i}-0{60 + i}-100": {
+                "note_str": f"bass_synthetic_00{i}-0{60 + i}-100",
+                "instrument_family_str": "bass",
+                "pitch": 60 + i,
+                "velocity": 100,
+                "instrument_source_str": "synthetic",
+            }
+            for i in range(count)
+        }
         for note in notes:
             write_tone(str(nsynth / folder / "audio" / f"{note}.wav"))
         (nsynth / folder / "examples.json").write_text(json.dumps(notes))

@@ -148,13 +148,21 @@ def test_speech_commands_unknown_word_and_missing_list(scv2_root):
 
 def test_nsynth_splits_families_and_pitch(tmp_path):
     root = tmp_path
-    for folder, families in (("nsynth-train", ["bass", "guitar", "vocal"]), ("nsynth-valid", ["bass"]),
-                             ("nsynth-test", ["guitar", "bass"])):
+    for folder, families in (
+        ("nsynth-train", ["bass", "guitar", "vocal"]),
+        ("nsynth-valid", ["bass"]),
+        ("nsynth-test", ["guitar", "bass"]),
+    ):
         examples = {}
         for i, family in enumerate(families):
             note = f"{family}_acoustic_00{i}-0{60 + i}-100"
-            examples[note] = {"note_str": note, "instrument_family_str": family, "pitch": 60 + i,
-                              "velocity": 100, "instrument_source_str": "acoustic"}
+            examples[note] = {
+                "note_str": note,
+                "instrument_family_str": family,
+                "pitch": 60 + i,
+                "velocity": 100,
+                "instrument_source_str": "acoustic",
+            }
             write_tone(str(root / folder / "audio" / f"{note}.wav"), seconds=0.2)
         (root / folder / "examples.json").write_text(json.dumps(examples))
     ds = data.load("nsynth", root=root)
@@ -195,12 +203,19 @@ def audioset_root(tmp_path):
     root = tmp_path / "audioset"
     root.mkdir()
     (root / "class_labels_indices.csv").write_text(CLASS_LABELS)
-    write_segments(root / "balanced_train_segments.csv",
-                   [("--PJHxphWEs", 30.0, ["/m/09x0r", "/m/04rlf"]), ("-0RWZT-miFs", 420.0, ["/m/04rlf"]),
-                    ("YxAbCdEfGhI", 0.0, ["/m/0jbk"]), ("missingAAAA", 0.0, ["/m/09x0r"])])
+    write_segments(
+        root / "balanced_train_segments.csv",
+        [
+            ("--PJHxphWEs", 30.0, ["/m/09x0r", "/m/04rlf"]),
+            ("-0RWZT-miFs", 420.0, ["/m/04rlf"]),
+            ("YxAbCdEfGhI", 0.0, ["/m/0jbk"]),
+            ("missingAAAA", 0.0, ["/m/09x0r"]),
+        ],
+    )
     write_segments(root / "unbalanced_train_segments.csv", [("-0SdAVK79lg", 30.0, ["/m/09x0r"])])
-    write_segments(root / "eval_segments.csv", [("--4gqARaEJE", 0.0, ["/m/0jbk", "/m/04rlf"]),
-                                                ("missingBBBB", 5.0, ["/m/04rlf"])])
+    write_segments(
+        root / "eval_segments.csv", [("--4gqARaEJE", 0.0, ["/m/0jbk", "/m/04rlf"]), ("missingBBBB", 5.0, ["/m/04rlf"])]
+    )
     audio = root / "audio"
     write_tone(str(audio / "balanced_train_segments" / "--PJHxphWEs_30.000_40.000.wav"), seconds=0.3, sr=32000)
     write_tone(str(audio / "balanced_train_segments" / "-0RWZT-miFs.flac"), seconds=0.3)
@@ -324,8 +339,12 @@ def test_surge_voxforge_labels_from_csv_and_errors(tmp_path):
 def test_voxceleb1_iden_split(tmp_path):
     root = tmp_path / "vox1"
     lines = []
-    for code, speaker, video in ((1, "id10001", "1zcIwhmdeo4"), (1, "id10002", "0_laIeN-Q44"),
-                                 (2, "id10001", "7w0IBEWc9Qw"), (3, "id10002", "6WO410QOeuo")):
+    for code, speaker, video in (
+        (1, "id10001", "1zcIwhmdeo4"),
+        (1, "id10002", "0_laIeN-Q44"),
+        (2, "id10001", "7w0IBEWc9Qw"),
+        (3, "id10002", "6WO410QOeuo"),
+    ):
         rel = f"{speaker}/{video}/00001.wav"
         write_tone(str(root / "wav" / rel), seconds=0.2)
         lines.append(f"{code} {rel}")

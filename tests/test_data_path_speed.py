@@ -84,8 +84,16 @@ def test_train_dir_rows_carry_their_file_and_decode_as_the_pipeline(tmp_path):
 
     sf.write(tmp_path / "a.flac", _stereo(), 16000, subtype="PCM_16")
     sf.write(tmp_path / "b.wav", _stereo(rate=22050), 22050, subtype="PCM_16")
-    data_args = SimpleNamespace(synthetic_clips=0, dataset=None, train_dir=str(tmp_path), dataset_name=None,
-                                streaming=False, dataloader_num_workers=0, dataset_split="train", audio_column="audio")
+    data_args = SimpleNamespace(
+        synthetic_clips=0,
+        dataset=None,
+        train_dir=str(tmp_path),
+        dataset_name=None,
+        streaming=False,
+        dataloader_num_workers=0,
+        dataset_split="train",
+        audio_column="audio",
+    )
     clips = load_clips(data_args, seed=0, batch_size=1, num_processes=1, process_index=0)
     for index in range(len(clips)):
         cell = clips.source[index]["audio"]
@@ -101,16 +109,26 @@ def test_stream_decoded_in_workers_trains_and_resumes_as_in_the_main_process(tmp
     from test_pretrain_script import argv, history, pretrain, write_audioset_layout
 
     root = write_audioset_layout(tmp_path / "audioset")
-    common = dict(synthetic_clips=0, dataset="as2m", data_root=str(root), streaming=True, shuffle_buffer_size=3,
-                  per_device_train_batch_size=2, max_steps=3, save_steps=3)
+    common = dict(
+        synthetic_clips=0,
+        dataset="as2m",
+        data_root=str(root),
+        streaming=True,
+        shuffle_buffer_size=3,
+        per_device_train_batch_size=2,
+        max_steps=3,
+        save_steps=3,
+    )
     full = pretrain.main(argv(tmp_path / "main_process", **common))
     first = pretrain.main(argv(tmp_path / "workers", stop_after_steps=1, dataloader_num_workers=2, **common))
     assert first["step"] == 1
     resumed = pretrain.main(argv(tmp_path / "workers", resume=True, dataloader_num_workers=2, **common))
     assert resumed["start_step"] == 1 and resumed["step"] == 3 and full["decode_failures"] == 0
     assert [h["train/epoch"] for h in history(tmp_path / "workers")] == [0, 0, 1]
-    assert_states_close(load_file(tmp_path / "workers" / "checkpoint-3" / "model.safetensors"),
-                        load_file(tmp_path / "main_process" / "checkpoint-3" / "model.safetensors"))
+    assert_states_close(
+        load_file(tmp_path / "workers" / "checkpoint-3" / "model.safetensors"),
+        load_file(tmp_path / "main_process" / "checkpoint-3" / "model.safetensors"),
+    )
 
 
 def test_plan_models_the_gradient_all_reduce_and_prints_the_papers_throughput():
@@ -146,12 +164,24 @@ def test_plan_times_the_data_path_of_a_folder(tmp_path, streaming):
     for number in range(3):
         sf.write(tmp_path / f"clip{number}.flac", _stereo(seed=number), 16000, subtype="PCM_16")
     preset = Path(__file__).resolve().parents[1] / "examples" / "configs" / "pretrain_tiny_cpu.json"
-    argv = ["--config", str(preset), "--plan", "--train_dir", str(tmp_path), "--plan_data_clips", "8",
-            "--per_device_train_batch_size", "2", "--output_dir", str(tmp_path / "never")]
+    argv = [
+        "--config",
+        str(preset),
+        "--plan",
+        "--train_dir",
+        str(tmp_path),
+        "--plan_data_clips",
+        "8",
+        "--per_device_train_batch_size",
+        "2",
+        "--output_dir",
+        str(tmp_path / "never"),
+    ]
     results = pretrain.main(argv + (["--streaming", "true"] if streaming else []))
     data = results["data"]
-    assert data["clips"] >= 8 and data["workers"] == math.ceil(data["needed_clips_per_s"] /
-                                                               data["decode_crop_collate_clips_per_s"])
+    assert data["clips"] >= 8 and data["workers"] == math.ceil(
+        data["needed_clips_per_s"] / data["decode_crop_collate_clips_per_s"]
+    )
     assert data["cores_needed"] == data["workers"] + 1
     assert f"--train_dir {tmp_path}" + (", as a stream" if streaming else "") in results["plan"]
     assert "0 failed to decode" in results["plan"] and not (tmp_path / "never").exists()

@@ -18,8 +18,9 @@ def clips(tmp_path):
     for i, seconds in enumerate((0.5, 1.5, 3.0)):
         n = int(seconds * 16000)
         path = str(tmp_path / f"clip{i}.wav")
-        sf.write(path, (0.1 * rng.standard_normal(n) + np.linspace(0, 0.5, n)).astype(np.float32), 16000,
-                 subtype="FLOAT")
+        sf.write(
+            path, (0.1 * rng.standard_normal(n) + np.linspace(0, 0.5, n)).astype(np.float32), 16000, subtype="FLOAT"
+        )
         paths.append(path)
     bad = str(tmp_path / "corrupt.wav")
     with open(bad, "wb") as f:
@@ -30,8 +31,10 @@ def clips(tmp_path):
 def make_dataset(paths, labels, multi=False):
     label_feature = Sequence(ClassLabel(num_classes=5)) if multi else ClassLabel(num_classes=5)
     column = "labels" if multi else "label"
-    return Dataset.from_dict({"audio": paths, column: labels},
-                             features=Features({"audio": Audio(sampling_rate=16000), column: label_feature}))
+    return Dataset.from_dict(
+        {"audio": paths, column: labels},
+        features=Features({"audio": Audio(sampling_rate=16000), column: label_feature}),
+    )
 
 
 def test_crop_or_pad():
@@ -73,8 +76,10 @@ def test_finetuning_collator_masked_padding_marks_a_short_clip_s_frames_as_paddi
     paths, _ = clips
     extractor = AaspFeatureExtractor(feature_size=32)
     examples = list(for_safe_decoding(make_dataset(paths, [0, 3, 4])))  # 0.5, 1.5 and 3 s against 1-s crops
-    zeros, masked = (AaspFineTuningCollator(extractor, clip_seconds=1.0, seed=3, padding=padding)(examples)
-                     for padding in ("zeros", "masked"))
+    zeros, masked = (
+        AaspFineTuningCollator(extractor, clip_seconds=1.0, seed=3, padding=padding)(examples)
+        for padding in ("zeros", "masked")
+    )
     frames, short = extractor.num_frames(16000), extractor.num_frames(8000)  # 101, 51
     assert zeros["input_values"].shape == masked["input_values"].shape == (3, 112, 32)
     assert zeros["attention_mask"].sum(1).tolist() == [frames] * 3
@@ -115,5 +120,8 @@ def test_mel_statistics_match_direct_computation(clips):
     assert extractor.do_normalize  # the extractor passed in is left untouched
     normed = AaspFeatureExtractor(feature_size=32, mean=mean, std=std)
     out = normed(sf.read(paths[2], dtype="float32")[0], sampling_rate=16000, return_tensors="np")
-    np.testing.assert_allclose(out["input_values"][0][out["attention_mask"][0].astype(bool)],
-                               (values[-out["attention_mask"].sum():] - mean) / std, atol=1e-4)
+    np.testing.assert_allclose(
+        out["input_values"][0][out["attention_mask"][0].astype(bool)],
+        (values[-out["attention_mask"].sum() :] - mean) / std,
+        atol=1e-4,
+    )

@@ -31,8 +31,12 @@ def test_demo_main_pretrains_probes_finetunes_and_the_pipeline_agrees(tmp_path, 
     printed = capsys.readouterr().out
     # both fine-tuning runs get the same number of steps (not the same seconds); every artefact's path is printed
     assert results["finetune_steps_scratch"] == results["finetune_steps_pretrained"] == 3
-    for path in (tmp_path / "pretrain", tmp_path / "pretrain" / "encoder", tmp_path / "classifier",
-                 tmp_path / "all_results.json"):
+    for path in (
+        tmp_path / "pretrain",
+        tmp_path / "pretrain" / "encoder",
+        tmp_path / "classifier",
+        tmp_path / "all_results.json",
+    ):
         assert str(path) in printed, path
     assert "torch threads: 2" in printed
     assert "AaSP demo classifier" in (tmp_path / "classifier" / "README.md").read_text()

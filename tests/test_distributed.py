@@ -28,16 +28,36 @@ PRESET = "examples/configs/pretrain_tiny_cpu.json"
 MULTI_NODE = ROOT / "examples" / "accelerate_configs" / "multi_node.yaml"
 ENV = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch"]
-TWO_PROCESSES = [*LAUNCH, "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-                 "--dynamo_backend", "no"]
+TWO_PROCESSES = [
+    *LAUNCH,
+    "--multi_gpu",
+    "--num_processes",
+    "2",
+    "--num_machines",
+    "1",
+    "--mixed_precision",
+    "no",
+    "--dynamo_backend",
+    "no",
+]
 MAX_STEPS = 3
 
 
 def run_args(output_dir, batch=4, **overrides):
     """The tiny preset, shortened: 3 steps (a checkpoint after each), 32 synthetic clips, no monitors."""
-    args = {"max_steps": MAX_STEPS, "warmup_steps": 1, "save_steps": 1, "save_total_limit": MAX_STEPS,
-            "logging_steps": 1, "monitor_steps": 0, "synthetic_clips": 32, "per_device_train_batch_size": batch,
-            "report_to": "none", "output_dir": str(output_dir), **overrides}
+    args = {
+        "max_steps": MAX_STEPS,
+        "warmup_steps": 1,
+        "save_steps": 1,
+        "save_total_limit": MAX_STEPS,
+        "logging_steps": 1,
+        "monitor_steps": 0,
+        "synthetic_clips": 32,
+        "per_device_train_batch_size": batch,
+        "report_to": "none",
+        "output_dir": str(output_dir),
+        **overrides,
+    }
     return [item for key, value in args.items() for item in (f"--{key}", str(value))]
 
 
@@ -45,11 +65,16 @@ def launch(commands, timeout=150, env=None):
     """Starts the commands at once (each in its own process group, output to a file) and waits for all of them. A
     command that fails, or a run past `timeout` seconds, kills every group still running and fails the test with
     the tail of each output. Returns each command's output."""
-    logs = [open(f"{os.environ.get('TMPDIR', '/tmp')}/aasp_launch_{os.getpid()}_{i}.log", "w+") for i in
-            range(len(commands))]
-    procs = [subprocess.Popen(c, env={**ENV, **(env or {})}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)
-             for c, log in zip(commands, logs)]
+    logs = [
+        open(f"{os.environ.get('TMPDIR', '/tmp')}/aasp_launch_{os.getpid()}_{i}.log", "w+")
+        for i in range(len(commands))
+    ]
+    procs = [
+        subprocess.Popen(
+            c, env={**ENV, **(env or {})}, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        for c, log in zip(commands, logs)
+    ]
     deadline, failed = time.monotonic() + timeout, None
     try:
         while any(p.poll() is None for p in procs) and failed is None:
@@ -68,8 +93,10 @@ def launch(commands, timeout=150, env=None):
         for log in logs:
             log.seek(0)
             tails.append(log.read()[-2500:])
-        pytest.fail(f"launch failed ({'timeout' if failed == 'timeout' else 'exit ' + str(failed.returncode)}):\n"
-                    + "\n-----\n".join(tails))
+        pytest.fail(
+            f"launch failed ({'timeout' if failed == 'timeout' else 'exit ' + str(failed.returncode)}):\n"
+            + "\n-----\n".join(tails)
+        )
     outputs = []
     for log in logs:
         log.seek(0)
@@ -115,8 +142,19 @@ def assert_weights_close(path, reference, rtol=1e-5, atol=0.1 * PEAK_LR):
 def reference(tmp_path_factory):
     """One `--num_processes 2` launch, 4 clips per process, 3 uninterrupted steps."""
     output_dir = tmp_path_factory.mktemp("two_processes")
-    launch([[*TWO_PROCESSES, "--main_process_port", str(_free_port()), "examples/pretrain.py", "--config", PRESET,
-             *run_args(output_dir)]])
+    launch(
+        [
+            [
+                *TWO_PROCESSES,
+                "--main_process_port",
+                str(_free_port()),
+                "examples/pretrain.py",
+                "--config",
+                PRESET,
+                *run_args(output_dir),
+            ]
+        ]
+    )
     return output_dir
 
 
@@ -137,8 +175,9 @@ def multi_node_commands(output_dir, **overrides):
     text = documented_multi_node_command().replace("$PORT", str(_free_port()))
     assert text.endswith(" ...") and text.startswith("ACCELERATE_USE_CPU=1 accelerate launch "), text
     text = text.removeprefix("ACCELERATE_USE_CPU=1 accelerate launch ").removesuffix(" ...")
-    return [[*LAUNCH, *shlex.split(text.replace("$RANK", str(rank))), *run_args(output_dir, **overrides)]
-            for rank in (0, 1)]
+    return [
+        [*LAUNCH, *shlex.split(text.replace("$RANK", str(rank))), *run_args(output_dir, **overrides)] for rank in (0, 1)
+    ]
 
 
 def test_two_machines_on_loopback_train_as_one_two_process_launch_and_resume(reference, tmp_path):
@@ -150,10 +189,12 @@ def test_two_machines_on_loopback_train_as_one_two_process_launch_and_resume(ref
     launch(multi_node_commands(tmp_path, resume="true"))
     assert_losses_close(tmp_path, reference, [1, 2, 3], rtol=0, atol=0)  # the same arithmetic: bit for bit
     for checkpoint in ("checkpoint-1", "checkpoint-2", "checkpoint-3"):
-        assert_weights_close(tmp_path / checkpoint / "model.safetensors",
-                             reference / checkpoint / "model.safetensors", rtol=0, atol=0)
-    assert_weights_close(tmp_path / "encoder" / "model.safetensors", reference / "encoder" / "model.safetensors",
-                         rtol=0, atol=0)
+        assert_weights_close(
+            tmp_path / checkpoint / "model.safetensors", reference / checkpoint / "model.safetensors", rtol=0, atol=0
+        )
+    assert_weights_close(
+        tmp_path / "encoder" / "model.safetensors", reference / "encoder" / "model.safetensors", rtol=0, atol=0
+    )
     results = json.loads((tmp_path / "all_results.json").read_text())
     assert results["step"] == 3 and results["start_step"] == 2 and results["num_processes"] == 2
 
@@ -171,23 +212,52 @@ def test_compiled_ddp_step_equals_eager_ddp(tmp_path):
     1e-4, and AdamW's `assert_weights_close` allowance); no graph break. The tiny preset at width 128 (2.1 MiB of
     trainable weights) in 1-MiB buckets, so that dynamo's DDP optimiser splits the step's graph at the buckets'
     boundaries; its own log line gives the number of buckets, so of subgraphs."""
-    wider = {"model_config": json.dumps({"hidden_size": 128, "intermediate_size": 512}), "ddp_bucket_cap_mb": 1,
-             "stop_after_steps": 2}
+    wider = {
+        "model_config": json.dumps({"hidden_size": 128, "intermediate_size": 512}),
+        "ddp_bucket_cap_mb": 1,
+        "stop_after_steps": 2,
+    }
     eager, compiled = tmp_path / "eager", tmp_path / "compiled"
-    launch([[*TWO_PROCESSES, "--main_process_port", str(_free_port()), "examples/pretrain.py", "--config", PRESET,
-             *run_args(eager, **wider)]])
-    [output] = launch([[*TWO_PROCESSES, "--main_process_port", str(_free_port()), "examples/pretrain.py", "--config",
-                        PRESET, *run_args(compiled, torch_compile="true", **wider)]],
-                      timeout=300, env={"TORCH_LOGS": "+torch._dynamo.backends.distributed"})
+    launch(
+        [
+            [
+                *TWO_PROCESSES,
+                "--main_process_port",
+                str(_free_port()),
+                "examples/pretrain.py",
+                "--config",
+                PRESET,
+                *run_args(eager, **wider),
+            ]
+        ]
+    )
+    [output] = launch(
+        [
+            [
+                *TWO_PROCESSES,
+                "--main_process_port",
+                str(_free_port()),
+                "examples/pretrain.py",
+                "--config",
+                PRESET,
+                *run_args(compiled, torch_compile="true", **wider),
+            ]
+        ],
+        timeout=300,
+        env={"TORCH_LOGS": "+torch._dynamo.backends.distributed"},
+    )
     buckets = [int(n) for n in re.findall(r"DDPOptimizer used bucket cap \d+ and created (\d+) buckets", output)]
     assert len(buckets) == 2 and min(buckets) > 1, buckets  # each process's forward graph, split
     assert_losses_close(compiled, eager, [1, 2])
-    assert_weights_close(compiled / "checkpoint-2" / "model.safetensors", eager / "checkpoint-2" / "model.safetensors",
-                         rtol=1e-4)
+    assert_weights_close(
+        compiled / "checkpoint-2" / "model.safetensors", eager / "checkpoint-2" / "model.safetensors", rtol=1e-4
+    )
     results = json.loads((compiled / "all_results.json").read_text())
     assert results["graph_breaks"] == 0 and results["compiled_graphs"] >= 1
-    print(f"compiled DDP: {results['compiled_graphs']} dynamo graph(s), the forward split into {buckets[0]} by DDP's "
-          f"buckets, {results['compiled_subgraphs']} AOTAutograd compilations")
+    print(
+        f"compiled DDP: {results['compiled_graphs']} dynamo graph(s), the forward split into {buckets[0]} by DDP's "
+        f"buckets, {results['compiled_subgraphs']} AOTAutograd compilations"
+    )
 
 
 def test_resume_on_another_number_of_processes_sees_the_same_global_batches(reference, tmp_path):
@@ -195,8 +265,19 @@ def test_resume_on_another_number_of_processes_sees_the_same_global_batches(refe
     weights of the uninterrupted two-process run, within reduction-order tolerance (the contrastive loss gathered
     over processes or not, DDP's gradient mean or one batch)."""
     pretrain.main(["--config", PRESET, *run_args(tmp_path, batch=8, stop_after_steps=1)])
-    launch([[*TWO_PROCESSES, "--main_process_port", str(_free_port()), "examples/pretrain.py", "--config", PRESET,
-             *run_args(tmp_path, resume="true", stop_after_steps=2)]])
+    launch(
+        [
+            [
+                *TWO_PROCESSES,
+                "--main_process_port",
+                str(_free_port()),
+                "examples/pretrain.py",
+                "--config",
+                PRESET,
+                *run_args(tmp_path, resume="true", stop_after_steps=2),
+            ]
+        ]
+    )
     with pytest.raises(UsageError, match=re.escape("pass --per_device_train_batch_size 8 to keep its micro-batch")):
         pretrain.main(["--config", PRESET, *run_args(tmp_path, resume="true")])  # 1 process × 4 clips
     results = pretrain.main(["--config", PRESET, *run_args(tmp_path, batch=8, resume="true")])
@@ -232,8 +313,9 @@ def test_what_cannot_carry_over_to_another_number_of_processes_is_refused_in_one
     assert "resume on a number of processes that divides 8" in refusal(world=3, batch=3)
     assert check(3, batch=3, allowed=["per_device_train_batch_size"])["per_device_train_batch_size"] == 3
     dropout = pretrain.AaspConfig(hidden_dropout_prob=0.1)
-    assert re.search(r"hidden_dropout_prob 0\.1 .*--resume_allow_changes num_processes",
-                     refusal(world=1, batch=8, config=dropout))
+    assert re.search(
+        r"hidden_dropout_prob 0\.1 .*--resume_allow_changes num_processes", refusal(world=1, batch=8, config=dropout)
+    )
     assert check(1, batch=8, allowed=["num_processes"], config=dropout)["per_device_train_batch_size"] == 4
 
 
@@ -245,8 +327,9 @@ def test_a_global_micro_batch_is_the_same_clips_with_the_same_draws_on_one_proce
     from aasp_hf.data.collators import PretrainingCollator
     from aasp_hf.training.data_order import clip_seed, micro_batches
 
-    rows = [{"index": i, "waveform": torch.randn(16_000, generator=torch.Generator().manual_seed(i))}
-            for i in range(20)]
+    rows = [
+        {"index": i, "waveform": torch.randn(16_000, generator=torch.Generator().manual_seed(i))} for i in range(20)
+    ]
     one = micro_batches(rows, 8, 1, 0, seed=3, start=1, with_positions=True)
     two = [micro_batches(rows, 4, 2, r, seed=3, start=1, with_positions=True) for r in (0, 1)]
     config = pretrain.AaspConfig(**json.loads((ROOT / PRESET).read_text())["model_config"])

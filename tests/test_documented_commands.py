@@ -31,8 +31,14 @@ from unittest import mock
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MARKDOWN = ["README.md", "MODEL_CARD.md", "docs/*.md", "benchmarks/*/README.md", "conversion/README.md",
-            "examples/accelerate_configs/README.md"]
+MARKDOWN = [
+    "README.md",
+    "MODEL_CARD.md",
+    "docs/*.md",
+    "benchmarks/*/README.md",
+    "conversion/README.md",
+    "examples/accelerate_configs/README.md",
+]
 DOCSTRINGS = ["examples/*.py", "conversion/*.py", "benchmarks/*/*.py"]  # the module docstring of each
 PROGRAMS = ("python", ".venv/bin/python", "accelerate", "torchrun", "make")
 SHELL_FENCES = ("", "bash", "sh", "shell", "console")
@@ -44,19 +50,62 @@ RUN, PARSE, TARGET = "run", "parse", "target"
 # that the command starts with wins. RUN rows give the overrides appended ({tmp}: a fresh folder; {encoder}: the
 # encoder the pre-training row saved) and the file the run must leave in its output folder.
 HOW = [
-    ("examples/pretrain.py --config examples/configs/pretrain_tiny_cpu.json", RUN,
-     ["--max_steps", "2", "--warmup_steps", "1", "--synthetic_clips", "8", "--per_device_train_batch_size", "4",
-      "--save_steps", "2", "--report_to", "none", "--output_dir", "{tmp}/runs/pt"], "runs/pt/encoder/config.json"),
-    ("examples/finetune.py --model_name_or_path runs/pt/encoder --synthetic_per_class", RUN,
-     ["--model_name_or_path", "{encoder}", "--max_steps", "2", "--warmup_steps", "1", "--eval_steps", "2",
-      "--output_dir", "{tmp}"], "all_results.json"),
-    ("examples/linear_eval.py --model_name_or_path runs/pt/encoder --synthetic_per_class", RUN,
-     ["--model_name_or_path", "{encoder}", "--max_steps", "2", "--eval_steps", "2", "--output_dir", "{tmp}"],
-     "all_results.json"),
-    ("examples/shift_consistency.py --model_name_or_path runs/pt/encoder --synthetic_clips", RUN,
-     ["--model_name_or_path", "{encoder}", "--synthetic_clips", "4", "--output_dir", "{tmp}"], "all_results.json"),
-    ("examples/visualize_sblu.py --model_name_or_path runs/pt/encoder --synthetic_label", RUN,
-     ["--model_name_or_path", "{encoder}", "--output_dir", "{tmp}"], "all_results.json"),
+    (
+        "examples/pretrain.py --config examples/configs/pretrain_tiny_cpu.json",
+        RUN,
+        [
+            "--max_steps",
+            "2",
+            "--warmup_steps",
+            "1",
+            "--synthetic_clips",
+            "8",
+            "--per_device_train_batch_size",
+            "4",
+            "--save_steps",
+            "2",
+            "--report_to",
+            "none",
+            "--output_dir",
+            "{tmp}/runs/pt",
+        ],
+        "runs/pt/encoder/config.json",
+    ),
+    (
+        "examples/finetune.py --model_name_or_path runs/pt/encoder --synthetic_per_class",
+        RUN,
+        [
+            "--model_name_or_path",
+            "{encoder}",
+            "--max_steps",
+            "2",
+            "--warmup_steps",
+            "1",
+            "--eval_steps",
+            "2",
+            "--output_dir",
+            "{tmp}",
+        ],
+        "all_results.json",
+    ),
+    (
+        "examples/linear_eval.py --model_name_or_path runs/pt/encoder --synthetic_per_class",
+        RUN,
+        ["--model_name_or_path", "{encoder}", "--max_steps", "2", "--eval_steps", "2", "--output_dir", "{tmp}"],
+        "all_results.json",
+    ),
+    (
+        "examples/shift_consistency.py --model_name_or_path runs/pt/encoder --synthetic_clips",
+        RUN,
+        ["--model_name_or_path", "{encoder}", "--synthetic_clips", "4", "--output_dir", "{tmp}"],
+        "all_results.json",
+    ),
+    (
+        "examples/visualize_sblu.py --model_name_or_path runs/pt/encoder --synthetic_label",
+        RUN,
+        ["--model_name_or_path", "{encoder}", "--output_dir", "{tmp}"],
+        "all_results.json",
+    ),
     ("examples/mask_geometry.py --num_views", RUN, ["--num_views", "20", "--output_dir", "{tmp}"], "mask_geometry.md"),
     # everything else: AudioSet / ESC-50 paths, the base model or hours of training, GPUs, checkpoints to convert
     ("", PARSE, None, None),
@@ -84,9 +133,11 @@ def _joined(lines: list[str], i: int) -> tuple[str, int]:
 def _inline(line: str) -> list[str]:
     """Inline code spans that are commands naming a script, a make target or a module with its arguments (`python
     examples/...` and a bare `python -m aasp_hf.data.check` are prose)."""
-    return [span for span in re.findall(r"`([^`]+)`", line)
-            if _is_command(span) and (span.lstrip().startswith("make ") or ".py" in span
-                                      or re.search(r" -m \S+ \S", span))]
+    return [
+        span
+        for span in re.findall(r"`([^`]+)`", line)
+        if _is_command(span) and (span.lstrip().startswith("make ") or ".py" in span or re.search(r" -m \S+ \S", span))
+    ]
 
 
 def commands_in_markdown(text: str) -> list[tuple[int, str]]:
@@ -133,8 +184,10 @@ def documented_commands() -> list[tuple[str, str]]:
             body = ast.parse(path.read_text()).body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 first = body[0].value.lineno  # the docstring's first line in the file
-                found += [(f"{path.relative_to(ROOT)}:{first + n - 1}", c)
-                          for n, c in commands_in_docstring(body[0].value.value)]
+                found += [
+                    (f"{path.relative_to(ROOT)}:{first + n - 1}", c)
+                    for n, c in commands_in_docstring(body[0].value.value)
+                ]
     return found
 
 
@@ -205,8 +258,11 @@ def parse_script(relative: str, argv: list[str]):
     if module is None:
         return None
     for flag, value in zip(argv, argv[1:]):
-        if (re.fullmatch(r"(examples|benchmarks|conversion|docs)/\S+\.(json|yaml)", value) and flag not in OUTPUT_FLAGS
-                and not (ROOT / value).is_file()):
+        if (
+            re.fullmatch(r"(examples|benchmarks|conversion|docs)/\S+\.(json|yaml)", value)
+            and flag not in OUTPUT_FLAGS
+            and not (ROOT / value).is_file()
+        ):
             raise StaleCommand(f"{relative}: {flag} {value}: no such file in the repository")
     original = argparse.ArgumentParser.parse_args
 
@@ -378,8 +434,12 @@ def test_the_extractor_and_the_checker_catch_a_stale_command():
         "examples/configs/pretrain_tiny.json",
         "python examples/finetune.py --model_name_or_path m --learning_rate -1",
     ]
-    stale = [r"synthetic_clipz", r"make tset: no such target", r"pretrain_tiny.json: no such file",
-             r"--learning_rate must be > 0"]
+    stale = [
+        r"synthetic_clipz",
+        r"make tset: no such target",
+        r"pretrain_tiny.json: no such file",
+        r"--learning_rate must be > 0",
+    ]
     for command, message in zip(commands, stale):
         with pytest.raises(StaleCommand, match=message):
             check_parses(command)
@@ -391,17 +451,27 @@ def test_the_extractor_and_the_checker_catch_a_stale_command():
     with pytest.raises(StaleCommand, match="no such target"):
         check_make(["make", "study-quik"])
     assert split_command("X=1 python a.py [--flag 3] [prose, e.g. --y] NAME=DIR ... --machine_rank R") == [
-        "python", "a.py", "--flag", "3", "NAME=DIR", "--machine_rank", "0"]
+        "python",
+        "a.py",
+        "--flag",
+        "3",
+        "NAME=DIR",
+        "--machine_rank",
+        "0",
+    ]
     docstring = "Title.\n\n    python examples/demo.py [--seed 0]\n    accelerate launch x.py \\\n        --a 1\n"
-    assert commands_in_docstring(docstring) == [(3, "python examples/demo.py [--seed 0]"),
-                                                (4, "accelerate launch x.py --a 1")]
+    assert commands_in_docstring(docstring) == [
+        (3, "python examples/demo.py [--seed 0]"),
+        (4, "accelerate launch x.py --a 1"),
+    ]
 
 
 def test_a_module_run_with_python_m_is_parsed_by_its_own_parser():
     """`python -m aasp_hf.data.check ...` in a shell block or an inline span is the module's command, not a script
     named `-m`; a misspelt module or flag is stale; a module of another package is not checked."""
     assert [c for _, c in commands_in_markdown("Run `python -m aasp_hf.data.check esc50 --root /data/ESC-50`.\n")] == [
-        "python -m aasp_hf.data.check esc50 --root /data/ESC-50"]
+        "python -m aasp_hf.data.check esc50 --root /data/ESC-50"
+    ]
     assert kind_of("python -m aasp_hf.data.check esc50 --root /data/ESC-50") == PARSE
     check_parses("python -m aasp_hf.data.check esc50 --root /data/ESC-50 --json report.json")
     with pytest.raises(StaleCommand, match=r"aasp_hf\.data\.chek: no such module"):
@@ -493,15 +563,23 @@ def test_the_docs_index_names_every_doc():
 
 def test_the_link_checker_catches_a_missing_file_or_anchor(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("# Top\n\n## Running on GPUs: `--plan`\n\n## Top\n\n```bash\n# not a heading\n```\n"
-                    "[ok](#running-on-gpus---plan) [twice](#top-1) [code](`x`) `[not](a link)` [web](https://x.y/z)\n"
-                    "[self](page.md#top) [gone](other.md) [anchor](page.md#not-a-heading) [fence](#not-a-heading)\n")
+    page.write_text(
+        "# Top\n\n## Running on GPUs: `--plan`\n\n## Top\n\n```bash\n# not a heading\n```\n"
+        "[ok](#running-on-gpus---plan) [twice](#top-1) [code](`x`) `[not](a link)` [web](https://x.y/z)\n"
+        "[self](page.md#top) [gone](other.md) [anchor](page.md#not-a-heading) [fence](#not-a-heading)\n"
+    )
     assert anchors(page.read_text()) == {"top", "running-on-gpus---plan", "top-1"}
     assert github_anchor("EAT → AaSP (`convert_eat_checkpoint.py`)") == "eat--aasp-convert_eat_checkpointpy"
     assert github_anchor("Does pre-training learn at small scale?") == "does-pre-training-learn-at-small-scale"
     links = links_in_markdown(page.read_text())
-    assert links == [(10, "#running-on-gpus---plan"), (10, "#top-1"), (11, "page.md#top"), (11, "other.md"),
-                     (11, "page.md#not-a-heading"), (11, "#not-a-heading")]
+    assert links == [
+        (10, "#running-on-gpus---plan"),
+        (10, "#top-1"),
+        (11, "page.md#top"),
+        (11, "other.md"),
+        (11, "page.md#not-a-heading"),
+        (11, "#not-a-heading"),
+    ]
     for _, target in links[:3]:
         check_link(page, target)
     with pytest.raises(BrokenLink, match=r"other.md: no such file"):
@@ -541,8 +619,9 @@ def run_python_block(block: str, where: str) -> tuple[dict, list]:
     (what a notebook would show)."""
     code = ast.parse(block)
     show = ast.Attribute(ast.Name("shown_", ast.Load()), "append", ast.Load())
-    code.body = [ast.Expr(ast.Call(show, [node.value], [])) if isinstance(node, ast.Expr) else node
-                 for node in code.body]
+    code.body = [
+        ast.Expr(ast.Call(show, [node.value], [])) if isinstance(node, ast.Expr) else node for node in code.body
+    ]
     scope = {"shown_": []}
     exec(compile(ast.fix_missing_locations(code), where, "exec"), scope)
     return scope, scope.pop("shown_")

@@ -16,8 +16,9 @@ def fold_dataset(num_folds=5, num_classes=10, per_class_per_fold=8) -> Dataset:
     """An ESC-50-shaped table without audio: `num_folds` folds of `num_classes` × `per_class_per_fold` clips."""
     rows = [(f, c) for f in range(1, num_folds + 1) for c in range(num_classes) for _ in range(per_class_per_fold)]
     features = Features({"clip": Value("int32"), "label": ClassLabel(num_classes=num_classes), "fold": Value("int32")})
-    return Dataset.from_dict({"clip": list(range(len(rows))), "label": [c for _, c in rows],
-                              "fold": [f for f, _ in rows]}, features=features)
+    return Dataset.from_dict(
+        {"clip": list(range(len(rows))), "label": [c for _, c in rows], "fold": [f for f, _ in rows]}, features=features
+    )
 
 
 def test_evar_kfold_validation_is_a_seeded_random_tenth_of_all_other_folds():

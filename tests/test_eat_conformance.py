@@ -46,7 +46,9 @@ def grouped_conv2d_same(x, weight, bias, groups):
         for i in range(kernel):
             for j in range(kernel):
                 window = inputs[:, :, i : i + height, j : j + width]  # (B, C_in/G, H, W)
-                out[:, g * out_per_group : (g + 1) * out_per_group] += torch.einsum("bchw,oc->bohw", window, taps[:, :, i, j])
+                out[:, g * out_per_group : (g + 1) * out_per_group] += torch.einsum(
+                    "bchw,oc->bohw", window, taps[:, :, i, j]
+                )
     return out
 
 
@@ -207,6 +209,7 @@ def tiny_pretraining_kwargs(**overrides):
 def eat_alt_block_post_norm(layer, x, num_heads, eps):
     """EAT models/modules.py AltBlock.forward, layer_norm_first=False, ffn_targets=True, in float64:
     x = x + attn(x); r = x = norm1(x); x = mlp(x); t = x; x = norm2(r + x). Returns (x, t)."""
+
     def linear(h, module):
         return h @ module.weight.double().T + module.bias.double()
 
@@ -215,8 +218,10 @@ def eat_alt_block_post_norm(layer, x, num_heads, eps):
 
     batch_size, length, width = x.shape
     head = width // num_heads
-    q, k, v = (linear(x, p).reshape(batch_size, length, num_heads, head).transpose(1, 2)
-               for p in (layer.attention.query, layer.attention.key, layer.attention.value))  # (B, h, L, d)
+    q, k, v = (
+        linear(x, p).reshape(batch_size, length, num_heads, head).transpose(1, 2)
+        for p in (layer.attention.query, layer.attention.key, layer.attention.value)
+    )  # (B, h, L, d)
     weights = torch.softmax((q * head**-0.5) @ k.transpose(-1, -2), dim=-1)  # AltAttention: q·scale, then q @ kᵀ
     attended = linear((weights @ v).transpose(1, 2).reshape(batch_size, length, width), layer.attention.output)
     x = r = norm(x + attended, layer.norm1)

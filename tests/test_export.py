@@ -1,6 +1,5 @@
 """ONNX and torch.export of AaSP models: dynamic batch and length, parity with PyTorch."""
 
-
 import numpy as np
 import pytest
 import torch
@@ -8,7 +7,6 @@ import torch
 from aasp_hf import AaspConfig, AaspForAudioClassification, AaspModel
 from aasp_hf.export import export_onnx, export_program
 from conftest import tiny_config_kwargs
-
 
 
 def tiny(model_class, **overrides):

@@ -57,9 +57,27 @@ def manifest(tmp_path_factory):
 def argv(output_dir, manifest_path, *extra):
     """The tiny preset on the manifest: 6 listed clips in micro-batches of 3, so an epoch is 2 steps and holds every
     listed clip (the missing one included) once."""
-    return ["--config", str(TINY_PRESET), "--train_manifest", str(manifest_path), "--per_device_train_batch_size", "3",
-            "--max_steps", "4", "--warmup_steps", "1", "--save_steps", "1", "--logging_steps", "1",
-            "--report_to", "none", "--output_dir", str(output_dir), *extra]
+    return [
+        "--config",
+        str(TINY_PRESET),
+        "--train_manifest",
+        str(manifest_path),
+        "--per_device_train_batch_size",
+        "3",
+        "--max_steps",
+        "4",
+        "--warmup_steps",
+        "1",
+        "--save_steps",
+        "1",
+        "--logging_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--output_dir",
+        str(output_dir),
+        *extra,
+    ]
 
 
 def history(output_dir):
@@ -74,8 +92,10 @@ def test_the_manifest_is_read_as_fairseq_reads_it(manifest, tmp_path):
     assert entries == [(number, name, frames[name]) for number, name in enumerate(listed, start=2)]
     dataset = load_fairseq_manifest(path)
     assert len(dataset) == 6 and dataset.column_names == ["audio", "num_samples"]
-    assert for_safe_decoding(dataset)[2]["audio"] == {"path": os.path.join(root, "bal/a clip with spaces.wav"),
-                                                      "bytes": None}
+    assert for_safe_decoding(dataset)[2]["audio"] == {
+        "path": os.path.join(root, "bal/a clip with spaces.wav"),
+        "bytes": None,
+    }
     assert dataset["num_samples"] == [frames[name] for name in listed]
     stream = load_fairseq_manifest(path, streaming=True)
     assert [row["num_samples"] for row in for_safe_decoding(stream)] == dataset["num_samples"]
@@ -101,8 +121,10 @@ def test_pretraining_counts_the_missing_file_and_resumes_exactly(manifest, tmp_p
     assert first["step"] == 1
     resumed = pretrain.main(argv(tmp_path / "resumed", path, "--resume"))
     assert resumed["start_step"] == 1 and resumed["step"] == 4 and resumed["missing_files"] == 1
-    assert_states_close(load_file(tmp_path / "resumed" / "checkpoint-4" / "model.safetensors"),
-                        load_file(tmp_path / "whole" / "checkpoint-4" / "model.safetensors"))
+    assert_states_close(
+        load_file(tmp_path / "resumed" / "checkpoint-4" / "model.safetensors"),
+        load_file(tmp_path / "whole" / "checkpoint-4" / "model.safetensors"),
+    )
     a, b = history(tmp_path / "whole"), history(tmp_path / "resumed")
     assert [r["step"] for r in b] == [1, 2, 3, 4] and [r["train/epoch"] for r in b] == [0, 0, 1, 1]
     for ra, rb in zip(a, b):
@@ -110,23 +132,56 @@ def test_pretraining_counts_the_missing_file_and_resumes_exactly(manifest, tmp_p
 
     # another manifest is another run: refused on resume unless allowed
     with pytest.raises(UsageError, match="train_manifest .* → .*--resume_allow_changes train_manifest"):
-        pretrain.main(argv(tmp_path / "resumed", tmp_path / "other.tsv", "--resume", "--max_steps", "5",
-                           "--resume_allow_changes", "max_steps"))
+        pretrain.main(
+            argv(
+                tmp_path / "resumed",
+                tmp_path / "other.tsv",
+                "--resume",
+                "--max_steps",
+                "5",
+                "--resume_allow_changes",
+                "max_steps",
+            )
+        )
 
 
 def test_streaming_reads_the_manifest_and_counts_the_missing_file(manifest, tmp_path):
     path, _ = manifest
-    results = pretrain.main(argv(tmp_path / "stream", path, "--streaming", "true", "--shuffle_buffer_size", "4",
-                                 "--max_steps", "2", "--save_steps", "2"))
+    results = pretrain.main(
+        argv(
+            tmp_path / "stream",
+            path,
+            "--streaming",
+            "true",
+            "--shuffle_buffer_size",
+            "4",
+            "--max_steps",
+            "2",
+            "--save_steps",
+            "2",
+        )
+    )
     assert results["step"] == 2 and results["num_clips"] is None  # one epoch: every listed clip once
     assert results["decode_failures"] == 1 and results["missing_files"] == 1
 
 
 def test_plan_times_the_manifests_files_and_reads_its_lengths(manifest, tmp_path):
     path, frames = manifest
-    results = pretrain.main(["--config", str(TINY_PRESET), "--plan", "--train_manifest", str(path),
-                             "--plan_data_clips", "6", "--per_device_train_batch_size", "3",
-                             "--output_dir", str(tmp_path / "never")])
+    results = pretrain.main(
+        [
+            "--config",
+            str(TINY_PRESET),
+            "--plan",
+            "--train_manifest",
+            str(path),
+            "--plan_data_clips",
+            "6",
+            "--per_device_train_batch_size",
+            "3",
+            "--output_dir",
+            str(tmp_path / "never"),
+        ]
+    )
     data, plan = results["data"], results["plan"]
     assert f"data source: --train_manifest {path}" in plan and not (tmp_path / "never").exists()
     assert data["clips"] >= 6 and data["decode_clips_per_s"] > 0
@@ -142,9 +197,11 @@ BAD = {
     "empty": ("", r"^fairseq manifest .*bad\.tsv is empty; expected a fairseq manifest: the root folder on line 1"),
     "root only": ("{root}\n", r"^fairseq manifest .*bad\.tsv lists no clips \(only its root folder"),
     "no root line": ("a.wav\t16000\nb.wav\t16000\n", r"^.*bad\.tsv, line 1: 'a.wav\\t16000' is not a folder"),
-    "spaces, not a tab": ("{root}\na.wav\t16000\nb.wav 16000\n",
-                          r"^.*bad\.tsv, line 3: 'b.wav 16000' is not `relative/path<TAB>num_samples` \(no tab; "
-                          r"fields separated by spaces\?\)$"),
+    "spaces, not a tab": (
+        "{root}\na.wav\t16000\nb.wav 16000\n",
+        r"^.*bad\.tsv, line 3: 'b.wav 16000' is not `relative/path<TAB>num_samples` \(no tab; "
+        r"fields separated by spaces\?\)$",
+    ),
     "not a whole number": ("{root}\na.wav\t1.5e4\n", r"^.*bad\.tsv, line 2: .*\(num_samples '1.5e4' is not a whole"),
     "three fields": ("{root}\n\na.wav\t16000\tSpeech\n", r"^.*bad\.tsv, line 3: .*\(3 tab-separated fields, not 2\)$"),
     "no root folder": ("{root}/gone\na.wav\t16000\n", r"^.*bad\.tsv, line 1: the root folder .*gone does not exist$"),
@@ -170,10 +227,12 @@ def test_the_script_says_what_is_wrong_with_the_manifest_in_one_line(tmp_path, c
     assert exit_code.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"pretrain.py: error: {bad}, line 2: 'clip.wav\\tten' is not `relative/path<TAB>num_samples` (num_samples "
-        "'ten' is not a whole number)"]
+        "'ten' is not a whole number)"
+    ]
     with pytest.raises(SystemExit):
         run_script(lambda: pretrain.main(argv(tmp_path / "run2", tmp_path / "absent.tsv")), "pretrain.py")
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"pretrain.py: error: fairseq manifest {tmp_path / 'absent.tsv'} does not exist"]
+        f"pretrain.py: error: fairseq manifest {tmp_path / 'absent.tsv'} does not exist"
+    ]
     with pytest.raises(UsageError, match="give one data source, got --train_dir, --train_manifest"):
         pretrain.main(argv(tmp_path / "run3", bad, "--train_dir", str(tmp_path)))

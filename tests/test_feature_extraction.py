@@ -28,8 +28,10 @@ def make_audio(num_samples, seed=0, dc=0.0):
     """Noise plus two tones (and an optional DC offset), float32 in about [-1, 1]."""
     rng = np.random.default_rng(seed)
     t = np.arange(num_samples) / SR
-    x = 0.1 * rng.standard_normal(num_samples) + 0.4 * np.sin(2 * np.pi * 440.0 * t) + 0.2 * np.sin(
-        2 * np.pi * 3150.0 * t + 0.3
+    x = (
+        0.1 * rng.standard_normal(num_samples)
+        + 0.4 * np.sin(2 * np.pi * 440.0 * t)
+        + 0.2 * np.sin(2 * np.pi * 3150.0 * t + 0.3)
     )
     return (x + dc).astype(np.float32)
 
@@ -267,8 +269,10 @@ def numpy_pad_frames(x, num_frames, padding_value, lengths=None):
     return out
 
 
-@pytest.mark.parametrize("num_frames, lengths", [(48, None), (16, None), (None, None), (48, [37, 5, 0]),
-                                                 (32, [37, 20, 33]), (None, [1, 37, 16])])
+@pytest.mark.parametrize(
+    "num_frames, lengths",
+    [(48, None), (16, None), (None, None), (48, [37, 5, 0]), (32, [37, 20, 33]), (None, [1, 37, 16])],
+)
 def test_pad_frames_matches_numpy(num_frames, lengths):
     extractor = AaspFeatureExtractor(padding_value=-2.5)
     x = np.random.default_rng(1).standard_normal((3, 37, 8)).astype(np.float32)
@@ -282,8 +286,10 @@ def test_pad_frames_matches_numpy(num_frames, lengths):
     assert isinstance(out_np, np.ndarray)
     np.testing.assert_array_equal(out_np, expected)
     # (T, F): one clip, no lengths
-    np.testing.assert_array_equal(extractor.pad_frames(x[0], num_frames), expected[0] if lengths is None else
-                                  numpy_pad_frames(x[:1], target, -2.5)[0])
+    np.testing.assert_array_equal(
+        extractor.pad_frames(x[0], num_frames),
+        expected[0] if lengths is None else numpy_pad_frames(x[:1], target, -2.5)[0],
+    )
 
 
 def test_pad_frames_is_what_call_applies():
@@ -294,8 +300,7 @@ def test_pad_frames_is_what_call_applies():
     # Repadding the call's own output to the same length with its frame counts changes nothing; to 64 it truncates.
     torch.testing.assert_close(extractor.pad_frames(raw["input_values"], 160, lengths=frames), raw["input_values"])
     short = features(extractor, clips, return_tensors="pt", max_frames=64)["input_values"]
-    torch.testing.assert_close(extractor.pad_frames(raw["input_values"], 64, lengths=frames), short, atol=1e-5,
-                               rtol=0)
+    torch.testing.assert_close(extractor.pad_frames(raw["input_values"], 64, lengths=frames), short, atol=1e-5, rtol=0)
 
 
 def test_pad_frames_shape_errors():

@@ -120,8 +120,9 @@ def test_ffn_targets_match_a_float64_block_by_block_oracle(layer_norm_first):
 
 
 def test_ffn_targets_differ_from_block_targets_and_ffn_outputs_come_only_when_asked():
-    block, ffn = same_weights(tiny_pretraining_config(target_layer="block"),
-                              tiny_pretraining_config(target_layer="ffn"))
+    block, ffn = same_weights(
+        tiny_pretraining_config(target_layer="block"), tiny_pretraining_config(target_layer="ffn")
+    )
     batch = pretraining_batch(block.config)
     with torch.no_grad():
         out_block, out_ffn = block(*batch), ffn(*batch)
@@ -222,8 +223,14 @@ def test_eat_scaling_in_the_model_weighs_the_terms_as_eat_does():
 # ----------------------------------------------------------------------------------------------- student_stem_input
 def paper_group_config(**overrides):
     """Paper-size stem groups (128 mel bins, F̃ = 8, K = K' = 63, H = 128, C = 1024), 128 frames (8 time patches)."""
-    kwargs = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, num_frames=128,
-                  lambda_encoder_reduction=4)
+    kwargs = dict(
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_frames=128,
+        lambda_encoder_reduction=4,
+    )
     kwargs.update(overrides)
     return AaspConfig(**kwargs)
 
@@ -254,8 +261,9 @@ def dense_full_clip_stem(sblu, mel, views, decay, frequency, num_views):
     highpassed = np.stack([np.convolve(row, kernel, "full")[length // 2 : length // 2 + num_frames] for row in rows])
     highpassed = highpassed.reshape(batch_size, num_bins, num_frames)  # (B·F, T) -> (B, F, T)
     highpassed = torch.from_numpy(highpassed).repeat_interleave(num_views, dim=0)  # (B, F, T) -> (B·M, F, T)
-    values = F.conv1d(highpassed, sblu.input_projection.weight.double(), sblu.input_projection.bias.double(),
-                      groups=groups)  # (B·M, F, T) -> (B·M, H, T)
+    values = F.conv1d(
+        highpassed, sblu.input_projection.weight.double(), sblu.input_projection.bias.double(), groups=groups
+    )  # (B·M, F, T) -> (B·M, H, T)
 
     def to_frames(per_token, fill):
         grid = per_token.new_full((batch_views, num_time_patches * groups, channels), fill)
@@ -266,11 +274,13 @@ def dense_full_clip_stem(sblu, mel, views, decay, frequency, num_views):
         return grid.repeat_interleave(patch, dim=-1)  # (B·M, H, T̃) -> (B·M, H, T)
 
     decay, frequency = to_frames(decay, 100.0), to_frames(frequency, 50.0)
-    magnitude = sblu_magnitude_reference(values, decay, frequency, config.sblu_step, config.sblu_kernel_size,
-                                         config.sblu_phase)  # (B·M, H, T)
+    magnitude = sblu_magnitude_reference(
+        values, decay, frequency, config.sblu_step, config.sblu_kernel_size, config.sblu_phase
+    )  # (B·M, H, T)
     response = 2.0 * sblu_gamma(decay, frequency, config.sblu_step) * magnitude
-    features = F.conv1d(response, sblu.output_projection.weight.double(), sblu.output_projection.bias.double(),
-                        groups=groups)  # (B·M, H, T) -> (B·M, C, T)
+    features = F.conv1d(
+        response, sblu.output_projection.weight.double(), sblu.output_projection.bias.double(), groups=groups
+    )  # (B·M, H, T) -> (B·M, C, T)
 
     visible = torch.zeros(batch_views, num_time_patches * groups).scatter(1, views, 1.0)  # (B·M, N)
     visible = visible.reshape(batch_views, num_time_patches, groups).transpose(1, 2)  # -> (B·M, F̃, T̃)
@@ -281,8 +291,13 @@ def dense_full_clip_stem(sblu, mel, views, decay, frequency, num_views):
     var = ((grouped - mean) ** 2 * weight).sum((2, 3), keepdim=True) / count
     normed = ((grouped - mean) / torch.sqrt(var + sblu.norm.eps)).reshape(batch_views, -1, num_frames)  # (B·M, C, T)
     normed = normed * sblu.norm.weight.double()[:, None] + sblu.norm.bias.double()[:, None]
-    patches = F.conv1d(normed, sblu.time_patchify.weight.double(), sblu.time_patchify.bias.double(), stride=patch,
-                       groups=config.sblu_output_size)  # (B·M, C, T) -> (B·M, C, T̃)
+    patches = F.conv1d(
+        normed,
+        sblu.time_patchify.weight.double(),
+        sblu.time_patchify.bias.double(),
+        stride=patch,
+        groups=config.sblu_output_size,
+    )  # (B·M, C, T) -> (B·M, C, T̃)
     tokens = patches.reshape(batch_views, groups, outputs, num_time_patches).permute(0, 3, 1, 2)
     # (B·M, C, T̃) -> (B·M, F̃, C̃, T̃) -> (B·M, T̃, F̃, C̃)
     tokens = tokens.reshape(batch_views, num_time_patches * groups, outputs)  # -> (B·M, N, C̃)
@@ -341,8 +356,9 @@ def test_full_stem_leaks_hidden_context_only_within_the_documented_reach():
         torch.testing.assert_close(changed_far, out, rtol=1e-4, atol=1e-4)
         assert (changed_near - out).abs().max() > 1e-2
         masked_out = masked_model(x, visible_indices=views).last_hidden_state
-        torch.testing.assert_close(masked_model(near, visible_indices=views).last_hidden_state, masked_out,
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            masked_model(near, visible_indices=views).last_hidden_state, masked_out, rtol=1e-5, atol=1e-5
+        )
 
 
 def test_full_stem_with_every_token_visible_equals_the_plain_forward(tiny_config):

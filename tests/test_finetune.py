@@ -20,8 +20,22 @@ from aasp_hf.training.optim import layer_decay_param_groups, set_learning_rates
 
 # 128 mel bins (the feature extractor's), the standard conv patch embedding (fast on CPU), 0.5-s clips.
 TINY_128 = tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1, patch_embedding="spe")
-CLIP = ["--clip_seconds", "0.5", "--per_device_train_batch_size", "10", "--per_device_eval_batch_size", "32",
-        "--learning_rate", "3e-3", "--warmup_steps", "2", "--logging_steps", "2", "--layer_decay", "0.75"]
+CLIP = [
+    "--clip_seconds",
+    "0.5",
+    "--per_device_train_batch_size",
+    "10",
+    "--per_device_eval_batch_size",
+    "32",
+    "--learning_rate",
+    "3e-3",
+    "--warmup_steps",
+    "2",
+    "--logging_steps",
+    "2",
+    "--layer_decay",
+    "0.75",
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +60,25 @@ def test_layer_decay_groups_scale_lr_by_depth_and_skip_decay_on_biases_norms_cls
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert set(lr_of) == trainable
     L = 2
-    expected_depth = lambda n: (0 if n.startswith(("aasp.embeddings.", "aasp.cls_token", "aasp.embedding_norm."))  # noqa: E731
-                                else int(n.split(".")[2]) + 1 if n.startswith("aasp.layers.") else L + 1)
+    expected_depth = lambda n: (
+        0
+        if n.startswith(("aasp.embeddings.", "aasp.cls_token", "aasp.embedding_norm."))  # noqa: E731
+        else int(n.split(".")[2]) + 1
+        if n.startswith("aasp.layers.")
+        else L + 1
+    )
     for name in trainable:
         assert lr_of[name] == pytest.approx(5e-5 * 0.7 ** (L + 1 - expected_depth(name))), name
-    assert lr_of["classifier.dense.weight"] == pytest.approx(5e-5) and lr_of["aasp.cls_token"] == pytest.approx(5e-5 * 0.7**3)
+    assert lr_of["classifier.dense.weight"] == pytest.approx(5e-5) and lr_of["aasp.cls_token"] == pytest.approx(
+        5e-5 * 0.7**3
+    )
     params = dict(model.named_parameters())
     no_decay = {n for n in trainable if wd_of[n] == 0.0}
-    assert no_decay == {n for n in trainable if params[n].ndim < 2 or n.endswith(".bias") or "cls_token" in n
-                        or "position_embeddings" in n}
+    assert no_decay == {
+        n
+        for n in trainable
+        if params[n].ndim < 2 or n.endswith(".bias") or "cls_token" in n or "position_embeddings" in n
+    }
     assert {"aasp.cls_token", "classifier.dense.bias", "classifier.layernorm.weight"} <= no_decay
     matrices = {n for n in trainable if params[n].ndim == 2 and "position_embeddings" not in n}
     assert "classifier.dense.weight" in matrices and not matrices & no_decay
@@ -93,8 +117,23 @@ def synthetic_test_rows(per_class: int, multi_label: bool) -> list:
 @pytest.fixture(scope="module")
 def single_label_run(encoder_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("ft_single")
-    argv = ["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "6", "--max_steps", "18",
-            "--eval_steps", "6", "--mixup_alpha", "0.8", "--ema_decay", "0.6", "--output_dir", str(out), *CLIP]
+    argv = [
+        "--model_name_or_path",
+        str(encoder_dir),
+        "--synthetic_per_class",
+        "6",
+        "--max_steps",
+        "18",
+        "--eval_steps",
+        "6",
+        "--mixup_alpha",
+        "0.8",
+        "--ema_decay",
+        "0.6",
+        "--output_dir",
+        str(out),
+        *CLIP,
+    ]
     return finetune.main(argv), out
 
 
@@ -114,8 +153,9 @@ def test_best_validation_score_and_its_step_are_recorded_consistently(single_lab
     # the log-mel baseline on the same clips (the run's evaluation crops, seeds 7 + split index), and the line that
     # says the model is below it when it is
     block = stored["baseline"]
-    assert block["parts"]["synthetic"]["clips"] == {split: {"used": n, "of": n} for split, n in
-                                                    (("train", 30), ("validation", 15), ("test", 15))}
+    assert block["parts"]["synthetic"]["clips"] == {
+        split: {"used": n, "of": n} for split, n in (("train", 30), ("validation", 15), ("test", 15))
+    }
     assert block["settings"]["crop_seeds"] == {"train": 7, "validation": 8, "test": 9}
     assert block["parts"]["synthetic"]["C_chosen_on"] == "validation"
     markdown = (out / "results.md").read_text()
@@ -143,17 +183,38 @@ def test_multi_label_path_uses_bce_and_reports_map(encoder_dir, tmp_path):
     from sklearn.metrics import average_precision_score
     from transformers import pipeline
 
-    argv = ["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--synthetic_multi_label",
-            "--max_steps", "4", "--eval_steps", "4", "--ema_decay", "0", "--no_spec_augment",
-            "--output_dir", str(tmp_path), *CLIP]
+    argv = [
+        "--model_name_or_path",
+        str(encoder_dir),
+        "--synthetic_per_class",
+        "4",
+        "--synthetic_multi_label",
+        "--max_steps",
+        "4",
+        "--eval_steps",
+        "4",
+        "--ema_decay",
+        "0",
+        "--no_spec_augment",
+        "--output_dir",
+        str(tmp_path),
+        *CLIP,
+    ]
     results = finetune.main(argv)
     assert results["metric"] == "mAP" and 0.0 < results["test_score"] <= 1.0
     assert json.loads((tmp_path / "config.json").read_text())["problem_type"] == "multi_label_classification"
     rows = synthetic_test_rows(4, multi_label=True)
     classifier = pipeline("audio-classification", model=str(tmp_path), trust_remote_code=True)
     names = classifier.model.config.id2label
-    scores = np.array([[{p["label"]: p["score"] for p in classifier(r["audio"]["array"], top_k=None)}[names[c]]
-                        for c in range(len(names))] for r in rows])  # sigmoid scores (multi-label)
+    scores = np.array(
+        [
+            [
+                {p["label"]: p["score"] for p in classifier(r["audio"]["array"], top_k=None)}[names[c]]
+                for c in range(len(names))
+            ]
+            for r in rows
+        ]
+    )  # sigmoid scores (multi-label)
     labels = np.zeros_like(scores)
     for i, r in enumerate(rows):
         labels[i, r["labels"]] = 1
@@ -162,8 +223,23 @@ def test_multi_label_path_uses_bce_and_reports_map(encoder_dir, tmp_path):
 
 
 def test_resume_n_plus_n_equals_2n_including_ema(encoder_dir, tmp_path):
-    common = ["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--max_steps", "8",
-              "--eval_steps", "4", "--save_steps", "4", "--mixup_alpha", "0.8", "--ema_decay", "0.7", *CLIP]
+    common = [
+        "--model_name_or_path",
+        str(encoder_dir),
+        "--synthetic_per_class",
+        "4",
+        "--max_steps",
+        "8",
+        "--eval_steps",
+        "4",
+        "--save_steps",
+        "4",
+        "--mixup_alpha",
+        "0.8",
+        "--ema_decay",
+        "0.7",
+        *CLIP,
+    ]
     finetune.main(common + ["--output_dir", str(tmp_path / "straight")])
     finetune.main(common + ["--output_dir", str(tmp_path / "split"), "--stop_after_steps", "4"])
     assert (tmp_path / "split" / "checkpoint-4").is_dir() and not (tmp_path / "split" / "checkpoint-8").exists()
@@ -172,10 +248,13 @@ def test_resume_n_plus_n_equals_2n_including_ema(encoder_dir, tmp_path):
     weights_a, weights_b = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
     assert_states_close(weights_b, weights_a)  # two computations: close, not bit-exact (depends on the CPU)
     ema_a, ema_b = (torch.load(c / "process_state_0.pt", weights_only=False)["ema"] for c in (a, b))
-    assert not torch.equal(ema_a["classifier.dense.weight"], weights_a["classifier.dense.weight"])  # the EMA is its own state
+    assert not torch.equal(
+        ema_a["classifier.dense.weight"], weights_a["classifier.dense.weight"]
+    )  # the EMA is its own state
     assert_states_close(ema_b, ema_a)
-    results_a, results_b = (json.loads((d / "all_results.json").read_text()) for d in (tmp_path / "straight",
-                                                                                      tmp_path / "split"))
+    results_a, results_b = (
+        json.loads((d / "all_results.json").read_text()) for d in (tmp_path / "straight", tmp_path / "split")
+    )
     assert [r["step"] for r in results_a["eval_history"]] == [r["step"] for r in results_b["eval_history"]]
     for ra, rb in zip(results_a["eval_history"], results_b["eval_history"]):
         assert rb == {k: pytest.approx(v, rel=1e-5) if isinstance(v, float) else v for k, v in ra.items()}
@@ -183,26 +262,43 @@ def test_resume_n_plus_n_equals_2n_including_ema(encoder_dir, tmp_path):
     assert results_b["test_score"] == pytest.approx(results_a["test_score"], rel=1e-5)
 
 
-@pytest.mark.parametrize("name, layer_decay, steps, warmup, min_lr, mixup", [
-    ("as2m", 0.70, 300_000, 30_000, 1e-6, 0.8), ("as20k", 0.70, 40_000, 4_000, 1e-6, 0.8),
-    ("esc50", 0.65, 8_000, 800, 1e-7, 0.0), ("scv2", 0.75, 160_000, 16_000, 1e-7, 0.8),
-    ("cremad", 0.65, 8_000, 800, 1e-7, 0.0), ("nsynth", 0.65, 443_000, 44_000, 1e-7, 0.0),
-    ("surge", 0.65, 233_000, 23_000, 1e-7, 0.0)])
+@pytest.mark.parametrize(
+    "name, layer_decay, steps, warmup, min_lr, mixup",
+    [
+        ("as2m", 0.70, 300_000, 30_000, 1e-6, 0.8),
+        ("as20k", 0.70, 40_000, 4_000, 1e-6, 0.8),
+        ("esc50", 0.65, 8_000, 800, 1e-7, 0.0),
+        ("scv2", 0.75, 160_000, 16_000, 1e-7, 0.8),
+        ("cremad", 0.65, 8_000, 800, 1e-7, 0.0),
+        ("nsynth", 0.65, 443_000, 44_000, 1e-7, 0.0),
+        ("surge", 0.65, 233_000, 23_000, 1e-7, 0.0),
+    ],
+)
 def test_presets_copy_table_hyperparams_1(name, layer_decay, steps, warmup, min_lr, mixup):
     preset = Path(__file__).resolve().parents[1] / "examples" / "configs" / "finetune" / f"{name}.json"
-    args = finetune.parse_args(["--config", str(preset), "--model_name_or_path", "x", "--max_steps", "7",
-                                "--warmup_steps", "1"])  # (the preset's warm-up alone would exceed 7 steps)
+    args = finetune.parse_args(
+        ["--config", str(preset), "--model_name_or_path", "x", "--max_steps", "7", "--warmup_steps", "1"]
+    )  # (the preset's warm-up alone would exceed 7 steps)
     assert args.max_steps == 7  # the command line overrides the preset
     args = finetune.parse_args(["--config", str(preset), "--model_name_or_path", "x"])
     assert (args.layer_decay, args.max_steps, args.warmup_steps, args.min_learning_rate, args.mixup_alpha) == (
-        layer_decay, steps, warmup, min_lr, mixup)
+        layer_decay,
+        steps,
+        warmup,
+        min_lr,
+        mixup,
+    )
     assert (args.learning_rate, args.weight_decay, args.adam_beta2, args.drop_path_rate) == (5e-5, 0.05, 0.95, 0.1)
     gpus = 4 if name in ("as2m", "as20k") else 1
     assert args.per_device_train_batch_size * gpus == 128 and args.seeds == [0, 1, 2]
     if gpus > 1:  # the preset states the paper's global batch: one process accumulates 4 micro-batches of 32
         assert args.total_train_batch_size == 128
-        assert finetune.gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size,
-                                                  1, args.gradient_accumulation_steps) == 4
+        assert (
+            finetune.gradient_accumulation_for(
+                args.total_train_batch_size, args.per_device_train_batch_size, 1, args.gradient_accumulation_steps
+            )
+            == 4
+        )
     # the AudioSet presets train on all of AS-20K / AS-2M and select on the eval set (EAT); ESC-50 on the test fold
     assert args.select_on == ("test" if name in ("as2m", "as20k", "esc50") else "validation")
     assert (args.ema_decay, args.spec_augment) == ((0.0, False) if name == "esc50" else (0.995, True))
@@ -213,14 +309,30 @@ def test_select_on_test_and_last_and_the_global_batch_by_accumulation(encoder_di
     """--select_on test: the best test score within the budget; --select_on last: the last step's. Both train on
     the whole training set and record the rule. --total_train_batch_size 20 with 10 per device on one process
     accumulates 2 micro-batches per step (and records it)."""
-    common = ["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--max_steps", "4",
-              "--eval_steps", "2", "--save_steps", "4", "--ema_decay", "0", *CLIP, "--total_train_batch_size", "20"]
+    common = [
+        "--model_name_or_path",
+        str(encoder_dir),
+        "--synthetic_per_class",
+        "4",
+        "--max_steps",
+        "4",
+        "--eval_steps",
+        "2",
+        "--save_steps",
+        "4",
+        "--ema_decay",
+        "0",
+        *CLIP,
+        "--total_train_batch_size",
+        "20",
+    ]
     picked = finetune.main(common + ["--select_on", "test", "--output_dir", str(tmp_path / "test")])
     history = picked["eval_history"]
     assert [h["step"] for h in history] == [2, 4] and all("valid_score" not in h for h in history)
     best = max(h["test_score"] for h in history)
-    assert picked["test_score"] == best and picked["best_step"] == next(h["step"] for h in history
-                                                                        if h["test_score"] == best)
+    assert picked["test_score"] == best and picked["best_step"] == next(
+        h["step"] for h in history if h["test_score"] == best
+    )
     assert picked["select_on"] == "test" and "selection on the test split" in picked["selection_rule"]
     assert (picked["gradient_accumulation_steps"], picked["total_train_batch_size"]) == (2, 20)
     losses = [json.loads(line) for line in (tmp_path / "test" / "log_history.jsonl").read_text().splitlines()]
@@ -243,15 +355,31 @@ def test_classifier_pooling_mean_is_what_the_saved_classifier_reads(encoder_dir,
     """--classifier_pooling mean: the head reads the mean of the patch tokens (the encoder's config says cls), in the
     run and in the saved model; another value is one line."""
     assert json.loads((encoder_dir / "config.json").read_text())["classifier_pooling"] == "cls"
-    finetune.main(["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--max_steps", "2",
-                   "--eval_steps", "2", "--classifier_pooling", "mean", "--output_dir", str(tmp_path), *CLIP])
+    finetune.main(
+        [
+            "--model_name_or_path",
+            str(encoder_dir),
+            "--synthetic_per_class",
+            "4",
+            "--max_steps",
+            "2",
+            "--eval_steps",
+            "2",
+            "--classifier_pooling",
+            "mean",
+            "--output_dir",
+            str(tmp_path),
+            *CLIP,
+        ]
+    )
     model = AaspForAudioClassification.from_pretrained(tmp_path)
     assert model.config.classifier_pooling == "mean"
     hidden = torch.randn(2, 5, model.config.hidden_size)
     assert torch.equal(model.pool(hidden), hidden[:, 1:].mean(dim=1))
     with pytest.raises(finetune.UsageError, match="--classifier_pooling max: use cls"):
-        finetune.parse_args(["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4",
-                             "--classifier_pooling", "max"])
+        finetune.parse_args(
+            ["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--classifier_pooling", "max"]
+        )
 
 
 def test_masked_clip_padding_gives_the_logits_of_the_short_clip_alone(encoder_dir):
@@ -281,11 +409,19 @@ def test_small_folder_preset_and_clip_padding_choices(encoder_dir):
     research/2026-11-small-data-recipe, the EMA and warm-up derived from its 1,500 steps; another --clip_padding is
     one line."""
     preset = Path(__file__).resolve().parents[1] / "examples" / "configs" / "finetune" / "small_folder.json"
-    args = finetune.parse_args(["--config", str(preset), "--model_name_or_path", "x", "--dataset", "audiofolder",
-                                "--data_root", "y"])
-    assert (args.classifier_pooling, args.learning_rate, args.layer_decay, args.per_device_train_batch_size,
-            args.max_steps, args.clip_padding) == ("mean", 4e-3, 1.0, 32, 1500, "masked")
+    args = finetune.parse_args(
+        ["--config", str(preset), "--model_name_or_path", "x", "--dataset", "audiofolder", "--data_root", "y"]
+    )
+    assert (
+        args.classifier_pooling,
+        args.learning_rate,
+        args.layer_decay,
+        args.per_device_train_batch_size,
+        args.max_steps,
+        args.clip_padding,
+    ) == ("mean", 4e-3, 1.0, 32, 1500, "masked")
     assert (args.ema_decay, args.warmup_steps, args.spec_augment, args.drop_path_rate) == (0.9933, 100, True, 0.1)
     with pytest.raises(finetune.UsageError, match="--clip_padding edge: use zeros"):
-        finetune.parse_args(["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4",
-                             "--clip_padding", "edge"])
+        finetune.parse_args(
+            ["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--clip_padding", "edge"]
+        )

@@ -56,10 +56,15 @@ def test_the_acceptance_check_imports_nothing_the_gpu_image_lacks(tmp_path):
         assert not loaded, loaded
         print("imports-ok")
         """
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "examples"), str(ROOT)]), "OMP_NUM_THREADS": "1",
-           "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "examples"), str(ROOT)]),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0 and "imports-ok" in done.stdout, (done.stdout[-2000:], done.stderr[-3000:])
 
 
@@ -92,8 +97,10 @@ def test_each_step_of_the_check_stops_at_its_time_limit(tmp_path):
     step=seconds pairs and refuses anything else in one line."""
     acceptance = _acceptance()
     marker = tmp_path / "grandchild.pid"
-    script = ("import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', 'import time; "
-              f"time.sleep(120)']); open({str(marker)!r}, 'w').write(str(child.pid)); time.sleep(120)")
+    script = (
+        "import subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', 'import time; "
+        f"time.sleep(120)']); open({str(marker)!r}, 'w').write(str(child.pid)); time.sleep(120)"
+    )
     started = time.perf_counter()
     result = acceptance.run_command([sys.executable, "-c", script], 5)
     assert result["returncode"] == "timeout" and "timed out after 5 s (its time limit)" in result["output"]

@@ -31,8 +31,11 @@ def voices(tmp_path_factory):
         (root / word).mkdir()
         for speaker in SPEAKERS:
             for take in range(3):
-                sf.write(root / word / f"{speaker}_{word}_{take}.wav",
-                         (0.1 * rng.standard_normal(8000)).astype("float32"), 16000)
+                sf.write(
+                    root / word / f"{speaker}_{word}_{take}.wav",
+                    (0.1 * rng.standard_normal(8000)).astype("float32"),
+                    16000,
+                )
     return root
 
 
@@ -44,8 +47,11 @@ def test_validation_and_test_take_whole_speakers_and_every_clip_is_in_one_split(
     (part,) = downstream_parts(loaded(voices), group_by=r"^([a-z]+)_").values()
     sources = {name: set(source_groups(rows, r"^([a-z]+)_")) for name, rows in part.items()}
     assert set(part) == {"train", "validation", "test"}
-    assert not (sources["train"] & sources["validation"] or sources["train"] & sources["test"]
-                or sources["validation"] & sources["test"]), sources
+    assert not (
+        sources["train"] & sources["validation"]
+        or sources["train"] & sources["test"]
+        or sources["validation"] & sources["test"]
+    ), sources
     assert sources["train"] | sources["validation"] | sources["test"] == set(SPEAKERS)
     assert sum(len(rows) for rows in part.values()) == len(SPEAKERS) * len(WORDS) * 3
     # 20 % of 48 clips held out as test: whole speakers of 6 clips each, at least 9.6 clips -> 2 speakers
@@ -53,7 +59,8 @@ def test_validation_and_test_take_whole_speakers_and_every_clip_is_in_one_split(
     # without --group_by the random draws share speakers between the splits
     (random_part,) = downstream_parts(loaded(voices)).values()
     shared = set(source_groups(random_part["train"], r"^([a-z]+)_")) & set(
-        source_groups(random_part["test"], r"^([a-z]+)_"))
+        source_groups(random_part["test"], r"^([a-z]+)_")
+    )
     assert shared
 
 
@@ -83,19 +90,30 @@ def test_the_selection_rule_says_when_validation_shares_its_sources():
     assert describe_protocol("validation", False, "evar", 0.1, 0).endswith(SHARED_SOURCES)
     assert describe_protocol("validation", True, "evar", 0.1, 0).endswith(SHARED_SOURCES)
     grouped = describe_protocol("validation", False, "evar", 0.1, 0, r"^([a-z]+)_")
-    assert grouped == ("model selection on whole sources (--group_by '^([a-z]+)_') holding 10% of train, where the "
-                       "dataset has no validation split of its own (seed 0)")
+    assert grouped == (
+        "model selection on whole sources (--group_by '^([a-z]+)_') holding 10% of train, where the "
+        "dataset has no validation split of its own (seed 0)"
+    )
 
 
 def test_data_check_prints_the_sources_of_each_split(voices):
-    run = subprocess.run([sys.executable, "-m", "aasp_hf.data.check", "audiofolder", "--root", str(voices),
-                          "--group_by", r"^([a-z]+)_"], cwd=ROOT, capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "aasp_hf.data.check", "audiofolder", "--root", str(voices), "--group_by", r"^([a-z]+)_"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     (line,) = [line for line in run.stdout.splitlines() if line.startswith("official: sources")]
     assert line.startswith("official: sources (--group_by '^([a-z]+)_'): train 5 (") and line.endswith(
-        "none in two splits")
-    run = subprocess.run([sys.executable, "-m", "aasp_hf.data.check", "audiofolder", "--root", str(voices),
-                          "--group_by", r"^(\d+)_"], cwd=ROOT, capture_output=True, text=True)
+        "none in two splits"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "aasp_hf.data.check", "audiofolder", "--root", str(voices), "--group_by", r"^(\d+)_"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 1 and run.stderr.startswith("error: --group_by '^(\\\\d+)_' does not match"), run.stderr
 
 
@@ -105,10 +123,28 @@ def test_finetune_with_group_by_validates_on_unseen_speakers_and_says_so(voices,
     import finetune
 
     encoder = save_tiny_encoder(tmp_path / "encoder")
-    results = finetune.main(["--model_name_or_path", str(encoder), "--dataset", "audiofolder", "--data_root",
-                             str(voices), "--group_by", r"^([a-z]+)_", "--max_steps", "2", "--eval_steps", "2",
-                             "--per_device_train_batch_size", "8", "--baseline", "none", "--output_dir",
-                             str(tmp_path / "ft")])
+    results = finetune.main(
+        [
+            "--model_name_or_path",
+            str(encoder),
+            "--dataset",
+            "audiofolder",
+            "--data_root",
+            str(voices),
+            "--group_by",
+            r"^([a-z]+)_",
+            "--max_steps",
+            "2",
+            "--eval_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "8",
+            "--baseline",
+            "none",
+            "--output_dir",
+            str(tmp_path / "ft"),
+        ]
+    )
     assert results["selection_rule"].startswith("model selection on whole sources (--group_by '^([a-z]+)_')")
     assert "whole sources" in (tmp_path / "ft" / "results.md").read_text()
 
@@ -119,13 +155,33 @@ def test_linear_eval_with_group_by_holds_out_whole_speakers(voices, tmp_path, ca
     import linear_eval
 
     encoder = save_tiny_encoder(tmp_path / "encoder")
-    results = linear_eval.main(["--model_name_or_path", str(encoder), "--dataset", "audiofolder", "--data_root",
-                                str(voices), "--group_by", r"^([a-z]+)_", "--max_steps", "2", "--eval_steps", "1",
-                                "--seeds", "0", "--baseline", "none", "--output_dir", str(tmp_path / "lin")])
+    results = linear_eval.main(
+        [
+            "--model_name_or_path",
+            str(encoder),
+            "--dataset",
+            "audiofolder",
+            "--data_root",
+            str(voices),
+            "--group_by",
+            r"^([a-z]+)_",
+            "--max_steps",
+            "2",
+            "--eval_steps",
+            "1",
+            "--seeds",
+            "0",
+            "--baseline",
+            "none",
+            "--output_dir",
+            str(tmp_path / "lin"),
+        ]
+    )
     assert results["validation_rule"].startswith("model selection on whole sources (--group_by '^([a-z]+)_')")
     (line,) = [line for line in capsys.readouterr().out.splitlines() if "sources (--group_by" in line]
     assert line.strip().startswith("official: sources (--group_by '^([a-z]+)_'): train 5 (") and line.endswith(
-        "none in two splits")
+        "none in two splits"
+    )
 
 
 def test_a_validation_of_few_sources_is_named_as_a_noisy_estimate(voices):

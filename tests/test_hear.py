@@ -164,8 +164,9 @@ def test_long_clips_are_encoded_in_chunks_and_stitched(model):
     torch.testing.assert_close(embeddings, columns[:, : embeddings.shape[1]])
     w = torch.tensor(weights, dtype=torch.float32)
     expected_cls = (torch.stack(cls, 1) * w[None, :, None]).sum(1) / w.sum()
-    torch.testing.assert_close(hear.get_scene_embeddings(audio, coarse),
-                               torch.cat([expected_cls, columns.mean(1)], dim=-1))
+    torch.testing.assert_close(
+        hear.get_scene_embeddings(audio, coarse), torch.cat([expected_cls, columns.mean(1)], dim=-1)
+    )
 
 
 def test_the_whole_batch_goes_through_the_encoder_at_once_and_memory_is_bounded(model):
@@ -214,8 +215,9 @@ def test_a_clip_gives_the_same_embeddings_alone_and_in_any_batch(model):
     for i in range(3):
         alone_frames, _ = hear.get_timestamp_embeddings(audio[i : i + 1], model)
         torch.testing.assert_close(batch_frames[i : i + 1], alone_frames, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(batch_scene[i : i + 1], hear.get_scene_embeddings(audio[i : i + 1], model),
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            batch_scene[i : i + 1], hear.get_scene_embeddings(audio[i : i + 1], model), rtol=1e-5, atol=1e-5
+        )
 
 
 def test_options_change_the_layers_and_pooling(model, checkpoint):
@@ -238,8 +240,9 @@ def test_a_fine_tuned_classifier_loads_as_its_encoder(checkpoint, model, tmp_pat
     classifier.save_pretrained(tmp_path)
     AaspFeatureExtractor.from_pretrained(checkpoint).save_pretrained(tmp_path)
     audio = noise(1, 0.7, seed=10)
-    torch.testing.assert_close(hear.get_scene_embeddings(audio, hear.load_model(str(tmp_path))),
-                               hear.get_scene_embeddings(audio, model))
+    torch.testing.assert_close(
+        hear.get_scene_embeddings(audio, hear.load_model(str(tmp_path))), hear.get_scene_embeddings(audio, model)
+    )
 
 
 def test_the_module_is_not_part_of_the_shipped_remote_code(checkpoint):
@@ -294,11 +297,18 @@ def test_hear_validator_passes_on_a_saved_checkpoint(checkpoint):
     """HEAR's own validator, as installed (`hear-validator`, from hearvalidator 2021.0.2), in a fresh process."""
     validator = Path(sys.executable).parent / "hear-validator"
     if not validator.exists():
-        pytest.fail(f"{validator} is missing: install the pinned stack (`make setup` installs the package with its "
-                    "test extra at the constraints.txt pins)")
+        pytest.fail(
+            f"{validator} is missing: install the pinned stack (`make setup` installs the package with its "
+            "test extra at the constraints.txt pins)"
+        )
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
-    result = subprocess.run([str(validator), "aasp_hf.hear", "--model", str(checkpoint)], capture_output=True,
-                            text=True, timeout=300, env=env)
+    result = subprocess.run(
+        [str(validator), "aasp_hf.hear", "--model", str(checkpoint)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "Looks good!" in result.stdout
     assert "Interval between timestamps is 40.0ms" in result.stdout

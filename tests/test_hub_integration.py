@@ -20,8 +20,14 @@ from transformers import (
     pipeline,
 )
 
-from aasp_hf import (AaspAudioClassificationPipeline, AaspConfig, AaspFeatureExtractor, AaspForAudioClassification,
-                     AaspForPreTraining, AaspModel)
+from aasp_hf import (
+    AaspAudioClassificationPipeline,
+    AaspConfig,
+    AaspFeatureExtractor,
+    AaspForAudioClassification,
+    AaspForPreTraining,
+    AaspModel,
+)
 from aasp_hf.hub import (
     CODE_FILES,
     evaluation_table,
@@ -95,9 +101,13 @@ def test_saved_folder_ships_code_auto_map_and_safetensors(saved_classifier):
     assert preprocessor["auto_map"] == {"AutoFeatureExtractor": "feature_extraction_aasp.AaspFeatureExtractor"}
     for name in CODE_FILES:
         assert (path / name).exists(), name
-    assert config["custom_pipelines"] == {"audio-classification": {
-        "impl": "pipeline_aasp.AaspAudioClassificationPipeline", "pt": ["AutoModelForAudioClassification"],
-        "type": "audio"}}
+    assert config["custom_pipelines"] == {
+        "audio-classification": {
+            "impl": "pipeline_aasp.AaspAudioClassificationPipeline",
+            "pt": ["AutoModelForAudioClassification"],
+            "type": "audio",
+        }
+    }
     assert (path / "model.safetensors").exists()
     assert not list(path.glob("*.bin")) and not list(path.glob("*.pt"))
 
@@ -116,8 +126,9 @@ def test_remote_code_loads_in_a_fresh_process_without_the_package(saved_classifi
     assert_remote_code_matches(path, model, tone(1.3, 440.0), tmp_path)
 
 
-def test_the_checkpoint_pipeline_averages_a_stereo_file_in_a_fresh_process_without_the_package(saved_classifier,
-                                                                                             tmp_path):
+def test_the_checkpoint_pipeline_averages_a_stereo_file_in_a_fresh_process_without_the_package(
+    saved_classifier, tmp_path
+):
     """`pipeline(..., trust_remote_code=True)` where `aasp_hf` is unimportable builds the checkpoint's own pipeline
     class, which decodes a stereo file to (L + R) / 2: the in-process features and scores of the channel mean."""
     path, model = saved_classifier
@@ -234,8 +245,9 @@ def test_every_folder_ships_the_one_modeling_file_and_each_loads_without_the_pac
     classifier_folder, _ = saved_classifier
     torch.manual_seed(0)
     config = AaspConfig(
-        **tiny_config_kwargs(predictor_hidden_size=16, predictor_num_attention_heads=2, predictor_num_layers=2,
-                             mask_block_sizes=[[1, 2]])
+        **tiny_config_kwargs(
+            predictor_hidden_size=16, predictor_num_attention_heads=2, predictor_num_layers=2, mask_block_sizes=[[1, 2]]
+        )
     )
     pretraining_model = AaspForPreTraining(config).eval()
     encoder = AaspModel(config).eval()
@@ -304,7 +316,10 @@ def hub_folder(tmp_path_factory):
         AaspFeatureExtractor(),
         folder,
         model_card_fields={
-            "title": "AaSP tiny test", "repo_id": "me/aasp-tiny", "datasets": ["esc50"], "extra_tags": ["esc50"]
+            "title": "AaSP tiny test",
+            "repo_id": "me/aasp-tiny",
+            "datasets": ["esc50"],
+            "extra_tags": ["esc50"],
         },
         all_results=results,
     )
@@ -365,6 +380,7 @@ def test_hub_folder_loads_as_remote_code_in_a_fresh_process(hub_folder, tmp_path
 def test_push_folder_calls_create_repo_then_upload_folder(hub_folder):
     folder, _ = hub_folder
     calls = []
+
     def fake_create(*args, **kwargs):
         calls.append("create")
 

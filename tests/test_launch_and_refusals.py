@@ -71,26 +71,55 @@ def test_each_script_refuses_a_split_launch_before_writing_anything(tmp_path, mo
     env = {k: v for k, v in os.environ.items() if k != "ACCELERATE_USE_CPU"}
     output_dir = tmp_path / "run"
     result = subprocess.run(
-        [sys.executable, "examples/pretrain.py", "--config", "examples/configs/pretrain_tiny_cpu.json", "--max_steps",
-         "2", "--warmup_steps", "1", "--output_dir", str(output_dir), "--report_to", "none"],
-        cwd=ROOT, env={**env, "WORLD_SIZE": "2", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "examples/pretrain.py",
+            "--config",
+            "examples/configs/pretrain_tiny_cpu.json",
+            "--max_steps",
+            "2",
+            "--warmup_steps",
+            "1",
+            "--output_dir",
+            str(output_dir),
+            "--report_to",
+            "none",
+        ],
+        cwd=ROOT,
+        env={**env, "WORLD_SIZE": "2", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     [line] = result.stderr.strip().splitlines()
-    assert line.startswith("pretrain.py: error: WORLD_SIZE=2: the launcher started 2 processes, but accelerate sees "
-                           "1") and "ACCELERATE_USE_CPU=1" in line
+    assert (
+        line.startswith("pretrain.py: error: WORLD_SIZE=2: the launcher started 2 processes, but accelerate sees 1")
+        and "ACCELERATE_USE_CPU=1" in line
+    )
     assert not output_dir.exists()
 
     encoder = save_tiny_encoder(tmp_path / "encoder")
     monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(UsageError) as error:
-        finetune.main(["--model_name_or_path", str(encoder), "--synthetic_per_class", "2", "--max_steps", "1",
-                       "--output_dir", str(tmp_path / "ft")])
+        finetune.main(
+            [
+                "--model_name_or_path",
+                str(encoder),
+                "--synthetic_per_class",
+                "2",
+                "--max_steps",
+                "1",
+                "--output_dir",
+                str(tmp_path / "ft"),
+            ]
+        )
     assert one_line(error).startswith("WORLD_SIZE=2: the launcher started 2 processes, but accelerate sees 1")
     with pytest.raises(UsageError) as error:
-        linear_eval.main(["--model_name_or_path", str(encoder), "--synthetic_per_class", "2", "--output_dir",
-                          str(tmp_path / "lin")])
+        linear_eval.main(
+            ["--model_name_or_path", str(encoder), "--synthetic_per_class", "2", "--output_dir", str(tmp_path / "lin")]
+        )
     assert "linear_eval.py runs in one process" in one_line(error)
     assert not (tmp_path / "lin").exists()
 
@@ -124,11 +153,22 @@ def test_the_documented_torchrun_recipe_on_loopback_trains_as_one_run_of_two_pro
     env = {k: v for k, v in os.environ.items() if k not in ("ACCELERATE_USE_CPU", "WORLD_SIZE")}
     env.update(variables, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     logs = [tmp_path / f"rank{rank}.log" for rank in (0, 1)]
-    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run",
-                               *["0" if w == "R" and rank == 0 else "1" if w == "R" else w for w in words]],
-                              cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                              start_new_session=True)
-             for rank, log in enumerate(logs)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                *["0" if w == "R" and rank == 0 else "1" if w == "R" else w for w in words],
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=open(log, "w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        for rank, log in enumerate(logs)
+    ]
     deadline = time.monotonic() + 240
     try:
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
@@ -157,8 +197,9 @@ def write_folder(root: Path, classes=("no", "yes"), per_class=4, seconds=0.5, se
     for name in classes:
         (root / name).mkdir(parents=True, exist_ok=True)
         for i in range(per_class):
-            sf.write(root / name / f"{name}{i}.wav", (0.1 * rng.standard_normal(int(seconds * SR))).astype(np.float32),
-                     SR)
+            sf.write(
+                root / name / f"{name}{i}.wav", (0.1 * rng.standard_normal(int(seconds * SR))).astype(np.float32), SR
+            )
     return root
 
 
@@ -171,11 +212,24 @@ def test_an_audiofolder_with_one_class_is_refused_in_one_line(tmp_path):
     encoder = save_tiny_encoder(tmp_path / "encoder")
     for main, script in ((finetune.main, "finetune"), (linear_eval.main, "linear_eval")):
         with pytest.raises(UsageError) as error:
-            main(["--model_name_or_path", str(encoder), "--dataset", "audiofolder", "--data_root", str(folder),
-                  "--max_steps", "1", "--output_dir", str(tmp_path / script)])
+            main(
+                [
+                    "--model_name_or_path",
+                    str(encoder),
+                    "--dataset",
+                    "audiofolder",
+                    "--data_root",
+                    str(folder),
+                    "--max_steps",
+                    "1",
+                    "--output_dir",
+                    str(tmp_path / script),
+                ]
+            )
         assert one_line(error) == (
             f"{folder} holds one class, 'yes' (4 clips in {folder / 'yes'}): fine-tuning and linear evaluation need at "
-            f"least two classes, one sub-folder of clips per class ({folder / '<class>' / '<clip>.wav'})")
+            f"least two classes, one sub-folder of clips per class ({folder / '<class>' / '<clip>.wav'})"
+        )
     from aasp_hf.data import load_downstream
 
     flat = tmp_path / "flat"
@@ -207,19 +261,29 @@ def test_a_wrong_model_path_is_one_line_saying_what_it_is_and_what_to_pass(tmp_p
     monkeypatch.chdir(tmp_path)
     cases = {
         "runs/pt/encodr": "runs/pt/encodr does not exist: did you mean runs/pt/encoder? Otherwise, pass a folder that "
-                          "save_pretrained wrote",
+        "save_pretrained wrote",
         str(run / "encodr"): f"{run / 'encodr'} does not exist: did you mean {run / 'encoder'}?",
         "runs/pt": "runs/pt is a pre-training run's folder, not a model folder: pass the encoder it exported, "
-                   "runs/pt/encoder",
+        "runs/pt/encoder",
         "runs/pt/encoder/config.json": "runs/pt/encoder/config.json is a file, not a model folder",
         "someone/aasp-base": "someone/aasp-base is not a local folder, nor a model in the Hub cache, and "
-                             "HF_HUB_OFFLINE is set: pass a folder that save_pretrained wrote",
+        "HF_HUB_OFFLINE is set: pass a folder that save_pretrained wrote",
     }
     for given, expected in cases.items():
         for main, script in ((linear_eval.main, "linear_eval"), (finetune.main, "finetune")):
             with pytest.raises(UsageError) as error:
-                main(["--model_name_or_path", given, "--synthetic_per_class", "2", "--max_steps", "1",
-                      "--output_dir", str(tmp_path / script)])
+                main(
+                    [
+                        "--model_name_or_path",
+                        given,
+                        "--synthetic_per_class",
+                        "2",
+                        "--max_steps",
+                        "1",
+                        "--output_dir",
+                        str(tmp_path / script),
+                    ]
+                )
             assert one_line(error).startswith(expected), (script, str(error.value))
         with pytest.raises(UsageError) as error:  # pretrain.py --init_from loads through the same check
             pretrain.build_model(pretrain.ModelArguments(init_from=given))
@@ -253,27 +317,47 @@ def test_an_unknown_hub_id_fails_at_once_when_the_hub_cannot_be_reached(monkeypa
     assert one_line(error) == (
         "someone/aasp-base is not a local folder, nor a model in the Hub cache, and the Hub (huggingface.co) cannot be "
         "reached from here (Name or service not known): pass a folder that save_pretrained wrote, with its "
-        "config.json, such as a pre-training run's encoder/, or download it where the Hub is reachable")
+        "config.json, such as a pre-training run's encoder/, or download it where the Hub is reachable"
+    )
 
 
 def test_an_unknown_hub_id_offline_is_one_line_from_the_command_line(tmp_path):
     """linear_eval.py as a real process with HF_HUB_OFFLINE=1 in its environment: exit 2, one line."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "linear_eval.py"), "--model_name_or_path", "someone/aasp-base",
-         "--synthetic_per_class", "2", "--output_dir", str(tmp_path / "lin")],
-        cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            str(ROOT / "examples" / "linear_eval.py"),
+            "--model_name_or_path",
+            "someone/aasp-base",
+            "--synthetic_per_class",
+            "2",
+            "--output_dir",
+            str(tmp_path / "lin"),
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     [line] = [line for line in result.stderr.splitlines() if line.strip()]
-    assert line == ("linear_eval.py: error: someone/aasp-base is not a local folder, nor a model in the Hub cache, "
-                    "and HF_HUB_OFFLINE is set: pass a folder that save_pretrained wrote, with its config.json, such "
-                    "as a pre-training run's encoder/, or unset HF_HUB_OFFLINE to download it")
+    assert line == (
+        "linear_eval.py: error: someone/aasp-base is not a local folder, nor a model in the Hub cache, "
+        "and HF_HUB_OFFLINE is set: pass a folder that save_pretrained wrote, with its config.json, such "
+        "as a pre-training run's encoder/, or unset HF_HUB_OFFLINE to download it"
+    )
 
 
 # ----------------------------------------------------------------------------------------------- the README's pipeline
-PIPELINE_SENTENCE = ("After `import aasp_hf` in the same process, the plain\n`pipeline(\"audio-classification\", "
-                     "model=folder)` works without any flag")
-WITHOUT_IMPORT = ("Without that import (`aasp_hf` installed or not) transformers asks for `trust_remote_code=True`: "
-                  "a prompt in a terminal,\na `ValueError` elsewhere; import aasp_hf or pass trust_remote_code=True")
+PIPELINE_SENTENCE = (
+    'After `import aasp_hf` in the same process, the plain\n`pipeline("audio-classification", '
+    "model=folder)` works without any flag"
+)
+WITHOUT_IMPORT = (
+    "Without that import (`aasp_hf` installed or not) transformers asks for `trust_remote_code=True`: "
+    "a prompt in a terminal,\na `ValueError` elsewhere; import aasp_hf or pass trust_remote_code=True"
+)
 
 
 def test_the_readme_pipeline_sentence_as_written(tmp_path):
@@ -304,15 +388,25 @@ def test_the_readme_pipeline_sentence_as_written(tmp_path):
         {trusted}
         print("RESULT" + json.dumps(out))
     """
-    trusted = ('remote = pipeline("audio-classification", model={folder!r}, trust_remote_code=True); '
-               'out["trusted"] = [type(remote).__module__ + "." + type(remote).__name__, remote(audio, top_k=3)]')
+    trusted = (
+        'remote = pipeline("audio-classification", model={folder!r}, trust_remote_code=True); '
+        'out["trusted"] = [type(remote).__module__ + "." + type(remote).__name__, remote(audio, top_k=3)]'
+    )
     results = {}
     for name, prelude, extra in (("with", "import aasp_hf", ""), ("without", "", trusted.format(folder=str(folder)))):
         env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / f"modules_{name}"), "HF_HUB_OFFLINE": "1"}
-        code = "\n".join(line[8:] for line in script.format(prelude=prelude, folder=str(folder),
-                                                             trusted=extra).splitlines())
-        done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=180)
+        code = "\n".join(
+            line[8:] for line in script.format(prelude=prelude, folder=str(folder), trusted=extra).splitlines()
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         results[name] = json.loads(done.stdout.split("RESULT", 1)[1])
     kind, scores = results["with"]["plain"]
@@ -342,24 +436,50 @@ def test_an_empty_or_header_only_wav_is_named_once_per_run_in_one_short_line(tmp
         empty, header_only = folder / "no" / "empty.wav", folder / "yes" / "header_only.wav"
         empty.write_bytes(b"")
         sf.write(header_only, np.zeros(0, dtype=np.float32), 8000)
-        return (["--model_name_or_path", str(encoder), "--dataset", "audiofolder", "--data_root", str(folder),
-                 "--clip_seconds", "0.5"],
-                {str(empty): "an empty file (0 bytes)", str(header_only): "a header and no audio samples"})
+        return (
+            [
+                "--model_name_or_path",
+                str(encoder),
+                "--dataset",
+                "audiofolder",
+                "--data_root",
+                str(folder),
+                "--clip_seconds",
+                "0.5",
+            ],
+            {str(empty): "an empty file (0 bytes)", str(header_only): "a header and no audio samples"},
+        )
 
     runs = {
-        "finetune": lambda common: finetune.main([*common, "--max_steps", "3", "--eval_steps", "1", "--warmup_steps",
-                                                  "0", "--per_device_train_batch_size", "4", "--output_dir",
-                                                  str(tmp_path / "ft")]),
-        "linear_eval": lambda common: linear_eval.main([*common, "--max_steps", "2", "--eval_steps", "1", "--seeds",
-                                                        "0", "--output_dir", str(tmp_path / "lin")]),
+        "finetune": lambda common: finetune.main(
+            [
+                *common,
+                "--max_steps",
+                "3",
+                "--eval_steps",
+                "1",
+                "--warmup_steps",
+                "0",
+                "--per_device_train_batch_size",
+                "4",
+                "--output_dir",
+                str(tmp_path / "ft"),
+            ]
+        ),
+        "linear_eval": lambda common: linear_eval.main(
+            [*common, "--max_steps", "2", "--eval_steps", "1", "--seeds", "0", "--output_dir", str(tmp_path / "lin")]
+        ),
     }
     for script, run in runs.items():
         common, expected = bad_folder(tmp_path / script / "speech")
         caplog.clear()
         with caplog.at_level(logging.WARNING):
             run(common)
-        named = [r.getMessage() for r in caplog.records if "failed to decode" in r.getMessage()
-                 and "were skipped" not in r.getMessage()]
+        named = [
+            r.getMessage()
+            for r in caplog.records
+            if "failed to decode" in r.getMessage() and "were skipped" not in r.getMessage()
+        ]
         lines = {}
         for message in named:
             match = re.fullmatch(r"skipped a clip that failed to decode: (.+?): (.+)", message)

@@ -22,7 +22,12 @@ import linear_eval
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
 from aasp_hf.evaluation import (
-    baseline, extract_features, linear_protocol, pool_features, standardization_stats, standardize,
+    baseline,
+    extract_features,
+    linear_protocol,
+    pool_features,
+    standardization_stats,
+    standardize,
 )
 from aasp_hf.evaluation.linear_heads import final_test_score, train_linear_heads
 from aasp_hf.entry_points import STOPPED_EXIT_CODE
@@ -109,20 +114,42 @@ def test_multi_label_heads_use_bce_and_report_map():
     def split(n):
         y = (rng.random((n, 4)) < 0.4).astype(np.float32)
         return (y.repeat(3, axis=1) + rng.normal(0, 0.5, (n, 12))).astype(np.float32), y  # 3 noisy copies per label
+
     train, valid, test = split(200), split(50), split(50)
-    result = train_linear_heads(train, valid, test, [1e-2], multi_label=True, num_classes=4,
-                                            max_steps=60, batch_size=32, eval_steps=10, seed=0)
+    result = train_linear_heads(
+        train, valid, test, [1e-2], multi_label=True, num_classes=4, max_steps=60, batch_size=32, eval_steps=10, seed=0
+    )
     assert result["test_logits"].shape == (50, 4)
     from aasp_hf.metrics import load_metric
+
     score = final_test_score(load_metric("mean_average_precision"), result["test_logits"], test[1], True)
     assert score == pytest.approx(result["test_score"], abs=1e-6) and score > 0.8
 
 
 def test_end_to_end_on_synthetic_clips_and_resume(encoder_dir, tmp_path):
     out = tmp_path / "run"
-    argv = ["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--max_steps", "12",
-            "--eval_steps", "4", "--batch_size", "8", "--learning_rates", "1e-3", "3e-2", "--seeds", "0", "1",
-            "--feature_batch_size", "10", "--output_dir", str(out)]
+    argv = [
+        "--model_name_or_path",
+        str(encoder_dir),
+        "--synthetic_per_class",
+        "4",
+        "--max_steps",
+        "12",
+        "--eval_steps",
+        "4",
+        "--batch_size",
+        "8",
+        "--learning_rates",
+        "1e-3",
+        "3e-2",
+        "--seeds",
+        "0",
+        "1",
+        "--feature_batch_size",
+        "10",
+        "--output_dir",
+        str(out),
+    ]
     results = linear_eval.main(argv)
     assert results["feature_dim"] == 32 + 8 * 32 and results["num_classes"] == 5 and results["metric"] == "accuracy"
     stored = json.loads((out / "all_results.json").read_text())
@@ -143,8 +170,9 @@ def test_end_to_end_on_synthetic_clips_and_resume(encoder_dir, tmp_path):
     # trained 12 steps is below it, which all_results.json and results.md say in one line
     block = stored["baseline"]
     assert block["name"] == baseline.NAME and list(block["parts"]) == ["synthetic"]
-    assert block["parts"]["synthetic"]["clips"] == {split: {"used": n, "of": n} for split, n in
-                                                    (("train", 20), ("validation", 10), ("test", 10))}
+    assert block["parts"]["synthetic"]["clips"] == {
+        split: {"used": n, "of": n} for split, n in (("train", 20), ("validation", 10), ("test", 10))
+    }
     assert block["settings"]["crop_seeds"] == {"train": 0, "validation": 1, "test": 2} and block["capped"] == []
     assert stored["test_mean"] < block["test_mean"]
     assert stored["below_baseline"] == baseline.compare(stored["test_mean"], block, "accuracy")
@@ -186,13 +214,40 @@ def test_k_fold_dataset_from_the_loader(encoder_dir, tmp_path):
             name = f"{fold}-{100 + target}-A-{target}.wav"
             lines.append(f"{name},{fold},{target},{category},False,{100 + target},A")
             t = np.arange(int(0.4 * 44100)) / 44100
-            sf.write(root / "audio" / name, (0.3 * np.sin(2 * np.pi * (300 + 2000 * target) * t)
-                                             + 0.01 * rng.normal(size=t.shape)).astype(np.float32), 44100)
+            sf.write(
+                root / "audio" / name,
+                (0.3 * np.sin(2 * np.pi * (300 + 2000 * target) * t) + 0.01 * rng.normal(size=t.shape)).astype(
+                    np.float32
+                ),
+                44100,
+            )
     (root / "meta" / "esc50.csv").write_text("\n".join(lines) + "\n")
     out = tmp_path / "esc"
-    results = linear_eval.main(["--model_name_or_path", str(encoder_dir), "--dataset", "esc50", "--data_root",
-                                str(root), "--clip_seconds", "1.0", "--folds", "1", "4", "--max_steps", "6",
-                                "--eval_steps", "3", "--batch_size", "4", "--seeds", "0", "--output_dir", str(out)])
+    results = linear_eval.main(
+        [
+            "--model_name_or_path",
+            str(encoder_dir),
+            "--dataset",
+            "esc50",
+            "--data_root",
+            str(root),
+            "--clip_seconds",
+            "1.0",
+            "--folds",
+            "1",
+            "4",
+            "--max_steps",
+            "6",
+            "--eval_steps",
+            "3",
+            "--batch_size",
+            "4",
+            "--seeds",
+            "0",
+            "--output_dir",
+            str(out),
+        ]
+    )
     assert results["parts"] == ["fold1", "fold4"] and results["num_classes"] == 2
     for part in ("fold1", "fold4"):  # 4 other folds of 2 clips: 7 train, 1 (10 %) validation; 1 test fold of 2
         sizes = [len(np.load(out / "features" / part / f"labels_{s}.npy")) for s in ("train", "validation", "test")]
@@ -212,9 +267,26 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 
 def command(encoder_dir, output_dir, *extra, max_steps=12, seeds=("0",)):
     """linear_eval.py on 4 synthetic clips per class, without the baseline unless `extra` asks for it."""
-    return [*SCRIPT, "--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--max_steps",
-            str(max_steps), "--eval_steps", "4", "--batch_size", "8", "--seeds", *seeds, "--output_dir",
-            str(output_dir), "--baseline", "none", *extra]
+    return [
+        *SCRIPT,
+        "--model_name_or_path",
+        str(encoder_dir),
+        "--synthetic_per_class",
+        "4",
+        "--max_steps",
+        str(max_steps),
+        "--eval_steps",
+        "4",
+        "--batch_size",
+        "8",
+        "--seeds",
+        *seeds,
+        "--output_dir",
+        str(output_dir),
+        "--baseline",
+        "none",
+        *extra,
+    ]
 
 
 def run(argv) -> subprocess.CompletedProcess:
@@ -223,8 +295,9 @@ def run(argv) -> subprocess.CompletedProcess:
 
 def test_a_second_evaluation_into_a_held_folder_is_refused_in_one_line(encoder_dir, tmp_path):
     out = tmp_path / "run"
-    first = subprocess.Popen(command(encoder_dir, out, max_steps=10**7), env=ENV, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        command(encoder_dir, out, max_steps=10**7), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         assert wait_for(lambda: (out / "features" / "synthetic" / "labels_test.npy").is_file(), timeout=300)
         second = run(command(encoder_dir, out))
@@ -252,9 +325,11 @@ def test_a_stop_signal_is_one_line_and_exit_75_and_the_rerun_says_what_it_reuses
     assert status == STOPPED_EXIT_CODE, output[-3000:]
     assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
     lines = [line for line in output.replace("\r", "\n").splitlines() if "stopped by" in line]
-    assert lines == [f"linear_eval.py: stopped by {sig.name}; the features and heads it finished are kept in "
-                     f"--output_dir (features/, runs/), and the same command reuses them; continue with: python "
-                     f"{argv[1]} {' '.join(argv[2:])} (exit status {STOPPED_EXIT_CODE})"], output[-3000:]
+    assert lines == [
+        f"linear_eval.py: stopped by {sig.name}; the features and heads it finished are kept in "
+        f"--output_dir (features/, runs/), and the same command reuses them; continue with: python "
+        f"{argv[1]} {' '.join(argv[2:])} (exit status {STOPPED_EXIT_CODE})"
+    ], output[-3000:]
     assert not (out / "run.lock").exists() and not list(out.rglob("*.tmp*"))  # the hold given back, nothing partial
     finished = sorted(p.name for p in (out / "runs").iterdir())
     assert "synthetic_seed0.json" in finished and len(finished) < 3
@@ -263,14 +338,18 @@ def test_a_stop_signal_is_one_line_and_exit_75_and_the_rerun_says_what_it_reuses
     kept = {name: (out / "runs" / name).stat().st_mtime_ns for name in finished}
     rerun = run(argv)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert (f"   reused from {out}: the cached features of 3 of 3 splits (features/) and the heads of {len(finished)} "
-            f"of 3 (part, seed) runs (runs/)\n") in rerun.stdout
+    assert (
+        f"   reused from {out}: the cached features of 3 of 3 splits (features/) and the heads of {len(finished)} "
+        f"of 3 (part, seed) runs (runs/)\n"
+    ) in rerun.stdout
     assert {name: (out / "runs" / name).stat().st_mtime_ns for name in finished} == kept
     assert [r["seed"] for r in json.loads((out / "all_results.json").read_text())["runs"]] == [0, 1, 2]
     again = run(argv)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert (f"   reused from {out}: the cached features of 3 of 3 splits (features/) and the heads of 3 of 3 (part, "
-            "seed) runs (runs/); nothing was extracted or trained again\n") in again.stdout
+    assert (
+        f"   reused from {out}: the cached features of 3 of 3 splits (features/) and the heads of 3 of 3 (part, "
+        "seed) runs (runs/); nothing was extracted or trained again\n"
+    ) in again.stdout
 
 
 def test_a_read_only_or_full_disk_is_one_line_with_advice_the_script_takes_and_nothing_partial(encoder_dir, tmp_path):
@@ -281,9 +360,11 @@ def test_a_read_only_or_full_disk_is_one_line_with_advice_the_script_takes_and_n
     try:
         refused = run(command(encoder_dir, read_only / "run"))
         assert refused.returncode == 2 and "--resume" not in refused.stderr, refused.stderr[-3000:]
-        assert error_lines(refused.stderr) == [f"linear_eval.py: error: --output_dir {read_only / 'run'} cannot be "
-                                               f"written (Read-only file system: {read_only / 'run'}); choose an "
-                                               "--output_dir on a writable disk. Nothing was started."]
+        assert error_lines(refused.stderr) == [
+            f"linear_eval.py: error: --output_dir {read_only / 'run'} cannot be "
+            f"written (Read-only file system: {read_only / 'run'}); choose an "
+            "--output_dir on a writable disk. Nothing was started."
+        ]
     finally:
         subprocess.run(["umount", "-l", str(read_only)], check=False)
     disk = mount_tmpfs(tmp_path / "disk", "size=40k")
@@ -292,18 +373,25 @@ def test_a_read_only_or_full_disk_is_one_line_with_advice_the_script_takes_and_n
         full = run(command(encoder_dir, out))
         assert full.returncode == 2 and "--resume" not in full.stderr, full.stderr[-3000:]
         [line] = error_lines(full.stderr)
-        assert line.startswith(f"linear_eval.py: error: cannot write {out}/features/synthetic/features_validation.npy: "
-                               "No space left on device") and line.endswith(
-            "then run the same command again: it reuses the features and heads already in --output_dir.")
-        assert sorted(p.name for p in (out / "features" / "synthetic").iterdir()) == ["features_train.npy",
-                                                                                    "labels_train.npy"]
+        assert line.startswith(
+            f"linear_eval.py: error: cannot write {out}/features/synthetic/features_validation.npy: "
+            "No space left on device"
+        ) and line.endswith(
+            "then run the same command again: it reuses the features and heads already in --output_dir."
+        )
+        assert sorted(p.name for p in (out / "features" / "synthetic").iterdir()) == [
+            "features_train.npy",
+            "labels_train.npy",
+        ]
         assert np.load(out / "features" / "synthetic" / "features_train.npy").shape == (20, 288)  # whole
         assert not (out / "run.lock").exists()
         subprocess.run(["mount", "-o", "remount,size=2m", str(disk)], check=True)
         again = run(command(encoder_dir, out))
         assert again.returncode == 0, again.stderr[-3000:]
-        assert (f"reused from {out}: the cached features of 1 of 3 splits (features/) and the heads of 0 of 1 (part, "
-                "seed) runs (runs/)\n") in again.stdout
+        assert (
+            f"reused from {out}: the cached features of 1 of 3 splits (features/) and the heads of 0 of 1 (part, "
+            "seed) runs (runs/)\n"
+        ) in again.stdout
         assert not list(out.rglob("*.tmp"))
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
@@ -311,25 +399,37 @@ def test_a_read_only_or_full_disk_is_one_line_with_advice_the_script_takes_and_n
 
 @pytest.mark.parametrize("script", ["linear_eval.py", "finetune.py"])
 def test_an_output_dir_that_is_a_file_or_a_data_root_that_is_not_there_is_one_line_and_creates_nothing(
-        encoder_dir, tmp_path, script):
-    base = [sys.executable, str(Path(SCRIPT[1]).with_name(script)), "--model_name_or_path", str(encoder_dir),
-            "--max_steps", "2"]
+    encoder_dir, tmp_path, script
+):
+    base = [
+        sys.executable,
+        str(Path(SCRIPT[1]).with_name(script)),
+        "--model_name_or_path",
+        str(encoder_dir),
+        "--max_steps",
+        "2",
+    ]
     a_file = tmp_path / "notes.txt"
     a_file.write_text("mine")
     for output_dir, where in ((a_file, "is a file"), (a_file / "run", f"lies under {a_file}, which is a file")):
         refused = run([*base, "--synthetic_per_class", "2", "--output_dir", str(output_dir)])
         assert refused.returncode == 2, refused.stderr[-3000:]
-        assert error_lines(refused.stderr) == [f"{script}: error: --output_dir {output_dir} {where}, not a folder: "
-                                               "choose another --output_dir (a new or existing folder). Nothing was "
-                                               "started."]
+        assert error_lines(refused.stderr) == [
+            f"{script}: error: --output_dir {output_dir} {where}, not a folder: "
+            "choose another --output_dir (a new or existing folder). Nothing was "
+            "started."
+        ]
     assert a_file.read_text() == "mine"
-    missing = run([*base, "--dataset", "esc50", "--data_root", str(tmp_path / "ESC-50"), "--output_dir",
-                   str(tmp_path / "out")])
+    missing = run(
+        [*base, "--dataset", "esc50", "--data_root", str(tmp_path / "ESC-50"), "--output_dir", str(tmp_path / "out")]
+    )
     assert missing.returncode == 2, missing.stderr[-3000:]
-    assert error_lines(missing.stderr) == [f"{script}: error: ESC-50 metadata file meta/esc50.csv not found: "
-                                           f"{tmp_path / 'ESC-50' / 'meta' / 'esc50.csv'} does not exist. It ships with "
-                                           "ESC-50 (https://github.com/karolpiczak/ESC-50: meta/esc50.csv with columns "
-                                           "filename,fold,target,category,esc10,src_file,take; audio/<filename>)."]
+    assert error_lines(missing.stderr) == [
+        f"{script}: error: ESC-50 metadata file meta/esc50.csv not found: "
+        f"{tmp_path / 'ESC-50' / 'meta' / 'esc50.csv'} does not exist. It ships with "
+        "ESC-50 (https://github.com/karolpiczak/ESC-50: meta/esc50.csv with columns "
+        "filename,fold,target,category,esc10,src_file,take; audio/<filename>)."
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # no folder left behind
 
 
@@ -347,14 +447,36 @@ def test_results_equal_to_the_baseline_say_equal(encoder_dir, tmp_path):
                 tone = 0.5 * np.sin(2 * np.pi * frequency * (1 + 0.01 * i) * t) + 0.01 * rng.normal(size=t.shape)
                 sf.write(tmp_path / "tones" / split / label / f"{i}.wav", tone.astype(np.float32), 16000)
     out = tmp_path / "run"
-    result = run([*SCRIPT, "--model_name_or_path", str(encoder_dir), "--dataset", "audiofolder", "--data_root",
-                  str(tmp_path / "tones"), "--max_steps", "50", "--eval_steps", "25", "--batch_size", "8",
-                  "--learning_rates", "1e-2", "--seeds", "0", "--output_dir", str(out)])
+    result = run(
+        [
+            *SCRIPT,
+            "--model_name_or_path",
+            str(encoder_dir),
+            "--dataset",
+            "audiofolder",
+            "--data_root",
+            str(tmp_path / "tones"),
+            "--max_steps",
+            "50",
+            "--eval_steps",
+            "25",
+            "--batch_size",
+            "8",
+            "--learning_rates",
+            "1e-2",
+            "--seeds",
+            "0",
+            "--output_dir",
+            str(out),
+        ]
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     stored = json.loads((out / "all_results.json").read_text())
     assert stored["test_mean"] == stored["baseline"]["test_mean"] == 1.0
-    verdict = ("equal to the log-mel baseline: 100.0 vs 100.0 % accuracy (log-mel statistics + logistic regression on "
-               "the same splits); see docs/downstream.md#the-log-mel-baseline")
+    verdict = (
+        "equal to the log-mel baseline: 100.0 vs 100.0 % accuracy (log-mel statistics + logistic regression on "
+        "the same splits); see docs/downstream.md#the-log-mel-baseline"
+    )
     assert stored["baseline_verdict"] == verdict and "below_baseline" not in stored
     assert f"   the model is {verdict}\n" in result.stdout
     assert f"**The model is {verdict}.**" in (out / "results.md").read_text()

@@ -54,11 +54,28 @@ def write_esc50(root):
     return {}
 
 
-US8K_CLASSES = ["air_conditioner", "car_horn", "children_playing", "dog_bark", "drilling", "engine_idling",
-                "gun_shot", "jackhammer", "siren", "street_music"]
+US8K_CLASSES = [
+    "air_conditioner",
+    "car_horn",
+    "children_playing",
+    "dog_bark",
+    "drilling",
+    "engine_idling",
+    "gun_shot",
+    "jackhammer",
+    "siren",
+    "street_music",
+]
 # sample rate, subtype, channels: the spread of formats UrbanSound8K ships (8 to 96 kHz, 8- to 32-bit, stereo)
-US8K_FORMATS = [(8000, "PCM_U8", 1), (11025, "PCM_16", 1), (22050, "PCM_24", 2), (44100, "PCM_16", 2),
-                (48000, "FLOAT", 1), (96000, "PCM_24", 2), (16000, "PCM_32", 1)]
+US8K_FORMATS = [
+    (8000, "PCM_U8", 1),
+    (11025, "PCM_16", 1),
+    (22050, "PCM_24", 2),
+    (44100, "PCM_16", 2),
+    (48000, "FLOAT", 1),
+    (96000, "PCM_24", 2),
+    (16000, "PCM_32", 1),
+]
 
 
 def write_us8k(root):
@@ -68,8 +85,9 @@ def write_us8k(root):
         fold, class_id = i % 10 + 1, i % 10
         fs_id = 100032 + i
         name = f"{fs_id}-{class_id}-0-{i // 10}.wav"
-        lines.append(f"{name},{fs_id},{1.5 * i},{1.5 * i + 0.317551},{1 + i % 2},{fold},{class_id},"
-                     f"{US8K_CLASSES[class_id]}")
+        lines.append(
+            f"{name},{fs_id},{1.5 * i},{1.5 * i + 0.317551},{1 + i % 2},{fold},{class_id},{US8K_CLASSES[class_id]}"
+        )
         sr, subtype, channels = US8K_FORMATS[i % len(US8K_FORMATS)]
         tone(str(root / "audio" / f"fold{fold}" / name), sr=sr, subtype=subtype, channels=channels)
     os.makedirs(root / "metadata")
@@ -87,8 +105,9 @@ def write_scv2(root):
     (root / "_background_noise_" / "README.md").write_text("noise\n")
     (root / "LICENSE").write_text("CC-BY-4.0\n")
     (root / "README.md").write_text("Speech Commands\n")
-    (root / "validation_list.txt").write_text("backward/0b09edd3_nohash_0.wav\nmarvin/0b09edd3_nohash_0.wav\n"
-                                              "no/0b09edd3_nohash_0.wav\n")
+    (root / "validation_list.txt").write_text(
+        "backward/0b09edd3_nohash_0.wav\nmarvin/0b09edd3_nohash_0.wav\nno/0b09edd3_nohash_0.wav\n"
+    )
     (root / "testing_list.txt").write_text("backward/0c40e715_nohash_0.wav\nyes/0c40e715_nohash_0.wav\n")
     return {}
 
@@ -98,9 +117,16 @@ def nsynth_example(family, source, instrument, pitch, velocity):
     note_str = f"{family}_{source}_{instrument:03d}-{pitch:03d}-{velocity:03d}"
     families = data.loaders.nsynth.NSYNTH_FAMILIES
     return note_str, {
-        "note": 1000 * instrument + pitch, "sample_rate": 16000, "pitch": pitch, "velocity": velocity,
-        "instrument_source_str": source, "instrument_family_str": family, "qualities_str": ["bright"],
-        "instrument_str": f"{family}_{source}_{instrument:03d}", "note_str": note_str, "instrument": instrument,
+        "note": 1000 * instrument + pitch,
+        "sample_rate": 16000,
+        "pitch": pitch,
+        "velocity": velocity,
+        "instrument_source_str": source,
+        "instrument_family_str": family,
+        "qualities_str": ["bright"],
+        "instrument_str": f"{family}_{source}_{instrument:03d}",
+        "note_str": note_str,
+        "instrument": instrument,
         "qualities": [1, 0, 0, 0, 0, 0, 0, 0, 0, 0],
         "instrument_source": ["acoustic", "electronic", "synthetic"].index(source),
         "instrument_family": families.index(family),
@@ -109,10 +135,15 @@ def nsynth_example(family, source, instrument, pitch, velocity):
 
 def write_nsynth(root):
     """nsynth-{train,valid,test}/examples.json (note_str -> entry) and audio/<note_str>.wav."""
-    notes = {"train": [("bass", "synthetic", 68, 21, 100), ("keyboard", "acoustic", 4, 60, 25),
-                       ("vocal", "synthetic", 3, 108, 127)],
-             "valid": [("guitar", "electronic", 21, 64, 75)],
-             "test": [("string", "acoustic", 14, 50, 50), ("bass", "electronic", 18, 33, 100)]}
+    notes = {
+        "train": [
+            ("bass", "synthetic", 68, 21, 100),
+            ("keyboard", "acoustic", 4, 60, 25),
+            ("vocal", "synthetic", 3, 108, 127),
+        ],
+        "valid": [("guitar", "electronic", 21, 64, 75)],
+        "test": [("string", "acoustic", 14, 50, 50), ("bass", "electronic", 18, 33, 100)],
+    }
     for split, entries in notes.items():
         examples = dict(nsynth_example(*entry) for entry in entries)
         for note_str in examples:
@@ -168,9 +199,11 @@ def write_voxforge(root):
     return {"root": root / "voxforge", "metadata_csv": root / "voxforge.csv"}
 
 
-SURGE_TONES = {"surge-patches-3rdparty-Argitoth-Drums-Snare-velocity64": "train",
-               "surge-patches-3rdparty-Argitoth-Drums-Kick-velocity64": "valid",
-               "surge-patches-3rdparty-Bluelight-Basses-Bass-10-velocity64": "test"}
+SURGE_TONES = {
+    "surge-patches-3rdparty-Argitoth-Drums-Snare-velocity64": "train",
+    "surge-patches-3rdparty-Argitoth-Drums-Kick-velocity64": "valid",
+    "surge-patches-3rdparty-Bluelight-Basses-Bass-10-velocity64": "test",
+}
 
 
 def write_surge(root, pitches=(21, 60, 100, 108)):
@@ -180,15 +213,26 @@ def write_surge(root, pitches=(21, 60, 100, 108)):
     for file in files[1:]:  # the same Ogg Vorbis bytes at every name: encoding each costs ~10 ms
         os.makedirs(file.parent, exist_ok=True)
         shutil.copyfile(files[0], file)
-    pd.DataFrame({"file_name": [str(f.relative_to(root / "surge")) for f in files],
-                  "label": [f.stem for f in files],
-                  "split": [SURGE_TONES[f.parent.name] for f in files]}).to_csv(root / "surge.csv")
+    pd.DataFrame(
+        {
+            "file_name": [str(f.relative_to(root / "surge")) for f in files],
+            "label": [f.stem for f in files],
+            "split": [SURGE_TONES[f.parent.name] for f in files],
+        }
+    ).to_csv(root / "surge.csv")
     return {"root": root / "surge", "metadata_csv": root / "surge.csv"}
 
 
-VOX1 = [(1, "id10001", "1zcIwhmdeo4"), (1, "id10001", "7w0IBEWc9Qw"), (1, "id10002", "0_laIeN-Q44"),
-        (1, "id10003", "5ablueV_1tw"), (2, "id10001", "Y8hIVOBuels"), (2, "id10002", "6WO410QOeuo"),
-        (3, "id10002", "C7k7C-PDvAA"), (3, "id10003", "E_6MjfYr0sQ")]
+VOX1 = [
+    (1, "id10001", "1zcIwhmdeo4"),
+    (1, "id10001", "7w0IBEWc9Qw"),
+    (1, "id10002", "0_laIeN-Q44"),
+    (1, "id10003", "5ablueV_1tw"),
+    (2, "id10001", "Y8hIVOBuels"),
+    (2, "id10002", "6WO410QOeuo"),
+    (3, "id10002", "C7k7C-PDvAA"),
+    (3, "id10003", "E_6MjfYr0sQ"),
+]
 
 
 def write_voxceleb1(root, evar_csv=False):
@@ -199,9 +243,13 @@ def write_voxceleb1(root, evar_csv=False):
     if not evar_csv:
         return {}
     files = [f"wav/{s}/{v}/00001.wav" for _, s, v in VOX1]
-    pd.DataFrame({"file_name": files, "label": [f.split("/")[1] for f in files],
-                  "split": [{1: "train", 2: "valid", 3: "test"}[c] for c, _, _ in VOX1]}).to_csv(
-        root / "vc1.csv", index=None)
+    pd.DataFrame(
+        {
+            "file_name": files,
+            "label": [f.split("/")[1] for f in files],
+            "split": [{1: "train", 2: "valid", 3: "test"}[c] for c, _, _ in VOX1],
+        }
+    ).to_csv(root / "vc1.csv", index=None)
     return {"metadata_csv": root / "vc1.csv"}
 
 
@@ -211,17 +259,37 @@ CASES = {
     "esc50_fold": (write_esc50, {"test_fold": 5}, {"train": 12, "test": 3}, ["dog", "rooster", "pig"], None),
     "us8k": (write_us8k, {}, {"train": 20}, US8K_CLASSES, None),
     "scv2": (write_scv2, {}, {"train": 7, "validation": 3, "test": 2}, 35, ("test", 0)),
-    "nsynth": (write_nsynth, {}, {"train": 3, "validation": 1, "test": 2}, data.loaders.nsynth.NSYNTH_FAMILIES,
-               ("validation", 0)),
-    "cremad": (write_cremad, {}, {"train": 6, "validation": 3, "test": 3}, ["ANG", "DIS", "FEA", "HAP", "NEU", "SAD"],
-               None),
+    "nsynth": (
+        write_nsynth,
+        {},
+        {"train": 3, "validation": 1, "test": 2},
+        data.loaders.nsynth.NSYNTH_FAMILIES,
+        ("validation", 0),
+    ),
+    "cremad": (
+        write_cremad,
+        {},
+        {"train": 6, "validation": 3, "test": 3},
+        ["ANG", "DIS", "FEA", "HAP", "NEU", "SAD"],
+        None,
+    ),
     "gtzan": (write_gtzan, {}, {"train": 10, "validation": 10, "test": 4}, GTZAN_GENRES, ("test", 0)),
     "voxforge": (write_voxforge, {}, {"train": 6, "validation": 3, "test": 3}, VOXFORGE_LANGUAGES, None),
     "surge": (write_surge, {}, {"train": 4, "validation": 4, "test": 4}, ["21", "60", "100", "108"], ("train", 2)),
-    "voxceleb1": (write_voxceleb1, {}, {"train": 4, "validation": 2, "test": 2}, ["id10001", "id10002", "id10003"],
-                  ("test", 1)),
-    "voxceleb1_evar": (lambda root: write_voxceleb1(root, evar_csv=True), {},
-                       {"train": 4, "validation": 2, "test": 2}, ["id10001", "id10002", "id10003"], None),
+    "voxceleb1": (
+        write_voxceleb1,
+        {},
+        {"train": 4, "validation": 2, "test": 2},
+        ["id10001", "id10002", "id10003"],
+        ("test", 1),
+    ),
+    "voxceleb1_evar": (
+        lambda root: write_voxceleb1(root, evar_csv=True),
+        {},
+        {"train": 4, "validation": 2, "test": 2},
+        ["id10001", "id10002", "id10003"],
+        None,
+    ),
 }
 
 
@@ -293,8 +361,7 @@ def test_gtzan_reads_the_archives_au_files(tmp_path):
     kwargs = write_gtzan(tmp_path)
     ds = data.load("gtzan", **kwargs)
     paths = [a["path"] for a in for_safe_decoding(ds)["test"]["audio"]]
-    assert [os.path.relpath(p, tmp_path) for p in paths] == [
-        f"genres/{g}/{g}.00002.au" for g in GTZAN_GENRES[:4]]
+    assert [os.path.relpath(p, tmp_path) for p in paths] == [f"genres/{g}/{g}.00002.au" for g in GTZAN_GENRES[:4]]
     assert ds["test"]["file_name"][0] == "blues/blues.00002.wav"  # the CSV's name is kept
     assert len(ds["test"][0]["audio"]["array"]) == 800  # 0.05 s at 22,050 Hz -> 16 kHz, by torchcodec
     decoder = SafeAudioDecoder()
@@ -333,12 +400,18 @@ def test_evar_unknown_split_value_is_still_an_error(tmp_path):
 # AudioSet: the segment CSVs as published, and every naming the field's pipelines use
 # ------------------------------------------------------------------------------------------------------
 
-CLASS_LABELS = ('index,mid,display_name\n0,/m/09x0r,"Speech"\n1,/m/05zppz,"Male speech, man speaking"\n'
-                '2,/m/02zsn,"Female speech, woman speaking"\n3,/m/0ytgt,"Child speech, kid speaking"\n'
-                '4,/m/01h8n0,"Conversation"\n')
+CLASS_LABELS = (
+    'index,mid,display_name\n0,/m/09x0r,"Speech"\n1,/m/05zppz,"Male speech, man speaking"\n'
+    '2,/m/02zsn,"Female speech, woman speaking"\n3,/m/0ytgt,"Child speech, kid speaking"\n'
+    '4,/m/01h8n0,"Conversation"\n'
+)
 SEGMENTS = {  # real-looking YTIDs: '-' and '_' inside, a leading 'Y', a non-integer start
-    "balanced_train": [("--PJHxphWEs", 30.0, ["/m/09x0r", "/m/05zppz"]), ("-0RWZT-miFs", 420.0, ["/m/02zsn"]),
-                       ("Y_3Xk9q0aZs", 0.0, ["/m/0ytgt"]), ("0_Ab12cd_Ef", 2.5, ["/m/01h8n0", "/m/09x0r"])],
+    "balanced_train": [
+        ("--PJHxphWEs", 30.0, ["/m/09x0r", "/m/05zppz"]),
+        ("-0RWZT-miFs", 420.0, ["/m/02zsn"]),
+        ("Y_3Xk9q0aZs", 0.0, ["/m/0ytgt"]),
+        ("0_Ab12cd_Ef", 2.5, ["/m/01h8n0", "/m/09x0r"]),
+    ],
     "unbalanced_train": [("-0SdAVK79lg", 30.0, ["/m/09x0r"]), ("zz_top_0001", 170.0, ["/m/01h8n0"])],
     "eval": [("--4gqARaEJE", 0.0, ["/m/02zsn", "/m/05zppz"]), ("-1pRmoJIGQc", 11.0, ["/m/0ytgt"])],
 }
@@ -347,9 +420,11 @@ SEGMENTS = {  # real-looking YTIDs: '-' and '_' inside, a leading 'Y', a non-int
 def write_segments(path, rows, spaced_labels):
     """A segment CSV as published: 3 '#' lines, then 'YTID, start, end, "mid,mid"' (or "mid, mid")."""
     join = ", " if spaced_labels else ","
-    header = ("# Segments csv created Sun Mar  5 10:54:31 2017\n"
-              f"# num_ytids={len(rows)}, num_segs={len(rows)}, num_unique_labels=5, num_positive_labels=9\n"
-              "# YTID, start_seconds, end_seconds, positive_labels\n")
+    header = (
+        "# Segments csv created Sun Mar  5 10:54:31 2017\n"
+        f"# num_ytids={len(rows)}, num_segs={len(rows)}, num_unique_labels=5, num_positive_labels=9\n"
+        "# YTID, start_seconds, end_seconds, positive_labels\n"
+    )
     path.write_text(header + "".join(f'{y}, {s:.3f}, {s + 10:.3f}, "{join.join(m)}"\n' for y, s, m in rows))
 
 
@@ -391,8 +466,10 @@ def test_audioset_every_naming_scheme_matches_every_clip(tmp_path, scheme, caplo
     by_id = {y: [feature.int2str(i) for i in ls] for y, ls in zip(as20k["train"]["ytid"], as20k["train"]["labels"])}
     assert by_id["--PJHxphWEs"] == ["Speech", "Male speech, man speaking"]
     assert by_id["0_Ab12cd_Ef"] == ["Conversation", "Speech"] and as20k["train"]["start_seconds"][3] == 2.5
-    assert all(os.path.basename(p).startswith(SCHEMES[scheme](y, 0, 0)[:12])
-               for y, p in zip(as20k["train"]["ytid"], [a["path"] for a in for_safe_decoding(as20k)["train"]["audio"]]))
+    assert all(
+        os.path.basename(p).startswith(SCHEMES[scheme](y, 0, 0)[:12])
+        for y, p in zip(as20k["train"]["ytid"], [a["path"] for a in for_safe_decoding(as20k)["train"]["audio"]])
+    )
     as2m = data.load("as2m", root=tmp_path)
     assert sizes(as2m) == {"train": 6, "test": 2}
     assert as2m["test"][1]["audio"]["sampling_rate"] == 16000  # a 32 kHz FLAC, decoded

@@ -93,8 +93,9 @@ def test_iter_windows_over_blocks_cut_anywhere(window, hop):
 def test_each_window_scores_as_its_samples_alone_and_the_clip_mean_aggregates_them(classifier_folder):
     """A 3.3-s clip, 0.63-s windows overlapping by half: each window's start, end and scores are those of its samples
     classified alone; the clip's scores are the mean of the windows' (single-label)."""
-    classifier = pipeline("audio-classification", model=str(classifier_folder),
-                          pipeline_class=AaspAudioClassificationPipeline)
+    classifier = pipeline(
+        "audio-classification", model=str(classifier_folder), pipeline_class=AaspAudioClassificationPipeline
+    )
     audio = noisy_tones(3.3)
     window = trained_window_samples(classifier.feature_extractor, classifier.model.config)
     hop_s = window / 2 / RATE
@@ -116,13 +117,16 @@ def test_each_window_scores_as_its_samples_alone_and_the_clip_mean_aggregates_th
 
 def test_batched_windows_equal_one_at_a_time(classifier_folder):
     """batch_size batches windows of one clip and of several clips (the last windows padded and masked)."""
-    classifier = pipeline("audio-classification", model=str(classifier_folder),
-                          pipeline_class=AaspAudioClassificationPipeline)
+    classifier = pipeline(
+        "audio-classification", model=str(classifier_folder), pipeline_class=AaspAudioClassificationPipeline
+    )
     clips = [noisy_tones(2.1), noisy_tones(0.4, seed=1), noisy_tones(1.3, seed=2)]
     batched = classifier(clips, top_k=None, batch_size=4, return_timestamps=True)
     for clip, result in zip(clips, batched):
         single = classifier(clip, top_k=None, return_timestamps=True)
-        assert [(w["start"], w["end"]) for w in result["windows"]] == [(w["start"], w["end"]) for w in single["windows"]]
+        assert [(w["start"], w["end"]) for w in result["windows"]] == [
+            (w["start"], w["end"]) for w in single["windows"]
+        ]
         assert as_dict(result["scores"]) == pytest.approx(as_dict(single["scores"]), abs=1e-5)
 
 
@@ -139,8 +143,9 @@ def test_multi_label_takes_the_max_over_windows_and_aggregation_can_be_named(tmp
 
 
 def test_options_refused_with_what_to_do(classifier_folder):
-    classifier = pipeline("audio-classification", model=str(classifier_folder),
-                          pipeline_class=AaspAudioClassificationPipeline)
+    classifier = pipeline(
+        "audio-classification", model=str(classifier_folder), pipeline_class=AaspAudioClassificationPipeline
+    )
     audio = noisy_tones(2.0)
     with pytest.raises(ValueError, match="at most chunk_length_s"):
         classifier(audio, chunk_length_s=1.0, chunk_hop_s=1.5)
@@ -153,8 +158,9 @@ def test_options_refused_with_what_to_do(classifier_folder):
 
 
 def test_max_length_s_reads_the_first_seconds_and_says_so(classifier_folder, caplog):
-    classifier = pipeline("audio-classification", model=str(classifier_folder),
-                          pipeline_class=AaspAudioClassificationPipeline)
+    classifier = pipeline(
+        "audio-classification", model=str(classifier_folder), pipeline_class=AaspAudioClassificationPipeline
+    )
     audio = noisy_tones(3.0)
     limited = classifier(audio, top_k=None, max_length_s=1.2, return_timestamps=True)
     assert limited["windows"][-1]["end"] == pytest.approx(1.2)
@@ -168,15 +174,15 @@ def test_a_file_decoded_in_blocks_is_the_file_decoded_at_once(tmp_path, fmt):
     to the whole file's decoding, sample for sample."""
     rng = np.random.default_rng(0)
     path = tmp_path / f"clip.{fmt.lower()}"
-    sf.write(path, (0.2 * rng.standard_normal((int(44100 * 3.3), 2))).astype(np.float32), 44100, format=fmt,
-             subtype="PCM_16")
+    sf.write(
+        path, (0.2 * rng.standard_normal((int(44100 * 3.3), 2))).astype(np.float32), 44100, format=fmt, subtype="PCM_16"
+    )
     blocks = list(decode_blocks(str(path), RATE, block_s=0.7))
     assert len(blocks) == 5
     np.testing.assert_array_equal(np.concatenate(blocks), decode_clip(str(path), RATE))
 
 
-def test_a_long_file_is_classified_window_by_window_in_a_fresh_process_without_the_package(classifier_folder,
-                                                                                        tmp_path):
+def test_a_long_file_is_classified_window_by_window_in_a_fresh_process_without_the_package(classifier_folder, tmp_path):
     """The checkpoint's own pipeline (remote code, `aasp_hf` unimportable) gives the in-process windows and scores."""
     audio = noisy_tones(2.2, seed=4)
     wav = tmp_path / "long.wav"
@@ -191,8 +197,9 @@ def test_a_long_file_is_classified_window_by_window_in_a_fresh_process_without_t
         tmp_path,
     )
     remote = json.loads(result.stdout.strip().splitlines()[-1])
-    local = pipeline("audio-classification", model=str(classifier_folder),
-                     pipeline_class=AaspAudioClassificationPipeline)(str(wav), top_k=None, return_timestamps=True)
+    local = pipeline(
+        "audio-classification", model=str(classifier_folder), pipeline_class=AaspAudioClassificationPipeline
+    )(str(wav), top_k=None, return_timestamps=True)
     assert len(remote["windows"]) == len(local["windows"]) == 4
     for remote_window, local_window in zip(remote["windows"], local["windows"]):
         assert (remote_window["start"], remote_window["end"]) == (local_window["start"], local_window["end"])
@@ -240,9 +247,18 @@ def test_a_two_hour_file_in_the_memory_of_a_one_minute_file(tmp_path, how):
     growth = {}
     for seconds in (60, 7200):
         run = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(PEAK_MEMORY_SCRIPT), str(folder), str(tmp_path / f"{seconds}.wav"),
-             str(seconds), how],
-            capture_output=True, text=True, timeout=600,
+            [
+                sys.executable,
+                "-c",
+                textwrap.dedent(PEAK_MEMORY_SCRIPT),
+                str(folder),
+                str(tmp_path / f"{seconds}.wav"),
+                str(seconds),
+                how,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert run.returncode == 0, run.stderr[-3000:]
         num_windows, end, growth[seconds] = run.stdout.split()
@@ -265,10 +281,13 @@ def test_transformers_own_pipeline_says_what_it_read_of_a_long_clip(tmp_path, ca
     with caplog.at_level(logging.WARNING, logger="aasp_hf.feature_extraction_aasp"):
         classifier({"raw": noisy_tones(3.0), "sampling_rate": RATE})
     (message,) = [r.getMessage() for r in caplog.records if r.name == "aasp_hf.feature_extraction_aasp"]
-    assert message.startswith("Read the first 0.66 s of a 3.00 s clip: this feature extractor keeps max_frames=64 "
-                              "frames") and "AaspAudioClassificationPipeline" in message
+    assert (
+        message.startswith("Read the first 0.66 s of a 3.00 s clip: this feature extractor keeps max_frames=64 frames")
+        and "AaspAudioClassificationPipeline" in message
+    )
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="aasp_hf.feature_extraction_aasp"):  # windows: nothing cut
         AaspAudioClassificationPipeline(model=classifier.model, feature_extractor=classifier.feature_extractor)(
-            {"raw": noisy_tones(3.0), "sampling_rate": RATE})
+            {"raw": noisy_tones(3.0), "sampling_rate": RATE}
+        )
     assert not [r for r in caplog.records if r.name == "aasp_hf.feature_extraction_aasp"]

@@ -329,8 +329,15 @@ def test_batch_masks_are_their_draws_built():
     sampled = sample_batch_masks(config, 5, generator=torch.Generator().manual_seed(4))
     built = build_batch_masks(config, draw_batch_masks(config, 5, generator=torch.Generator().manual_seed(4)))
     g = torch.Generator().manual_seed(4)
-    mask = sample_view_masks(5, 3, config.num_frequency_patches, config.num_time_patches, mask_ratio=0.7,
-                             block_sizes=config.mask_block_sizes, generator=g)
+    mask = sample_view_masks(
+        5,
+        3,
+        config.num_frequency_patches,
+        config.num_time_patches,
+        mask_ratio=0.7,
+        block_sizes=config.mask_block_sizes,
+        generator=g,
+    )
     queries = sample_query_indices(mask, 0.5, generator=g)
     for masks in (sampled, built):
         assert torch.equal(masks["mask"], mask) and torch.equal(masks["query_indices"], queries)

@@ -38,8 +38,9 @@ def test_map_skips_classes_without_positives_and_matches_sklearn(data):
     expected_map = np.mean([average_precision_score(targets[:, c], scores[:, c]) for c in used])
     assert result["mAP"] == pytest.approx(expected_map, abs=1e-6)
     # sklearn's macro AP over all classes would count class 4 as 0 (with a warning): ours must be higher
-    assert result["mAP"] > np.mean([average_precision_score(targets[:, c], scores[:, c]) if c in used else 0.0
-                                    for c in range(targets.shape[1])])
+    assert result["mAP"] > np.mean(
+        [average_precision_score(targets[:, c], scores[:, c]) if c in used else 0.0 for c in range(targets.shape[1])]
+    )
     assert classification_score(scores, targets, multi_label=True) == pytest.approx(result["mAP"], abs=1e-6)
 
 
@@ -55,7 +56,8 @@ def test_d_prime_from_mean_auc_matches_scipy(data):
     separated = np.concatenate([rng.normal(0, 1, n), rng.normal(1.5, 1, n)])
     labels = np.concatenate([np.zeros(n, int), np.ones(n, int)])
     two = load_metric("mean_average_precision").compute(
-        predictions=separated[:, None].tolist(), references=labels[:, None].tolist())
+        predictions=separated[:, None].tolist(), references=labels[:, None].tolist()
+    )
     assert two["d_prime"] == pytest.approx(1.5, abs=0.05)
 
 

@@ -152,7 +152,9 @@ def test_every_trainable_parameter_gets_a_gradient(tiny_config, overrides):
     model = AaspForAudioClassification(tiny_config(num_labels=3, **overrides)).train()
     out = model(torch.randn(3, 64, 32), labels=torch.tensor([0, 1, 2]))
     out.loss.backward()
-    missing = [n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or p.grad.abs().sum() == 0)]
+    missing = [
+        n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or p.grad.abs().sum() == 0)
+    ]
     assert not missing, f"no gradient reaches {missing}"
     assert not model.aasp.embeddings.position_embeddings.requires_grad
 
@@ -379,8 +381,16 @@ def test_visible_token_path_equals_the_dense_masked_view(phase, adaptive):
     per-group visibility and taken at the visible tokens: float64 values and gradients for every SBLU parameter and
     the per-token (α, β). Paper-size groups (128 mel bins, F̃ = 8, K = 63), 8 time patches, 3 views per clip."""
     torch.manual_seed(0)
-    config = AaspConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                        num_frames=128, lambda_encoder_reduction=4, sblu_phase=phase, sblu_adaptive=adaptive)
+    config = AaspConfig(
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_frames=128,
+        lambda_encoder_reduction=4,
+        sblu_phase=phase,
+        sblu_adaptive=adaptive,
+    )
     sblu = AaspModel(config).double().embeddings.sblu
     with torch.no_grad():
         for parameter in sblu.parameters():
@@ -399,9 +409,11 @@ def test_visible_token_path_equals_the_dense_masked_view(phase, adaptive):
         visibility = visible.transpose(1, 2).repeat_interleave(16, dim=-1)  # (B·M, F̃, T)
         frames = None, None
         if adaptive:  # per-token (α, β) -> (B·M, H, T); hidden tokens get placeholders their outputs never use
+
             def to_frames(per_token, fill):
-                grid = per_token.new_full((6, 64, channels), fill).scatter(1, views[..., None].expand(-1, -1, channels),
-                                                                          per_token)  # (B·M, N, H/F̃)
+                grid = per_token.new_full((6, 64, channels), fill).scatter(
+                    1, views[..., None].expand(-1, -1, channels), per_token
+                )  # (B·M, N, H/F̃)
                 grid = grid.reshape(6, 8, groups, channels).permute(0, 2, 3, 1).reshape(6, groups * channels, 8)
                 return grid.repeat_interleave(16, dim=-1)  # (B·M, H, T̃) -> (B·M, H, T)
 

@@ -67,7 +67,8 @@ def test_collapse_statistics_match_numpy_and_see_a_collapsed_batch():
     assert collapse_statistics(line)["effective_rank"] == pytest.approx(1.0, abs=1e-3)
     # max_rows keeps evenly spaced rows
     assert collapse_statistics(torch.from_numpy(x), max_rows=2)["std_mean"] == pytest.approx(
-        x[[0, 49]].std(axis=0, ddof=1).mean())
+        x[[0, 49]].std(axis=0, ddof=1).mean()
+    )
 
 
 def test_pretraining_collapse_statistics_names_cls_clip_target_and_token_target():
@@ -137,8 +138,13 @@ def test_knn_probe_matches_sklearn_and_scores_separable_and_shuffled_data():
     shuffled = np.random.default_rng(6).permutation(y)
     assert knn_probe_accuracy(x, shuffled, test_x, test_y, k=5) < 0.6  # labels no longer follow the clusters
     rng = np.random.default_rng(6)  # features that say nothing about the labels: chance, 1/4
-    noise_accuracy = knn_probe_accuracy(rng.standard_normal((400, 16)), rng.integers(0, 4, 400),
-                                        rng.standard_normal((1000, 16)), rng.integers(0, 4, 1000), k=15)
+    noise_accuracy = knn_probe_accuracy(
+        rng.standard_normal((400, 16)),
+        rng.integers(0, 4, 400),
+        rng.standard_normal((1000, 16)),
+        rng.integers(0, 4, 1000),
+        k=15,
+    )
     assert abs(noise_accuracy - 0.25) < 0.05
 
 
@@ -193,14 +199,30 @@ def test_list_audiofolder_is_balanced_and_sorted(tmp_path):
     assert [p.name for p in paths] == ["0.wav", "0.wav", "1.wav", "1.wav", "2.wav"]
 
 
-MODEL = tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1, predictor_num_attention_heads=2,
-                           mask_num_views=2, mask_block_sizes=[[1, 2], [2, 1]])
+MODEL = tiny_config_kwargs(
+    predictor_hidden_size=32,
+    predictor_num_layers=1,
+    predictor_num_attention_heads=2,
+    mask_num_views=2,
+    mask_block_sizes=[[1, 2], [2, 1]],
+)
 
 
 def run(output_dir, **overrides):
-    args = dict(synthetic_clips=10, synthetic_seconds=1.0, crop_seconds=0.5, model_config=json.dumps(MODEL),
-                output_dir=str(output_dir), per_device_train_batch_size=4, max_steps=3, warmup_steps=1,
-                logging_steps=2, save_steps=100, report_to="none", seed=3)
+    args = dict(
+        synthetic_clips=10,
+        synthetic_seconds=1.0,
+        crop_seconds=0.5,
+        model_config=json.dumps(MODEL),
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        max_steps=3,
+        warmup_steps=1,
+        logging_steps=2,
+        save_steps=100,
+        report_to="none",
+        seed=3,
+    )
     args.update(overrides)
     return pretrain.main(cli_args(**args))
 
@@ -210,12 +232,26 @@ def test_pretrain_logs_monitors_and_probe_without_changing_the_run(tmp_path):
     run(tmp_path / "on", monitor_steps=1, probe_dataset=str(tmp_path / "probe"), probe_steps=2, probe_k=3)
     logs = [json.loads(line) for line in (tmp_path / "on" / "log_history.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logs] == [0, 1, 2, 3]  # probe at 0; monitors every step; train/ at 2 and 3
-    monitor_keys = [f"monitor/{what}_{stat}" for what in ("student_cls", "target_clip", "target_token")
-                    for stat in ("std_mean", "std_min", "effective_rank")]
-    monitor_keys += [f"monitor/sblu_{stat}" for stat in ("decay_mean", "decay_std", "decay_at_min", "frequency_mean",
-                                                         "frequency_std", "frequency_at_min", "frequency_at_max")]
-    probe_keys = [f"probe/{encoder}_{score}" for encoder in ("student", "teacher")
-                  for score in ("knn_accuracy", "ridge_accuracy")] + ["probe/chance_accuracy", "probe/seconds"]
+    monitor_keys = [
+        f"monitor/{what}_{stat}"
+        for what in ("student_cls", "target_clip", "target_token")
+        for stat in ("std_mean", "std_min", "effective_rank")
+    ]
+    monitor_keys += [
+        f"monitor/sblu_{stat}"
+        for stat in (
+            "decay_mean",
+            "decay_std",
+            "decay_at_min",
+            "frequency_mean",
+            "frequency_std",
+            "frequency_at_min",
+            "frequency_at_max",
+        )
+    ]
+    probe_keys = [
+        f"probe/{encoder}_{score}" for encoder in ("student", "teacher") for score in ("knn_accuracy", "ridge_accuracy")
+    ] + ["probe/chance_accuracy", "probe/seconds"]
     for record in logs[1:]:
         for key in monitor_keys + ["monitor/seconds"]:
             assert np.isfinite(record[key]), (record["step"], key)
@@ -237,18 +273,28 @@ def test_pretrain_logs_monitors_and_probe_without_changing_the_run(tmp_path):
     for split in ("train", "test"):
         paths, labels, _ = list_audiofolder(tmp_path / "probe", split)
         waves = [wavfile.read(p)[1] for p in paths]
-        inputs = extractor(waves, sampling_rate=16000, return_tensors="pt", padding="max_length",
-                           max_frames=MODEL["num_frames"], return_attention_mask=True)
+        inputs = extractor(
+            waves,
+            sampling_rate=16000,
+            return_tensors="pt",
+            padding="max_length",
+            max_frames=MODEL["num_frames"],
+            return_attention_mask=True,
+        )
         feats[split] = extract_features(student, [dict(inputs)])[0], labels
     mean, std = standardization_stats(feats["train"][0])
     knn = KNeighborsClassifier(n_neighbors=3, metric="cosine", algorithm="brute")
     knn.fit(standardize(feats["train"][0], mean, std), feats["train"][1])
-    assert logs[-1]["probe/student_knn_accuracy"] == knn.score(standardize(feats["test"][0], mean, std),
-                                                               feats["test"][1])
+    assert logs[-1]["probe/student_knn_accuracy"] == knn.score(
+        standardize(feats["test"][0], mean, std), feats["test"][1]
+    )
 
     # monitors draw no random numbers and change no weights: the same run without them ends identically
     run(tmp_path / "off", monitor_steps=0)
     ranks = [json.loads((tmp_path / name / "ranks" / "rank0.json").read_text()) for name in ("on", "off")]
     assert ranks[0] == ranks[1]
-    assert not any(k.startswith("monitor/") for line in (tmp_path / "off" / "log_history.jsonl").read_text()
-                   .splitlines() for k in json.loads(line))
+    assert not any(
+        k.startswith("monitor/")
+        for line in (tmp_path / "off" / "log_history.jsonl").read_text().splitlines()
+        for k in json.loads(line)
+    )

@@ -20,8 +20,11 @@ from aasp_hf.mteb import AaspMtebEncoder
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_MTEB = importlib.util.find_spec("mteb") is not None
-NEEDS_MTEB = pytest.mark.skipif(not HAS_MTEB, reason="MTEB is not installed in this venv: `make mteb-check` runs "
-                                "these tests in .venv-mteb (pip install 'aasp_hf[mteb]')")
+NEEDS_MTEB = pytest.mark.skipif(
+    not HAS_MTEB,
+    reason="MTEB is not installed in this venv: `make mteb-check` runs "
+    "these tests in .venv-mteb (pip install 'aasp_hf[mteb]')",
+)
 
 
 def _load(relative: str):
@@ -59,24 +62,28 @@ def test_a_clip_embeds_as_its_scene_embedding_whatever_its_batch(encoder):
 
 
 def test_the_options_reach_the_hear_module(checkpoint):
-    mean = AaspMtebEncoder("aasp_hf/encoder", model_path=str(checkpoint), device="cpu", scene_pooling="mean",
-                           frequency_pooling="mean")
+    mean = AaspMtebEncoder(
+        "aasp_hf/encoder", model_path=str(checkpoint), device="cpu", scene_pooling="mean", frequency_pooling="mean"
+    )
     assert mean.model.scene_embedding_size == 32 and mean.model_path == str(checkpoint)
     with pytest.raises(UsageError, match="scene_pooling"):
         AaspMtebEncoder(str(checkpoint), scene_pooling="max")
 
 
 def test_the_command_refuses_mistakes_in_one_line(checkpoint):
-    for argv, match in (([str(checkpoint)], "either --tasks"),
-                        ([str(checkpoint), "--tasks", "ESC50", "--benchmark", "MAEB(v1)"], "either --tasks"),
-                        ([str(checkpoint), "--tasks", "ESC50", "--model_options", "hop=20"], "JSON object"),
-                        ([str(checkpoint), "--tasks", "ESC50", "--batch_size", "0"], "at least 1"),
-                        ([str(checkpoint), "--taks", "ESC50"], "--tasks")):
+    for argv, match in (
+        ([str(checkpoint)], "either --tasks"),
+        ([str(checkpoint), "--tasks", "ESC50", "--benchmark", "MAEB(v1)"], "either --tasks"),
+        ([str(checkpoint), "--tasks", "ESC50", "--model_options", "hop=20"], "JSON object"),
+        ([str(checkpoint), "--tasks", "ESC50", "--batch_size", "0"], "at least 1"),
+        ([str(checkpoint), "--taks", "ESC50"], "--tasks"),
+    ):
         with pytest.raises(UsageError, match=match) as error:
             aasp_mteb.parse_args(argv)
         assert "\n" not in str(error.value)
-    args = aasp_mteb.parse_args([str(checkpoint), "--benchmark", "MAEB(v1, audio-only)", "--model_options",
-                                 '{"hop_ms": 20}'])
+    args = aasp_mteb.parse_args(
+        [str(checkpoint), "--benchmark", "MAEB(v1, audio-only)", "--model_options", '{"hop_ms": 20}']
+    )
     assert args.benchmark == "MAEB(v1, audio-only)" and args.model_options == {"hop_ms": 20}
 
 
@@ -100,8 +107,9 @@ def test_the_task_is_the_hear_checks_scene_clips_in_a_folder_datasets_loads(data
 
     loaded = load_dataset(str(data_dir / "synthetic-scene"))
     assert sorted(loaded) == ["test", "train"] and (len(loaded["train"]), len(loaded["test"])) == (40, 20)
-    assert isinstance(loaded["train"].features["audio"], Audio) and isinstance(loaded["train"].features["label"],
-                                                                                   ClassLabel)
+    assert isinstance(loaded["train"].features["audio"], Audio) and isinstance(
+        loaded["train"].features["label"], ClassLabel
+    )
     hear_rows = _load("benchmarks/hear/build_tasks.py").scene_rows(np.random.default_rng(0))
     first = loaded["test"][0]["audio"]
     samples = first.get_all_samples()

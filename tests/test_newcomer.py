@@ -27,21 +27,24 @@ def _script(path: str):
     return importlib.import_module(Path(path).stem)
 
 
-@pytest.mark.parametrize("script, typo, right", [
-    ("examples/pretrain.py", "--max_stpes", "--max_steps"),
-    ("examples/finetune.py", "--max_stpes", "--max_steps"),
-    ("examples/linear_eval.py", "--learning_rats", "--learning_rates"),
-    ("examples/shift_consistency.py", "--shift_ms", "--shifts_ms"),
-    ("examples/visualize_sblu.py", "--synthetic_lable", "--synthetic_label"),
-    ("examples/mask_geometry.py", "--num_veiws", "--num_views"),
-    ("examples/demo.py", "--pretrain_steps", "--pretrain-steps"),
-    ("conversion/convert_eat_checkpoint.py", "--num_frames", "--num-frames"),
-    ("conversion/convert_pretraining_checkpoint.py", "--wich", "--which"),
-    ("conversion/export_onnx.py", "--chek", "--check"),
-    ("benchmarks/quality/run.py", "--max_stpes", "--max_steps"),
-    ("benchmarks/quality/build_data.py", "--jobz", "--jobs"),
-    ("benchmarks/speed/run.py", "--repeets", "--repeats"),
-])
+@pytest.mark.parametrize(
+    "script, typo, right",
+    [
+        ("examples/pretrain.py", "--max_stpes", "--max_steps"),
+        ("examples/finetune.py", "--max_stpes", "--max_steps"),
+        ("examples/linear_eval.py", "--learning_rats", "--learning_rates"),
+        ("examples/shift_consistency.py", "--shift_ms", "--shifts_ms"),
+        ("examples/visualize_sblu.py", "--synthetic_lable", "--synthetic_label"),
+        ("examples/mask_geometry.py", "--num_veiws", "--num_views"),
+        ("examples/demo.py", "--pretrain_steps", "--pretrain-steps"),
+        ("conversion/convert_eat_checkpoint.py", "--num_frames", "--num-frames"),
+        ("conversion/convert_pretraining_checkpoint.py", "--wich", "--which"),
+        ("conversion/export_onnx.py", "--chek", "--check"),
+        ("benchmarks/quality/run.py", "--max_stpes", "--max_steps"),
+        ("benchmarks/quality/build_data.py", "--jobz", "--jobs"),
+        ("benchmarks/speed/run.py", "--repeets", "--repeats"),
+    ],
+)
 def test_a_misspelt_flag_is_one_line_with_the_closest_flag_in_every_script(script, typo, right, tmp_path):
     """HfArgumentParser used to end in an 18-line traceback ("Some specified arguments are not used"), argparse in its
     usage block without a suggestion. The flag is checked before anything else (a required argument left unset by
@@ -49,19 +52,27 @@ def test_a_misspelt_flag_is_one_line_with_the_closest_flag_in_every_script(scrip
     module = _script(script)
     positional = [str(tmp_path / "a"), str(tmp_path / "b")] if script.startswith("conversion/") else []
     argv = [*positional, typo, "2"]
-    message = (rf"^unknown key in the command line: '{typo}' \(did you mean '{right}'\?\)\. The valid keys are "
-               rf"listed in the script's --help\.$")
+    message = (
+        rf"^unknown key in the command line: '{typo}' \(did you mean '{right}'\?\)\. The valid keys are "
+        rf"listed in the script's --help\.$"
+    )
     with pytest.raises(UsageError, match=message):
         (module.parse_args if hasattr(module, "parse_args") else module.main)(argv)
 
 
 def test_as_a_script_a_misspelt_flag_is_one_line_and_exit_code_2(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / "finetune.py"), "--model_name_or_path", "x",
-                             "--max_stpes", "2"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "finetune.py"), "--model_name_or_path", "x", "--max_stpes", "2"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "finetune.py: error: unknown key in the command line: '--max_stpes' (did you mean '--max_steps'?). The "
-        "valid keys are listed in the script's --help."], result.stderr
+        "valid keys are listed in the script's --help."
+    ], result.stderr
 
 
 def test_argparse_refusals_are_one_line_too():
@@ -119,14 +130,30 @@ def test_linear_eval_on_an_own_folder_derives_the_clip_length_from_the_clips(own
 
     folder, seconds = own_folder
     with caplog.at_level(logging.WARNING, logger="aasp_hf.data.protocol"):
-        results = linear_eval.main(["--model_name_or_path", str(encoder), "--dataset", "audiofolder", "--data_root",
-                                    str(folder), "--max_steps", "2", "--eval_steps", "1", "--seeds", "0",
-                                    "--output_dir", str(tmp_path / "lin")])
+        results = linear_eval.main(
+            [
+                "--model_name_or_path",
+                str(encoder),
+                "--dataset",
+                "audiofolder",
+                "--data_root",
+                str(folder),
+                "--max_steps",
+                "2",
+                "--eval_steps",
+                "1",
+                "--seeds",
+                "0",
+                "--output_dir",
+                str(tmp_path / "lin"),
+            ]
+        )
     expected = round(float(np.mean(list(seconds.values()))), 2)  # every clip is in the folder's one split, train
     assert results["clip_seconds"] == expected and results["num_classes"] == 3
     assert [r.getMessage() for r in caplog.records] == [
         f"clip length {expected:g} s: the mean length of 43 training clips ('audiofolder' has no EVAR clip length; "
-        f"--clip_seconds sets another)"]
+        f"--clip_seconds sets another)"
+    ]
 
 
 def test_finetune_on_an_own_folder_scales_the_unset_defaults_and_says_so(own_folder, encoder, tmp_path, capsys):
@@ -136,18 +163,34 @@ def test_finetune_on_an_own_folder_scales_the_unset_defaults_and_says_so(own_fol
     import finetune
 
     folder, _ = own_folder
-    argv = ["--model_name_or_path", str(encoder), "--dataset", "audiofolder", "--data_root", str(folder),
-            "--max_steps", "3", "--eval_steps", "3", "--output_dir", str(tmp_path / "ft")]
+    argv = [
+        "--model_name_or_path",
+        str(encoder),
+        "--dataset",
+        "audiofolder",
+        "--data_root",
+        str(folder),
+        "--max_steps",
+        "3",
+        "--eval_steps",
+        "3",
+        "--output_dir",
+        str(tmp_path / "ft"),
+    ]
     parts, *_ = finetune.load_parts(finetune.parse_args(argv))
     train_clips = len(parts["official"]["train"])
     assert train_clips < 43 - 8  # 20 % held out as test, then 10 % of the rest as validation
     capsys.readouterr()
     results = finetune.main(argv)
     printed = capsys.readouterr().out
-    assert "--warmup_steps 0: 10 % of --max_steps 3 (the default 100 is more than that; pass --warmup_steps to " \
-           "choose)" in printed
-    assert (f"--per_device_train_batch_size {train_clips}: the {train_clips} training clips (the default 128 is more "
-            f"than that; pass --per_device_train_batch_size to choose)") in printed
+    assert (
+        "--warmup_steps 0: 10 % of --max_steps 3 (the default 100 is more than that; pass --warmup_steps to "
+        "choose)" in printed
+    )
+    assert (
+        f"--per_device_train_batch_size {train_clips}: the {train_clips} training clips (the default 128 is more "
+        f"than that; pass --per_device_train_batch_size to choose)"
+    ) in printed
     assert results["step"] == 3 and results["total_train_batch_size"] == train_clips
     stored = json.loads((tmp_path / "ft" / "all_results.json").read_text())["arguments"]
     assert (stored["warmup_steps"], stored["per_device_train_batch_size"]) == (0, train_clips)
@@ -181,8 +224,10 @@ def _pretraining_checkpoint(run: Path) -> Path:
 
     checkpoint = run / "checkpoint-1500"
     checkpoint.mkdir(parents=True)
-    save_file({"aasp.cls_token": torch.zeros(1, 1, 4), "teacher.cls_token": torch.zeros(1, 1, 4)},
-              str(checkpoint / "model.safetensors"))
+    save_file(
+        {"aasp.cls_token": torch.zeros(1, 1, 4), "teacher.cls_token": torch.zeros(1, 1, 4)},
+        str(checkpoint / "model.safetensors"),
+    )
     (checkpoint / "optimizer.bin").write_bytes(b"")
     (checkpoint / "trainer_state.json").write_text(json.dumps({"step": 1500}))
     return checkpoint
@@ -201,17 +246,27 @@ def test_a_training_checkpoint_given_as_a_model_says_what_to_load_instead(encode
     checkpoint = _pretraining_checkpoint(tmp_path / "run")
     with pytest.raises(ValueError, match="model_type"):  # what transformers says, unchanged
         AutoModel.from_pretrained(str(checkpoint))
-    waiting = (rf"^{checkpoint} is a pre-training checkpoint \(weights, optimiser and data state for --resume\), not "
-               rf"a model folder: load the encoder the run exports when it finishes, {tmp_path / 'run' / 'encoder'}, "
-               rf"or make one from this step with `python conversion/convert_pretraining_checkpoint.py {checkpoint} "
-               rf"OUTPUT_DIR` \(add --which teacher for the EMA teacher\)$")
+    waiting = (
+        rf"^{checkpoint} is a pre-training checkpoint \(weights, optimiser and data state for --resume\), not "
+        rf"a model folder: load the encoder the run exports when it finishes, {tmp_path / 'run' / 'encoder'}, "
+        rf"or make one from this step with `python conversion/convert_pretraining_checkpoint.py {checkpoint} "
+        rf"OUTPUT_DIR` \(add --which teacher for the EMA teacher\)$"
+    )
     with pytest.raises(UsageError, match=waiting):
         finetune.parse_args(["--model_name_or_path", str(checkpoint), "--synthetic_per_class", "2"])
     shutil.copytree(encoder, tmp_path / "run" / "encoder")
     exported = rf"load the encoder the run exported, {tmp_path / 'run' / 'encoder'}, or make one"
     with pytest.raises(UsageError, match=exported):
-        linear_eval.main(["--model_name_or_path", str(checkpoint), "--synthetic_per_class", "2",
-                          "--output_dir", str(tmp_path / "lin")])
+        linear_eval.main(
+            [
+                "--model_name_or_path",
+                str(checkpoint),
+                "--synthetic_per_class",
+                "2",
+                "--output_dir",
+                str(tmp_path / "lin"),
+            ]
+        )
     with pytest.raises(UsageError, match=exported):
         export_onnx.main([str(checkpoint), str(tmp_path / "model.onnx")])
     shutil.copytree(encoder, checkpoint / "encoder")  # --export_with_checkpoints exports each step's encoder
@@ -248,9 +303,14 @@ def test_default_output_folders_stay_out_of_the_repository(script):
     import dataclasses
 
     module = importlib.import_module(script)
-    (arguments,) = [c for c in vars(module).values() if dataclasses.is_dataclass(c) and c.__module__ in
-                    (module.__name__, "aasp_hf.evaluation.linear_protocol", "aasp_hf.training.finetuning_arguments")
-                    and "output_dir" in {f.name for f in dataclasses.fields(c)}]
+    (arguments,) = [
+        c
+        for c in vars(module).values()
+        if dataclasses.is_dataclass(c)
+        and c.__module__
+        in (module.__name__, "aasp_hf.evaluation.linear_protocol", "aasp_hf.training.finetuning_arguments")
+        and "output_dir" in {f.name for f in dataclasses.fields(c)}
+    ]
     default = next(f.default for f in dataclasses.fields(arguments) if f.name == "output_dir")
     ignored = subprocess.run(["git", "check-ignore", "-q", f"{default}/results.md"], cwd=ROOT)
     assert ignored.returncode == 0, f"{script}.py writes {default}/ into the repository"
@@ -260,11 +320,27 @@ def test_a_second_demo_says_it_replaces_the_first(tmp_path, capsys):
     import demo
 
     (tmp_path / "all_results.json").write_text("{}")
-    demo.main(["--pretrain-steps", "0", "--finetune-steps", "1", "--train-per-class", "1", "--test-per-class", "1",
-               "--output-dir", str(tmp_path), "--threads", "2"])
+    demo.main(
+        [
+            "--pretrain-steps",
+            "0",
+            "--finetune-steps",
+            "1",
+            "--train-per-class",
+            "1",
+            "--test-per-class",
+            "1",
+            "--output-dir",
+            str(tmp_path),
+            "--threads",
+            "2",
+        ]
+    )
     first_lines = capsys.readouterr().out.splitlines()[:2]
-    assert f"{tmp_path}/ holds an earlier demo run (all_results.json): this run replaces it (pass --output-dir to " \
-           f"keep both)" in first_lines
+    assert (
+        f"{tmp_path}/ holds an earlier demo run (all_results.json): this run replaces it (pass --output-dir to "
+        f"keep both)" in first_lines
+    )
 
 
 def test_the_readme_says_where_weights_come_from_and_its_example_loads_what_make_demo_writes():
@@ -284,15 +360,22 @@ def test_the_readme_says_where_weights_come_from_and_its_example_loads_what_make
     assert re.search(r'"--output-dir", default="demo_output"', (ROOT / "examples" / "demo.py").read_text())
     assert folders == {"demo_output/pretrain/encoder", "demo_output/classifier"}
     user_docs = (ROOT / "docs" / "checkpoints.md").read_text()
-    for command in ("python conversion/convert_pretraining_checkpoint.py runs/pt/checkpoint-1500",
-                    "python conversion/export_onnx.py runs/pt/encoder encoder.onnx --check"):
+    for command in (
+        "python conversion/convert_pretraining_checkpoint.py runs/pt/checkpoint-1500",
+        "python conversion/export_onnx.py runs/pt/encoder encoder.onnx --check",
+    ):
         assert command in user_docs
     assert "docs/checkpoints.md" in top
 
 
 # ----------------------------------------------------------------------------------------------- a run's output
 OTHER_LIBRARIES = {  # lines other libraries printed in a default run, which the user could not act on
-    "TensorFlow / absl start-up": ("absl::InitializeLog", "oneDNN custom operations", "cudart_stub", "TensorFlow binary"),
+    "TensorFlow / absl start-up": (
+        "absl::InitializeLog",
+        "oneDNN custom operations",
+        "cudart_stub",
+        "TensorFlow binary",
+    ),
     "transformers' loading report": ("LOAD REPORT", "MISSING", "\x1b["),
     "transformers' progress bars": ("Loading weights", "Writing model shards"),
     "accelerate's checkpoint lines": ("Saving current state to", "saved in"),
@@ -301,8 +384,11 @@ OTHER_LIBRARIES = {  # lines other libraries printed in a default run, which the
 
 def other_libraries_lines(output: str) -> dict:
     lines = output.replace("\r", "\n").splitlines()
-    return {what: [line for line in lines if any(mark in line for mark in marks)]
-            for what, marks in OTHER_LIBRARIES.items() if any(mark in line for line in lines for mark in marks)}
+    return {
+        what: [line for line in lines if any(mark in line for mark in marks)]
+        for what, marks in OTHER_LIBRARIES.items()
+        if any(mark in line for line in lines for mark in marks)
+    }
 
 
 def test_default_training_runs_print_no_line_of_another_library(tmp_path):
@@ -313,31 +399,89 @@ def test_default_training_runs_print_no_line_of_another_library(tmp_path):
     from conftest import save_tiny_encoder
 
     env = {**os.environ, "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1"}
-    pretrain = subprocess.run([sys.executable, str(ROOT / "examples" / "pretrain.py"), "--config",
-                               str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"), "--synthetic_clips",
-                               "8", "--per_device_train_batch_size", "4", "--max_steps", "2", "--save_steps", "1",
-                               "--output_dir", str(tmp_path / "pt")],
-                              cwd=ROOT, env=env, capture_output=True, text=True)
+    pretrain = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "pretrain.py"),
+            "--config",
+            str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"),
+            "--synthetic_clips",
+            "8",
+            "--per_device_train_batch_size",
+            "4",
+            "--max_steps",
+            "2",
+            "--save_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "pt"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert pretrain.returncode == 0, pretrain.stderr[-3000:]
     assert other_libraries_lines(pretrain.stdout + pretrain.stderr) == {}
     assert list((tmp_path / "pt").rglob("events.out.tfevents.*")), "no tensorboard events written"
 
     encoder = save_tiny_encoder(tmp_path / "encoder")
-    finetune = subprocess.run([sys.executable, str(ROOT / "examples" / "finetune.py"), "--model_name_or_path",
-                               str(encoder), "--synthetic_per_class", "4", "--clip_seconds", "0.5",
-                               "--per_device_train_batch_size", "4", "--max_steps", "4", "--eval_steps", "2",
-                               "--save_steps", "2", "--output_dir", str(tmp_path / "ft")],
-                              cwd=ROOT, env=env, capture_output=True, text=True)
+    finetune = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "finetune.py"),
+            "--model_name_or_path",
+            str(encoder),
+            "--synthetic_per_class",
+            "4",
+            "--clip_seconds",
+            "0.5",
+            "--per_device_train_batch_size",
+            "4",
+            "--max_steps",
+            "4",
+            "--eval_steps",
+            "2",
+            "--save_steps",
+            "2",
+            "--output_dir",
+            str(tmp_path / "ft"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert finetune.returncode == 0, finetune.stderr[-3000:]
     assert other_libraries_lines(finetune.stdout + finetune.stderr) == {}
-    assert (f"loaded the encoder from {encoder}; the classification head (classifier.dense, classifier.layernorm: 4 "
-            "tensors) is new, initialised for this task") in finetune.stdout.splitlines()
+    assert (
+        f"loaded the encoder from {encoder}; the classification head (classifier.dense, classifier.layernorm: 4 "
+        "tensors) is new, initialised for this task"
+    ) in finetune.stdout.splitlines()
     assert "step 2: validation " in finetune.stdout and "step 4: validation " in finetune.stdout
 
-    linear = subprocess.run([sys.executable, str(ROOT / "examples" / "linear_eval.py"), "--model_name_or_path",
-                             str(encoder), "--synthetic_per_class", "4", "--max_steps", "2", "--eval_steps", "1",
-                             "--seeds", "0", "--output_dir", str(tmp_path / "lin")],
-                            cwd=ROOT, env=env, capture_output=True, text=True)
+    linear = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "linear_eval.py"),
+            "--model_name_or_path",
+            str(encoder),
+            "--synthetic_per_class",
+            "4",
+            "--max_steps",
+            "2",
+            "--eval_steps",
+            "1",
+            "--seeds",
+            "0",
+            "--output_dir",
+            str(tmp_path / "lin"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert linear.returncode == 0, linear.stderr[-3000:]
     assert other_libraries_lines(linear.stdout + linear.stderr) == {}
 
@@ -345,9 +489,17 @@ def test_default_training_runs_print_no_line_of_another_library(tmp_path):
 def test_a_checkpoint_that_does_not_fit_beyond_the_new_head_is_one_warning_naming_the_tensors():
     from aasp_hf.training.console import describe_new_head
 
-    line = describe_new_head({"missing_keys": {"classifier.dense.weight", "aasp.layers.0.mlp.fc1.weight"},
-                              "unexpected_keys": {"decoder.weight"}, "mismatched_keys": set()}, "runs/x")
-    assert line == ("warning: runs/x does not fit this classifier beyond its new head (missing: "
-                    "aasp.layers.0.mlp.fc1.weight; unexpected: decoder.weight); is it an AaSP encoder of this "
-                    "architecture? Those tensors were initialised afresh.")
+    line = describe_new_head(
+        {
+            "missing_keys": {"classifier.dense.weight", "aasp.layers.0.mlp.fc1.weight"},
+            "unexpected_keys": {"decoder.weight"},
+            "mismatched_keys": set(),
+        },
+        "runs/x",
+    )
+    assert line == (
+        "warning: runs/x does not fit this classifier beyond its new head (missing: "
+        "aasp.layers.0.mlp.fc1.weight; unexpected: decoder.weight); is it an AaSP encoder of this "
+        "architecture? Those tensors were initialised afresh."
+    )
     assert describe_new_head({"missing_keys": set()}, "runs/x") == "loaded the classifier from runs/x, head included"

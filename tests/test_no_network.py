@@ -45,15 +45,26 @@ print(json.dumps({"attempts": attempts, "timings": timings}))
 
 
 def test_loading_from_none_or_a_local_folder_requests_nothing(tmp_path):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+    }
     env["HF_HOME"] = str(tmp_path / "hf_home")  # no cached token or files from elsewhere
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(SCRIPT), json.dumps(tiny_config_kwargs()), str(tmp_path / "model")],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["attempts"] == [], report
-    assert set(report["timings"]) == {"state_dict", "empty state_dict", "folder", "folder and config",
-                                      "AutoModel folder"}
+    assert set(report["timings"]) == {
+        "state_dict",
+        "empty state_dict",
+        "folder",
+        "folder and config",
+        "AutoModel folder",
+    }

@@ -96,10 +96,12 @@ def test_teacher_targets_match_float64_oracle(norm_axis):
 def test_teacher_targets_axes_differ_and_default_is_tokens():
     generator = torch.Generator().manual_seed(1)
     layers = [torch.randn(2, 6, 8, generator=generator) for _ in range(2)]
-    per_channel = [h * (1 + torch.rand(1, 1, 8, generator=generator)) + torch.randn(1, 1, 8, generator=generator)
-                   for h in layers]  # channel d scaled and shifted, the same for all tokens
-    per_token = [h * (1 + torch.rand(2, 6, 1, generator=generator)) + torch.randn(2, 6, 1, generator=generator)
-                 for h in layers]  # token n scaled and shifted, the same for all channels
+    per_channel = [
+        h * (1 + torch.rand(1, 1, 8, generator=generator)) + torch.randn(1, 1, 8, generator=generator) for h in layers
+    ]  # channel d scaled and shifted, the same for all tokens
+    per_token = [
+        h * (1 + torch.rand(2, 6, 1, generator=generator)) + torch.randn(2, 6, 1, generator=generator) for h in layers
+    ]  # token n scaled and shifted, the same for all channels
 
     tokens = teacher_targets(layers)  # default
     torch.testing.assert_close(tokens, teacher_targets(layers, norm_axis="tokens"), atol=0, rtol=0)
@@ -252,8 +254,9 @@ def test_contrastive_loss_sanity():
     assert aligned_loss < random_loss - 0.5
     # invariant to the embeddings' scale (they are L2-normalised), per view
     scales = torch.rand(batch, views, 1, generator=torch.Generator().manual_seed(9)) * 10 + 0.1
-    torch.testing.assert_close(multi_view_contrastive_loss(random * scales, temperature).item(), random_loss,
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        multi_view_contrastive_loss(random * scales, temperature).item(), random_loss, atol=1e-6, rtol=0
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -312,14 +315,26 @@ def _free_port() -> int:
 def test_contrastive_loss_gathers_across_two_gloo_processes(tmp_path):
     batch, views, in_size, embed_size, temperature, world_size = 2, 3, 6, 5, 0.2, 2
     script = tmp_path / "helper.py"
-    script.write_text(textwrap.dedent(DISTRIBUTED_HELPER).format(
-        batch=batch, views=views, in_size=in_size, embed_size=embed_size, temperature=temperature))
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(world_size),
-               OMP_NUM_THREADS="1")
+    script.write_text(
+        textwrap.dedent(DISTRIBUTED_HELPER).format(
+            batch=batch, views=views, in_size=in_size, embed_size=embed_size, temperature=temperature
+        )
+    )
+    env = dict(
+        os.environ,
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        WORLD_SIZE=str(world_size),
+        OMP_NUM_THREADS="1",
+    )
     processes = [
-        subprocess.Popen([sys.executable, str(script), str(tmp_path)],
-                         env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path)],
+            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for rank in range(world_size)
     ]
     outputs = []
@@ -364,8 +379,9 @@ def test_contrastive_loss_gathers_across_two_gloo_processes(tmp_path):
         assert (r["weight_grad_local"].double() - weight.grad).abs().max() > 1e-4
         # the embedding gradient on rank r sums all ranks' losses: W · ∂(global mean)/∂e_r
         rows = slice(r["rank"] * batch, (r["rank"] + 1) * batch)
-        torch.testing.assert_close(r["embeddings_grad"].double(), world_size * embeddings.grad[rows],
-                                   atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(
+            r["embeddings_grad"].double(), world_size * embeddings.grad[rows], atol=1e-6, rtol=1e-5
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------------

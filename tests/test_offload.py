@@ -192,8 +192,9 @@ def test_device_map_auto_with_cpu_and_disk_offload_gives_the_one_device_output(s
     the granularity of `_no_split_modules` (the stem, the blocks), and the output is the one-device one."""
     model, folder = saved_models[model_class, True]
     size = sum(p.numel() * p.element_size() for p in model.parameters())
-    offloaded = model_class.from_pretrained(folder, device_map="auto", max_memory={"cpu": size // 2},
-                                            offload_folder=tmp_path).eval()
+    offloaded = model_class.from_pretrained(
+        folder, device_map="auto", max_memory={"cpu": size // 2}, offload_folder=tmp_path
+    ).eval()
     placements = set(offloaded.hf_device_map.values())
     assert placements == {"cpu", "disk"}, offloaded.hf_device_map
     for kind in ["clips", "padded"]:

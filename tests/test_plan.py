@@ -30,8 +30,11 @@ def test_fake_step_memory_matches_a_real_cpu_step(precision):
     """The plan's activation/gradient/temporary peak (live storage bytes of a step on fake tensors) against the
     measured allocator peak of the same step run for real on the CPU: inputs, forward under autocast, loss,
     backward, gradients. Measured: fp32 1.000×, bf16 0.955× (CPU kernels' own bf16 workspaces); bound ±15 %."""
-    config = AaspConfig(**tiny_config_kwargs(hidden_size=64, intermediate_size=256, num_attention_heads=4,
-                                             num_mel_bins=64, num_frames=128))
+    config = AaspConfig(
+        **tiny_config_kwargs(
+            hidden_size=64, intermediate_size=256, num_attention_heads=4, num_mel_bins=64, num_frames=128
+        )
+    )
     inputs = pretraining_inputs(config, batch_size=8)
     model, fake_mode = fake_model(config, "pretraining")
     estimate, _ = measure_fake_step(model, fake_mode, "pretraining", inputs, precision)
@@ -55,8 +58,9 @@ def test_step_flops_match_the_analytic_transformer_count():
     2·(4D² + 2·D·I) for the QKV/output projections and the MLP, plus 4·T²·D for the attention scores and their
     weighted sum; the 16×16 patch convolution 2·N·D·256 per clip. Backward = 2× forward, except the patch convolution
     (its input needs no gradient: 1×)."""
-    config = AaspConfig(**tiny_config_kwargs(patch_embedding="spe", hidden_size=64, intermediate_size=128,
-                                             num_attention_heads=4))
+    config = AaspConfig(
+        **tiny_config_kwargs(patch_embedding="spe", hidden_size=64, intermediate_size=128, num_attention_heads=4)
+    )
     batch = 4
     plan = plan_pretraining(config, batch, precision="no", max_steps=10)
     d, inner, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
@@ -93,25 +97,59 @@ def test_pretrain_plan_cli_on_the_tiny_preset(tmp_path):
     """`python examples/pretrain.py --config pretrain_tiny_cpu.json --plan` prints the table, exits 0 and writes
     nothing; a bad --plan_* argument is one line that names it and its valid values."""
     output_dir = tmp_path / "run"
-    command = [sys.executable, str(ROOT / "examples" / "pretrain.py"), "--config",
-               str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"), "--plan", "--plan_num_processes", "4",
-               "--output_dir", str(output_dir)]
+    command = [
+        sys.executable,
+        str(ROOT / "examples" / "pretrain.py"),
+        "--config",
+        str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"),
+        "--plan",
+        "--plan_num_processes",
+        "4",
+        "--output_dir",
+        str(output_dir),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
-    for line in ("Plan of a pre-training run: an ESTIMATE", "16 clips per device × 4 process(es)", "student encoder",
-                 "EMA teacher encoder", "predictor fwd+bwd", "DDP gradient buckets",
-                 "largest batch within 80 GiB, gradient checkpointing on", "MFU: an ASSUMPTION", "GPU-hours (4 ×",
-                 "Time on 4 × H100 SXM"):
+    for line in (
+        "Plan of a pre-training run: an ESTIMATE",
+        "16 clips per device × 4 process(es)",
+        "student encoder",
+        "EMA teacher encoder",
+        "predictor fwd+bwd",
+        "DDP gradient buckets",
+        "largest batch within 80 GiB, gradient checkpointing on",
+        "MFU: an ASSUMPTION",
+        "GPU-hours (4 ×",
+        "Time on 4 × H100 SXM",
+    ):
         assert line in out, line
     assert not output_dir.exists()
 
     import pretrain
 
     with pytest.raises(SystemExit, match="--plan_accelerator 'B200' is not known; use one of: 'H100 SXM'"):
-        pretrain.main(["--config", str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"), "--plan",
-                       "--plan_accelerator", "B200", "--output_dir", str(output_dir)])
+        pretrain.main(
+            [
+                "--config",
+                str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"),
+                "--plan",
+                "--plan_accelerator",
+                "B200",
+                "--output_dir",
+                str(output_dir),
+            ]
+        )
     with pytest.raises(SystemExit, match="--plan_memory_gb must be a number > 0"):
-        pretrain.main(["--config", str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"), "--plan",
-                       "--plan_memory_gb", "-1", "--output_dir", str(output_dir)])
+        pretrain.main(
+            [
+                "--config",
+                str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"),
+                "--plan",
+                "--plan_memory_gb",
+                "-1",
+                "--output_dir",
+                str(output_dir),
+            ]
+        )
     assert not output_dir.exists()

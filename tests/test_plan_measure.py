@@ -21,15 +21,40 @@ from aasp_hf.plan.report import _bytes, _duration
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json")
 ENV = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-TWO_PROCESSES = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                 "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+TWO_PROCESSES = [
+    sys.executable,
+    "-m",
+    "accelerate.commands.launch",
+    "--multi_gpu",
+    "--num_processes",
+    "2",
+    "--num_machines",
+    "1",
+    "--mixed_precision",
+    "no",
+    "--dynamo_backend",
+    "no",
+]
 STEPS = 2
 BATCH = 4
 
 
 def measure_args(output_dir, *extra):
-    return ["--config", PRESET, "--plan_measure", str(STEPS), "--plan_data_clips", "0", "--synthetic_clips", "32",
-            "--per_device_train_batch_size", str(BATCH), "--output_dir", str(output_dir), *extra]
+    return [
+        "--config",
+        PRESET,
+        "--plan_measure",
+        str(STEPS),
+        "--plan_data_clips",
+        "0",
+        "--synthetic_clips",
+        "32",
+        "--per_device_train_batch_size",
+        str(BATCH),
+        "--output_dir",
+        str(output_dir),
+        *extra,
+    ]
 
 
 def plan_row(plan_text: str, label: str) -> str:
@@ -61,8 +86,9 @@ def check_report(report: dict, plan_text: str, num_processes: int, memory_band=(
     assert memory["measured"] > report["static_bytes"] > 0
     assert memory_band[0] <= memory["ratio"] <= memory_band[1], memory
     assert memory["within_15_percent"] == (abs(memory["ratio"] - 1) <= 0.15)
-    assert memory["within_15_percent"] or memory["note"].startswith(("allocations the fake step does not see",
-                                                                     "on the CPU the SBLU works block by block"))
+    assert memory["within_15_percent"] or memory["note"].startswith(
+        ("allocations the fake step does not see", "on the CPU the SBLU works block by block")
+    )
     wait = figures["data_wait_seconds"]
     assert 0 < wait["measured"] < step["measured"] and wait["predicted"] == 0.0
     assert wait["fraction_of_step"] == pytest.approx(wait["measured"] / step["measured"])
@@ -76,8 +102,14 @@ def test_plan_measure_one_process(tmp_path, capsys):
     result = pretrain.main(measure_args(output_dir))
     out = capsys.readouterr().out
     assert out.index("Plan of a pre-training run") < out.index("Measured on this machine: 2 steps on 1 × cpu")
-    for line in ("step time (median)", "spread: min / max / interquartile", "clips/s per device",
-                 "MFU (the plan's FLOPs per step)", "peak memory per device", "data wait per step (median)"):
+    for line in (
+        "step time (median)",
+        "spread: min / max / interquartile",
+        "clips/s per device",
+        "MFU (the plan's FLOPs per step)",
+        "peak memory per device",
+        "data wait per step (median)",
+    ):
         assert line in out, line
     assert "gradient all-reduce (" not in out  # one process: nothing is all-reduced
     assert sorted(p.name for p in output_dir.iterdir()) == ["plan.txt", "plan_measured.json"]
@@ -94,8 +126,13 @@ def test_plan_measure_two_processes(tmp_path):
     """Two real gloo processes (accelerate launch): both run the steps under DDP, the main one reports, with the
     gradient all-reduce measured beside the plan's ring formula for 2 processes."""
     output_dir = tmp_path / "run"
-    command = [*TWO_PROCESSES, "--main_process_port", str(_free_port()), str(ROOT / "examples" / "pretrain.py"),
-               *measure_args(output_dir)]
+    command = [
+        *TWO_PROCESSES,
+        "--main_process_port",
+        str(_free_port()),
+        str(ROOT / "examples" / "pretrain.py"),
+        *measure_args(output_dir),
+    ]
     done = subprocess.run(command, env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert done.stdout.count("Measured on this machine: 2 steps on 2 × cpu") == 1  # printed by the main process
@@ -115,16 +152,31 @@ def test_plan_measure_two_processes(tmp_path):
 def test_plan_measure_refusals(tmp_path):
     """A plan for other processes than the ones launched, or a negative count: one line each, nothing written."""
     output_dir = tmp_path / "run"
-    with pytest.raises(SystemExit, match=r"--plan_measure measures the 1 process\(es\) launched, not "
-                                         r"--plan_num_processes 4: drop --plan_num_processes or launch"):
+    with pytest.raises(
+        SystemExit,
+        match=r"--plan_measure measures the 1 process\(es\) launched, not "
+        r"--plan_num_processes 4: drop --plan_num_processes or launch",
+    ):
         pretrain.main(measure_args(output_dir, "--plan_num_processes", "4"))
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "pretrain.py"), "--config", PRESET,
-                           "--plan_measure", "-1", "--output_dir", str(output_dir)],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "pretrain.py"),
+            "--config",
+            PRESET,
+            "--plan_measure",
+            "-1",
+            "--output_dir",
+            str(output_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "plan_measure" in done.stderr.strip().splitlines()[-1]
     assert not output_dir.exists()
-
 
 
 def test_plan_measure_finetune(tmp_path, capsys):
@@ -136,9 +188,26 @@ def test_plan_measure_finetune(tmp_path, capsys):
 
     encoder = save_tiny_encoder(tmp_path / "encoder")
     output_dir = tmp_path / "run"
-    result = finetune.main(["--model_name_or_path", str(encoder), "--synthetic_per_class", "4", "--clip_seconds",
-                            "0.5", "--per_device_train_batch_size", "4", "--max_steps", "10", "--ema_decay", "0.999",
-                            "--plan_measure", str(STEPS), "--output_dir", str(output_dir)])
+    result = finetune.main(
+        [
+            "--model_name_or_path",
+            str(encoder),
+            "--synthetic_per_class",
+            "4",
+            "--clip_seconds",
+            "0.5",
+            "--per_device_train_batch_size",
+            "4",
+            "--max_steps",
+            "10",
+            "--ema_decay",
+            "0.999",
+            "--plan_measure",
+            str(STEPS),
+            "--output_dir",
+            str(output_dir),
+        ]
+    )
     out = capsys.readouterr().out
     assert out.index("Plan of a fine-tuning run") < out.index("Measured on this machine: 2 steps on 1 × cpu")
     assert sorted(p.name for p in output_dir.iterdir()) == ["plan.txt", "plan_measured.json"]
@@ -173,10 +242,14 @@ def test_gpu_acceptance_dry_run(tmp_path):
     text = report_path.read_text()
     assert text.startswith("# GPU acceptance check, CPU dry run\n") and "Device: **cpu (dry run)**" in text
     targets = [row["target"] for row in outcome["rows"]]
-    assert targets == ["CUDA-only tests: none failed, at least one ran", "MFU >= 40% at the paper batch",
-                       "AaPE step <= 1.15 × SPE step", "peak memory within 10% of the plan",
-                       "data wait <= 5% of the step",
-                       "sdpa (float32) from fp32 eager <= 2 × eager's own error (padded batch, real tokens)"]
+    assert targets == [
+        "CUDA-only tests: none failed, at least one ran",
+        "MFU >= 40% at the paper batch",
+        "AaPE step <= 1.15 × SPE step",
+        "peak memory within 10% of the plan",
+        "data wait <= 5% of the step",
+        "sdpa (float32) from fp32 eager <= 2 × eager's own error (padded batch, real tokens)",
+    ]
     assert text.count("| not judged: a CPU dry run |") == len(targets)
     # step 1: the CUDA-only tests were collected and skipped here, none failed
     tests = outcome["tests"]
@@ -185,14 +258,19 @@ def test_gpu_acceptance_dry_run(tmp_path):
     for stem in ("aape", "spe"):
         run = outcome[stem]
         assert run["returncode"] == 0
-        assert "examples/pretrain.py --config examples/configs/pretrain_tiny_cpu.json --plan --plan_measure 2" in \
-            run["command"] and f"`{run['command']}`" in text
+        assert (
+            "examples/pretrain.py --config examples/configs/pretrain_tiny_cpu.json --plan --plan_measure 2"
+            in run["command"]
+            and f"`{run['command']}`" in text
+        )
         assert run["report"]["steps"] == 2 and run["report"]["precision"] == "bf16"
-    assert "--model_config '{\"patch_embedding\": \"spe\"}'" in outcome["spe"]["command"]
+    assert '--model_config \'{"patch_embedding": "spe"}\'' in outcome["spe"]["command"]
     assert "AAPE stem" in outcome["aape"]["plan_text"] and "SPE stem" in outcome["spe"]["plan_text"]
     assert text.count("Measured on this machine: 2 steps on 1 × cpu") == 2
-    ratio = outcome["aape"]["report"]["figures"]["step_seconds"]["measured"] / \
-        outcome["spe"]["report"]["figures"]["step_seconds"]["measured"]
+    ratio = (
+        outcome["aape"]["report"]["figures"]["step_seconds"]["measured"]
+        / outcome["spe"]["report"]["figures"]["step_seconds"]["measured"]
+    )
     assert f"| AaPE step <= 1.15 × SPE step | {ratio:.3f}× |" in text
     memory = outcome["aape"]["report"]["figures"]["peak_memory_bytes"]["ratio"]
     assert 0.85 <= memory <= 1.15 and f"{memory:.3f}× the plan" in text
@@ -218,6 +296,13 @@ def test_cuda_device_names_map_to_the_plan_accelerators():
     """MFU and step time are judged only on the plan's accelerator: the CUDA device name decides which it is."""
     from aasp_hf.plan.measure import accelerator_of
 
-    names = {"NVIDIA H100 80GB HBM3": "H100 SXM", "NVIDIA H100 PCIe": "H100 PCIe", "NVIDIA H200": "H200",
-             "NVIDIA A100-SXM4-80GB": "A100 80GB", "NVIDIA L4": "L4", "NVIDIA L40S": None, "Tesla V100-SXM2-32GB": None}
+    names = {
+        "NVIDIA H100 80GB HBM3": "H100 SXM",
+        "NVIDIA H100 PCIe": "H100 PCIe",
+        "NVIDIA H200": "H200",
+        "NVIDIA A100-SXM4-80GB": "A100 80GB",
+        "NVIDIA L4": "L4",
+        "NVIDIA L40S": None,
+        "Tesla V100-SXM2-32GB": None,
+    }
     assert {name: accelerator_of(name) for name in names} == names

@@ -19,16 +19,31 @@ import pretrain
 from aasp_hf.schedules import learning_rate, teacher_momentum
 from aasp_hf.training import find_latest_checkpoint
 
-MODEL = tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1, predictor_num_attention_heads=2,
-                           mask_num_views=2, mask_block_sizes=[[1, 2], [2, 1]],
-                           hidden_dropout_prob=0.1, drop_path_rate=0.1)  # dropout: resume must restore the RNG
+MODEL = tiny_config_kwargs(
+    predictor_hidden_size=32,
+    predictor_num_layers=1,
+    predictor_num_attention_heads=2,
+    mask_num_views=2,
+    mask_block_sizes=[[1, 2], [2, 1]],
+    hidden_dropout_prob=0.1,
+    drop_path_rate=0.1,
+)  # dropout: resume must restore the RNG
 
 
 def argv(output_dir, **overrides):
     args = dict(
-        synthetic_clips=10, synthetic_seconds=1.0, crop_seconds=0.5, model_config=json.dumps(MODEL),
-        output_dir=str(output_dir), per_device_train_batch_size=4, max_steps=6, warmup_steps=2,
-        logging_steps=1, save_steps=3, report_to="none", seed=3,
+        synthetic_clips=10,
+        synthetic_seconds=1.0,
+        crop_seconds=0.5,
+        model_config=json.dumps(MODEL),
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        max_steps=6,
+        warmup_steps=2,
+        logging_steps=1,
+        save_steps=3,
+        report_to="none",
+        seed=3,
     )
     args.update(overrides)
     return cli_args(**args)
@@ -39,8 +54,9 @@ def history(output_dir):
 
 
 def test_single_process_run_logs_schedules_applies_ema_and_exports(tmp_path):
-    results = pretrain.main(argv(tmp_path, max_steps=4, save_steps=100, report_to="tensorboard",
-                                 export_teacher=True, logging_steps=2))
+    results = pretrain.main(
+        argv(tmp_path, max_steps=4, save_steps=100, report_to="tensorboard", export_teacher=True, logging_steps=2)
+    )
     assert results["step"] == 4 and results["num_processes"] == 1 and results["decode_failures"] == 0
     for name in ("loss", "masked_prediction_loss", "clip_loss", "contrastive_loss"):
         assert torch.isfinite(torch.tensor(results[name])), name
@@ -67,8 +83,10 @@ def test_single_process_run_logs_schedules_applies_ema_and_exports(tmp_path):
         acc.Reload()
         for tag in acc.Tags()["scalars"]:
             scalars[tag] = [(e.step, e.value) for e in acc.Scalars(tag)]
-    assert scalars["train/teacher_momentum"] == [(2, pytest.approx(teacher_momentum(1, 4))),
-                                                 (4, pytest.approx(teacher_momentum(3, 4)))]
+    assert scalars["train/teacher_momentum"] == [
+        (2, pytest.approx(teacher_momentum(1, 4))),
+        (4, pytest.approx(teacher_momentum(3, 4))),
+    ]
 
     # the exported encoder loads through AutoModel; the EMA teacher moved away from the student
     import aasp_hf  # noqa: F401  (registers the Auto classes)
@@ -137,8 +155,17 @@ def test_audio_folder_with_a_broken_file_and_init_from_an_exported_encoder(tmp_p
     (audio / "broken.wav").write_bytes(b"RIFF" + b"\0" * 60)  # a header and nothing else
     encoder_run, run = tmp_path / "encoder_run", tmp_path / "run"
     pretrain.main(argv(encoder_run, max_steps=1, warmup_steps=1, logging_steps=1, save_steps=100))
-    results = pretrain.main(argv(run, synthetic_clips=0, train_dir=audio, max_steps=2, save_steps=100,
-                                 init_from=encoder_run / "encoder", model_config=None))
+    results = pretrain.main(
+        argv(
+            run,
+            synthetic_clips=0,
+            train_dir=audio,
+            max_steps=2,
+            save_steps=100,
+            init_from=encoder_run / "encoder",
+            model_config=None,
+        )
+    )
     # batch 4 of 4 files: every micro-batch holds the broken one, which is one file that failed
     assert results["decode_failures"] == 1 and results["step"] == 2
     assert torch.isfinite(torch.tensor(results["loss"]))
@@ -157,8 +184,11 @@ def write_audioset_layout(root):
     (root / "audio").mkdir(parents=True)
     (root / "class_labels_indices.csv").write_text('index,mid,display_name\n0,/m/09x0r,"Speech"\n1,/m/04rlf,"Music"\n')
     header = "# created by the test\n# num_ytids=?\n# YTID, start_seconds, end_seconds, positive_labels\n"
-    segments = {"balanced_train_segments": ["bal0000000a", "bal0000000b", "bal0000000c"],
-                "unbalanced_train_segments": ["unbal000000"], "eval_segments": ["eval0000000", "eval0000001"]}
+    segments = {
+        "balanced_train_segments": ["bal0000000a", "bal0000000b", "bal0000000c"],
+        "unbalanced_train_segments": ["unbal000000"],
+        "eval_segments": ["eval0000000", "eval0000001"],
+    }
     rng = np.random.default_rng(0)
     for name, ytids in segments.items():
         (root / f"{name}.csv").write_text(header + "".join(f'{y}, 0.000, 10.000, "/m/09x0r"\n' for y in ytids))
@@ -170,23 +200,36 @@ def write_audioset_layout(root):
 def test_audioset_official_layout_pretrains_on_its_train_split_only(tmp_path):
     """--dataset as2m --data_root: the balanced + unbalanced training segments, never the eval segments."""
     root = write_audioset_layout(tmp_path / "audioset")
-    results = pretrain.main(argv(tmp_path / "run", synthetic_clips=0, dataset="as2m", data_root=str(root),
-                                 max_steps=2, save_steps=100))
+    results = pretrain.main(
+        argv(tmp_path / "run", synthetic_clips=0, dataset="as2m", data_root=str(root), max_steps=2, save_steps=100)
+    )
     assert results["num_clips"] == 4 and results["step"] == 2 and results["decode_failures"] == 0
     with pytest.raises(ValueError, match="has the splits.*'train'.*not --dataset_split 'validation'"):
-        pretrain.main(argv(tmp_path / "bad", synthetic_clips=0, dataset="as2m", data_root=str(root),
-                           dataset_split="validation"))
+        pretrain.main(
+            argv(tmp_path / "bad", synthetic_clips=0, dataset="as2m", data_root=str(root), dataset_split="validation")
+        )
     with pytest.raises(ValueError, match="give one data source, got --dataset, --train_dir"):
-        pretrain.main(argv(tmp_path / "bad", synthetic_clips=0, dataset="as2m", data_root=str(root),
-                           train_dir=str(root / "audio")))
+        pretrain.main(
+            argv(
+                tmp_path / "bad", synthetic_clips=0, dataset="as2m", data_root=str(root), train_dir=str(root / "audio")
+            )
+        )
 
 
 def test_streaming_run_crosses_epochs_and_resumes_exactly(tmp_path):
     """--streaming: the 4 training clips in micro-batches of 2 (2 per epoch), 4 steps, so the run crosses epoch
     boundaries; stopped after 1 step (mid-epoch) and resumed, it ends where the uninterrupted run ends (to float tolerance)."""
     root = write_audioset_layout(tmp_path / "audioset")
-    common = dict(synthetic_clips=0, dataset="as2m", data_root=str(root), streaming=True, shuffle_buffer_size=3,
-                  per_device_train_batch_size=2, max_steps=4, save_steps=2)
+    common = dict(
+        synthetic_clips=0,
+        dataset="as2m",
+        data_root=str(root),
+        streaming=True,
+        shuffle_buffer_size=3,
+        per_device_train_batch_size=2,
+        max_steps=4,
+        save_steps=2,
+    )
     full = pretrain.main(argv(tmp_path / "full", **common))
     assert full["step"] == 4 and full["num_clips"] is None and full["decode_failures"] == 0
     assert [h["train/epoch"] for h in history(tmp_path / "full")] == [0, 0, 1, 1]
@@ -212,10 +255,12 @@ def test_bf16_mixed_precision_autocasts_the_encoder_and_keeps_float32_weights(tm
 
     def build_and_watch(model_args):
         model = build(model_args)
+
         def record_encoder_dtype(module, inputs, out):
             seen["encoder"] = out.dtype
 
         model.aasp.layers[0].mlp.fc1.register_forward_hook(record_encoder_dtype)
+
         def record_stem_dtype(module, inputs, out):  # the student's visible-token SBLU (the teacher's is dense)
             if module.training:
                 seen["stem"] = out.dtype
@@ -266,9 +311,20 @@ def test_two_real_processes_stay_in_sync(tmp_path):
     parameter checksums and a hash of the clips it saw: the data differ, the parameters must not."""
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(_free_port()),
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
         str(ROOT / "examples" / "pretrain.py"),
         *argv(tmp_path, max_steps=2, save_steps=2, logging_steps=2, synthetic_clips=16),
     ]
@@ -295,12 +351,12 @@ def test_pretraining_from_a_log_mel_cache(tmp_path):
     from aasp_hf.data.cache import build_log_mel_cache
 
     rng = np.random.default_rng(0)
-    clips = [{"array": (0.1 * rng.standard_normal(16000)).astype(np.float32), "sampling_rate": 16000}
-             for _ in range(8)]
+    clips = [{"array": (0.1 * rng.standard_normal(16000)).astype(np.float32), "sampling_rate": 16000} for _ in range(8)]
     report = build_log_mel_cache(clips, tmp_path / "cache", AaspFeatureExtractor(feature_size=32))
     assert report["num_written"] == 8 and report["num_failed"] == 0
-    results = pretrain.main(argv(tmp_path / "run", synthetic_clips=0, log_mel_cache=str(tmp_path / "cache"),
-                                 max_steps=2, save_steps=100))
+    results = pretrain.main(
+        argv(tmp_path / "run", synthetic_clips=0, log_mel_cache=str(tmp_path / "cache"), max_steps=2, save_steps=100)
+    )
     assert results["step"] == 2 and results["decode_failures"] == 0
     assert torch.isfinite(torch.tensor(results["loss"]))
 
@@ -346,8 +402,14 @@ def test_cnn_predictor_noise_comes_from_the_checkpointed_rng_so_a_run_resumes_ex
     """EAT's CNN predictor fills hidden positions with N(0, 0.01²) noise drawn in forward from torch's global RNG,
     which main() seeds and every checkpoint saves: a run stopped after 2 steps and resumed ends with the weights and
     losses of the uninterrupted run (noise drawn from an unseeded generator instead fails this comparison)."""
-    cnn = dict(MODEL, predictor_type="cnn", predictor_cnn_hidden_size=32, predictor_cnn_groups=4,
-               predictor_cnn_num_layers=2, predictor_cnn_mask_noise_std=0.01)
+    cnn = dict(
+        MODEL,
+        predictor_type="cnn",
+        predictor_cnn_hidden_size=32,
+        predictor_cnn_groups=4,
+        predictor_cnn_num_layers=2,
+        predictor_cnn_mask_noise_std=0.01,
+    )
     common = dict(model_config=json.dumps(cnn), max_steps=4, save_steps=2)
     pretrain.main(argv(tmp_path / "whole", **common))
     pretrain.main(argv(tmp_path / "resumed", stop_after_steps=2, **common))

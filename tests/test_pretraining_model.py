@@ -35,7 +35,12 @@ def test_teacher_starts_as_the_student_and_stays_in_eval_mode_without_gradients(
         {"patch_embedding": "spe"},
         {"sblu_adaptive": False},
         {"sblu_phase": "analytic", "layer_norm_first": True},
-        {"predictor_type": "cnn", "predictor_cnn_hidden_size": 32, "predictor_cnn_groups": 4, "predictor_cnn_num_layers": 2},
+        {
+            "predictor_type": "cnn",
+            "predictor_cnn_hidden_size": 32,
+            "predictor_cnn_groups": 4,
+            "predictor_cnn_num_layers": 2,
+        },
     ],
 )
 def test_gradients_reach_every_student_predictor_and_head_parameter_and_never_the_teacher(overrides):
@@ -101,8 +106,10 @@ def test_student_input_values_reach_the_student_only():
     with torch.no_grad():
         student = model.aasp(recoloured, visible_indices=visible).last_hidden_state
     b, m, q = queries.shape
-    torch.testing.assert_close(other.predictions.reshape(b * m, q, -1),
-                               model.predictor(student, visible.reshape(b * m, -1), queries.reshape(b * m, -1)))
+    torch.testing.assert_close(
+        other.predictions.reshape(b * m, q, -1),
+        model.predictor(student, visible.reshape(b * m, -1), queries.reshape(b * m, -1)),
+    )
     assert (other.predictions - plain.predictions).abs().max() > 1e-5  # the two views give other predictions
     with pytest.raises(ValueError, match="student_input_values"):
         model(x, visible, queries, x[:, :-16])
@@ -171,5 +178,10 @@ def test_cnn_predictor_sees_only_visible_tokens_and_keeps_the_grid():
     assert out.shape == (2, 2, 32)
     # with 1×1 convolutions a query far from every visible token sees only zeros: the same for both clips
     torch.testing.assert_close(out[0, 1], out[1, 1])
-    assert ((predictor(encoder_output * 2, visible, torch.tensor([[2, 5], [3, 4]])) - predictor(
-        encoder_output, visible, torch.tensor([[2, 5], [3, 4]]))).abs() > 0).any()
+    assert (
+        (
+            predictor(encoder_output * 2, visible, torch.tensor([[2, 5], [3, 4]]))
+            - predictor(encoder_output, visible, torch.tensor([[2, 5], [3, 4]]))
+        ).abs()
+        > 0
+    ).any()

@@ -46,17 +46,33 @@ def fake_task_items(source, group_prefix, seed):
     items = []
     for label in ("a", "b"):
         for k in range(3):
-            items.append({"label": label, "name": f"{source}_{label}{k}", "audio": 0.1 * rng.standard_normal(16000),
-                          "source": source, "group": f"{group_prefix}/{label}{k}", "origin": f"fake {label}{k}"})
+            items.append(
+                {
+                    "label": label,
+                    "name": f"{source}_{label}{k}",
+                    "audio": 0.1 * rng.standard_normal(16000),
+                    "source": source,
+                    "group": f"{group_prefix}/{label}{k}",
+                    "origin": f"fake {label}{k}",
+                }
+            )
     return items
 
 
 def run_fake_build(data_dir, package_root):
-    bd.run_step(data_dir, "pretrain-fakepkg", ["pretrain/fakepkg"],
-                lambda: bd.convert_source_files(data_dir, "fakepkg", package_root, RULES, jobs=1))
+    bd.run_step(
+        data_dir,
+        "pretrain-fakepkg",
+        ["pretrain/fakepkg"],
+        lambda: bd.convert_source_files(data_dir, "fakepkg", package_root, RULES, jobs=1),
+    )
     for split, source in (("train", "fake-train-sf"), ("test", "fake-test-sf")):
-        bd.run_step(data_dir, f"task-toy-{split}", [f"tasks/toy/{split}"],
-                    lambda s=split, src=source: bd.save_task_clips(data_dir, "toy", s, fake_task_items(src, src, 0)))
+        bd.run_step(
+            data_dir,
+            f"task-toy-{split}",
+            [f"tasks/toy/{split}"],
+            lambda s=split, src=source: bd.save_task_clips(data_dir, "toy", s, fake_task_items(src, src, 0)),
+        )
     return bd.write_manifest(data_dir)
 
 
@@ -157,8 +173,16 @@ def test_split_clips_and_midi(tmp_path):
 
 
 def test_freepats_config_parsing():
-    cfg = ["dir /x\n", "drumset 0\n", " 35 Drum_000/035_Kick_1.pat amp=100\n", "\n", "bank 0\n", "# comment\n",
-           " 0 Tone_000/000_Acoustic_Grand_Piano.pat amp=120\n", " 73 Tone_000/073_Flute.pat\n"]
+    cfg = [
+        "dir /x\n",
+        "drumset 0\n",
+        " 35 Drum_000/035_Kick_1.pat amp=100\n",
+        "\n",
+        "bank 0\n",
+        "# comment\n",
+        " 0 Tone_000/000_Acoustic_Grand_Piano.pat amp=120\n",
+        " 73 Tone_000/073_Flute.pat\n",
+    ]
     assert bd.freepats_programs(cfg) == [0, 73]
 
 

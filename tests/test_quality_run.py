@@ -26,9 +26,13 @@ _spec.loader.exec_module(quality)
 TASKS = {"pitched": ["tone", "noise_bursts"], "modulation": ["am_4hz", "chirp"]}
 PRESET = {
     "crop_seconds": 0.63,  # 64 frames = num_frames
-    "model_config": tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1,
-                                       predictor_num_attention_heads=2, mask_num_views=2,
-                                       mask_block_sizes=[[1, 2], [2, 1]]),
+    "model_config": tiny_config_kwargs(
+        predictor_hidden_size=32,
+        predictor_num_layers=1,
+        predictor_num_attention_heads=2,
+        mask_num_views=2,
+        mask_block_sizes=[[1, 2], [2, 1]],
+    ),
     "per_device_train_batch_size": 4,
     "max_steps": 2,
     "warmup_steps": 1,
@@ -59,9 +63,26 @@ def data_dir(tmp_path_factory):
 
 
 def argv(data_dir, out, preset, **extra):
-    args = ["--data_dir", str(data_dir), "--output_dir", str(out / "runs"), "--results", str(out / "results.md"),
-            "--preset", str(preset), "--launcher", "inprocess", "--probe_max_steps", "20", "--probe_eval_steps", "10",
-            "--probe_seeds", "0", "--device", "cpu"]
+    args = [
+        "--data_dir",
+        str(data_dir),
+        "--output_dir",
+        str(out / "runs"),
+        "--results",
+        str(out / "results.md"),
+        "--preset",
+        str(preset),
+        "--launcher",
+        "inprocess",
+        "--probe_max_steps",
+        "20",
+        "--probe_eval_steps",
+        "10",
+        "--probe_seeds",
+        "0",
+        "--device",
+        "cpu",
+    ]
     for key, value in extra.items():
         args += [f"--{key}", *([str(v) for v in value] if isinstance(value, list) else [str(value)])]
     return args
@@ -80,7 +101,8 @@ def study(data_dir, tmp_path_factory):
 def test_every_unit_is_written_once_with_its_numbers(study):
     units_dir = study["study_dir"] / "units"
     expected = {"logmel/logmel/step0.json", "random_init/seed0/step0.json", "random_init/seed1/step0.json"} | {
-        f"spe/seed{s}/step{k}.json" for s in (0, 1) for k in (0, 2)}
+        f"spe/seed{s}/step{k}.json" for s in (0, 1) for k in (0, 2)
+    }
     assert {str(p.relative_to(units_dir)) for p in units_dir.rglob("*.json")} == expected
     unit = json.loads((units_dir / "spe/seed1/step2.json").read_text())
     assert unit["variant"] == "spe" and unit["seed"] == 1 and unit["step"] == 2 and unit["max_steps"] == 2
@@ -154,6 +176,7 @@ def test_table_rows_and_mean_std_match_a_hand_computation(study):
     assert spe_row[6] == f"**{100 * mean:.1f} ± {100 * std:.1f}**"
     logmel = average("logmel/logmel/step0.json")
     assert spe_row[8].rstrip(" |") == f"{100 * (mean - logmel):+.1f}"
+
     # same-source validation: per task the mean of the heads' validation accuracies, then the mean over tasks
     def validation(path):
         tasks = json.loads((units_dir / path).read_text())["tasks"]
@@ -171,8 +194,14 @@ def test_aggregate_pairs_gains_by_seed_and_leaves_std_undefined_for_one_seed():
     def unit(variant, seed, step, a, b):
         return {"variant": variant, "seed": seed, "step": step, "accuracy": {"x": a, "y": b}}
 
-    units = [unit("v", 0, 0, 0.5, 0.7), unit("v", 1, 0, 0.4, 0.4), unit("v", 2, 0, 0.9, 0.9),
-             unit("v", 0, 10, 0.6, 0.8), unit("v", 1, 10, 0.7, 0.5), unit("w", 3, 10, 0.2, 0.4)]
+    units = [
+        unit("v", 0, 0, 0.5, 0.7),
+        unit("v", 1, 0, 0.4, 0.4),
+        unit("v", 2, 0, 0.9, 0.9),
+        unit("v", 0, 10, 0.6, 0.8),
+        unit("v", 1, 10, 0.7, 0.5),
+        unit("w", 3, 10, 0.2, 0.4),
+    ]
     table = quality.aggregate(units, ["x", "y"])
     assert table["v"][10]["average"] == pytest.approx([0.65, np.std([0.7, 0.6], ddof=1)])
     assert table["v"][10]["gain"] == pytest.approx([0.15, np.std([0.1, 0.2], ddof=1)])  # seed 2 has no step 10
@@ -190,8 +219,18 @@ def test_step_zero_is_the_initialisation_pretraining_starts_from(data_dir, tmp_p
     monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, closure=None: None)  # the runner trains in-process
     preset = tmp_path / "preset.json"
     preset.write_text(json.dumps({**PRESET, "max_steps": 1, "warmup_steps": 0}))
-    report = quality.main(argv(data_dir, tmp_path, preset, variants="spe", seeds=[3], probe_fractions=[1],
-                               tasks="pitched", log_mel_cache="on"))  # pre-training from the log-mel cache
+    report = quality.main(
+        argv(
+            data_dir,
+            tmp_path,
+            preset,
+            variants="spe",
+            seeds=[3],
+            probe_fractions=[1],
+            tasks="pitched",
+            log_mel_cache="on",
+        )
+    )  # pre-training from the log-mel cache
     encoders = tmp_path / "runs" / report["study"] / "pretrain/spe/seed3/encoders"
     init, trained = (load_file(encoders / f"step{k}/model.safetensors") for k in (0, 1))
     assert init.keys() == trained.keys()
@@ -242,8 +281,20 @@ def test_probe_encoders_reprobes_an_encoder_when_the_tasks_or_probe_flags_change
     config = AaspConfig(**tiny_config_kwargs())
     AaspModel(config).save_pretrained(tmp_path / "encoder")
     AaspFeatureExtractor(feature_size=config.num_mel_bins).save_pretrained(tmp_path / "encoder")
-    flags = ["--data_dir", str(data_dir), "--output_dir", str(tmp_path / "runs"), "--probe_max_steps", "20",
-             "--probe_eval_steps", "10", "--probe_seeds", "0", "--device", "cpu"]
+    flags = [
+        "--data_dir",
+        str(data_dir),
+        "--output_dir",
+        str(tmp_path / "runs"),
+        "--probe_max_steps",
+        "20",
+        "--probe_eval_steps",
+        "10",
+        "--probe_seeds",
+        "0",
+        "--device",
+        "cpu",
+    ]
     pair = f"enc={tmp_path / 'encoder'}"
 
     first = probe_encoders.main([pair, "--tasks", "pitched", *flags])["enc"]

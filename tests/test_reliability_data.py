@@ -113,8 +113,10 @@ def test_pretraining_dataset_names_bad_clips_and_the_loop_replaces_them(damaged)
     assert reasons.pop("header_only.wav") == "a header and no audio samples"
     assert reasons.pop("empty.wav") == "an empty file (0 bytes)"
     # the decoder's own words, short: no C++ source location (torchcodec's "SingleStreamDecoder, /.../x.cpp:41, ")
-    assert all(reason.startswith("RuntimeError: Could not ") and ".cpp" not in reason and len(reason) <= 200
-               for reason in reasons.values()), reasons
+    assert all(
+        reason.startswith("RuntimeError: Could not ") and ".cpp" not in reason and len(reason) <= 200
+        for reason in reasons.values()
+    ), reasons
     examples, replaced = replace_failed(items)
     assert replaced == failed and len(examples) == len(items)  # batch shape kept (DDP), failures returned
     assert all(isinstance(e, dict) and torch.isfinite(e["waveform"]).all() for e in examples)

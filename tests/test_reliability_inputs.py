@@ -16,8 +16,9 @@ from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
 
 SR = 16000
 F = 32  # tiny mel bins, as the tiny model
-PROPERTY = settings(max_examples=25, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 FEW = settings(PROPERTY, max_examples=10)
 
 EXTRACTORS = {mode: AaspFeatureExtractor(feature_size=F, mode=mode) for mode in ("m2d", "kaldi")}
@@ -90,8 +91,9 @@ def test_batched_equals_unbatched(lengths, mode, seed):
     for i, clip in enumerate(clips):
         alone = featurise(extractor, clip)
         frames = extractor.num_frames(len(clip))
-        torch.testing.assert_close(batch["input_values"][i, :frames], alone["input_values"][0, :frames],
-                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            batch["input_values"][i, :frames], alone["input_values"][0, :frames], atol=1e-4, rtol=1e-4
+        )
         assert batch["attention_mask"][i].sum().item() == frames
         assert (batch["input_values"][i, frames:] == extractor.padding_value).all()  # padding stays padding
 
@@ -186,8 +188,12 @@ def test_a_missing_sampling_rate_raises():
 
 
 @FEW
-@given(channels=st.integers(2, 6), length=st.integers(800, 8000), layout=st.sampled_from(["CL", "LC"]),
-       dtype=st.sampled_from(["float32", "int16"]))
+@given(
+    channels=st.integers(2, 6),
+    length=st.integers(800, 8000),
+    layout=st.sampled_from(["CL", "LC"]),
+    dtype=st.sampled_from(["float32", "int16"]),
+)
 def test_multichannel_audio_is_rejected_or_downmixed_on_request(channels, length, layout, dtype):
     extractor = EXTRACTORS["m2d"]
     stereo = np.stack([waveform(c, length, dtype) for c in range(channels)])  # (C, L)
@@ -195,8 +201,7 @@ def test_multichannel_audio_is_rejected_or_downmixed_on_request(channels, length
     mono = as_float(stereo).mean(axis=0)
     expected = featurise(extractor, mono)["input_values"]
     torch.testing.assert_close(featurise(extractor, clip, mono=True)["input_values"], expected, atol=2e-4, rtol=1e-4)
-    torch.testing.assert_close(featurise(extractor, [clip], mono=True)["input_values"], expected, atol=2e-4,
-                               rtol=1e-4)
+    torch.testing.assert_close(featurise(extractor, [clip], mono=True)["input_values"], expected, atol=2e-4, rtol=1e-4)
     with pytest.raises(ValueError, match=r"mono=True"):
         featurise(extractor, [clip])  # a 2-D list element is never silently read as a batch
     if layout == "LC":  # (samples, channels): rejected instead of being read as `length` clips of C samples

@@ -25,16 +25,32 @@ from aasp_hf.hub import CODE_FILES
 from aasp_hf.training import find_latest_checkpoint
 from aasp_hf.training.checkpointing import HASH, checkpoint_problem, file_hash
 
-MODEL = tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1, predictor_num_attention_heads=2,
-                           mask_num_views=2, mask_block_sizes=[[1, 2], [2, 1]], hidden_dropout_prob=0.1)
+MODEL = tiny_config_kwargs(
+    predictor_hidden_size=32,
+    predictor_num_layers=1,
+    predictor_num_attention_heads=2,
+    mask_num_views=2,
+    mask_block_sizes=[[1, 2], [2, 1]],
+    hidden_dropout_prob=0.1,
+)
 MAX_STEPS = 8
 
 
 def argv(output_dir, **overrides):
     args = dict(
-        synthetic_clips=10, synthetic_seconds=1.0, crop_seconds=0.5, model_config=json.dumps(MODEL),
-        output_dir=str(output_dir), per_device_train_batch_size=4, max_steps=MAX_STEPS, warmup_steps=2,
-        logging_steps=1, save_steps=1, save_total_limit=0, report_to="none", seed=5,  # 0: keep all
+        synthetic_clips=10,
+        synthetic_seconds=1.0,
+        crop_seconds=0.5,
+        model_config=json.dumps(MODEL),
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        max_steps=MAX_STEPS,
+        warmup_steps=2,
+        logging_steps=1,
+        save_steps=1,
+        save_total_limit=0,
+        report_to="none",
+        seed=5,  # 0: keep all
     )
     args.update(overrides)
     return cli_args(**args)
@@ -61,8 +77,13 @@ def start_run(output_dir, **overrides):
     output_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **SAME_THREADS, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     log = open(output_dir.parent / f"{output_dir.name}.log", "w")
-    return subprocess.Popen([sys.executable, str(ROOT / "examples" / "pretrain.py"), *argv(output_dir, **overrides)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "pretrain.py"), *argv(output_dir, **overrides)],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def freeze_when(proc, condition, confirm, timeout=120.0):
@@ -262,8 +283,10 @@ def test_a_pickled_bin_from_elsewhere_is_read_with_weights_only(saved_encoder, t
         load_process_state(checkpoint, 0)
     assert not marker.exists()
     # ... while a plain state (tensors, numbers, numpy bit-generator dicts) still loads
-    torch.save({"collator": {"generator": torch.Generator().get_state()}, "rng": {"state": {"key": 2**70}}},
-               checkpoint / "process_state_0.pt")
+    torch.save(
+        {"collator": {"generator": torch.Generator().get_state()}, "rng": {"state": {"key": 2**70}}},
+        checkpoint / "process_state_0.pt",
+    )
     assert load_process_state(checkpoint, 0)["rng"]["state"]["key"] == 2**70
 
 
@@ -288,8 +311,25 @@ def test_resume_refuses_a_pickle_payload_in_the_accelerate_files_of_a_checkpoint
 
 
 REMOTE_CODE = list(CODE_FILES)
-FORBIDDEN_MODULES = {"requests", "urllib", "urllib3", "http", "socket", "subprocess", "importlib", "httpx", "aiohttp",
-                     "ftplib", "smtplib", "pickle", "marshal", "ctypes", "multiprocessing", "shutil", "huggingface_hub"}
+FORBIDDEN_MODULES = {
+    "requests",
+    "urllib",
+    "urllib3",
+    "http",
+    "socket",
+    "subprocess",
+    "importlib",
+    "httpx",
+    "aiohttp",
+    "ftplib",
+    "smtplib",
+    "pickle",
+    "marshal",
+    "ctypes",
+    "multiprocessing",
+    "shutil",
+    "huggingface_hub",
+}
 FORBIDDEN_BUILTINS = {"exec", "eval", "compile", "__import__", "open", "breakpoint", "input"}  # `f(...)`
 FORBIDDEN_METHODS = {"system", "popen", "urlopen", "import_module", "load_source"}  # `x.f(...)` (`.eval()` is fine)
 
@@ -337,23 +377,57 @@ def test_remote_code_has_no_network_access_or_dynamic_code(name):
     # types for SimpleNamespace (the pipeline asks transformers' class how it scores a stand-in multi-label config)
     # torchaudio: the pipeline resamples an array given at another rate with it, imported where it is needed, as
     # transformers' own audio-classification pipeline does
-    assert imported <= {"torch", "transformers", "numpy", "math", "copy", "dataclasses", "typing", "functools",
-                        "warnings", "collections", "itertools", "__future__", "enum", "difflib", "inspect", "io",
-                        "torchcodec", "torchaudio", "os", "types"}, imported
+    assert imported <= {
+        "torch",
+        "transformers",
+        "numpy",
+        "math",
+        "copy",
+        "dataclasses",
+        "typing",
+        "functools",
+        "warnings",
+        "collections",
+        "itertools",
+        "__future__",
+        "enum",
+        "difflib",
+        "inspect",
+        "io",
+        "torchcodec",
+        "torchaudio",
+        "os",
+        "types",
+    }, imported
     assert not imported & FORBIDDEN_MODULES
     # and the text itself: no dynamic code or network names hidden in strings or attribute chains
     # (the one URL allowed besides arxiv and GitHub is the Apache licence's, in the licence header)
-    for pattern in (r"(?<![\w.])exec\(", r"(?<![\w.])eval\(", r"__import__", r"importlib", r"\brequests\b",
-                    r"urllib", r"\bsocket\b", r"subprocess", r"\bos\.(?!path\.)",
-                    r"https?://(?!arxiv\.org|github\.com|www\.apache\.org/licenses/)"):
+    for pattern in (
+        r"(?<![\w.])exec\(",
+        r"(?<![\w.])eval\(",
+        r"__import__",
+        r"importlib",
+        r"\brequests\b",
+        r"urllib",
+        r"\bsocket\b",
+        r"subprocess",
+        r"\bos\.(?!path\.)",
+        r"https?://(?!arxiv\.org|github\.com|www\.apache\.org/licenses/)",
+    ):
         hits = [i + 1 for i, line in enumerate(source.splitlines()) if re.search(pattern, line)]
         assert hits == [], f"{name} lines {hits} match {pattern!r}"
 
 
 def _opens_for_reading(call) -> bool:
     """`open(x, "rb")`: a call of the builtin open whose mode is the literal "rb"."""
-    return (isinstance(call.func, ast.Name) and call.func.id == "open" and len(call.args) == 2 and not call.keywords
-            and isinstance(call.args[1], ast.Constant) and call.args[1].value == "rb")
+    return (
+        isinstance(call.func, ast.Name)
+        and call.func.id == "open"
+        and len(call.args) == 2
+        and not call.keywords
+        and isinstance(call.args[1], ast.Constant)
+        and call.args[1].value == "rb"
+    )
 
 
 def test_the_remote_code_check_catches_a_forbidden_call(tmp_path, monkeypatch):
@@ -361,9 +435,18 @@ def test_the_remote_code_check_catches_a_forbidden_call(tmp_path, monkeypatch):
     fake = tmp_path / "aasp_hf"
     fake.mkdir()
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    for bad in ("import socket\n", "x = eval('1')\n", "from urllib import request\n", "m = __import__('os')\n",
-                "import importlib\n", "torch.hub.urlopen('x')\n", "open(path, 'wb')\n", "open(path)\n",
-                "open(path, mode='rb')\n", "import os\nos.remove(path)\n"):
+    for bad in (
+        "import socket\n",
+        "x = eval('1')\n",
+        "from urllib import request\n",
+        "m = __import__('os')\n",
+        "import importlib\n",
+        "torch.hub.urlopen('x')\n",
+        "open(path, 'wb')\n",
+        "open(path)\n",
+        "open(path, mode='rb')\n",
+        "import os\nos.remove(path)\n",
+    ):
         (fake / "modeling_aasp.py").write_text(bad)
         with pytest.raises(AssertionError):
             test_remote_code_has_no_network_access_or_dynamic_code("modeling_aasp.py")

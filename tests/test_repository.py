@@ -43,3 +43,18 @@ def test_no_file_cites_private_notes_or_issue_numbers():
             if FORBIDDEN.search(line):
                 found.append(f"{name}:{number}: {line.strip()[:120]}")
     assert not found, "say what the reference means instead of citing it:\n" + "\n".join(found)
+
+
+def test_the_repository_has_one_formatter_and_follows_it():
+    """`ruff format` (its settings in pyproject.toml) leaves every Python file as it is: one style for the model file,
+    the scripts, the data code and the tests."""
+    import sys
+
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "."], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, (
+        "files not in `ruff format`'s style (run `ruff format .`):\n" + result.stdout + result.stderr
+    )

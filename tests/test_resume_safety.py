@@ -30,9 +30,27 @@ TINY_PRESET = ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"
 
 
 def argv(output_dir, *extra):
-    return ["--config", str(TINY_PRESET), "--synthetic_clips", "8", "--per_device_train_batch_size", "4",
-            "--max_steps", "2", "--warmup_steps", "1", "--save_steps", "1", "--logging_steps", "1",
-            "--report_to", "none", "--output_dir", str(output_dir), *extra]
+    return [
+        "--config",
+        str(TINY_PRESET),
+        "--synthetic_clips",
+        "8",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_steps",
+        "2",
+        "--warmup_steps",
+        "1",
+        "--save_steps",
+        "1",
+        "--logging_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--output_dir",
+        str(output_dir),
+        *extra,
+    ]
 
 
 def files(folder) -> dict:
@@ -62,9 +80,11 @@ def test_resume_on_a_finished_run_leaves_every_file_as_it_was(run, capsys):
     assert files(run) == before  # main rewrote all_results.json with 8 of its 35 keys and the model card
     assert results == json.loads((run / "all_results.json").read_text())
     out = capsys.readouterr().out.strip().splitlines()
-    assert out == [f"{run} holds a run already finished (step 2 of --max_steps 2); nothing was changed. Its results: "
-                   f"{run / 'all_results.json'}, its encoder: {run / 'encoder'}. To train on, raise --max_steps and "
-                   "pass --resume_allow_changes max_steps."]
+    assert out == [
+        f"{run} holds a run already finished (step 2 of --max_steps 2); nothing was changed. Its results: "
+        f"{run / 'all_results.json'}, its encoder: {run / 'encoder'}. To train on, raise --max_steps and "
+        "pass --resume_allow_changes max_steps."
+    ]
 
 
 def test_a_raised_max_steps_is_refused_unless_allowed_then_continues_and_merges_the_results(run, capsys):
@@ -90,10 +110,14 @@ def test_a_raised_max_steps_is_refused_unless_allowed_then_continues_and_merges_
     assert last["train/teacher_momentum"] == teacher_momentum(2, 3, 0.994, 1.0)
     out = capsys.readouterr().out
     assert "resuming with max_steps 2 → 3" in out
-    assert (f"learning rate at step 2: {learning_rate(2, 2, 1, 5e-4, 0.0):.3g} → {learning_rate(2, 3, 1, 5e-4, 0.0):.3g}"
-            in out)
-    assert (f"teacher momentum at step 2: {teacher_momentum(2, 2, 0.994, 1.0):.5f} → "
-            f"{teacher_momentum(2, 3, 0.994, 1.0):.5f}") in out
+    assert (
+        f"learning rate at step 2: {learning_rate(2, 2, 1, 5e-4, 0.0):.3g} → {learning_rate(2, 3, 1, 5e-4, 0.0):.3g}"
+        in out
+    )
+    assert (
+        f"teacher momentum at step 2: {teacher_momentum(2, 2, 0.994, 1.0):.5f} → "
+        f"{teacher_momentum(2, 3, 0.994, 1.0):.5f}"
+    ) in out
     # the new checkpoint stores the new arguments: resuming it again needs no flag, and leaves it as it is
     assert load_trainer_state(run / "checkpoint-3")["run_arguments"]["max_steps"] == 3
     after = files(run)
@@ -104,15 +128,36 @@ def test_a_raised_max_steps_is_refused_unless_allowed_then_continues_and_merges_
 # ----------------------------------------------------------------------------------------------- run arguments
 # every argument of pretrain.RUN_ARGUMENTS, changed on the command line (mixed_precision is resolved by accelerate)
 CHANGES = {
-    "max_steps": "7", "warmup_steps": "0", "learning_rate": "0.001", "min_learning_rate": "1e-05",
-    "teacher_momentum_base": "0.99", "teacher_momentum_final": "0.999", "seed": "1",
-    "per_device_train_batch_size": "2", "gradient_accumulation_steps": "2", "dataset": "esc50",
-    "data_root": "/data", "train_dir": "/audio", "train_manifest": "/train.tsv", "dataset_name": "x",
+    "max_steps": "7",
+    "warmup_steps": "0",
+    "learning_rate": "0.001",
+    "min_learning_rate": "1e-05",
+    "teacher_momentum_base": "0.99",
+    "teacher_momentum_final": "0.999",
+    "seed": "1",
+    "per_device_train_batch_size": "2",
+    "gradient_accumulation_steps": "2",
+    "dataset": "esc50",
+    "data_root": "/data",
+    "train_dir": "/audio",
+    "train_manifest": "/train.tsv",
+    "dataset_name": "x",
     "dataset_config": "c",
-    "dataset_split": "validation", "audio_column": "wav", "synthetic_clips": "9", "synthetic_seconds": "2.0",
-    "log_mel_cache": "/cache", "crop_seconds": "0.5", "student_eq_strength": "0.5", "shuffle_buffer_size": "10",
-    "weight_decay": "0.1", "adam_beta1": "0.8", "adam_beta2": "0.9", "adam_epsilon": "1e-06", "max_grad_norm": "1.0",
-    "patch_embedding_lr_scale": "0.5", "streaming": "true",
+    "dataset_split": "validation",
+    "audio_column": "wav",
+    "synthetic_clips": "9",
+    "synthetic_seconds": "2.0",
+    "log_mel_cache": "/cache",
+    "crop_seconds": "0.5",
+    "student_eq_strength": "0.5",
+    "shuffle_buffer_size": "10",
+    "weight_decay": "0.1",
+    "adam_beta1": "0.8",
+    "adam_beta2": "0.9",
+    "adam_epsilon": "1e-06",
+    "max_grad_norm": "1.0",
+    "patch_embedding_lr_scale": "0.5",
+    "streaming": "true",
 }
 FIXED = {name for name, kind in pretrain.RUN_ARGUMENTS.items() if kind == "fixed"}
 
@@ -120,6 +165,7 @@ FIXED = {name for name, kind in pretrain.RUN_ARGUMENTS.items() if kind == "fixed
 def stored_and_changed(flags, mixed_precision="no"):
     """The run arguments of the base command and of the command with `flags` added (what a checkpoint stores and
     what a resume compares with it), built as main() builds them, without training."""
+
     def arguments(extra, precision):
         data_args, model_args, args = pretrain.parse_args(argv("unused", *extra))
         return pretrain.run_arguments(data_args, args, AaspConfig(**model_args.model_config), precision)
@@ -149,16 +195,21 @@ def test_a_changed_run_argument_is_refused_in_one_line_unless_allowed(name):
     else:
         assert f"--resume_allow_changes {name} " in message
         assert check_resume_arguments("checkpoint-2", stored, current, allowed=[name], fixed=FIXED) == [
-            (name, old, new)]
+            (name, old, new)
+        ]
 
 
 def test_mixed_precision_and_the_model_config_are_compared_key_by_key():
     stored, current = stored_and_changed(["--model_config", '{"num_hidden_layers": 1}'], mixed_precision="bf16")
-    with pytest.raises(UsageError, match=r"num_hidden_layers 2 → 1, mixed_precision 'no' → 'bf16'|"
-                                         r"mixed_precision 'no' → 'bf16', model_config.num_hidden_layers 2 → 1"):
+    with pytest.raises(
+        UsageError,
+        match=r"num_hidden_layers 2 → 1, mixed_precision 'no' → 'bf16'|"
+        r"mixed_precision 'no' → 'bf16', model_config.num_hidden_layers 2 → 1",
+    ):
         check_resume_arguments("checkpoint-2", stored, current, allowed=[], fixed=FIXED)
-    changes = check_resume_arguments("checkpoint-2", stored, current, allowed=["model_config", "mixed_precision"],
-                                     fixed=FIXED)
+    changes = check_resume_arguments(
+        "checkpoint-2", stored, current, allowed=["model_config", "mixed_precision"], fixed=FIXED
+    )
     assert sorted(changes) == [("mixed_precision", "no", "bf16"), ("model_config.num_hidden_layers", 2, 1)]
     assert check_resume_arguments("checkpoint-2", None, current, allowed=[]) == []  # a checkpoint of older code
 
@@ -174,8 +225,9 @@ def test_resume_allow_changes_is_checked_like_any_argument(tmp_path):
         pretrain.parse_args(argv(tmp_path, "--resume", "--resume_allow_changes", "max_step"))
     with pytest.raises(UsageError, match="--resume_allow_changes goes with --resume"):
         pretrain.parse_args(argv(tmp_path, "--resume_allow_changes", "max_steps"))
-    _, _, args = pretrain.parse_args(argv(tmp_path, "--resume", "--resume_allow_changes", "max_steps,seed",
-                                          "model_config.mask_ratio"))
+    _, _, args = pretrain.parse_args(
+        argv(tmp_path, "--resume", "--resume_allow_changes", "max_steps,seed", "model_config.mask_ratio")
+    )
     assert args.resume_allow_changes == ["max_steps", "seed", "model_config.mask_ratio"]
 
 
@@ -202,10 +254,14 @@ def truncate(path):
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
-@pytest.mark.parametrize("damage, problem", [
-    (lambda p: p.unlink(), "model.safetensors is missing"),
-    (truncate, r"model.safetensors has \d+ bytes, \d+ were written"),
-], ids=["missing", "truncated"])
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (lambda p: p.unlink(), "model.safetensors is missing"),
+        (truncate, r"model.safetensors has \d+ bytes, \d+ were written"),
+    ],
+    ids=["missing", "truncated"],
+)
 def test_a_damaged_newest_checkpoint_is_named_and_the_run_resumes_from_the_one_before(run, capsys, damage, problem):
     reference = {k: v.clone() for k, v in load_file(run / "checkpoint-2" / "model.safetensors").items()}  # not mmap
     damage(run / "checkpoint-2" / "model.safetensors")
@@ -227,10 +283,15 @@ def test_checkpoint_problems_are_named_and_a_folder_of_damaged_checkpoints_is_re
     (run / "checkpoint-2" / "optimizer.bin").unlink()
     assert checkpoint_problem(run / "checkpoint-2") == "optimizer.bin is missing"
     truncate(run / "checkpoint-1" / "random_states_0.pkl")
-    assert re.fullmatch(r"random_states_0.pkl has \d+ bytes, \d+ were written", checkpoint_problem(run / "checkpoint-1"))
+    assert re.fullmatch(
+        r"random_states_0.pkl has \d+ bytes, \d+ were written", checkpoint_problem(run / "checkpoint-1")
+    )
     assert resume_checkpoint(run)[0] is None
-    with pytest.raises(UsageError, match=r"^--resume: no complete checkpoint in .*\(checkpoint-2: optimizer.bin is "
-                                         r"missing; checkpoint-1: random_states_0.pkl has"):
+    with pytest.raises(
+        UsageError,
+        match=r"^--resume: no complete checkpoint in .*\(checkpoint-2: optimizer.bin is "
+        r"missing; checkpoint-1: random_states_0.pkl has",
+    ):
         pretrain.main(argv(run, "--resume"))
     # a checkpoint whose manifest is gone is damaged, as the save wrote one
     (run / "checkpoint-1" / "manifest.json").unlink()
@@ -243,7 +304,6 @@ def test_checkpoint_problems_are_named_and_a_folder_of_damaged_checkpoints_is_re
     assert checkpoint_problem(run / "checkpoint-1").startswith("model.safetensors cannot be read")
 
 
-
 # ----------------------------------------------------------------------------------------------- finetune.py
 @pytest.fixture(scope="module")
 def finetuned(tmp_path_factory):
@@ -253,9 +313,28 @@ def finetuned(tmp_path_factory):
 
     encoder = save_tiny_encoder(tmp_path_factory.mktemp("encoder"))
     out = tmp_path_factory.mktemp("finetuned") / "run"
-    command = ["--model_name_or_path", str(encoder), "--synthetic_per_class", "4", "--clip_seconds", "0.5",
-               "--per_device_train_batch_size", "10", "--per_device_eval_batch_size", "32", "--max_steps", "2",
-               "--warmup_steps", "1", "--eval_steps", "2", "--save_steps", "1", "--output_dir", str(out)]
+    command = [
+        "--model_name_or_path",
+        str(encoder),
+        "--synthetic_per_class",
+        "4",
+        "--clip_seconds",
+        "0.5",
+        "--per_device_train_batch_size",
+        "10",
+        "--per_device_eval_batch_size",
+        "32",
+        "--max_steps",
+        "2",
+        "--warmup_steps",
+        "1",
+        "--eval_steps",
+        "2",
+        "--save_steps",
+        "1",
+        "--output_dir",
+        str(out),
+    ]
     results = finetune.main(command)
     assert results["step"] == 2 and results["finished"]
     return out, command
@@ -271,9 +350,12 @@ def test_finetune_resume_leaves_a_finished_run_and_refuses_a_changed_one(finetun
     results = finetune.main(command + ["--resume"])
     assert files(run) == before and results == json.loads((run / "all_results.json").read_text())
     assert f"{run} holds a finished run (step 2 of --max_steps 2); nothing was changed." in capsys.readouterr().out
-    with pytest.raises(UsageError, match=r"^--resume: .*checkpoint-2 was written with other arguments: max_steps 2 → "
-                                         r"3, learning_rate 0\.002 → 0\.0001\. .*--resume_allow_changes max_steps "
-                                         r"learning_rate "):
+    with pytest.raises(
+        UsageError,
+        match=r"^--resume: .*checkpoint-2 was written with other arguments: max_steps 2 → "
+        r"3, learning_rate 0\.002 → 0\.0001\. .*--resume_allow_changes max_steps "
+        r"learning_rate ",
+    ):
         finetune.main(command + ["--resume", "--max_steps", "3", "--learning_rate", "1e-4"])
     assert files(run) == before
     assert load_trainer_state(run / "checkpoint-2")["run_arguments"]["max_steps"] == 2
@@ -289,8 +371,10 @@ def test_finetune_resume_passes_over_a_damaged_checkpoint(finetuned, tmp_path, c
     (run / "checkpoint-2" / "model.safetensors").unlink()
     (run / "all_results.json").unlink()  # as if the run had died right after writing checkpoint-2
     results = finetune.main(command + ["--resume"])
-    assert (f"warning: {run / 'checkpoint-2'} is damaged (model.safetensors is missing); resuming from checkpoint-1, "
-            "the newest complete checkpoint") in capsys.readouterr().out
+    assert (
+        f"warning: {run / 'checkpoint-2'} is damaged (model.safetensors is missing); resuming from checkpoint-1, "
+        "the newest complete checkpoint"
+    ) in capsys.readouterr().out
     assert results["step"] == 2 and checkpoint_problem(run / "checkpoint-2") is None
     assert_states_close(load_file(run / "checkpoint-2" / "model.safetensors"), reference)
 

@@ -37,15 +37,40 @@ ENV = {**os.environ, **SAME_THREADS, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLEL
 
 
 def argv(output_dir, *extra, max_steps=12, save_steps=4):
-    return ["--config", str(TINY_PRESET), "--synthetic_clips", "16", "--per_device_train_batch_size", "4",
-            "--max_steps", str(max_steps), "--warmup_steps", "1", "--save_steps", str(save_steps), "--logging_steps",
-            "4", "--save_total_limit", "2", "--report_to", "none", "--output_dir", str(output_dir), *extra]
+    return [
+        "--config",
+        str(TINY_PRESET),
+        "--synthetic_clips",
+        "16",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_steps",
+        str(max_steps),
+        "--warmup_steps",
+        "1",
+        "--save_steps",
+        str(save_steps),
+        "--logging_steps",
+        "4",
+        "--save_total_limit",
+        "2",
+        "--report_to",
+        "none",
+        "--output_dir",
+        str(output_dir),
+        *extra,
+    ]
 
 
 def start(output_dir, *extra, **options):
-    return subprocess.Popen([sys.executable, str(ROOT / "examples" / "pretrain.py"), *argv(output_dir, *extra,
-                                                                                           **options)],
-                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "pretrain.py"), *argv(output_dir, *extra, **options)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -67,8 +92,9 @@ def wait_for(condition, timeout=120.0, poll=0.05):
 def mount_tmpfs(folder: Path, options: str) -> Path:
     """A tmpfs mounted with `options` at `folder` (made here); the test is skipped where mounting is not allowed."""
     folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True,
-                             text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs ({options}) here ({mounted.stderr.strip() or 'mount failed'}): needs root")
     return folder
@@ -107,8 +133,10 @@ def test_a_held_folder_is_refused_in_one_line_and_a_dead_holders_hold_is_taken_o
                 pretrain.main(argv(out, *extra))
             message = str(refused.value)
             assert "\n" not in message
-            assert message.startswith(f"{out} is in use by another run: process {first.pid} on "
-                                      f"{socket.gethostname()} (since {holder['started']}), holding {out / 'run.lock'}")
+            assert message.startswith(
+                f"{out} is in use by another run: process {first.pid} on "
+                f"{socket.gethostname()} (since {holder['started']}), holding {out / 'run.lock'}"
+            )
             assert "model:" not in capsys.readouterr().out  # refused before the model was built
         assert first.poll() is None  # the first run was not disturbed
     finally:
@@ -116,8 +144,10 @@ def test_a_held_folder_is_refused_in_one_line_and_a_dead_holders_hold_is_taken_o
         first.communicate()
     results = pretrain.main(argv(out, "--overwrite_output_dir", max_steps=2))
     out_lines = capsys.readouterr().out.splitlines()
-    assert (f"taking over {out} from process {first.pid} on {socket.gethostname()} (since "
-                            f"{holder['started']}): its process is gone") in out_lines
+    assert (
+        f"taking over {out} from process {first.pid} on {socket.gethostname()} (since "
+        f"{holder['started']}): its process is gone"
+    ) in out_lines
     assert results["step"] == 2 and not (out / run_lock.HOLD).exists()  # given back at the end
 
 
@@ -130,15 +160,20 @@ def hold_file(folder, host, age_seconds):
 
 def test_a_hold_from_another_host_is_kept_while_it_beats_and_taken_over_when_stale(tmp_path):
     hold_file(tmp_path, "node-b", age_seconds=60)
-    with pytest.raises(UsageError, match=r"in use by another run: process 1 on node-b \(since 2026-01-01T00:00:00"
-                                         r"\+00:00\).*heartbeat 60 s ago"):
+    with pytest.raises(
+        UsageError,
+        match=r"in use by another run: process 1 on node-b \(since 2026-01-01T00:00:00"
+        r"\+00:00\).*heartbeat 60 s ago",
+    ):
         run_lock.RunHold(tmp_path).acquire()
     hold_file(tmp_path, "node-b", age_seconds=run_lock.STALE_SECONDS + 60)
     said = []
     hold = run_lock.RunHold(tmp_path).acquire(said.append)
-    assert said == [f"taking over {tmp_path} from process 1 on node-b (since 2026-01-01T00:00:00+00:00): its "
-                    f"heartbeat stopped {run_lock.STALE_SECONDS + 60:.0f} s ago (stale after "
-                    f"{run_lock.STALE_SECONDS:.0f} s)"]
+    assert said == [
+        f"taking over {tmp_path} from process 1 on node-b (since 2026-01-01T00:00:00+00:00): its "
+        f"heartbeat stopped {run_lock.STALE_SECONDS + 60:.0f} s ago (stale after "
+        f"{run_lock.STALE_SECONDS:.0f} s)"
+    ]
     assert json.loads((tmp_path / run_lock.HOLD).read_text())["pid"] == os.getpid()
     hold.release()
     assert not (tmp_path / run_lock.HOLD).exists()
@@ -151,14 +186,19 @@ def test_a_hold_of_this_host_without_a_process_id_is_taken_over_once_its_heartbe
     path = tmp_path / run_lock.HOLD
     path.write_text(json.dumps(record))
     os.utime(path, (time.time() - 60,) * 2)
-    with pytest.raises(UsageError, match=rf"in use by another run: process None on {socket.gethostname()} .*"
-                                         rf"heartbeat 60 s ago\).*or delete {path}\.$"):
+    with pytest.raises(
+        UsageError,
+        match=rf"in use by another run: process None on {socket.gethostname()} .*"
+        rf"heartbeat 60 s ago\).*or delete {path}\.$",
+    ):
         run_lock.RunHold(tmp_path).acquire()
     os.utime(path, (time.time() - 4000,) * 2)
     said = []
     run_lock.RunHold(tmp_path).acquire(said.append).release()
-    assert said == [f"taking over {tmp_path} from process None on {socket.gethostname()} (since "
-                    "2026-01-01T00:00:00+00:00): its heartbeat stopped 4000 s ago (stale after 300 s)"]
+    assert said == [
+        f"taking over {tmp_path} from process None on {socket.gethostname()} (since "
+        "2026-01-01T00:00:00+00:00): its heartbeat stopped 4000 s ago (stale after 300 s)"
+    ]
 
 
 @pytest.mark.parametrize("content", ["", "{not json", "[1, 2]"])
@@ -168,15 +208,18 @@ def test_a_hold_file_that_is_not_a_record_says_when_it_is_taken_over_and_how_to_
     os.utime(path, (time.time() - 100,) * 2)
     with pytest.raises(UsageError) as refused:
         run_lock.RunHold(tmp_path).acquire()
-    assert str(refused.value) == (f"{tmp_path} is in use: {path} exists but is not a hold record (a run may be "
-                                  "starting there, or the file was damaged); it is taken over once 300 s old (in "
-                                  f"200 s). Wait, choose another --output_dir, or, if no run uses the folder, delete "
-                                  f"{path}.")
+    assert str(refused.value) == (
+        f"{tmp_path} is in use: {path} exists but is not a hold record (a run may be "
+        "starting there, or the file was damaged); it is taken over once 300 s old (in "
+        f"200 s). Wait, choose another --output_dir, or, if no run uses the folder, delete "
+        f"{path}."
+    )
     os.utime(path, (time.time() - 400,) * 2)
     said = []
     run_lock.RunHold(tmp_path).acquire(said.append).release()
-    assert len(said) == 1 and said[0].startswith(f"taking over {tmp_path} from a run whose hold file cannot be read: "
-                                                 "its heartbeat stopped 400 s ago")
+    assert len(said) == 1 and said[0].startswith(
+        f"taking over {tmp_path} from a run whose hold file cannot be read: its heartbeat stopped 400 s ago"
+    )
 
 
 def test_a_run_killed_before_its_first_checkpoint_leaves_no_steps_in_the_log_of_the_run_that_resumes(tmp_path):
@@ -206,9 +249,11 @@ def test_a_read_only_output_dir_is_refused_before_the_model_is_built(tmp_path, c
     try:
         with pytest.raises(UsageError) as refused:
             pretrain.main(argv(disk / "run"))
-        assert str(refused.value) == (f"--output_dir {disk / 'run'} cannot be written (Read-only file system: "
-                                      f"{disk / 'run'}); choose an --output_dir on a writable disk. Nothing was "
-                                      "started.")
+        assert str(refused.value) == (
+            f"--output_dir {disk / 'run'} cannot be written (Read-only file system: "
+            f"{disk / 'run'}); choose an --output_dir on a writable disk. Nothing was "
+            "started."
+        )
         assert "model:" not in capsys.readouterr().out
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
@@ -228,8 +273,10 @@ def test_a_full_disk_is_one_line_at_a_checkpoint_and_at_the_export_and_resume_is
     _, stderr = run.communicate(timeout=600)
     assert run.returncode == 2
     (line,) = error_lines(stderr)
-    assert line.startswith(f"pretrain.py: error: cannot write checkpoint-12 to {out / 'checkpoint-12.tmp'}: No space "
-                           "left on device; it needs about ")
+    assert line.startswith(
+        f"pretrain.py: error: cannot write checkpoint-12 to {out / 'checkpoint-12.tmp'}: No space "
+        "left on device; it needs about "
+    )
     assert f"the last complete checkpoint, {out / 'checkpoint-8'}, is intact" in line
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint")) == ["checkpoint-4", "checkpoint-8"]
     assert checkpoint_problem(out / "checkpoint-8") is None and not (out / run_lock.HOLD).exists()
@@ -241,8 +288,9 @@ def test_a_full_disk_is_one_line_at_a_checkpoint_and_at_the_export_and_resume_is
     _, stderr = run.communicate(timeout=600)
     assert run.returncode == 2
     (line,) = error_lines(stderr)
-    assert line.startswith(f"pretrain.py: error: cannot write the encoder and results to {out}: No space left on "
-                           "device; it needs about ")
+    assert line.startswith(
+        f"pretrain.py: error: cannot write the encoder and results to {out}: No space left on device; it needs about "
+    )
     assert f"{out / 'checkpoint-12'} is intact and --resume exports from it" in line
     assert checkpoint_problem(out / "checkpoint-12") is None
     left = {p.name for p in out.iterdir()}
@@ -261,14 +309,32 @@ def test_a_third_of_the_audio_failing_to_decode_saves_a_checkpoint_and_stops(tmp
     audio.mkdir()
     rng = np.random.default_rng(0)
     for i in range(30):
-        sf.write(audio / f"clip{i:02d}.wav", (0.1 * rng.standard_normal(16000)).astype(np.float32), 16000,
-                 subtype="PCM_16")
+        sf.write(
+            audio / f"clip{i:02d}.wav", (0.1 * rng.standard_normal(16000)).astype(np.float32), 16000, subtype="PCM_16"
+        )
     for i in range(0, 30, 3):  # a third cut short, as a copy or a sync that is still running leaves them
         path = audio / f"clip{i:02d}.wav"
         path.write_bytes(path.read_bytes()[:20])  # the header cut
-    command = ["--config", str(TINY_PRESET), "--train_dir", str(audio), "--per_device_train_batch_size", "10",
-               "--max_steps", "40", "--warmup_steps", "1", "--save_steps", "100", "--logging_steps", "1",
-               "--report_to", "none", "--output_dir", str(tmp_path / "run")]
+    command = [
+        "--config",
+        str(TINY_PRESET),
+        "--train_dir",
+        str(audio),
+        "--per_device_train_batch_size",
+        "10",
+        "--max_steps",
+        "40",
+        "--warmup_steps",
+        "1",
+        "--save_steps",
+        "100",
+        "--logging_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--output_dir",
+        str(tmp_path / "run"),
+    ]
     with pytest.raises(UsageError) as stopped:
         pretrain.main(command)
     message = str(stopped.value)
@@ -288,14 +354,39 @@ def test_an_audio_folder_cut_mid_run_so_that_whole_micro_batches_fail_stops_with
     audio.mkdir()
     rng = np.random.default_rng(0)
     for i in range(40):
-        sf.write(audio / f"clip{i:02d}.wav", (0.1 * rng.standard_normal(16000)).astype(np.float32), 16000,
-                 subtype="PCM_16")
+        sf.write(
+            audio / f"clip{i:02d}.wav", (0.1 * rng.standard_normal(16000)).astype(np.float32), 16000, subtype="PCM_16"
+        )
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "pretrain.py"), "--config", str(TINY_PRESET),
-                             "--train_dir", str(audio), "--per_device_train_batch_size", "4", "--max_steps", "400",
-                             "--warmup_steps", "1", "--save_steps", "1000", "--logging_steps", "1", "--report_to",
-                             "none", "--output_dir", str(out)],
-                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "pretrain.py"),
+            "--config",
+            str(TINY_PRESET),
+            "--train_dir",
+            str(audio),
+            "--per_device_train_batch_size",
+            "4",
+            "--max_steps",
+            "400",
+            "--warmup_steps",
+            "1",
+            "--save_steps",
+            "1000",
+            "--logging_steps",
+            "1",
+            "--report_to",
+            "none",
+            "--output_dir",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert wait_for(lambda: 2 in logged_steps(out) or proc.poll() is not None), "no step logged"
         for path in audio.iterdir():  # the header cut, as a copy or a sync that is still running leaves them
@@ -312,10 +403,31 @@ def test_an_audio_folder_cut_mid_run_so_that_whole_micro_batches_fail_stops_with
 
 # ----------------------------------------------------------------------------------------------- fine-tuning's disk
 def finetune_command(encoder, output_dir, *extra):
-    return [sys.executable, str(ROOT / "examples" / "finetune.py"), "--model_name_or_path", str(encoder),
-            "--synthetic_per_class", "4", "--clip_seconds", "0.5", "--per_device_train_batch_size", "4",
-            "--max_steps", "4", "--warmup_steps", "1", "--eval_steps", "4", "--save_steps", "100", "--logging_steps",
-            "2", "--output_dir", str(output_dir), *extra]
+    return [
+        sys.executable,
+        str(ROOT / "examples" / "finetune.py"),
+        "--model_name_or_path",
+        str(encoder),
+        "--synthetic_per_class",
+        "4",
+        "--clip_seconds",
+        "0.5",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_steps",
+        "4",
+        "--warmup_steps",
+        "1",
+        "--eval_steps",
+        "4",
+        "--save_steps",
+        "100",
+        "--logging_steps",
+        "2",
+        "--output_dir",
+        str(output_dir),
+        *extra,
+    ]
 
 
 def test_finetune_on_a_full_disk_writes_its_model_whole_or_not_at_all(tmp_path, tmpfs):
@@ -340,12 +452,15 @@ def test_finetune_on_a_full_disk_writes_its_model_whole_or_not_at_all(tmp_path, 
     run = subprocess.run(finetune_command(encoder, out), cwd=ROOT, env=ENV, capture_output=True, text=True)
     assert run.returncode == 2, run.stderr[-3000:]
     (line,) = error_lines(run.stderr)
-    assert line.startswith(f"finetune.py: error: cannot write the best model and results to {out}: No space left on "
-                           "device"), line
+    assert line.startswith(
+        f"finetune.py: error: cannot write the best model and results to {out}: No space left on device"
+    ), line
     assert not {p.name for p in out.iterdir()} & {*model_files, "export.tmp"}, sorted(p.name for p in out.iterdir())
     resize("32m")
-    assert subprocess.run(finetune_command(encoder, out, "--resume"), cwd=ROOT, env=ENV,
-                          capture_output=True).returncode == 0
+    assert (
+        subprocess.run(finetune_command(encoder, out, "--resume"), cwd=ROOT, env=ENV, capture_output=True).returncode
+        == 0
+    )
     assert all((out / name).read_bytes() == (out / "best_model" / name).read_bytes() for name in model_files)
 
     # 2. a disk that fills at the first best model, before any checkpoint
@@ -354,8 +469,14 @@ def test_finetune_on_a_full_disk_writes_its_model_whole_or_not_at_all(tmp_path, 
     run = subprocess.run(finetune_command(encoder, out), cwd=ROOT, env=ENV, capture_output=True, text=True)
     assert run.returncode == 2, run.stderr[-3000:]
     (line,) = error_lines(run.stderr)
-    assert "the best model" in line and ("there is no checkpoint yet, so --resume starts the run again from step 0 "
-                                         "(--save_steps keeps the progress of a long run)") in line, line
+    assert (
+        "the best model" in line
+        and (
+            "there is no checkpoint yet, so --resume starts the run again from step 0 "
+            "(--save_steps keeps the progress of a long run)"
+        )
+        in line
+    ), line
 
 
 def allocated_file(path) -> int:

@@ -9,7 +9,6 @@ exactly, floating-point ones within float32 rounding (the fixtures were computed
 or another torch's, may round otherwise).
 """
 
-
 import ast
 import json
 import shutil
@@ -24,23 +23,39 @@ from aasp_hf import AaspForAudioClassification, AaspForPreTraining, AaspModel
 from conftest import run_without_aasp_hf
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "checkpoints_v1"
-CLASSES = {"encoder": AaspModel, "single_label": AaspForAudioClassification,
-           "multi_label": AaspForAudioClassification, "pretraining": AaspForPreTraining}
-AUTO_CLASSES = {"encoder": "AutoModel", "single_label": "AutoModelForAudioClassification",
-                "multi_label": "AutoModelForAudioClassification", "pretraining": "AutoModelForPreTraining"}
+CLASSES = {
+    "encoder": AaspModel,
+    "single_label": AaspForAudioClassification,
+    "multi_label": AaspForAudioClassification,
+    "pretraining": AaspForPreTraining,
+}
+AUTO_CLASSES = {
+    "encoder": "AutoModel",
+    "single_label": "AutoModelForAudioClassification",
+    "multi_label": "AutoModelForAudioClassification",
+    "pretraining": "AutoModelForPreTraining",
+}
 
 # The forward calls of write_fixtures.py, as source, so that the fresh process without aasp_hf runs the same calls.
 WRITER = (FIXTURES / "write_fixtures.py").read_text()
-OUTPUTS_SOURCE = "\n" + next(ast.get_source_segment(WRITER, node) for node in ast.parse(WRITER).body
-                              if isinstance(node, ast.FunctionDef) and node.name == "outputs") + "\n"
+OUTPUTS_SOURCE = (
+    "\n"
+    + next(
+        ast.get_source_segment(WRITER, node)
+        for node in ast.parse(WRITER).body
+        if isinstance(node, ast.FunctionDef) and node.name == "outputs"
+    )
+    + "\n"
+)
 namespace = {"torch": torch}
 exec(OUTPUTS_SOURCE, namespace)
 outputs = namespace["outputs"]
 
 
 def expected_outputs(kind: str) -> dict:
-    return {key: value for key, value in load_file(FIXTURES / "outputs.safetensors").items()
-            if key.startswith(f"{kind}.")}
+    return {
+        key: value for key, value in load_file(FIXTURES / "outputs.safetensors").items() if key.startswith(f"{kind}.")
+    }
 
 
 def assert_same_outputs(actual: dict, expected: dict, where: str):
@@ -78,7 +93,8 @@ def test_earlier_checkpoints_load_as_remote_code_with_their_own_code_and_with_to
     assert {p.name for p in (tmp_path / "saved_pretraining").glob("*.py")} >= {"modeling_aasp_pretraining.py"}
 
     run_without_aasp_hf(
-        OUTPUTS_SOURCE + f"""
+        OUTPUTS_SOURCE
+        + f"""
 import torch, transformers
 from safetensors.torch import load_file, save_file
 torch.set_num_threads(2)
@@ -96,6 +112,5 @@ save_file(results, "remote.safetensors")
     remote = load_file(tmp_path / "remote.safetensors")
     for kind in CLASSES:
         for code in ("saved", "today"):
-            actual = {key.split("/", 1)[1]: value for key, value in remote.items()
-                      if key.startswith(f"{code}/{kind}.")}
+            actual = {key.split("/", 1)[1]: value for key, value in remote.items() if key.startswith(f"{code}/{kind}.")}
             assert_same_outputs(actual, expected_outputs(kind), f"{code} code, {kind}")

@@ -57,7 +57,9 @@ def test_bounds_match_formula_and_spec_numbers():
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("num_taps, cutoff_hz, sample_rate_hz", [(63, 3.125, 100.0), (31, 10.0, 100.0), (101, 0.3, 16.0)])
+@pytest.mark.parametrize(
+    "num_taps, cutoff_hz, sample_rate_hz", [(63, 3.125, 100.0), (31, 10.0, 100.0), (101, 0.3, 16.0)]
+)
 def test_highpass_taps_equal_scipy_firwin(num_taps, cutoff_hz, sample_rate_hz):
     taps = highpass_fir_taps(num_taps, cutoff_hz, sample_rate_hz)
     expected = scipy.signal.firwin(num_taps, cutoff_hz, window="hamming", pass_zero=False, fs=sample_rate_hz)
@@ -154,11 +156,15 @@ def test_magnitude_accepts_expanded_parameters(phase):
     decay_small = decay[:1].clone().requires_grad_()
     frequency_small = frequency[:1].clone().requires_grad_()
     out = sblu_magnitude(values, decay_small.expand(3, -1, -1), frequency_small.expand(3, -1, -1), STEP, 15, phase)
-    expected = sblu_magnitude_reference(values, decay[:1].expand(3, -1, -1), frequency[:1].expand(3, -1, -1), STEP, 15, phase)
+    expected = sblu_magnitude_reference(
+        values, decay[:1].expand(3, -1, -1), frequency[:1].expand(3, -1, -1), STEP, 15, phase
+    )
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-10)
     out.sum().backward()
     decay_ref = decay[:1].clone().requires_grad_()
-    sblu_magnitude_reference(values, decay_ref.expand(3, -1, -1), frequency[:1].expand(3, -1, -1), STEP, 15, phase).sum().backward()
+    sblu_magnitude_reference(
+        values, decay_ref.expand(3, -1, -1), frequency[:1].expand(3, -1, -1), STEP, 15, phase
+    ).sum().backward()
     torch.testing.assert_close(decay_small.grad, decay_ref.grad, rtol=1e-9, atol=1e-12)
 
 
@@ -308,8 +314,10 @@ def test_blockwise_evaluation_matches_reference(phase, blocks, monkeypatch):
         monkeypatch.setattr(sblu_module, "_SBLU_BLOCK_ELEMENTS", 2 * (37 + 14))
     elif blocks == "two_clips":  # whole clips, two per block: clips 0-1, then clip 2
         monkeypatch.setattr(sblu_module, "_SBLU_BLOCK_ELEMENTS", 2 * 5 * (37 + 14))
-        assert list(sblu_module._row_blocks((3, 5, 37), 37 + 14)) == [(slice(0, 2), slice(None)),
-                                                                       (slice(2, 3), slice(None))]
+        assert list(sblu_module._row_blocks((3, 5, 37), 37 + 14)) == [
+            (slice(0, 2), slice(None)),
+            (slice(2, 3), slice(None)),
+        ]
     values, decay, frequency = random_sblu_inputs((3, 5, 37), 15, seed=4)
     decay_small = decay[:1].clone().requires_grad_()
     leaves = [values.clone().requires_grad_(), decay_small, frequency.clone().requires_grad_()]
@@ -347,8 +355,12 @@ def test_token_magnitude_equals_reference_at_the_window_centre(phase, rows, outp
     width = windows.shape[-1]
     leaves = [t.detach().clone().requires_grad_() for t in (windows, decay, frequency)]
     expected = sblu_magnitude_reference(
-        leaves[0][None], leaves[1][None, :, None].expand(1, rows, width),
-        leaves[2][None, :, None].expand(1, rows, width), STEP, kernel_size, phase,
+        leaves[0][None],
+        leaves[1][None, :, None].expand(1, rows, width),
+        leaves[2][None, :, None].expand(1, rows, width),
+        STEP,
+        kernel_size,
+        phase,
     )[0, :, half : half + outputs]  # (G, P)
     out = sblu_token_magnitude(windows, decay, frequency, STEP, kernel_size, phase)
     assert out.shape == (rows, outputs) and out.dtype == torch.float64
@@ -363,8 +375,9 @@ def test_token_magnitude_equals_reference_at_the_window_centre(phase, rows, outp
 @pytest.mark.parametrize("phase", PHASES)
 def test_token_magnitude_gradcheck_and_zero_windows(phase):
     inputs = random_token_inputs(3, 4, 7, seed=7, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda w, a, b: sblu_token_magnitude(w, a, b, STEP, 7, phase), inputs, eps=1e-6,
-                                    atol=1e-7)
+    assert torch.autograd.gradcheck(
+        lambda w, a, b: sblu_token_magnitude(w, a, b, STEP, 7, phase), inputs, eps=1e-6, atol=1e-7
+    )
     windows = torch.zeros(3, 10, requires_grad=True)  # all-zero windows: |r| = 0 (to 1e-19), finite zero gradients
     _, decay, frequency = random_token_inputs(3, 4, 7, seed=8, requires_grad=True)
     out = sblu_token_magnitude(windows, decay.float(), frequency.float(), STEP, 7, phase)

@@ -107,7 +107,9 @@ def record_sblu_layer_inputs(model):
     seen = {}
     sblu = model.aasp.embeddings.sblu
     for name in ("output_projection", "norm", "time_patchify"):
-        getattr(sblu, name).register_forward_hook(lambda m, inputs, out, name=name: seen.__setitem__(name, inputs[0].dtype))
+        getattr(sblu, name).register_forward_hook(
+            lambda m, inputs, out, name=name: seen.__setitem__(name, inputs[0].dtype)
+        )
     return seen
 
 

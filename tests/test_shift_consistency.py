@@ -25,12 +25,29 @@ def test_circular_shift_and_drift_definitions():
 def test_script_drifts_outputs_and_resume(tmp_path):
     torch.manual_seed(0)
     model_dir = tmp_path / "encoder"
-    AaspModel(AaspConfig(**tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1, sblu_hidden_size=16,
-                                              sblu_output_size=16, initializer_range=0.5))).save_pretrained(model_dir)
+    AaspModel(
+        AaspConfig(
+            **tiny_config_kwargs(
+                num_mel_bins=128, num_hidden_layers=1, sblu_hidden_size=16, sblu_output_size=16, initializer_range=0.5
+            )
+        )
+    ).save_pretrained(model_dir)
     AaspFeatureExtractor().save_pretrained(model_dir)
     out = tmp_path / "shift"
-    argv = ["--model_name_or_path", str(model_dir), "--synthetic_clips", "5", "--batch_size", "2",
-            "--shifts_ms", "0", "10", "160", "--output_dir", str(out)]
+    argv = [
+        "--model_name_or_path",
+        str(model_dir),
+        "--synthetic_clips",
+        "5",
+        "--batch_size",
+        "2",
+        "--shifts_ms",
+        "0",
+        "10",
+        "160",
+        "--output_dir",
+        str(out),
+    ]
     results = shift_consistency.main(argv)
     drifts = np.load(out / "drifts.npy")
     assert drifts.shape == (5, 3) and results["clips"] == 5 and results["skipped_clips"] == 0

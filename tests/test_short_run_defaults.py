@@ -12,7 +12,11 @@ import pretrain
 
 from aasp_hf.errors import UsageError
 from aasp_hf.training.short_run import (
-    batch_size_for, ema_decay_for, fit_warmup, learning_rate_for, warmup_steps_for,
+    batch_size_for,
+    ema_decay_for,
+    fit_warmup,
+    learning_rate_for,
+    warmup_steps_for,
 )
 
 CONFIGS = Path(__file__).resolve().parents[1] / "examples" / "configs"
@@ -24,16 +28,40 @@ DOCUMENTED = ["--model_name_or_path", "x", "--dataset", "audiofolder", "--data_r
 
 
 # ----------------------------------------------------------------------------------------------- the rules
-@pytest.mark.parametrize("max_steps, lr", [(3, 2e-3), (100, 2e-3), (200, 2e-3), (300, 1.33e-3), (1000, 4e-4),
-                                           (4000, 1e-4), (7999, 5e-5), (8000, 5e-5), (40_000, 5e-5)])
+@pytest.mark.parametrize(
+    "max_steps, lr",
+    [
+        (3, 2e-3),
+        (100, 2e-3),
+        (200, 2e-3),
+        (300, 1.33e-3),
+        (1000, 4e-4),
+        (4000, 1e-4),
+        (7999, 5e-5),
+        (8000, 5e-5),
+        (40_000, 5e-5),
+    ],
+)
 def test_learning_rate_keeps_the_papers_lr_times_steps_up_to_2e_3(max_steps, lr):
     value, line = learning_rate_for(max_steps)
     assert value == lr
     assert (line is None) == (max_steps >= 8000)
 
 
-@pytest.mark.parametrize("max_steps, decay", [(3, 0.0), (19, 0.0), (20, 0.5), (100, 0.9), (200, 0.95),
-                                              (1000, 0.99), (1999, 0.995), (2000, 0.995), (40_000, 0.995)])
+@pytest.mark.parametrize(
+    "max_steps, decay",
+    [
+        (3, 0.0),
+        (19, 0.0),
+        (20, 0.5),
+        (100, 0.9),
+        (200, 0.95),
+        (1000, 0.99),
+        (1999, 0.995),
+        (2000, 0.995),
+        (40_000, 0.995),
+    ],
+)
 def test_ema_horizon_is_at_most_a_tenth_of_the_run(max_steps, decay):
     value, line = ema_decay_for(max_steps)
     assert value == decay
@@ -47,31 +75,48 @@ def test_warmup_is_100_or_a_tenth_of_a_shorter_run(max_steps, warmup):
     assert warmup_steps_for(max_steps)[0] == warmup
 
 
-@pytest.mark.parametrize("clips, processes, batch", [(3, 1, 3), (43, 1, 43), (99, 1, 99), (99, 2, 49),
-                                                     (200, 2, 100), (512, 1, 128), (512, 2, 128), (1, 2, 1)])
+@pytest.mark.parametrize(
+    "clips, processes, batch",
+    [(3, 1, 3), (43, 1, 43), (99, 1, 99), (99, 2, 49), (200, 2, 100), (512, 1, 128), (512, 2, 128), (1, 2, 1)],
+)
 def test_batch_is_128_or_the_training_clips(clips, processes, batch):
     value, line = batch_size_for(clips, processes)
     assert value == batch and (line is None) == (batch == 128)
 
 
 def test_each_rule_says_what_it_chose_in_one_line():
-    assert learning_rate_for(200)[1] == ("--learning_rate 0.002: the paper's 5e-05 × 8,000 steps (its shortest "
-                                         "schedule) spread over --max_steps 200 (pass --learning_rate to choose)")
-    assert learning_rate_for(50)[1] == ("--learning_rate 0.002: the paper's 5e-05 × 8,000 steps (its shortest "
-                                        "schedule) spread over --max_steps 50, at most 0.002 (pass --learning_rate "
-                                        "to choose)")
-    assert ema_decay_for(200)[1] == ("--ema_decay 0.95: its horizon 1/(1-d) = 20 steps is a tenth of --max_steps 200 "
-                                     "(the paper's 0.995 averages over 200; pass --ema_decay to choose)")
-    assert ema_decay_for(3)[1] == ("--ema_decay 0 (no weight EMA): --max_steps 3 is too short for one (the paper's "
-                                   "0.995 averages over 200 steps; pass --ema_decay to choose)")
-    assert warmup_steps_for(200)[1] == ("--warmup_steps 20: 10 % of --max_steps 200 (the default 100 is more than "
-                                        "that; pass --warmup_steps to choose)")
-    assert batch_size_for(99)[1] == ("--per_device_train_batch_size 99: the 99 training clips (the default 128 is "
-                                     "more than that; pass --per_device_train_batch_size to choose)")
-    assert batch_size_for(99, 2)[1] == ("--per_device_train_batch_size 49: the 99 training clips over 2 processes (the "
-                                        "default 128 is more than that; pass --per_device_train_batch_size to choose)")
-    assert fit_warmup(30, 3, "the preset's") == (0, "--warmup_steps 0: 10 % of --max_steps 3 (the preset's 30 is "
-                                                    "more than the run; pass --warmup_steps to choose)")
+    assert learning_rate_for(200)[1] == (
+        "--learning_rate 0.002: the paper's 5e-05 × 8,000 steps (its shortest "
+        "schedule) spread over --max_steps 200 (pass --learning_rate to choose)"
+    )
+    assert learning_rate_for(50)[1] == (
+        "--learning_rate 0.002: the paper's 5e-05 × 8,000 steps (its shortest "
+        "schedule) spread over --max_steps 50, at most 0.002 (pass --learning_rate "
+        "to choose)"
+    )
+    assert ema_decay_for(200)[1] == (
+        "--ema_decay 0.95: its horizon 1/(1-d) = 20 steps is a tenth of --max_steps 200 "
+        "(the paper's 0.995 averages over 200; pass --ema_decay to choose)"
+    )
+    assert ema_decay_for(3)[1] == (
+        "--ema_decay 0 (no weight EMA): --max_steps 3 is too short for one (the paper's "
+        "0.995 averages over 200 steps; pass --ema_decay to choose)"
+    )
+    assert warmup_steps_for(200)[1] == (
+        "--warmup_steps 20: 10 % of --max_steps 200 (the default 100 is more than that; pass --warmup_steps to choose)"
+    )
+    assert batch_size_for(99)[1] == (
+        "--per_device_train_batch_size 99: the 99 training clips (the default 128 is "
+        "more than that; pass --per_device_train_batch_size to choose)"
+    )
+    assert batch_size_for(99, 2)[1] == (
+        "--per_device_train_batch_size 49: the 99 training clips over 2 processes (the "
+        "default 128 is more than that; pass --per_device_train_batch_size to choose)"
+    )
+    assert fit_warmup(30, 3, "the preset's") == (
+        0,
+        "--warmup_steps 0: 10 % of --max_steps 3 (the preset's 30 is more than the run; pass --warmup_steps to choose)",
+    )
     assert fit_warmup(30, 30, "the preset's") == (30, None)
 
 
@@ -79,8 +124,11 @@ def test_each_rule_says_what_it_chose_in_one_line():
 def test_the_documented_command_derives_lr_ema_and_warmup_and_says_so(capsys):
     args = finetune.parse_args(DOCUMENTED + ["--max_steps", "200"])
     assert (args.learning_rate, args.ema_decay, args.warmup_steps) == (2e-3, 0.95, 20)
-    assert capsys.readouterr().out.splitlines() == [learning_rate_for(200)[1], ema_decay_for(200)[1],
-                                                    warmup_steps_for(200)[1]]
+    assert capsys.readouterr().out.splitlines() == [
+        learning_rate_for(200)[1],
+        ema_decay_for(200)[1],
+        warmup_steps_for(200)[1],
+    ]
 
 
 def test_the_batch_is_derived_from_the_training_clips_and_said(capsys):
@@ -94,8 +142,9 @@ def test_the_batch_is_derived_from_the_training_clips_and_said(capsys):
 
 
 def test_explicit_values_are_never_overridden(capsys):
-    args = finetune.parse_args(DOCUMENTED + ["--max_steps", "200", "--learning_rate", "5e-5", "--ema_decay", "0.995",
-                                             "--warmup_steps", "100"])
+    args = finetune.parse_args(
+        DOCUMENTED + ["--max_steps", "200", "--learning_rate", "5e-5", "--ema_decay", "0.995", "--warmup_steps", "100"]
+    )
     assert (args.learning_rate, args.ema_decay, args.warmup_steps) == (5e-5, 0.995, 100)
     assert capsys.readouterr().out == ""
     args = finetune.parse_args(DOCUMENTED + ["--max_steps", "200", "--ema_decay", "0"])  # 0: off, as given
@@ -110,8 +159,10 @@ def test_explicit_values_are_never_overridden(capsys):
 @pytest.mark.parametrize("preset", FINETUNE_PRESETS, ids=lambda p: p.stem)
 def test_finetune_presets_keep_the_papers_values(preset, capsys):
     values = json.loads(preset.read_text())
-    for argv in (["--config", str(preset), "--model_name_or_path", "x"],
-                 ["--config", str(preset), "--model_name_or_path", "x", "--max_steps", "200", "--warmup_steps", "20"]):
+    for argv in (
+        ["--config", str(preset), "--model_name_or_path", "x"],
+        ["--config", str(preset), "--model_name_or_path", "x", "--max_steps", "200", "--warmup_steps", "20"],
+    ):
         args = finetune.parse_args(argv)
         for key, value in values.items():
             if key not in ("max_steps", "warmup_steps") or "--max_steps" not in argv:
@@ -131,17 +182,21 @@ def test_pretrain_presets_keep_their_values(preset, capsys):
 
 
 # ----------------------------------------------------------------------------------------------- one warm-up rule
-@pytest.mark.parametrize("script, argv, preset_warmup", [
-    (pretrain, ["--config", str(CONFIGS / "pretrain_tiny_cpu.json")], 30),
-    (finetune, ["--config", str(CONFIGS / "finetune" / "esc50.json"), "--model_name_or_path", "x"], 800),
-])
+@pytest.mark.parametrize(
+    "script, argv, preset_warmup",
+    [
+        (pretrain, ["--config", str(CONFIGS / "pretrain_tiny_cpu.json")], 30),
+        (finetune, ["--config", str(CONFIGS / "finetune" / "esc50.json"), "--model_name_or_path", "x"], 800),
+    ],
+)
 def test_a_presets_warmup_longer_than_the_run_is_cut_to_a_tenth_in_both_scripts(script, argv, preset_warmup, capsys):
     parsed = script.parse_args(argv + ["--max_steps", "3"])
     args = next(a for a in (parsed if isinstance(parsed, tuple) else (parsed,)) if hasattr(a, "warmup_steps"))
     assert (args.max_steps, args.warmup_steps) == (3, 0)
     assert capsys.readouterr().out.splitlines()[0] == (
         f"--warmup_steps 0: 10 % of --max_steps 3 (the preset's {preset_warmup} is more than the run; pass "
-        "--warmup_steps to choose)")
+        "--warmup_steps to choose)"
+    )
     parsed = script.parse_args(argv + ["--max_steps", "50"])  # a warm-up that fits stays the preset's
     args = next(a for a in (parsed if isinstance(parsed, tuple) else (parsed,)) if hasattr(a, "warmup_steps"))
     assert args.warmup_steps == (30 if script is pretrain else 5)

@@ -34,8 +34,14 @@ QUIET = {**SAME_THREADS, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false
 
 def start(command, log_path, **popen):
     log = open(log_path, "w")
-    return subprocess.Popen(command, cwd=ROOT, env={**os.environ, **QUIET, **popen.pop("env", {})}, stdout=log,
-                            stderr=subprocess.STDOUT, **popen)
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env={**os.environ, **QUIET, **popen.pop("env", {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        **popen,
+    )
 
 
 def signal_when(pid_of, proc, condition, sig, timeout=120.0, repeat=True, group=False):
@@ -71,8 +77,10 @@ def stop_checkpoint(output_dir) -> tuple[Path, int]:
 def assert_one_stop_line(output: str, script: str, checkpoint: Path, step: int, signal_name: str):
     lines = [line for line in output.splitlines() if f"{script}: stopped by" in line]
     assert len(lines) == 1, output[-3000:]
-    assert lines == [f"{script}: stopped by {signal_name} after step {step}; saved {checkpoint}; continue with: "
-                     + lines[0].split("continue with: ")[1]], output[-3000:]
+    assert lines == [
+        f"{script}: stopped by {signal_name} after step {step}; saved {checkpoint}; continue with: "
+        + lines[0].split("continue with: ")[1]
+    ], output[-3000:]
     assert "--resume" in lines[0] and f"(exit status {STOPPED_EXIT_CODE})" in lines[0]
     assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
 
@@ -87,8 +95,11 @@ def test_a_signal_saves_the_step_exits_75_and_resume_gives_the_uninterrupted_run
     out.mkdir()
     group = sig == signal.SIGTERM
     # no periodic checkpoint before the end: all that is saved mid-run is the stop's
-    proc = start([*PRETRAIN, *argv(out, save_steps=100, dataloader_num_workers=1 if group else 0)],
-                 tmp_path / "run.log", start_new_session=True)
+    proc = start(
+        [*PRETRAIN, *argv(out, save_steps=100, dataloader_num_workers=1 if group else 0)],
+        tmp_path / "run.log",
+        start_new_session=True,
+    )
     status = signal_when(lambda: proc.pid, proc, lambda: 2 in logged_steps(out), sig, group=group)
     output = (tmp_path / "run.log").read_text()
     assert status == STOPPED_EXIT_CODE, output[-3000:]
@@ -119,9 +130,15 @@ def rank_pid(launcher_pid: int, rank: int) -> int:
 
 def test_two_processes_with_the_signal_on_one_rank_save_the_same_step(tmp_path):
     out = tmp_path / "run"
-    command = [*TWO_PROCESSES, "--main_process_port", str(_free_port()), str(ROOT / "examples" / "pretrain.py"),
-               "--config", "examples/configs/pretrain_tiny_cpu.json",
-               *run_args(out, max_steps=40, save_steps=100, save_total_limit=1)]
+    command = [
+        *TWO_PROCESSES,
+        "--main_process_port",
+        str(_free_port()),
+        str(ROOT / "examples" / "pretrain.py"),
+        "--config",
+        "examples/configs/pretrain_tiny_cpu.json",
+        *run_args(out, max_steps=40, save_steps=100, save_total_limit=1),
+    ]
     proc = start(command, tmp_path / "run.log", env=ENV, start_new_session=True)
     try:
         rank1 = None
@@ -157,10 +174,31 @@ def test_finetune_saves_the_step_and_resume_gives_the_uninterrupted_run(tmp_path
     steps = 8
 
     def command(out, *extra):
-        return ["--model_name_or_path", str(encoder), "--synthetic_per_class", "4", "--clip_seconds", "0.5",
-                "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "32", "--max_steps",
-                str(steps), "--warmup_steps", "1", "--eval_steps", str(steps), "--save_steps", "100",
-                "--logging_steps", "1", "--output_dir", str(out), *extra]
+        return [
+            "--model_name_or_path",
+            str(encoder),
+            "--synthetic_per_class",
+            "4",
+            "--clip_seconds",
+            "0.5",
+            "--per_device_train_batch_size",
+            "4",
+            "--per_device_eval_batch_size",
+            "32",
+            "--max_steps",
+            str(steps),
+            "--warmup_steps",
+            "1",
+            "--eval_steps",
+            str(steps),
+            "--save_steps",
+            "100",
+            "--logging_steps",
+            "1",
+            "--output_dir",
+            str(out),
+            *extra,
+        ]
 
     straight = finetune.main(command(tmp_path / "straight"))
     out = tmp_path / "run"
@@ -173,8 +211,10 @@ def test_finetune_saves_the_step_and_resume_gives_the_uninterrupted_run(tmp_path
     assert_one_stop_line(output, "finetune.py", checkpoint, step, "SIGTERM")
     resumed = finetune.main(command(out, "--resume"))
     assert resumed["step"] == steps and resumed["test_score"] == straight["test_score"]
-    assert_states_close(load_file(out / f"checkpoint-{steps}" / "model.safetensors"),
-                        load_file(tmp_path / "straight" / f"checkpoint-{steps}" / "model.safetensors"))
+    assert_states_close(
+        load_file(out / f"checkpoint-{steps}" / "model.safetensors"),
+        load_file(tmp_path / "straight" / f"checkpoint-{steps}" / "model.safetensors"),
+    )
 
 
 def unshare_works() -> bool:
@@ -206,8 +246,9 @@ def test_sigterm_stops_the_run_when_it_is_pid_1_of_a_pid_namespace(tmp_path):
     """The kernel drops a signal to a namespace's PID 1 whose disposition is the default (before: it trained on)."""
     out = tmp_path / "run"
     out.mkdir()
-    proc = start(["unshare", "--pid", "--fork", *PRETRAIN, *argv(out, save_steps=100, max_steps=40)],
-                 tmp_path / "run.log")
+    proc = start(
+        ["unshare", "--pid", "--fork", *PRETRAIN, *argv(out, save_steps=100, max_steps=40)], tmp_path / "run.log"
+    )
     trainer = child_of(proc.pid)  # PID 1 inside the namespace
     status = signal_when(lambda: trainer, proc, lambda: 2 in logged_steps(out), signal.SIGTERM)
     output = (tmp_path / "run.log").read_text()
@@ -228,10 +269,23 @@ def test_killing_a_single_process_accelerate_launch_stops_its_training_process(t
     the training process training on, orphaned; the training process now follows its launcher (PR_SET_PDEATHSIG)."""
     out = tmp_path / "run"
     out.mkdir()
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
-              "--mixed_precision", "no", "--dynamo_backend", "no", str(ROOT / "examples" / "pretrain.py")]
-    proc = start([*launch, *argv(out, save_steps=100, max_steps=40)], tmp_path / "run.log",
-                 env={"ACCELERATE_USE_CPU": "1"})
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        "1",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        str(ROOT / "examples" / "pretrain.py"),
+    ]
+    proc = start(
+        [*launch, *argv(out, save_steps=100, max_steps=40)], tmp_path / "run.log", env={"ACCELERATE_USE_CPU": "1"}
+    )
     trainer = child_of(proc.pid)
     try:
         deadline = time.monotonic() + 120
@@ -269,15 +323,19 @@ def test_the_stop_agreement_reads_the_flag_one_step_late_on_an_accelerator():
 
 
 @pytest.mark.parametrize("processes", [1, 2])
-def test_the_slurm_script_stops_the_run_on_usr1_requeues_it_and_the_requeued_run_resumes(tmp_path, reference,
-                                                                                        processes):
+def test_the_slurm_script_stops_the_run_on_usr1_requeues_it_and_the_requeued_run_resumes(
+    tmp_path, reference, processes
+):
     """examples/slurm/pretrain.sbatch without SLURM: SIGUSR1 to the batch shell alone (what `--signal=B:USR1@T`
     does), the launcher given as LAUNCH (python; torchrun with two gloo processes) and `scontrol requeue` as REQUEUE.
     The run saves its step, the script requeues it, and the script run again (the requeued job) resumes and ends."""
     out, requeued = tmp_path / "run", tmp_path / "requeued"
     out.mkdir()
-    launch = [sys.executable] if processes == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                                      "--nproc_per_node", "2"]
+    launch = (
+        [sys.executable]
+        if processes == 1
+        else [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    )
     env = {"LAUNCH": " ".join(launch), "REQUEUE": f"touch {requeued}", "ACCELERATE_USE_CPU": "1"}
     script = ["bash", str(ROOT / "examples" / "slurm" / "pretrain.sbatch"), *argv(out, save_steps=100)]
     proc = start(script, tmp_path / "first.log", env=env)

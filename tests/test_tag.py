@@ -26,8 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_tag(*arguments, check=True):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.run([sys.executable, "-m", "aasp_hf.tag", *map(str, arguments)], capture_output=True,
-                             text=True, timeout=300, env=env)
+    process = subprocess.run(
+        [sys.executable, "-m", "aasp_hf.tag", *map(str, arguments)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     if check:
         assert process.returncode == 0, process.stderr[-3000:]
     return process
@@ -66,7 +71,9 @@ def test_a_folder_with_a_broken_file_is_tagged_as_the_pipeline_tags_each_file(fo
     broken file is one line of the failures file; windows of several files share batches of 8."""
     out = tmp_path / "tags.csv"
     process = run_tag("--model", folders["single"], "--output", out, "--batch_size", 8, folders["audio"])
-    good = sorted(str(p) for p in folders["audio"].rglob("*") if p.suffix in (".wav", ".flac") and "broken" not in p.name)
+    good = sorted(
+        str(p) for p in folders["audio"].rglob("*") if p.suffix in (".wav", ".flac") and "broken" not in p.name
+    )
     rows = read_rows(out)
     assert [row["file"] for row in rows] == sorted(row["file"] for row in rows) == good  # one row each, in order
     for row, (file, expected) in zip(rows, pipeline_results(folders["single"], good).items()):
@@ -87,8 +94,22 @@ def test_timestamps_and_threshold_of_a_multi_label_classifier_in_jsonl(folders, 
     outputs = {}
     for batch_size in (1, 8):
         out = tmp_path / f"windows{batch_size}.jsonl"
-        run_tag("--model", folders["multi"], "--output", out, "--timestamps", "--chunk_hop_s", 0.3, "--threshold",
-                threshold, "--batch_size", batch_size, "--num_workers", 0, *good)
+        run_tag(
+            "--model",
+            folders["multi"],
+            "--output",
+            out,
+            "--timestamps",
+            "--chunk_hop_s",
+            0.3,
+            "--threshold",
+            threshold,
+            "--batch_size",
+            batch_size,
+            "--num_workers",
+            0,
+            *good,
+        )
         outputs[batch_size] = read_rows(out)
     assert list(outputs[1][0]) == ["file", "start", "end", "label", "score"]
     wanted = []  # a window with no label at or above the threshold: one row with an empty label and score
@@ -108,8 +129,19 @@ def test_events_are_runs_of_windows_in_dcase_tsv(folders, tmp_path):
     event_label` line, onset the run's first start and offset its last end (recomputed here from the --timestamps
     rows of the same run)."""
     out, events = tmp_path / "windows.csv", tmp_path / "events.tsv"
-    run_tag("--model", folders["multi"], "--output", out, "--timestamps", "--events", events, "--threshold", 0.5,
-            folders["audio"] / "a.wav", folders["audio"] / "sub" / "b.flac")
+    run_tag(
+        "--model",
+        folders["multi"],
+        "--output",
+        out,
+        "--timestamps",
+        "--events",
+        events,
+        "--threshold",
+        0.5,
+        folders["audio"] / "a.wav",
+        folders["audio"] / "sub" / "b.flac",
+    )
     lines = events.read_text().splitlines()
     assert lines[0] == "filename\tonset\toffset\tevent_label"
     rows = read_rows(out)
@@ -117,8 +149,10 @@ def test_events_are_runs_of_windows_in_dcase_tsv(folders, tmp_path):
     for file in dict.fromkeys(row["file"] for row in rows):
         windows = sorted({(float(r["start"]), float(r["end"])) for r in rows if r["file"] == file})
         for label in LABELS:
-            present = [any(r["file"] == file and float(r["start"]) == s and r["label"] == label for r in rows)
-                       for s, _ in windows]
+            present = [
+                any(r["file"] == file and float(r["start"]) == s and r["label"] == label for r in rows)
+                for s, _ in windows
+            ]
             for i, here in enumerate(present):
                 if here and (i == 0 or not present[i - 1]):
                     j = i
@@ -133,7 +167,10 @@ def test_events_of_merges_consecutive_windows_only():
     starts, ends = [0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0]
     chosen = [[("dog", 0.9)], [("dog", 0.8), ("car", 0.6)], [("", "")], [("dog", 0.7)]]
     assert events_of("f.wav", starts, ends, chosen) == [
-        ("f.wav", 0.0, 2.0, "dog"), ("f.wav", 1.0, 2.0, "car"), ("f.wav", 3.0, 4.0, "dog")]
+        ("f.wav", 0.0, 2.0, "dog"),
+        ("f.wav", 1.0, 2.0, "car"),
+        ("f.wav", 3.0, 4.0, "dog"),
+    ]
 
 
 def test_a_rerun_skips_the_files_already_tagged(folders, tmp_path):
@@ -157,10 +194,22 @@ def test_sigterm_leaves_whole_files_and_the_same_command_finishes(folders, tmp_p
     for i in range(40):
         sf.write(many / f"{i:02d}.wav", noisy_tones(3.0, seed=i), RATE, subtype="FLOAT")
     out = tmp_path / "windows.csv"
-    command = [sys.executable, "-m", "aasp_hf.tag", "--model", str(folders["single"]), "--output", str(out),
-               "--timestamps", "--batch_size", "1", str(many)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    command = [
+        sys.executable,
+        "-m",
+        "aasp_hf.tag",
+        "--model",
+        str(folders["single"]),
+        "--output",
+        str(out),
+        "--timestamps",
+        "--batch_size",
+        "1",
+        str(many),
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
     deadline = time.time() + 120
     while time.time() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 6):
         time.sleep(0.05)
@@ -179,12 +228,15 @@ def test_sigterm_leaves_whole_files_and_the_same_command_finishes(folders, tmp_p
     assert len(per_file) == 40 and set(per_file.values()) == {windows_per_file}
 
 
-@pytest.mark.parametrize("arguments,message", [
-    (["--output", "tags.txt"], "suffix must be .csv or .jsonl"),
-    (["--output", "tags.csv", "--batch_size", "0"], "--batch_size 0 must be at least 1"),
-    (["--output", "tags.csv", "--chunk_length_s", "1", "--chunk_hop_s", "2"], "must be at most the window"),
-    (["--output", "tags.csv", "--treshold", "0.3"], "'--treshold' (did you mean '--threshold'?)"),
-])
+@pytest.mark.parametrize(
+    "arguments,message",
+    [
+        (["--output", "tags.txt"], "suffix must be .csv or .jsonl"),
+        (["--output", "tags.csv", "--batch_size", "0"], "--batch_size 0 must be at least 1"),
+        (["--output", "tags.csv", "--chunk_length_s", "1", "--chunk_hop_s", "2"], "must be at most the window"),
+        (["--output", "tags.csv", "--treshold", "0.3"], "'--treshold' (did you mean '--threshold'?)"),
+    ],
+)
 def test_mistakes_are_one_line(folders, tmp_path, capsys, monkeypatch, arguments, message):
     """The command's own entry point, in this process (the arguments are read before any file is)."""
     from aasp_hf.tag import main

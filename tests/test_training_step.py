@@ -20,12 +20,19 @@ from aasp_hf.training.step import apply_update
 
 def tiny_setup(seed=0, batch_size=3, **overrides):
     """A tiny AaspForPreTraining in train mode and one collated batch of `batch_size` clips (4 views each)."""
-    config = AaspConfig(**tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1,
-                                             predictor_num_attention_heads=2, **overrides))
+    config = AaspConfig(
+        **tiny_config_kwargs(
+            predictor_hidden_size=32, predictor_num_layers=1, predictor_num_attention_heads=2, **overrides
+        )
+    )
     torch.manual_seed(seed)
     model = AaspForPreTraining(config).train()
-    collator = PretrainingCollator(AaspFeatureExtractor(feature_size=config.num_mel_bins), config, crop_seconds=0.64,
-                                   generator=torch.Generator().manual_seed(seed))
+    collator = PretrainingCollator(
+        AaspFeatureExtractor(feature_size=config.num_mel_bins),
+        config,
+        crop_seconds=0.64,
+        generator=torch.Generator().manual_seed(seed),
+    )
     waveforms = torch.randn(batch_size, 16000, generator=torch.Generator().manual_seed(seed + 1))
     batch = collator([{"waveform": w, "index": i} for i, w in enumerate(waveforms)])
     return model, batch
@@ -53,8 +60,14 @@ def test_a_whole_pretraining_step_reads_nothing_back_from_the_device():
     with HostSyncCounter() as syncs:
         outputs = model(**batch)
         accelerator.backward(outputs.loss)
-        grad_norm, skipped = apply_update(accelerator, optimizer, model, torch.isfinite(outputs.loss.detach()), 4.0,
-                                          torch.tensor(0.99, dtype=torch.float64))
+        grad_norm, skipped = apply_update(
+            accelerator,
+            optimizer,
+            model,
+            torch.isfinite(outputs.loss.detach()),
+            4.0,
+            torch.tensor(0.99, dtype=torch.float64),
+        )
     assert syncs.names == []
     with HostSyncCounter() as syncs:  # the guard sees a read-back when there is one
         bool(skipped), float(grad_norm)
@@ -71,8 +84,14 @@ def test_a_nonfinite_step_leaves_student_teacher_and_adamw_state_exactly_unchang
     before = copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict())
     outputs = model(**batch)
     accelerator.backward(outputs.loss * float("nan"))
-    grad_norm, skipped = apply_update(accelerator, optimizer, model, torch.isfinite(outputs.loss * float("nan")), 4.0,
-                                      torch.tensor(0.9, dtype=torch.float64))
+    grad_norm, skipped = apply_update(
+        accelerator,
+        optimizer,
+        model,
+        torch.isfinite(outputs.loss * float("nan")),
+        4.0,
+        torch.tensor(0.9, dtype=torch.float64),
+    )
     assert bool(skipped) and not torch.isfinite(grad_norm)
     after = model.state_dict(), optimizer.state_dict()
     assert all(torch.equal(before[0][k], after[0][k]) for k in before[0])  # student, teacher, predictor
@@ -81,8 +100,14 @@ def test_a_nonfinite_step_leaves_student_teacher_and_adamw_state_exactly_unchang
     # and a good step after it moves both the student and the teacher
     outputs = model(**batch)
     accelerator.backward(outputs.loss)
-    apply_update(accelerator, optimizer, model, torch.isfinite(outputs.loss.detach()), 4.0,
-                 torch.tensor(0.9, dtype=torch.float64))
+    apply_update(
+        accelerator,
+        optimizer,
+        model,
+        torch.isfinite(outputs.loss.detach()),
+        4.0,
+        torch.tensor(0.9, dtype=torch.float64),
+    )
     assert not torch.equal(model.state_dict()["aasp.cls_token"], before[0]["aasp.cls_token"])
     assert not torch.equal(model.state_dict()["teacher.cls_token"], before[0]["teacher.cls_token"])
 
@@ -159,20 +184,33 @@ def test_a_bf16_autocast_step_is_close_to_fp32_and_keeps_fp32_state():
         model, optimizer = prepared(model, accelerator)
         dtypes = []  # what the predictor's last Linear really computed in (accelerate returns float32 outputs)
         accelerator.unwrap_model(model).predictor.output_projection.register_forward_hook(
-            lambda module, inputs, output: dtypes.append(output.dtype))
+            lambda module, inputs, output: dtypes.append(output.dtype)
+        )
         outputs = model(**batch)  # the prepared model's forward runs under accelerate's autocast, as in pretrain.py
         accelerator.backward(outputs.loss)
-        grad_norm, skipped = apply_update(accelerator, optimizer, model, torch.isfinite(outputs.loss.detach()), 4.0,
-                                          torch.tensor(0.9, dtype=torch.float64))
+        grad_norm, skipped = apply_update(
+            accelerator,
+            optimizer,
+            model,
+            torch.isfinite(outputs.loss.detach()),
+            4.0,
+            torch.tensor(0.9, dtype=torch.float64),
+        )
         assert not bool(skipped)
-        results[precision] = {name: float(getattr(outputs, name).detach()) for name in
-                              ("loss", "masked_prediction_loss", "clip_loss", "contrastive_loss")}
+        results[precision] = {
+            name: float(getattr(outputs, name).detach())
+            for name in ("loss", "masked_prediction_loss", "clip_loss", "contrastive_loss")
+        }
         results[precision]["grad_norm"] = float(grad_norm)
         if precision == "bf16":
             assert dtypes == [torch.bfloat16]  # autocast really ran the predictor in bf16
             assert all(p.dtype == torch.float32 for p in model.parameters())  # student, teacher, predictor
-            assert all(v.dtype == torch.float32 for state in optimizer.state_dict()["state"].values()
-                       for k, v in state.items() if k in ("exp_avg", "exp_avg_sq"))
+            assert all(
+                v.dtype == torch.float32
+                for state in optimizer.state_dict()["state"].values()
+                for k, v in state.items()
+                if k in ("exp_avg", "exp_avg_sq")
+            )
     for name, value in results["no"].items():
         assert abs(results["bf16"][name] - value) <= 0.03 * abs(value), (name, results)
 

@@ -59,8 +59,11 @@ def test_teacher_momentum_dinov2_cosine():
 
 # ----------------------------------------------------------------------------------------------- optimiser
 def tiny_pretraining_config(**overrides):
-    return AaspConfig(**tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1,
-                                           predictor_num_attention_heads=2, **overrides))
+    return AaspConfig(
+        **tiny_config_kwargs(
+            predictor_hidden_size=32, predictor_num_layers=1, predictor_num_attention_heads=2, **overrides
+        )
+    )
 
 
 def test_teacher_update_is_the_exponential_moving_average():
@@ -159,8 +162,11 @@ def test_collator_shapes_masks_and_crops(collator_parts):
     config, extractor = collator_parts
     collator = PretrainingCollator(extractor, config, crop_seconds=0.5, generator=torch.Generator().manual_seed(1))
     rng = torch.Generator().manual_seed(0)
-    clips = [torch.randn(48_000, generator=rng), torch.randn(4_000, generator=rng).numpy(),
-             {"waveform": torch.randn(9_000, generator=rng)}]
+    clips = [
+        torch.randn(48_000, generator=rng),
+        torch.randn(4_000, generator=rng).numpy(),
+        {"waveform": torch.randn(9_000, generator=rng)},
+    ]
     state = collator.state_dict()
     batch = collator(clips)
     B, M, N = 3, config.mask_num_views, config.num_patches  # N = 2 x 4 = 8
@@ -180,9 +186,10 @@ def test_collator_shapes_masks_and_crops(collator_parts):
     collator.load_state_dict(state)
     crops = [collator.random_crop(torch.as_tensor(c["waveform"] if isinstance(c, dict) else c)) for c in clips]
     assert [len(c) for c in crops] == [8000, 4000, 8000]
-    assert torch.equal(crops[0], clips[0][int(torch.nonzero(clips[0] == crops[0][0])[0]):][:8000])
-    expected = extractor(crops, sampling_rate=16000, return_tensors="pt", padding="max_length",
-                         max_frames=config.num_frames)["input_values"]
+    assert torch.equal(crops[0], clips[0][int(torch.nonzero(clips[0] == crops[0][0])[0]) :][:8000])
+    expected = extractor(
+        crops, sampling_rate=16000, return_tensors="pt", padding="max_length", max_frames=config.num_frames
+    )["input_values"]
     assert torch.allclose(batch["input_values"], expected, atol=1e-6)
 
 
@@ -216,7 +223,9 @@ def test_collator_takes_cached_log_mel_like_waveforms(collator_parts):
     a, b = from_waves(clips), from_cache(cached)
     assert b["input_values"].shape == a["input_values"].shape
     assert (a["input_values"] - b["input_values"]).abs().max() < 5e-3  # float16 rounding, normalised units
-    assert torch.equal(a["visible_indices"], b["visible_indices"]) and torch.equal(a["query_indices"], b["query_indices"])
+    assert torch.equal(a["visible_indices"], b["visible_indices"]) and torch.equal(
+        a["query_indices"], b["query_indices"]
+    )
 
 
 def test_random_eq_curves_are_the_cosine_series_scipy_computes():
@@ -225,7 +234,7 @@ def test_random_eq_curves_are_the_cosine_series_scipy_computes():
 
     strength, num_bins = 0.3, 40
     curves = random_eq_curves(5, num_bins, strength, torch.Generator().manual_seed(0))
-    coefficients = (torch.rand(5, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2 - 1)
+    coefficients = torch.rand(5, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2 - 1
     coefficients = coefficients.numpy() * strength  # the same draws, replayed
     assert np.abs(coefficients).max() <= strength
     spectrum = np.zeros((5, num_bins))
@@ -240,8 +249,9 @@ def test_collator_student_eq_recolours_the_students_view_only_and_draws_after_th
     config, extractor = collator_parts
     clips = [torch.randn(40_000, generator=torch.Generator().manual_seed(i)) for i in range(4)]
     plain = PretrainingCollator(extractor, config, crop_seconds=0.5, generator=torch.Generator().manual_seed(5))
-    eq = PretrainingCollator(extractor, config, crop_seconds=0.5, generator=torch.Generator().manual_seed(5),
-                             student_eq_strength=0.4)
+    eq = PretrainingCollator(
+        extractor, config, crop_seconds=0.5, generator=torch.Generator().manual_seed(5), student_eq_strength=0.4
+    )
     a = plain(clips)
     state = eq.state_dict()
     b = eq(clips)
@@ -268,11 +278,16 @@ def test_checkpoints_are_atomic_and_latest_skips_a_crash_mid_save(tmp_path, monk
     model, optimizer = accelerator.prepare(model, optimizer)
     assert find_latest_checkpoint(tmp_path) is None
 
-    final = save_checkpoint(accelerator, tmp_path, 5, extra_state={"micro_batches": 10},
-                            process_state={"collator": {"x": 1}})
+    final = save_checkpoint(
+        accelerator, tmp_path, 5, extra_state={"micro_batches": 10}, process_state={"collator": {"x": 1}}
+    )
     assert final == tmp_path / "checkpoint-5" and find_latest_checkpoint(tmp_path) == final
-    assert load_trainer_state(final) == {"step": 5, "checkpoint_format": 2, "torch_threads": torch.get_num_threads(),
-                                         "micro_batches": 10}
+    assert load_trainer_state(final) == {
+        "step": 5,
+        "checkpoint_format": 2,
+        "torch_threads": torch.get_num_threads(),
+        "micro_batches": 10,
+    }
     assert load_process_state(final, 0) == {"collator": {"x": 1}}
     assert (tmp_path / "latest").read_text().strip() == "checkpoint-5"
 

@@ -67,8 +67,9 @@ class AaspModelTester:
         self.encoder_seq_length = 1 + (num_frames // 16) * (num_mel_bins // 16)
 
     def get_config(self):
-        return AaspConfig(**tiny_config_kwargs(num_frames=self.num_frames, num_mel_bins=self.num_mel_bins,
-                                               num_labels=self.num_labels))
+        return AaspConfig(
+            **tiny_config_kwargs(num_frames=self.num_frames, num_mel_bins=self.num_mel_bins, num_labels=self.num_labels)
+        )
 
     def prepare_config_and_inputs(self):
         input_values = floats_tensor([self.batch_size, self.num_frames, self.num_mel_bins])

@@ -126,8 +126,9 @@ class AaspForPreTrainingModelTest(ModelTesterMixin, unittest.TestCase):
         sdpa = AaspForPreTraining._from_config(copy.deepcopy(config), attn_implementation="sdpa").eval()
         sdpa.load_state_dict(eager.state_dict())
         for model, implementation in ((eager, "eager"), (sdpa, "sdpa")):  # every attention layer's config follows
-            self.assertEqual({m.config._attn_implementation for m in model.modules() if hasattr(m, "config")},
-                             {implementation})
+            self.assertEqual(
+                {m.config._attn_implementation for m in model.modules() if hasattr(m, "config")}, {implementation}
+            )
         with torch.no_grad():
             expected, actual = eager(**inputs_dict), sdpa(**inputs_dict)
         torch.testing.assert_close(actual.predictions, expected.predictions, rtol=1e-4, atol=1e-4)

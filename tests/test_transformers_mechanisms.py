@@ -26,8 +26,12 @@ def padded_batch(config, seed=0):
 # primary-expression before ')' token" in the generated kernel): a bug of that torch release, not of the model (the
 # same test passes on torch 2.11 and 2.14.1). Strict: where it passes on 2.7, the mark is wrong and fails.
 TORCH_2_7 = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) == (2, 7)
-FLEX_ON_TORCH_2_7 = pytest.mark.xfail(TORCH_2_7, raises=RuntimeError, strict=True,
-                                      reason="torch 2.7's inductor writes CPU flex-attention C++ that does not compile")
+FLEX_ON_TORCH_2_7 = pytest.mark.xfail(
+    TORCH_2_7,
+    raises=RuntimeError,
+    strict=True,
+    reason="torch 2.7's inductor writes CPU flex-attention C++ that does not compile",
+)
 
 
 @pytest.mark.parametrize("implementation", ["sdpa", pytest.param("flex_attention", marks=FLEX_ON_TORCH_2_7)])
@@ -121,14 +125,21 @@ def test_the_head_is_one_module_and_checkpoints_keep_the_released_names(tmp_path
     model.save_pretrained(tmp_path / "saved")
     saved = load_file(tmp_path / "saved" / "model.safetensors")
     assert {k for k in saved if k.startswith("classifier")} == {
-        "classifier_norm.weight", "classifier_norm.bias", "classifier.weight", "classifier.bias"}
+        "classifier_norm.weight",
+        "classifier_norm.bias",
+        "classifier.weight",
+        "classifier.bias",
+    }
 
     # an earlier version's checkpoint: its own state dict names (written here by hand, as it wrote them)
-    old = {k.replace("classifier.layernorm.", "classifier_norm.").replace("classifier.dense.", "classifier."): v
-           for k, v in model.state_dict().items()}
+    old = {
+        k.replace("classifier.layernorm.", "classifier_norm.").replace("classifier.dense.", "classifier."): v
+        for k, v in model.state_dict().items()
+    }
     (tmp_path / "old").mkdir()
-    save_file({k: v.contiguous() for k, v in old.items()}, tmp_path / "old" / "model.safetensors",
-              metadata={"format": "pt"})
+    save_file(
+        {k: v.contiguous() for k, v in old.items()}, tmp_path / "old" / "model.safetensors", metadata={"format": "pt"}
+    )
     (tmp_path / "old" / "config.json").write_text(json.dumps(config.to_dict()))
     loaded, info = AaspForAudioClassification.from_pretrained(tmp_path / "old", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
@@ -146,7 +157,8 @@ def test_a_new_label_count_reinitialises_exactly_the_linear(tmp_path):
         model.classifier.layernorm.weight.fill_(0.5)
     model.save_pretrained(tmp_path)
     bigger, info = AaspForAudioClassification.from_pretrained(
-        tmp_path, num_labels=7, ignore_mismatched_sizes=True, output_loading_info=True)
+        tmp_path, num_labels=7, ignore_mismatched_sizes=True, output_loading_info=True
+    )
     assert {key for key, *_ in info["mismatched_keys"]} == {"classifier.dense.weight", "classifier.dense.bias"}
     assert bigger.classifier.dense.weight.shape == (7, config.hidden_size)
     torch.testing.assert_close(bigger.classifier.layernorm.weight, model.classifier.layernorm.weight)

@@ -42,12 +42,14 @@ def classifier(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("classifier")
     torch.manual_seed(0)
-    config = aasp_hf.AaspConfig(**tiny_config_kwargs(), num_labels=2, id2label={0: "a", 1: "b"},
-                                label2id={"a": 0, "b": 1})
+    config = aasp_hf.AaspConfig(
+        **tiny_config_kwargs(), num_labels=2, id2label={0: "a", 1: "b"}, label2id={"a": 0, "b": 1}
+    )
     aasp_hf.AaspForAudioClassification(config).save_pretrained(folder)
     AaspFeatureExtractor(feature_size=32).save_pretrained(folder)
-    return pipeline("audio-classification", model=str(folder), pipeline_class=aasp_hf.AaspAudioClassificationPipeline,
-                    device="cpu")
+    return pipeline(
+        "audio-classification", model=str(folder), pipeline_class=aasp_hf.AaspAudioClassificationPipeline, device="cpu"
+    )
 
 
 def scores(classifier, audio):
@@ -72,8 +74,11 @@ def test_a_stereo_tensor_from_torchaudio_is_refused_with_what_to_pass():
     assert one.shape[0] == 1 and two.shape[0] == 2
     np.testing.assert_allclose(extractor(waveform, batched=True, **FEATURES)["input_values"], two, atol=1e-6)
     # (1, L), a mono file from torchaudio.load, is one clip either way
-    np.testing.assert_allclose(extractor(waveform[:1], **FEATURES)["input_values"],
-                               extractor(waveform[0], **FEATURES)["input_values"], atol=1e-6)
+    np.testing.assert_allclose(
+        extractor(waveform[:1], **FEATURES)["input_values"],
+        extractor(waveform[0], **FEATURES)["input_values"],
+        atol=1e-6,
+    )
     with pytest.raises(ValueError, match="exclude each other"):
         extractor(waveform, mono=True, batched=True, **FEATURES)
 
@@ -139,8 +144,9 @@ def test_the_pipeline_given_a_stereo_file_averages_its_channels_like_every_other
     # a 44.1 kHz file: the pipeline decodes and resamples it as decode_audio does, sample for sample
     path_44k = tmp_path / "stereo_44k.wav"
     sf.write(path_44k, np.tile(stereo, 3).T[:44100], 44100, subtype="PCM_16")
-    np.testing.assert_array_equal(pipeline_features(classifier, str(path_44k)),
-                                  pipeline_features(classifier, decode_audio(str(path_44k))))
+    np.testing.assert_array_equal(
+        pipeline_features(classifier, str(path_44k)), pipeline_features(classifier, decode_audio(str(path_44k)))
+    )
 
     # what the class replaces: transformers' AudioClassificationPipeline on the same path gives the sqrt(2) downmix
     from transformers import AudioClassificationPipeline
@@ -157,8 +163,11 @@ def test_the_pipeline_says_what_is_wrong_with_a_file_it_cannot_decode(tmp_path, 
         classifier(str(missing))
     broken = tmp_path / "broken.wav"
     broken.write_bytes(b"RIFF" + b"\0" * 60)  # a header and nothing else
-    with pytest.raises(ValueError, match=rf"^Could not decode {broken} as audio \(.*\)\. Is it an audio file .* "
-                                         rf"that is complete\?$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^Could not decode {broken} as audio \(.*\)\. Is it an audio file .* "
+        rf"that is complete\?$",
+    ):
         classifier(str(broken))
 
 
@@ -188,8 +197,13 @@ scores = lambda p: {{x["label"]: x["score"] for x in p(audio, top_k=2)}}
 print(json.dumps({{"types": [type(p).__name__ for p in (plain, own, local)], "own_module": type(own).__module__,
                    "model": type(plain.model).__module__, "scores": [scores(plain), scores(own)]}}))
 """
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                            env={**__import__("os").environ, "HF_MODULES_CACHE": str(tmp_path / "modules")})
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "HF_MODULES_CACHE": str(tmp_path / "modules")},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     # transformers' class: on transformers 5.4 to 5.22 the installed package's ProblemTypeAudioClassificationPipeline,
@@ -274,15 +288,30 @@ def test_pretraining_names_each_clip_that_fails_to_decode_in_the_log_and_in_a_fi
     for i in range(3):
         sf.write(audio / f"clip{i}.wav", (0.1 * rng.standard_normal(12_000)).astype(np.float32), SR)
     (audio / "broken.wav").write_bytes(b"RIFF" + b"\0" * 60)  # a header and nothing else
-    model = tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1, predictor_num_attention_heads=2,
-                               mask_num_views=2, mask_block_sizes=[[1, 2], [2, 1]])
+    model = tiny_config_kwargs(
+        predictor_hidden_size=32,
+        predictor_num_layers=1,
+        predictor_num_attention_heads=2,
+        mask_num_views=2,
+        mask_block_sizes=[[1, 2], [2, 1]],
+    )
     run = tmp_path / "run"
     with caplog.at_level(logging.WARNING, logger="aasp_hf.data.clips"):
-        results = pretrain.main(cli_args(
-            train_dir=str(audio), crop_seconds=0.5, model_config=json.dumps(model), output_dir=str(run),
-            per_device_train_batch_size=4, max_steps=1, warmup_steps=1, logging_steps=1, save_steps=100,
-            report_to="none", seed=0,
-        ))
+        results = pretrain.main(
+            cli_args(
+                train_dir=str(audio),
+                crop_seconds=0.5,
+                model_config=json.dumps(model),
+                output_dir=str(run),
+                per_device_train_batch_size=4,
+                max_steps=1,
+                warmup_steps=1,
+                logging_steps=1,
+                save_steps=100,
+                report_to="none",
+                seed=0,
+            )
+        )
     assert results["decode_failures"] == 1
     broken = str(audio / "broken.wav")
     logged = [r.getMessage() for r in caplog.records if r.name == "aasp_hf.data.clips"]
@@ -302,12 +331,18 @@ def test_a_misspelt_feature_extractor_argument_is_refused_but_saved_files_still_
     import subprocess
     import sys
 
-    with pytest.raises(ValueError, match=r"^unknown key in AaspFeatureExtractor's arguments: 'sampling_rat' \(did you "
-                                         r"mean 'sampling_rate'\?\)\. The valid keys are listed in AaspFeatureExtractor"
-                                         r"'s docstring\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^unknown key in AaspFeatureExtractor's arguments: 'sampling_rat' \(did you "
+        r"mean 'sampling_rate'\?\)\. The valid keys are listed in AaspFeatureExtractor"
+        r"'s docstring\.$",
+    ):
         AaspFeatureExtractor(sampling_rat=16000)
-    with pytest.raises(ValueError, match=r"unknown keys .*'feature_sise' \(did you mean 'feature_size'\?\), "
-                                         r"'xyz'\."):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown keys .*'feature_sise' \(did you mean 'feature_size'\?\), "
+        r"'xyz'\.",
+    ):
         AaspFeatureExtractor(feature_sise=64, xyz=1)
     AaspFeatureExtractor(feature_size=64, mode="kaldi").save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "preprocessor_config.json").read_text())
@@ -316,10 +351,18 @@ def test_a_misspelt_feature_extractor_argument_is_refused_but_saved_files_still_
     (tmp_path / "preprocessor_config.json").write_text(json.dumps(saved))
     loaded = AaspFeatureExtractor.from_pretrained(tmp_path)
     assert (loaded.feature_size, loaded.mode) == (64, "kaldi")
-    code = ("import sys; sys.modules['aasp_hf'] = None\n"  # remote code, the package unimportable
-            "from transformers import AutoFeatureExtractor\n"
-            f"fe = AutoFeatureExtractor.from_pretrained({str(tmp_path)!r}, trust_remote_code=True)\n"
-            "print(type(fe).__name__, fe.feature_size, fe.mode)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    code = (
+        "import sys; sys.modules['aasp_hf'] = None\n"  # remote code, the package unimportable
+        "from transformers import AutoFeatureExtractor\n"
+        f"fe = AutoFeatureExtractor.from_pretrained({str(tmp_path)!r}, trust_remote_code=True)\n"
+        "print(type(fe).__name__, fe.feature_size, fe.mode)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert result.stdout.split() == ["AaspFeatureExtractor", "64", "kaldi"], result.stderr

@@ -19,15 +19,31 @@ import pretrain
 import aasp_hf  # noqa: F401  (registers the Auto classes)
 from aasp_hf import AaspFeatureExtractor
 
-MODEL = tiny_config_kwargs(predictor_hidden_size=32, predictor_num_layers=1, predictor_num_attention_heads=2,
-                           mask_num_views=2, mask_block_sizes=[[1, 2], [2, 1]])
+MODEL = tiny_config_kwargs(
+    predictor_hidden_size=32,
+    predictor_num_layers=1,
+    predictor_num_attention_heads=2,
+    mask_num_views=2,
+    mask_block_sizes=[[1, 2], [2, 1]],
+)
 SR = 16000
 
 
 def pretrain_argv(output_dir, **overrides):
-    args = dict(synthetic_clips=4, synthetic_seconds=1.0, crop_seconds=0.5, model_config=json.dumps(MODEL),
-                output_dir=str(output_dir), per_device_train_batch_size=4, max_steps=2, warmup_steps=1,
-                logging_steps=1, save_steps=100, report_to="none", seed=0)
+    args = dict(
+        synthetic_clips=4,
+        synthetic_seconds=1.0,
+        crop_seconds=0.5,
+        model_config=json.dumps(MODEL),
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        max_steps=2,
+        warmup_steps=1,
+        logging_steps=1,
+        save_steps=100,
+        report_to="none",
+        seed=0,
+    )
     args.update(overrides)
     return cli_args(**args)
 
@@ -154,9 +170,24 @@ def test_finetune_refuses_an_output_dir_that_holds_a_run_and_overwrites_only_whe
     import finetune
 
     out = tmp_path / "ft"
-    common = ["--model_name_or_path", str(pretrained / "encoder"), "--synthetic_per_class", "2",
-              "--clip_seconds", "0.5", "--per_device_train_batch_size", "5", "--warmup_steps", "1",
-              "--eval_steps", "2", "--logging_steps", "1", "--output_dir", str(out)]
+    common = [
+        "--model_name_or_path",
+        str(pretrained / "encoder"),
+        "--synthetic_per_class",
+        "2",
+        "--clip_seconds",
+        "0.5",
+        "--per_device_train_batch_size",
+        "5",
+        "--warmup_steps",
+        "1",
+        "--eval_steps",
+        "2",
+        "--logging_steps",
+        "1",
+        "--output_dir",
+        str(out),
+    ]
     finetune.main(common + ["--max_steps", "2"])
     results_before = (out / "all_results.json").read_text()
     with pytest.raises(ValueError, match=r"already holds a run.*--resume.*--overwrite_output_dir"):
@@ -184,36 +215,84 @@ def class_folders(tmp_path_factory):
     return root
 
 
-def test_finetune_on_an_audiofolder_without_split_folders_holds_out_a_stated_test_fraction(pretrained, class_folders,
-                                                                                            tmp_path):
+def test_finetune_on_an_audiofolder_without_split_folders_holds_out_a_stated_test_fraction(
+    pretrained, class_folders, tmp_path
+):
     import finetune
     from datasets import Audio
 
-    parts, multi_label, names, _, _ = finetune.load_parts(finetune.parse_args(
-        ["--model_name_or_path", "unused", "--dataset", "audiofolder", "--data_root", str(class_folders),
-         "--clip_seconds", "0.5"]))
+    parts, multi_label, names, _, _ = finetune.load_parts(
+        finetune.parse_args(
+            [
+                "--model_name_or_path",
+                "unused",
+                "--dataset",
+                "audiofolder",
+                "--data_root",
+                str(class_folders),
+                "--clip_seconds",
+                "0.5",
+            ]
+        )
+    )
     splits = parts["official"]
     assert not multi_label and sorted(names) == ["high", "low"]
     assert {k: len(v) for k, v in splits.items()} == {"train": 14, "validation": 2, "test": 4}  # 20 % test, then 10 %
     assert sorted(splits["test"]["label"]) == [0, 0, 1, 1]  # stratified by class
-    paths = [{r["audio"]["path"] for r in splits[s].cast_column("audio", Audio(decode=False))}
-             for s in ("train", "validation", "test")]
+    paths = [
+        {r["audio"]["path"] for r in splits[s].cast_column("audio", Audio(decode=False))}
+        for s in ("train", "validation", "test")
+    ]
     assert not (paths[0] & paths[2]) and not (paths[1] & paths[2]) and not (paths[0] & paths[1])
 
-    results = finetune.main(["--model_name_or_path", str(pretrained / "encoder"), "--dataset", "audiofolder",
-                             "--data_root", str(class_folders), "--clip_seconds", "0.5", "--max_steps", "1",
-                             "--per_device_train_batch_size", "4", "--warmup_steps", "1",
-                             "--output_dir", str(tmp_path / "ft")])
+    results = finetune.main(
+        [
+            "--model_name_or_path",
+            str(pretrained / "encoder"),
+            "--dataset",
+            "audiofolder",
+            "--data_root",
+            str(class_folders),
+            "--clip_seconds",
+            "0.5",
+            "--max_steps",
+            "1",
+            "--per_device_train_batch_size",
+            "4",
+            "--warmup_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "ft"),
+        ]
+    )
     assert 0.0 <= results["test_score"] <= 1.0 and results["step"] == 1
 
 
 def test_linear_eval_on_an_audiofolder_without_split_folders(pretrained, class_folders, tmp_path):
     import linear_eval
 
-    results = linear_eval.main(["--model_name_or_path", str(pretrained / "encoder"), "--dataset", "audiofolder",
-                                "--data_root", str(class_folders), "--clip_seconds", "0.5", "--max_steps", "2",
-                                "--eval_steps", "1", "--batch_size", "4", "--seeds", "0",
-                                "--output_dir", str(tmp_path / "lin")])
+    results = linear_eval.main(
+        [
+            "--model_name_or_path",
+            str(pretrained / "encoder"),
+            "--dataset",
+            "audiofolder",
+            "--data_root",
+            str(class_folders),
+            "--clip_seconds",
+            "0.5",
+            "--max_steps",
+            "2",
+            "--eval_steps",
+            "1",
+            "--batch_size",
+            "4",
+            "--seeds",
+            "0",
+            "--output_dir",
+            str(tmp_path / "lin"),
+        ]
+    )
     assert 0.0 <= results["test_mean"] <= 1.0 and results["num_classes"] == 2
 
 
@@ -225,12 +304,17 @@ def test_extractor_takes_datasets_rows_with_their_own_sampling_rate():
     expected = extractor([a, b], sampling_rate=SR)["input_values"]
     rows = [{"array": a, "sampling_rate": SR, "path": None}, {"array": b, "sampling_rate": SR}]
     np.testing.assert_allclose(extractor(rows)["input_values"], expected, rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(extractor(rows[0])["input_values"], extractor(a, sampling_rate=SR)["input_values"],
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        extractor(rows[0])["input_values"], extractor(a, sampling_rate=SR)["input_values"], rtol=1e-6, atol=1e-6
+    )
     # a stereo cell (datasets' mono=False: (channels, samples)) is one clip, its channels averaged
     stereo = np.stack([a, 0.5 * a])
-    np.testing.assert_allclose(extractor({"raw": stereo, "sampling_rate": SR})["input_values"],
-                               extractor(0.75 * a, sampling_rate=SR)["input_values"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        extractor({"raw": stereo, "sampling_rate": SR})["input_values"],
+        extractor(0.75 * a, sampling_rate=SR)["input_values"],
+        rtol=1e-5,
+        atol=1e-5,
+    )
     with pytest.raises(ValueError, match="8000.*astype\\(np.float32\\) / 32768"):
         extractor({"array": a, "sampling_rate": 8000})
     with pytest.raises(ValueError, match="sampling_rate=22050 was passed.*16000"):
@@ -298,9 +382,26 @@ def test_finetuned_folder_has_a_card_with_the_measured_scores(pretrained, tmp_pa
     import finetune
 
     out = tmp_path / "ft"
-    results = finetune.main(["--model_name_or_path", str(pretrained / "encoder"), "--synthetic_per_class", "2",
-                             "--clip_seconds", "0.5", "--per_device_train_batch_size", "5", "--warmup_steps", "1",
-                             "--max_steps", "2", "--eval_steps", "2", "--output_dir", str(out)])
+    results = finetune.main(
+        [
+            "--model_name_or_path",
+            str(pretrained / "encoder"),
+            "--synthetic_per_class",
+            "2",
+            "--clip_seconds",
+            "0.5",
+            "--per_device_train_batch_size",
+            "5",
+            "--warmup_steps",
+            "1",
+            "--max_steps",
+            "2",
+            "--eval_steps",
+            "2",
+            "--output_dir",
+            str(out),
+        ]
+    )
     metadata, body = card_parts(out)
     assert metadata["pipeline_tag"] == "audio-classification"
     assert f"| test | accuracy | {results['test_score']:.4f} |" in body
@@ -313,10 +414,17 @@ def test_hub_folder_card_is_generated_from_the_model(tmp_path):
     from aasp_hf.hub import write_hub_folder
 
     model = aasp_hf.AaspModel(aasp_hf.AaspConfig(**MODEL))
-    write_hub_folder(model, AaspFeatureExtractor(feature_size=32), tmp_path / "repo",
-                     model_card_fields={"repo_id": "me/tiny", "datasets": ["esc50"]},
-                     all_results={"eval_history": [{"step": 1, "valid_score": 0.5}], "test_accuracy": 0.75,
-                                  "eval_arguments": {"lr": 1}})
+    write_hub_folder(
+        model,
+        AaspFeatureExtractor(feature_size=32),
+        tmp_path / "repo",
+        model_card_fields={"repo_id": "me/tiny", "datasets": ["esc50"]},
+        all_results={
+            "eval_history": [{"step": 1, "valid_score": 0.5}],
+            "test_accuracy": 0.75,
+            "eval_arguments": {"lr": 1},
+        },
+    )
     metadata, body = card_parts(tmp_path / "repo")
     count = sum(p.numel() for p in model.parameters())
     assert f"{count:,} parameters" in body and 'AutoModel.from_pretrained("me/tiny"' in body
@@ -357,8 +465,16 @@ def test_too_few_steps_for_the_warmup_fail_at_once_naming_warmup_steps():
     with pytest.raises(ValueError, match=r"--warmup_steps 100 must be at most --max_steps 5"):
         finetune.parse_args(["--model_name_or_path", "unused", "--max_steps", "5", "--warmup_steps", "100"])
     with pytest.raises(ValueError, match=r"--warmup_steps 30 must be at most --max_steps 10"):
-        pretrain.parse_args(["--config", str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"),
-                             "--max_steps", "10", "--warmup_steps", "30"])  # typed (a preset's own is cut to fit)
+        pretrain.parse_args(
+            [
+                "--config",
+                str(ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"),
+                "--max_steps",
+                "10",
+                "--warmup_steps",
+                "30",
+            ]
+        )  # typed (a preset's own is cut to fit)
 
 
 def test_messages_name_the_file_and_the_cause(tmp_path):
@@ -394,9 +510,19 @@ def test_the_shipped_cpu_accelerate_config_launches_without_warnings(tmp_path):
     script = tmp_path / "hello.py"
     script.write_text("print('launched')\n")
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf")}  # no default accelerate config of the user's
-    done = subprocess.run([str(Path(sys.executable).with_name("accelerate")), "launch", "--config_file",
-                           str(ROOT / "examples" / "accelerate_configs" / "cpu.yaml"), str(script)],
-                          env=env, capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("accelerate")),
+            "launch",
+            "--config_file",
+            str(ROOT / "examples" / "accelerate_configs" / "cpu.yaml"),
+            str(script),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "launched" in done.stdout
     assert "were not passed" not in done.stdout + done.stderr

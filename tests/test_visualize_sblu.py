@@ -26,8 +26,18 @@ def save_encoder(path, **overrides):
 def test_figure_and_parameters_within_bounds(tmp_path):
     model_dir = save_encoder(tmp_path / "encoder")
     out = tmp_path / "fig"
-    results = visualize_sblu.main(["--model_name_or_path", str(model_dir), "--synthetic_label", "am_30hz",
-                                   "--seconds", "1.5", "--output_dir", str(out)])
+    results = visualize_sblu.main(
+        [
+            "--model_name_or_path",
+            str(model_dir),
+            "--synthetic_label",
+            "am_30hz",
+            "--seconds",
+            "1.5",
+            "--output_dir",
+            str(out),
+        ]
+    )
     assert (out / "sblu_parameters.png").stat().st_size > 10_000
     arrays = np.load(out / "sblu_parameters.npz")
     beta_min, beta_max = sblu_frequency_range(0.01, 16)
@@ -45,11 +55,25 @@ def test_figure_and_parameters_within_bounds(tmp_path):
 
 
 def test_static_sblu_plotted_and_spe_refused(tmp_path):
-    static = visualize_sblu.main(["--model_name_or_path", str(save_encoder(tmp_path / "static", sblu_adaptive=False)),
-                                  "--seconds", "1.0", "--output_dir", str(tmp_path / "fig_static")])
+    static = visualize_sblu.main(
+        [
+            "--model_name_or_path",
+            str(save_encoder(tmp_path / "static", sblu_adaptive=False)),
+            "--seconds",
+            "1.0",
+            "--output_dir",
+            str(tmp_path / "fig_static"),
+        ]
+    )
     arrays = np.load(tmp_path / "fig_static" / "sblu_parameters.npz")
     assert static["adaptive"] is False and np.ptp(arrays["frequency"], axis=0).max() == 0  # constant over time
     assert (tmp_path / "fig_static" / "sblu_parameters.png").stat().st_size > 10_000
     with pytest.raises(ValueError, match="no SBLU"):
-        visualize_sblu.main(["--model_name_or_path", str(save_encoder(tmp_path / "spe", patch_embedding="spe")),
-                             "--output_dir", str(tmp_path / "fig_spe")])
+        visualize_sblu.main(
+            [
+                "--model_name_or_path",
+                str(save_encoder(tmp_path / "spe", patch_embedding="spe")),
+                "--output_dir",
+                str(tmp_path / "fig_spe"),
+            ]
+        )

@@ -44,8 +44,12 @@ def clips(with_nan: bool = False):
 
 def collator(student_eq_strength=0.0):
     config = AaspConfig(**CONFIG)
-    return PretrainingCollator(AaspFeatureExtractor(feature_size=config.num_mel_bins), config, crop_seconds=0.5,
-                               student_eq_strength=student_eq_strength)
+    return PretrainingCollator(
+        AaspFeatureExtractor(feature_size=config.num_mel_bins),
+        config,
+        crop_seconds=0.5,
+        student_eq_strength=student_eq_strength,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +111,8 @@ def test_the_workers_batches_are_collate_seeded_bit_for_bit(path, workers, cache
         assert_batches_equal(item["batch"], batch, workers)
         assert [(f.index, f.reason) for f in item["failed"]] == [(f.index, f.reason) for f in failed]
     expected_keys = {"input_values", "visible_indices", "query_indices"} | (
-        {"student_input_values"} if path == "equaliser" else set())
+        {"student_input_values"} if path == "equaliser" else set()
+    )
     assert got[0]["batch"].keys() == expected_keys
     if path != "cache":  # clip 4's NaN is named in every micro-batch that holds it, in the order's place
         failures = [f for item in got for f in item["failed"]]
@@ -116,8 +121,9 @@ def test_the_workers_batches_are_collate_seeded_bit_for_bit(path, workers, cache
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_with_the_log_mel_on_the_accelerator_the_workers_draw_the_rest_and_finish_completes_the_same_batch(workers,
-                                                                                                           cache):
+def test_with_the_log_mel_on_the_accelerator_the_workers_draw_the_rest_and_finish_completes_the_same_batch(
+    workers, cache
+):
     """--features_on_device: a worker crops and draws masks, queries and equaliser (`draw_seeded`); the training
     process's `finish` computes the log-mel of the micro-batch in one call: the batch `collate_seeded` makes."""
     dataset, make = AudioClips(clips()), partial(collator, 0.5)
@@ -126,8 +132,7 @@ def test_with_the_log_mel_on_the_accelerator_the_workers_draw_the_rest_and_finis
     finisher = make()
     for epoch, batch, indices, _ in reference(dataset, make, 0, 3):
         item = next(loader)
-        assert set(item["batch"]) == {"waveforms", "waveform_lengths", "visible_indices", "query_indices",
-                                      "eq_curves"}
+        assert set(item["batch"]) == {"waveforms", "waveform_lengths", "visible_indices", "query_indices", "eq_curves"}
         assert item["batch"]["waveforms"].shape[1] == 8_000  # the 0.5-s crop, the longest of the micro-batch
         assert_batches_close(finisher.finish(item["batch"]), batch)
         assert item["indices"] == indices
@@ -142,8 +147,9 @@ def test_a_streams_finished_micro_batches_are_collate_seeded_and_keep_its_positi
     folder.mkdir()
     for number, array in enumerate(clips()[:6]):
         sf.write(folder / f"clip{number}.wav", array, 16000)
-    data_args = pretrain.DataArguments(train_dir=str(folder), streaming=True, shuffle_buffer_size=4,
-                                       dataloader_num_workers=workers)
+    data_args = pretrain.DataArguments(
+        train_dir=str(folder), streaming=True, shuffle_buffer_size=4, dataloader_num_workers=workers
+    )
     make = partial(collator, 0.5)
     seeds = partial(stream_clip_seeds, SEED, 1, 0)
     stream = load_clips(data_args, SEED, 2, 1, 0)
@@ -152,8 +158,9 @@ def test_a_streams_finished_micro_batches_are_collate_seeded_and_keep_its_positi
     items = [next(got) for _ in range(4)]
     assert stream.position == {"epoch": 1, "micro_batches": 2}  # what was yielded, not what workers made ahead
     # the reference: the same stream's decoded micro-batches (one process), collated from the same seeds
-    plain = load_clips(pretrain.DataArguments(train_dir=str(folder), streaming=True, shuffle_buffer_size=4), SEED,
-                       2, 1, 0)
+    plain = load_clips(
+        pretrain.DataArguments(train_dir=str(folder), streaming=True, shuffle_buffer_size=4), SEED, 2, 1, 0
+    )
     plain.position = {"epoch": 0, "micro_batches": 1}
     decoded = plain.micro_batches()
     for item in items:
@@ -161,8 +168,12 @@ def test_a_streams_finished_micro_batches_are_collate_seeded_and_keep_its_positi
         numbers = [int(e["index"].split(":")[1]) for e in examples]
         assert item["epoch"] == epoch and item["indices"] == [e["index"] for e in examples]
         assert_batches_equal(item["batch"], make().collate_seeded(examples, seeds(epoch, numbers)), workers)
-    assert [item["position"] for item in items] == [{"epoch": 0, "micro_batches": 2}, {"epoch": 0, "micro_batches": 3},
-                                                    {"epoch": 1, "micro_batches": 1}, {"epoch": 1, "micro_batches": 2}]
+    assert [item["position"] for item in items] == [
+        {"epoch": 0, "micro_batches": 2},
+        {"epoch": 0, "micro_batches": 3},
+        {"epoch": 1, "micro_batches": 1},
+        {"epoch": 1, "micro_batches": 2},
+    ]
     assert stream_clip_seeds(SEED, 2, 1, 0, [0, 1]) == [clip_seed(SEED, 0, p) for p in (1, 3)]
 
 
@@ -176,9 +187,21 @@ def write_folder(folder):
 
 
 def argv(output_dir, folder, **overrides):
-    args = dict(train_dir=str(folder), crop_seconds=0.5, model_config=json.dumps(CONFIG), output_dir=str(output_dir),
-                per_device_train_batch_size=3, max_steps=4, warmup_steps=1, logging_steps=1, save_steps=2,
-                report_to="none", seed=SEED, monitor_steps=0, student_eq_strength=0.5)
+    args = dict(
+        train_dir=str(folder),
+        crop_seconds=0.5,
+        model_config=json.dumps(CONFIG),
+        output_dir=str(output_dir),
+        per_device_train_batch_size=3,
+        max_steps=4,
+        warmup_steps=1,
+        logging_steps=1,
+        save_steps=2,
+        report_to="none",
+        seed=SEED,
+        monitor_steps=0,
+        student_eq_strength=0.5,
+    )
     args.update(overrides)
     return cli_args(**args)
 
@@ -196,15 +219,19 @@ def test_a_run_stopped_and_resumed_with_workers_ends_where_a_run_without_workers
     plain = pretrain.main(argv(tmp_path / "plain", folder, dataloader_num_workers=0))
     pretrain.main(argv(tmp_path / "split", folder, dataloader_num_workers=2, stop_after_steps=2))
     resumed = pretrain.main(argv(tmp_path / "split", folder, dataloader_num_workers=1, resume=True))
-    on_device = pretrain.main(argv(tmp_path / "device", folder, dataloader_num_workers=2, features_on_device=True,
-                                   stop_after_steps=2))
+    on_device = pretrain.main(
+        argv(tmp_path / "device", folder, dataloader_num_workers=2, features_on_device=True, stop_after_steps=2)
+    )
     assert resumed["start_step"] == 2 and resumed["step"] == plain["step"] == 4 and on_device["step"] == 2
     assert losses(tmp_path / "split") == pytest.approx(losses(tmp_path / "plain"), rel=1e-5)
     assert losses(tmp_path / "device") == pytest.approx(losses(tmp_path / "plain")[:2], rel=1e-5)
     for run, step in (("split", 4), ("device", 2)):
         # the workers' features round as one thread does (assert_batches_close): steps apart by float32 rounding
-        assert_states_close(load_file(tmp_path / run / f"checkpoint-{step}" / "model.safetensors"),
-                            load_file(tmp_path / "plain" / f"checkpoint-{step}" / "model.safetensors"), atol=1e-5)
+        assert_states_close(
+            load_file(tmp_path / run / f"checkpoint-{step}" / "model.safetensors"),
+            load_file(tmp_path / "plain" / f"checkpoint-{step}" / "model.safetensors"),
+            atol=1e-5,
+        )
     for results, run in ((plain, "plain"), (resumed, "split"), (on_device, "device")):
         assert results["decode_failures"] == 1 and results["missing_files"] == 0, run
         listed = (tmp_path / run / "decode_failures.txt").read_text().splitlines()
@@ -219,8 +246,21 @@ def test_plan_times_the_workers_and_the_training_process_on_the_runs_own_path(so
     import math
 
     preset = pretrain.Path(pretrain.__file__).parent / "configs" / "pretrain_tiny_cpu.json"
-    argv = ["--config", str(preset), "--plan", "--plan_data_clips", "8", "--per_device_train_batch_size", "4",
-            "--output_dir", str(tmp_path / "never"), "--model_config", json.dumps(CONFIG), "--crop_seconds", "0.5"]
+    argv = [
+        "--config",
+        str(preset),
+        "--plan",
+        "--plan_data_clips",
+        "8",
+        "--per_device_train_batch_size",
+        "4",
+        "--output_dir",
+        str(tmp_path / "never"),
+        "--model_config",
+        json.dumps(CONFIG),
+        "--crop_seconds",
+        "0.5",
+    ]
     if source == "cache":
         argv += ["--log_mel_cache", str(cache.cache_dir)]
     else:

@@ -14,7 +14,7 @@ import write_transformers_pr as pr
 from aasp_hf.errors import UsageError
 from aasp_hf.hub import CODE_FILES
 
-MODELS_INIT = '''\
+MODELS_INIT = """\
 from typing import TYPE_CHECKING
 
 from ..utils import _LazyModule
@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     from .bert import *
 else:
     import sys
-'''
+"""
 
-MODELING_AUTO = '''\
+MODELING_AUTO = """\
 MODEL_MAPPING_NAMES = OrderedDict(
     [
         # Base model mapping
@@ -51,9 +51,9 @@ MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES = OrderedDict(
         ("whisper", "WhisperForAudioClassification"),
     ]
 )
-'''
+"""
 
-TOCTREE = '''\
+TOCTREE = """\
     - sections:
       - local: model_doc/vit
         title: ViT
@@ -64,15 +64,15 @@ TOCTREE = '''\
       - local: model_doc/bark
         title: Bark
       title: Audio models
-'''
+"""
 
-MAKEFILE = '''\
+MAKEFILE = """\
 STYLE_CHECKERS := ruff_check, ruff_format, init_isort, sort_auto_mappings
 REPO_CONSISTENCY_CHECKERS := \\
 \tauto_mappings, \\
 \timports, \\
 \tdeps_table
-'''
+"""
 
 
 CONFIG_ATTRIBUTES = 'SPECIAL_CASES_TO_ALLOW = {\n    # a reason\n    "DeepseekV3Config": ["n_routed_experts"],\n}\n'
@@ -112,8 +112,9 @@ def definitions(source: str) -> list[str]:
     return [ast.dump(d) for d in defs]
 
 
-def test_model_folder_is_generated_from_the_shipped_files_with_transformers_internal_imports(tree, tmp_path,
-                                                                                              monkeypatch):
+def test_model_folder_is_generated_from_the_shipped_files_with_transformers_internal_imports(
+    tree, tmp_path, monkeypatch
+):
     # a copy of aasp_hf's shipped files with a marker line: the written folder follows the source it is given
     package = tmp_path / "aasp_hf"
     shutil.copytree(pr.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -137,11 +138,15 @@ def test_model_folder_is_generated_from_the_shipped_files_with_transformers_inte
     modeling = (folder / "modeling_aasp.py").read_text()
     assert "from ...modeling_utils import PreTrainedModel\n" in modeling
     assert "from ... import initialization as init\n" in modeling
-    assert ("from ...utils.output_capturing import OutputRecorder, capture_outputs, maybe_install_capturing_hooks\n"
-            in modeling)
+    assert (
+        "from ...utils.output_capturing import OutputRecorder, capture_outputs, maybe_install_capturing_hooks\n"
+        in modeling
+    )
     assert "from .configuration_aasp import " in modeling  # siblings stay relative
-    assert modeling.startswith("# Copyright 2026 The aasp_hf authors. All rights reserved.\n#\n# Licensed under the "
-                               "Apache License, Version 2.0")
+    assert modeling.startswith(
+        "# Copyright 2026 The aasp_hf authors. All rights reserved.\n#\n# Licensed under the "
+        "Apache License, Version 2.0"
+    )
     assert "you may obtain a copy of the license at" in modeling.lower()  # the linter's TRF028 looks for it
     # in the tree the model is installed code: the remote-code switch is keyed to transformers' package name
     assert '__name__.split(".")[0] != "transformers"' in (folder / "configuration_aasp.py").read_text()
@@ -154,7 +159,8 @@ def test_model_folder_is_generated_from_the_shipped_files_with_transformers_inte
     assert sorted(sum(exported.values(), [])) == sorted(pr.DOCUMENTED)
     init = (folder / "__init__.py").read_text()
     assert [line.strip() for line in init.splitlines() if "import *" in line] == [
-        f"from .{Path(name).stem} import *" for name in sorted(exported)]
+        f"from .{Path(name).stem} import *" for name in sorted(exported)
+    ]
 
 
 def test_shared_entries_land_in_their_alphabetical_places(tree):
@@ -165,10 +171,12 @@ def test_shared_entries_land_in_their_alphabetical_places(tree):
     # after each table's leading comment (sort_auto_mappings fails on an entry above it), before the next model type
     assert '# Base model mapping\n        ("aasp", "AaspModel"),\n        ("afmoe",' in auto
     assert '# Model for pre-training mapping\n        ("aasp", "AaspForPreTraining"),\n        ("albert",' in auto
-    assert ('# Model for Audio Classification mapping\n        ("aasp", "AaspForAudioClassification"),\n'
-            '        ("audio-spectrogram-transformer"') in auto
+    assert (
+        '# Model for Audio Classification mapping\n        ("aasp", "AaspForAudioClassification"),\n'
+        '        ("audio-spectrogram-transformer"'
+    ) in auto
     toc = (tree / "docs/source/en/_toctree.yml").read_text()
-    audio = toc[toc.index("title: Vision models"):]
+    audio = toc[toc.index("title: Vision models") :]
     assert audio.index("model_doc/aasp\n        title: AaSP") < audio.index("model_doc/audio-spectrogram-transformer")
     assert toc.index("title: Vision models") < toc.index("model_doc/aasp")  # in the audio section, not the vision one
     doc = (tree / "docs/source/en/model_doc/aasp.md").read_text()
@@ -198,12 +206,16 @@ def test_tree_test_files_import_from_the_tree_and_carry_their_helpers(tree):
         text = (folder / name).read_text()
         module = ast.parse(text)
         for bad in ("aasp_hf", "conftest", "transformers_release_tests"):
-            assert bad not in "\n".join(ast.unparse(n) for n in module.body if isinstance(n, (ast.Import,
-                                                                                                ast.ImportFrom))), name
+            assert bad not in "\n".join(
+                ast.unparse(n) for n in module.body if isinstance(n, (ast.Import, ast.ImportFrom))
+            ), name
         defined = {n.name for n in module.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-        imported = {(a.asname or a.name).split(".")[0] for n in module.body if isinstance(n, (ast.Import,
-                                                                                              ast.ImportFrom))
-                    for a in n.names}
+        imported = {
+            (a.asname or a.name).split(".")[0]
+            for n in module.body
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            for a in n.names
+        }
         used = {n.id for n in ast.walk(module) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         assert imported <= used, (name, imported - used)  # no unused import (ruff's F401)
         assert {"tiny_config_kwargs", "tiny_pretraining_config"} & defined <= used, name  # no unused helper
@@ -219,8 +231,10 @@ def test_tree_test_files_import_from_the_tree_and_carry_their_helpers(tree):
     # the pre-training model's common tests and all its own tests, the masks from the sampler written into the file
     assert "class AaspForPreTrainingModelTest(ModelTesterMixin, unittest.TestCase):" in pretraining
     assert re.search(r"all_model_classes\s+=\s+\(AaspForPreTraining,\)", pretraining)  # as check_repo reads it
-    for test in ("test_hidden_states_and_attentions_are_the_students_and_leave_the_teacher_alone",
-                 "test_teacher_starts_as_the_student_and_stays_in_eval_mode_without_gradients"):
+    for test in (
+        "test_hidden_states_and_attentions_are_the_students_and_leave_the_teacher_alone",
+        "test_teacher_starts_as_the_student_and_stays_in_eval_mode_without_gradients",
+    ):
         assert f"def {test}(" in pretraining
     assert "def sample_pretraining_masks(" in pretraining and "def pretraining_inputs(" in pretraining
     assert "aasp_in_transformers_pretraining_table" not in pretraining.split('"""', 2)[2]
@@ -231,7 +245,8 @@ def test_a_test_that_needs_training_side_code_is_left_out_and_named(tmp_path, mo
     repo = tmp_path / "repo"
     (repo / "tests").mkdir(parents=True)
     shutil.copy(pr.REPO / "tests/conftest.py", repo / "tests/conftest.py")
-    (repo / "tests/test_x.py").write_text(textwrap.dedent("""\
+    (repo / "tests/test_x.py").write_text(
+        textwrap.dedent("""\
         \"\"\"Docstring.\"\"\"
         from aasp_hf import AaspForPreTraining
         from conftest import pretraining_batch, tiny_pretraining_config
@@ -243,7 +258,8 @@ def test_a_test_that_needs_training_side_code_is_left_out_and_named(tmp_path, mo
 
         def test_does_not():
             assert AaspForPreTraining(tiny_pretraining_config())
-        """))
+        """)
+    )
     monkeypatch.setattr(pr, "REPO", repo)
     text = pr.tree_test_file([("test_x.py", {})])
     assert "def test_does_not(" in text and "def test_uses_the_training_sampler(" not in text
@@ -258,14 +274,24 @@ def test_tree_test_files_follow_the_file_that_defines_each_class(tree):
     modeling file per model), its tests go into test_modeling_aasp.py with the encoder's, and a name that lives in the
     model file (the losses) is imported from there."""
     assert [ours for ours, _ in pr.tree_test_files()["test_modeling_aasp.py"]] == [
-        "test_transformers_common.py", "test_transformers_common_pretraining.py", "test_pretraining_model.py"]
+        "test_transformers_common.py",
+        "test_transformers_common_pretraining.py",
+        "test_pretraining_model.py",
+    ]
     pr.write(tree)
     folder = tree / "tests/models/aasp"
-    assert sorted(p.name for p in folder.iterdir()) == ["__init__.py", "test_feature_extraction_aasp.py",
-                                                         "test_modeling_aasp.py"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "__init__.py",
+        "test_feature_extraction_aasp.py",
+        "test_modeling_aasp.py",
+    ]
     modeling = (folder / "test_modeling_aasp.py").read_text()
-    tested = {name.strip() for group in re.findall(r"all_model_classes\s+=\s+\(([^\)]*)\)", modeling)
-              for name in group.split(",") if name.strip()}
+    tested = {
+        name.strip()
+        for group in re.findall(r"all_model_classes\s+=\s+\(([^\)]*)\)", modeling)
+        for name in group.split(",")
+        if name.strip()
+    }
     assert tested == {"AaspModel", "AaspForAudioClassification", "AaspForPreTraining"}
     assert "from transformers.models.aasp.modeling_aasp import masked_prediction_loss, teacher_targets\n" in modeling
     assert "objectives" not in modeling and "modeling_aasp_pretraining" not in modeling
@@ -279,12 +305,15 @@ def test_imports_of_aasp_hf_point_at_the_file_that_defines_each_name():
     node = ast.parse("from aasp_hf import AaspForPreTraining, AaspForPreTrainingOutput, AaspModel").body[0]
     assert pr._tree_import(node, node.names) == [
         "from transformers import AaspForPreTraining, AaspModel",  # documented: transformers exports them
-        "from transformers.models.aasp.modeling_aasp import AaspForPreTrainingOutput"]
+        "from transformers.models.aasp.modeling_aasp import AaspForPreTrainingOutput",
+    ]
     node = ast.parse("from transformers_release_tests.test_modeling_common import ModelTesterMixin").body[0]
     assert pr._tree_import(node, node.names) == ["from ...test_modeling_common import ModelTesterMixin"]
     node = ast.parse("from aasp_hf.data.masking import sample_batch_masks").body[0]
-    with pytest.raises(UsageError, match="imports sample_batch_masks from aasp_hf.data.masking, which no file of the "
-                                         "model folder defines"):
+    with pytest.raises(
+        UsageError,
+        match="imports sample_batch_masks from aasp_hf.data.masking, which no file of the model folder defines",
+    ):
         pr._tree_import(node, node.names)
 
 
@@ -292,7 +321,10 @@ def test_generated_files_are_formatted_by_the_trees_ruff():
     """The test files and the lazy `__init__.py` are written here, so the tree's `ruff format` formats them on every
     write (a step that must succeed); the model files are copied as they are and formatted at their source."""
     fixes = pr.tree_fixes("/venv/bin/python", style=False)
-    assert (["/venv/bin/ruff", "format", "src/transformers/models/aasp/__init__.py", "tests/models/aasp"], True) in fixes
+    assert (
+        ["/venv/bin/ruff", "format", "src/transformers/models/aasp/__init__.py", "tests/models/aasp"],
+        True,
+    ) in fixes
     assert not any(cmd[1] == "format" and "src/transformers/models/aasp" in cmd for cmd, _ in fixes)
 
 
@@ -343,13 +375,25 @@ def test_tree_makefile_lists_and_pins(tree):
     assert pr.pinned_version(tree, "ruff") == "0.14.10"
     assert pr.pinned_version(tree, "transformers-mlinter") == "0.1.4"
     names = [name for name, _, _ in pr.checks(tree, "/venv/bin/python")]
-    assert names == ["auto_mappings", "imports", "deps_table", "init_isort", "sort_auto_mappings", "ruff_check",
-                     "ruff_format", "modeling_structure", "model_tests"]
+    assert names == [
+        "auto_mappings",
+        "imports",
+        "deps_table",
+        "init_isort",
+        "sort_auto_mappings",
+        "ruff_check",
+        "ruff_format",
+        "modeling_structure",
+        "model_tests",
+    ]
 
 
 def test_not_a_tree_is_one_clear_error(tmp_path):
-    with pytest.raises(UsageError, match=r"is not a transformers source tree \(src/transformers/models/__init__.py "
-                                         r"is missing\)"):
+    with pytest.raises(
+        UsageError,
+        match=r"is not a transformers source tree \(src/transformers/models/__init__.py "
+        r"is missing\)",
+    ):
         pr.main([str(tmp_path), "--write-only"])
     assert not any(tmp_path.iterdir())  # nothing written
 
@@ -406,7 +450,9 @@ def test_the_config_attribute_only_the_mask_sampler_reads_is_allowed_with_its_re
     text = (tree / "utils/check_config_attributes.py").read_text()
     namespace = {}
     exec(text, namespace)
-    assert namespace["SPECIAL_CASES_TO_ALLOW"] == {"AaspConfig": ["mask_block_sizes"],
-                                                    "DeepseekV3Config": ["n_routed_experts"]}
+    assert namespace["SPECIAL_CASES_TO_ALLOW"] == {
+        "AaspConfig": ["mask_block_sizes"],
+        "DeepseekV3Config": ["n_routed_experts"],
+    }
     assert all(len(line) <= 119 for line in text.splitlines())  # the tree's line length
     assert "mask sampler" in text.splitlines()[1]

@@ -30,8 +30,11 @@ from aasp_hf.xares import AaspXaresEncoder
 ROOT = Path(__file__).resolve().parents[1]
 SR = 16000
 HAS_XARES = importlib.util.find_spec("xares") is not None
-NEEDS_XARES = pytest.mark.skipif(not HAS_XARES, reason="X-ARES is not installed in this venv: `make xares-check` runs "
-                                 "these tests in .venv-xares (pip install 'aasp_hf[xares]')")
+NEEDS_XARES = pytest.mark.skipif(
+    not HAS_XARES,
+    reason="X-ARES is not installed in this venv: `make xares-check` runs "
+    "these tests in .venv-xares (pip install 'aasp_hf[xares]')",
+)
 
 
 @pytest.fixture(scope="module")
@@ -206,8 +209,14 @@ def test_x_ares_runner_scores_both_tasks_end_to_end(checkpoint, env_dir, tmp_pat
     (workdir / "env").symlink_to(env_dir)
     env = {**os.environ, "AASP_XARES_MODEL": str(checkpoint), "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     tasks = ["benchmarks.xares.synthetic_scene_task", "benchmarks.xares.synthetic_event_task"]
-    result = subprocess.run([sys.executable, "-m", "xares.run", "aasp_hf.xares", *tasks, "--max-jobs", "0"],
-                            cwd=workdir, env=env, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, "-m", "xares.run", "aasp_hf.xares", *tasks, "--max-jobs", "0"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Results:" in result.stdout and "Synthetic scene" in result.stdout and "Synthetic event" in result.stdout
     for task, probes in (("synthetic_scene", ("mlp", "knn")), ("synthetic_event", ("mlp",))):

@@ -84,12 +84,18 @@ def installed_version() -> str:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Unpack transformers' common test mixins from its release's sdist.")
-    parser.add_argument("--installed", action="store_true",
-                        help="the transformers release installed for this interpreter, not the version constraints.txt "
-                             "pins (make test-newest)")
-    parser.add_argument("--target", type=Path, default=TARGET,
-                        help="the folder to unpack into (default .venv/transformers-tests); pytest's pythonpath must "
-                             "name it")
+    parser.add_argument(
+        "--installed",
+        action="store_true",
+        help="the transformers release installed for this interpreter, not the version constraints.txt "
+        "pins (make test-newest)",
+    )
+    parser.add_argument(
+        "--target",
+        type=Path,
+        default=TARGET,
+        help="the folder to unpack into (default .venv/transformers-tests); pytest's pythonpath must name it",
+    )
     return parser.parse_args(argv)
 
 
@@ -106,8 +112,19 @@ def main(argv=None) -> None:
     shutil.rmtree(target, ignore_errors=True)
     with tempfile.TemporaryDirectory() as download:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-             f"transformers=={version}", "-d", download],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"transformers=={version}",
+                "-d",
+                download,
+            ],
             check=True,
         )
         (sdist,) = Path(download).glob("transformers-*.tar.gz")

@@ -21,8 +21,10 @@ def list_audiofolder(root, split: str, max_clips: int | None = None, classes: li
         raise ValueError(f"{split_dir} is not a folder: the probe dataset needs {root}/{{train,test}}/<label>/*.wav")
     folders = {p.name: p for p in sorted(split_dir.iterdir()) if p.is_dir()}
     classes = sorted(folders) if classes is None else list(classes)
-    per_class = [sorted(f for f in folders[name].rglob("*") if f.suffix.lower() in AUDIO_EXTENSIONS)
-                 if name in folders else [] for name in classes]
+    per_class = [
+        sorted(f for f in folders[name].rglob("*") if f.suffix.lower() in AUDIO_EXTENSIONS) if name in folders else []
+        for name in classes
+    ]
     paths, labels = [], []
     for rank in range(max((len(files) for files in per_class), default=0)):
         for label, files in enumerate(per_class):

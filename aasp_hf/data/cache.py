@@ -67,13 +67,17 @@ def _write_index(cache_dir: Path, index: dict):
 def _read_index(cache_dir: Path) -> dict:
     path = Path(cache_dir) / INDEX_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: {cache_dir} is not a log-mel cache (build it with "
-                                f"aasp_hf.data.cache.build_log_mel_cache).")
+        raise FileNotFoundError(
+            f"{path} does not exist: {cache_dir} is not a log-mel cache (build it with "
+            f"aasp_hf.data.cache.build_log_mel_cache)."
+        )
     with open(path, encoding="utf-8") as f:
         index = json.load(f)
     if index.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path} has format_version={index.get('format_version')!r}; this code reads "
-                         f"{FORMAT_VERSION}. Rebuild the cache with overwrite=True.")
+        raise ValueError(
+            f"{path} has format_version={index.get('format_version')!r}; this code reads "
+            f"{FORMAT_VERSION}. Rebuild the cache with overwrite=True."
+        )
     return index
 
 
@@ -132,8 +136,9 @@ class _CacheWriter(torch.utils.data.Dataset):
         result = {"row": row, "id": f"row-{row}", "file": None, "num_frames": 0, "status": "failed", "error": None}
         try:
             example = self.source[row]
-            audio = example[self.audio_column] if isinstance(example, dict) and self.audio_column in example \
-                else example
+            audio = (
+                example[self.audio_column] if isinstance(example, dict) and self.audio_column in example else example
+            )
             clip_id = _clip_id(example, audio, row, self.id_column)
             relative = _relative_file(clip_id)
             result.update(id=clip_id, file=relative)
@@ -148,8 +153,9 @@ class _CacheWriter(torch.utils.data.Dataset):
                 result["error"] = "failed to decode"
                 return result
             frames = self.raw.num_frames(waveform.shape[0])
-            features = self.raw(waveform, sampling_rate=self.raw.sampling_rate, return_tensors="np",
-                                return_attention_mask=False)["input_values"][0, :frames]  # (T_padded, F) -> (T, F)
+            features = self.raw(
+                waveform, sampling_rate=self.raw.sampling_rate, return_tensors="np", return_attention_mask=False
+            )["input_values"][0, :frames]  # (T_padded, F) -> (T, F)
             log_mel = features.astype(np.float16)  # (T, F)
             if not np.isfinite(log_mel).all():
                 raise ValueError("log-mel is not finite in float16")
@@ -166,8 +172,15 @@ def _identity(item):
     return item
 
 
-def build_log_mel_cache(dataset, cache_dir, feature_extractor=None, audio_column: str = "audio",
-                        num_workers: int = 0, overwrite: bool = False, id_column=None) -> dict:
+def build_log_mel_cache(
+    dataset,
+    cache_dir,
+    feature_extractor=None,
+    audio_column: str = "audio",
+    num_workers: int = 0,
+    overwrite: bool = False,
+    id_column=None,
+) -> dict:
     """Write the unnormalised float16 log-mel (T, F) of every clip of `dataset` under `cache_dir`, plus index.json.
 
     Args:
@@ -189,8 +202,10 @@ def build_log_mel_cache(dataset, cache_dir, feature_extractor=None, audio_column
     if feature_extractor is None:
         feature_extractor = AaspFeatureExtractor()
     if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
-        raise TypeError(f"build_log_mel_cache needs a map-style dataset (len and indexing), got {type(dataset)}; "
-                        f"an IterableDataset can be materialised first (e.g. a list of paths).")
+        raise TypeError(
+            f"build_log_mel_cache needs a map-style dataset (len and indexing), got {type(dataset)}; "
+            f"an IterableDataset can be materialised first (e.g. a list of paths)."
+        )
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     settings = frontend_settings(feature_extractor)
@@ -201,8 +216,10 @@ def build_log_mel_cache(dataset, cache_dir, feature_extractor=None, audio_column
             raise ValueError(f"{cache_dir / INDEX_FILE} cannot be read ({error}); pass overwrite=True to rebuild.")
         mismatch = _settings_mismatch(previous.get("settings", {}), settings)
         if mismatch:
-            raise ValueError(f"{cache_dir} holds a log-mel cache built with other front-end settings "
-                             f"({'; '.join(mismatch)}); pass overwrite=True to rebuild it or use another cache_dir.")
+            raise ValueError(
+                f"{cache_dir} holds a log-mel cache built with other front-end settings "
+                f"({'; '.join(mismatch)}); pass overwrite=True to rebuild it or use another cache_dir."
+            )
     from datasets import Dataset  # here: reading a cache (LogMelCache) never needs datasets
 
     if isinstance(dataset, Dataset):
@@ -219,8 +236,9 @@ def build_log_mel_cache(dataset, cache_dir, feature_extractor=None, audio_column
     _write_index(cache_dir, index)
 
     writer = _CacheWriter(dataset, cache_dir, feature_extractor, audio_column, id_column, overwrite)
-    loader = torch.utils.data.DataLoader(writer, batch_size=None, shuffle=False, num_workers=num_workers,
-                                         collate_fn=_identity)
+    loader = torch.utils.data.DataLoader(
+        writer, batch_size=None, shuffle=False, num_workers=num_workers, collate_fn=_identity
+    )
     ids, files, frames, rows, failed = [], [], [], [], []
     counts = {"written": 0, "kept": 0, "failed": 0}
     for result in loader:
@@ -242,8 +260,14 @@ def build_log_mel_cache(dataset, cache_dir, feature_extractor=None, audio_column
         failed=failed,
     )
     _write_index(cache_dir, index)
-    return {"cache_dir": str(cache_dir), "num_clips": len(ids), "num_written": counts["written"],
-            "num_kept": counts["kept"], "num_failed": counts["failed"], "failed": failed}
+    return {
+        "cache_dir": str(cache_dir),
+        "num_clips": len(ids),
+        "num_written": counts["written"],
+        "num_kept": counts["kept"],
+        "num_failed": counts["failed"],
+        "failed": failed,
+    }
 
 
 class LogMelCache(torch.utils.data.Dataset):
@@ -265,14 +289,18 @@ class LogMelCache(torch.utils.data.Dataset):
         self.cache_dir = Path(cache_dir)
         index = _read_index(self.cache_dir)
         if not index.get("complete"):
-            raise ValueError(f"{self.cache_dir} is an incomplete log-mel cache (its build was interrupted): run "
-                             f"build_log_mel_cache again on the same dataset to finish it.")
+            raise ValueError(
+                f"{self.cache_dir} is an incomplete log-mel cache (its build was interrupted): run "
+                f"build_log_mel_cache again on the same dataset to finish it."
+            )
         self.settings = index["settings"]
         if feature_extractor is not None:
             mismatch = _settings_mismatch(self.settings, frontend_settings(feature_extractor))
             if mismatch:
-                raise ValueError(f"The log-mel cache {self.cache_dir} was built with other front-end settings than "
-                                 f"the given feature extractor: {'; '.join(mismatch)}. Rebuild it with this extractor.")
+                raise ValueError(
+                    f"The log-mel cache {self.cache_dir} was built with other front-end settings than "
+                    f"the given feature extractor: {'; '.join(mismatch)}. Rebuild it with this extractor."
+                )
         clips = index["clips"]
         self.ids, self.files = clips["id"], clips["file"]
         self.num_frames, self.rows = clips["num_frames"], clips["row"]

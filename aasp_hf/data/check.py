@@ -34,10 +34,28 @@ from .loaders import load
 from .loaders.layout import default_audio_dir, recording_missing_files
 
 
-NAMES = ("as20k", "as2m", "esc50", "us8k", "scv2", "nsynth", "cremad", "gtzan", "voxforge", "surge", "voxceleb1",
-         "audiofolder")
-ALIASES = {"audioset": "as20k", "urbansound8k": "us8k", "speech_commands": "scv2", "crema_d": "cremad",
-           "esc_50": "esc50", "voxceleb": "voxceleb1"}
+NAMES = (
+    "as20k",
+    "as2m",
+    "esc50",
+    "us8k",
+    "scv2",
+    "nsynth",
+    "cremad",
+    "gtzan",
+    "voxforge",
+    "surge",
+    "voxceleb1",
+    "audiofolder",
+)
+ALIASES = {
+    "audioset": "as20k",
+    "urbansound8k": "us8k",
+    "speech_commands": "scv2",
+    "crema_d": "cremad",
+    "esc_50": "esc50",
+    "voxceleb": "voxceleb1",
+}
 EVAR_TASKS = ("cremad", "gtzan", "voxforge", "surge")
 # Official clips per split (per fold for ESC-50 and UrbanSound8K); AudioSet: the segments its CSVs list, as their
 # header lines state (num_segs). Sources: docs/datasets.md, "Checking a prepared copy".
@@ -110,10 +128,15 @@ def header_summary(paths: list, sample_files: int, seed: int) -> dict:
         channels[num_channels] += 1
         formats[kind] += 1
     return {
-        "files_read": len(chosen), "files_present": len(paths), "sampled": len(chosen) < len(paths), "seed": seed,
-        "sample_rates": dict(sorted(rates.items())), "channels": dict(sorted(channels.items())),
-        "formats": dict(sorted(formats.items())), "unreadable": len(unreadable), "unreadable_examples":
-        unreadable[:NUM_EXAMPLES],
+        "files_read": len(chosen),
+        "files_present": len(paths),
+        "sampled": len(chosen) < len(paths),
+        "seed": seed,
+        "sample_rates": dict(sorted(rates.items())),
+        "channels": dict(sorted(channels.items())),
+        "formats": dict(sorted(formats.items())),
+        "unreadable": len(unreadable),
+        "unreadable_examples": unreadable[:NUM_EXAMPLES],
     }
 
 
@@ -154,8 +177,14 @@ def check_dataset(name: str, root, *, sample_files: int = 200, seed: int = 0, **
     name = canonical_name(name)
     root = Path(root)
     options = {key: value for key, value in options.items() if value is not None}
-    report = {"name": name, "root": str(root), "options": {k: str(v) for k, v in options.items()}, "errors": [],
-              "notes": [], "splits": []}
+    report = {
+        "name": name,
+        "root": str(root),
+        "options": {k: str(v) for k, v in options.items()},
+        "errors": [],
+        "notes": [],
+        "splits": [],
+    }
     logger, collect = logging.getLogger("aasp_hf.data"), _Collect()
     logger.addHandler(collect)
     propagate, level = logger.propagate, logger.level
@@ -169,8 +198,11 @@ def check_dataset(name: str, root, *, sample_files: int = 200, seed: int = 0, **
         return report
     except TypeError as error:  # an option this loader does not take
         option = re.search(r"unexpected keyword argument '(\w+)'", str(error))
-        report["errors"].append(f"{name} does not take --{option.group(1)}; its options are in the {name} section of "
-                                f"docs/datasets.md." if option else f"{name}: {error}")
+        report["errors"].append(
+            f"{name} does not take --{option.group(1)}; its options are in the {name} section of docs/datasets.md."
+            if option
+            else f"{name}: {error}"
+        )
         return report
     finally:
         logger.removeHandler(collect)
@@ -216,17 +248,29 @@ def check_dataset(name: str, root, *, sample_files: int = 200, seed: int = 0, **
             missing_files += missing
     for row in report["splits"]:
         if row["clips"] == 0:
-            segments = f" (none of its {row['segments']:,} segments matched a file under {folder})" \
-                if "segments" in row else ""
-            report["errors"].append(f"split {row['split']!r} has no clips{segments}: check --root and the options "
-                                    f"against the {name} section of docs/datasets.md.")
-    report["missing_files"] = {"count": len(missing_files),
-                               "examples": [_shown(p, root) for p in missing_files[:NUM_EXAMPLES]]}
+            segments = (
+                f" (none of its {row['segments']:,} segments matched a file under {folder})"
+                if "segments" in row
+                else ""
+            )
+            report["errors"].append(
+                f"split {row['split']!r} has no clips{segments}: check --root and the options "
+                f"against the {name} section of docs/datasets.md."
+            )
+    report["missing_files"] = {
+        "count": len(missing_files),
+        "examples": [_shown(p, root) for p in missing_files[:NUM_EXAMPLES]],
+    }
     unnamed = sorted(present - named)
-    report["unnamed_files"] = {"folder": str(folder) if folder is not None else None, "count": len(unnamed),
-                               "examples": [_shown(p, root) for p in unnamed[:NUM_EXAMPLES]]}
-    report["labels"] = {"classes": _num_classes(label_feature) if label_feature is not None else None,
-                        "present": len(labels_used)}
+    report["unnamed_files"] = {
+        "folder": str(folder) if folder is not None else None,
+        "count": len(unnamed),
+        "examples": [_shown(p, root) for p in unnamed[:NUM_EXAMPLES]],
+    }
+    report["labels"] = {
+        "classes": _num_classes(label_feature) if label_feature is not None else None,
+        "present": len(labels_used),
+    }
     existing = sorted(p for p in named if p in present or os.path.isfile(p))
     report["audio"] = header_summary(existing, sample_files, seed)
     return report
@@ -263,8 +307,9 @@ def format_report(report: dict) -> str:
         flag = "" if row["official"] in (None, row.get("segments", row["clips"])) else " *"
         table.append([row["split"], _count(row["clips"]), _count(row["official"]) + flag, *cells])
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    lines += ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-              for r in table]
+    lines += [
+        "  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in table
+    ]
     if any(" *" in r[2] for r in table[1:]):
         column = "segments" if audioset else "clips"
         lines.append(f"  * the official count differs from the {column} found (a filtered or partial copy?)")
@@ -273,26 +318,35 @@ def format_report(report: dict) -> str:
         if examples:
             lines.append(f"  segments without a file (left out by the loader), e.g. {', '.join(examples)}")
     labels = report["labels"]
-    lines.append("labels: none (no label column)" if labels["classes"] is None else
-                 f"labels: {_count(labels['classes'])} classes, {_count(labels['present'])} of them in the splits")
+    lines.append(
+        "labels: none (no label column)"
+        if labels["classes"] is None
+        else f"labels: {_count(labels['classes'])} classes, {_count(labels['present'])} of them in the splits"
+    )
     missing = report["missing_files"]
     if missing["count"]:
-        lines.append(f"missing: {_files(missing['count'])} named by the metadata, e.g. "
-                     f"{', '.join(missing['examples'])}")
+        lines.append(
+            f"missing: {_files(missing['count'])} named by the metadata, e.g. {', '.join(missing['examples'])}"
+        )
     unnamed = report["unnamed_files"]
     if unnamed["folder"] is not None:
         text = f"in no split: {_files(unnamed['count'])} under {unnamed['folder']}"
         lines.append(text + (f", e.g. {', '.join(unnamed['examples'])}" if unnamed["count"] else ""))
     audio = report["audio"]
-    read = (f"headers of a seeded sample of {_count(audio['files_read'])} of {_count(audio['files_present'])} files "
-            f"(seed {audio['seed']})" if audio["sampled"] else f"headers of all {_count(audio['files_read'])} files")
+    read = (
+        f"headers of a seeded sample of {_count(audio['files_read'])} of {_count(audio['files_present'])} files "
+        f"(seed {audio['seed']})"
+        if audio["sampled"]
+        else f"headers of all {_count(audio['files_read'])} files"
+    )
     lines.append(f"audio, {read}:")
     lines.append(f"  sample rates: {_tally(audio['sample_rates'], ' Hz')}")
     lines.append(f"  channels: {_tally(audio['channels'])}")
     lines.append(f"  formats: {_tally(audio['formats'])}")
     if audio["unreadable"]:
-        lines.append(f"  unreadable headers: {_count(audio['unreadable'])}, e.g. "
-                     f"{'; '.join(audio['unreadable_examples'])}")
+        lines.append(
+            f"  unreadable headers: {_count(audio['unreadable'])}, e.g. {'; '.join(audio['unreadable_examples'])}"
+        )
     lines += [f"loader: {note}" for note in report["notes"]]
     return "\n".join(lines)
 
@@ -312,20 +366,28 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m aasp_hf.data.check",
         description="Check a prepared copy of a dataset against its loader and the official split sizes "
-                    "(docs/datasets.md, 'Checking a prepared copy').")
+        "(docs/datasets.md, 'Checking a prepared copy').",
+    )
     parser.add_argument("name", help=f"the dataset: {', '.join(NAMES)} (or {', '.join(sorted(ALIASES))})")
     parser.add_argument("--root", required=True, help="the folder you would pass to data.load(NAME, root=...)")
     parser.add_argument("--metadata_csv", help="EVAR's metadata CSV (cremad, gtzan, voxforge, surge)")
     parser.add_argument("--audio_dir", help="the audio folder, where it is not the default (AudioSet, VoxCeleb1)")
     parser.add_argument("--metadata_dir", help="AudioSet: the folder of the segment CSVs (default: --root)")
     parser.add_argument("--split_file", help="VoxCeleb1: iden_split.txt (default: ROOT/iden_split.txt)")
-    parser.add_argument("--sample_files", type=int, default=200,
-                        help="read the headers of at most this many files, a seeded sample (default 200)")
+    parser.add_argument(
+        "--sample_files",
+        type=int,
+        default=200,
+        help="read the headers of at most this many files, a seeded sample (default 200)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of that sample (default 0)")
     parser.add_argument("--json", help="also write the report to this JSON file")
-    parser.add_argument("--group_by", help="each clip's source (a column, or a regular expression whose first group, "
-                        "searched in the file name, is the source): also print the sources of each split that "
-                        "finetune.py and linear_eval.py make with it (their default fractions and seed)")
+    parser.add_argument(
+        "--group_by",
+        help="each clip's source (a column, or a regular expression whose first group, "
+        "searched in the file name, is the source): also print the sources of each split that "
+        "finetune.py and linear_eval.py make with it (their default fractions and seed)",
+    )
     return parser.parse_args(argv)
 
 

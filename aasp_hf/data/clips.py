@@ -104,8 +104,9 @@ def decode_clip(item, audio_column: str, index):
         if waveform.numel() == 0:
             raise ValueError("it decodes to 0 samples")
         if not torch.isfinite(waveform).all():
-            raise ValueError(f"{int((~torch.isfinite(waveform)).sum())} of its {waveform.numel()} samples are NaN or "
-                             f"infinite")
+            raise ValueError(
+                f"{int((~torch.isfinite(waveform)).sum())} of its {waveform.numel()} samples are NaN or infinite"
+            )
         return {"waveform": waveform, "index": index}
     except Exception as error:  # noqa: BLE001 - any decoding failure skips the clip
         source = f"array {index}" if isinstance(item, np.ndarray) else _source_of(item, audio_column)
@@ -148,12 +149,14 @@ class AudioStream:
     costs W reads of them (a stream from the Hub is read W times).
     """
 
-    def __init__(self, dataset, audio_column, batch_size, num_processes, process_index, seed, buffer_size,
-                 num_workers: int = 0):
+    def __init__(
+        self, dataset, audio_column, batch_size, num_processes, process_index, seed, buffer_size, num_workers: int = 0
+    ):
         from datasets.distributed import split_dataset_by_node
 
-        shard = split_dataset_by_node(for_safe_decoding(dataset, audio_column), rank=process_index,
-                                      world_size=num_processes)  # rows carry their file ({"path", "bytes"})
+        shard = split_dataset_by_node(
+            for_safe_decoding(dataset, audio_column), rank=process_index, world_size=num_processes
+        )  # rows carry their file ({"path", "bytes"})
         self.shard = shard.shuffle(seed=seed, buffer_size=buffer_size)
         self.audio_column, self.batch_size, self.num_workers = audio_column, batch_size, num_workers
         self.position = {"epoch": 0, "micro_batches": 0}
@@ -163,21 +166,26 @@ class AudioStream:
         what has been yielded (not what the workers decoded ahead)."""
         micro_batches = StreamMicroBatches(self.shard, self.audio_column, self.batch_size, dict(self.position))
         # its own generator: creating an iterator must not draw from the global RNG (exact resume mid-epoch)
-        loader = torch.utils.data.DataLoader(micro_batches, batch_size=None, collate_fn=_as_is,
-                                             num_workers=self.num_workers, generator=torch.Generator().manual_seed(0),
-                                             worker_init_fn=leave_stop_signals_to_the_training_process)
+        loader = torch.utils.data.DataLoader(
+            micro_batches,
+            batch_size=None,
+            collate_fn=_as_is,
+            num_workers=self.num_workers,
+            generator=torch.Generator().manual_seed(0),
+            worker_init_fn=leave_stop_signals_to_the_training_process,
+        )
         for epoch, examples, position in loader:
             self.position = position
             yield epoch, examples
-
 
     def finished_micro_batches(self, collate, seeds, pin_memory: bool = False):
         """Yields finished micro-batches (`finish_micro_batch`'s dicts) from `position` on, forever, made in the
         `num_workers` DataLoader workers: `seeds(epoch, numbers)` gives the seeds of the clips numbered `numbers` in
         this process's shard of epoch `epoch`, and `collate(examples, seeds)` makes the batch. `position` follows what
         has been yielded."""
-        micro_batches = StreamMicroBatches(self.shard, self.audio_column, self.batch_size, dict(self.position),
-                                           collate=collate, seeds=seeds)
+        micro_batches = StreamMicroBatches(
+            self.shard, self.audio_column, self.batch_size, dict(self.position), collate=collate, seeds=seeds
+        )
         for item in load_micro_batches(micro_batches, self.num_workers, pin_memory):
             self.position = item["position"]
             yield item
@@ -196,8 +204,13 @@ def finish_micro_batch(examples, seeds, collate, epoch, position=None, earlier=(
     "failed": the `FailedClip`s (the training process's `FailureLog` names and counts them), "position": a stream's
     position after this micro-batch (None for a map-style dataset)}."""
     examples, failed = replace_failed(examples, earlier)
-    return {"batch": collate(examples, seeds), "epoch": epoch, "indices": [e["index"] for e in examples],
-            "failed": failed, "position": position}
+    return {
+        "batch": collate(examples, seeds),
+        "epoch": epoch,
+        "indices": [e["index"] for e in examples],
+        "failed": failed,
+        "position": position,
+    }
 
 
 class CollatedMicroBatches(torch.utils.data.IterableDataset):
@@ -258,9 +271,17 @@ def load_micro_batches(micro_batches, num_workers: int, pin_memory: bool = False
     workers, in order; with `pin_memory` (a CUDA run) their tensors arrive in page-locked memory, so the copy to the
     GPU runs without stalling the training process."""
     # its own generator: creating an iterator must not draw from the global RNG (exact resume mid-epoch)
-    return iter(torch.utils.data.DataLoader(micro_batches, batch_size=None, collate_fn=_as_is, num_workers=num_workers,
-                                            pin_memory=pin_memory, generator=torch.Generator().manual_seed(0),
-                                            worker_init_fn=leave_stop_signals_to_the_training_process))
+    return iter(
+        torch.utils.data.DataLoader(
+            micro_batches,
+            batch_size=None,
+            collate_fn=_as_is,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            generator=torch.Generator().manual_seed(0),
+            worker_init_fn=leave_stop_signals_to_the_training_process,
+        )
+    )
 
 
 def _kept_by_worker() -> collections.deque:
@@ -302,8 +323,7 @@ class StreamMicroBatches(torch.utils.data.IterableDataset):
                     break
                 taken, count = taken + 1, count + 1
                 if (count - 1) % num_workers == worker:
-                    examples = [decode_clip(row, self.audio_column, index=f"{epoch}:{number}")
-                                for number, row in group]
+                    examples = [decode_clip(row, self.audio_column, index=f"{epoch}:{number}") for number, row in group]
                     position = {"epoch": epoch, "micro_batches": taken}
                     if self.collate is None:
                         yield epoch, examples, position
@@ -335,14 +355,18 @@ def load_clips(data_args, seed: int, batch_size: int, num_processes: int, proces
     """`AudioClips` (map-style) of `--synthetic_clips`, `--dataset`, `--train_dir`, `--train_manifest` or
     `--dataset_name`; with `--streaming` the same sources read as an `AudioStream` of this process's shard. `data_args`
     is examples/pretrain.py's `DataArguments` (or any object with its fields; `train_manifest` may be absent)."""
-    sources = [f"--{name}" for name in ("dataset", "train_dir", "train_manifest", "dataset_name")
-               if getattr(data_args, name, None) is not None]
+    sources = [
+        f"--{name}"
+        for name in ("dataset", "train_dir", "train_manifest", "dataset_name")
+        if getattr(data_args, name, None) is not None
+    ]
     sources += ["--synthetic_clips"] if data_args.synthetic_clips > 0 else []
     if len(sources) > 1:
         raise UsageError(f"give one data source, got {', '.join(sources)}")
     if data_args.streaming and data_args.synthetic_clips > 0:
-        raise UsageError("--streaming reads --dataset, --train_dir, --train_manifest or --dataset_name, not "
-                         "--synthetic_clips")
+        raise UsageError(
+            "--streaming reads --dataset, --train_dir, --train_manifest or --dataset_name, not --synthetic_clips"
+        )
     if data_args.synthetic_clips > 0:
         return AudioClips(unlabelled_clips(data_args.synthetic_clips, seed, data_args.synthetic_seconds))
     import datasets  # here, as the loaders: synthetic clips are arrays in memory and need no datasets
@@ -352,26 +376,47 @@ def load_clips(data_args, seed: int, batch_size: int, num_processes: int, proces
     if data_args.dataset is not None:
         splits = load(data_args.dataset, root=data_args.data_root, streaming=data_args.streaming)
         if data_args.dataset_split not in splits:
-            raise UsageError(f"--dataset {data_args.dataset} has the splits {sorted(splits)}, not "
-                             f"--dataset_split {data_args.dataset_split!r}")
+            raise UsageError(
+                f"--dataset {data_args.dataset} has the splits {sorted(splits)}, not "
+                f"--dataset_split {data_args.dataset_split!r}"
+            )
         ds, audio_column = splits[data_args.dataset_split], "audio"  # our loaders: a 16 kHz `audio` column
     elif getattr(data_args, "train_manifest", None) is not None:  # the manifest is the split: no --dataset_split
         ds, audio_column = load_fairseq_manifest(data_args.train_manifest, streaming=data_args.streaming), "audio"
     else:
         if data_args.train_dir is not None:
             check_audio_folder(data_args.train_dir)
-            ds = datasets.load_dataset("audiofolder", data_dir=data_args.train_dir, drop_labels=True,
-                                       split=data_args.dataset_split, streaming=data_args.streaming)
+            ds = datasets.load_dataset(
+                "audiofolder",
+                data_dir=data_args.train_dir,
+                drop_labels=True,
+                split=data_args.dataset_split,
+                streaming=data_args.streaming,
+            )
         elif data_args.dataset_name is not None:
-            ds = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config,
-                                       split=data_args.dataset_split, streaming=data_args.streaming)
+            ds = datasets.load_dataset(
+                data_args.dataset_name,
+                data_args.dataset_config,
+                split=data_args.dataset_split,
+                streaming=data_args.streaming,
+            )
         else:
-            raise UsageError("give one of --dataset (with --data_root), --train_dir, --train_manifest, --dataset_name "
-                             "or --synthetic_clips N")
+            raise UsageError(
+                "give one of --dataset (with --data_root), --train_dir, --train_manifest, --dataset_name "
+                "or --synthetic_clips N"
+            )
         audio_column = data_args.audio_column
     if data_args.streaming:
-        return AudioStream(ds, audio_column, batch_size, num_processes, process_index, seed,
-                           data_args.shuffle_buffer_size, data_args.dataloader_num_workers)
+        return AudioStream(
+            ds,
+            audio_column,
+            batch_size,
+            num_processes,
+            process_index,
+            seed,
+            data_args.shuffle_buffer_size,
+            data_args.dataloader_num_workers,
+        )
     # rows carry their file ({"path", "bytes"}) and `decode_audio` decodes it: datasets' own decoding would open
     # every file with torchcodec (~40 ms each), which soundfile reads in a fraction of that
     return AudioClips(for_safe_decoding(ds, audio_column), audio_column)
@@ -394,8 +439,9 @@ def replace_failed(examples, earlier=()):
     copied = good or list(earlier)
     if not copied:
         named = "; ".join(str(f.source) for f in failed if f is not None)[:500]
-        raise RuntimeError(f"none of the {len(examples)} clips of a micro-batch could be decoded" +
-                           (f": {named}" if named else ""))
+        raise RuntimeError(
+            f"none of the {len(examples)} clips of a micro-batch could be decoded" + (f": {named}" if named else "")
+        )
     return good + [copied[i % len(copied)] for i in range(len(failed))], failed
 
 

@@ -80,11 +80,14 @@ def crop_log_mel(log_mel, num_frames: int, generator=None, feature_extractor=Non
 
 def crop_log_mel_batch(examples, num_frames: int, generator=None, feature_extractor=None, target_frames=None):
     """`crop_log_mel` over a list of (T_i, F) arrays or `LogMelCache` items -> float32 (B, target_frames, F)."""
-    return torch.stack([
-        crop_log_mel(e["log_mel"] if isinstance(e, dict) else e, num_frames, generator, feature_extractor,
-                     target_frames)
-        for e in examples
-    ])
+    return torch.stack(
+        [
+            crop_log_mel(
+                e["log_mel"] if isinstance(e, dict) else e, num_frames, generator, feature_extractor, target_frames
+            )
+            for e in examples
+        ]
+    )
 
 
 def random_eq_curves(batch_size: int, num_bins: int, strength: float, generator=None, num_terms: int = 4):
@@ -100,8 +103,9 @@ def random_eq_curves(batch_size: int, num_bins: int, strength: float, generator=
 def as_waveform(example) -> torch.Tensor:
     """A float32 1-D tensor from a waveform (numpy array or tensor) or a dict holding one under ``"waveform"``."""
     waveform = example["waveform"] if isinstance(example, dict) else example
-    waveform = torch.as_tensor(np.asarray(waveform, dtype=np.float32) if not torch.is_tensor(waveform)
-                               else waveform.float())
+    waveform = torch.as_tensor(
+        np.asarray(waveform, dtype=np.float32) if not torch.is_tensor(waveform) else waveform.float()
+    )
     if waveform.dim() != 1:
         raise ValueError(f"each example must be a 1-D waveform, got shape {tuple(waveform.shape)}")
     return waveform
@@ -133,8 +137,15 @@ class PretrainingCollator:
     and, with ``student_eq_strength`` > 0, ``student_input_values`` float32 (B, T, F).
     """
 
-    def __init__(self, feature_extractor, config, crop_seconds: float = 6.0, generator=None, device=None,
-                 student_eq_strength: float = 0.0):
+    def __init__(
+        self,
+        feature_extractor,
+        config,
+        crop_seconds: float = 6.0,
+        generator=None,
+        device=None,
+        student_eq_strength: float = 0.0,
+    ):
         if crop_seconds <= 0:
             raise ValueError(f"crop_seconds must be positive, got {crop_seconds}")
         if not student_eq_strength >= 0:
@@ -203,9 +214,12 @@ class PretrainingCollator:
             curves.append(self.eq_curves(1, self.feature_extractor.feature_size))  # 3. (1, F) or None
         lengths = torch.tensor([crop.shape[0] for crop in crops], dtype=torch.long)  # (B,)
         masks = build_batch_masks(self.config, {key: torch.cat([d[key] for d in draws]) for key in draws[0]})
-        parts = {"waveforms": torch.nn.utils.rnn.pad_sequence(crops, batch_first=True),  # B × (L_i,) -> (B, L)
-                 "waveform_lengths": lengths, "visible_indices": masks["visible_indices"],
-                 "query_indices": masks["query_indices"]}
+        parts = {
+            "waveforms": torch.nn.utils.rnn.pad_sequence(crops, batch_first=True),  # B × (L_i,) -> (B, L)
+            "waveform_lengths": lengths,
+            "visible_indices": masks["visible_indices"],
+            "query_indices": masks["query_indices"],
+        }
         if curves[0] is not None:
             parts["eq_curves"] = torch.cat(curves)  # B × (1, F) -> (B, F)
         return parts
@@ -307,8 +321,19 @@ class AaspFineTuningCollator:
     `for_safe_decoding` so that a corrupt file reaches the collator instead of raising in the DataLoader.
     """
 
-    def __init__(self, feature_extractor, task=None, clip_seconds=None, split="train", num_labels=None,
-                 label_column=None, audio_column="audio", seed=0, decoder=None, padding="zeros"):
+    def __init__(
+        self,
+        feature_extractor,
+        task=None,
+        clip_seconds=None,
+        split="train",
+        num_labels=None,
+        label_column=None,
+        audio_column="audio",
+        seed=0,
+        decoder=None,
+        padding="zeros",
+    ):
         if padding not in CLIP_PADDING:
             raise ValueError(f"padding={padding!r}: use one of {CLIP_PADDING}.")
         if clip_seconds is None:
@@ -354,8 +379,9 @@ class AaspFineTuningCollator:
         if self.padding == "masked":  # every batch as many frames as a whole crop: (B, T, F), T = the crop's
             extractor = self.feature_extractor
             frames = extractor.round_up_frames(extractor.num_frames(self.num_samples))
-            batch = extractor(waveforms, sampling_rate=SAMPLING_RATE, return_tensors="pt", padding="max_length",
-                              max_frames=frames)
+            batch = extractor(
+                waveforms, sampling_rate=SAMPLING_RATE, return_tensors="pt", padding="max_length", max_frames=frames
+            )
         else:
             batch = self.feature_extractor(waveforms, sampling_rate=SAMPLING_RATE, return_tensors="pt")  # B clips
         if self.num_labels is None:

@@ -119,8 +119,10 @@ class UndecodableAudio(ValueError):
 
     def __init__(self, source: str, reason: str):
         self.source, self.reason = source, reason
-        super().__init__(f"Could not decode {source} as audio ({reason}). Is it an audio file (wav, flac, mp3, ogg, "
-                         f"...) that is complete? ffmpeg must be installed to decode compressed formats.")
+        super().__init__(
+            f"Could not decode {source} as audio ({reason}). Is it an audio file (wav, flac, mp3, ogg, "
+            f"...) that is complete? ffmpeg must be installed to decode compressed formats."
+        )
 
 
 def _undecodable(audio, error, source=None) -> UndecodableAudio:
@@ -130,7 +132,7 @@ def _undecodable(audio, error, source=None) -> UndecodableAudio:
 
 
 def _empty_file_reason(source) -> str | None:
-    """"an empty file (0 bytes)" or `NO_SAMPLES` for such a file (a path or its bytes), else None."""
+    """ "an empty file (0 bytes)" or `NO_SAMPLES` for such a file (a path or its bytes), else None."""
     try:
         if isinstance(source, (bytes, bytearray)):
             size = len(source)

@@ -101,12 +101,20 @@ def sample_view_masks(
         `torch.BoolTensor` of shape `(B, M, N)`, N = F̃·T̃ time-major (token t·F̃ + f); True = masked (hidden from the
         student), False = visible. Every view has exactly V visible tokens.
     """
-    block_sizes, num_visible = _check_view_masks(batch_size, num_views, num_frequency_patches, num_time_patches,
-                                                 mask_ratio, block_sizes)
+    block_sizes, num_visible = _check_view_masks(
+        batch_size, num_views, num_frequency_patches, num_time_patches, mask_ratio, block_sizes
+    )
     rand_device = _random_device(generator, device)
     out_device = torch.device(device) if device is not None else rand_device
-    draws = _draw_view_masks(batch_size * num_views, num_frequency_patches, num_time_patches, num_visible, block_sizes,
-                             generator, rand_device)
+    draws = _draw_view_masks(
+        batch_size * num_views,
+        num_frequency_patches,
+        num_time_patches,
+        num_visible,
+        block_sizes,
+        generator,
+        rand_device,
+    )
     mask = _view_masks_from_draws(draws, num_frequency_patches, num_time_patches, num_visible, block_sizes)  # (R, N)
     return mask.reshape(batch_size, num_views, mask.shape[-1]).to(out_device)  # (R, N) -> (B, M, N)
 
@@ -289,12 +297,20 @@ def draw_batch_masks(config, batch_size: int, generator: torch.Generator | None 
         or B rows ("query_score" (B, M, N)).
     """
     c = config
-    block_sizes, num_visible = _check_view_masks(batch_size, c.mask_num_views, c.num_frequency_patches,
-                                                 c.num_time_patches, c.mask_ratio, c.mask_block_sizes)
+    block_sizes, num_visible = _check_view_masks(
+        batch_size, c.mask_num_views, c.num_frequency_patches, c.num_time_patches, c.mask_ratio, c.mask_block_sizes
+    )
     _check_query_ratio(c.mask_query_ratio)
     device = _random_device(generator, None)
-    draws = _draw_view_masks(batch_size * c.mask_num_views, c.num_frequency_patches, c.num_time_patches, num_visible,
-                             block_sizes, generator, device)
+    draws = _draw_view_masks(
+        batch_size * c.mask_num_views,
+        c.num_frequency_patches,
+        c.num_time_patches,
+        num_visible,
+        block_sizes,
+        generator,
+        device,
+    )
     num_tokens = c.num_frequency_patches * c.num_time_patches
     draws["query_score"] = torch.rand((batch_size, c.mask_num_views, num_tokens), generator=generator, device=device)
     return draws
@@ -304,9 +320,14 @@ def build_batch_masks(config, draws: dict) -> dict:
     """`sample_batch_masks`'s masks from the random numbers of `draw_batch_masks` (no random draw): ``mask``
     (B, M, N), ``visible_indices`` (B, M, V) and ``query_indices`` (B, M, Q)."""
     c = config
-    block_sizes, num_visible = _check_view_masks(draws["query_score"].shape[0], c.mask_num_views,
-                                                 c.num_frequency_patches, c.num_time_patches, c.mask_ratio,
-                                                 c.mask_block_sizes)
+    block_sizes, num_visible = _check_view_masks(
+        draws["query_score"].shape[0],
+        c.mask_num_views,
+        c.num_frequency_patches,
+        c.num_time_patches,
+        c.mask_ratio,
+        c.mask_block_sizes,
+    )
     view_masks = _view_masks_from_draws(draws, c.num_frequency_patches, c.num_time_patches, num_visible, block_sizes)
     mask = view_masks.reshape(draws["query_score"].shape)  # (B·M, N) -> (B, M, N), True = hidden from the student
     queries = _queries_from_scores(mask, draws["query_score"], c.mask_query_ratio)  # (B, M, Q)

@@ -64,13 +64,26 @@ EVAR_CLIP_SECONDS = {
 MAX_DRAWS = 100
 MAX_MEASURED_CLIPS = 1000  # clips whose length is read to derive a clip length (spread evenly over the split)
 # dataset names (lower case, without "-") whose EVAR task key differs
-TASK_ALIASES = {"as20k": "audioset", "as2m": "audioset", "urbansound8k": "us8k", "speech_commands": "scv2",
-                "crema_d": "cremad"}
+TASK_ALIASES = {
+    "as20k": "audioset",
+    "as2m": "audioset",
+    "urbansound8k": "us8k",
+    "speech_commands": "scv2",
+    "crema_d": "cremad",
+}
 
 
-def kfold_part(dataset, test_fold: int, *, kfold_validation: str = "evar", validation_fraction: float = 0.1,
-               seed: int = 0, with_validation: bool = True, label_column: str = "label",
-               group_by: str | None = None) -> DatasetDict:
+def kfold_part(
+    dataset,
+    test_fold: int,
+    *,
+    kfold_validation: str = "evar",
+    validation_fraction: float = 0.1,
+    seed: int = 0,
+    with_validation: bool = True,
+    label_column: str = "label",
+    group_by: str | None = None,
+) -> DatasetDict:
     """The part of one test fold of a dataset with a `fold` column, {"train", ["validation",] "test"}: the folds split
     by `splits.split_by_folds`, then the validation set drawn by the module's rules.
 
@@ -91,8 +104,9 @@ def kfold_part(dataset, test_fold: int, *, kfold_validation: str = "evar", valid
         return split_by_folds(dataset, test_fold, valid_fold)
     split = split_by_folds(dataset, test_fold)
     if group_by is not None:
-        train, validation = split_by_groups(split["train"], source_groups(split["train"], group_by),
-                                            validation_fraction, seed, "validation")
+        train, validation = split_by_groups(
+            split["train"], source_groups(split["train"], group_by), validation_fraction, seed, "validation"
+        )
     else:
         train, validation = evar_validation_draw(split["train"], validation_fraction, seed, label_column)
     return DatasetDict({"train": train, "validation": validation, "test": split["test"]})
@@ -108,8 +122,9 @@ def evar_validation_draw(train, validation_fraction: float, seed: int, label_col
     num_rows = len(train)
     num_valid = math.ceil(validation_fraction * num_rows)
     if not 0 < num_valid < num_rows:
-        raise ValueError(f"validation_fraction={validation_fraction} of {num_rows} clips leaves no train or no "
-                         f"validation clip.")
+        raise ValueError(
+            f"validation_fraction={validation_fraction} of {num_rows} clips leaves no train or no validation clip."
+        )
     labels = train[label_column] if label_column in train.column_names else None  # one column: no audio decoded
     single_label = labels is not None and not isinstance(labels[0], (list, tuple))
     classes = set(labels) if single_label else None
@@ -120,16 +135,26 @@ def evar_validation_draw(train, validation_fraction: float, seed: int, label_col
         if covered or num_valid < len(classes):
             break
     if not covered:
-        logger.warning(f"The validation draw ({num_valid} clips, seed {seed}) lacks "
-                       f"{len(classes - {labels[i] for i in chosen})} of {len(classes)} classes.")
+        logger.warning(
+            f"The validation draw ({num_valid} clips, seed {seed}) lacks "
+            f"{len(classes - {labels[i] for i in chosen})} of {len(classes)} classes."
+        )
     is_valid = np.zeros(num_rows, dtype=bool)
     is_valid[chosen] = True
     return train.select(np.flatnonzero(~is_valid)), train.select(chosen)
 
 
-def downstream_parts(loaded, *, folds=None, kfold_validation: str = "evar", select_on: str = "validation",
-                     validation_fraction: float = 0.1, test_fraction: float = 0.2, seed: int = 0,
-                     group_by: str | None = None) -> dict:
+def downstream_parts(
+    loaded,
+    *,
+    folds=None,
+    kfold_validation: str = "evar",
+    select_on: str = "validation",
+    validation_fraction: float = 0.1,
+    test_fraction: float = 0.2,
+    seed: int = 0,
+    group_by: str | None = None,
+) -> dict:
     """{part name: {split: Dataset}} of a loaded DatasetDict under the module's rules (`group_by`: validation and a
     held-out test take whole sources).
 
@@ -142,19 +167,33 @@ def downstream_parts(loaded, *, folds=None, kfold_validation: str = "evar", sele
     first = next(iter(loaded.values()))
     if "fold" in first.column_names and set(loaded) == {"train"}:
         available = sorted(set(first["fold"]))
-        return {f"fold{k}": dict(kfold_part(first, k, kfold_validation=kfold_validation,
-                                            validation_fraction=validation_fraction, seed=seed,
-                                            with_validation=with_validation, group_by=group_by))
-                for k in (folds or available)}
+        return {
+            f"fold{k}": dict(
+                kfold_part(
+                    first,
+                    k,
+                    kfold_validation=kfold_validation,
+                    validation_fraction=validation_fraction,
+                    seed=seed,
+                    with_validation=with_validation,
+                    group_by=group_by,
+                )
+            )
+            for k in (folds or available)
+        }
     splits = with_test_split(dict(loaded), test_fraction, seed=seed, group_by=group_by)
     if with_validation and "validation" not in splits and group_by is not None:
         splits["train"], splits["validation"] = split_by_groups(
-            splits["train"], source_groups(splits["train"], group_by), validation_fraction, seed, "validation")
+            splits["train"], source_groups(splits["train"], group_by), validation_fraction, seed, "validation"
+        )
     elif with_validation and "validation" not in splits:
         held = splits["train"].train_test_split(test_size=validation_fraction, seed=seed)
         splits["train"], splits["validation"] = held["train"], held["test"]
-    return {"official": {name: splits[name] for name in SPLITS if name in splits and (with_validation or
-                                                                                          name != "validation")}}
+    return {
+        "official": {
+            name: splits[name] for name in SPLITS if name in splits and (with_validation or name != "validation")
+        }
+    }
 
 
 def reported_test_split(loaded, *, test_fraction: float = 0.2, seed: int = 0, group_by: str | None = None):
@@ -166,17 +205,26 @@ def reported_test_split(loaded, *, test_fraction: float = 0.2, seed: int = 0, gr
     folds = None
     if "fold" in first.column_names and set(loaded) == {"train"}:
         folds = [min(set(first["fold"]))]
-    (part,) = downstream_parts(loaded, folds=folds, select_on="last", test_fraction=test_fraction, seed=seed,
-                               group_by=group_by).values()
+    (part,) = downstream_parts(
+        loaded, folds=folds, select_on="last", test_fraction=test_fraction, seed=seed, group_by=group_by
+    ).values()
     return part["test"]
 
 
-SHARED_SOURCES = ("; its clips share their sources (speakers, sites, devices) with training, so it can rate a model "
-                  "that knows the sources above one that knows the classes: pass --group_by to hold sources out whole")
+SHARED_SOURCES = (
+    "; its clips share their sources (speakers, sites, devices) with training, so it can rate a model "
+    "that knows the sources above one that knows the classes: pass --group_by to hold sources out whole"
+)
 
 
-def describe_protocol(select_on: str, kfold: bool, kfold_validation: str, validation_fraction: float,
-                      seed: int, group_by: str | None = None) -> str:
+def describe_protocol(
+    select_on: str,
+    kfold: bool,
+    kfold_validation: str,
+    validation_fraction: float,
+    seed: int,
+    group_by: str | None = None,
+) -> str:
     """One sentence naming the selection rule, for results files and model cards; a random validation draw says that
     it shares its sources with training (`SHARED_SOURCES`) unless `group_by` names them."""
     if select_on == "test":
@@ -187,13 +235,19 @@ def describe_protocol(select_on: str, kfold: bool, kfold_validation: str, valida
         return "model selection on the fold after the test fold"
     if group_by is not None:
         where = "the training folds" if kfold else "train, where the dataset has no validation split of its own"
-        return (f"model selection on whole sources (--group_by {group_by!r}) holding {validation_fraction:.0%} of "
-                f"{where} (seed {seed})")
+        return (
+            f"model selection on whole sources (--group_by {group_by!r}) holding {validation_fraction:.0%} of "
+            f"{where} (seed {seed})"
+        )
     if kfold:
-        return (f"model selection on a random {validation_fraction:.0%} of the training folds (EVAR; seed {seed}, "
-                f"redrawn until every class is present){SHARED_SOURCES}")
-    return (f"model selection on the validation split (the dataset's own, or a random {validation_fraction:.0%} "
-            f"of train, seed {seed}){SHARED_SOURCES}")
+        return (
+            f"model selection on a random {validation_fraction:.0%} of the training folds (EVAR; seed {seed}, "
+            f"redrawn until every class is present){SHARED_SOURCES}"
+        )
+    return (
+        f"model selection on the validation split (the dataset's own, or a random {validation_fraction:.0%} "
+        f"of train, seed {seed}){SHARED_SOURCES}"
+    )
 
 
 # Fewer validation sources than this and the validation score is mostly a property of the few sources drawn: model
@@ -205,19 +259,26 @@ def describe_sources(splits: dict, group_by: str) -> str:
     """One line: the sources (`source_groups`) of each split of a part, and those found in more than one split; when
     validation holds fewer than `FEW_VALIDATION_SOURCES` sources, a second line says what its score is worth."""
     found = {name: sorted(set(source_groups(rows, group_by))) for name, rows in splits.items()}
-    listed = ", ".join(f"{name} {len(groups)} ({', '.join(groups[:4])}{', …' if len(groups) > 4 else ''})"
-                       for name, groups in found.items())
+    listed = ", ".join(
+        f"{name} {len(groups)} ({', '.join(groups[:4])}{', …' if len(groups) > 4 else ''})"
+        for name, groups in found.items()
+    )
     names = list(found)
-    shared = sorted({g for i, a in enumerate(names) for b in names[i + 1:] for g in set(found[a]) & set(found[b])})
-    line = (f"sources (--group_by {group_by!r}): {listed}; " +
-            (f"{len(shared)} in more than one split ({', '.join(shared[:4])}{', …' if len(shared) > 4 else ''}: "
-             "the dataset's own splits share them)" if shared else "none in two splits"))
+    shared = sorted({g for i, a in enumerate(names) for b in names[i + 1 :] for g in set(found[a]) & set(found[b])})
+    line = f"sources (--group_by {group_by!r}): {listed}; " + (
+        f"{len(shared)} in more than one split ({', '.join(shared[:4])}{', …' if len(shared) > 4 else ''}: "
+        "the dataset's own splits share them)"
+        if shared
+        else "none in two splits"
+    )
     few = len(found.get("validation", ())) if "validation" in found else None
     if few is not None and few < FEW_VALIDATION_SOURCES:
-        line += (f"\n   validation holds {few} source{'s' if few != 1 else ''} ({len(splits['validation'])} clips): "
-                 "its score measures those few, so it can sit far above or below a test on other sources, and the "
-                 "step it selects follows them; hold out more sources (--validation_fraction), or train on every "
-                 "training source and keep the last step (--select_on last)")
+        line += (
+            f"\n   validation holds {few} source{'s' if few != 1 else ''} ({len(splits['validation'])} clips): "
+            "its score measures those few, so it can sit far above or below a test on other sources, and the "
+            "step it selects follows them; hold out more sources (--validation_fraction), or train on every "
+            "training source and keep the last step (--select_on last)"
+        )
     return line
 
 
@@ -232,8 +293,10 @@ def evar_clip_seconds(task: str, clip_seconds: float | None = None) -> float:
     """`clip_seconds` when given, else the EVAR clip length of `task`; a ValueError names the known tasks."""
     seconds = clip_seconds or EVAR_CLIP_SECONDS.get(task)
     if seconds is None:
-        raise UsageError(f"No EVAR clip length for task {task!r}: pass --clip_seconds or one of "
-                         f"{sorted(EVAR_CLIP_SECONDS)} as --task.")
+        raise UsageError(
+            f"No EVAR clip length for task {task!r}: pass --clip_seconds or one of "
+            f"{sorted(EVAR_CLIP_SECONDS)} as --task."
+        )
     return seconds
 
 
@@ -271,8 +334,10 @@ def downstream_clip_seconds(task: str, clip_seconds: float | None, loaded) -> fl
     if not measured:
         raise UsageError(f"none of the clips of {task!r} could be read to derive a clip length: pass --clip_seconds")
     seconds = max(round(seconds, 2), 0.01)
-    logger.warning(f"clip length {seconds:g} s: the mean length of {measured} training clips ({task!r} has no EVAR "
-                   f"clip length; --clip_seconds sets another)")
+    logger.warning(
+        f"clip length {seconds:g} s: the mean length of {measured} training clips ({task!r} has no EVAR "
+        f"clip length; --clip_seconds sets another)"
+    )
     return seconds
 
 
@@ -300,19 +365,23 @@ def check_classes(rows, where) -> None:
         if len(folders) != 1:
             return
     else:
-        parents = {Path(cell["path"]).parent for cell in rows["audio"] if cell.get("path")} if "audio" in features \
-            else set()
+        parents = (
+            {Path(cell["path"]).parent for cell in rows["audio"] if cell.get("path")} if "audio" in features else set()
+        )
         folders = sorted({parent.name for parent in parents})
     root = Path(str(where))
     if len(folders) == 1 and root.is_dir() and root.resolve() in {p.resolve() for p in parents}:
         found = f"no class sub-folders (its {len(rows)} clips lie in it directly)"
     elif len(folders) == 1:
-        found = f"one class, {folders[0]!r}" + (f" ({len(rows)} clips in {root / folders[0]})"
-                                                if (root / folders[0]).is_dir() else f" ({len(rows)} clips)")
+        found = f"one class, {folders[0]!r}" + (
+            f" ({len(rows)} clips in {root / folders[0]})" if (root / folders[0]).is_dir() else f" ({len(rows)} clips)"
+        )
     else:
         found = f"no classes ({len(rows)} clips, columns {sorted(features)}, no 'label')"
-    raise UsageError(f"{where} holds {found}: fine-tuning and linear evaluation need at least "
-                     f"two classes, one sub-folder of clips per class ({root / '<class>' / '<clip>.wav'})")
+    raise UsageError(
+        f"{where} holds {found}: fine-tuning and linear evaluation need at least "
+        f"two classes, one sub-folder of clips per class ({root / '<class>' / '<clip>.wav'})"
+    )
 
 
 def is_kfold(parts: dict) -> bool:
@@ -331,10 +400,22 @@ class DownstreamTask:
     clip_seconds: float
 
 
-def load_downstream(dataset: str, *, root=None, loader_kwargs: dict | None = None, task: str | None = None,
-                    clip_seconds: float | None = None, folds=None, max_folds: int | None = None,
-                    kfold_validation: str = "evar", select_on: str = "validation", validation_fraction: float = 0.1,
-                    test_fraction: float = 0.2, seed: int = 0, group_by: str | None = None) -> DownstreamTask:
+def load_downstream(
+    dataset: str,
+    *,
+    root=None,
+    loader_kwargs: dict | None = None,
+    task: str | None = None,
+    clip_seconds: float | None = None,
+    folds=None,
+    max_folds: int | None = None,
+    kfold_validation: str = "evar",
+    select_on: str = "validation",
+    validation_fraction: float = 0.1,
+    test_fraction: float = 0.2,
+    seed: int = 0,
+    group_by: str | None = None,
+) -> DownstreamTask:
     """`data.load(dataset, root=root, **loader_kwargs)` (clips that fail to decode are skipped later), split into
     parts by `downstream_parts` under the module's rules.
 
@@ -359,8 +440,14 @@ def load_downstream(dataset: str, *, root=None, loader_kwargs: dict | None = Non
     multi_label, names = label_info(first)
     if max_folds is not None and "fold" in first.column_names and set(loaded) == {"train"}:
         folds = list(folds if folds is not None else sorted(set(first["fold"])))[:max_folds]
-    parts = downstream_parts(loaded, folds=folds, kfold_validation=kfold_validation, select_on=select_on,
-                             validation_fraction=validation_fraction, test_fraction=test_fraction, seed=seed,
-                             group_by=group_by)
-    return DownstreamTask(task=task, parts=parts, multi_label=multi_label, label_names=names,
-                          clip_seconds=clip_seconds)
+    parts = downstream_parts(
+        loaded,
+        folds=folds,
+        kfold_validation=kfold_validation,
+        select_on=select_on,
+        validation_fraction=validation_fraction,
+        test_fraction=test_fraction,
+        seed=seed,
+        group_by=group_by,
+    )
+    return DownstreamTask(task=task, parts=parts, multi_label=multi_label, label_names=names, clip_seconds=clip_seconds)

@@ -34,8 +34,9 @@ class ClassBalancedSampler(Sampler):
         num_classes: defaults to the dataset's ClassLabel size.
     """
 
-    def __init__(self, labels, num_classes=None, num_samples: int = 200_000, seed: int = 0, num_replicas: int = 1,
-                 rank: int = 0):
+    def __init__(
+        self, labels, num_classes=None, num_samples: int = 200_000, seed: int = 0, num_replicas: int = 1, rank: int = 0
+    ):
         if hasattr(labels, "features"):  # a datasets.Dataset: read one column (no audio decoding)
             column = "labels" if "labels" in labels.features else "label"
             feature = labels.features[column]

@@ -81,8 +81,10 @@ def source_groups(dataset, group_by: str, audio_column: str = "audio") -> list[s
     try:
         pattern = re.compile(group_by)
     except re.error as error:
-        raise UsageError(f"--group_by {group_by!r} is neither a column of the data ({', '.join(dataset.column_names)}) "
-                         f"nor a regular expression ({error})") from None
+        raise UsageError(
+            f"--group_by {group_by!r} is neither a column of the data ({', '.join(dataset.column_names)}) "
+            f"nor a regular expression ({error})"
+        ) from None
     feature = dataset.features.get(audio_column)
     if getattr(feature, "decode", False):  # the files' names, not their audio
         dataset = dataset.cast_column(audio_column, type(feature)(sampling_rate=feature.sampling_rate, decode=False))
@@ -91,9 +93,11 @@ def source_groups(dataset, group_by: str, audio_column: str = "audio") -> list[s
         name = Path(cell["path"] if isinstance(cell, dict) else str(cell)).name
         found = pattern.search(name)
         if found is None:
-            raise UsageError(f"--group_by {group_by!r} does not match the file name {name!r}: give a regular "
-                             "expression whose first group is the source (e.g. '^(\\d+)_' for 23_yes_0.wav) or a "
-                             f"column of the data ({', '.join(dataset.column_names)})")
+            raise UsageError(
+                f"--group_by {group_by!r} does not match the file name {name!r}: give a regular "
+                "expression whose first group is the source (e.g. '^(\\d+)_' for 23_yes_0.wav) or a "
+                f"column of the data ({', '.join(dataset.column_names)})"
+            )
         groups.append(found.group(1) if pattern.groups else found.group(0))
     return groups
 
@@ -104,8 +108,10 @@ def hold_out_groups(groups: list[str], fraction: float, seed: int, what: str) ->
     held-out split in the error when there are fewer than two groups."""
     names = sorted(set(groups))
     if len(names) < 2:
-        raise UsageError(f"--group_by found {len(names)} source ({', '.join(names)}) where the {what} must hold out "
-                         "whole sources: it needs two or more (check the pattern against the file names)")
+        raise UsageError(
+            f"--group_by found {len(names)} source ({', '.join(names)}) where the {what} must hold out "
+            "whole sources: it needs two or more (check the pattern against the file names)"
+        )
     counts = collections.Counter(groups)
     held, total = set(), 0
     for i in np.random.default_rng(seed).permutation(len(names)):
@@ -122,8 +128,9 @@ def split_by_groups(dataset, groups: list[str], fraction: float, seed: int, what
     return dataset.select(np.flatnonzero(~held)), dataset.select(np.flatnonzero(held))
 
 
-def with_test_split(splits: dict, test_fraction: float, seed: int = 0, label_column: str = "label",
-                    group_by: str | None = None) -> dict:
+def with_test_split(
+    splits: dict, test_fraction: float, seed: int = 0, label_column: str = "label", group_by: str | None = None
+) -> dict:
     """`splits` with a "test" split: the dataset's own, or else `test_fraction` of "train" held out.
 
     The rule for a dataset without a test split (an audiofolder of class sub-folders without train/test folders,
@@ -135,19 +142,26 @@ def with_test_split(splits: dict, test_fraction: float, seed: int = 0, label_col
     if "test" in splits:
         return splits
     if "train" not in splits:
-        raise ValueError(f"The dataset has the splits {sorted(splits)}: it needs a 'train' split (and optionally "
-                         f"'validation' and 'test'), e.g. an audiofolder with train/ and test/ sub-folders.")
+        raise ValueError(
+            f"The dataset has the splits {sorted(splits)}: it needs a 'train' split (and optionally "
+            f"'validation' and 'test'), e.g. an audiofolder with train/ and test/ sub-folders."
+        )
     if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction={test_fraction}: the dataset has no test split, so a fraction in (0, 1) of "
-                         f"its train split is held out as test.")
+        raise ValueError(
+            f"test_fraction={test_fraction}: the dataset has no test split, so a fraction in (0, 1) of "
+            f"its train split is held out as test."
+        )
     from datasets import ClassLabel
 
     train = splits["train"]
     if group_by is not None:
-        splits["train"], splits["test"] = split_by_groups(train, source_groups(train, group_by), test_fraction, seed,
-                                                          "test")
-        logger.info(f"No test split: {len(splits['test'])} of {len(train)} train clips, whole sources of --group_by "
-                    f"{group_by!r} (seed {seed}), are held out as test.")
+        splits["train"], splits["test"] = split_by_groups(
+            train, source_groups(train, group_by), test_fraction, seed, "test"
+        )
+        logger.info(
+            f"No test split: {len(splits['test'])} of {len(train)} train clips, whole sources of --group_by "
+            f"{group_by!r} (seed {seed}), are held out as test."
+        )
         return splits
     feature = (train.features or {}).get(label_column)
     held = None
@@ -158,7 +172,9 @@ def with_test_split(splits: dict, test_fraction: float, seed: int = 0, label_col
             held = None
     if held is None:
         held = train.train_test_split(test_size=test_fraction, seed=seed)
-    logger.info(f"No test split: {len(held['test'])} of {len(train)} train clips ({test_fraction:.0%}, seed {seed}) "
-                f"are held out as test.")
+    logger.info(
+        f"No test split: {len(held['test'])} of {len(train)} train clips ({test_fraction:.0%}, seed {seed}) "
+        f"are held out as test."
+    )
     splits["train"], splits["test"] = held["train"], held["test"]
     return splits

@@ -42,8 +42,9 @@ class MelMoments:
         return float(mean), std, self.count // self.num_mel_bins
 
 
-def compute_mel_statistics(dataset, feature_extractor=None, audio_column="audio", max_clips=None, batch_size=16,
-                           decoder=None):
+def compute_mel_statistics(
+    dataset, feature_extractor=None, audio_column="audio", max_clips=None, batch_size=16, decoder=None
+):
     """(mean, std) of the unnormalised log-mel over every real frame and mel bin of the dataset's clips.
 
     Uses `feature_extractor` (default `AaspFeatureExtractor()`, the M2D front end) with `do_normalize=False`;

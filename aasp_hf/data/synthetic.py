@@ -69,8 +69,9 @@ def unlabelled_clips(num_clips: int, seed: int, seconds: float = 1.0) -> list[np
     return [synth_clip(LABELS[i % len(LABELS)], rng, seconds) for i in range(num_clips)]
 
 
-def synthetic_splits(per_class: int, seed: int, *, seconds: float = 1.25, test_seconds: float | None = None,
-                     multi_label: bool = False) -> dict:
+def synthetic_splits(
+    per_class: int, seed: int, *, seconds: float = 1.25, test_seconds: float | None = None, multi_label: bool = False
+) -> dict:
     """{split: rows {"audio": {"array", "sampling_rate"}, "label" | "labels"}}: `per_class` train clips per class and
     max(2, per_class // 2) validation and test clips, each split in a random order.
 
@@ -92,7 +93,8 @@ def synthetic_splits(per_class: int, seed: int, *, seconds: float = 1.25, test_s
                     continue
                 ids = sorted({label_id, int(rng.integers(len(LABELS)))})
                 audio = sum(synth_clip(LABELS[i], rng, length) for i in ids) / len(ids)
-                rows.append({"audio": {"array": audio.astype(np.float32), "sampling_rate": SAMPLING_RATE},
-                             "labels": ids})
+                rows.append(
+                    {"audio": {"array": audio.astype(np.float32), "sampling_rate": SAMPLING_RATE}, "labels": ids}
+                )
         splits[split] = [rows[i] for i in rng.permutation(len(rows))]
     return splits

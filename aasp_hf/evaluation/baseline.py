@@ -51,10 +51,14 @@ DEFAULT_MAX_CLIPS = 5000  # clips per split the baseline featurises (train, vali
 CHOICES = ("logmel", "none")
 SPLITS = ("train", "validation", "test")
 ANCHOR = "docs/downstream.md#the-log-mel-baseline"
-BASELINE_HELP = ("the reference computed beside the model's score on the same splits: 'logmel' (log-mel statistics "
-                 "per bin + logistic regression, seconds on a CPU; docs/downstream.md#the-log-mel-baseline) or 'none'")
-MAX_CLIPS_HELP = (f"the baseline featurises at most this many clips per split (a random subset, seed 0; the results "
-                  f"say when a split was cut); 0: all (default {DEFAULT_MAX_CLIPS})")
+BASELINE_HELP = (
+    "the reference computed beside the model's score on the same splits: 'logmel' (log-mel statistics "
+    "per bin + logistic regression, seconds on a CPU; docs/downstream.md#the-log-mel-baseline) or 'none'"
+)
+MAX_CLIPS_HELP = (
+    f"the baseline featurises at most this many clips per split (a random subset, seed 0; the results "
+    f"say when a split was cut); 0: all (default {DEFAULT_MAX_CLIPS})"
+)
 
 
 # ----------------------------------------------------------------------------------------------- features
@@ -69,8 +73,9 @@ def log_mel_statistics(log_mel, attention_mask=None) -> np.ndarray:
     if attention_mask is None:
         real = np.ones(x.shape[:2])
     else:
-        real = np.asarray(attention_mask.cpu() if torch.is_tensor(attention_mask) else attention_mask,
-                          dtype=np.float64)  # (B, T)
+        real = np.asarray(
+            attention_mask.cpu() if torch.is_tensor(attention_mask) else attention_mask, dtype=np.float64
+        )  # (B, T)
     if not (real.sum(1) > 0).all():
         raise ValueError("every clip needs at least one real frame")
     weight = real[..., None]  # (B, T, 1)
@@ -88,14 +93,26 @@ def baseline_feature_extractor() -> AaspFeatureExtractor:
     return AaspFeatureExtractor(feature_size=N_MELS)
 
 
-def clip_features(rows, clip_seconds: float, split: str, num_labels=None, crop_seed: int = 0, batch_size: int = 64,
-                  feature_extractor=None):
+def clip_features(
+    rows,
+    clip_seconds: float,
+    split: str,
+    num_labels=None,
+    crop_seed: int = 0,
+    batch_size: int = 64,
+    feature_extractor=None,
+):
     """(statistics float32 (N, 4F), labels (N,) or multi-hot (N, C)) of `rows`, each clip cut or padded to
     `clip_seconds` (train / validation: a random window drawn from `crop_seed`; test: the first), as
     `AaspFineTuningCollator` gives the model its clips. Clips that fail to decode are skipped (the collator logs them).
     `num_labels`: multi-label rows (`labels`) -> multi-hot; None: single-label `label`."""
-    collator = AaspFineTuningCollator(feature_extractor or baseline_feature_extractor(), clip_seconds=clip_seconds,
-                                      split=split, num_labels=num_labels, seed=crop_seed)
+    collator = AaspFineTuningCollator(
+        feature_extractor or baseline_feature_extractor(),
+        clip_seconds=clip_seconds,
+        split=split,
+        num_labels=num_labels,
+        seed=crop_seed,
+    )
     features, labels = [], []
     for start in range(0, len(rows), batch_size):
         batch = collator([rows[i] for i in range(start, min(start + batch_size, len(rows)))])
@@ -175,17 +192,26 @@ def fit_probe(train, valid, num_classes: int, multi_label: bool, c_grid=C_GRID, 
 
         def score(fitted, features, labels):
             model, mean, std = fitted
-            return classification_score(probe_scores(model, standardize(features, mean, std), num_classes,
-                                                     multi_label), labels, multi_label)
+            return classification_score(
+                probe_scores(model, standardize(features, mean, std), num_classes, multi_label), labels, multi_label
+            )
 
         grid = sorted(c_grid)
         candidates = list(fits(x_fit, y_fit, grid))
         valid_scores = [score(fitted, *valid) for fitted in candidates]
         best = int(np.argmax(valid_scores))  # the first best: the strongest regularisation among ties
-        model, mean, std = candidates[best] if chosen_on == "validation" else next(fits(x_train, y_train,
-                                                                                         grid[best:best + 1]))
-    return {"model": model, "mean": mean, "std": std, "C": float(grid[best]), "valid_scores": valid_scores,
-            "valid_score": float(valid_scores[best]), "c_chosen_on": chosen_on}
+        model, mean, std = (
+            candidates[best] if chosen_on == "validation" else next(fits(x_train, y_train, grid[best : best + 1]))
+        )
+    return {
+        "model": model,
+        "mean": mean,
+        "std": std,
+        "C": float(grid[best]),
+        "valid_scores": valid_scores,
+        "valid_score": float(valid_scores[best]),
+        "c_chosen_on": chosen_on,
+    }
 
 
 def evaluate(fitted: dict, test, num_classes: int, multi_label: bool) -> float:
@@ -193,26 +219,36 @@ def evaluate(fitted: dict, test, num_classes: int, multi_label: bool) -> float:
     from .features import standardize
 
     x_test, y_test = test
-    scores = probe_scores(fitted["model"], standardize(x_test, fitted["mean"], fitted["std"]), num_classes,
-                          multi_label)
+    scores = probe_scores(fitted["model"], standardize(x_test, fitted["mean"], fitted["std"]), num_classes, multi_label)
     return classification_score(scores, y_test, multi_label)
 
 
 # ----------------------------------------------------------------------------------------------- a run's baseline
 def settings(max_clips: int, crop_seed: int) -> dict:
     """What defines the baseline, recorded with its scores."""
-    return {"front_end": f"AaspFeatureExtractor(feature_size={N_MELS}): m2d log-mel, 25-ms window, 10-ms hop, "
-                         f"50-8000 Hz, 16 kHz",
-            "features": f"per mel bin over the clip's frames: mean, std, max and the RMS of the frame-to-frame "
-                         f"difference ({4 * N_MELS} values)",
-            "probe": f"z-scored with train statistics, scikit-learn LogisticRegression (lbfgs, L2, max_iter "
-                     f"{MAX_ITER}; multi-label: one-vs-rest)",
-            "C_grid": list(C_GRID), "max_clips_per_split": max_clips, "subset_seed": 0,
-            "crop_seeds": {split: crop_seed + i for i, split in enumerate(SPLITS)}}
+    return {
+        "front_end": f"AaspFeatureExtractor(feature_size={N_MELS}): m2d log-mel, 25-ms window, 10-ms hop, "
+        f"50-8000 Hz, 16 kHz",
+        "features": f"per mel bin over the clip's frames: mean, std, max and the RMS of the frame-to-frame "
+        f"difference ({4 * N_MELS} values)",
+        "probe": f"z-scored with train statistics, scikit-learn LogisticRegression (lbfgs, L2, max_iter "
+        f"{MAX_ITER}; multi-label: one-vs-rest)",
+        "C_grid": list(C_GRID),
+        "max_clips_per_split": max_clips,
+        "subset_seed": 0,
+        "crop_seeds": {split: crop_seed + i for i, split in enumerate(SPLITS)},
+    }
 
 
-def log_mel_baseline(parts: dict, clip_seconds: float, multi_label: bool, num_classes: int,
-                     max_clips: int = DEFAULT_MAX_CLIPS, crop_seed: int = 0, log=print) -> dict:
+def log_mel_baseline(
+    parts: dict,
+    clip_seconds: float,
+    multi_label: bool,
+    num_classes: int,
+    max_clips: int = DEFAULT_MAX_CLIPS,
+    crop_seed: int = 0,
+    log=print,
+) -> dict:
     """The baseline on a run's parts ({part: {split: rows}}, the model's own): per part the probe's C, validation and
     test scores and the clips it used; then the mean over parts. Split `split`'s crops come from crop_seed + its index
     in SPLITS (the seeds of the model's own evaluation crops, passed by the script)."""
@@ -227,20 +263,34 @@ def log_mel_baseline(parts: dict, clip_seconds: float, multi_label: bool, num_cl
             rows = splits[split]
             keep = capped_indices(len(rows), max_clips)
             subset = rows if len(keep) == len(rows) else _subset(rows, keep)
-            data[split] = clip_features(subset, clip_seconds, split, num_classes if multi_label else None,
-                                        crop_seed + index, feature_extractor=extractor)
+            data[split] = clip_features(
+                subset,
+                clip_seconds,
+                split,
+                num_classes if multi_label else None,
+                crop_seed + index,
+                feature_extractor=extractor,
+            )
             clips[split] = {"used": len(data[split][0]), "of": len(rows)}
         fitted = fit_probe(data["train"], data.get("validation"), num_classes, multi_label)
         test_score = evaluate(fitted, data["test"], num_classes, multi_label)
-        record["parts"][part] = {"test_score": test_score, "valid_score": fitted["valid_score"], "C": fitted["C"],
-                                 "valid_scores": fitted["valid_scores"], "C_chosen_on": fitted["c_chosen_on"],
-                                 "clips": clips}
-        log(f"   baseline {part}: test {100 * test_score:.2f} (C {fitted['C']:g}, train clips "
-            f"{clips['train']['used']} of {clips['train']['of']})")
+        record["parts"][part] = {
+            "test_score": test_score,
+            "valid_score": fitted["valid_score"],
+            "C": fitted["C"],
+            "valid_scores": fitted["valid_scores"],
+            "C_chosen_on": fitted["c_chosen_on"],
+            "clips": clips,
+        }
+        log(
+            f"   baseline {part}: test {100 * test_score:.2f} (C {fitted['C']:g}, train clips "
+            f"{clips['train']['used']} of {clips['train']['of']})"
+        )
     scores = [p["test_score"] for p in record["parts"].values()]
     record["test_mean"] = float(np.mean(scores))
-    record["capped"] = sorted({split for p in record["parts"].values() for split, n in p["clips"].items()
-                               if n["used"] < n["of"]})
+    record["capped"] = sorted(
+        {split for p in record["parts"].values() for split, n in p["clips"].items() if n["used"] < n["of"]}
+    )
     record["seconds"] = round(time.time() - started, 2)
     return record
 
@@ -250,8 +300,9 @@ def _subset(rows, indices):
     return rows.select(indices) if hasattr(rows, "select") else [rows[i] for i in indices]
 
 
-def safe_log_mel_baseline(choice: str, parts, clip_seconds, multi_label, num_classes, max_clips, crop_seed,
-                          log=print) -> dict | None:
+def safe_log_mel_baseline(
+    choice: str, parts, clip_seconds, multi_label, num_classes, max_clips, crop_seed, log=print
+) -> dict | None:
     """`log_mel_baseline`, or None for `choice` 'none', or {"name", "error"} when it failed: the model's results are
     written whatever happens here."""
     if choice == "none":
@@ -259,8 +310,9 @@ def safe_log_mel_baseline(choice: str, parts, clip_seconds, multi_label, num_cla
     try:
         return log_mel_baseline(parts, clip_seconds, multi_label, num_classes, max_clips, crop_seed, log)
     except Exception as error:  # noqa: BLE001  (a reference must never cost the run its result)
-        logger.warning(f"the log-mel baseline failed ({type(error).__name__}: {error}); the model's results are "
-                       f"written without it")
+        logger.warning(
+            f"the log-mel baseline failed ({type(error).__name__}: {error}); the model's results are written without it"
+        )
         return {"name": NAME, "error": f"{type(error).__name__}: {error}"}
 
 
@@ -285,8 +337,10 @@ def compare(model_score: float, baseline: dict | None, metric: str) -> str | Non
     difference = model_score - baseline["test_mean"]
     where = "equal to" if abs(difference) <= EQUAL_WITHIN else "below" if difference < 0 else "above"
     unit = " %" if metric == "accuracy" else ""
-    return (f"{where} the log-mel baseline: {100 * model_score:.1f} vs {100 * baseline['test_mean']:.1f}{unit} "
-            f"{metric} ({NAME} on the same splits); see {ANCHOR}")
+    return (
+        f"{where} the log-mel baseline: {100 * model_score:.1f} vs {100 * baseline['test_mean']:.1f}{unit} "
+        f"{metric} ({NAME} on the same splits); see {ANCHOR}"
+    )
 
 
 def attach(summary: dict, baseline: dict | None) -> dict:
@@ -303,8 +357,18 @@ def attach(summary: dict, baseline: dict | None) -> dict:
     return summary
 
 
-def with_baseline(summary: dict, write, choice: str, parts, clip_seconds, multi_label: bool, num_classes: int,
-                  max_clips: int, crop_seed: int, log=print) -> dict:
+def with_baseline(
+    summary: dict,
+    write,
+    choice: str,
+    parts,
+    clip_seconds,
+    multi_label: bool,
+    num_classes: int,
+    max_clips: int,
+    crop_seed: int,
+    log=print,
+) -> dict:
     """A script's results with the baseline beside them. `write(summary)` has already written the model's results;
     the baseline is computed after that (nothing of the model's is lost if it fails or is interrupted), then the
     summary is written again with the "baseline" block and the verdict line (`attach`), which is also printed."""

@@ -15,9 +15,24 @@ from ..schedules import learning_rate
 from .results import classification_score
 
 
-def train_linear_heads(train, valid, test, learning_rates, *, multi_label, num_classes, max_steps, batch_size,
-                       eval_steps, seed, min_learning_rate=0.0, weight_decay=0.0, betas=(0.9, 0.999),
-                       early_stopping_patience=0, device="cpu"):
+def train_linear_heads(
+    train,
+    valid,
+    test,
+    learning_rates,
+    *,
+    multi_label,
+    num_classes,
+    max_steps,
+    batch_size,
+    eval_steps,
+    seed,
+    min_learning_rate=0.0,
+    weight_decay=0.0,
+    betas=(0.9, 0.999),
+    early_stopping_patience=0,
+    device="cpu",
+):
     """One Linear layer per learning rate, all trained in one pass over standardised features.
 
     train/valid/test: (features float32 (N, d), labels (N,) int or (N, C) multi-hot). The heads share their
@@ -39,7 +54,8 @@ def train_linear_heads(train, valid, test, learning_rates, *, multi_label, num_c
     biases = [torch.nn.Parameter(bias0.clone().to(device)) for _ in learning_rates]
     optimizer = torch.optim.Adam(
         [{"params": [w, b], "lr": lr} for w, b, lr in zip(weights, biases, learning_rates)],
-        betas=betas, weight_decay=weight_decay,
+        betas=betas,
+        weight_decay=weight_decay,
     )
 
     def logits_of(x):  # (N, d) -> (L, N, C)
@@ -68,11 +84,16 @@ def train_linear_heads(train, valid, test, learning_rates, *, multi_label, num_c
         targets = train_y[index]
         if multi_label:
             losses = torch.nn.functional.binary_cross_entropy_with_logits(
-                logits, targets.expand(num_heads, -1, -1), reduction="none").mean(dim=(1, 2))  # (L,)
+                logits, targets.expand(num_heads, -1, -1), reduction="none"
+            ).mean(dim=(1, 2))  # (L,)
         else:
-            losses = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, num_classes), targets.repeat(num_heads), reduction="none"
-            ).reshape(num_heads, -1).mean(1)  # (L,)
+            losses = (
+                torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, num_classes), targets.repeat(num_heads), reduction="none"
+                )
+                .reshape(num_heads, -1)
+                .mean(1)
+            )  # (L,)
         optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()  # heads share nothing, so each gets the gradient of its own loss
         optimizer.step()

@@ -40,26 +40,38 @@ class LinearEvalArguments:
     dataset: str | None = field(default=None, metadata={"help": "a name for aasp_hf.data.load (esc50, us8k, ...)"})
     data_root: str | None = field(default=None, metadata={"help": "the dataset's folder in its official layout"})
     dataset_kwargs: str | None = field(
-        default=None, metadata={"help": "JSON object of extra loader arguments, e.g. '{\"metadata_csv\": \"...\"}'"}
+        default=None, metadata={"help": 'JSON object of extra loader arguments, e.g. \'{"metadata_csv": "..."}\''}
     )
     synthetic_per_class: int = field(default=0, metadata={"help": "N > 0: demo clips (N train per class), no files"})
     task: str | None = field(default=None, metadata={"help": "EVAR clip-length key; unset: the dataset name"})
     clip_seconds: float | None = field(default=None, metadata={"help": "overrides the task's EVAR clip length"})
     folds: list[int] | None = field(default=None, metadata={"help": "test folds of a K-fold task; unset: all"})
     kfold_validation: str = field(
-        default="evar", metadata={"help": "K-fold validation: 'evar' (a seeded random validation_fraction of the other "
-                                  "folds) or 'next' (the fold after the test fold)"}
+        default="evar",
+        metadata={
+            "help": "K-fold validation: 'evar' (a seeded random validation_fraction of the other "
+            "folds) or 'next' (the fold after the test fold)"
+        },
     )
-    validation_fraction: float = field(default=0.1, metadata={"help": "held out of train when there is no validation "
-                                                              "(and of the training folds of a K-fold task)"})
+    validation_fraction: float = field(
+        default=0.1,
+        metadata={"help": "held out of train when there is no validation (and of the training folds of a K-fold task)"},
+    )
     test_fraction: float = field(
-        default=0.2, metadata={"help": "held out of train (stratified by class, seeded) when there is no test split, "
-                               "e.g. an audiofolder without train/test sub-folders"}
+        default=0.2,
+        metadata={
+            "help": "held out of train (stratified by class, seeded) when there is no test split, "
+            "e.g. an audiofolder without train/test sub-folders"
+        },
     )
-    group_by: str | None = field(default=None, metadata={
-        "help": "each clip's source (speaker, site, device): a column of the data, or a regular expression whose "
-                "first group, searched in the file name, is the source (e.g. '^(\\d+)_'); validation (and a K-fold "
-                "task's validation draw) and a held-out test then take whole sources, never heard in training"})
+    group_by: str | None = field(
+        default=None,
+        metadata={
+            "help": "each clip's source (speaker, site, device): a column of the data, or a regular expression whose "
+            "first group, searched in the file name, is the source (e.g. '^(\\d+)_'); validation (and a K-fold "
+            "task's validation draw) and a held-out test then take whole sources, never heard in training"
+        },
+    )
     learning_rates: list[float] = field(default_factory=lambda: [1e-4], metadata={"help": "peak lrs, one pass"})
     min_learning_rate: float = field(default=0.0, metadata={"help": "end of the cosine schedule"})
     weight_decay: float = field(default=0.0)
@@ -81,7 +93,6 @@ class LinearEvalArguments:
     baseline_max_clips: int = field(default=DEFAULT_MAX_CLIPS, metadata={"help": MAX_CLIPS_HELP})
 
 
-
 def evaluation_parts(args) -> tuple[dict, bool, int, float]:
     """-> ({part name: {split: rows}}, multi_label, num_classes, clip_seconds): the arguments mapped onto
     `data.load_downstream` (the protocol finetune.py uses too). A K-fold dataset gives one part per test fold of
@@ -89,20 +100,28 @@ def evaluation_parts(args) -> tuple[dict, bool, int, float]:
     cache's identity (finetune.py uses seed 0: the same split when `--feature_seed` is 0, the default)."""
     if args.synthetic_per_class > 0:
         # 1.25-s clips, a bit longer than the 1-s EVAR length: train / validation crops are random, test takes the start
-        return {"synthetic": synthetic_splits(args.synthetic_per_class, args.feature_seed)}, False, len(LABELS), (
-            args.clip_seconds or 1.0
+        return (
+            {"synthetic": synthetic_splits(args.synthetic_per_class, args.feature_seed)},
+            False,
+            len(LABELS),
+            (args.clip_seconds or 1.0),
         )
     if args.dataset is None:
         raise ValueError("Pass --dataset (with --data_root) or --synthetic_per_class N.")
     downstream = load_downstream(
-        args.dataset, root=args.data_root,
+        args.dataset,
+        root=args.data_root,
         loader_kwargs=json.loads(args.dataset_kwargs) if args.dataset_kwargs else None,
-        task=args.task, clip_seconds=args.clip_seconds, folds=args.folds,
-        kfold_validation=getattr(args, "kfold_validation", "evar"), validation_fraction=args.validation_fraction,
-        test_fraction=args.test_fraction, seed=args.feature_seed, group_by=args.group_by,
+        task=args.task,
+        clip_seconds=args.clip_seconds,
+        folds=args.folds,
+        kfold_validation=getattr(args, "kfold_validation", "evar"),
+        validation_fraction=args.validation_fraction,
+        test_fraction=args.test_fraction,
+        seed=args.feature_seed,
+        group_by=args.group_by,
     )
     return downstream.parts, downstream.multi_label, len(downstream.label_names), downstream.clip_seconds
-
 
 
 def feature_files(output_dir, part, split) -> tuple[Path, Path]:
@@ -122,18 +141,27 @@ def cached_features(args, model, feature_extractor, part, rows, split, clip_seco
     if is_cached(args.output_dir, part, split):
         return np.load(feature_file), np.load(label_file)
     collator = AaspFineTuningCollator(
-        feature_extractor, clip_seconds=clip_seconds, split=split, num_labels=num_labels,
+        feature_extractor,
+        clip_seconds=clip_seconds,
+        split=split,
+        num_labels=num_labels,
         seed=args.feature_seed + SPLITS.index(split),
     )
     loader = torch.utils.data.DataLoader(
-        rows, batch_size=args.feature_batch_size, shuffle=False, collate_fn=collator,
-        num_workers=args.dataloader_num_workers, worker_init_fn=leave_stop_signals_to_the_training_process,
+        rows,
+        batch_size=args.feature_batch_size,
+        shuffle=False,
+        collate_fn=collator,
+        num_workers=args.dataloader_num_workers,
+        worker_init_fn=leave_stop_signals_to_the_training_process,
     )
     with tqdm(total=len(rows), desc=f"features {part}/{split}", unit="clip") as progress:
         features, labels = extract_features(model, loader, device=device, progress=progress)
     if collator.num_skipped:
-        logger.warning(f"{part}/{split}: {collator.num_skipped} clip(s) failed to decode and were skipped (each file "
-                       f"is named in a line of its own above)")
+        logger.warning(
+            f"{part}/{split}: {collator.num_skipped} clip(s) failed to decode and were skipped (each file "
+            f"is named in a line of its own above)"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     for path, array in ((feature_file, features), (label_file, labels)):  # each whole or absent: no partial cache
         save_array_atomically(path, array)
@@ -143,10 +171,15 @@ def cached_features(args, model, feature_extractor, part, rows, split, clip_seco
 def check_cache_identity(args, clip_seconds):
     """The feature cache belongs to one model and data setting; reusing it for another raises a ValueError."""
     identity = {
-        "model_name_or_path": str(args.model_name_or_path), "dataset": args.dataset, "data_root": args.data_root,
-        "dataset_kwargs": args.dataset_kwargs, "synthetic_per_class": args.synthetic_per_class,
-        "clip_seconds": clip_seconds, "feature_seed": args.feature_seed,
-        "validation_fraction": args.validation_fraction, "test_fraction": args.test_fraction,
+        "model_name_or_path": str(args.model_name_or_path),
+        "dataset": args.dataset,
+        "data_root": args.data_root,
+        "dataset_kwargs": args.dataset_kwargs,
+        "synthetic_per_class": args.synthetic_per_class,
+        "clip_seconds": clip_seconds,
+        "feature_seed": args.feature_seed,
+        "validation_fraction": args.validation_fraction,
+        "test_fraction": args.test_fraction,
         "kfold_validation": args.kfold_validation,
         **({"group_by": args.group_by} if args.group_by is not None else {}),  # (absent: a cache from before it)
     }
@@ -155,9 +188,10 @@ def check_cache_identity(args, clip_seconds):
         cached = json.loads(path.read_text())
         if cached != identity:
             changed = sorted(k for k in identity if cached.get(k) != identity[k])
-            raise ValueError(f"{path.parent} holds features of another setting (differs in {changed}); "
-                             f"use a new --output_dir or delete that folder.")
+            raise ValueError(
+                f"{path.parent} holds features of another setting (differs in {changed}); "
+                f"use a new --output_dir or delete that folder."
+            )
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomically(path, json.dumps(identity, indent=2))
-

@@ -29,8 +29,10 @@ def _check_probe_inputs(train_x, train_y, test_x, test_y):
     if train_x.ndim != 2 or test_x.ndim != 2 or train_x.shape[1] != test_x.shape[1]:
         raise ValueError(f"features must be (n, d) with the same d, got {train_x.shape} and {test_x.shape}")
     if train_y.shape != (len(train_x),) or test_y.shape != (len(test_x),):
-        raise ValueError(f"labels must be (n,) class indices, got {train_y.shape} for {len(train_x)} train and "
-                         f"{test_y.shape} for {len(test_x)} test rows")
+        raise ValueError(
+            f"labels must be (n,) class indices, got {train_y.shape} for {len(train_x)} train and "
+            f"{test_y.shape} for {len(test_x)} test rows"
+        )
     if len(train_x) == 0 or len(test_x) == 0 or min(train_y.min(), test_y.min()) < 0:
         raise ValueError("need at least one train and one test row, and labels >= 0")
     return train_x, train_y, test_x, test_y
@@ -104,8 +106,16 @@ class FrozenFeatureProbe:
     linear-evaluation feature [CLS ; per-frequency-row time means]); scores: `probe_accuracies`.
     """
 
-    def __init__(self, root, feature_extractor, num_frames: int, max_clips: int | None = 200, k: int = 10,
-                 ridge: float = 1.0, batch_size: int = 32):
+    def __init__(
+        self,
+        root,
+        feature_extractor,
+        num_frames: int,
+        max_clips: int | None = 200,
+        k: int = 10,
+        ridge: float = 1.0,
+        batch_size: int = 32,
+    ):
         self.k, self.ridge, self.batch_size = k, ridge, batch_size
         self.splits, self.num_skipped, classes = {}, 0, None
         test_split = "test" if (Path(root) / "test").is_dir() else "validation"
@@ -121,9 +131,15 @@ class FrozenFeatureProbe:
                     self.num_skipped += 1
             if not waveforms:
                 raise ValueError(f"no decodable audio files in {Path(root) / split}")
-            inputs = feature_extractor(waveforms, sampling_rate=feature_extractor.sampling_rate, return_tensors="pt",
-                                       padding="max_length", max_frames=num_frames, truncation=True,
-                                       return_attention_mask=True)
+            inputs = feature_extractor(
+                waveforms,
+                sampling_rate=feature_extractor.sampling_rate,
+                return_tensors="pt",
+                padding="max_length",
+                max_frames=num_frames,
+                truncation=True,
+                return_attention_mask=True,
+            )
             self.splits[split] = (inputs["input_values"], inputs["attention_mask"], np.asarray(kept, dtype=np.int64))
         self.split_names = ("train", test_split)
         self.classes = classes
@@ -142,8 +158,11 @@ class FrozenFeatureProbe:
                 batch = slice(start, start + self.batch_size)
                 with autocast():
                     out = encoder(input_values[batch].to(device), attention_mask=attention_mask[batch].to(device))
-                pooled.append(pool_features(out.last_hidden_state.float(), out.token_mask,
-                                            encoder.config.num_frequency_patches).cpu().numpy())
+                pooled.append(
+                    pool_features(out.last_hidden_state.float(), out.token_mask, encoder.config.num_frequency_patches)
+                    .cpu()
+                    .numpy()
+                )
         finally:
             encoder.train(was_training)
         return np.concatenate(pooled)
@@ -151,8 +170,14 @@ class FrozenFeatureProbe:
     def __call__(self, encoder, autocast=nullcontext) -> dict:
         """``knn_accuracy`` and ``ridge_accuracy`` of `encoder` on the test clips (see `probe_accuracies`)."""
         train, test = self.split_names
-        return probe_accuracies(self.features(encoder, train, autocast), self.splits[train][2],
-                                self.features(encoder, test, autocast), self.splits[test][2], self.k, self.ridge)
+        return probe_accuracies(
+            self.features(encoder, train, autocast),
+            self.splits[train][2],
+            self.features(encoder, test, autocast),
+            self.splits[test][2],
+            self.k,
+            self.ridge,
+        )
 
     def chance_accuracy(self) -> float:
         """Test accuracy of always answering the train split's most frequent class (the floor to beat)."""

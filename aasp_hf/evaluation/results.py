@@ -33,16 +33,25 @@ def mean_std(values, single_std: float = 0.0) -> tuple[float, float]:
 def write_finetune_markdown(path: Path, summary: dict):
     """examples/finetune.py's `results.md`: one row per (part, seed) sub-run, then the test mean ± std (×100)."""
     metric = summary["metric"]
-    lines = [f"# Fine-tuning: {summary['task']} ({summary['model_name_or_path']})", "",
-             f"{metric} (×100) on test within {summary['max_steps']} steps; mean ± std over seeds "
-             f"{summary['seeds']} of the mean over parts {summary['parts']}.", "",
-             f"Model selection (`--select_on {summary['select_on']}`): {summary['selection_rule']}.", "",
-             "| part | seed | selected step | valid | test |", "|---|---|---|---|---|"]
+    lines = [
+        f"# Fine-tuning: {summary['task']} ({summary['model_name_or_path']})",
+        "",
+        f"{metric} (×100) on test within {summary['max_steps']} steps; mean ± std over seeds "
+        f"{summary['seeds']} of the mean over parts {summary['parts']}.",
+        "",
+        f"Model selection (`--select_on {summary['select_on']}`): {summary['selection_rule']}.",
+        "",
+        "| part | seed | selected step | valid | test |",
+        "|---|---|---|---|---|",
+    ]
     for r in summary["runs"]:
         valid = f"{100 * r['best_valid_score']:.2f}" if r.get("select_on", "validation") == "validation" else "–"
         lines.append(f"| {r['part']} | {r['seed']} | {r['best_step']} | {valid} | {100 * r['test_score']:.2f} |")
-    lines += ["", f"**{summary['task']} {metric}: {100 * summary['test_mean']:.2f} ± {100 * summary['test_std']:.2f}**",
-              ""]
+    lines += [
+        "",
+        f"**{summary['task']} {metric}: {100 * summary['test_mean']:.2f} ± {100 * summary['test_std']:.2f}**",
+        "",
+    ]
     write_text_atomically(path, "\n".join(lines + baseline_markdown(summary)))
 
 
@@ -61,11 +70,16 @@ def write_linear_eval_markdown(path: Path, results: dict):
         "|---|---|---|---|---|---|",
     ]
     for run in results["runs"]:
-        lines.append(f"| {run['part']} | {run['seed']} | {run['chosen_learning_rate']:g} | "
-                     f"{run['best_steps'][run['chosen_index']]} | {100 * run['valid_score']:.2f} | "
-                     f"{100 * run['test_score']:.2f} |")
-    lines += ["", f"**{results['task']} {metric}: {100 * results['test_mean']:.2f} ± {100 * results['test_std']:.2f}**",
-              ""]
+        lines.append(
+            f"| {run['part']} | {run['seed']} | {run['chosen_learning_rate']:g} | "
+            f"{run['best_steps'][run['chosen_index']]} | {100 * run['valid_score']:.2f} | "
+            f"{100 * run['test_score']:.2f} |"
+        )
+    lines += [
+        "",
+        f"**{results['task']} {metric}: {100 * results['test_mean']:.2f} ± {100 * results['test_std']:.2f}**",
+        "",
+    ]
     write_text_atomically(path, "\n".join(lines + baseline_markdown(results)))
 
 
@@ -82,15 +96,25 @@ def baseline_markdown(summary: dict) -> list[str]:
         return lines + [f"Not computed: {baseline['error']}.", ""]
     s = baseline["settings"]
     cut = f"cut here: {', '.join(baseline['capped'])}" if baseline["capped"] else "no split was cut"
-    lines += [f"{s['front_end']}; {s['features']}; {s['probe']}; C from {s['C_grid']} chosen on the validation "
-              f"split (without one: on 10 % of the train clips held out, seed 0, then refitted on all). The same "
-              f"parts, clips and crops as the model; deterministic, so the same for every seed. At most "
-              f"{s['max_clips_per_split'] or 'all'} clips per split ({cut}); {baseline['seconds']:.1f} s.", "",
-              "| part | C | train clips | valid | test |", "|---|---|---|---|---|"]
+    lines += [
+        f"{s['front_end']}; {s['features']}; {s['probe']}; C from {s['C_grid']} chosen on the validation "
+        f"split (without one: on 10 % of the train clips held out, seed 0, then refitted on all). The same "
+        f"parts, clips and crops as the model; deterministic, so the same for every seed. At most "
+        f"{s['max_clips_per_split'] or 'all'} clips per split ({cut}); {baseline['seconds']:.1f} s.",
+        "",
+        "| part | C | train clips | valid | test |",
+        "|---|---|---|---|---|",
+    ]
     for part, p in baseline["parts"].items():
         train = p["clips"]["train"]
-        lines.append(f"| {part} | {p['C']:g} | {train['used']} of {train['of']} | {100 * p['valid_score']:.2f} | "
-                     f"{100 * p['test_score']:.2f} |")
-    lines += ["", f"**baseline {summary['metric']}: {100 * baseline['test_mean']:.2f}** (mean over parts; the model: "
-                  f"{100 * summary['test_mean']:.2f})", ""]
+        lines.append(
+            f"| {part} | {p['C']:g} | {train['used']} of {train['of']} | {100 * p['valid_score']:.2f} | "
+            f"{100 * p['test_score']:.2f} |"
+        )
+    lines += [
+        "",
+        f"**baseline {summary['metric']}: {100 * baseline['test_mean']:.2f}** (mean over parts; the model: "
+        f"{100 * summary['test_mean']:.2f})",
+        "",
+    ]
     return lines

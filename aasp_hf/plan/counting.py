@@ -43,8 +43,21 @@ def _forward_conv_flops(x_shape, w_shape, out_shape, transposed: bool) -> int:
     return 2 * batch * positions * math.prod(w_shape)
 
 
-def conv_backward_flop(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,
-                       _output_padding, _groups, output_mask, out_shape, **kwargs) -> int:
+def conv_backward_flop(
+    grad_out_shape,
+    x_shape,
+    w_shape,
+    _bias,
+    _stride,
+    _padding,
+    _dilation,
+    transposed,
+    _output_padding,
+    _groups,
+    output_mask,
+    out_shape,
+    **kwargs,
+) -> int:
     """`aten.convolution_backward`: each requested gradient (input, weight) costs what the forward costs.
 
     Replaces FlopCounterMode's formula, whose weight-gradient term treats a grouped convolution as dense (it
@@ -62,8 +75,9 @@ def cpu_attention_flop(query_shape, key_shape, value_shape, *args, out_shape=Non
     return sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
-def cpu_attention_backward_flop(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
-                                **kwargs) -> int:
+def cpu_attention_backward_flop(
+    grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs
+) -> int:
     """The backward of `cpu_attention_flop`'s kernel, with FlopCounterMode's formula for the CUDA kernels'."""
     from torch.utils.flop_counter import sdpa_backward_flop_count
 
@@ -76,8 +90,11 @@ def flop_counter():
     from torch.utils.flop_counter import FlopCounterMode
 
     aten = torch.ops.aten
-    return FlopCounterMode(display=False, custom_mapping={  # each formula receives shapes (FlopCounterMode wraps it)
-        aten.convolution_backward: conv_backward_flop,
-        aten._scaled_dot_product_flash_attention_for_cpu: cpu_attention_flop,
-        aten._scaled_dot_product_flash_attention_for_cpu_backward: cpu_attention_backward_flop,
-    })
+    return FlopCounterMode(
+        display=False,
+        custom_mapping={  # each formula receives shapes (FlopCounterMode wraps it)
+            aten.convolution_backward: conv_backward_flop,
+            aten._scaled_dot_product_flash_attention_for_cpu: cpu_attention_flop,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward: cpu_attention_backward_flop,
+        },
+    )

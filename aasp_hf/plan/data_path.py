@@ -61,8 +61,14 @@ def time_data_path(clips, collator, num_clips: int, batch_size: int, on_device: 
             done, failed = done + len(examples), failed + len(failures)
     finally:
         torch.set_num_threads(threads)
-    return {"clips": done, "decode_seconds": cpu[0], "collate_seconds": cpu[1], "decode_wall_seconds": wall[0],
-            "collate_wall_seconds": wall[1], "failed": failed}
+    return {
+        "clips": done,
+        "decode_seconds": cpu[0],
+        "collate_seconds": cpu[1],
+        "decode_wall_seconds": wall[0],
+        "collate_wall_seconds": wall[1],
+        "failed": failed,
+    }
 
 
 def time_training_process(clips, collator, num_micro_batches: int, batch_size: int, on_device: bool) -> dict:
@@ -104,8 +110,13 @@ def time_training_process(clips, collator, num_micro_batches: int, batch_size: i
         if cuda:
             torch.cuda.synchronize()
         cpu, wall = time.process_time() - cpu_start, time.perf_counter() - wall_start
-    return {"micro_batches": num_micro_batches, "seconds": cpu, "wall_seconds": wall, "finish_timed": finish_timed,
-            "pinned": cuda}
+    return {
+        "micro_batches": num_micro_batches,
+        "seconds": cpu,
+        "wall_seconds": wall,
+        "finish_timed": finish_timed,
+        "pinned": cuda,
+    }
 
 
 def _cycled_order(num_rows: int, batch_size: int):
@@ -131,20 +142,30 @@ def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int =
 
     batch_size = max(1, min(plan.per_device_batch, 32, num_clips))
     feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins)
-    collator = PretrainingCollator(feature_extractor, config, crop_seconds=data_args.crop_seconds,
-                                   generator=torch.Generator().manual_seed(seed),
-                                   student_eq_strength=data_args.student_eq_strength)
+    collator = PretrainingCollator(
+        feature_extractor,
+        config,
+        crop_seconds=data_args.crop_seconds,
+        generator=torch.Generator().manual_seed(seed),
+        student_eq_strength=data_args.student_eq_strength,
+    )
     on_device = getattr(data_args, "features_on_device", False)
     cache = getattr(data_args, "log_mel_cache", None)
-    sources = [name for name in ("dataset", "train_dir", "train_manifest", "dataset_name")
-               if getattr(data_args, name, None) is not None]
+    sources = [
+        name
+        for name in ("dataset", "train_dir", "train_manifest", "dataset_name")
+        if getattr(data_args, name, None) is not None
+    ]
     with tempfile.TemporaryDirectory() as folder:
         if cache is not None:
             read, what = None, f"--log_mel_cache {cache} (cached log-mel: nothing to decode)"
         elif sources or data_args.synthetic_clips > 0:
             read = dataclasses.replace(data_args, dataloader_num_workers=0)
-            what = (f"--{sources[0]} {getattr(data_args, sources[0])}" if sources else
-                    f"--synthetic_clips {data_args.synthetic_clips} (arrays in memory: nothing to decode)")
+            what = (
+                f"--{sources[0]} {getattr(data_args, sources[0])}"
+                if sources
+                else f"--synthetic_clips {data_args.synthetic_clips} (arrays in memory: nothing to decode)"
+            )
             what += ", as a stream" if data_args.streaming else ""
         else:
             import soundfile as sf  # here, as datasets below: in-memory clips and a cache read no file
@@ -152,9 +173,11 @@ def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int =
             for number, clip in enumerate(unlabelled_clips(min(num_clips, 32), seed, 10.0)):
                 sf.write(os.path.join(folder, f"clip{number:03d}.wav"), clip, 16000, subtype="PCM_16")
             read = dataclasses.replace(data_args, train_dir=folder, streaming=False, dataloader_num_workers=0)
-            what = ("none given, so synthetic 10-s clips written as 16-bit 16-kHz WAV files and read as --train_dir "
-                    "reads them (give --train_dir, --train_manifest, --dataset or --dataset_name, with --streaming "
-                    "or not, to time your own)")
+            what = (
+                "none given, so synthetic 10-s clips written as 16-bit 16-kHz WAV files and read as --train_dir "
+                "reads them (give --train_dir, --train_manifest, --dataset or --dataset_name, with --streaming "
+                "or not, to time your own)"
+            )
         quiet = True
         if read is not None and read.synthetic_clips == 0:  # files, which datasets reads (in-memory clips need none)
             import datasets
@@ -162,8 +185,9 @@ def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int =
             quiet = datasets.utils.are_progress_bars_disabled()
             datasets.disable_progress_bars()  # the folder's "Generating train split" bars would break the table
         try:
-            clips = LogMelCache(cache, feature_extractor) if cache is not None else load_clips(read, seed, batch_size,
-                                                                                                 1, 0)
+            clips = (
+                LogMelCache(cache, feature_extractor) if cache is not None else load_clips(read, seed, batch_size, 1, 0)
+            )
             timed = time_data_path(clips, collator, num_clips, batch_size, on_device)
             # the run's own micro-batch (a stream's is fixed when it is read: its micro-batches of batch_size)
             received = batch_size if isinstance(clips, AudioStream) else plan.per_device_batch
@@ -184,49 +208,73 @@ def data_path_plan(plan: RunPlan, config, data_args, num_clips: int, seed: int =
     per_step = per_micro_batch / received * step_clips  # scaled by clips where the timed micro-batch is smaller
     share = per_step / step
     wall = timed["decode_wall_seconds"] + timed["collate_wall_seconds"]
-    rows = [f"Data path on this host, measured: {timed['clips']} clips in micro-batches of {batch_size}, one process, "
-            f"1 torch thread, {timed['failed']} failed to decode; rates per core of its own (CPU time; wall-clock "
-            f"{timed['clips'] / wall:,.0f} clips/s for decode + crop + collate while this host was shared)",
-            f"  data source: {what}"]
+    rows = [
+        f"Data path on this host, measured: {timed['clips']} clips in micro-batches of {batch_size}, one process, "
+        f"1 torch thread, {timed['failed']} failed to decode; rates per core of its own (CPU time; wall-clock "
+        f"{timed['clips'] / wall:,.0f} clips/s for decode + crop + collate while this host was shared)",
+        f"  data source: {what}",
+    ]
     lengths = None
     if getattr(data_args, "train_manifest", None) is not None:
         lengths = manifest_lengths(data_args.train_manifest, data_args.crop_seconds)
         clips_per_step = plan.per_device_batch * plan.num_processes * plan.gradient_accumulation_steps
-        rows.append(f"  its clips, from the manifest's num_samples (not decoded): {lengths['clips']:,} listed, "
-                    f"{lengths['hours']:,.1f} h in all, {lengths['mean_seconds']:.2f} s on average (shortest "
-                    f"{lengths['min_seconds']:.2f} s, longest {lengths['max_seconds']:.2f} s) at {lengths['rate']:,} "
-                    f"Hz ({lengths['rate_from']}); {lengths['shorter_than_crop']:,} shorter than --crop_seconds "
-                    f"{data_args.crop_seconds:g} (used whole, padded); an epoch is "
-                    f"{lengths['clips'] // clips_per_step:,} steps of {clips_per_step:,} clips")
+        rows.append(
+            f"  its clips, from the manifest's num_samples (not decoded): {lengths['clips']:,} listed, "
+            f"{lengths['hours']:,.1f} h in all, {lengths['mean_seconds']:.2f} s on average (shortest "
+            f"{lengths['min_seconds']:.2f} s, longest {lengths['max_seconds']:.2f} s) at {lengths['rate']:,} "
+            f"Hz ({lengths['rate_from']}); {lengths['shorter_than_crop']:,} shorter than --crop_seconds "
+            f"{data_args.crop_seconds:g} (used whole, padded); an epoch is "
+            f"{lengths['clips'] // clips_per_step:,} steps of {clips_per_step:,} clips"
+        )
 
     def row(label, value, note=""):
         rows.append(f"  {label:<60} {value:>14}{'  ' + note if note else ''}")
 
-    collated = ("crop + masks (the log-mel: --features_on_device)" if on_device and cache is None else
-                "crop + log-mel + masks")
+    collated = (
+        "crop + masks (the log-mel: --features_on_device)" if on_device and cache is None else "crop + log-mel + masks"
+    )
     row("read (cached log-mel)" if cache is not None else "decode", f"{decode_rate:,.0f} clips/s", "per loader worker")
     row(collated, f"{collate_rate:,.0f} clips/s", "per loader worker")
     row("decode + collate: one loader worker", f"{whole_rate:,.0f} clips/s", "per core")
-    row("clips/s per GPU the predicted step needs", f"{needed:,.0f} clips/s",
-        f"({step_clips} clips every {_duration(step)})")
+    row(
+        "clips/s per GPU the predicted step needs",
+        f"{needed:,.0f} clips/s",
+        f"({step_clips} clips every {_duration(step)})",
+    )
     row("loader workers per GPU (--dataloader_num_workers)", f"{workers:,}")
     verdict = "yes" if cores_needed <= cores else "no"
-    row(f"this host's cores supply {plan.num_processes} GPU process(es) × ({workers} workers + 1)",
-        f"{verdict}: {cores_needed:,} of {cores}")
+    row(
+        f"this host's cores supply {plan.num_processes} GPU process(es) × ({workers} workers + 1)",
+        f"{verdict}: {cores_needed:,} of {cores}",
+    )
     left_out = "" if trained["finish_timed"] else "; the log-mel launched on the GPU left out (no GPU here)"
-    row(f"the training process per micro-batch of {received} (CPU)", _duration(per_micro_batch),
-        f"receive{', pin' if trained['pinned'] else ''}, name failed clips, finish, copy{left_out}")
+    row(
+        f"the training process per micro-batch of {received} (CPU)",
+        _duration(per_micro_batch),
+        f"receive{', pin' if trained['pinned'] else ''}, name failed clips, finish, copy{left_out}",
+    )
     target = 0.10
-    row(f"the training process per step of {step_clips} clips (CPU)", _duration(per_step),
+    row(
+        f"the training process per step of {step_clips} clips (CPU)",
+        _duration(per_step),
         f"{share:.1%} of the predicted step: {'within' if share <= target else 'above'} the target of at most "
         f"{target:.0%} ({_duration(target * step)})"
-        + (f"; scaled by clips from micro-batches of {received}" if received != plan.per_device_batch else ""))
-    figures = {"clips": timed["clips"], "decode_clips_per_s": decode_rate, "collate_clips_per_s": collate_rate,
-               "decode_crop_collate_clips_per_s": whole_rate, "needed_clips_per_s": needed, "workers": workers,
-               "cores": cores, "cores_needed": cores_needed,
-               "training_process_seconds_per_micro_batch": per_micro_batch,
-               "training_process_seconds_per_step": per_step, "training_process_share_of_step": share,
-               "training_process_finish_timed": trained["finish_timed"]}
+        + (f"; scaled by clips from micro-batches of {received}" if received != plan.per_device_batch else ""),
+    )
+    figures = {
+        "clips": timed["clips"],
+        "decode_clips_per_s": decode_rate,
+        "collate_clips_per_s": collate_rate,
+        "decode_crop_collate_clips_per_s": whole_rate,
+        "needed_clips_per_s": needed,
+        "workers": workers,
+        "cores": cores,
+        "cores_needed": cores_needed,
+        "training_process_seconds_per_micro_batch": per_micro_batch,
+        "training_process_seconds_per_step": per_step,
+        "training_process_share_of_step": share,
+        "training_process_finish_timed": trained["finish_timed"],
+    }
     if lengths is not None:
         figures["manifest"] = lengths
     return "\n".join(rows) + "\n", figures
@@ -254,6 +302,13 @@ def manifest_lengths(path, crop_seconds: float, max_headers: int = 20) -> dict:
         break
     samples = [num_samples for _, _, num_samples in entries]
     total = sum(samples)
-    return {"clips": len(samples), "hours": total / rate / 3600, "mean_seconds": total / len(samples) / rate,
-            "min_seconds": min(samples) / rate, "max_seconds": max(samples) / rate,
-            "shorter_than_crop": sum(n < crop_seconds * rate for n in samples), "rate": rate, "rate_from": rate_from}
+    return {
+        "clips": len(samples),
+        "hours": total / rate / 3600,
+        "mean_seconds": total / len(samples) / rate,
+        "min_seconds": min(samples) / rate,
+        "max_seconds": max(samples) / rate,
+        "shorter_than_crop": sum(n < crop_seconds * rate for n in samples),
+        "rate": rate,
+        "rate_from": rate_from,
+    }

@@ -106,10 +106,19 @@ def _count_parameters(module, trainable_override=None) -> tuple[int, bool]:
     return count, trainable
 
 
-def plan_pretraining(config, per_device_batch: int, precision: str = "bf16", num_processes: int = 1,
-                     max_steps: int = 1000, gradient_accumulation_steps: int = 1,
-                     gradient_checkpointing: bool = False, memory_gb: float = 80, accelerator: str = "H100 SXM",
-                     mfu: float = 0.4, patch_embedding_frozen: bool = False) -> RunPlan:
+def plan_pretraining(
+    config,
+    per_device_batch: int,
+    precision: str = "bf16",
+    num_processes: int = 1,
+    max_steps: int = 1000,
+    gradient_accumulation_steps: int = 1,
+    gradient_checkpointing: bool = False,
+    memory_gb: float = 80,
+    accelerator: str = "H100 SXM",
+    mfu: float = 0.4,
+    patch_embedding_frozen: bool = False,
+) -> RunPlan:
     """The plan of an `examples/pretrain.py` run of `AaspForPreTraining(config)` (see the `aasp_hf.plan` docstring)."""
     check_plan_arguments(memory_gb, accelerator, mfu, precision, num_processes)
     if per_device_batch < 1:
@@ -128,8 +137,9 @@ def plan_pretraining(config, per_device_batch: int, precision: str = "bf16", num
 
     make_inputs = lambda b: pretraining_inputs(config, b)  # noqa: E731
     set_gradient_checkpointing(model, gradient_checkpointing)
-    peak, counter = measure_fake_step(model, fake_mode, "pretraining", make_inputs(per_device_batch), precision,
-                                      count_flops=True)
+    peak, counter = measure_fake_step(
+        model, fake_mode, "pretraining", make_inputs(per_device_batch), precision, count_flops=True
+    )
     by_module = {name: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
     total_counted = counter.get_total_flops()
     parts = {
@@ -147,12 +157,14 @@ def plan_pretraining(config, per_device_batch: int, precision: str = "bf16", num
         parts["losses (contrastive similarities)"] += 6 * views * views * embed * (num_processes - 1)
     if config.patch_embedding == "aape":
         student_rows = per_device_batch * (num_views if config.student_stem_input == "masked" else 1)
-        parts["not counted by FlopCounterMode: high-pass (teacher + student)"] = (
-            highpass_flops(config, per_device_batch) + highpass_flops(config, student_rows))
+        parts["not counted by FlopCounterMode: high-pass (teacher + student)"] = highpass_flops(
+            config, per_device_batch
+        ) + highpass_flops(config, student_rows)
         parts["not counted by FlopCounterMode: teacher's dense SBLU taps"] = sblu_tap_flops(config, per_device_batch)
 
-    dynamic = _dynamic_bytes(model, fake_mode, "pretraining", make_inputs, per_device_batch, precision,
-                             gradient_checkpointing, peak)
+    dynamic = _dynamic_bytes(
+        model, fake_mode, "pretraining", make_inputs, per_device_batch, precision, gradient_checkpointing, peak
+    )
     teacher = parameters["EMA teacher encoder"][0]
     memory = {
         "parameters (float32; student, predictor, head)": 4 * (total - teacher),
@@ -164,25 +176,48 @@ def plan_pretraining(config, per_device_batch: int, precision: str = "bf16", num
     memory["activations, gradients, temporaries (measured)"] = peak
     one = make_inputs(1)
     view_tokens = (one["visible_indices"].shape[-1], one["query_indices"].shape[-1])  # V, Q
-    description = (f"AaspForPreTraining: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
-                   f"{config.patch_embedding.upper()} stem, {config.num_frames} frames × {config.num_mel_bins} mel "
-                   f"({config.num_patches} tokens); {num_views} views per clip, {view_tokens[0]} visible and "
-                   f"{view_tokens[1]} query tokens per view")
+    description = (
+        f"AaspForPreTraining: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+        f"{config.patch_embedding.upper()} stem, {config.num_frames} frames × {config.num_mel_bins} mel "
+        f"({config.num_patches} tokens); {num_views} views per clip, {view_tokens[0]} visible and "
+        f"{view_tokens[1]} query tokens per view"
+    )
     return RunPlan(
-        kind="pre-training", description=description, per_device_batch=per_device_batch,
-        gradient_accumulation_steps=gradient_accumulation_steps, num_processes=num_processes, precision=precision,
-        max_steps=max_steps, gradient_checkpointing=gradient_checkpointing, parameters=parameters,
-        flops_per_micro_batch=parts, memory=memory, dynamic_bytes=dynamic, memory_gib=memory_gb,
-        accelerator=ACCELERATORS[accelerator], mfu=mfu,
+        kind="pre-training",
+        description=description,
+        per_device_batch=per_device_batch,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        num_processes=num_processes,
+        precision=precision,
+        max_steps=max_steps,
+        gradient_checkpointing=gradient_checkpointing,
+        parameters=parameters,
+        flops_per_micro_batch=parts,
+        memory=memory,
+        dynamic_bytes=dynamic,
+        memory_gib=memory_gb,
+        accelerator=ACCELERATORS[accelerator],
+        mfu=mfu,
         bytes_moved_per_step=_bytes_moved(memory, trainable, teacher, peak) * gradient_accumulation_steps,
         gradient_bytes=4 * trainable,
     )
 
 
-def plan_finetuning(config, per_device_batch: int, num_frames: int, precision: str = "bf16", num_processes: int = 1,
-                    max_steps: int = 1000, gradient_accumulation_steps: int = 1, gradient_checkpointing: bool = False,
-                    memory_gb: float = 80, accelerator: str = "H100 SXM", mfu: float = 0.4, weight_ema: bool = True,
-                    freeze_feature_encoder: bool = False) -> RunPlan:
+def plan_finetuning(
+    config,
+    per_device_batch: int,
+    num_frames: int,
+    precision: str = "bf16",
+    num_processes: int = 1,
+    max_steps: int = 1000,
+    gradient_accumulation_steps: int = 1,
+    gradient_checkpointing: bool = False,
+    memory_gb: float = 80,
+    accelerator: str = "H100 SXM",
+    mfu: float = 0.4,
+    weight_ema: bool = True,
+    freeze_feature_encoder: bool = False,
+) -> RunPlan:
     """The plan of an `examples/finetune.py` run: `AaspForAudioClassification(config)` on clips of `num_frames`
     frames (the task's clip length), cross-entropy over `config.num_labels` classes, the weight EMA when
     `weight_ema` (a frozen float32 copy of the whole classifier)."""
@@ -195,25 +230,25 @@ def plan_finetuning(config, per_device_batch: int, num_frames: int, precision: s
     encoder_count = sum(p.numel() for p in model.aasp.parameters())
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    parameters = {"encoder": _count_parameters(model.aasp),
-                  "classifier head": (total - encoder_count, True)}
+    parameters = {"encoder": _count_parameters(model.aasp), "classifier head": (total - encoder_count, True)}
     if weight_ema:
         parameters["weight EMA (evaluation copy)"] = (total, False)
 
     def make_inputs(b):
-        return {"input_values": (b, num_frames, config.num_mel_bins),
-                "labels": torch.zeros(b, dtype=torch.long)}
+        return {"input_values": (b, num_frames, config.num_mel_bins), "labels": torch.zeros(b, dtype=torch.long)}
 
     set_gradient_checkpointing(model, gradient_checkpointing)
-    peak, counter = measure_fake_step(model, fake_mode, "classification", make_inputs(per_device_batch), precision,
-                                      count_flops=True)
+    peak, counter = measure_fake_step(
+        model, fake_mode, "classification", make_inputs(per_device_batch), precision, count_flops=True
+    )
     parts = {"classifier fwd+bwd": counter.get_total_flops()}
     if config.patch_embedding == "aape":  # the encoder's dense stem, forward and backward (~2× forward)
         dense = highpass_flops(config, per_device_batch, num_frames)
         dense += 3 * sblu_tap_flops_per_element(config) * per_device_batch * config.sblu_hidden_size * num_frames
         parts["not counted by FlopCounterMode: high-pass, SBLU taps (fwd + ~2× bwd)"] = dense
-    dynamic = _dynamic_bytes(model, fake_mode, "classification", make_inputs, per_device_batch, precision,
-                             gradient_checkpointing, peak)
+    dynamic = _dynamic_bytes(
+        model, fake_mode, "classification", make_inputs, per_device_batch, precision, gradient_checkpointing, peak
+    )
     memory = {"parameters (float32)": 4 * total}
     if weight_ema:
         memory["weight EMA (float32)"] = 4 * total
@@ -222,15 +257,27 @@ def plan_finetuning(config, per_device_batch: int, num_frames: int, precision: s
         memory["DDP gradient buckets (float32)"] = 4 * trainable
     memory["activations, gradients, temporaries (measured)"] = peak
     tokens = (num_frames + config.time_patch_size - 1) // config.time_patch_size * config.num_frequency_patches
-    description = (f"AaspForAudioClassification: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
-                   f"{config.patch_embedding.upper()} stem, {num_frames} frames × {config.num_mel_bins} mel "
-                   f"(~{tokens} tokens)")
+    description = (
+        f"AaspForAudioClassification: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+        f"{config.patch_embedding.upper()} stem, {num_frames} frames × {config.num_mel_bins} mel "
+        f"(~{tokens} tokens)"
+    )
     return RunPlan(
-        kind="fine-tuning", description=description, per_device_batch=per_device_batch,
-        gradient_accumulation_steps=gradient_accumulation_steps, num_processes=num_processes, precision=precision,
-        max_steps=max_steps, gradient_checkpointing=gradient_checkpointing, parameters=parameters,
-        flops_per_micro_batch=parts, memory=memory, dynamic_bytes=dynamic, memory_gib=memory_gb,
-        accelerator=ACCELERATORS[accelerator], mfu=mfu,
+        kind="fine-tuning",
+        description=description,
+        per_device_batch=per_device_batch,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        num_processes=num_processes,
+        precision=precision,
+        max_steps=max_steps,
+        gradient_checkpointing=gradient_checkpointing,
+        parameters=parameters,
+        flops_per_micro_batch=parts,
+        memory=memory,
+        dynamic_bytes=dynamic,
+        memory_gib=memory_gb,
+        accelerator=ACCELERATORS[accelerator],
+        mfu=mfu,
         bytes_moved_per_step=_bytes_moved(memory, trainable, total if weight_ema else 0, peak)
         * gradient_accumulation_steps,
         gradient_bytes=4 * trainable,

@@ -51,9 +51,11 @@ def pretraining_inputs(config, batch_size: int, seed: int = 0) -> dict:
     is used."""
 
     masks = sample_batch_masks(config, batch_size, generator=torch.Generator().manual_seed(seed))
-    return {"input_values": (batch_size, config.num_frames, config.num_mel_bins),
-            "visible_indices": masks["visible_indices"],  # (B, M, V)
-            "query_indices": masks["query_indices"]}  # (B, M, Q)
+    return {
+        "input_values": (batch_size, config.num_frames, config.num_mel_bins),
+        "visible_indices": masks["visible_indices"],  # (B, M, V)
+        "query_indices": masks["query_indices"],
+    }  # (B, M, Q)
 
 
 def _autocast(precision: str):

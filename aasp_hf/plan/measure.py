@@ -98,8 +98,9 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
     """N timed optimiser steps of the `examples/pretrain.py` run that `data_args` / `args` (its `DataArguments` and
     `PretrainingArguments`) describe, with `config` its model; every process runs them (DDP). Returns the measured
     figures (see the module docstring); writes nothing."""
-    ddp = ([] if args.ddp_bucket_cap_mb is None else
-           [DistributedDataParallelKwargs(bucket_cap_mb=args.ddp_bucket_cap_mb)])
+    ddp = (
+        [] if args.ddp_bucket_cap_mb is None else [DistributedDataParallelKwargs(bucket_cap_mb=args.ddp_bucket_cap_mb)]
+    )
     accelerator = Accelerator(mixed_precision=args.mixed_precision, kwargs_handlers=ddp)
     rank, world, device = accelerator.process_index, accelerator.num_processes, accelerator.device
     set_seed(args.seed)
@@ -116,15 +117,24 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
         getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
     # the script's data path: loader workers finish whole micro-batches (with --features_on_device all but the
     # log-mel, which `collator.finish` computes on the device)
-    collator = PretrainingCollator(feature_extractor, config, crop_seconds=data_args.crop_seconds,
-                                   device=device if data_args.features_on_device else None,
-                                   student_eq_strength=data_args.student_eq_strength)
+    collator = PretrainingCollator(
+        feature_extractor,
+        config,
+        crop_seconds=data_args.crop_seconds,
+        device=device if data_args.features_on_device else None,
+        student_eq_strength=data_args.student_eq_strength,
+    )
     collate = collator.draw_seeded if data_args.features_on_device else collator.collate_seeded
     if args.patch_embedding_lr_scale == 0:
         model.aasp.embeddings.requires_grad_(False)
     lr_scales = {} if args.patch_embedding_lr_scale in (0, 1) else {"aasp.embeddings.": args.patch_embedding_lr_scale}
-    optimizer = torch.optim.AdamW(param_groups(model, args.weight_decay, lr_scales), lr=args.learning_rate,
-                                  betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon, fused=True)
+    optimizer = torch.optim.AdamW(
+        param_groups(model, args.weight_decay, lr_scales),
+        lr=args.learning_rate,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+        fused=True,
+    )
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
     ema_update = torch.compile(update_teacher_, fullgraph=True) if args.torch_compile else update_teacher_
@@ -137,8 +147,9 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
         batches = stream.finished_micro_batches(collate, partial(stream_clip_seeds, args.seed, world, rank), pin_memory)
     else:
         plan = partial(clip_order, len(dataset), batch_size, world, rank, args.seed, 0)
-        batches = load_micro_batches(CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers,
-                                     pin_memory)
+        batches = load_micro_batches(
+            CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers, pin_memory
+        )
     model.train()
 
     def step(index: int) -> float:
@@ -156,16 +167,16 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
 
         lr = learning_rate(index, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
         momentum = teacher_momentum(index, args.max_steps, args.teacher_momentum_base, args.teacher_momentum_final)
-        pretraining_step(accelerator, model, optimizer, next_batch, accum, lr, args.max_grad_norm, momentum,
-                         update_teacher)
+        pretraining_step(
+            accelerator, model, optimizer, next_batch, accum, lr, args.max_grad_norm, momentum, update_teacher
+        )
         return waited
 
     static = [*unwrapped.parameters(), *unwrapped.buffers()]
     return _timed_steps(accelerator, model, optimizer, step, static, num_steps, args.torch_compile)
 
 
-def measure_finetuning(args, splits: dict, multi_label: bool, names: list, clip_seconds: float,
-                       num_steps: int) -> dict:
+def measure_finetuning(args, splits: dict, multi_label: bool, names: list, clip_seconds: float, num_steps: int) -> dict:
     """N timed optimiser steps of the `examples/finetune.py` run `args` describes, on the training split of `splits`
     (the part its `load_parts` gives first): the classifier loaded from `--model_name_or_path`, the collator's crops,
     mixup and SpecAugment as the arguments set them, AdamW with layer-wise lr decay, gradient clipping and the weight
@@ -173,37 +184,61 @@ def measure_finetuning(args, splits: dict, multi_label: bool, names: list, clip_
     nothing."""
     accelerator = Accelerator(mixed_precision=args.mixed_precision)
     rank, world, device = accelerator.process_index, accelerator.num_processes, accelerator.device
-    accum = gradient_accumulation_for(args.total_train_batch_size, args.per_device_train_batch_size, world,
-                                      args.gradient_accumulation_steps)
+    accum = gradient_accumulation_for(
+        args.total_train_batch_size, args.per_device_train_batch_size, world, args.gradient_accumulation_steps
+    )
     num_labels = len(names)
     set_seed(args.seed)
     model = AaspForAudioClassification.from_pretrained(
-        args.model_name_or_path, num_labels=num_labels, id2label=dict(enumerate(names)),
-        label2id={n: i for i, n in enumerate(names)}, drop_path_rate=args.drop_path_rate,
-        problem_type="multi_label_classification" if multi_label else "single_label_classification")
+        args.model_name_or_path,
+        num_labels=num_labels,
+        id2label=dict(enumerate(names)),
+        label2id={n: i for i, n in enumerate(names)},
+        drop_path_rate=args.drop_path_rate,
+        problem_type="multi_label_classification" if multi_label else "single_label_classification",
+    )
     if args.freeze_feature_encoder:
         model.freeze_feature_encoder()
     feature_extractor = AaspFeatureExtractor(feature_size=model.config.num_mel_bins)
     ema = create_ema(model) if args.ema_decay > 0 else None
     set_seed(args.seed, device_specific=True)
-    collator = AaspFineTuningCollator(feature_extractor, clip_seconds=clip_seconds, split="train",
-                                      num_labels=num_labels if multi_label else None, seed=args.seed * 1000 + 1 + rank)
+    collator = AaspFineTuningCollator(
+        feature_extractor,
+        clip_seconds=clip_seconds,
+        split="train",
+        num_labels=num_labels if multi_label else None,
+        seed=args.seed * 1000 + 1 + rank,
+    )
     augment_rng = np.random.default_rng(args.seed * 1000 + 2 + rank)
     sampler = None
     if args.class_balanced_sampling:
         rows, column = splits["train"], "labels" if multi_label else "label"
         labels = rows[column] if hasattr(rows, "column_names") else [row[column] for row in rows]
-        sampler = ClassBalancedSampler([list(v) if multi_label else [int(v)] for v in labels],
-                                       num_classes=num_labels, num_samples=args.samples_per_epoch, seed=0)
-    optimizer = torch.optim.AdamW(layer_decay_param_groups(model, args.weight_decay, args.layer_decay),
-                                  lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2),
-                                  eps=args.adam_epsilon)
+        sampler = ClassBalancedSampler(
+            [list(v) if multi_label else [int(v)] for v in labels],
+            num_classes=num_labels,
+            num_samples=args.samples_per_epoch,
+            seed=0,
+        )
+    optimizer = torch.optim.AdamW(
+        layer_decay_param_groups(model, args.weight_decay, args.layer_decay),
+        lr=args.learning_rate,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+    )
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
     if ema is not None:
         ema.to(device)
-    batches = micro_batches(splits["train"], args.per_device_train_batch_size, world, rank, args.seed,
-                            num_workers=args.dataloader_num_workers, sampler=sampler)
+    batches = micro_batches(
+        splits["train"],
+        args.per_device_train_batch_size,
+        world,
+        rank,
+        args.seed,
+        num_workers=args.dataloader_num_workers,
+        sampler=sampler,
+    )
     soft = multi_label or args.mixup_alpha > 0
     spec_augment_fraction = args.spec_augment_fraction if args.spec_augment else None
     model.train()
@@ -226,12 +261,16 @@ def measure_finetuning(args, splits: dict, multi_label: bool, names: list, clip_
             return inputs
 
         lr = learning_rate(index, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
-        finetuning_step(accelerator, model, optimizer, next_batch, accum, lr, args.max_grad_norm, soft, ema,
-                        args.ema_decay)
+        finetuning_step(
+            accelerator, model, optimizer, next_batch, accum, lr, args.max_grad_norm, soft, ema, args.ema_decay
+        )
         return waited
 
-    static = [*unwrapped.parameters(), *unwrapped.buffers(),
-              *([] if ema is None else [*ema.parameters(), *ema.buffers()])]
+    static = [
+        *unwrapped.parameters(),
+        *unwrapped.buffers(),
+        *([] if ema is None else [*ema.parameters(), *ema.buffers()]),
+    ]
     return _timed_steps(accelerator, model, optimizer, step, static, num_steps, False)
 
 
@@ -254,11 +293,19 @@ def _timed_steps(accelerator, model, optimizer, step, static_tensors, num_steps:
         torch.cuda.reset_peak_memory_stats(device)
     samples = [timed(warmup + i) for i in range(num_steps)]
     accelerator.wait_for_everyone()
-    figures = {"device": device_name(device), "device_type": device.type, "num_processes": world,
-               "precision": accelerator.mixed_precision, "torch_compile": bool(compiled),
-               "steps": num_steps, "warmup_steps": warmup, "first_step_seconds": warmup_seconds[0],
-               "warmup_seconds": sum(warmup_seconds),
-               "step_seconds": [s for s, _ in samples], "data_wait_seconds": [w for _, w in samples]}
+    figures = {
+        "device": device_name(device),
+        "device_type": device.type,
+        "num_processes": world,
+        "precision": accelerator.mixed_precision,
+        "torch_compile": bool(compiled),
+        "steps": num_steps,
+        "warmup_steps": warmup,
+        "first_step_seconds": warmup_seconds[0],
+        "warmup_seconds": sum(warmup_seconds),
+        "step_seconds": [s for s, _ in samples],
+        "data_wait_seconds": [w for _, w in samples],
+    }
     if device.type == "cuda":
         figures["peak_bytes"] = torch.cuda.max_memory_allocated(device)
         figures["reserved_bytes"] = torch.cuda.max_memory_reserved(device)
@@ -273,8 +320,9 @@ def _timed_steps(accelerator, model, optimizer, step, static_tensors, num_steps:
         figures["graph_breaks"] = sum(counters["graph_break"].values())
         figures["compiled_graphs"] = counters["stats"]["unique_graphs"]
     if world > 1:
-        figures["allreduce_seconds"] = _time_allreduce(sum(p.numel() for p in model.parameters() if p.requires_grad),
-                                                       device)
+        figures["allreduce_seconds"] = _time_allreduce(
+            sum(p.numel() for p in model.parameters() if p.requires_grad), device
+        )
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return figures
@@ -312,8 +360,12 @@ def _time_allreduce(num_gradients: int, device: torch.device) -> float:
 def _spread(values: list) -> dict:
     ordered = sorted(values)
     quartiles = statistics.quantiles(ordered, n=4) if len(ordered) >= 2 else [ordered[0]] * 3
-    return {"median": statistics.median(ordered), "min": ordered[0], "max": ordered[-1],
-            "iqr": quartiles[2] - quartiles[0]}
+    return {
+        "median": statistics.median(ordered),
+        "min": ordered[0],
+        "max": ordered[-1],
+        "iqr": quartiles[2] - quartiles[0],
+    }
 
 
 def compare(plan, measured: dict) -> dict:
@@ -330,8 +382,10 @@ def compare(plan, measured: dict) -> dict:
     achieved = plan.flops_per_step / step["median"]
     causes = []
     if wait_fraction > DATA_WAIT_LIMIT:
-        causes.append(f"data wait: {wait_fraction:.0%} of the step (more --dataloader_num_workers, "
-                      "--features_on_device or a --log_mel_cache)")
+        causes.append(
+            f"data wait: {wait_fraction:.0%} of the step (more --dataloader_num_workers, "
+            "--features_on_device or a --log_mel_cache)"
+        )
     if measured.get("graph_breaks"):
         causes.append(f"graph breaks: {measured['graph_breaks']}")
     if not measured["torch_compile"]:
@@ -346,14 +400,16 @@ def compare(plan, measured: dict) -> dict:
         entry["ratio"] = value / predicted
         if time_figure and not comparable:
             entry["within_15_percent"] = None
-            entry["note"] = (f"not comparable: measured on {measured['device']}, predicted for "
-                             f"{plan.accelerator.name}")
+            entry["note"] = f"not comparable: measured on {measured['device']}, predicted for {plan.accelerator.name}"
             return entry
         entry["within_15_percent"] = abs(entry["ratio"] - 1) <= TOLERANCE
         if not entry["within_15_percent"]:
             slower = (entry["ratio"] > 1) == higher_is_slower
-            entry["note"] = ("; ".join(causes) or "no data wait, graph break or host sync seen") if slower else \
-                "faster than the plan: its MFU assumption (--plan_mfu) is low for this setup"
+            entry["note"] = (
+                ("; ".join(causes) or "no data wait, graph break or host sync seen")
+                if slower
+                else "faster than the plan: its MFU assumption (--plan_mfu) is low for this setup"
+            )
         return entry
 
     figures = {
@@ -361,33 +417,61 @@ def compare(plan, measured: dict) -> dict:
         "clips_per_second_per_device": figure(clips / step["median"], clips / predicted_step, higher_is_slower=False),
         "mfu": figure(achieved / plan.peak_flops() if comparable else None, plan.mfu, higher_is_slower=False),
         "achieved_flops_per_second": achieved,
-        "data_wait_seconds": {"measured": wait["median"], "predicted": 0.0, "spread": wait,
-                              "fraction_of_step": wait_fraction,
-                              "within_limit": wait_fraction <= DATA_WAIT_LIMIT},
+        "data_wait_seconds": {
+            "measured": wait["median"],
+            "predicted": 0.0,
+            "spread": wait,
+            "fraction_of_step": wait_fraction,
+            "within_limit": wait_fraction <= DATA_WAIT_LIMIT,
+        },
         "peak_memory_bytes": figure(measured["peak_bytes"], plan.peak_bytes, time_figure=False),
     }
     memory = figures["peak_memory_bytes"]
     if measured["device_type"] == "cuda":
         memory["reserved_bytes"] = measured["reserved_bytes"]
-        fragmentation = (f"; fragmentation: the allocator reserved "
-                         f"{(measured['reserved_bytes'] - measured['peak_bytes']) / 2**20:,.0f} MiB beyond its peak")
+        fragmentation = (
+            f"; fragmentation: the allocator reserved "
+            f"{(measured['reserved_bytes'] - measured['peak_bytes']) / 2**20:,.0f} MiB beyond its peak"
+        )
         if memory.get("within_15_percent") is False:
-            memory["note"] = ("allocations the fake step does not see (kernel workspaces, compiled graphs' buffers, "
-                              "the batch)" if memory["ratio"] > 1 else
-                              "fewer live tensors than the fake step (a fused or compiled kernel keeps fewer "
-                              "temporaries)") + fragmentation
+            memory["note"] = (
+                "allocations the fake step does not see (kernel workspaces, compiled graphs' buffers, the batch)"
+                if memory["ratio"] > 1
+                else "fewer live tensors than the fake step (a fused or compiled kernel keeps fewer temporaries)"
+            ) + fragmentation
     elif memory.get("within_15_percent") is False:
-        memory["note"] = ("on the CPU the SBLU works block by block (smaller temporaries than the accelerator's "
-                          "whole-tensor pass the plan counts)" if memory["ratio"] < 1 else
-                          "allocations the fake step does not see (kernel workspaces, the batch)")
+        memory["note"] = (
+            "on the CPU the SBLU works block by block (smaller temporaries than the accelerator's "
+            "whole-tensor pass the plan counts)"
+            if memory["ratio"] < 1
+            else "allocations the fake step does not see (kernel workspaces, the batch)"
+        )
     if measured["num_processes"] > 1:
-        figures["allreduce_seconds"] = figure(measured["allreduce_seconds"],
-                                              plan.allreduce_seconds(measured["num_processes"]))
-    keys = ("device", "num_processes", "precision", "torch_compile", "steps", "warmup_steps", "first_step_seconds",
-            "warmup_seconds", "graph_breaks", "compiled_graphs", "host_syncs", "static_bytes")
-    return {**{k: measured[k] for k in keys if k in measured}, "predicted_for": plan.accelerator.name,
-            "comparable_time": comparable, "tolerance": TOLERANCE, "figures": figures,
-            "samples": {"step_seconds": measured["step_seconds"], "data_wait_seconds": measured["data_wait_seconds"]}}
+        figures["allreduce_seconds"] = figure(
+            measured["allreduce_seconds"], plan.allreduce_seconds(measured["num_processes"])
+        )
+    keys = (
+        "device",
+        "num_processes",
+        "precision",
+        "torch_compile",
+        "steps",
+        "warmup_steps",
+        "first_step_seconds",
+        "warmup_seconds",
+        "graph_breaks",
+        "compiled_graphs",
+        "host_syncs",
+        "static_bytes",
+    )
+    return {
+        **{k: measured[k] for k in keys if k in measured},
+        "predicted_for": plan.accelerator.name,
+        "comparable_time": comparable,
+        "tolerance": TOLERANCE,
+        "figures": figures,
+        "samples": {"step_seconds": measured["step_seconds"], "data_wait_seconds": measured["data_wait_seconds"]},
+    }
 
 
 def _fmt(value, unit):
@@ -406,13 +490,15 @@ def format_measured(report: dict) -> str:
     """Measured beside predicted, one row per figure, and what is off and why."""
     f = report["figures"]
     step = f["step_seconds"]["spread"]
-    rows = [f"Measured on this machine: {report['steps']} steps on {report['num_processes']} × {report['device']}, "
-            f"{report['precision']}, torch.compile {'on' if report['torch_compile'] else 'off'} (plan for "
-            f"{report['predicted_for']})",
-            f"  warm-up, not timed: {report['warmup_steps']} step(s) in {_fmt(report['warmup_seconds'], 's')} (the "
-            f"first {_fmt(report['first_step_seconds'], 's')}" +
-            (", compilation included)" if report["torch_compile"] else ")"),
-            f"  {'figure':<40} {'measured':>14} {'predicted':>14} {'ratio':>7}  verdict"]
+    rows = [
+        f"Measured on this machine: {report['steps']} steps on {report['num_processes']} × {report['device']}, "
+        f"{report['precision']}, torch.compile {'on' if report['torch_compile'] else 'off'} (plan for "
+        f"{report['predicted_for']})",
+        f"  warm-up, not timed: {report['warmup_steps']} step(s) in {_fmt(report['warmup_seconds'], 's')} (the "
+        f"first {_fmt(report['first_step_seconds'], 's')}"
+        + (", compilation included)" if report["torch_compile"] else ")"),
+        f"  {'figure':<40} {'measured':>14} {'predicted':>14} {'ratio':>7}  verdict",
+    ]
 
     def row(label, entry, unit):
         ratio = entry.get("ratio")
@@ -420,20 +506,26 @@ def format_measured(report: dict) -> str:
         verdict = "within ±15 %" if within else ("OUTSIDE ±15 %" if within is False else "")
         if entry.get("note"):
             verdict = f"{verdict}: {entry['note']}" if verdict else entry["note"]
-        rows.append(f"  {label:<40} {_fmt(entry['measured'], unit):>14} {_fmt(entry['predicted'], unit):>14} "
-                    f"{'' if ratio is None else f'{ratio:.3f}' if ratio < 100 else f'{ratio:.3g}':>7}  {verdict}")
+        rows.append(
+            f"  {label:<40} {_fmt(entry['measured'], unit):>14} {_fmt(entry['predicted'], unit):>14} "
+            f"{'' if ratio is None else f'{ratio:.3f}' if ratio < 100 else f'{ratio:.3g}':>7}  {verdict}"
+        )
 
     row("step time (median)", f["step_seconds"], "s")
-    rows.append(f"  {'  spread: min / max / interquartile':<40} {_fmt(step['min'], 's')} / {_fmt(step['max'], 's')} / "
-                f"{_fmt(step['iqr'], 's')}")
+    rows.append(
+        f"  {'  spread: min / max / interquartile':<40} {_fmt(step['min'], 's')} / {_fmt(step['max'], 's')} / "
+        f"{_fmt(step['iqr'], 's')}"
+    )
     row("clips/s per device", f["clips_per_second_per_device"], "")
     row("MFU (the plan's FLOPs per step)", f["mfu"], "%")
     rows.append(f"  {'  achieved':<40} {_flops(f['achieved_flops_per_second']):>14}/s")
     row("peak memory per device", f["peak_memory_bytes"], "B")
     wait = f["data_wait_seconds"]
-    rows.append(f"  {'data wait per step (median)':<40} {_fmt(wait['measured'], 's'):>14} {_fmt(0.0, 's'):>14} "
-                f"{'':>7}  {wait['fraction_of_step']:.1%} of the step, "
-                f"{'within' if wait['within_limit'] else 'ABOVE'} the {DATA_WAIT_LIMIT:.0%} limit")
+    rows.append(
+        f"  {'data wait per step (median)':<40} {_fmt(wait['measured'], 's'):>14} {_fmt(0.0, 's'):>14} "
+        f"{'':>7}  {wait['fraction_of_step']:.1%} of the step, "
+        f"{'within' if wait['within_limit'] else 'ABOVE'} the {DATA_WAIT_LIMIT:.0%} limit"
+    )
     if "allreduce_seconds" in f:
         row(f"gradient all-reduce ({report['num_processes']} processes)", f["allreduce_seconds"], "s")
     if "graph_breaks" in report:

@@ -68,8 +68,11 @@ def format_plan(plan: RunPlan) -> str:
     row("total (without CUDA context and allocator fragmentation)", _bytes(plan.peak_bytes))
     for checkpointing in (False, True):
         low, high, b1, b2 = plan.dynamic_bytes[checkpointing]
-        row(f"largest batch within {plan.memory_gib:g} GiB, gradient checkpointing {'on' if checkpointing else 'off'}",
-            f"{plan.max_batch(checkpointing):,} clips", f"({_bytes((high - low) / (b2 - b1))} per clip)")
+        row(
+            f"largest batch within {plan.memory_gib:g} GiB, gradient checkpointing {'on' if checkpointing else 'off'}",
+            f"{plan.max_batch(checkpointing):,} clips",
+            f"({_bytes((high - low) / (b2 - b1))} per clip)",
+        )
     rows += [
         f"  activations: live tensor bytes of a fake step ("
         f"{'float32' if plan.precision == 'no' else plan.precision + ' autocast: the dtypes autocast gives'}), measured at "
@@ -95,26 +98,43 @@ def format_plan(plan: RunPlan) -> str:
     gpu_hours = total_seconds * plan.num_processes / 3600
     row(f"GPU-hours ({plan.num_processes} × wall-clock)", f"{gpu_hours:,.1f}" if gpu_hours >= 1 else f"{gpu_hours:.2g}")
 
-    rows += ["", f"Gradient all-reduce per step (DDP, ring: each GPU sends and receives 2(n − 1)/n × "
-             f"{_bytes(plan.gradient_bytes)} of float32 gradients; {spec.interconnect_name}, "
-             f"{spec.interconnect / 1e9:g} GB/s each way: {spec.source})"]
+    rows += [
+        "",
+        f"Gradient all-reduce per step (DDP, ring: each GPU sends and receives 2(n − 1)/n × "
+        f"{_bytes(plan.gradient_bytes)} of float32 gradients; {spec.interconnect_name}, "
+        f"{spec.interconnect / 1e9:g} GB/s each way: {spec.source})",
+    ]
     for n in (plan.num_processes,) if plan.num_processes > 1 else (4, 8):
         seconds = plan.allreduce_seconds(n)
-        row(f"{n} GPUs of one node{'' if n == plan.num_processes else ' (if launched so)'}", _duration(seconds),
-            f"({seconds / times['step']:.0%} of the step; DDP overlaps all but its last bucket with the backward)")
+        row(
+            f"{n} GPUs of one node{'' if n == plan.num_processes else ' (if launched so)'}",
+            _duration(seconds),
+            f"({seconds / times['step']:.0%} of the step; DDP overlaps all but its last bucket with the backward)",
+        )
     if plan.kind == "pre-training":
         paper_per_gpu = PAPER_BATCHES_PER_SECOND * PAPER_GLOBAL_BATCH / PAPER_NUM_GPUS
         ours_per_gpu = plan.per_device_batch * plan.gradient_accumulation_steps / times["step"]
-        rows += ["", f"The paper's reported throughput: {PAPER_BATCHES_PER_SECOND} batches/s end to end (its predictor "
-                 f"ablation, cross-attention predictor), read as global batches of {PAPER_GLOBAL_BATCH} clips on "
-                 f"{PAPER_NUM_GPUS} H100s (its pre-training run; the ablation does not restate its batch)"]
-        row("paper: clips/s per GPU", f"{paper_per_gpu:,.0f}",
-            f"({PAPER_BATCHES_PER_SECOND * PAPER_GLOBAL_BATCH:,.0f} clips/s on {PAPER_NUM_GPUS} GPUs)")
+        rows += [
+            "",
+            f"The paper's reported throughput: {PAPER_BATCHES_PER_SECOND} batches/s end to end (its predictor "
+            f"ablation, cross-attention predictor), read as global batches of {PAPER_GLOBAL_BATCH} clips on "
+            f"{PAPER_NUM_GPUS} H100s (its pre-training run; the ablation does not restate its batch)",
+        ]
+        row(
+            "paper: clips/s per GPU",
+            f"{paper_per_gpu:,.0f}",
+            f"({PAPER_BATCHES_PER_SECOND * PAPER_GLOBAL_BATCH:,.0f} clips/s on {PAPER_NUM_GPUS} GPUs)",
+        )
         row("this plan: clips/s per GPU", f"{ours_per_gpu:,.0f}", f"({ours_per_gpu / paper_per_gpu:.1f}× the paper's)")
         per_clip = plan.flops_per_step / (plan.per_device_batch * plan.gradient_accumulation_steps)
         implied_mfu = per_clip * paper_per_gpu / plan.peak_flops()
-        row("MFU the paper's rate gives by this plan's FLOP count", f"{implied_mfu:.3f}",
-            "(for the paper's ViT-B configuration only)")
-    rows.append("  not modelled: data loading (pretrain.py --plan times it on this host), all-reduce between nodes, "
-                "logging and checkpoint steps, host overhead")
+        row(
+            "MFU the paper's rate gives by this plan's FLOP count",
+            f"{implied_mfu:.3f}",
+            "(for the paper's ViT-B configuration only)",
+        )
+    rows.append(
+        "  not modelled: data loading (pretrain.py --plan times it on this host), all-reduce between nodes, "
+        "logging and checkpoint steps, host overhead"
+    )
     return "\n".join(rows) + "\n"

@@ -30,9 +30,12 @@ class PlanArguments:
     """`--plan` and its settings, shared by examples/pretrain.py and examples/finetune.py (aasp_hf.plan)."""
 
     plan: bool = dataclasses.field(
-        default=False, metadata={"help": "print what the run will cost (parameters, FLOPs, peak memory per device, "
-                                 "largest batch, step time, GPU-hours; aasp_hf.plan) and exit; no GPU, data "
-                                 "or output folder needed (fine-tuning reads the encoder's config.json)"}
+        default=False,
+        metadata={
+            "help": "print what the run will cost (parameters, FLOPs, peak memory per device, "
+            "largest batch, step time, GPU-hours; aasp_hf.plan) and exit; no GPU, data "
+            "or output folder needed (fine-tuning reads the encoder's config.json)"
+        },
     )
     plan_memory_gb: float = dataclasses.field(
         default=80, metadata={"help": "--plan: memory per device (GiB) for the largest batch"}
@@ -47,14 +50,20 @@ class PlanArguments:
         default=None, metadata={"help": "--plan: processes (GPUs) to plan for; unset: what `accelerate launch` gives"}
     )
     plan_data_clips: int = dataclasses.field(
-        default=256, metadata={"help": "--plan of pretrain.py: clips to decode, crop and collate on this host to time "
-                               "the data path (0: skip it)"}
+        default=256,
+        metadata={
+            "help": "--plan of pretrain.py: clips to decode, crop and collate on this host to time "
+            "the data path (0: skip it)"
+        },
     )
     plan_measure: int = dataclasses.field(
-        default=0, metadata={"help": "N > 0 (implies --plan): after the plan, run N optimiser steps of "
-                             "this run here after an untimed warm-up and print measured beside predicted (step time, "
-                             "clips/s, MFU, peak memory, data wait, all-reduce); writes only plan.txt and "
-                             "plan_measured.json to --output_dir"}
+        default=0,
+        metadata={
+            "help": "N > 0 (implies --plan): after the plan, run N optimiser steps of "
+            "this run here after an untimed warm-up and print measured beside predicted (step time, "
+            "clips/s, MFU, peak memory, data wait, all-reduce); writes only plan.txt and "
+            "plan_measured.json to --output_dir"
+        },
     )
 
     def __post_init__(self):
@@ -80,7 +89,9 @@ def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:
         if any(option.startswith("--no_") for option in action.option_strings):
             action.help = f"turns --{action.dest} off"
     parser.add_argument(  # handled below; declared so that --help lists it (absent from the parsed namespace)
-        "--config", default=argparse.SUPPRESS, metavar="PRESET.json",
+        "--config",
+        default=argparse.SUPPRESS,
+        metavar="PRESET.json",
         help="a JSON preset of these arguments; the flags that follow --config override its values",
     )
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -109,8 +120,10 @@ def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:
         parser.set_defaults(**preset)
     *parsed, stray = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if stray:
-        raise UsageError(f"unexpected argument{'s' if len(stray) > 1 else ''} {' '.join(stray)}: every value follows "
-                         f"its --flag (see the script's --help)")
+        raise UsageError(
+            f"unexpected argument{'s' if len(stray) > 1 else ''} {' '.join(stray)}: every value follows "
+            f"its --flag (see the script's --help)"
+        )
     return _check(tuple(parsed), typed=typed_names(parser, argv), preset=set(preset))
 
 
@@ -123,8 +136,11 @@ def typed_names(parser, argv) -> set:
         if not arg.startswith("--"):
             continue
         flag = arg.split("=", 1)[0]
-        matches = {options[flag]} if flag in options else {dest for option, dest in options.items()
-                                                           if option.startswith(flag)}
+        matches = (
+            {options[flag]}
+            if flag in options
+            else {dest for option, dest in options.items() if option.startswith(flag)}
+        )
         if len(matches) == 1:
             names |= matches
     return names
@@ -185,8 +201,12 @@ def _read_preset(path) -> dict:
 
 
 # What each argument type is called in the one-line error for a preset value of another type: (one, several).
-_TYPE_NAMES = {bool: ("true or false", "true/false values"), int: ("a whole number", "whole numbers"),
-               float: ("a number", "numbers"), str: ("a string", "strings")}
+_TYPE_NAMES = {
+    bool: ("true or false", "true/false values"),
+    int: ("a whole number", "whole numbers"),
+    float: ("a number", "numbers"),
+    str: ("a string", "strings"),
+}
 
 
 def _fits(value, annotation) -> bool:
@@ -215,8 +235,9 @@ def _fits(value, annotation) -> bool:
 
 def _type_name(annotation) -> str:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return " or ".join("null" if option is type(None) else _type_name(option)
-                           for option in typing.get_args(annotation))
+        return " or ".join(
+            "null" if option is type(None) else _type_name(option) for option in typing.get_args(annotation)
+        )
     if typing.get_origin(annotation) is list:
         (item,) = typing.get_args(annotation) or (object,)
         return f"a list of {_TYPE_NAMES.get(item, ('', 'values'))[1]}"
@@ -239,20 +260,58 @@ def check_preset_types(preset: dict, classes, where: str) -> None:
 # The ranges of the numeric arguments the scripts share, checked by name before anything is built. An argument
 # that is None (unset) is not checked; NaN fails every range.
 POSITIVE = (
-    "learning_rate", "per_device_train_batch_size", "per_device_eval_batch_size", "batch_size", "max_steps",
-    "gradient_accumulation_steps", "total_train_batch_size", "logging_steps", "save_steps", "eval_steps",
-    "crop_seconds", "clip_seconds", "synthetic_seconds", "seconds", "adam_epsilon", "shuffle_buffer_size",
-    "monitor_clips", "probe_max_clips", "probe_k", "probe_steps", "num_views", "samples_per_epoch",
-    "max_clips", "stop_after_steps", "layer_decay",
+    "learning_rate",
+    "per_device_train_batch_size",
+    "per_device_eval_batch_size",
+    "batch_size",
+    "max_steps",
+    "gradient_accumulation_steps",
+    "total_train_batch_size",
+    "logging_steps",
+    "save_steps",
+    "eval_steps",
+    "crop_seconds",
+    "clip_seconds",
+    "synthetic_seconds",
+    "seconds",
+    "adam_epsilon",
+    "shuffle_buffer_size",
+    "monitor_clips",
+    "probe_max_clips",
+    "probe_k",
+    "probe_steps",
+    "num_views",
+    "samples_per_epoch",
+    "max_clips",
+    "stop_after_steps",
+    "layer_decay",
 )
 NON_NEGATIVE = (
-    "warmup_steps", "min_learning_rate", "weight_decay", "max_nonfinite_steps", "synthetic_clips",
-    "dataloader_num_workers", "patch_embedding_lr_scale", "student_eq_strength", "save_total_limit", "seed",
-    "monitor_steps", "probe_ridge", "mixup_alpha", "drop_path_rate", "synthetic_per_class", "plan_measure",
+    "warmup_steps",
+    "min_learning_rate",
+    "weight_decay",
+    "max_nonfinite_steps",
+    "synthetic_clips",
+    "dataloader_num_workers",
+    "patch_embedding_lr_scale",
+    "student_eq_strength",
+    "save_total_limit",
+    "seed",
+    "monitor_steps",
+    "probe_ridge",
+    "mixup_alpha",
+    "drop_path_rate",
+    "synthetic_per_class",
+    "plan_measure",
 )
 UNIT_INTERVAL = (  # [0, 1]
-    "teacher_momentum_base", "teacher_momentum_final", "ema_decay", "spec_augment_fraction", "test_fraction",
-    "validation_fraction", "max_failed_clip_share",
+    "teacher_momentum_base",
+    "teacher_momentum_final",
+    "ema_decay",
+    "spec_augment_fraction",
+    "test_fraction",
+    "validation_fraction",
+    "max_failed_clip_share",
 )
 BELOW_ONE = ("adam_beta1", "adam_beta2")  # [0, 1)
 
@@ -330,8 +389,9 @@ def config_from_fields(config_class, fields: dict):
         raise UsageError(f"model_config: {error.__cause__ or error}") from None
 
 
-def gradient_accumulation_for(total_train_batch_size, per_device_train_batch_size: int, num_processes: int,
-                              gradient_accumulation_steps: int = 1) -> int:
+def gradient_accumulation_for(
+    total_train_batch_size, per_device_train_batch_size: int, num_processes: int, gradient_accumulation_steps: int = 1
+) -> int:
     """Micro-batches per optimiser step such that per_device × num_processes × accumulation = total_train_batch_size.
 
     A preset states the paper's global batch (`total_train_batch_size`, e.g. 128 = 32 per device × 4 GPUs for
@@ -357,6 +417,8 @@ def gradient_accumulation_for(total_train_batch_size, per_device_train_batch_siz
             f"{derived}: give one of them."
         )
     if derived > 1:
-        logger.warning(f"Global batch {total_train_batch_size} on {num_processes} process(es) of "
-                       f"{per_device_train_batch_size}: {derived} gradient-accumulation micro-batches per step.")
+        logger.warning(
+            f"Global batch {total_train_batch_size} on {num_processes} process(es) of "
+            f"{per_device_train_batch_size}: {derived} gradient-accumulation micro-batches per step."
+        )
     return derived

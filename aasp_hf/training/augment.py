@@ -21,8 +21,13 @@ def sample_mixup_lambda(alpha: float, generator: np.random.Generator) -> float:
     return float(generator.beta(alpha, alpha)) if alpha > 0 else 1.0
 
 
-def mixup(input_values: torch.Tensor, targets: torch.Tensor, alpha: float, generator: np.random.Generator,
-          attention_mask: torch.Tensor | None = None):
+def mixup(
+    input_values: torch.Tensor,
+    targets: torch.Tensor,
+    alpha: float,
+    generator: np.random.Generator,
+    attention_mask: torch.Tensor | None = None,
+):
     """Mixes a batch with a permutation of itself.
 
     Args:
@@ -53,8 +58,13 @@ def sample_mask_bounds(batch_size: int, size: int, max_width: int, generator: np
     return np.stack([starts, starts + widths], axis=1)
 
 
-def spec_augment(input_values: torch.Tensor, generator: np.random.Generator, time_fraction: float = 0.2,
-                 freq_fraction: float = 0.2, mask_value: float = 0.0):
+def spec_augment(
+    input_values: torch.Tensor,
+    generator: np.random.Generator,
+    time_fraction: float = 0.2,
+    freq_fraction: float = 0.2,
+    mask_value: float = 0.0,
+):
     """One time and one frequency mask per clip on (B, T, F) features (a new tensor; the input is untouched).
 
     The maximum widths are ``int(T · time_fraction)`` frames and ``int(F · freq_fraction)`` mel bins.

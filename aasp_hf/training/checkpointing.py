@@ -57,8 +57,9 @@ def _megabytes(num_bytes: float) -> str:
     return f"{num_bytes / 1e6:.1f} MB"
 
 
-def storage_error(error: BaseException, path, what: str, needed: int | None = None, intact: str | None = None,
-                  free: int | None = None) -> StorageError:
+def storage_error(
+    error: BaseException, path, what: str, needed: int | None = None, intact: str | None = None, free: int | None = None
+) -> StorageError:
     """The one-line `StorageError` for `error` raised while writing `what` to `path`. `free`: the bytes free when the
     write failed (measured now when not given); `needed`: the bytes the write needs; `intact`: what is still whole
     (e.g. the last complete checkpoint)."""
@@ -82,9 +83,11 @@ def storage_error(error: BaseException, path, what: str, needed: int | None = No
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
     need = f"needs about {_megabytes(needed)}, " if needed is not None else ""
     kept = f"; {intact}" if intact else ""
-    return StorageError(f"cannot write {what} to {path}: {reason}; it {need}the file system has {space}{kept}. "
-                        "Free space (or choose another --output_dir on a writable disk), then run the same command "
-                        "with --resume.")
+    return StorageError(
+        f"cannot write {what} to {path}: {reason}; it {need}the file system has {space}{kept}. "
+        "Free space (or choose another --output_dir on a writable disk), then run the same command "
+        "with --resume."
+    )
 
 
 def file_hash(path, chunk: int = 1 << 22) -> str:
@@ -194,8 +197,14 @@ def list_checkpoints(output_dir) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def save_checkpoint(accelerator, output_dir, step: int, extra_state: dict | None = None, process_state=None,
-                    save_total_limit: int | None = None) -> Path:
+def save_checkpoint(
+    accelerator,
+    output_dir,
+    step: int,
+    extra_state: dict | None = None,
+    process_state=None,
+    save_total_limit: int | None = None,
+) -> Path:
     """Save the training state at optimiser step ``step``; every process must call this.
 
     Args:
@@ -226,13 +235,19 @@ def save_checkpoint(accelerator, output_dir, step: int, extra_state: dict | None
         accelerator.wait_for_everyone()  # every process's files are in `tmp` before the main process lists them
         if accelerator.is_main_process:
             paths = [path for path in sorted(tmp.rglob("*")) if path.is_file()]
-            files = {path.relative_to(tmp).as_posix(): {"size": path.stat().st_size, HASH: digest}
-                     for path, digest in zip(paths, file_hashes(paths))}
+            files = {
+                path.relative_to(tmp).as_posix(): {"size": path.stat().st_size, HASH: digest}
+                for path, digest in zip(paths, file_hashes(paths))
+            }
             # trainer_state.json (the step, the data position) is written last, as the mark of a finished save, but
             # hashed in the manifest like every other file: an edited step is a damaged checkpoint, not a resume
             # at a step that was never trained
-            state = {"step": step, "checkpoint_format": CHECKPOINT_FORMAT, "torch_threads": torch.get_num_threads(),
-                     **(extra_state or {})}
+            state = {
+                "step": step,
+                "checkpoint_format": CHECKPOINT_FORMAT,
+                "torch_threads": torch.get_num_threads(),
+                **(extra_state or {}),
+            }
             state_text = json.dumps(state, indent=2)  # ASCII (json's default): its bytes are what is hashed
             files[TRAINER_STATE] = {"size": len(state_text), HASH: hashlib.new(HASH, state_text.encode()).hexdigest()}
             write_text_atomically(tmp / MANIFEST, json.dumps(files, indent=2))
@@ -254,10 +269,14 @@ def save_checkpoint(accelerator, output_dir, step: int, extra_state: dict | None
             raise
         shutil.rmtree(tmp, ignore_errors=True)  # nothing partial left holding space
         intact = [p for p in list_checkpoints(output_dir) if p != final]
-        kept = (f"the last complete checkpoint, {intact[-1]}, is intact" if intact else
-                "there is no complete checkpoint yet")
-        raise storage_error(error, tmp, f"checkpoint-{step}", needed=max(needed, written), intact=kept,
-                            free=free) from None
+        kept = (
+            f"the last complete checkpoint, {intact[-1]}, is intact"
+            if intact
+            else "there is no complete checkpoint yet"
+        )
+        raise storage_error(
+            error, tmp, f"checkpoint-{step}", needed=max(needed, written), intact=kept, free=free
+        ) from None
     accelerator.wait_for_everyone()
     return final
 
@@ -353,8 +372,12 @@ def resume_checkpoint(output_dir) -> tuple[Path | None, list[tuple[Path, str]]]:
             candidates.remove(output_dir / name)
             candidates.insert(0, output_dir / name)
         elif candidates and (output_dir / name, UNFINISHED) not in damaged:  # (that one is named already)
-            damaged.append((output_dir / (name or LATEST),
-                            f"{pointer} names {name!r}, which is not there" if name else f"{pointer} is empty"))
+            damaged.append(
+                (
+                    output_dir / (name or LATEST),
+                    f"{pointer} names {name!r}, which is not there" if name else f"{pointer} is empty",
+                )
+            )
     for candidate in candidates:
         problem = checkpoint_problem(candidate)
         if problem is None:
@@ -376,17 +399,23 @@ def checkpoint_to_resume(output_dir, warn=print) -> Path | None:
     checkpoint, damaged = resume_checkpoint(output_dir)
     if checkpoint is None and damaged:
         names = "; ".join(f"{path.name}: {problem}" for path, problem in damaged)
-        raise UsageError(f"--resume: no complete checkpoint in {output_dir} ({names}). Restore the missing files, or "
-                         "start over with --overwrite_output_dir.")
+        raise UsageError(
+            f"--resume: no complete checkpoint in {output_dir} ({names}). Restore the missing files, or "
+            "start over with --overwrite_output_dir."
+        )
     for path, problem in damaged:
         if problem == UNFINISHED:
-            warn(f"warning: {path} is not a checkpoint ({problem}): ignored, neither resumed from nor counted by "
-                 "--save_total_limit; delete it")
+            warn(
+                f"warning: {path} is not a checkpoint ({problem}): ignored, neither resumed from nor counted by "
+                "--save_total_limit; delete it"
+            )
         elif problem.startswith(str(path.parent / LATEST)):  # the pointer, not a checkpoint
             warn(f"warning: {problem}; resuming from {checkpoint.name}, the newest complete checkpoint")
         else:
-            warn(f"warning: {path} is damaged ({problem}); resuming from {checkpoint.name}, the newest complete "
-                 "checkpoint")
+            warn(
+                f"warning: {path} is damaged ({problem}); resuming from {checkpoint.name}, the newest complete "
+                "checkpoint"
+            )
     return checkpoint
 
 
@@ -405,9 +434,11 @@ def thread_count_note(checkpoint, state: dict, device_type: str) -> str | None:
     saved, now = state.get("torch_threads"), torch.get_num_threads()
     if device_type != "cpu" or saved is None or saved == now:
         return None
-    return (f"note: {Path(checkpoint).name} was written by a run with {saved} torch threads, this one has {now}: CPU "
-            f"kernels split their sums by thread, so the result matches an uninterrupted run to float rounding, not "
-            f"bit for bit (OMP_NUM_THREADS={saved} resumes exactly)")
+    return (
+        f"note: {Path(checkpoint).name} was written by a run with {saved} torch threads, this one has {now}: CPU "
+        f"kernels split their sums by thread, so the result matches an uninterrupted run to float rounding, not "
+        f"bit for bit (OMP_NUM_THREADS={saved} resumes exactly)"
+    )
 
 
 def load_process_state(checkpoint_dir, process_index: int):
@@ -440,8 +471,10 @@ def check_random_states(checkpoint_dir, process_index: int) -> None:
             "(delete this one) or start afresh."
         ) from error
     if not isinstance(states, dict) or "torch_manual_seed" not in states:
-        raise ValueError(f"{path} does not hold accelerate's RNG states (no 'torch_manual_seed'): the checkpoint is "
-                         "corrupt; resume from an earlier checkpoint (delete this one) or start afresh.")
+        raise ValueError(
+            f"{path} does not hold accelerate's RNG states (no 'torch_manual_seed'): the checkpoint is "
+            "corrupt; resume from an earlier checkpoint (delete this one) or start afresh."
+        )
 
 
 # What a training script leaves in its output directory; `check_output_dir` looks for these.
@@ -497,8 +530,10 @@ def read_results(path, warn=print) -> dict | None:
         results = error
     if isinstance(results, dict):
         return results
-    warn(f"warning: {path} is damaged ({'empty' if path.stat().st_size == 0 else 'not a JSON object'}); its results "
-         "are left out and the file is written again when this run ends")
+    warn(
+        f"warning: {path} is damaged ({'empty' if path.stat().st_size == 0 else 'not a JSON object'}); its results "
+        "are left out and the file is written again when this run ends"
+    )
     return None
 
 
@@ -527,6 +562,7 @@ def truncate_log(history_path, step: int) -> int:
 # ----------------------------------------------------------------------------------------------- what a run is
 # A checkpoint stores the arguments that define its run (the scripts' RUN_ARGUMENTS: what shapes the schedules, the
 # data order and the model) in trainer_state.json under "run_arguments"; --resume compares them with the command's.
+
 
 def _flatten(arguments: dict, prefix: str = "") -> dict:
     """{"model_config": {"hidden_size": 64}} -> {"model_config.hidden_size": 64}; values through a JSON round trip,
@@ -570,13 +606,17 @@ def check_resume_arguments(checkpoint, stored: dict | None, current: dict, allow
 
     cannot = [c for c in changes if c[0] in fixed or c[0].split(".")[0] in fixed]
     if cannot:
-        raise UsageError(f"--resume: {checkpoint} was written with {listed(cannot)}, which a resumed run cannot "
-                         "change (the checkpoint's state does not fit the new run): resume with the checkpoint's "
-                         "values, or start a new run in another --output_dir.")
+        raise UsageError(
+            f"--resume: {checkpoint} was written with {listed(cannot)}, which a resumed run cannot "
+            "change (the checkpoint's state does not fit the new run): resume with the checkpoint's "
+            "values, or start a new run in another --output_dir."
+        )
     refused = [c for c in changes if c[0] not in allowed and c[0].split(".")[0] not in allowed]
     if refused:
         names = " ".join(dict.fromkeys(name for name, _, _ in refused))
-        raise UsageError(f"--resume: {checkpoint} was written with other arguments: {listed(refused)}. Resume with "
-                         f"the checkpoint's values, or pass --resume_allow_changes {names} to continue with the new "
-                         "ones (docs/pretraining.md#resuming says what each change does).")
+        raise UsageError(
+            f"--resume: {checkpoint} was written with other arguments: {listed(refused)}. Resume with "
+            f"the checkpoint's values, or pass --resume_allow_changes {names} to continue with the new "
+            "ones (docs/pretraining.md#resuming says what each change does)."
+        )
     return changes

@@ -58,16 +58,23 @@ def describe_new_head(loading_info: dict, source) -> str:
     others = {
         "missing": [key for key in missing if not key.startswith(NEW_HEAD_PREFIX)],
         "unexpected": sorted(loading_info.get("unexpected_keys") or []),
-        "of another shape": sorted(str(entry[0]) if isinstance(entry, (tuple, list)) else str(entry)
-                                   for entry in loading_info.get("mismatched_keys") or []),
+        "of another shape": sorted(
+            str(entry[0]) if isinstance(entry, (tuple, list)) else str(entry)
+            for entry in loading_info.get("mismatched_keys") or []
+        ),
     }
     if any(others.values()):
-        listed = "; ".join(f"{what}: {', '.join(keys[:5])}{' …' if len(keys) > 5 else ''}"
-                           for what, keys in others.items() if keys)
-        return (f"warning: {source} does not fit this classifier beyond its new head ({listed}); is it an AaSP "
-                "encoder of this architecture? Those tensors were initialised afresh.")
+        listed = "; ".join(
+            f"{what}: {', '.join(keys[:5])}{' …' if len(keys) > 5 else ''}" for what, keys in others.items() if keys
+        )
+        return (
+            f"warning: {source} does not fit this classifier beyond its new head ({listed}); is it an AaSP "
+            "encoder of this architecture? Those tensors were initialised afresh."
+        )
     modules = sorted({key.rsplit(".", 1)[0] for key in head})
     if not head:
         return f"loaded the classifier from {source}, head included"
-    return (f"loaded the encoder from {source}; the classification head ({', '.join(modules)}: {len(head)} tensors) "
-            "is new, initialised for this task")
+    return (
+        f"loaded the encoder from {source}; the classification head ({', '.join(modules)}: {len(head)} tensors) "
+        "is new, initialised for this task"
+    )

@@ -37,8 +37,17 @@ def clip_seed(seed: int, epoch: int, position: int) -> int:
     return int(np.random.SeedSequence([seed, epoch, position]).generate_state(1, np.uint64)[0])
 
 
-def micro_batches(rows, batch_size: int, num_processes: int, process_index: int, seed: int, start: int = 0,
-                  num_workers: int = 0, sampler=None, with_positions: bool = False):
+def micro_batches(
+    rows,
+    batch_size: int,
+    num_processes: int,
+    process_index: int,
+    seed: int,
+    start: int = 0,
+    num_workers: int = 0,
+    sampler=None,
+    with_positions: bool = False,
+):
     """Yields (epoch, list of `batch_size` rows) for process `process_index`, from global micro-batch `start` on,
     forever; with `with_positions`, (epoch, rows, their positions in the epoch's order) — what `clip_seed` takes.
     `rows` is indexable (a list or a map-style dataset, read through a DataLoader with `num_workers`)."""
@@ -51,9 +60,14 @@ def micro_batches(rows, batch_size: int, num_processes: int, process_index: int,
         order = epoch_order(len(rows), seed, epoch, sampler)[: per_epoch * batch_size * num_processes]
         order = order.reshape(per_epoch, num_processes, batch_size)[offset:, process_index]  # (G, W, B) -> (G', B)
         # its own generator: creating an iterator must not draw from the global RNG (exact resume mid-epoch)
-        loader = DataLoader(rows, batch_sampler=order.tolist(), collate_fn=list, num_workers=num_workers,
-                            generator=torch.Generator().manual_seed(seed * 100_003 + epoch),
-                            worker_init_fn=leave_stop_signals_to_the_training_process)
+        loader = DataLoader(
+            rows,
+            batch_sampler=order.tolist(),
+            collate_fn=list,
+            num_workers=num_workers,
+            generator=torch.Generator().manual_seed(seed * 100_003 + epoch),
+            worker_init_fn=leave_stop_signals_to_the_training_process,
+        )
         for g, examples in enumerate(loader, start=offset):
             if with_positions:  # global micro-batch g of the epoch: positions g·B·W + r·B + [0, B)
                 first = (g * num_processes + process_index) * batch_size

@@ -40,5 +40,7 @@ class FailedClipShare:
         self.read, self.failed = 0, 0
         if failed <= self.max_share * read:
             return None
-        return (f"{failed} of the last {read} clips read ({100 * failed / read:.0f} %) failed to decode, more than "
-                f"--max_failed_clip_share {self.max_share:g}: the data is vanishing or damaged while the run reads it")
+        return (
+            f"{failed} of the last {read} clips read ({100 * failed / read:.0f} %) failed to decode, more than "
+            f"--max_failed_clip_share {self.max_share:g}: the data is vanishing or damaged while the run reads it"
+        )

@@ -25,57 +25,98 @@ class FinetuneArguments(PlanArguments):
     clip_seconds: float | None = field(default=None, metadata={"help": "overrides the task's EVAR clip length"})
     test_fold: int | None = field(default=None, metadata={"help": "K-fold task: the test fold; unset: the first"})
     all_folds: bool = field(default=False, metadata={"help": "K-fold task: one run per test fold, averaged"})
-    select_on: str = field(default="validation", metadata={
-        "help": "model selection: 'validation' (held out of train when the dataset has none), 'test' (EAT: train on "
-                "the whole training set, best test score within the budget) or 'last' (whole training set, last step)"})
-    kfold_validation: str = field(default="evar", metadata={
-        "help": "K-fold validation set: 'evar' (a random validation_fraction of the other folds, seed 0) or 'next' "
-                "(the fold after the test fold); 'test' is the old spelling of --select_on test"})
-    validation_fraction: float = field(default=0.1, metadata={"help": "held out of train when there is no validation "
-                                                              "(and of the training folds of a K-fold task)"})
-    test_fraction: float = field(
-        default=0.2, metadata={"help": "held out of train (stratified by class, seeded) when there is no test split, "
-                               "e.g. an audiofolder without train/test sub-folders"}
+    select_on: str = field(
+        default="validation",
+        metadata={
+            "help": "model selection: 'validation' (held out of train when the dataset has none), 'test' (EAT: train on "
+            "the whole training set, best test score within the budget) or 'last' (whole training set, last step)"
+        },
     )
-    group_by: str | None = field(default=None, metadata={
-        "help": "each clip's source (speaker, site, device): a column of the data, or a regular expression whose "
-                "first group, searched in the file name, is the source (e.g. '^(\\d+)_'); validation and a held-out "
-                "test then take whole sources, never heard in training"})
-    clip_padding: str = field(default="zeros", metadata={
-        "help": "a clip shorter than the clip length: 'zeros' (appended to the waveform, EVAR's) or 'masked' (its "
-                "frames padded and marked as padding, which the encoder's attention and mean pooling skip)"})
+    kfold_validation: str = field(
+        default="evar",
+        metadata={
+            "help": "K-fold validation set: 'evar' (a random validation_fraction of the other folds, seed 0) or 'next' "
+            "(the fold after the test fold); 'test' is the old spelling of --select_on test"
+        },
+    )
+    validation_fraction: float = field(
+        default=0.1,
+        metadata={"help": "held out of train when there is no validation (and of the training folds of a K-fold task)"},
+    )
+    test_fraction: float = field(
+        default=0.2,
+        metadata={
+            "help": "held out of train (stratified by class, seeded) when there is no test split, "
+            "e.g. an audiofolder without train/test sub-folders"
+        },
+    )
+    group_by: str | None = field(
+        default=None,
+        metadata={
+            "help": "each clip's source (speaker, site, device): a column of the data, or a regular expression whose "
+            "first group, searched in the file name, is the source (e.g. '^(\\d+)_'); validation and a held-out "
+            "test then take whole sources, never heard in training"
+        },
+    )
+    clip_padding: str = field(
+        default="zeros",
+        metadata={
+            "help": "a clip shorter than the clip length: 'zeros' (appended to the waveform, EVAR's) or 'masked' (its "
+            "frames padded and marked as padding, which the encoder's attention and mean pooling skip)"
+        },
+    )
     dataloader_num_workers: int = field(default=0, metadata={"help": "worker processes that load the clips"})
     # model
     drop_path_rate: float = field(default=0.1, metadata={"help": "stochastic depth of the encoder blocks"})
-    classifier_pooling: str | None = field(default=None, metadata={
-        "help": "what the head reads: 'cls' (the paper's: the class token, which pre-training trains) or 'mean' (the "
-                "mean of the patch tokens: for an encoder whose class token was never trained, e.g. a fresh one); "
-                "unset: the encoder's config (cls)"})
+    classifier_pooling: str | None = field(
+        default=None,
+        metadata={
+            "help": "what the head reads: 'cls' (the paper's: the class token, which pre-training trains) or 'mean' (the "
+            "mean of the patch tokens: for an encoder whose class token was never trained, e.g. a fresh one); "
+            "unset: the encoder's config (cls)"
+        },
+    )
     freeze_feature_encoder: bool = field(default=False, metadata={"help": "freeze the SPE/AaPE patch embedding"})
     # optimisation (Table hyperparams 1)
-    output_dir: str = field(default="finetune_output", metadata={"help": "where checkpoints, the log, the results "
-                                                                 "and the best model go"})
+    output_dir: str = field(
+        default="finetune_output", metadata={"help": "where checkpoints, the log, the results and the best model go"}
+    )
     seed: int = field(default=0, metadata={"help": "seeds the head, the data order and the augmentation"})
     seeds: list[int] | None = field(default=None, metadata={"help": "several seeds: one sub-run each, mean ± std"})
-    per_device_train_batch_size: int | None = field(default=None, metadata={
-        "help": f"clips per process per micro-batch; unset: {DEFAULT_BATCH_SIZE}, or as many as the training clips "
-                f"when they are fewer (a line says so)"})
+    per_device_train_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": f"clips per process per micro-batch; unset: {DEFAULT_BATCH_SIZE}, or as many as the training clips "
+            f"when they are fewer (a line says so)"
+        },
+    )
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "clips per process when evaluating"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
-    total_train_batch_size: int | None = field(default=None, metadata={
-        "help": "the global batch per optimiser step: accumulation = total / (per-device batch × processes)"})
+    total_train_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "the global batch per optimiser step: accumulation = total / (per-device batch × processes)"},
+    )
     max_steps: int = field(default=1000, metadata={"help": "the training-step budget (sets the schedule)"})
     stop_after_steps: int | None = field(default=None, metadata={"help": "leave after this many steps (then --resume)"})
-    warmup_steps: int | None = field(default=None, metadata={
-        "help": f"linear warm-up steps (at most --max_steps); unset: {DEFAULT_WARMUP_STEPS}, or 10 %% of --max_steps "
-                f"when that is fewer"})
-    learning_rate: float | None = field(default=None, metadata={
-        "help": f"peak lr (of the head; layer l gets lr·decay^(L+1-l)); unset: the paper's {PAPER_LEARNING_RATE:g} "
-                f"from 8,000 steps on, for a shorter run the same lr × steps, at most 2e-3 (a line says so)"})
+    warmup_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": f"linear warm-up steps (at most --max_steps); unset: {DEFAULT_WARMUP_STEPS}, or 10 %% of --max_steps "
+            f"when that is fewer"
+        },
+    )
+    learning_rate: float | None = field(
+        default=None,
+        metadata={
+            "help": f"peak lr (of the head; layer l gets lr·decay^(L+1-l)); unset: the paper's {PAPER_LEARNING_RATE:g} "
+            f"from 8,000 steps on, for a shorter run the same lr × steps, at most 2e-3 (a line says so)"
+        },
+    )
     min_learning_rate: float = field(default=1e-7, metadata={"help": "end of the cosine decay"})
     layer_decay: float = field(default=0.65, metadata={"help": "layer-wise lr decay factor (1: none)"})
-    weight_decay: float = field(default=0.05, metadata={"help": "AdamW weight decay (not on biases, norms, CLS, "
-                                                               "positions)"})
+    weight_decay: float = field(
+        default=0.05, metadata={"help": "AdamW weight decay (not on biases, norms, CLS, positions)"}
+    )
     adam_beta1: float = field(default=0.9, metadata={"help": "AdamW β1"})
     adam_beta2: float = field(default=0.95, metadata={"help": "AdamW β2"})
     adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW ε"})
@@ -86,33 +127,50 @@ class FinetuneArguments(PlanArguments):
     spec_augment_fraction: float = field(default=0.2, metadata={"help": "maximum mask size / input size (1/5)"})
     class_balanced_sampling: bool = field(default=False, metadata={"help": "AS-2M: weighted draws with replacement"})
     samples_per_epoch: int = field(default=200_000, metadata={"help": "draws per epoch of class-balanced sampling"})
-    ema_decay: float | None = field(default=None, metadata={
-        "help": f"weight EMA for evaluation; 0 disables (ESC-50); unset: the paper's {PAPER_EMA_DECAY:g}, or for a "
-                f"run under 2,000 steps the decay whose horizon 1/(1-d) is a tenth of --max_steps (a line says so)"})
+    ema_decay: float | None = field(
+        default=None,
+        metadata={
+            "help": f"weight EMA for evaluation; 0 disables (ESC-50); unset: the paper's {PAPER_EMA_DECAY:g}, or for a "
+            f"run under 2,000 steps the decay whose horizon 1/(1-d) is a tenth of --max_steps (a line says so)"
+        },
+    )
     # evaluation, logging, checkpoints
     eval_steps: int = field(default=500, metadata={"help": "validate every N steps (and at the last step)"})
     logging_steps: int = field(default=50)
     save_steps: int = field(default=1000)
     save_total_limit: int | None = field(default=2)
     max_failed_clip_share: float = field(
-        default=DEFAULT_MAX_SHARE, metadata={"help": "when more than this share of the training clips read (over "
-                                             "windows of at least 100) fail to decode, the run saves a checkpoint "
-                                             "and stops (1 disables)"}
+        default=DEFAULT_MAX_SHARE,
+        metadata={
+            "help": "when more than this share of the training clips read (over "
+            "windows of at least 100) fail to decode, the run saves a checkpoint "
+            "and stops (1 disables)"
+        },
     )
     resume: bool = field(
-        default=False, metadata={"help": "continue from output_dir's newest complete checkpoint with the arguments "
-                                 "it was written with (a finished run is left as it is)"}
+        default=False,
+        metadata={
+            "help": "continue from output_dir's newest complete checkpoint with the arguments "
+            "it was written with (a finished run is left as it is)"
+        },
     )
     resume_allow_changes: list[str] | None = field(
-        default=None, metadata={"help": "--resume: the run-defining arguments this command may change (e.g. "
-                                "max_steps); the others must equal the checkpoint's"}
+        default=None,
+        metadata={
+            "help": "--resume: the run-defining arguments this command may change (e.g. "
+            "max_steps); the others must equal the checkpoint's"
+        },
     )
     overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "start over in an output_dir that holds a run (its checkpoints, log, results "
-                                 "and saved model are deleted first); without it or --resume such a folder is refused"}
+        default=False,
+        metadata={
+            "help": "start over in an output_dir that holds a run (its checkpoints, log, results "
+            "and saved model are deleted first); without it or --resume such a folder is refused"
+        },
     )
     mixed_precision: str | None = field(default=None, metadata={"help": "'no' | 'bf16' | 'fp16'"})
     # the reference beside the results (aasp_hf.evaluation.baseline)
     baseline: str = field(default="logmel", metadata={"help": logmel_baseline.BASELINE_HELP})
-    baseline_max_clips: int = field(default=logmel_baseline.DEFAULT_MAX_CLIPS,
-                                    metadata={"help": logmel_baseline.MAX_CLIPS_HELP})
+    baseline_max_clips: int = field(
+        default=logmel_baseline.DEFAULT_MAX_CLIPS, metadata={"help": logmel_baseline.MAX_CLIPS_HELP}
+    )

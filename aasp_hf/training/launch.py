@@ -14,8 +14,7 @@ from ..errors import UsageError
 
 # The variables launchers set to the number of processes: those accelerate reads itself (torchrun / accelerate
 # launch, MPICH and Intel MPI, Open MPI, MVAPICH), and srun's task count, which accelerate does not read.
-WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE",
-                        "SLURM_STEP_NUM_TASKS")
+WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
 
 
 def launched_processes(environ=None) -> tuple[str, int] | None:
@@ -42,15 +41,21 @@ def launch_mismatch_message(num_processes: int, script: str, environ=None, one_p
         return None
     name, number = launched
     if one_process:
-        return (f"{name}={number}: the launcher started {number} processes, but {script} runs in one process (each "
-                f"would do the whole work into the same output folder): start it with `python {script}`")
+        return (
+            f"{name}={number}: the launcher started {number} processes, but {script} runs in one process (each "
+            f"would do the whole work into the same output folder): start it with `python {script}`"
+        )
     if name == "SLURM_STEP_NUM_TASKS":
-        return (f"{name}={number}: srun started {number} tasks of {script}, but accelerate sees 1 process, so each "
-                f"would train alone into the same output folder: run one task per node that starts torchrun or "
-                f"`accelerate launch` (docs/pretraining.md, \"Several processes and machines\")")
-    return (f"{name}={number}: the launcher started {number} processes, but accelerate sees 1, so each would train "
-            f"alone into the same output folder: on CPU set ACCELERATE_USE_CPU=1 for the launch "
-            f"(`ACCELERATE_USE_CPU=1 torchrun ...`, `ACCELERATE_USE_CPU=1 accelerate launch ...`)")
+        return (
+            f"{name}={number}: srun started {number} tasks of {script}, but accelerate sees 1 process, so each "
+            f"would train alone into the same output folder: run one task per node that starts torchrun or "
+            f'`accelerate launch` (docs/pretraining.md, "Several processes and machines")'
+        )
+    return (
+        f"{name}={number}: the launcher started {number} processes, but accelerate sees 1, so each would train "
+        f"alone into the same output folder: on CPU set ACCELERATE_USE_CPU=1 for the launch "
+        f"(`ACCELERATE_USE_CPU=1 torchrun ...`, `ACCELERATE_USE_CPU=1 accelerate launch ...`)"
+    )
 
 
 def check_launch(num_processes: int, script: str, environ=None, one_process: bool = False) -> None:

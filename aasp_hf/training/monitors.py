@@ -89,8 +89,12 @@ def pretraining_collapse_statistics(student_cls: torch.Tensor, targets: torch.Te
         "target_clip": targets.mean(dim=1),  # (B, N, D) -> (B, D)
         "target_token": targets.reshape(-1, targets.shape[-1]),  # (B, N, D) -> (B·N, D)
     }
-    return {f"{name}_{key}": value for name, x in parts.items() if x.shape[0] >= 2
-            for key, value in collapse_statistics(x, max_rows).items()}
+    return {
+        f"{name}_{key}": value
+        for name, x in parts.items()
+        if x.shape[0] >= 2
+        for key, value in collapse_statistics(x, max_rows).items()
+    }
 
 
 # ----------------------------------------------------------------------------------------------- SBLU (α, β)
@@ -121,8 +125,14 @@ def sblu_lambdas(encoder, input_values: torch.Tensor | None = None, attention_ma
     return captured[0]
 
 
-def lambda_statistics(decay: torch.Tensor, frequency: torch.Tensor, decay_min: float, frequency_min: float,
-                      frequency_max: float, rtol: float = 0.01) -> dict:
+def lambda_statistics(
+    decay: torch.Tensor,
+    frequency: torch.Tensor,
+    decay_min: float,
+    frequency_min: float,
+    frequency_max: float,
+    rtol: float = 0.01,
+) -> dict:
     """Summaries of the SBLU's α (s⁻¹) and β (rad/s), any shapes, as plain floats:
 
     ``decay_mean``, ``decay_std``, ``frequency_mean``, ``frequency_std`` (population std over all values), and the
@@ -143,8 +153,9 @@ def lambda_statistics(decay: torch.Tensor, frequency: torch.Tensor, decay_min: f
 
 
 @torch.no_grad()
-def pretraining_health(model, batch: dict, targets: torch.Tensor, monitor_inputs: torch.Tensor | None = None,
-                       autocast=nullcontext) -> dict:
+def pretraining_health(
+    model, batch: dict, targets: torch.Tensor, monitor_inputs: torch.Tensor | None = None, autocast=nullcontext
+) -> dict:
     """The learning-health statistics of an `AaspForPreTraining` run, as plain floats (prefix them when logging):
 
     - `pretraining_collapse_statistics` of the student CLS of the first masked view of each clip of `batch` — one
@@ -168,12 +179,19 @@ def pretraining_health(model, batch: dict, targets: torch.Tensor, monitor_inputs
         student.train(was_training)
     stats = pretraining_collapse_statistics(hidden[:, 0].float(), targets.float())  # CLS: (B, 1 + V, D) -> (B, D)
     if getattr(student.embeddings, "sblu", None) is not None and (
-            monitor_inputs is not None or student.embeddings.lambda_encoder is None):
+        monitor_inputs is not None or student.embeddings.lambda_encoder is None
+    ):
         with autocast():
             decay, frequency = sblu_lambdas(student, monitor_inputs)
         sblu = student.embeddings.sblu
-        stats.update({f"sblu_{key}": value for key, value in lambda_statistics(
-            decay, frequency, sblu.decay_min, sblu.frequency_min, sblu.frequency_max).items()})
+        stats.update(
+            {
+                f"sblu_{key}": value
+                for key, value in lambda_statistics(
+                    decay, frequency, sblu.decay_min, sblu.frequency_min, sblu.frequency_max
+                ).items()
+            }
+        )
     return stats
 
 

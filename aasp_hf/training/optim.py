@@ -45,8 +45,10 @@ def param_groups(model: torch.nn.Module, weight_decay: float, lr_scales: dict[st
     groups = {}  # (lr scale, decayed?) -> group, in order of first use
     for scale in [1.0, *lr_scales.values()]:
         for decayed in (True, False):
-            groups.setdefault((scale, decayed), {"params": [], "weight_decay": weight_decay if decayed else 0.0,
-                                                 "names": [], "lr_scale": scale})
+            groups.setdefault(
+                (scale, decayed),
+                {"params": [], "weight_decay": weight_decay if decayed else 0.0, "names": [], "lr_scale": scale},
+            )
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
@@ -69,8 +71,16 @@ def layer_decay_param_groups(model: torch.nn.Module, weight_decay: float, layer_
         for name, param in zip(base["names"], base["params"]):
             depth = layer_id(model, name)
             key = (depth, base["weight_decay"])
-            group = groups.setdefault(key, {"params": [], "names": [], "weight_decay": base["weight_decay"],
-                                            "layer_id": depth, "lr_scale": layer_decay ** (num_layers + 1 - depth)})
+            group = groups.setdefault(
+                key,
+                {
+                    "params": [],
+                    "names": [],
+                    "weight_decay": base["weight_decay"],
+                    "layer_id": depth,
+                    "lr_scale": layer_decay ** (num_layers + 1 - depth),
+                },
+            )
             group["params"].append(param)
             group["names"].append(name)
     return [groups[k] for k in sorted(groups)]

@@ -31,8 +31,9 @@ def monitor_batch(dataset, stream, data_args, config, feature_extractor, seed: i
     examples = [e for e in examples if isinstance(e, dict)][:num_clips]  # FailedClips left out
     if not examples:
         raise ValueError("--monitor_steps: none of the first clips of the dataset could be decoded")
-    collator = PretrainingCollator(feature_extractor, config, crop_seconds=data_args.crop_seconds,
-                                   generator=torch.Generator().manual_seed(seed))
+    collator = PretrainingCollator(
+        feature_extractor, config, crop_seconds=data_args.crop_seconds, generator=torch.Generator().manual_seed(seed)
+    )
     return collator(examples)["input_values"]
 
 
@@ -65,15 +66,24 @@ class Monitors:
         probe_steps = args.save_steps if args.probe_steps is None else args.probe_steps
         probe_encoders = [name.strip() for name in args.probe_encoders.split(",") if name.strip()]
         if monitor_steps < 0 or probe_steps <= 0 or not set(probe_encoders) <= {"student", "teacher"}:
-            raise ValueError(f"need --monitor_steps >= 0, --probe_steps > 0 and --probe_encoders among "
-                             f"student,teacher; got {monitor_steps}, {probe_steps}, {args.probe_encoders!r}")
+            raise ValueError(
+                f"need --monitor_steps >= 0, --probe_steps > 0 and --probe_encoders among "
+                f"student,teacher; got {monitor_steps}, {probe_steps}, {args.probe_encoders!r}"
+            )
         monitors = cls(monitor_steps, probe_steps, probe_encoders)
         if accelerator.is_main_process and monitor_steps > 0:
-            monitors.inputs = monitor_batch(dataset, stream, data_args, config, feature_extractor, args.seed,
-                                            args.monitor_clips).to(accelerator.device)
+            monitors.inputs = monitor_batch(
+                dataset, stream, data_args, config, feature_extractor, args.seed, args.monitor_clips
+            ).to(accelerator.device)
         if accelerator.is_main_process and args.probe_dataset is not None:
-            monitors.probe = FrozenFeatureProbe(args.probe_dataset, feature_extractor, config.num_frames,
-                                                args.probe_max_clips, args.probe_k, args.probe_ridge)
+            monitors.probe = FrozenFeatureProbe(
+                args.probe_dataset,
+                feature_extractor,
+                config.num_frames,
+                args.probe_max_clips,
+                args.probe_k,
+                args.probe_ridge,
+            )
         return monitors
 
     def probe_logs(self, model, accelerator) -> dict:

@@ -23,26 +23,46 @@ from .checkpointing import check_resume_arguments, find_latest_checkpoint, load_
 PRETRAINING_RUN_ARGUMENTS = {
     # the learning rate, a pure function of the step: linear warm-up, then cosine from the peak to the floor at
     # max_steps (max_steps also ends the teacher-momentum cosine)
-    "max_steps": "schedules", "warmup_steps": "lr", "learning_rate": "lr", "min_learning_rate": "lr",
+    "max_steps": "schedules",
+    "warmup_steps": "lr",
+    "learning_rate": "lr",
+    "min_learning_rate": "lr",
     # the EMA teacher's momentum, a pure function of the step: cosine from base to final over max_steps
-    "teacher_momentum_base": "momentum", "teacher_momentum_final": "momentum",
+    "teacher_momentum_base": "momentum",
+    "teacher_momentum_final": "momentum",
     # the data order: epoch e is a permutation seeded by seed + e, cut into global micro-batches of the per-device
     # batch × processes; a step takes gradient_accumulation_steps of them (so the global batch is their product)
-    "seed": "data", "per_device_train_batch_size": "data", "gradient_accumulation_steps": "data",
+    "seed": "data",
+    "per_device_train_batch_size": "data",
+    "gradient_accumulation_steps": "data",
     # the clips: where they come from, and what the collator makes of each one (crop, the student's equaliser)
-    "dataset": "data", "data_root": "data", "train_dir": "data", "train_manifest": "data", "dataset_name": "data",
-    "dataset_config": "data", "dataset_split": "data", "audio_column": "data", "synthetic_clips": "data",
-    "synthetic_seconds": "data", "log_mel_cache": "data", "crop_seconds": "data", "student_eq_strength": "data",
+    "dataset": "data",
+    "data_root": "data",
+    "train_dir": "data",
+    "train_manifest": "data",
+    "dataset_name": "data",
+    "dataset_config": "data",
+    "dataset_split": "data",
+    "audio_column": "data",
+    "synthetic_clips": "data",
+    "synthetic_seconds": "data",
+    "log_mel_cache": "data",
+    "crop_seconds": "data",
+    "student_eq_strength": "data",
     "shuffle_buffer_size": "data",
     # the update: AdamW's hyper-parameters (the restored optimiser state keeps its moments) and the clipping norm
-    "weight_decay": "optimiser", "adam_beta1": "optimiser", "adam_beta2": "optimiser", "adam_epsilon": "optimiser",
+    "weight_decay": "optimiser",
+    "adam_beta1": "optimiser",
+    "adam_beta2": "optimiser",
+    "adam_epsilon": "optimiser",
     "max_grad_norm": "optimiser",
     # the arithmetic: the autocast dtype, resolved (what `accelerate launch` gave when the flag is unset)
     "mixed_precision": "precision",
     # what the checkpoint's state must fit, so no flag allows a change: which parameters the optimiser holds and in
     # which groups (a scale of 0 freezes the stem, another scale gives it groups of its own); the kind of data
     # position saved (a stream's per-process position, or the step of a map-style dataset)
-    "patch_embedding_lr_scale": "fixed", "streaming": "fixed",
+    "patch_embedding_lr_scale": "fixed",
+    "streaming": "fixed",
 }
 
 
@@ -52,29 +72,64 @@ PRETRAINING_RUN_ARGUMENTS = {
 FINETUNING_RUN_ARGUMENTS = {
     # the learning rate, a pure function of the step (warm-up, then cosine to the floor at max_steps), times each
     # group's layer-decay scale
-    "max_steps": "lr", "warmup_steps": "lr", "learning_rate": "lr", "min_learning_rate": "lr", "layer_decay": "lr",
+    "max_steps": "lr",
+    "warmup_steps": "lr",
+    "learning_rate": "lr",
+    "min_learning_rate": "lr",
+    "layer_decay": "lr",
     # the data order (epoch permutations seeded by seed, global micro-batches of batch × processes, accumulation), the
     # splits and the clips (dataset, fold, held-out fractions, clip length) and their augmentation
-    "seed": "data", "per_device_train_batch_size": "data", "gradient_accumulation_steps": "data", "dataset": "data",
-    "data_root": "data", "dataset_kwargs": "data", "synthetic_per_class": "data", "synthetic_multi_label": "data",
-    "task": "data", "clip_seconds": "data", "clip_padding": "data", "test_fold": "data", "select_on": "data",
-    "kfold_validation": "data", "validation_fraction": "data", "test_fraction": "data", "group_by": "data",
+    "seed": "data",
+    "per_device_train_batch_size": "data",
+    "gradient_accumulation_steps": "data",
+    "dataset": "data",
+    "data_root": "data",
+    "dataset_kwargs": "data",
+    "synthetic_per_class": "data",
+    "synthetic_multi_label": "data",
+    "task": "data",
+    "clip_seconds": "data",
+    "clip_padding": "data",
+    "test_fold": "data",
+    "select_on": "data",
+    "kfold_validation": "data",
+    "validation_fraction": "data",
+    "test_fraction": "data",
+    "group_by": "data",
     "class_balanced_sampling": "data",
-    "samples_per_epoch": "data", "mixup_alpha": "data", "spec_augment": "data", "spec_augment_fraction": "data",
+    "samples_per_epoch": "data",
+    "mixup_alpha": "data",
+    "spec_augment": "data",
+    "spec_augment_fraction": "data",
     # the update: AdamW's hyper-parameters (the restored state keeps its moments) and the clipping norm
-    "weight_decay": "optimiser", "adam_beta1": "optimiser", "adam_beta2": "optimiser", "adam_epsilon": "optimiser",
+    "weight_decay": "optimiser",
+    "adam_beta1": "optimiser",
+    "adam_beta2": "optimiser",
+    "adam_epsilon": "optimiser",
     "max_grad_norm": "optimiser",
     # the model and the arithmetic
-    "model_name_or_path": "model", "drop_path_rate": "model", "classifier_pooling": "model",
+    "model_name_or_path": "model",
+    "drop_path_rate": "model",
+    "classifier_pooling": "model",
     "mixed_precision": "precision",
     # what the checkpoint's state must fit, so no flag allows a change: a frozen stem leaves the optimiser without
     # its parameters; the weight EMA is saved only when it is on
-    "freeze_feature_encoder": "fixed", "ema_decay": "fixed",
+    "freeze_feature_encoder": "fixed",
+    "ema_decay": "fixed",
 }
 
 
-def compare_run_arguments(checkpoint, stored: dict | None, current: dict, allowed, run_arguments: dict,
-                          mixed_precision: str, checkpoint_step: int, max_steps: int, warn=None) -> list:
+def compare_run_arguments(
+    checkpoint,
+    stored: dict | None,
+    current: dict,
+    allowed,
+    run_arguments: dict,
+    mixed_precision: str,
+    checkpoint_step: int,
+    max_steps: int,
+    warn=None,
+) -> list:
     """The allowed changes between `checkpoint`'s stored run arguments and this command's `current` ones (a UsageError
     of one line for a refused one, `checkpointing.check_resume_arguments`); the "fixed" arguments of `run_arguments`
     refused always, and the precision too where either side is fp16 (its gradient scaler's state only an fp16
@@ -85,16 +140,21 @@ def compare_run_arguments(checkpoint, stored: dict | None, current: dict, allowe
         fixed.add("mixed_precision")  # fp16 has a gradient scaler whose state only an fp16 checkpoint holds
     changes = check_resume_arguments(checkpoint, stored, current, allowed, fixed)
     if stored is None and warn is not None:
-        warn(f"warning: {checkpoint} predates stored run arguments; the command's arguments are taken as the run's "
-             "without comparison")
+        warn(
+            f"warning: {checkpoint} predates stored run arguments; the command's arguments are taken as the run's "
+            "without comparison"
+        )
     if checkpoint_step > max_steps:
-        raise UsageError(f"--max_steps {max_steps} is below the step of {checkpoint} ({checkpoint_step}): a resumed "
-                         f"run cannot go back; pass --max_steps {checkpoint_step} or more")
+        raise UsageError(
+            f"--max_steps {max_steps} is below the step of {checkpoint} ({checkpoint_step}): a resumed "
+            f"run cannot go back; pass --max_steps {checkpoint_step} or more"
+        )
     return changes
 
 
-def describe_resume_changes(changes, stored: dict, current: dict, step: int, finetuning: bool = False,
-                            streaming: bool = False) -> str:
+def describe_resume_changes(
+    changes, stored: dict, current: dict, step: int, finetuning: bool = False, streaming: bool = False
+) -> str:
     """What the allowed changes do from the resume step on, one line per part of the run (schedules, data,
     optimiser, precision, model); `finetuning`: of a fine-tuning run (`FINETUNING_RUN_ARGUMENTS`, a layer-decay lr),
     else of a pre-training run (`PRETRAINING_RUN_ARGUMENTS`, with the teacher momentum; `streaming`: its data is a
@@ -105,47 +165,65 @@ def describe_resume_changes(changes, stored: dict, current: dict, step: int, fin
     kinds = {run_arguments.get(name, "model") for name, _, _ in changes}
     lines = ["resuming with " + ", ".join(f"{name} {old!r} → {new!r}" for name, old, new in changes)]
     if kinds & {"schedules", "lr"}:
+
         def lr(a):
             return learning_rate(step, a["max_steps"], a["warmup_steps"], a["learning_rate"], a["min_learning_rate"])
 
         if finetuning:
-            lines.append(f"learning rate at step {step}: {lr(stored):.3g} → {lr(current):.3g} (× each layer's decay "
-                         f"scale {current['layer_decay']:g}^depth); from here on warm-up {current['warmup_steps']} "
-                         f"then cosine to {current['min_learning_rate']:g} at step {current['max_steps']}, as if the "
-                         "run had been planned with the new arguments")
+            lines.append(
+                f"learning rate at step {step}: {lr(stored):.3g} → {lr(current):.3g} (× each layer's decay "
+                f"scale {current['layer_decay']:g}^depth); from here on warm-up {current['warmup_steps']} "
+                f"then cosine to {current['min_learning_rate']:g} at step {current['max_steps']}, as if the "
+                "run had been planned with the new arguments"
+            )
         else:
-            lines.append(f"learning rate at step {step}: {lr(stored):.3g} → {lr(current):.3g}; from here on warm-up "
-                         f"{current['warmup_steps']} then cosine from {current['learning_rate']:g} to "
-                         f"{current['min_learning_rate']:g} at step {current['max_steps']}, as if the run had been "
-                         "planned with the new arguments")
+            lines.append(
+                f"learning rate at step {step}: {lr(stored):.3g} → {lr(current):.3g}; from here on warm-up "
+                f"{current['warmup_steps']} then cosine from {current['learning_rate']:g} to "
+                f"{current['min_learning_rate']:g} at step {current['max_steps']}, as if the run had been "
+                "planned with the new arguments"
+            )
     if kinds & {"schedules", "momentum"}:
+
         def m(a):
             return teacher_momentum(step, a["max_steps"], a["teacher_momentum_base"], a["teacher_momentum_final"])
 
-        lines.append(f"teacher momentum at step {step}: {m(stored):.5f} → {m(current):.5f}; from here on cosine from "
-                     f"{current['teacher_momentum_base']:g} to {current['teacher_momentum_final']:g} at step "
-                     f"{current['max_steps']}")
+        lines.append(
+            f"teacher momentum at step {step}: {m(stored):.5f} → {m(current):.5f}; from here on cosine from "
+            f"{current['teacher_momentum_base']:g} to {current['teacher_momentum_final']:g} at step "
+            f"{current['max_steps']}"
+        )
     if "data" in kinds:
         if finetuning:
-            lines.append(f"data: the batches from step {step} on follow the order, splits and augmentation the new "
-                         "arguments define, at the saved position (clips of the current epoch may repeat or be left "
-                         "out)")
+            lines.append(
+                f"data: the batches from step {step} on follow the order, splits and augmentation the new "
+                "arguments define, at the saved position (clips of the current epoch may repeat or be left "
+                "out)"
+            )
         elif streaming:
-            lines.append("data: the stream goes on from its saved position; what it reads from here follows the new "
-                         "arguments")
+            lines.append(
+                "data: the stream goes on from its saved position; what it reads from here follows the new arguments"
+            )
         else:
-            lines.append(f"data: from step {step} the batches are micro-batch "
-                         f"{step * current['gradient_accumulation_steps']} onwards of the order the new arguments "
-                         "define (clips of the current epoch may repeat or be left out); the collator's random stream "
-                         "goes on from its saved state")
+            lines.append(
+                f"data: from step {step} the batches are micro-batch "
+                f"{step * current['gradient_accumulation_steps']} onwards of the order the new arguments "
+                "define (clips of the current epoch may repeat or be left out); the collator's random stream "
+                "goes on from its saved state"
+            )
     if "optimiser" in kinds:
-        lines.append("optimiser: AdamW keeps its restored moments and takes the new weight decay, betas, ε and "
-                     "clipping norm from here on")
+        lines.append(
+            "optimiser: AdamW keeps its restored moments and takes the new weight decay, betas, ε and "
+            "clipping norm from here on"
+        )
     if "precision" in kinds:
         lines.append(f"precision: the steps from {step} on compute under {current['mixed_precision']!r} autocast")
     if "model" in kinds:
-        lines.append("model: the checkpoint's weights are loaded into the model the new arguments build" if finetuning
-                     else "model: built from the new config; the checkpoint's weights are loaded into it")
+        lines.append(
+            "model: the checkpoint's weights are loaded into the model the new arguments build"
+            if finetuning
+            else "model: built from the new config; the checkpoint's weights are loaded into it"
+        )
     return "\n".join(lines)
 
 
@@ -188,15 +266,15 @@ def load_training_state(accelerator, optimizer, checkpoint):
     """accelerate's states of `checkpoint` (model, optimiser, RNG states) loaded into the prepared run. The
     optimiser's hyper-parameters stay the arguments': `load_state` restores the checkpoint's with its moments, so an
     allowed change of weight decay, betas or ε takes effect here."""
-    hyper = [{k: g[k] for k in ("weight_decay", "betas", "eps", "lr_scale") if k in g}
-             for g in optimizer.param_groups]
+    hyper = [{k: g[k] for k in ("weight_decay", "betas", "eps", "lr_scale") if k in g} for g in optimizer.param_groups]
     accelerator.load_state(str(checkpoint))
     for group, values in zip(optimizer.param_groups, hyper):
         group.update(values)
 
 
-def check_process_count(checkpoint, stored_world: int, world: int, stored: dict | None, current: dict, allowed,
-                        config) -> dict:
+def check_process_count(
+    checkpoint, stored_world: int, world: int, stored: dict | None, current: dict, allowed, config
+) -> dict:
     """A checkpoint written by `stored_world` processes, resumed on `world`: `current` (this command's run arguments)
     as they compare with the checkpoint's, or a UsageError of one line that says what to pass instead.
 
@@ -214,30 +292,42 @@ def check_process_count(checkpoint, stored_world: int, world: int, stored: dict 
     allowed = set(allowed or ())
     head = f"--resume: {checkpoint} was written by {stored_world} process(es)"
     if current["streaming"]:
-        raise UsageError(f"{head}, each reading its own shard of the stream from a saved position that {world} "
-                         f"process(es) cannot take over: resume it on {stored_world} process(es).")
+        raise UsageError(
+            f"{head}, each reading its own shard of the stream from a saved position that {world} "
+            f"process(es) cannot take over: resume it on {stored_world} process(es)."
+        )
     if stored is None:
-        raise UsageError(f"{head} and predates stored run arguments, so its per-device batch is unknown: resume it on "
-                         f"{stored_world} process(es).")
+        raise UsageError(
+            f"{head} and predates stored run arguments, so its per-device batch is unknown: resume it on "
+            f"{stored_world} process(es)."
+        )
     old_batch, new_batch = stored["per_device_train_batch_size"], current["per_device_train_batch_size"]
     clips = old_batch * stored_world  # a global micro-batch: the data order's unit and the contrastive loss's batch
     if new_batch * world != clips and "per_device_train_batch_size" not in allowed:
-        other = (f"pass --per_device_train_batch_size {clips // world} to keep its micro-batch of {clips} clips"
-                 if clips % world == 0 else
-                 f"its micro-batch of {clips} clips cannot be split evenly over {world}: resume on a number of "
-                 f"processes that divides {clips}")
-        raise UsageError(f"{head} × {old_batch} clips; on {world} {other} (the data order and the contrastive "
-                         f"loss's negatives), or pass --resume_allow_changes per_device_train_batch_size to go on "
-                         f"with micro-batches of {new_batch} × {world} clips.")
+        other = (
+            f"pass --per_device_train_batch_size {clips // world} to keep its micro-batch of {clips} clips"
+            if clips % world == 0
+            else f"its micro-batch of {clips} clips cannot be split evenly over {world}: resume on a number of "
+            f"processes that divides {clips}"
+        )
+        raise UsageError(
+            f"{head} × {old_batch} clips; on {world} {other} (the data order and the contrastive "
+            f"loss's negatives), or pass --resume_allow_changes per_device_train_batch_size to go on "
+            f"with micro-batches of {new_batch} × {world} clips."
+        )
     if new_batch * world == clips:  # the same micro-batch over all processes: not a change of the run
         current = {**current, "per_device_train_batch_size": old_batch}
-    random = [f"{name} {getattr(config, name):g}" for name in
-              ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate")
-              if getattr(config, name) > 0]
+    random = [
+        f"{name} {getattr(config, name):g}"
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "drop_path_rate")
+        if getattr(config, name) > 0
+    ]
     if config.predictor_type == "cnn" and config.predictor_cnn_mask_noise_std > 0:
         random.append(f"predictor_cnn_mask_noise_std {config.predictor_cnn_mask_noise_std:g}")
     if random and "num_processes" not in allowed:
-        raise UsageError(f"{head}, whose random states for {', '.join(random)} cannot be dealt to {world}: resume on "
-                         f"{stored_world} process(es) to repeat its draws, or pass --resume_allow_changes "
-                         "num_processes to go on with new ones.")
+        raise UsageError(
+            f"{head}, whose random states for {', '.join(random)} cannot be dealt to {world}: resume on "
+            f"{stored_world} process(es) to repeat its draws, or pass --resume_allow_changes "
+            "num_processes to go on with new ones."
+        )
     return current

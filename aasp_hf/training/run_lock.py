@@ -66,9 +66,16 @@ def _pid_namespace() -> str | None:
 
 
 def _record() -> dict:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _process_start(os.getpid()),
-            "pid_namespace": _pid_namespace(), "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "token": uuid.uuid4().hex, "heartbeat_seconds": HEARTBEAT_SECONDS, "stale_seconds": STALE_SECONDS}
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "pid_start": _process_start(os.getpid()),
+        "pid_namespace": _pid_namespace(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "token": uuid.uuid4().hex,
+        "heartbeat_seconds": HEARTBEAT_SECONDS,
+        "stale_seconds": STALE_SECONDS,
+    }
 
 
 def _read(path: Path) -> tuple[dict | None, float | None]:
@@ -92,8 +99,11 @@ def describe(record: dict | None) -> str:
 def stale_reason(record: dict | None, mtime: float, now: float | None = None) -> str | None:
     """Why the hold `record` (its file last touched at `mtime`) is stale; None while its run may be alive."""
     age = (time.time() if now is None else now) - mtime
-    same_machine = (record is not None and record.get("host") == socket.gethostname()
-                    and record.get("pid_namespace") == _pid_namespace())
+    same_machine = (
+        record is not None
+        and record.get("host") == socket.gethostname()
+        and record.get("pid_namespace") == _pid_namespace()
+    )
     pid = record.get("pid") if record is not None else None
     if same_machine and isinstance(pid, int) and pid > 0:  # the process itself tells (a record without one: its age)
         try:
@@ -129,8 +139,10 @@ class RunHold:
         existing = next(path for path in (self.output_dir, *self.output_dir.parents) if path.exists())
         if not existing.is_dir():
             where = "is a file" if existing == self.output_dir else f"lies under {existing}, which is a file"
-            raise UsageError(f"--output_dir {self.output_dir} {where}, not a folder: choose another --output_dir (a "
-                             "new or existing folder). Nothing was started.")
+            raise UsageError(
+                f"--output_dir {self.output_dir} {where}, not a folder: choose another --output_dir (a "
+                "new or existing folder). Nothing was started."
+            )
         try:
             if not self.output_dir.is_dir():
                 self.output_dir.mkdir(parents=True)
@@ -146,18 +158,24 @@ class RunHold:
                     except FileExistsError:
                         self._take_over_if_stale(say)
                 else:
-                    raise UsageError(f"could not take the hold of {self.output_dir} ({self.path} keeps reappearing): "
-                                     "another run is starting there; choose another --output_dir")
+                    raise UsageError(
+                        f"could not take the hold of {self.output_dir} ({self.path} keeps reappearing): "
+                        "another run is starting there; choose another --output_dir"
+                    )
             finally:
                 private.unlink(missing_ok=True)
         except OSError as error:
             self._remove_created_dir()
             reason = error.strerror or str(error)
-            hint = ("choose an --output_dir on a writable disk" if error.errno in (errno.EROFS, errno.EACCES,
-                                                                                    errno.EPERM)
-                    else "free space or choose another --output_dir")
-            raise UsageError(f"--output_dir {self.output_dir} cannot be written ({reason}: "
-                             f"{error.filename or self.output_dir}); {hint}. Nothing was started.") from None
+            hint = (
+                "choose an --output_dir on a writable disk"
+                if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+                else "free space or choose another --output_dir"
+            )
+            raise UsageError(
+                f"--output_dir {self.output_dir} cannot be written ({reason}: "
+                f"{error.filename or self.output_dir}); {hint}. Nothing was started."
+            ) from None
         except BaseException:
             self._remove_created_dir()
             raise
@@ -172,10 +190,12 @@ class RunHold:
         reason = stale_reason(record, mtime)
         if reason is None and record is None:  # a file that is not a hold record, but fresh: leave it to its writer
             age = time.time() - mtime
-            raise UsageError(f"{self.output_dir} is in use: {self.path} exists but is not a hold record (a run may be "
-                             f"starting there, or the file was damaged); it is taken over once {STALE_SECONDS:.0f} s "
-                             f"old (in {max(STALE_SECONDS - age, 0):.0f} s). Wait, choose another --output_dir, or, if "
-                             f"no run uses the folder, delete {self.path}.")
+            raise UsageError(
+                f"{self.output_dir} is in use: {self.path} exists but is not a hold record (a run may be "
+                f"starting there, or the file was damaged); it is taken over once {STALE_SECONDS:.0f} s "
+                f"old (in {max(STALE_SECONDS - age, 0):.0f} s). Wait, choose another --output_dir, or, if "
+                f"no run uses the folder, delete {self.path}."
+            )
         if reason is None:
             raise UsageError(
                 f"{self.output_dir} is in use by another run: {describe(record)}, holding {self.path} (heartbeat "
@@ -201,8 +221,11 @@ class RunHold:
         while not self._stop.wait(HEARTBEAT_SECONDS):
             record, _ = _read(self.path)
             if record is None or record.get("token") != self.record["token"]:
-                print(f"warning: the hold of {self.output_dir} was taken over by {describe(record)}; this run goes on "
-                      "but no longer holds the folder", flush=True)
+                print(
+                    f"warning: the hold of {self.output_dir} was taken over by {describe(record)}; this run goes on "
+                    "but no longer holds the folder",
+                    flush=True,
+                )
                 return
             with contextlib.suppress(OSError):
                 os.utime(self.path, None)

@@ -49,8 +49,13 @@ def write_rank_summary(output_dir: Path, rank: int, model, data_checksum: str):
     which every process of a run in sync shares."""
     ranks_dir = output_dir / "ranks"
     ranks_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(ranks_dir / f"rank{rank}.json", json.dumps({
-        "student_checksum": checksum(model.aasp),
-        "teacher_checksum": checksum(model.teacher),
-        "data_checksum": data_checksum,
-    }))
+    write_text_atomically(
+        ranks_dir / f"rank{rank}.json",
+        json.dumps(
+            {
+                "student_checksum": checksum(model.aasp),
+                "teacher_checksum": checksum(model.teacher),
+                "data_checksum": data_checksum,
+            }
+        ),
+    )

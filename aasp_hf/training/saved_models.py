@@ -22,22 +22,31 @@ def export_encoders(model, feature_extractor, output_dir: Path, export_teacher: 
         with replace_directory(output_dir / folder) as written:  # whole or not at all: a new folder, then os.replace
             encoder.save_pretrained(written)
             feature_extractor.save_pretrained(written)
-            write_model_card(written, encoder, feature_extractor, {
-                "title": f"AaSP encoder ({which}, {encoder.config.num_hidden_layers} layers, hidden "
-                         f"{encoder.config.hidden_size})",
-                "path": str(output_dir / folder),
-                "training": {"encoder": f"the {which} of self-supervised AaSP pre-training (examples/pretrain.py)",
-                             **(training or {})},
-                "evaluation": "No downstream evaluation was run on this export (see examples/finetune.py and "
-                              "examples/linear_eval.py).",
-            })
+            write_model_card(
+                written,
+                encoder,
+                feature_extractor,
+                {
+                    "title": f"AaSP encoder ({which}, {encoder.config.num_hidden_layers} layers, hidden "
+                    f"{encoder.config.hidden_size})",
+                    "path": str(output_dir / folder),
+                    "training": {
+                        "encoder": f"the {which} of self-supervised AaSP pre-training (examples/pretrain.py)",
+                        **(training or {}),
+                    },
+                    "evaluation": "No downstream evaluation was run on this export (see examples/finetune.py and "
+                    "examples/linear_eval.py).",
+                },
+            )
 
 
 def pretraining_summary(data_args, args, results: dict) -> dict:
     """What the model card says about a pre-training run: data, steps, batch, optimiser, final losses."""
     if data_args.synthetic_clips > 0:
-        data = (f"{data_args.synthetic_clips} synthetic clips of {data_args.synthetic_seconds:g} s "
-                f"(examples/demo.py's five classes; labels unused)")
+        data = (
+            f"{data_args.synthetic_clips} synthetic clips of {data_args.synthetic_seconds:g} s "
+            f"(examples/demo.py's five classes; labels unused)"
+        )
     elif data_args.log_mel_cache:
         data = f"the log-mel cache {data_args.log_mel_cache}"
     elif data_args.dataset:
@@ -49,19 +58,22 @@ def pretraining_summary(data_args, args, results: dict) -> dict:
     else:
         data = f"the `{data_args.dataset_name}` dataset ({data_args.dataset_split} split)"
     summary = {
-        "data": data + (f", {results['num_clips']} clips" if results.get("num_clips") else "")
+        "data": data
+        + (f", {results['num_clips']} clips" if results.get("num_clips") else "")
         + f", random {data_args.crop_seconds:g}-s crops",
         "steps": f"{results['step']} of {args.max_steps} ({args.warmup_steps} warm-up)",
         "batch": f"{args.per_device_train_batch_size} × {results['num_processes']} process(es) × "
-                 f"{args.gradient_accumulation_steps} accumulation",
+        f"{args.gradient_accumulation_steps} accumulation",
         "optimiser": f"AdamW, peak lr {args.learning_rate:g}, weight decay {args.weight_decay:g}, teacher momentum "
-                     f"{args.teacher_momentum_base:g} → {args.teacher_momentum_final:g}",
+        f"{args.teacher_momentum_base:g} → {args.teacher_momentum_final:g}",
     }
     if "loss" in results:
-        summary["final pre-training loss"] = (f"{results['loss']:.4f} (masked prediction "
-                                              f"{results.get('masked_prediction_loss', float('nan')):.4f}, clip "
-                                              f"{results.get('clip_loss', float('nan')):.4f}, contrastive "
-                                              f"{results.get('contrastive_loss', float('nan')):.4f})")
+        summary["final pre-training loss"] = (
+            f"{results['loss']:.4f} (masked prediction "
+            f"{results.get('masked_prediction_loss', float('nan')):.4f}, clip "
+            f"{results.get('clip_loss', float('nan')):.4f}, contrastive "
+            f"{results.get('contrastive_loss', float('nan')):.4f})"
+        )
     return summary
 
 
@@ -73,8 +85,10 @@ def save_best_model(model, feature_extractor, directory: Path):
     def intact():
         checkpoint = find_latest_checkpoint(directory.parent)
         if checkpoint is None:
-            return ("there is no checkpoint yet, so --resume starts the run again from step 0 (--save_steps keeps "
-                    "the progress of a long run)")
+            return (
+                "there is no checkpoint yet, so --resume starts the run again from step 0 (--save_steps keeps "
+                "the progress of a long run)"
+            )
         return f"the last complete checkpoint is {checkpoint}"
 
     with refused_writes(directory, "the best model", needed, intact), replace_directory(directory) as tmp:
@@ -93,23 +107,31 @@ def write_classifier_card(output_dir: Path, model, feature_extractor, args, spli
     training = {
         "base model": f"{args.model_name_or_path} (pre-trained AaSP encoder; the head is new)",
         "data": f"{data}; clips: {sizes}; {clip_seconds:g}-s crops, shorter clips padded with "
-                f"{'masked frames' if args.clip_padding == 'masked' else 'zeros'}",
+        f"{'masked frames' if args.clip_padding == 'masked' else 'zeros'}",
         "steps": f"{results['step']} ({args.warmup_steps} warm-up), batch {args.per_device_train_batch_size} × "
-                 f"{results['num_processes']} process(es) × {results['gradient_accumulation_steps']} accumulation "
-                 f"= {results['total_train_batch_size']}",
+        f"{results['num_processes']} process(es) × {results['gradient_accumulation_steps']} accumulation "
+        f"= {results['total_train_batch_size']}",
         "optimiser": f"AdamW, peak lr {args.learning_rate:g}, layer decay {args.layer_decay:g}, weight decay "
-                     f"{args.weight_decay:g}",
+        f"{args.weight_decay:g}",
         "augmentation": f"mixup α {args.mixup_alpha:g}, SpecAugment {'on' if args.spec_augment else 'off'}",
         "saved weights": f"{'EMA (decay ' + format(args.ema_decay, 'g') + ')' if args.ema_decay > 0 else 'trained'} "
-                         f"weights at step {results['best_step']} ({results['selection_rule']})",
+        f"weights at step {results['best_step']} ({results['selection_rule']})",
     }
-    write_model_card(output_dir, model, feature_extractor, {
-        "title": f"AaSP audio classifier ({model.config.num_labels} classes)",
-        "path": str(output_dir),
-        "training": training,
-        "evaluation_protocol": f"fine-tuning, {results['selection_rule']}: step {results['best_step']}",
-    }, {**({f"eval_{metric}": results["best_valid_score"]} if args.select_on == "validation" else {}),
-        f"test_{metric}": results["test_score"]})
+    write_model_card(
+        output_dir,
+        model,
+        feature_extractor,
+        {
+            "title": f"AaSP audio classifier ({model.config.num_labels} classes)",
+            "path": str(output_dir),
+            "training": training,
+            "evaluation_protocol": f"fine-tuning, {results['selection_rule']}: step {results['best_step']}",
+        },
+        {
+            **({f"eval_{metric}": results["best_valid_score"]} if args.select_on == "validation" else {}),
+            f"test_{metric}": results["test_score"],
+        },
+    )
 
 
 def install_best_model(output_dir: Path):

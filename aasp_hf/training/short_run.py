@@ -40,10 +40,12 @@ def learning_rate_for(max_steps: int) -> tuple[float, str | None]:
         return PAPER_LEARNING_RATE, None
     same_total = float(f"{PAPER_LEARNING_RATE * SHORTEST_PAPER_SCHEDULE / max_steps:.3g}")
     lr = min(SHORT_RUN_MAX_LR, same_total)
-    return lr, (f"--learning_rate {lr:g}: the paper's {PAPER_LEARNING_RATE:g} × {SHORTEST_PAPER_SCHEDULE:,} steps (its "
-                f"shortest schedule) spread over --max_steps {max_steps}"
-                f"{f', at most {SHORT_RUN_MAX_LR:g}' if same_total > SHORT_RUN_MAX_LR else ''} "
-                "(pass --learning_rate to choose)")
+    return lr, (
+        f"--learning_rate {lr:g}: the paper's {PAPER_LEARNING_RATE:g} × {SHORTEST_PAPER_SCHEDULE:,} steps (its "
+        f"shortest schedule) spread over --max_steps {max_steps}"
+        f"{f', at most {SHORT_RUN_MAX_LR:g}' if same_total > SHORT_RUN_MAX_LR else ''} "
+        "(pass --learning_rate to choose)"
+    )
 
 
 def ema_decay_for(max_steps: int) -> tuple[float, str | None]:
@@ -55,12 +57,16 @@ def ema_decay_for(max_steps: int) -> tuple[float, str | None]:
     if decay >= PAPER_EMA_DECAY:
         return PAPER_EMA_DECAY, None
     if decay == 0:
-        return 0.0, (f"--ema_decay 0 (no weight EMA): --max_steps {max_steps} is too short for one (the paper's "
-                     f"{PAPER_EMA_DECAY:g} averages over {1 / (1 - PAPER_EMA_DECAY):.0f} steps; pass --ema_decay to "
-                     "choose)")
-    return decay, (f"--ema_decay {decay:g}: its horizon 1/(1-d) = {1 / (1 - decay):.0f} steps is a tenth of "
-                   f"--max_steps {max_steps} (the paper's {PAPER_EMA_DECAY:g} averages over "
-                   f"{1 / (1 - PAPER_EMA_DECAY):.0f}; pass --ema_decay to choose)")
+        return 0.0, (
+            f"--ema_decay 0 (no weight EMA): --max_steps {max_steps} is too short for one (the paper's "
+            f"{PAPER_EMA_DECAY:g} averages over {1 / (1 - PAPER_EMA_DECAY):.0f} steps; pass --ema_decay to "
+            "choose)"
+        )
+    return decay, (
+        f"--ema_decay {decay:g}: its horizon 1/(1-d) = {1 / (1 - decay):.0f} steps is a tenth of "
+        f"--max_steps {max_steps} (the paper's {PAPER_EMA_DECAY:g} averages over "
+        f"{1 / (1 - PAPER_EMA_DECAY):.0f}; pass --ema_decay to choose)"
+    )
 
 
 def warmup_steps_for(max_steps: int, default: int = DEFAULT_WARMUP_STEPS) -> tuple[int, str | None]:
@@ -68,8 +74,10 @@ def warmup_steps_for(max_steps: int, default: int = DEFAULT_WARMUP_STEPS) -> tup
     warmup = min(default, int(max_steps * WARMUP_FRACTION))
     if warmup == default:
         return warmup, None
-    return warmup, (f"--warmup_steps {warmup}: 10 % of --max_steps {max_steps} (the default {default} is more than "
-                    "that; pass --warmup_steps to choose)")
+    return warmup, (
+        f"--warmup_steps {warmup}: 10 % of --max_steps {max_steps} (the default {default} is more than "
+        "that; pass --warmup_steps to choose)"
+    )
 
 
 def fit_warmup(warmup_steps: int, max_steps: int, source: str) -> tuple[int, str | None]:
@@ -78,8 +86,10 @@ def fit_warmup(warmup_steps: int, max_steps: int, source: str) -> tuple[int, str
     if warmup_steps <= max_steps:
         return warmup_steps, None
     warmup = int(max_steps * WARMUP_FRACTION)
-    return warmup, (f"--warmup_steps {warmup}: 10 % of --max_steps {max_steps} ({source} {warmup_steps} is more than "
-                    "the run; pass --warmup_steps to choose)")
+    return warmup, (
+        f"--warmup_steps {warmup}: 10 % of --max_steps {max_steps} ({source} {warmup_steps} is more than "
+        "the run; pass --warmup_steps to choose)"
+    )
 
 
 def batch_size_for(num_clips: int, num_processes: int = 1, default: int = DEFAULT_BATCH_SIZE) -> tuple[int, str | None]:
@@ -89,5 +99,7 @@ def batch_size_for(num_clips: int, num_processes: int = 1, default: int = DEFAUL
     if batch == default:
         return batch, None
     over = f" over {num_processes} processes" if num_processes > 1 else ""
-    return batch, (f"--per_device_train_batch_size {batch}: the {num_clips} training clips{over} (the default "
-                   f"{default} is more than that; pass --per_device_train_batch_size to choose)")
+    return batch, (
+        f"--per_device_train_batch_size {batch}: the {num_clips} training clips{over} (the default "
+        f"{default} is more than that; pass --per_device_train_batch_size to choose)"
+    )

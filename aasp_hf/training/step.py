@@ -58,8 +58,7 @@ def skip_flag(accelerator, step_finite: torch.Tensor, grad_norm: torch.Tensor, s
     return any_bad if stop is None else (any_bad, summed[1])
 
 
-def apply_update(accelerator, optimizer, model, step_finite, max_norm: float, momentum, update_teacher=None,
-                 stop=None):
+def apply_update(accelerator, optimizer, model, step_finite, max_norm: float, momentum, update_teacher=None, stop=None):
     """After the backward passes of a step: clip, decide the skip on the device, AdamW step, EMA teacher update.
 
     accelerator: the run's `accelerate.Accelerator`; optimizer: the prepared fused AdamW; model: the prepared model
@@ -77,8 +76,10 @@ def apply_update(accelerator, optimizer, model, step_finite, max_norm: float, mo
     inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer wraps the torch one
     if accelerator.scaler is None:
         if not inner.defaults.get("fused"):
-            raise ValueError("apply_update skips a step on the device through fused AdamW's found_inf: build the "
-                             "optimizer with torch.optim.AdamW(..., fused=True)")
+            raise ValueError(
+                "apply_update skips a step on the device through fused AdamW's found_inf: build the "
+                "optimizer with torch.optim.AdamW(..., fused=True)"
+            )
         inner.found_inf = skipped.float()  # fused AdamW: 1 leaves parameters, moments and step count unchanged
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -91,7 +92,6 @@ def apply_update(accelerator, optimizer, model, step_finite, max_norm: float, mo
     else:
         update_teacher(momentum)
     return (grad_norm, skipped) if stop is None else (grad_norm, skipped, stops)
-
 
 
 @dataclass
@@ -108,8 +108,18 @@ class PretrainingStep:
     stops: torch.Tensor | None = None
 
 
-def pretraining_step(accelerator, model, optimizer, next_batch, accumulation: int, lr: float, max_grad_norm: float,
-                     momentum: float, update_teacher=None, stop=None) -> PretrainingStep:
+def pretraining_step(
+    accelerator,
+    model,
+    optimizer,
+    next_batch,
+    accumulation: int,
+    lr: float,
+    max_grad_norm: float,
+    momentum: float,
+    update_teacher=None,
+    stop=None,
+) -> PretrainingStep:
     """One pre-training optimiser step: the learning rate `lr` (× each group's scale), then `accumulation`
     micro-batches of forward and backward (`next_batch()` returns each one, on the device), then `apply_update`
     (clip at `max_grad_norm`, <= 0: no clipping; the skip decision on the device; AdamW; the EMA teacher with
@@ -128,13 +138,22 @@ def pretraining_step(accelerator, model, optimizer, next_batch, accumulation: in
         for name in PRETRAINING_LOSSES:
             losses[name] = losses.get(name, 0.0) + getattr(outputs, name).detach().float() / accumulation
     max_norm = max_grad_norm if max_grad_norm > 0 else float("inf")
-    updated = apply_update(accelerator, optimizer, model, step_finite, max_norm,
-                           torch.tensor(momentum, dtype=torch.float64, device=device), update_teacher, stop=stop)
+    updated = apply_update(
+        accelerator,
+        optimizer,
+        model,
+        step_finite,
+        max_norm,
+        torch.tensor(momentum, dtype=torch.float64, device=device),
+        update_teacher,
+        stop=stop,
+    )
     return PretrainingStep(batch, outputs, losses, *updated)
 
 
-def augmented_inputs(batch: dict, num_labels: int, soft: bool, mixup_alpha: float, spec_augment_fraction,
-                     rng: np.random.Generator) -> tuple:
+def augmented_inputs(
+    batch: dict, num_labels: int, soft: bool, mixup_alpha: float, spec_augment_fraction, rng: np.random.Generator
+) -> tuple:
     """A fine-tuning collator's micro-batch as the model trains on it: (inputs, attention mask, targets) on the CPU.
     `soft`: one-hot (or multi-hot) float targets for the BCE loss, else class ids for cross-entropy; mixup with
     Beta(α, α) when `mixup_alpha` > 0; SpecAugment (one time and one frequency mask of at most
@@ -148,8 +167,18 @@ def augmented_inputs(batch: dict, num_labels: int, soft: bool, mixup_alpha: floa
     return inputs, mask, targets
 
 
-def finetuning_step(accelerator, model, optimizer, next_batch, accumulation: int, lr: float, max_grad_norm: float,
-                    soft: bool, ema=None, ema_decay: float = 0.0) -> tuple[list[float], torch.Tensor]:
+def finetuning_step(
+    accelerator,
+    model,
+    optimizer,
+    next_batch,
+    accumulation: int,
+    lr: float,
+    max_grad_norm: float,
+    soft: bool,
+    ema=None,
+    ema_decay: float = 0.0,
+) -> tuple[list[float], torch.Tensor]:
     """One fine-tuning optimiser step: the learning rate `lr` (× each group's layer-decay scale), then `accumulation`
     micro-batches (`next_batch()` returns (inputs, attention mask, targets) on the device) of forward, loss (BCE on
     soft targets when `soft`, else cross-entropy, in float32) and backward, then gradient clipping at

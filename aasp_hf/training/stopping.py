@@ -61,10 +61,16 @@ def exit_stopped(accelerator, checkpoint, step: int, script: str, request: StopS
     `SystemExit(STOPPED_EXIT_CODE)` on every process."""
     name = signal.Signals(request.signal).name if request.signal is not None else "a signal on another process"
     argv = sys.argv[1:] + ([] if "--resume" in sys.argv else ["--resume"])
-    command = (shlex.join(["python", sys.argv[0], *argv]) if accelerator.num_processes == 1 else
-               "the same launch command with --resume")
-    accelerator.print(f"{script}: stopped by {name} after step {step}; saved {checkpoint}; continue with: {command} "
-                      f"(exit status {STOPPED_EXIT_CODE})", flush=True)
+    command = (
+        shlex.join(["python", sys.argv[0], *argv])
+        if accelerator.num_processes == 1
+        else "the same launch command with --resume"
+    )
+    accelerator.print(
+        f"{script}: stopped by {name} after step {step}; saved {checkpoint}; continue with: {command} "
+        f"(exit status {STOPPED_EXIT_CODE})",
+        flush=True,
+    )
     accelerator.wait_for_everyone()
     accelerator.end_training()  # the trackers' files are flushed
     raise SystemExit(STOPPED_EXIT_CODE)

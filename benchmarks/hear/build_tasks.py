@@ -56,16 +56,26 @@ def write_task(folder: Path, metadata: dict, labels: list[str], splits: dict[str
 
 
 def metadata(task_name: str, embedding_type: str, prediction_type: str, seconds: float, score: str) -> dict:
-    return {"task_name": task_name, "version": "synthetic", "embedding_type": embedding_type,
-            "prediction_type": prediction_type, "split_mode": "trainvaltest", "sample_duration": seconds,
-            "evaluation": [score], "splits": list(SPLITS)}
+    return {
+        "task_name": task_name,
+        "version": "synthetic",
+        "embedding_type": embedding_type,
+        "prediction_type": prediction_type,
+        "split_mode": "trainvaltest",
+        "sample_duration": seconds,
+        "evaluation": [score],
+        "splits": list(SPLITS),
+    }
 
 
 def scene_rows(rng: np.random.Generator) -> dict[str, list[tuple]]:
     splits = {}
     for split in SPLITS:
-        rows = [(label, synth_clip(label, rng, SCENE_SECONDS))
-                for label in LABELS for _ in range(SCENE_CLIPS_PER_CLASS[split])]
+        rows = [
+            (label, synth_clip(label, rng, SCENE_SECONDS))
+            for label in LABELS
+            for _ in range(SCENE_CLIPS_PER_CLASS[split])
+        ]
         splits[split] = [(f"{split}-{i:03d}.wav", audio, [label]) for i, (label, audio) in enumerate(rows)]
     return splits
 
@@ -81,9 +91,14 @@ def event_rows(rng: np.random.Generator) -> dict[str, list[tuple]]:
                 event = synth_clip(label, rng, seconds)
                 start = int(rng.integers(0, length - event.size))
                 audio = (rng.uniform(0.001, 0.01) * rng.standard_normal(length)).astype(np.float32)
-                audio[start:start + event.size] += event
-                target = [{"label": label, "start": 1000 * start / SAMPLING_RATE,
-                           "end": 1000 * (start + event.size) / SAMPLING_RATE}]
+                audio[start : start + event.size] += event
+                target = [
+                    {
+                        "label": label,
+                        "start": 1000 * start / SAMPLING_RATE,
+                        "end": 1000 * (start + event.size) / SAMPLING_RATE,
+                    }
+                ]
                 rows.append((audio, target))
         splits[split] = [(f"{split}-{i:03d}.wav", audio, target) for i, (audio, target) in enumerate(rows)]
     return splits
@@ -93,11 +108,20 @@ def build(tasks_dir: Path, seed: int = 0) -> list[Path]:
     """Writes both tasks under `tasks_dir` (skipping a task folder that exists); returns their folders."""
     rng = np.random.default_rng(seed)
     scene, event = scene_rows(rng), event_rows(rng)
-    tasks = [(tasks_dir / "synthetic-scene",
-              metadata("synthetic-scene", "scene", "multiclass", SCENE_SECONDS, "top1_acc"), LABELS, scene),
-             (tasks_dir / "synthetic-event",
-              metadata("synthetic-event", "event", "multilabel", EVENT_SECONDS, "event_onset_200ms_fms"),
-              EVENT_LABELS, event)]
+    tasks = [
+        (
+            tasks_dir / "synthetic-scene",
+            metadata("synthetic-scene", "scene", "multiclass", SCENE_SECONDS, "top1_acc"),
+            LABELS,
+            scene,
+        ),
+        (
+            tasks_dir / "synthetic-event",
+            metadata("synthetic-event", "event", "multilabel", EVENT_SECONDS, "event_onset_200ms_fms"),
+            EVENT_LABELS,
+            event,
+        ),
+    ]
     for folder, task_metadata, labels, splits in tasks:
         if folder.exists():
             print(f"{folder} exists: kept (delete it to rebuild)")
@@ -108,8 +132,9 @@ def build(tasks_dir: Path, seed: int = 0) -> list[Path]:
 
 
 def main(argv=None) -> list[Path]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("tasks_dir", type=Path, help="folder to write the two task folders into")
     parser.add_argument("--seed", type=int, default=0)
     args = parse_command_line(parser, argv)

@@ -27,7 +27,8 @@ class LogMel(nn.Module):
     def __init__(self):
         super().__init__()
         self.melspec = torchaudio.transforms.MelSpectrogram(
-            sample_rate=SAMPLE_RATE, n_fft=N_FFT, hop_length=HOP, n_mels=N_MELS, center=True)
+            sample_rate=SAMPLE_RATE, n_fft=N_FFT, hop_length=HOP, n_mels=N_MELS, center=True
+        )
 
     def forward(self, audio: torch.Tensor) -> torch.Tensor:
         """(n_sounds, n_samples) -> log-mel (n_sounds, n_frames, N_MELS); frame k is centred at k·HOP samples."""

@@ -30,8 +30,10 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     table = test_scores(args.embeddings_dir)
     if not table:
-        sys.exit(f"scores.py: error: no test.predicted-scores.json under {args.embeddings_dir}/MODULE/TASK: run "
-                 f"heareval's embedding and prediction runners first")
+        sys.exit(
+            f"scores.py: error: no test.predicted-scores.json under {args.embeddings_dir}/MODULE/TASK: run "
+            f"heareval's embedding and prediction runners first"
+        )
     modules = sorted({module for row in table.values() for module in row})
     width = max(len(task) for task in table)
     print(f"{'task (score)':<{width}}  " + "  ".join(f"{module:>14}" for module in modules))

@@ -77,8 +77,23 @@ def bench_command(model: Path, files: list[str], out: Path, threads: int) -> flo
     """Wall seconds of the tag command on `files`."""
     torch.set_num_threads(threads)
     start = time.perf_counter()
-    assert tag_main(["--model", str(model), "--output", str(out), "--timestamps", "--batch_size", str(BATCH_SIZE),
-                     "--num_workers", "1", *files]) == 0
+    assert (
+        tag_main(
+            [
+                "--model",
+                str(model),
+                "--output",
+                str(out),
+                "--timestamps",
+                "--batch_size",
+                str(BATCH_SIZE),
+                "--num_workers",
+                "1",
+                *files,
+            ]
+        )
+        == 0
+    )
     return time.perf_counter() - start
 
 
@@ -98,7 +113,9 @@ def bench_parts(model_folder: Path, files: list[str], out: Path, threads: int) -
 
         clock = time.perf_counter()
         windows = list(iter_windows(iter(blocks), window, window))
-        features = [extractor(samples, sampling_rate=RATE, return_tensors="pt", truncation=False) for _, samples in windows]
+        features = [
+            extractor(samples, sampling_rate=RATE, return_tensors="pt", truncation=False) for _, samples in windows
+        ]
         seconds["features"] += time.perf_counter() - clock
 
         clock = time.perf_counter()
@@ -107,17 +124,27 @@ def bench_parts(model_folder: Path, files: list[str], out: Path, threads: int) -
             for first in range(0, len(features), BATCH_SIZE):
                 batch = features[first : first + BATCH_SIZE]
                 num_frames = max(f["input_values"].shape[1] for f in batch)
-                input_values = torch.cat([torch.nn.functional.pad(f["input_values"], (0, 0, 0, num_frames - f["input_values"].shape[1]))
-                                          for f in batch])  # B × (1, T_i, F) -> (B, T, F)
-                attention_mask = torch.cat([torch.nn.functional.pad(f["attention_mask"], (0, num_frames - f["attention_mask"].shape[1]))
-                                            for f in batch])  # B × (1, T_i) -> (B, T)
+                input_values = torch.cat(
+                    [
+                        torch.nn.functional.pad(f["input_values"], (0, 0, 0, num_frames - f["input_values"].shape[1]))
+                        for f in batch
+                    ]
+                )  # B × (1, T_i, F) -> (B, T, F)
+                attention_mask = torch.cat(
+                    [
+                        torch.nn.functional.pad(f["attention_mask"], (0, num_frames - f["attention_mask"].shape[1]))
+                        for f in batch
+                    ]
+                )  # B × (1, T_i) -> (B, T)
                 scores.append(model(input_values, attention_mask=attention_mask).logits.sigmoid().numpy())
         seconds["model"] += time.perf_counter() - clock
 
         clock = time.perf_counter()
-        rows = [(name, start / RATE, (start + len(samples)) / RATE, label, score)
-                for (start, samples), window_scores in zip(windows, np.concatenate(scores))
-                for label, score in choose_labels(window_scores, labels, len(labels), 0.5)]
+        rows = [
+            (name, start / RATE, (start + len(samples)) / RATE, label, score)
+            for (start, samples), window_scores in zip(windows, np.concatenate(scores))
+            for label, score in choose_labels(window_scores, labels, len(labels), 0.5)
+        ]
         writer.write_file(rows)
         seconds["writing"] += time.perf_counter() - clock
     writer.close()
@@ -132,7 +159,8 @@ def bench_window(folders: dict, repeats: int) -> dict:
     torch.set_num_threads(1)
     models = {stem: AaspForAudioClassification.from_pretrained(folder).eval() for stem, folder in folders.items()}
     models["transformers_AST_16x16"] = ASTForAudioClassification(
-        ASTConfig(max_length=MAX_FRAMES, frequency_stride=16, time_stride=16, num_labels=527)).eval()
+        ASTConfig(max_length=MAX_FRAMES, frequency_stride=16, time_stride=16, num_labels=527)
+    ).eval()
     x = torch.randn(1, MAX_FRAMES, 128)
     samples = {name: [] for name in models}
     with torch.inference_mode():
@@ -164,30 +192,45 @@ def bench_memory(model: Path, folder: Path, minutes: float, threads: int) -> dic
     growth = {}
     for length in (1.0, minutes):
         [path] = write_audio(folder / f"{length:g}min", length, file_minutes=length)
-        run = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, str(model), path, str(threads)], capture_output=True,
-                             text=True, check=True)
+        run = subprocess.run(
+            [sys.executable, "-c", MEMORY_SCRIPT, str(model), path, str(threads)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         growth[f"{length:g}_min"] = float(run.stdout.split()[-1])
         Path(path).unlink()
     return growth
 
 
 def to_markdown(results: dict) -> str:
-    lines = [f"# Tagging long recordings: measured {results['when']} on {results['machine']}", "",
-             f"Command: `{results['command']}`. Audio: {results['minutes']:g} min (WAV, 16 kHz). Ratios come from one run.",
-             "", "| classifier | command real-time factor | decode | features | model | writing | not-model share |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Tagging long recordings: measured {results['when']} on {results['machine']}",
+        "",
+        f"Command: `{results['command']}`. Audio: {results['minutes']:g} min (WAV, 16 kHz). Ratios come from one run.",
+        "",
+        "| classifier | command real-time factor | decode | features | model | writing | not-model share |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for stem, entry in results["classifiers"].items():
         parts = entry["parts_s"]
-        lines.append(f"| {stem} | {entry['real_time_factor']:.1f}x | {parts['decode']:.1f} s | {parts['features']:.1f} s"
-                     f" | {parts['model']:.1f} s | {parts['writing']:.2f} s | {entry['not_model_share']:.1%} |")
+        lines.append(
+            f"| {stem} | {entry['real_time_factor']:.1f}x | {parts['decode']:.1f} s | {parts['features']:.1f} s"
+            f" | {parts['model']:.1f} s | {parts['writing']:.2f} s | {entry['not_model_share']:.1%} |"
+        )
     window = results["window_batch1_1thread_ms"]
-    lines += ["", "One 10.07-s window (504 tokens), batch 1, one thread, median ms: "
-              + ", ".join(f"{name} {ms:.0f}" for name, ms in window.items())
-              + f"; SPE / AST {window['spe'] / window['transformers_AST_16x16']:.2f}, AaPE / SPE "
-              f"{window['aape'] / window['spe']:.2f}.",
-              "", "Peak memory growth of the command (SPE, in one process, batches of 4 windows): "
-              + ", ".join(f"{name.replace('_', ' ')} {mib:.0f} MiB" for name, mib in results["memory_growth_mib"].items())
-              + ".", ""]
+    lines += [
+        "",
+        "One 10.07-s window (504 tokens), batch 1, one thread, median ms: "
+        + ", ".join(f"{name} {ms:.0f}" for name, ms in window.items())
+        + f"; SPE / AST {window['spe'] / window['transformers_AST_16x16']:.2f}, AaPE / SPE "
+        f"{window['aape'] / window['spe']:.2f}.",
+        "",
+        "Peak memory growth of the command (SPE, in one process, batches of 4 windows): "
+        + ", ".join(f"{name.replace('_', ' ')} {mib:.0f} MiB" for name, mib in results["memory_growth_mib"].items())
+        + ".",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -198,10 +241,13 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the model (default 2)")
     parser.add_argument("--repeats", type=int, default=5, help="repeats of the one-window timing (default 5)")
     args = parse_command_line(parser, argv)
-    results = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-               "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads available",
-               "command": "python benchmarks/long_audio/run.py " + " ".join(sys.argv[1:] if argv is None else argv),
-               "minutes": args.minutes, "classifiers": {}}
+    results = {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads available",
+        "command": "python benchmarks/long_audio/run.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "minutes": args.minutes,
+        "classifiers": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         files = write_audio(tmp / "audio", args.minutes)
@@ -211,7 +257,9 @@ def main(argv=None):
             parts = bench_parts(folder, files, tmp / f"{stem}_parts.csv", args.threads)
             not_model = parts["decode"] + parts["features"] + parts["writing"]
             results["classifiers"][stem] = {
-                "command_s": command_s, "real_time_factor": args.minutes * 60 / command_s, "parts_s": parts,
+                "command_s": command_s,
+                "real_time_factor": args.minutes * 60 / command_s,
+                "parts_s": parts,
                 "not_model_share": not_model / (not_model + parts["model"]),
             }
             print(stem, json.dumps(results["classifiers"][stem]), file=sys.stderr)

@@ -33,8 +33,10 @@ def clips(rng: np.random.Generator) -> dict[str, list[tuple[np.ndarray, int]]]:
     """The HEAR check's scene clips: per split, (audio, label index) in its order (valid drawn, not kept)."""
     from aasp_hf.data.synthetic import synth_clip
 
-    return {split: [(synth_clip(label, rng, SECONDS), LABELS.index(label))
-                    for label in LABELS for _ in range(count)] for split, count in CLIPS_PER_CLASS.items()}
+    return {
+        split: [(synth_clip(label, rng, SECONDS), LABELS.index(label)) for label in LABELS for _ in range(count)]
+        for split, count in CLIPS_PER_CLASS.items()
+    }
 
 
 def build(data_dir: Path, seed: int = 0) -> Path:
@@ -46,8 +48,10 @@ def build(data_dir: Path, seed: int = 0) -> Path:
     drawn = clips(np.random.default_rng(seed))
     folder.mkdir(parents=True)
     for split in SPLITS:
-        rows = {"audio": [{"array": audio, "sampling_rate": SAMPLING_RATE} for audio, _ in drawn[split]],
-                "label": [label for _, label in drawn[split]]}
+        rows = {
+            "audio": [{"array": audio, "sampling_rate": SAMPLING_RATE} for audio, _ in drawn[split]],
+            "label": [label for _, label in drawn[split]],
+        }
         Dataset.from_dict(rows, features=features).to_parquet(str(folder / f"{split}.parquet"))
     print(f"{folder}: " + ", ".join(f"{split} {len(drawn[split])} clips" for split in SPLITS))
     return folder

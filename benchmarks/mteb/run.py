@@ -32,7 +32,7 @@ def synthetic_task(folder: Path):
         metadata = TaskMetadata(
             name=TASK_NAME,
             description="Five synthetic sound classes (tone, 4 Hz and 30 Hz amplitude modulation, chirp, noise "
-                        "bursts), 1 s clips at 16 kHz, written by aasp_hf's benchmarks/mteb/build_task.py.",
+            "bursts), 1 s clips at 16 kHz, written by aasp_hf's benchmarks/mteb/build_task.py.",
             reference=None,
             dataset={"path": str(folder), "revision": "local"},
             type="AudioClassification",
@@ -62,8 +62,9 @@ class LogMelMtebEncoder:
     def __init__(self, model_name: str = "baseline/log-mel", revision: str | None = None, **kwargs):
         import torchaudio
 
-        self.melspec = torchaudio.transforms.MelSpectrogram(sample_rate=16000, n_fft=1024, hop_length=640,
-                                                            n_mels=N_MELS, center=True)
+        self.melspec = torchaudio.transforms.MelSpectrogram(
+            sample_rate=16000, n_fft=1024, hop_length=640, n_mels=N_MELS, center=True
+        )
         self.mteb_model_meta = None
 
     def encode(self, inputs, *, task_metadata, hf_split, hf_subset, prompt_type=None, **kwargs) -> np.ndarray:
@@ -91,20 +92,39 @@ class LogMelMtebEncoder:
 def logmel_meta():
     from mteb.models import ModelMeta
 
-    return ModelMeta(loader=LogMelMtebEncoder, name="baseline/log-mel", revision="1", release_date=None,
-                     languages=None, n_parameters=0, n_embedding_parameters=0, memory_usage_mb=0,
-                     max_tokens=float("inf"), embed_dim=N_MELS, license=None, open_weights=None,
-                     public_training_code=None, public_training_data=None, framework=["PyTorch"],
-                     similarity_fn_name="cosine", use_instructions=False, training_datasets=None,
-                     modalities=["audio"])
+    return ModelMeta(
+        loader=LogMelMtebEncoder,
+        name="baseline/log-mel",
+        revision="1",
+        release_date=None,
+        languages=None,
+        n_parameters=0,
+        n_embedding_parameters=0,
+        memory_usage_mb=0,
+        max_tokens=float("inf"),
+        embed_dim=N_MELS,
+        license=None,
+        open_weights=None,
+        public_training_code=None,
+        public_training_data=None,
+        framework=["PyTorch"],
+        similarity_fn_name="cosine",
+        use_instructions=False,
+        training_datasets=None,
+        modalities=["audio"],
+    )
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("data_dir", type=Path, help="the folder build_task.py wrote (holding synthetic-scene/)")
     parser.add_argument("--model", required=True, help="the AaSP checkpoint folder")
-    parser.add_argument("--output_folder", type=Path, default=Path("mteb_output/results"),
-                        help="MTEB's result cache for this run (one JSON per model and task)")
+    parser.add_argument(
+        "--output_folder",
+        type=Path,
+        default=Path("mteb_output/results"),
+        help="MTEB's result cache for this run (one JSON per model and task)",
+    )
     args = parse_command_line(parser, argv)
     folder = args.data_dir / "synthetic-scene"
     if not (folder / "train.parquet").is_file():
@@ -115,9 +135,14 @@ def main(argv=None) -> dict:
 
     scores = {}
     for meta in (model_meta(args.model), logmel_meta()):
-        result = mteb.evaluate(meta.load_model(), synthetic_task(folder.resolve()), encode_kwargs={"batch_size": 8},
-                               cache=mteb.ResultCache(args.output_folder), overwrite_strategy="always",
-                               show_progress_bar=False)
+        result = mteb.evaluate(
+            meta.load_model(),
+            synthetic_task(folder.resolve()),
+            encode_kwargs={"batch_size": 8},
+            cache=mteb.ResultCache(args.output_folder),
+            overwrite_strategy="always",
+            show_progress_bar=False,
+        )
         [task_result] = result.task_results
         scores[meta.name] = task_result.get_score()
     print(f"{'task (main score)':<32}" + "".join(f"  {name:>24}" for name in scores))

@@ -236,8 +236,24 @@ def ffmpeg_decode(path: str) -> np.ndarray:
 
     ffmpeg's `-ac 1` downmixes stereo to (L + R) / sqrt(2), the package's rule is (L + R) / 2: the two differ by a
     constant factor, which `peak_normalize` removes from every clip this corpus keeps."""
-    cmd = ["ffmpeg", "-nostdin", "-v", "error", "-threads", "1", "-i", path, "-vn", "-ac", "1", "-ar", str(SR),
-           "-f", "f32le", "-"]
+    cmd = [
+        "ffmpeg",
+        "-nostdin",
+        "-v",
+        "error",
+        "-threads",
+        "1",
+        "-i",
+        path,
+        "-vn",
+        "-ac",
+        "1",
+        "-ar",
+        str(SR),
+        "-f",
+        "f32le",
+        "-",
+    ]
     proc = subprocess.run(cmd, capture_output=True)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.decode(errors="replace").strip()[-300:])
@@ -258,7 +274,7 @@ def split_clips(x: np.ndarray, max_sec: float = MAX_CLIP_SEC) -> list[np.ndarray
     max_len = int(max_sec * SR)
     n = max(1, math.ceil(len(x) / max_len))
     bounds = [round(i * len(x) / n) for i in range(n + 1)]
-    return [x[bounds[i]:bounds[i + 1]] for i in range(n)]
+    return [x[bounds[i] : bounds[i + 1]] for i in range(n)]
 
 
 def is_usable(x: np.ndarray, min_sec: float = MIN_CLIP_SEC) -> bool:
@@ -308,7 +324,8 @@ def run_step(data_dir: str, step: str, out_dirs: list[str], fn, params=None) -> 
         with open(record_path) as f:
             record = json.load(f)
         if record.get("params") == fingerprint(params) and all(
-                os.path.exists(os.path.join(data_dir, e["path"])) for e in record["entries"]):
+            os.path.exists(os.path.join(data_dir, e["path"])) for e in record["entries"]
+        ):
             log(f"[{step}] already done ({len(record['entries'])} files)")
             return record
     for d in out_dirs:  # an unfinished step is redone from scratch
@@ -316,22 +333,32 @@ def run_step(data_dir: str, step: str, out_dirs: list[str], fn, params=None) -> 
     t0 = time.time()
     log(f"[{step}] running")
     record = fn()
-    record = {"step": step, "params": fingerprint(params), "debs": sorted(record.get("debs", [])),
-              "entries": sorted(record["entries"], key=lambda e: e["path"]),
-              "skipped": sorted(record.get("skipped", []))}
+    record = {
+        "step": step,
+        "params": fingerprint(params),
+        "debs": sorted(record.get("debs", [])),
+        "entries": sorted(record["entries"], key=lambda e: e["path"]),
+        "skipped": sorted(record.get("skipped", [])),
+    }
     os.makedirs(os.path.dirname(record_path), exist_ok=True)
     with open(record_path + ".tmp", "w") as f:
         json.dump(record, f, indent=1, sort_keys=True)
     os.replace(record_path + ".tmp", record_path)
     secs = sum(e["seconds"] for e in record["entries"])
-    log(f"[{step}] done in {time.time() - t0:.0f} s: {len(record['entries'])} files, {secs / 3600:.2f} h, "
-        f"{len(record['skipped'])} skipped")
+    log(
+        f"[{step}] done in {time.time() - t0:.0f} s: {len(record['entries'])} files, {secs / 3600:.2f} h, "
+        f"{len(record['skipped'])} skipped"
+    )
     return record
 
 
 def make_entry(data_dir: str, path: str, n_samples: int, source: str, **fields) -> dict:
-    entry = {"path": os.path.relpath(path, data_dir), "sha256": sha256_file(path),
-             "seconds": round(n_samples / SR, 4), "source": source}
+    entry = {
+        "path": os.path.relpath(path, data_dir),
+        "sha256": sha256_file(path),
+        "seconds": round(n_samples / SR, 4),
+        "source": source,
+    }
     entry.update(fields)
     return entry
 
@@ -383,8 +410,9 @@ def convert_source_files(data_dir: str, source: str, root: str, rules, jobs: int
         if kind is None:
             continue
         stem = safe_name(re.sub(r"^usr/share/(games/)?", "", os.path.splitext(rel)[0]).replace("/", "-"))
-        job_list.append((data_dir, os.path.join(root, rel), os.path.join(data_dir, "pretrain", source, stem),
-                         source, rel, kind))
+        job_list.append(
+            (data_dir, os.path.join(root, rel), os.path.join(data_dir, "pretrain", source, stem), source, rel, kind)
+        )
     entries, skipped = [], []
     if jobs > 1 and len(job_list) > 1:
         with Pool(jobs) as pool:
@@ -486,12 +514,44 @@ def render_midi(package: str, package_dir: str, events: list, work_dir: str) -> 
             raise BuildError(f"programs {sorted(used - defined)} are not in freepats")
         with open(cfg, "w") as f:
             f.write(f"dir {os.path.join(package_dir, 'usr/share/midi/freepats')}\n" + "".join(patches))
-        cmd = ["timidity", "-c", cfg, "-Ow", "-o", wav, "-s", str(RENDER_SR), "-EFreverb=0", "-EFchorus=0",
-               "--preserve-silence", "--quiet=2", mid]
+        cmd = [
+            "timidity",
+            "-c",
+            cfg,
+            "-Ow",
+            "-o",
+            wav,
+            "-s",
+            str(RENDER_SR),
+            "-EFreverb=0",
+            "-EFchorus=0",
+            "--preserve-silence",
+            "--quiet=2",
+            mid,
+        ]
     else:
         require_tool("fluidsynth")
-        cmd = ["fluidsynth", "-ni", "-q", "-R", "0", "-C", "0", "-g", "0.5", "-r", str(RENDER_SR),
-               "-O", "float", "-T", "wav", "-F", wav, os.path.join(package_dir, SOUNDFONT_FILES[package]), mid]
+        cmd = [
+            "fluidsynth",
+            "-ni",
+            "-q",
+            "-R",
+            "0",
+            "-C",
+            "0",
+            "-g",
+            "0.5",
+            "-r",
+            str(RENDER_SR),
+            "-O",
+            "float",
+            "-T",
+            "wav",
+            "-F",
+            wav,
+            os.path.join(package_dir, SOUNDFONT_FILES[package]),
+            mid,
+        ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0 or not os.path.exists(wav):
         raise BuildError(f"rendering with {cmd[0]} failed: {proc.stderr.strip()[-500:]}")
@@ -515,7 +575,7 @@ def render_notes(package: str, package_dir: str, notes: list[tuple[int, int, int
     clips = []
     for i in range(len(notes)):
         start = int(round((0.5 + i * NOTE_SLOT_SEC) * RENDER_SR))
-        seg = x[start:start + n]
+        seg = x[start : start + n]
         seg = np.pad(seg, (0, n - len(seg)))
         clips.append(resample(seg, RENDER_SR))
     return clips
@@ -549,10 +609,14 @@ def pitch_notes(programs: list[int]) -> list[tuple[str, int, int, int]]:
 def task_plan() -> dict:
     """What each task split is made of: {task: {split: (source package, [(label, program, pitch, vel)])}}."""
     return {
-        "instrument": {"train": (TRAIN_INSTRUMENTS, instrument_notes("train")),
-                       "test": (TEST_INSTRUMENTS, instrument_notes("test"))},
-        "pitch": {"train": (TRAIN_INSTRUMENTS, pitch_notes(PITCH_TRAIN_PROGRAMS)),
-                  "test": (TEST_INSTRUMENTS, pitch_notes(PITCH_TEST_PROGRAMS))},
+        "instrument": {
+            "train": (TRAIN_INSTRUMENTS, instrument_notes("train")),
+            "test": (TEST_INSTRUMENTS, instrument_notes("test")),
+        },
+        "pitch": {
+            "train": (TRAIN_INSTRUMENTS, pitch_notes(PITCH_TRAIN_PROGRAMS)),
+            "test": (TEST_INSTRUMENTS, pitch_notes(PITCH_TEST_PROGRAMS)),
+        },
     }
 
 
@@ -569,8 +633,20 @@ def save_task_clips(data_dir: str, task: str, split: str, items: list[dict]) -> 
             continue
         path = os.path.join(data_dir, "tasks", task, split, item["label"], item["name"] + ".wav")
         write_wav(path, peak_normalize(x))
-        entries.append(make_entry(data_dir, path, len(x), item["source"], kind=task, task=task, split=split,
-                                  label=item["label"], group=item["group"], origin=item["origin"]))
+        entries.append(
+            make_entry(
+                data_dir,
+                path,
+                len(x),
+                item["source"],
+                kind=task,
+                task=task,
+                split=split,
+                label=item["label"],
+                group=item["group"],
+                origin=item["origin"],
+            )
+        )
     return {"entries": entries, "skipped": skipped}
 
 
@@ -578,13 +654,24 @@ def step_note_task(data_dir: str, task: str, split: str) -> dict:
     package, notes = task_plan()[task][split]
 
     def build():
-        clips = render_notes(package, get_package(data_dir, package), [n[1:] for n in notes],
-                             os.path.join(data_dir, "work", f"{task}-{split}"))
+        clips = render_notes(
+            package,
+            get_package(data_dir, package),
+            [n[1:] for n in notes],
+            os.path.join(data_dir, "work", f"{task}-{split}"),
+        )
         items = []
         for (label, program, pitch, vel), clip in zip(notes, clips):
-            items.append({"label": label, "name": f"{package.split('-')[0]}_p{program:03d}_n{pitch:03d}_v{vel:03d}",
-                          "audio": clip, "source": package, "group": f"{package}/program{program}",
-                          "origin": f"{package} program {program} pitch {pitch} velocity {vel}"})
+            items.append(
+                {
+                    "label": label,
+                    "name": f"{package.split('-')[0]}_p{program:03d}_n{pitch:03d}_v{vel:03d}",
+                    "audio": clip,
+                    "source": package,
+                    "group": f"{package}/program{program}",
+                    "origin": f"{package} program {program} pitch {pitch} velocity {vel}",
+                }
+            )
         return dict(save_task_clips(data_dir, task, split, items), debs=[deb_name(data_dir, package)])
 
     params = [package, notes, NOTE_HOLD_SEC, NOTE_CLIP_SEC, NOTE_SLOT_SEC, RENDER_SR]
@@ -670,9 +757,17 @@ def step_speech_task(data_dir: str, split: str) -> dict:
                 for stretch in SPEECH_STRETCH:
                     utts.append((word, f0, stretch, os.path.join(work, f"{voice}_{word}_f{f0}_s{stretch}.wav")))
         synthesize(data_dir, voice, utts, work)
-        items = [{"label": word, "name": os.path.basename(p)[:-4], "audio": load_wav16(p), "source": package,
-                  "group": f"{package}", "origin": f"festival {VOICES[voice][1]} f0={f0} stretch={stretch}"}
-                 for word, f0, stretch, p in utts]
+        items = [
+            {
+                "label": word,
+                "name": os.path.basename(p)[:-4],
+                "audio": load_wav16(p),
+                "source": package,
+                "group": f"{package}",
+                "origin": f"festival {VOICES[voice][1]} f0={f0} stretch={stretch}",
+            }
+            for word, f0, stretch, p in utts
+        ]
         record = save_task_clips(data_dir, "speech", split, items)
         shutil.rmtree(work)
         return dict(record, debs=festival_debs(data_dir, voice))
@@ -728,19 +823,32 @@ def step_pretrain_notes(data_dir: str) -> dict:
     package = TRAIN_INSTRUMENTS
 
     def build():
-        x = render_midi(package, get_package(data_dir, package), pretrain_note_events(PRETRAIN_NOTES_MINUTES),
-                        os.path.join(data_dir, "work", "pretrain-notes"))
+        x = render_midi(
+            package,
+            get_package(data_dir, package),
+            pretrain_note_events(PRETRAIN_NOTES_MINUTES),
+            os.path.join(data_dir, "work", "pretrain-notes"),
+        )
         x = peak_normalize(resample(x, RENDER_SR), 0.9)
         seg = int(MAX_CLIP_SEC * SR)
         entries = []
         for i in range(len(x) // seg):
-            clip = x[i * seg:(i + 1) * seg]
+            clip = x[i * seg : (i + 1) * seg]
             if not is_usable(clip):
                 continue
             path = os.path.join(data_dir, "pretrain", "rendered-notes", f"timgm6mb_seq{i:04d}.wav")
             write_wav(path, clip)
-            entries.append(make_entry(data_dir, path, len(clip), package, kind="music", split="pretrain",
-                                      origin=f"random note sequence {i} (seed {SEED})"))
+            entries.append(
+                make_entry(
+                    data_dir,
+                    path,
+                    len(clip),
+                    package,
+                    kind="music",
+                    split="pretrain",
+                    origin=f"random note sequence {i} (seed {SEED})",
+                )
+            )
         return {"entries": entries, "debs": [deb_name(data_dir, package)]}
 
     params = [package, PRETRAIN_NOTES_MINUTES, SEED, RENDER_SR]
@@ -759,7 +867,7 @@ def speech_text_chunks(max_words: int = 22, total_words: int = PRETRAIN_SPEECH_W
         for sentence in re.split(r"(?<=[.;:!?])\s+", text):
             words = re.sub(r"[^A-Za-z0-9,.;:'()\- ]", " ", sentence).split()
             for i in range(0, len(words), max_words):
-                part = words[i:i + max_words]
+                part = words[i : i + max_words]
                 if len(part) >= 3:
                     chunks.append(" ".join(part))
                     count += len(part)
@@ -790,8 +898,17 @@ def step_pretrain_speech(data_dir: str) -> dict:
                     continue
                 path = os.path.join(data_dir, "pretrain", "festival-speech", f"{voice}_text{i:04d}__{k:03d}.wav")
                 write_wav(path, clip)
-                entries.append(make_entry(data_dir, path, len(clip), package, kind="speech", split="pretrain",
-                                          origin=f"festival {VOICES[voice][1]} reading licence text, f0={f0}"))
+                entries.append(
+                    make_entry(
+                        data_dir,
+                        path,
+                        len(clip),
+                        package,
+                        kind="speech",
+                        split="pretrain",
+                        origin=f"festival {VOICES[voice][1]} reading licence text, f0={f0}",
+                    )
+                )
         shutil.rmtree(work)
         return {"entries": entries, "debs": festival_debs(data_dir, voice)}
 
@@ -887,8 +1004,10 @@ def format_summary(manifest: dict) -> str:
         lines.append(f"task {task}:")
         for split, counts in splits.items():
             srcs = ", ".join(s["task_sources"][task][split])
-            lines.append(f"  {split:5s} {sum(counts.values()):5d} clips, {len(counts)} labels, from {srcs}: "
-                         + " ".join(f"{k}={v}" for k, v in counts.items()))
+            lines.append(
+                f"  {split:5s} {sum(counts.values()):5d} clips, {len(counts)} labels, from {srcs}: "
+                + " ".join(f"{k}={v}" for k, v in counts.items())
+            )
     n_skipped = sum(len(v) for v in manifest["skipped_files"].values())
     lines.append(f"skipped (undecodable/empty) source files: {n_skipped}")
     return "\n".join(lines)

@@ -35,8 +35,10 @@ def teacher_folder(folder: Path, dest: Path) -> Path:
     missing, unexpected = model.load_state_dict(teacher, strict=False)
     persistent = {name for name, _ in model.named_parameters()} - set(teacher)
     if unexpected or persistent:
-        raise ValueError(f"{folder}: teacher keys do not match the encoder (missing {sorted(persistent)[:5]}, "
-                         f"unexpected {sorted(unexpected)[:5]})")
+        raise ValueError(
+            f"{folder}: teacher keys do not match the encoder (missing {sorted(persistent)[:5]}, "
+            f"unexpected {sorted(unexpected)[:5]})"
+        )
     model.save_pretrained(dest)
     AaspFeatureExtractor.from_pretrained(folder).save_pretrained(dest)
     return dest
@@ -75,8 +77,16 @@ def main(argv=None):
 def report(name, result, out, results):
     """Print one line per probed encoder and rewrite `out` (all results so far)."""
     accuracy = {t: r["accuracy"] for t, r in result["tasks"].items()}
-    print(json.dumps({"name": name, **{t: round(a, 4) for t, a in accuracy.items()},
-                      "average": round(float(np.mean(list(accuracy.values()))), 4)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "name": name,
+                **{t: round(a, 4) for t, a in accuracy.items()},
+                "average": round(float(np.mean(list(accuracy.values()))), 4),
+            }
+        ),
+        flush=True,
+    )
     if out is not None:
         out.write_text(json.dumps(results, indent=1))
 

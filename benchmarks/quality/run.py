@@ -92,8 +92,16 @@ ROOT = HERE.parents[1]
 
 DEFAULT_PRESET = ROOT / "examples" / "configs" / "pretrain_small_quality.json"
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".mp3")
-DATA_SOURCE_KEYS = ("dataset", "data_root", "train_dir", "dataset_name", "dataset_config", "synthetic_clips",
-                    "log_mel_cache", "streaming")
+DATA_SOURCE_KEYS = (
+    "dataset",
+    "data_root",
+    "train_dir",
+    "dataset_name",
+    "dataset_config",
+    "synthetic_clips",
+    "log_mel_cache",
+    "streaming",
+)
 PER_RUN_KEYS = ("output_dir", "seed", "stop_after_steps", "resume")
 NAME_FIELDS = ("transformers_version", "architectures", "_name_or_path")  # config fields that name, not define
 
@@ -103,48 +111,92 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data_dir", default=str(HERE / "data"))
     p.add_argument("--output_dir", default=str(HERE / "runs"))
-    p.add_argument("--results", default=None, help="the table (.md; .json and .png beside it); default "
-                   "benchmarks/quality/results.md, results_quick.md with --quick, results_<study>.md with --study")
+    p.add_argument(
+        "--results",
+        default=None,
+        help="the table (.md; .json and .png beside it); default "
+        "benchmarks/quality/results.md, results_quick.md with --quick, results_<study>.md with --study",
+    )
     p.add_argument("--preset", default=str(DEFAULT_PRESET), help="an examples/pretrain.py JSON preset")
     p.add_argument("--model_size", choices=sorted(MODEL_SIZES), default="small")
-    p.add_argument("--variants", default=None, help=f"comma-separated, or 'all' (default: all; --quick: "
-                   f"{','.join(QUICK['variants'])})")
-    p.add_argument("--variants_file", default=None, help="JSON {name: {model_config, train, kind, about}}: more "
-                   "variants (or redefined ones)")
+    p.add_argument(
+        "--variants",
+        default=None,
+        help=f"comma-separated, or 'all' (default: all; --quick: {','.join(QUICK['variants'])})",
+    )
+    p.add_argument(
+        "--variants_file",
+        default=None,
+        help="JSON {name: {model_config, train, kind, about}}: more variants (or redefined ones)",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="pre-training seeds (default 0 1; --quick: 0)")
-    p.add_argument("--max_steps", type=int, default=None, help=f"pre-training budget (default: the preset's; "
-                   f"--quick: {QUICK['max_steps']})")
-    p.add_argument("--probe_fractions", type=float, nargs="+", default=None,
-                   help="probe the encoder at these fractions of max_steps (default 0 0.25 0.5 1; --quick: 0 1)")
+    p.add_argument(
+        "--max_steps",
+        type=int,
+        default=None,
+        help=f"pre-training budget (default: the preset's; --quick: {QUICK['max_steps']})",
+    )
+    p.add_argument(
+        "--probe_fractions",
+        type=float,
+        nargs="+",
+        default=None,
+        help="probe the encoder at these fractions of max_steps (default 0 0.25 0.5 1; --quick: 0 1)",
+    )
     p.add_argument("--quick", action="store_true", help="a few variants, one seed, fewer steps (variants.QUICK)")
-    p.add_argument("--set", dest="train_set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a pretrain.py argument for every variant (value parsed as JSON, else a string)")
-    p.add_argument("--model_set", action="append", default=[], metavar="KEY=VALUE",
-                   help="an AaspConfig field for every variant")
+    p.add_argument(
+        "--set",
+        dest="train_set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a pretrain.py argument for every variant (value parsed as JSON, else a string)",
+    )
+    p.add_argument(
+        "--model_set", action="append", default=[], metavar="KEY=VALUE", help="an AaspConfig field for every variant"
+    )
     p.add_argument("--tasks", default=None, help="comma-separated task names (default: every DATA_DIR/tasks/*)")
     p.add_argument("--max_clip_seconds", type=float, default=10.0)
     p.add_argument("--probe_learning_rates", type=float, nargs="+", default=[1e-4, 1e-3, 1e-2])
     p.add_argument("--probe_max_steps", type=int, default=1000)
     p.add_argument("--probe_eval_steps", type=int, default=50)
     p.add_argument("--probe_batch_size", type=int, default=128)
-    p.add_argument("--probe_seeds", type=int, nargs="+", default=None, help="linear-head seeds (default 0 1 2; "
-                   "--quick: 0)")
+    p.add_argument(
+        "--probe_seeds", type=int, nargs="+", default=None, help="linear-head seeds (default 0 1 2; --quick: 0)"
+    )
     p.add_argument("--validation_fraction", type=float, default=0.1)
     p.add_argument("--feature_seed", type=int, default=0)
     p.add_argument("--feature_batch_size", type=int, default=32)
-    p.add_argument("--device", default=None, help="probing device, and with 'cpu' pre-training on the CPU too "
-                   "(default: cuda when available)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads of pre-training (OMP_NUM_THREADS) and of "
-                   "this process; default 1 on the CPU: on 2 cores shared with other jobs a small-recipe step took "
-                   "1.3 s on one thread and 8 s on two (threads wait for each other); pass 2 on an idle machine")
-    p.add_argument("--probe_threads", type=int, default=1, help="torch threads while probing: its many small ops "
-                   "run 5-10x faster on one thread than on two on a loaded machine (0: torch's default)")
+    p.add_argument(
+        "--device",
+        default=None,
+        help="probing device, and with 'cpu' pre-training on the CPU too (default: cuda when available)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads of pre-training (OMP_NUM_THREADS) and of "
+        "this process; default 1 on the CPU: on 2 cores shared with other jobs a small-recipe step took "
+        "1.3 s on one thread and 8 s on two (threads wait for each other); pass 2 on an idle machine",
+    )
+    p.add_argument(
+        "--probe_threads",
+        type=int,
+        default=1,
+        help="torch threads while probing: its many small ops "
+        "run 5-10x faster on one thread than on two on a loaded machine (0: torch's default)",
+    )
     p.add_argument("--launcher", choices=("subprocess", "inprocess"), default="subprocess")
-    p.add_argument("--log_mel_cache", choices=("auto", "on", "off"), default="auto",
-                   help="pre-train from a log-mel cache of the corpus (aasp_hf.data.cache, built once under "
-                   "OUTPUT_DIR/cache, ~8 min and 1.4 GB for the 15-h corpus on 1 CPU thread) instead of decoding 16 "
-                   "files a step (~0.2 s on the CPU); auto: on, except --quick on the CPU (not worth building for "
-                   "two 400-step runs)")
+    p.add_argument(
+        "--log_mel_cache",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="pre-train from a log-mel cache of the corpus (aasp_hf.data.cache, built once under "
+        "OUTPUT_DIR/cache, ~8 min and 1.4 GB for the 15-h corpus on 1 CPU thread) instead of decoding 16 "
+        "files a step (~0.2 s on the CPU); auto: on, except --quick on the CPU (not worth building for "
+        "two 400-step runs)",
+    )
     p.add_argument("--cache_workers", type=int, default=0, help="processes that build the log-mel cache")
     p.add_argument("--keep_checkpoints", action="store_true", help="keep the last checkpoint of finished runs")
     p.add_argument("--stop_after_minutes", type=float, default=None, help="start no unit after this long")
@@ -185,6 +237,7 @@ def write_json(path: Path, obj):
 def table_json(obj: dict) -> str:
     """A report as JSON with one entry of each top-level list or dict per line (a unit, a variant's aggregate, a
     command): a diff of two reports reads line by line, and the file stays a table, not thousands of lines."""
+
     def entries(value):
         if isinstance(value, dict):
             return [f"{json.dumps(k)}: {json.dumps(v, default=float)}" for k, v in value.items()], "{}"
@@ -208,8 +261,11 @@ def audio_files(folder: Path) -> list[Path]:
 
 def find_tasks(data_dir: Path, only=None) -> list[str]:
     tasks_dir = data_dir / "tasks"
-    found = sorted(p.name for p in tasks_dir.iterdir() if (p / "train").is_dir() and (p / "test").is_dir()) \
-        if tasks_dir.is_dir() else []
+    found = (
+        sorted(p.name for p in tasks_dir.iterdir() if (p / "train").is_dir() and (p / "test").is_dir())
+        if tasks_dir.is_dir()
+        else []
+    )
     if only:
         missing = sorted(set(only) - set(found))
         if missing:
@@ -219,8 +275,10 @@ def find_tasks(data_dir: Path, only=None) -> list[str]:
 
 
 def check_data(data_dir: Path, tasks) -> None:
-    hint = ("Build it with `python benchmarks/quality/build_data.py` (or pass --data_dir): it holds pretrain/ "
-            "(unlabelled audio) and tasks/<task>/{train,test}/<label>/*.wav.")
+    hint = (
+        "Build it with `python benchmarks/quality/build_data.py` (or pass --data_dir): it holds pretrain/ "
+        "(unlabelled audio) and tasks/<task>/{train,test}/<label>/*.wav."
+    )
     if not (data_dir / "pretrain").is_dir() or not audio_files(data_dir / "pretrain"):
         raise FileNotFoundError(f"no pre-training corpus: {data_dir / 'pretrain'} holds no audio files. {hint}")
     if not tasks:
@@ -268,8 +326,11 @@ def pretrain_script():
 
 def pretrain_fields() -> set:
     pretrain = pretrain_script()
-    return {f.name for cls in (pretrain.DataArguments, pretrain.ModelArguments, pretrain.PretrainingArguments)
-            for f in dataclasses.fields(cls)}
+    return {
+        f.name
+        for cls in (pretrain.DataArguments, pretrain.ModelArguments, pretrain.PretrainingArguments)
+        for f in dataclasses.fields(cls)
+    }
 
 
 def aasp_config_fields() -> set:
@@ -302,21 +363,30 @@ def resolve_settings(args) -> dict:
         raise ValueError(f"--probe_fractions {fractions} must lie in [0, 1]")
     probe_steps = sorted({round(f * max_steps) for f in fractions} | {0, max_steps})
     probe = {
-        "learning_rates": args.probe_learning_rates, "max_steps": args.probe_max_steps,
-        "eval_steps": args.probe_eval_steps, "batch_size": args.probe_batch_size,
+        "learning_rates": args.probe_learning_rates,
+        "max_steps": args.probe_max_steps,
+        "eval_steps": args.probe_eval_steps,
+        "batch_size": args.probe_batch_size,
         "seeds": args.probe_seeds or (QUICK["probe_seeds"] if args.quick else [0, 1, 2]),
-        "validation_fraction": args.validation_fraction, "feature_seed": args.feature_seed,
-        "max_clip_seconds": args.max_clip_seconds, "feature_batch_size": args.feature_batch_size,
+        "validation_fraction": args.validation_fraction,
+        "feature_seed": args.feature_seed,
+        "max_clip_seconds": args.max_clip_seconds,
+        "feature_batch_size": args.feature_batch_size,
     }
     data_dir = Path(args.data_dir).resolve()
     tasks = find_tasks(data_dir, args.tasks.split(",") if args.tasks else None)
     check_data(data_dir, tasks)
     settings = {
-        "model_size": args.model_size, "preset": relative_to_root(args.preset), "model_config": model, "train": train,
-        "probe": probe, "data_dir": relative_to_root(data_dir), "data_fingerprint": data_fingerprint(data_dir),
+        "model_size": args.model_size,
+        "preset": relative_to_root(args.preset),
+        "model_config": model,
+        "train": train,
+        "probe": probe,
+        "data_dir": relative_to_root(data_dir),
+        "data_fingerprint": data_fingerprint(data_dir),
         "tasks": tasks,
-        "log_mel_cache": args.log_mel_cache == "on" or (args.log_mel_cache == "auto"
-                                                         and not (args.quick and default_device(args) == "cpu")),
+        "log_mel_cache": args.log_mel_cache == "on"
+        or (args.log_mel_cache == "auto" and not (args.quick and default_device(args) == "cpu")),
     }
     settings["study"] = args.study or f"{args.model_size}-{max_steps}steps-{digest(settings, 8)}"
     settings["probe_steps"] = probe_steps
@@ -335,8 +405,11 @@ def load_variants(args) -> dict:
 
 def selected_variants(args, variants) -> list[str]:
     if args.variants in (None, "all"):
-        names = QUICK["variants"] if args.quick and args.variants is None else \
-            DEFAULT_VARIANTS + [v for v in variants if v not in DEFAULT_VARIANTS]
+        names = (
+            QUICK["variants"]
+            if args.quick and args.variants is None
+            else DEFAULT_VARIANTS + [v for v in variants if v not in DEFAULT_VARIANTS]
+        )
     else:
         names = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in names if v not in variants]
@@ -391,8 +464,10 @@ class Study:
             stored = json.loads(path.read_text())
             changed = sorted(k for k in set(stored) | set(mine) if k != "probe_steps" and stored.get(k) != mine.get(k))
             if changed:
-                raise ValueError(f"{path} was written with other settings (differs in {changed}): use another "
-                                 f"--study name or --output_dir")
+                raise ValueError(
+                    f"{path} was written with other settings (differs in {changed}): use another "
+                    f"--study name or --output_dir"
+                )
         else:
             write_json(path, mine)
 
@@ -409,13 +484,18 @@ class Study:
         index_file = cache_dir / "index.json"
         if index_file.is_file():
             index = json.loads(index_file.read_text())
-            if index.get("complete") and sorted(index["clips"]["id"] + [f["id"] for f in index["failed"]]) == \
-                    sorted(ids):
+            if index.get("complete") and sorted(index["clips"]["id"] + [f["id"] for f in index["failed"]]) == sorted(
+                ids
+            ):
                 return cache_dir
         print(f"log-mel cache of {len(files)} corpus files -> {cache_dir}", flush=True)
-        summary = build_log_mel_cache([{"audio": str(p), "id": i} for p, i in zip(files, ids)], cache_dir,
-                                      AaspFeatureExtractor(feature_size=num_mel_bins), id_column="id",
-                                      num_workers=self.args.cache_workers)
+        summary = build_log_mel_cache(
+            [{"audio": str(p), "id": i} for p, i in zip(files, ids)],
+            cache_dir,
+            AaspFeatureExtractor(feature_size=num_mel_bins),
+            id_column="id",
+            num_workers=self.args.cache_workers,
+        )
         if summary["num_failed"]:
             print(f"  {summary['num_failed']} corpus files failed to decode and are left out", flush=True)
         return cache_dir
@@ -440,8 +520,10 @@ class Study:
             stored = json.loads(path.read_text())
             changed = sorted(k for k in set(stored) | set(config) if stored.get(k) != config.get(k))
             if changed:
-                raise ValueError(f"{path} holds another recipe for {variant} seed {seed} (differs in {changed}): "
-                                 f"the variant's definition changed; delete {run_dir} or use another --study")
+                raise ValueError(
+                    f"{path} holds another recipe for {variant} seed {seed} (differs in {changed}): "
+                    f"the variant's definition changed; delete {run_dir} or use another --study"
+                )
         else:
             write_json(path, config)
         return path
@@ -463,8 +545,9 @@ class Study:
 
             latest = find_latest_checkpoint(run_dir)
             if latest is not None and load_trainer_state(latest)["step"] > step:
-                raise RuntimeError(f"{latest} is past step {step} but {dest} is missing: delete {run_dir} to redo "
-                                   f"this run")
+                raise RuntimeError(
+                    f"{latest} is past step {step} but {dest} is missing: delete {run_dir} to redo this run"
+                )
             self.pretrain_segment(config_path, step)
             done = json.loads((run_dir / "all_results.json").read_text())["step"]
             if done != step:
@@ -490,8 +573,13 @@ class Study:
         with open(log_path, "a") as log:
             log.write(f"\n=== {datetime.datetime.now().isoformat(timespec='seconds')}: up to step {step}\n")
             log.flush()
-            code = subprocess.run([sys.executable, str(ROOT / "examples" / "pretrain.py"), *argv], cwd=ROOT,
-                                  env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+            code = subprocess.run(
+                [sys.executable, str(ROOT / "examples" / "pretrain.py"), *argv],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            ).returncode
         if code != 0:
             tail = "".join(log_path.read_text().splitlines(keepends=True)[-25:])
             raise RuntimeError(f"examples/pretrain.py failed (exit {code}); end of {log_path}:\n{tail}")
@@ -505,9 +593,14 @@ class Study:
             task_dir = self.data_dir / "tasks" / task
             probe = self.settings["probe"]
             le_args = LinearEvalArguments(
-                model_name_or_path="-", dataset="audiofolder", data_root=str(task_dir), task=task,
+                model_name_or_path="-",
+                dataset="audiofolder",
+                data_root=str(task_dir),
+                task=task,
                 clip_seconds=task_clip_seconds(task_dir, probe["max_clip_seconds"]),
-                validation_fraction=probe["validation_fraction"], feature_seed=probe["feature_seed"])
+                validation_fraction=probe["validation_fraction"],
+                feature_seed=probe["feature_seed"],
+            )
             parts, multi_label, num_classes, clip_seconds = evaluation_parts(le_args)
             self._parts[task] = parts["official"], multi_label, num_classes, clip_seconds
         return self._parts[task]
@@ -528,25 +621,45 @@ class Study:
         from aasp_hf.evaluation.linear_heads import final_test_score, train_linear_heads
 
         splits, multi_label, num_classes, clip_seconds = self.task_parts(task)
-        features = {split: featurise(task, splits[split], split, clip_seconds, num_classes if multi_label else None)
-                    for split in SPLITS}
+        features = {
+            split: featurise(task, splits[split], split, clip_seconds, num_classes if multi_label else None)
+            for split in SPLITS
+        }
         mean, std = standardization_stats(features["train"][0])
         data = [(standardize(features[s][0], mean, std), features[s][1]) for s in SPLITS]
         p = self.settings["probe"]
         runs = []
         for seed in p["seeds"]:
             result = train_linear_heads(
-                *data, p["learning_rates"], multi_label=multi_label, num_classes=num_classes,
-                max_steps=p["max_steps"], batch_size=p["batch_size"], eval_steps=p["eval_steps"], seed=seed,
-                device=self.device)
+                *data,
+                p["learning_rates"],
+                multi_label=multi_label,
+                num_classes=num_classes,
+                max_steps=p["max_steps"],
+                batch_size=p["batch_size"],
+                eval_steps=p["eval_steps"],
+                seed=seed,
+                device=self.device,
+            )
             score = final_test_score(self.metric(multi_label), result["test_logits"], data[2][1], multi_label)
-            runs.append({"seed": seed, "test": score, "valid": result["valid_score"],
-                         "learning_rate": result["chosen_learning_rate"],
-                         "best_step": result["best_steps"][result["chosen_index"]]})
-        return {"accuracy": float(np.mean([r["test"] for r in runs])), "probe_runs": runs,
-                "metric": "mAP" if multi_label else "accuracy", "num_classes": num_classes,
-                "clip_seconds": clip_seconds, "feature_dim": int(features["train"][0].shape[1]),
-                "num_clips": {s: int(len(features[s][0])) for s in SPLITS}}
+            runs.append(
+                {
+                    "seed": seed,
+                    "test": score,
+                    "valid": result["valid_score"],
+                    "learning_rate": result["chosen_learning_rate"],
+                    "best_step": result["best_steps"][result["chosen_index"]],
+                }
+            )
+        return {
+            "accuracy": float(np.mean([r["test"] for r in runs])),
+            "probe_runs": runs,
+            "metric": "mAP" if multi_label else "accuracy",
+            "num_classes": num_classes,
+            "clip_seconds": clip_seconds,
+            "feature_dim": int(features["train"][0].shape[1]),
+            "num_clips": {s: int(len(features[s][0])) for s in SPLITS},
+        }
 
     def probe_encoder(self, encoder_dir: Path) -> dict:
         """Every task's probe result for one exported encoder; cached under `encoder_key` and the probe protocol."""
@@ -563,19 +676,28 @@ class Study:
         key = encoder_key(model, feature_extractor)
         # the protocol is part of the cache name: probe_encoders.py shares one folder between calls whose --tasks or
         # probe flags differ (a study's own settings are fixed by its study.json)
-        protocol = {"encoder": key, "probe": self.settings["probe"], "tasks": self.settings["tasks"],
-                    "data": self.settings["data_fingerprint"]}
+        protocol = {
+            "encoder": key,
+            "probe": self.settings["probe"],
+            "tasks": self.settings["tasks"],
+            "data": self.settings["data_fingerprint"],
+        }
         cached = self.dir / "evals" / f"{digest(protocol, 24)}.json"
         if cached.is_file():
             return {**json.loads(cached.read_text()), "reused": True}
         p = self.settings["probe"]
         with tempfile.TemporaryDirectory(prefix="probe-", dir=self.dir) as tmp:
-            le_args = LinearEvalArguments(model_name_or_path=str(encoder_dir), output_dir=tmp,
-                                          feature_batch_size=p["feature_batch_size"], feature_seed=p["feature_seed"])
+            le_args = LinearEvalArguments(
+                model_name_or_path=str(encoder_dir),
+                output_dir=tmp,
+                feature_batch_size=p["feature_batch_size"],
+                feature_seed=p["feature_seed"],
+            )
 
             def featurise(task, rows, split, clip_seconds, num_labels):
-                return cached_features(le_args, model, feature_extractor, task, rows, split, clip_seconds,
-                                       num_labels, self.device)
+                return cached_features(
+                    le_args, model, feature_extractor, task, rows, split, clip_seconds, num_labels, self.device
+                )
 
             tasks = {task: self.probe_task(task, featurise) for task in self.settings["tasks"]}
         result = {"encoder_key": key, "saved_max_frames": saved_max_frames, "tasks": tasks}
@@ -589,8 +711,9 @@ class Study:
         p = self.settings["probe"]
 
         def featurise(task, rows, split, clip_seconds, num_labels):
-            return logmel_features(extractor, rows, split, clip_seconds, num_labels, p["feature_seed"],
-                                   p["feature_batch_size"])
+            return logmel_features(
+                extractor, rows, split, clip_seconds, num_labels, p["feature_seed"], p["feature_batch_size"]
+            )
 
         with torch_threads(self.args.probe_threads):
             return {"tasks": {task: self.probe_task(task, featurise) for task in self.settings["tasks"]}}
@@ -609,17 +732,25 @@ class Study:
         tasks = {t: probed["tasks"][t] for t in self.settings["tasks"]}
         model, train = variant_recipe(self.settings, spec)
         record = {
-            "variant": variant, "seed": seed, "step": step, "kind": kind, "about": spec.get("about", ""),
-            "max_steps": self.settings["train"]["max_steps"], "study": self.settings["study"],
+            "variant": variant,
+            "seed": seed,
+            "step": step,
+            "kind": kind,
+            "about": spec.get("about", ""),
+            "max_steps": self.settings["train"]["max_steps"],
+            "study": self.settings["study"],
             "accuracy": {t: r["accuracy"] for t, r in tasks.items()},
             "average": float(np.mean([r["accuracy"] for r in tasks.values()])),
             "tasks": tasks,
             "overrides": {k: spec[k] for k in ("model_config", "train") if k in spec},
             "unknown_model_fields": sorted(set(spec.get("model_config", {})) - aasp_config_fields()),
             "encoder": None if encoder_dir is None else str(encoder_dir.relative_to(self.dir)),
-            "encoder_key": probed.get("encoder_key"), "probe_reused": bool(probed.get("reused")),
+            "encoder_key": probed.get("encoder_key"),
+            "probe_reused": bool(probed.get("reused")),
             "saved_max_frames": probed.get("saved_max_frames"),
-            "training_log": history, "seconds": round(time.time() - start, 1), "command": self.command,
+            "training_log": history,
+            "seconds": round(time.time() - start, 1),
+            "command": self.command,
             "finished": datetime.datetime.now().isoformat(timespec="seconds"),
             "effective_config_digest": None if kind == "logmel" else effective_digest(model, train),
         }
@@ -703,8 +834,13 @@ def logmel_features(extractor, rows, split, clip_seconds, num_labels, feature_se
 
     from aasp_hf.data import AaspFineTuningCollator
 
-    collator = AaspFineTuningCollator(extractor, clip_seconds=clip_seconds, split=split, num_labels=num_labels,
-                                      seed=feature_seed + SPLITS.index(split))
+    collator = AaspFineTuningCollator(
+        extractor,
+        clip_seconds=clip_seconds,
+        split=split,
+        num_labels=num_labels,
+        seed=feature_seed + SPLITS.index(split),
+    )
     loader = torch.utils.data.DataLoader(rows, batch_size=batch_size, shuffle=False, collate_fn=collator)
     features, labels = [], []
     for batch in loader:
@@ -744,7 +880,8 @@ def aggregate(units: list[dict], tasks: list[str]) -> dict:
         for step, group in sorted(by_step.items()):
             group = sorted(group, key=lambda u: -1 if u["seed"] is None else u["seed"])
             entry = {
-                "seeds": [u["seed"] for u in group], "n": len(group),
+                "seeds": [u["seed"] for u in group],
+                "n": len(group),
                 "tasks": {t: list(mean_std([u["accuracy"][t] for u in group], single_std=NAN)) for t in tasks},
                 "average": list(mean_std([np.mean([u["accuracy"][t] for t in tasks]) for u in group], single_std=NAN)),
             }
@@ -753,8 +890,9 @@ def aggregate(units: list[dict], tasks: list[str]) -> dict:
                 entry["validation"] = list(mean_std(validation, single_std=NAN))
             if step > 0 and 0 in by_step:
                 init = {u["seed"]: np.mean([u["accuracy"][t] for t in tasks]) for u in by_step[0]}
-                gains = [np.mean([u["accuracy"][t] for t in tasks]) - init[u["seed"]] for u in group
-                         if u["seed"] in init]
+                gains = [
+                    np.mean([u["accuracy"][t] for t in tasks]) - init[u["seed"]] for u in group if u["seed"] in init
+                ]
                 if gains:
                     entry["gain"] = list(mean_std(gains, single_std=NAN))
                     entry["gain_seeds"] = len(gains)
@@ -796,8 +934,10 @@ def write_report(study: Study, results_path: Path) -> dict:
     notes = {}
     for u in units:
         if u["unknown_model_fields"]:
-            notes[u["variant"]] = (f"{', '.join(u['unknown_model_fields'])} not an AaspConfig field in this "
-                                   f"checkout: ran as the base recipe")
+            notes[u["variant"]] = (
+                f"{', '.join(u['unknown_model_fields'])} not an AaspConfig field in this "
+                f"checkout: ran as the base recipe"
+            )
         elif u["kind"] == "pretrain" and u["variant"] != BASE and u["effective_config_digest"] == base_digest:
             notes[u["variant"]] = f"same recipe as {BASE}"
 
@@ -816,14 +956,15 @@ def write_report(study: Study, results_path: Path) -> dict:
         f"{settings['data_fingerprint']}).",
         "",
         "Linear-probe accuracy (%) on the test split of each task, mean ± std (ddof = 1) over pre-training seeds "
-        "(n); a seed's average is the mean over tasks. \"gain vs own init\": the paired difference to the same "
+        '(n); a seed\'s average is the mean over tasks. "gain vs own init": the paired difference to the same '
         "variant at step 0 (the same architecture and seed, not pre-trained), mean ± std over seeds. log-mel: "
-        "no network, no seed. \"same-source validation\": the chosen heads' best accuracy on the validation "
+        'no network, no seed. "same-source validation": the chosen heads\' best accuracy on the validation '
         "split (10 % of train, so the training sources), averaged over tasks; test holds sources never seen in "
         "training, so the gap between the two is what the features lose across a change of synthesiser, "
         "instrument or voice.",
         "",
-        "| variant | what changes | n | step | " + " | ".join(tasks)
+        "| variant | what changes | n | step | "
+        + " | ".join(tasks)
         + " | average | gain vs own init | vs log-mel | same-source validation |",
         "|---|---|---|---|" + "---|" * len(tasks) + "---|---|---|---|",
     ]
@@ -838,39 +979,58 @@ def write_report(study: Study, results_path: Path) -> dict:
         if study.variants[variant].get("kind", "pretrain") == "pretrain" and step != max_steps:
             step_text += " (unfinished)"
         gain = fmt(*entry["gain"], signed=True) if "gain" in entry else "–"
-        vs_logmel = fmt(entry["average"][0] - logmel["average"][0], signed=True) if logmel and variant != "logmel" \
-            else "–"
-        lines.append(f"| {variant} | {about} | {entry['n']} | {step_text} | "
-                     + " | ".join(fmt(*entry["tasks"][t]) for t in tasks)
-                     + f" | **{fmt(*entry['average'])}** | {gain} | {vs_logmel} | "
-                     + (fmt(*entry["validation"]) if "validation" in entry else "–") + " |")
+        vs_logmel = (
+            fmt(entry["average"][0] - logmel["average"][0], signed=True) if logmel and variant != "logmel" else "–"
+        )
+        lines.append(
+            f"| {variant} | {about} | {entry['n']} | {step_text} | "
+            + " | ".join(fmt(*entry["tasks"][t]) for t in tasks)
+            + f" | **{fmt(*entry['average'])}** | {gain} | {vs_logmel} | "
+            + (fmt(*entry["validation"]) if "validation" in entry else "–")
+            + " |"
+        )
 
-    curve_steps = sorted({s for v in order for s in table[v]
-                          if study.variants[v].get("kind", "pretrain") == "pretrain"})
+    curve_steps = sorted(
+        {s for v in order for s in table[v] if study.variants[v].get("kind", "pretrain") == "pretrain"}
+    )
     if curve_steps:
-        lines += ["", "Average probe accuracy (%) against pre-training step (step 0 = the initialisation):", "",
-                  "| variant | " + " | ".join(str(s) for s in curve_steps) + " |",
-                  "|---|" + "---|" * len(curve_steps)]
+        lines += [
+            "",
+            "Average probe accuracy (%) against pre-training step (step 0 = the initialisation):",
+            "",
+            "| variant | " + " | ".join(str(s) for s in curve_steps) + " |",
+            "|---|" + "---|" * len(curve_steps),
+        ]
         for variant in order:
             if study.variants[variant].get("kind", "pretrain") != "pretrain":
                 continue
-            lines.append(f"| {variant} | " + " | ".join(
-                fmt(*table[variant][s]["average"]) if s in table[variant] else "" for s in curve_steps) + " |")
+            lines.append(
+                f"| {variant} | "
+                + " | ".join(fmt(*table[variant][s]["average"]) if s in table[variant] else "" for s in curve_steps)
+                + " |"
+            )
         lines += ["", f"![average probe accuracy against pre-training step]({results_path.with_suffix('.png').name})"]
 
     probe = settings["probe"]
     lines += [
-        "", "## Tasks", "",
-        "| task | classes | train / validation / test clips | clip length (s) |", "|---|---|---|---|",
+        "",
+        "## Tasks",
+        "",
+        "| task | classes | train / validation / test clips | clip length (s) |",
+        "|---|---|---|---|",
     ]
     for t in tasks:
         info = task_info.get(t)
         if info:
             n = info["num_clips"]
-            lines.append(f"| {t} | {info['num_classes']} | {n['train']} / {n['validation']} / {n['test']} | "
-                         f"{info['clip_seconds']:g} |")
+            lines.append(
+                f"| {t} | {info['num_classes']} | {n['train']} / {n['validation']} / {n['test']} | "
+                f"{info['clip_seconds']:g} |"
+            )
     lines += [
-        "", "## Protocol", "",
+        "",
+        "## Protocol",
+        "",
         "- Features: the paper's [CLS ; time-mean of the patch tokens of each frequency row] "
         "(`aasp_hf.evaluation.pool_features` through `aasp_hf.evaluation.linear_protocol.cached_features`), "
         "standardised with the train split's statistics only. log-mel: mean and std over time per mel bin.",
@@ -898,9 +1058,15 @@ def write_report(study: Study, results_path: Path) -> dict:
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text("\n".join(lines))
     plot_curves(study, table, order, results_path.with_suffix(".png"))
-    report = {"study": settings["study"], "settings": settings, "tasks": tasks,
-              "aggregate": {v: {str(s): e for s, e in table[v].items()} for v in order},
-              "notes": notes, "units": units, "commands": commands}
+    report = {
+        "study": settings["study"],
+        "settings": settings,
+        "tasks": tasks,
+        "aggregate": {v: {str(s): e for s, e in table[v].items()} for v in order},
+        "notes": notes,
+        "units": units,
+        "commands": commands,
+    }
     results_path.with_suffix(".json").write_text(table_json(report))
     return report
 
@@ -924,8 +1090,13 @@ def plot_curves(study: Study, table: dict, order: list, path: Path):
                 ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.15)
         else:
             color, style = ("black", "--") if kind == "logmel" else next(baseline_styles, ("gray", "--"))
-            ax.axhline(table[variant][0]["average"][0] * 100, linestyle=style, linewidth=1.2, color=color,
-                       label=f"{variant} (no pre-training)")
+            ax.axhline(
+                table[variant][0]["average"][0] * 100,
+                linestyle=style,
+                linewidth=1.2,
+                color=color,
+                label=f"{variant} (no pre-training)",
+            )
     ax.set_xlabel("pre-training step")
     ax.set_ylabel(f"average probe accuracy over {len(study.settings['tasks'])} tasks (%)")
     ax.set_title(f"{study.settings['study']}: mean over seeds (band: ± std)")
@@ -963,13 +1134,18 @@ def run_study(args) -> dict:
     study = Study(args, settings, variants)
     results_path = default_results_path(args)
     plan = study.units(names, seeds)
-    print(f"study {settings['study']} in {study.dir}: {len(plan)} units, tasks {settings['tasks']}, "
-          f"probe steps {settings['probe_steps']}", flush=True)
+    print(
+        f"study {settings['study']} in {study.dir}: {len(plan)} units, tasks {settings['tasks']}, "
+        f"probe steps {settings['probe_steps']}",
+        flush=True,
+    )
     for name in names:
         unknown = sorted(set(variants[name].get("model_config", {})) - aasp_config_fields())
         if unknown:
-            print(f"WARNING: {name}: {unknown} not AaspConfig fields in this checkout; passed through, no effect",
-                  flush=True)
+            print(
+                f"WARNING: {name}: {unknown} not AaspConfig fields in this checkout; passed through, no effect",
+                flush=True,
+            )
     if args.dry_run:
         for unit in plan:
             state = "done" if study.unit_file(*unit).is_file() else "todo"
@@ -983,8 +1159,11 @@ def run_study(args) -> dict:
             if study.unit_file(variant, seed, step).is_file() or (variant, seed) in failed_runs:
                 continue
             if args.stop_after_minutes is not None and time.time() - start > 60 * args.stop_after_minutes:
-                print(f"--stop_after_minutes {args.stop_after_minutes:g} reached: stopping before unit {number}; "
-                      f"run the same command again to go on", flush=True)
+                print(
+                    f"--stop_after_minutes {args.stop_after_minutes:g} reached: stopping before unit {number}; "
+                    f"run the same command again to go on",
+                    flush=True,
+                )
                 break
             print(f"[{number}/{len(plan)}] {variant} seed {seed} step {step}", flush=True)
             try:
@@ -994,9 +1173,12 @@ def run_study(args) -> dict:
                 failed_runs.add((variant, seed))
                 print(f"  FAILED: {failures[-1]}", flush=True)
                 continue
-            print(f"  average {100 * record['average']:.1f} ("
-                  + ", ".join(f"{t} {100 * a:.1f}" for t, a in record["accuracy"].items())
-                  + f") in {record['seconds']:.0f} s", flush=True)
+            print(
+                f"  average {100 * record['average']:.1f} ("
+                + ", ".join(f"{t} {100 * a:.1f}" for t, a in record["accuracy"].items())
+                + f") in {record['seconds']:.0f} s",
+                flush=True,
+            )
     report = write_report(study, results_path)
     print(f"-> {results_path} (+ .json, .png)", flush=True)
     if not args.report_only and failures:

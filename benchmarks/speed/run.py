@@ -79,9 +79,7 @@ def peak_memory_growth_mib(code: str) -> float:
         "import torch\n"
         "def rss(field):\n"
         "    line = [l for l in open('/proc/self/status') if l.startswith(field)][0]\n"
-        "    return int(line.split()[1]) / 1024\n"
-        + code
-        + "\nstate = setup()\n"
+        "    return int(line.split()[1]) / 1024\n" + code + "\nstate = setup()\n"
         "open('/proc/self/clear_refs', 'w').write('5')  # reset the peak (VmHWM) to the current RSS\n"
         "base = rss('VmRSS:')\nrun(*state)\nprint(rss('VmHWM:') - base)\n"
     )
@@ -130,7 +128,9 @@ def bench_sblu(repeats):
     ours = lambda: sblu_magnitude(v, alpha, beta, step, K)  # noqa: E731
     base = lambda: materialised_sblu(v, alpha, beta, step, K)  # noqa: E731
     error = (ours() - base()).abs().max().item() / base().abs().max().item()
-    times = median_times({"ours": lambda: ours().sum().backward(), "materialised": lambda: base().sum().backward()}, repeats)
+    times = median_times(
+        {"ours": lambda: ours().sum().backward(), "materialised": lambda: base().sum().backward()}, repeats
+    )
     memory = {"ours": saved_for_backward_bytes(ours), "materialised": saved_for_backward_bytes(base)}
     if DEVICE.type == "cuda":
         peak = {}
@@ -191,8 +191,16 @@ def bench_features(repeats):
     batch = torch.from_numpy(np.stack(clips)).to(DEVICE)
     extractor = AaspFeatureExtractor()
     mel = torchaudio.transforms.MelSpectrogram(
-        sample_rate=16000, n_fft=1024, win_length=400, hop_length=160, f_min=50, f_max=8000, n_mels=128,
-        power=2.0, norm="slaney", mel_scale="slaney",
+        sample_rate=16000,
+        n_fft=1024,
+        win_length=400,
+        hop_length=160,
+        f_min=50,
+        f_max=8000,
+        n_mels=128,
+        power=2.0,
+        norm="slaney",
+        mel_scale="slaney",
     ).to(DEVICE)
     window = torch.hann_window(400, device=DEVICE)
     device = None if DEVICE.type == "cpu" else DEVICE  # ours: numpy clips in, features computed on DEVICE
@@ -261,13 +269,25 @@ def bench_ast(repeats):
 # ----------------------------------------------------------------------------------------------- 6. pre-training step
 PRETRAIN_CASES = {
     # name: (what, config overrides, batch size)
-    "tiny_preset": ("the CPU demo's model (examples/configs/pretrain_tiny_cpu.json): D=64, 64 frames, H=16, C=64, K=15",
-                    None, 16),
-    "tiny_encoder_paper_stem": ("D=64, 2 layers, with the paper-size stem (608 frames, H=128, C=1024, K=63): the stem "
-                                "dominates — the worst case for the ratio",
-                                dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
-                                     lambda_encoder_reduction=4, predictor_hidden_size=64,
-                                     predictor_num_attention_heads=4), 8),
+    "tiny_preset": (
+        "the CPU demo's model (examples/configs/pretrain_tiny_cpu.json): D=64, 64 frames, H=16, C=64, K=15",
+        None,
+        16,
+    ),
+    "tiny_encoder_paper_stem": (
+        "D=64, 2 layers, with the paper-size stem (608 frames, H=128, C=1024, K=63): the stem "
+        "dominates — the worst case for the ratio",
+        dict(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=128,
+            lambda_encoder_reduction=4,
+            predictor_hidden_size=64,
+            predictor_num_attention_heads=4,
+        ),
+        8,
+    ),
     "vit_b": ("the paper's configuration (ViT-B, 608 frames)", {}, 2),
 }
 CUDA_BATCH_SIZES = {"tiny_preset": 256, "tiny_encoder_paper_stem": 64, "vit_b": 32}  # a GPU needs more work per step
@@ -326,8 +346,11 @@ def bench_pretrain(repeats):
             results[name]["memory_aape_over_spe"] = memory["aape"] / memory["spe"]
         models.clear()
     if DEVICE.type == "cuda":
-        return {"what": f"pre-training step (M=4 views, fwd+bwd, float32) on {DEVICE}", **results,
-                "targets": {"aape_over_spe": "<= 1.15"}}
+        return {
+            "what": f"pre-training step (M=4 views, fwd+bwd, float32) on {DEVICE}",
+            **results,
+            "targets": {"aape_over_spe": "<= 1.15"},
+        }
     # Memory at ViT-B scale: peak RSS growth of one step (forward + backward) in a fresh interpreter, per stem.
     setup = (
         "from run import pretrain_case_config, pretrain_inputs\n"
@@ -342,7 +365,11 @@ def bench_pretrain(repeats):
     memory = {stem: peak_memory_growth_mib(f"STEM = {stem!r}\n" + setup) for stem in ("aape", "spe")}
     results["vit_b"]["step_peak_memory_growth_MiB (batch 2, fwd+bwd, RSS)"] = memory
     results["vit_b"]["memory_aape_over_spe"] = memory["aape"] / memory["spe"]
-    return {"what": "pre-training step (M=4 views, fwd+bwd, float32)", **results, "targets": {"aape_over_spe": "<= 1.15"}}
+    return {
+        "what": "pre-training step (M=4 views, fwd+bwd, float32)",
+        **results,
+        "targets": {"aape_over_spe": "<= 1.15"},
+    }
 
 
 # ----------------------------------------------------------------------------------------------- 5. FLOPs of the stems
@@ -351,8 +378,10 @@ def sblu_tap_flops(config, num_sequences: int) -> dict:
     which `--plan` uses too; the per-element count is derived there from the SBLU operator's forward in
     aasp_hf/modeling_aasp.py).
     In masked pre-training the taps are a depthwise conv1d per visible token, which the counter does see."""
-    return {"sblu_taps": plan.sblu_tap_flops(config, num_sequences),
-            "sblu_taps_per_element": plan.sblu_tap_flops_per_element(config)}
+    return {
+        "sblu_taps": plan.sblu_tap_flops(config, num_sequences),
+        "sblu_taps_per_element": plan.sblu_tap_flops_per_element(config),
+    }
 
 
 def highpass_flops(config, num_sequences: int) -> int:
@@ -381,8 +410,10 @@ def appendix_d_terms(config, num_visible: int) -> dict:
         "terms": terms,
         "sum_as_printed": as_printed,
         "sum_as_printed_GFLOPs": as_printed / 1e9,
-        "sum_with_fusion_on_visible_tokens_only_GFLOPs": (as_printed - terms["fuse (D.2): 2·N·D·(D+C̃), N = all 304 "
-                                                           "tokens"] + 2 * num_visible * d * (d + c_tilde)) / 1e9,
+        "sum_with_fusion_on_visible_tokens_only_GFLOPs": (
+            as_printed - terms["fuse (D.2): 2·N·D·(D+C̃), N = all 304 tokens"] + 2 * num_visible * d * (d + c_tilde)
+        )
+        / 1e9,
         "paper_GFLOPs": 0.55,
     }
 
@@ -466,10 +497,14 @@ def bench_pipeline(repeats, num_files=48, seconds=10.0, batch_size=16):
     config = AaspConfig(**preset["model_config"])
     plan = plan_pretraining(config, preset["per_device_train_batch_size"], precision="bf16")
     needed = plan.per_device_batch / plan.step_seconds()["step"]  # clips/s per GPU
-    collator = PretrainingCollator(AaspFeatureExtractor(feature_size=config.num_mel_bins), config,
-                                   crop_seconds=preset["crop_seconds"])
-    formats = {"wav": dict(subtype="PCM_16"), "flac": dict(subtype="PCM_16"),
-               "mp3": dict(format="MP3", subtype="MPEG_LAYER_III")}
+    collator = PretrainingCollator(
+        AaspFeatureExtractor(feature_size=config.num_mel_bins), config, crop_seconds=preset["crop_seconds"]
+    )
+    formats = {
+        "wav": dict(subtype="PCM_16"),
+        "flac": dict(subtype="PCM_16"),
+        "mp3": dict(format="MP3", subtype="MPEG_LAYER_III"),
+    }
     datasets.disable_progress_bars()
     with tempfile.TemporaryDirectory() as tmp:
         sources = {}
@@ -483,14 +518,17 @@ def bench_pipeline(repeats, num_files=48, seconds=10.0, batch_size=16):
             sources[extension] = AudioClips(rows.cast_column("audio", undecoded))
             if extension in ("wav", "mp3"):  # before: datasets decodes (torchcodec), decode_audio takes its decoder
                 sources[f"{extension}_torchcodec_before"] = AudioClips(
-                    rows.cast_column("audio", datasets.Audio(sampling_rate=16000)))
-        stream = datasets.load_dataset("audiofolder", data_dir=str(Path(tmp) / "flac"), drop_labels=True,
-                                       split="train", streaming=True)
+                    rows.cast_column("audio", datasets.Audio(sampling_rate=16000))
+                )
+        stream = datasets.load_dataset(
+            "audiofolder", data_dir=str(Path(tmp) / "flac"), drop_labels=True, split="train", streaming=True
+        )
 
         def runner(clips, on_device=False):
             def run():
                 source = clips() if callable(clips) else clips
                 return time_data_path(source, collator, num_files, batch_size, on_device)
+
             return run
 
         runs = {name: runner(clips) for name, clips in sources.items()}
@@ -507,9 +545,11 @@ def bench_pipeline(repeats, num_files=48, seconds=10.0, batch_size=16):
             "decode_clips_per_s": statistics.median(t["clips"] / t["decode_seconds"] for t in timed),
             "collate_clips_per_s": statistics.median(t["clips"] / t["collate_seconds"] for t in timed),
             "decode_crop_collate_clips_per_s": statistics.median(
-                t["clips"] / (t["decode_seconds"] + t["collate_seconds"]) for t in timed),
+                t["clips"] / (t["decode_seconds"] + t["collate_seconds"]) for t in timed
+            ),
             "wall_clock_decode_crop_collate_clips_per_s": statistics.median(
-                t["clips"] / (t["decode_wall_seconds"] + t["collate_wall_seconds"]) for t in timed),
+                t["clips"] / (t["decode_wall_seconds"] + t["collate_wall_seconds"]) for t in timed
+            ),
         }
     target = needed / DATA_PATH_CORES
     return {
@@ -524,11 +564,21 @@ def bench_pipeline(repeats, num_files=48, seconds=10.0, batch_size=16):
         "predicted_step": f"{plan.per_device_batch} clips in {plan.step_seconds()['step'] * 1e3:.1f} ms (--plan, paper "
         f"preset, H100 SXM, MFU 0.4 assumed)",
         "target_clips_per_s_per_worker": target,
-        "targets": {"decode_crop_collate_clips_per_s (wav, flac, mp3, flac_stream, *_features_on_device)":
-                    f">= {target:.0f} (one H100's need / {DATA_PATH_CORES} cores)"},
-        "met": {name: rates[name]["decode_crop_collate_clips_per_s"] >= target
-                for name in ("wav", "flac", "mp3", "flac_stream", "wav_features_on_device",
-                             "flac_features_on_device", "mp3_features_on_device")},
+        "targets": {
+            "decode_crop_collate_clips_per_s (wav, flac, mp3, flac_stream, *_features_on_device)": f">= {target:.0f} (one H100's need / {DATA_PATH_CORES} cores)"
+        },
+        "met": {
+            name: rates[name]["decode_crop_collate_clips_per_s"] >= target
+            for name in (
+                "wav",
+                "flac",
+                "mp3",
+                "flac_stream",
+                "wav_features_on_device",
+                "flac_features_on_device",
+                "mp3_features_on_device",
+            )
+        },
     }
 
 
@@ -543,13 +593,15 @@ def bench_collate(repeats, batch_size=32):
 
     preset = json.loads((HERE.parents[1] / "examples" / "configs" / "pretrain_paper.json").read_text())
     config = AaspConfig(**preset["model_config"])
-    collator = PretrainingCollator(AaspFeatureExtractor(feature_size=config.num_mel_bins), config,
-                                   crop_seconds=preset["crop_seconds"])
+    collator = PretrainingCollator(
+        AaspFeatureExtractor(feature_size=config.num_mel_bins), config, crop_seconds=preset["crop_seconds"]
+    )
     g = torch.Generator().manual_seed(0)
     sources = {
         "waveform_10s": [torch.randn(160_000, generator=g) for _ in range(batch_size)],
-        "cached_log_mel_10s": [{"log_mel": torch.randn(998, config.num_mel_bins, generator=g)}
-                               for _ in range(batch_size)],
+        "cached_log_mel_10s": [
+            {"log_mel": torch.randn(998, config.num_mel_bins, generator=g)} for _ in range(batch_size)
+        ],
     }
     seeds = list(range(batch_size))
 
@@ -569,20 +621,28 @@ def bench_collate(repeats, batch_size=32):
             identical = all(torch.equal(candidate[key], baseline[key]) for key in baseline)
             times = {"clip_by_clip": [], "collate_seeded": []}
             for _ in range(repeats):  # interleaved, CPU time of this process
-                for label, run in (("clip_by_clip", lambda: clip_by_clip(clips)),
-                                   ("collate_seeded", lambda: collator.collate_seeded(clips, seeds))):
+                for label, run in (
+                    ("clip_by_clip", lambda: clip_by_clip(clips)),
+                    ("collate_seeded", lambda: collator.collate_seeded(clips, seeds)),
+                ):
                     start = time.process_time()
                     run()
                     times[label].append(time.process_time() - start)
             rates = {label: batch_size / statistics.median(values) for label, values in times.items()}
-            results[name] = {"identical_batches": identical, "clip_by_clip_clips_per_s": rates["clip_by_clip"],
-                             "collate_seeded_clips_per_s": rates["collate_seeded"],
-                             "speedup": rates["collate_seeded"] / rates["clip_by_clip"]}
+            results[name] = {
+                "identical_batches": identical,
+                "clip_by_clip_clips_per_s": rates["clip_by_clip"],
+                "collate_seeded_clips_per_s": rates["collate_seeded"],
+                "speedup": rates["collate_seeded"] / rates["clip_by_clip"],
+            }
     finally:
         torch.set_num_threads(threads)
-    return {"what": f"pre-training collator per core (1 torch thread, CPU time), micro-batches of {batch_size}, paper "
-                    "preset: collate_seeded (masks built for the micro-batch in one pass) against the same draws "
-                    "collated clip by clip (before)", **results}
+    return {
+        "what": f"pre-training collator per core (1 torch thread, CPU time), micro-batches of {batch_size}, paper "
+        "preset: collate_seeded (masks built for the micro-batch in one pass) against the same draws "
+        "collated clip by clip (before)",
+        **results,
+    }
 
 
 def bench_training_process(repeats, batch_size=128, seconds=10.0):
@@ -613,8 +673,9 @@ def bench_training_process(repeats, batch_size=128, seconds=10.0):
     plan = plan_pretraining(config, preset["per_device_train_batch_size"], precision="bf16")
     step = plan.step_seconds()["step"]
     clips = AudioClips(list(unlabelled_clips(16, 0, seconds)))
-    collator = PretrainingCollator(AaspFeatureExtractor(feature_size=config.num_mel_bins), config,
-                                   crop_seconds=preset["crop_seconds"])
+    collator = PretrainingCollator(
+        AaspFeatureExtractor(feature_size=config.num_mel_bins), config, crop_seconds=preset["crop_seconds"]
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     results = {}
@@ -646,18 +707,23 @@ def bench_training_process(repeats, batch_size=128, seconds=10.0):
             del received
             medians = {label: statistics.median(values) for label, values in times.items()}
             results["features_on_device" if on_device else "features_on_cpu"] = {
-                "before_ms": medians["before"] * 1e3, "after_ms": medians["after"] * 1e3,
-                "before_share_of_step": medians["before"] / step, "after_share_of_step": medians["after"] / step,
-                "after_met": medians["after"] <= 0.10 * step}
+                "before_ms": medians["before"] * 1e3,
+                "after_ms": medians["after"] * 1e3,
+                "before_share_of_step": medians["before"] / step,
+                "after_share_of_step": medians["after"] / step,
+                "after_met": medians["after"] <= 0.10 * step,
+            }
     finally:
         torch.set_num_threads(threads)
-    return {"what": f"the training process's CPU time per micro-batch of {batch_size} (paper preset, 1 torch thread, "
-                    "this process's CPU time): before, collating the decoded clips itself; after, receiving a finished "
-                    "micro-batch from a loader worker. With --features_on_device the log-mel's GPU launches are not "
-                    "timed (no GPU in this benchmark's CPU run)",
-            "predicted_step_ms": step * 1e3,
-            "target": f"<= 10 % of the predicted step: <= {0.10 * step * 1e3:.2f} ms per micro-batch of {batch_size}",
-            **results}
+    return {
+        "what": f"the training process's CPU time per micro-batch of {batch_size} (paper preset, 1 torch thread, "
+        "this process's CPU time): before, collating the decoded clips itself; after, receiving a finished "
+        "micro-batch from a loader worker. With --features_on_device the log-mel's GPU launches are not "
+        "timed (no GPU in this benchmark's CPU run)",
+        "predicted_step_ms": step * 1e3,
+        "target": f"<= 10 % of the predicted step: <= {0.10 * step * 1e3:.2f} ms per micro-batch of {batch_size}",
+        **results,
+    }
 
 
 def _evict_from_page_cache(paths):
@@ -750,8 +816,10 @@ def bench_log_mel_cache(repeats, num_files=300, seconds=10.0, batch_size=128):
                 cpu_start, wall_start = time.process_time(), time.perf_counter()
                 for path in files:
                     read(path, label == "mmap")
-                cold[label] = {"cpu_clips_per_s": len(files) / (time.process_time() - cpu_start),
-                               "wall_clock_clips_per_s": len(files) / (time.perf_counter() - wall_start)}
+                cold[label] = {
+                    "cpu_clips_per_s": len(files) / (time.process_time() - cpu_start),
+                    "wall_clock_clips_per_s": len(files) / (time.perf_counter() - wall_start),
+                }
         finally:
             torch.set_num_threads(threads)
         timed = [time_data_path(cache, collator, 3 * batch_size, batch_size) for _ in range(max(3, repeats // 2))]
@@ -767,20 +835,36 @@ def bench_log_mel_cache(repeats, num_files=300, seconds=10.0, batch_size=128):
         f"num_workers=1; read as a loader worker reads it (LogMelCache.__getitem__ + collate_seeded: 6-s crop, "
         f"normalise, 4 masked views; paper preset, micro-batches of {batch_size}, 1 torch thread, CPU time); files "
         f"in the OS page cache unless marked cold",
-        "build": {"clips_written": summary["num_written"], "failed": summary["num_failed"],
-                  "worker_cpu_seconds": worker_cpu, "main_process_cpu_seconds": cpu, "wall_seconds": wall,
-                  "clips_per_s_per_core": build_rate,
-                  "as2m_extrapolated_core_hours": as2m / build_rate / 3600},
-        "disk": {"frames_per_clip": cache.num_frames[0], "bins": cache.settings["feature_size"], "dtype": "float16",
-                 "bytes_per_clip": bytes_per_clip, "allocated_bytes_per_clip": statistics.median(on_disk),
-                 "as2m_extrapolated_bytes": as2m * bytes_per_clip,
-                 "subfolders_used": len({name.split("/")[0] for name in cache.files}),
-                 "named_by_sha1_of_clip_id": named_by_sha1},
-        "read_only_clips_per_s": {"whole_file": statistics.median(reads["whole_file"]),
-                                  "mmap": statistics.median(reads["mmap"]), "identical_arrays": identical,
-                                  "cold_once": cold},
-        "loader_worker_clips_per_s": {"read": read_rate, "crop_collate": collate_rate,
-                                      "read_crop_collate": worker_rate},
+        "build": {
+            "clips_written": summary["num_written"],
+            "failed": summary["num_failed"],
+            "worker_cpu_seconds": worker_cpu,
+            "main_process_cpu_seconds": cpu,
+            "wall_seconds": wall,
+            "clips_per_s_per_core": build_rate,
+            "as2m_extrapolated_core_hours": as2m / build_rate / 3600,
+        },
+        "disk": {
+            "frames_per_clip": cache.num_frames[0],
+            "bins": cache.settings["feature_size"],
+            "dtype": "float16",
+            "bytes_per_clip": bytes_per_clip,
+            "allocated_bytes_per_clip": statistics.median(on_disk),
+            "as2m_extrapolated_bytes": as2m * bytes_per_clip,
+            "subfolders_used": len({name.split("/")[0] for name in cache.files}),
+            "named_by_sha1_of_clip_id": named_by_sha1,
+        },
+        "read_only_clips_per_s": {
+            "whole_file": statistics.median(reads["whole_file"]),
+            "mmap": statistics.median(reads["mmap"]),
+            "identical_arrays": identical,
+            "cold_once": cold,
+        },
+        "loader_worker_clips_per_s": {
+            "read": read_rate,
+            "crop_collate": collate_rate,
+            "read_crop_collate": worker_rate,
+        },
         "one_h100_needs_clips_per_s": needed,
         "workers_per_gpu_needed": math.ceil(needed / worker_rate),
         "disk_read_per_gpu_bytes_per_s": needed * bytes_per_clip,
@@ -896,8 +980,10 @@ def main(argv=None):
     DEVICE = torch.device(args.device)
     output = args.output or str(HERE / ("results" if DEVICE.type == "cpu" else f"results_{DEVICE.type}"))
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    machine = (f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
-               f"torch {torch.__version__}, python {sys.version.split()[0]}")
+    machine = (
+        f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}, python {sys.version.split()[0]}"
+    )
     if DEVICE.type == "cuda":
         machine += f"; GPU: {torch.cuda.get_device_name(DEVICE)}, CUDA {torch.version.cuda}"
     results = {"machine": machine, "device": str(DEVICE), "benchmarks": {}}

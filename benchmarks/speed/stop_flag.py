@@ -37,8 +37,14 @@ BATCH = 16
 
 
 def worker(rank: int, world: int, port: int, steps: int, repeats: int, results):
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), ACCELERATE_USE_CPU="1")
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        ACCELERATE_USE_CPU="1",
+    )
     torch.set_num_threads(1)
     from accelerate import Accelerator
 
@@ -68,8 +74,9 @@ def worker(rank: int, world: int, port: int, steps: int, repeats: int, results):
         accelerator.backward(loss)
         finite = torch.isfinite(loss.detach())
         if with_stop:
-            _, _, stops = apply_update(accelerator, optimizer, pretraining, finite, 4.0, momentum,
-                                       stop=agreement.local())
+            _, _, stops = apply_update(
+                accelerator, optimizer, pretraining, finite, 4.0, momentum, stop=agreement.local()
+            )
             assert not agreement.agreed(stops)
         else:
             apply_update(accelerator, optimizer, pretraining, finite, 4.0, momentum)
@@ -100,7 +107,7 @@ def worker(rank: int, world: int, port: int, steps: int, repeats: int, results):
             step(with_stop)
         wall, cpu = {False: [], True: []}, {False: [], True: []}
         for repeat in range(repeats):
-            for with_stop in ((False, True) if repeat % 2 == 0 else (True, False)):  # alternate which goes first
+            for with_stop in (False, True) if repeat % 2 == 0 else (True, False):  # alternate which goes first
                 accelerator.wait_for_everyone()
                 start, start_cpu = time.perf_counter(), time.process_time()
                 for _ in range(steps):
@@ -113,8 +120,10 @@ def worker(rank: int, world: int, port: int, steps: int, repeats: int, results):
         measured[name] = {
             "ms_per_step_without": statistics.median(wall[False]),
             "ms_per_step_with_stop_flag": statistics.median(wall[True]),
-            "ratio": statistics.median(pairs), "ratio_quartiles": statistics.quantiles(pairs, n=4)[::2],
-            "cpu_ratio": statistics.median(cpu_pairs), "cpu_ratio_quartiles": statistics.quantiles(cpu_pairs, n=4)[::2],
+            "ratio": statistics.median(pairs),
+            "ratio_quartiles": statistics.quantiles(pairs, n=4)[::2],
+            "cpu_ratio": statistics.median(cpu_pairs),
+            "cpu_ratio_quartiles": statistics.quantiles(cpu_pairs, n=4)[::2],
         }
     # the absolute cost of what is added, in microseconds per step, timed alone (many calls)
     calls = 2000
@@ -149,15 +158,23 @@ def main(argv=None):
         results = manager.dict()
         mp.spawn(worker, args=(2, port, args.steps, args.repeats, results), nprocs=2)
         results = dict(results)
-    report = {"processes": 2, "backend": "gloo", "batch_per_process": BATCH, "steps_per_block": args.steps,
-              "blocks": args.repeats, "machine": f"{platform.processor() or platform.machine()}, "
-                                                 f"{os.cpu_count()} CPUs", **results}
+    report = {
+        "processes": 2,
+        "backend": "gloo",
+        "batch_per_process": BATCH,
+        "steps_per_block": args.steps,
+        "blocks": args.repeats,
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        **results,
+    }
     for name in ("pretrain", "finetune"):
         r = results[name]
-        print(f"{name}: {r['ms_per_step_without']:.2f} ms/step without, {r['ms_per_step_with_stop_flag']:.2f} with "
-              f"the stop flag: ratio {r['ratio']:.3f} (quartiles of the block pairs {r['ratio_quartiles'][0]:.3f}–"
-              f"{r['ratio_quartiles'][1]:.3f}), CPU-time ratio {r['cpu_ratio']:.3f}; what the flag adds, timed alone: "
-              f"{r['added_us_per_step']:.1f} µs per step")
+        print(
+            f"{name}: {r['ms_per_step_without']:.2f} ms/step without, {r['ms_per_step_with_stop_flag']:.2f} with "
+            f"the stop flag: ratio {r['ratio']:.3f} (quartiles of the block pairs {r['ratio_quartiles'][0]:.3f}–"
+            f"{r['ratio_quartiles'][1]:.3f}), CPU-time ratio {r['cpu_ratio']:.3f}; what the flag adds, timed alone: "
+            f"{r['added_us_per_step']:.1f} µs per step"
+        )
     (HERE / "stop_flag.json").write_text(json.dumps(report, indent=2) + "\n")
 
 

@@ -62,16 +62,28 @@ def write_task(folder: Path, splits: dict[str, list[tuple]]) -> None:
 
 def scene_samples(rows: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
     """HEAR rows (file name, audio, [label]) -> (key, audio, {"label": class index})."""
-    return {split: [(name.removesuffix(".wav"), audio, {"label": LABELS.index(label)})
-                    for name, audio, [label] in split_rows] for split, split_rows in rows.items()}
+    return {
+        split: [
+            (name.removesuffix(".wav"), audio, {"label": LABELS.index(label)}) for name, audio, [label] in split_rows
+        ]
+        for split, split_rows in rows.items()
+    }
 
 
 def event_samples(rows: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
     """HEAR rows (file name, audio, [{"label", "start", "end"} in ms]) -> (key, audio, [{"onset", "offset" in s,
     "label"}])."""
-    return {split: [(name.removesuffix(".wav"), audio,
-                     [{"onset": e["start"] / 1000, "offset": e["end"] / 1000, "label": e["label"]} for e in events])
-                    for name, audio, events in split_rows] for split, split_rows in rows.items()}
+    return {
+        split: [
+            (
+                name.removesuffix(".wav"),
+                audio,
+                [{"onset": e["start"] / 1000, "offset": e["end"] / 1000, "label": e["label"]} for e in events],
+            )
+            for name, audio, events in split_rows
+        ]
+        for split, split_rows in rows.items()
+    }
 
 
 def build(env_dir: Path, seed: int = 0) -> list[Path]:
@@ -89,8 +101,9 @@ def build(env_dir: Path, seed: int = 0) -> list[Path]:
 
 
 def main(argv=None) -> list[Path]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("env_dir", type=Path, help="X-ARES's env_root: the folder to write the two task folders into")
     parser.add_argument("--seed", type=int, default=0)
     args = parse_command_line(parser, argv)

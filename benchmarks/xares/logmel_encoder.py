@@ -26,8 +26,8 @@ class LogMelEncoder(nn.Module):
     def __init__(self):
         super().__init__()
         self.melspec = torchaudio.transforms.MelSpectrogram(
-            sample_rate=SAMPLING_RATE, n_fft=1024, hop_length=SAMPLING_RATE * HOP_MS // 1000, n_mels=N_MELS,
-            center=True)
+            sample_rate=SAMPLING_RATE, n_fft=1024, hop_length=SAMPLING_RATE * HOP_MS // 1000, n_mels=N_MELS, center=True
+        )
 
     def forward(self, audio: torch.Tensor) -> torch.Tensor:
         """(batch, samples) -> (batch, ceil(samples / hop), N_MELS); frame i centred at i·HOP_MS ms."""

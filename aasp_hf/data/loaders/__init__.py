@@ -55,8 +55,15 @@ def load(name: str, root=None, **kwargs):
     return load_audio_dataset(name, **kwargs)
 
 
-_NORMALISED = {**{k: k for k in LOADERS}, "as20k": "as20k", "as2m": "as2m", "esc_50": "esc50",
-               "crema_d": "cremad", "voxceleb": "voxceleb1", "speechcommands": "scv2"}
+_NORMALISED = {
+    **{k: k for k in LOADERS},
+    "as20k": "as20k",
+    "as2m": "as2m",
+    "esc_50": "esc50",
+    "crema_d": "cremad",
+    "voxceleb": "voxceleb1",
+    "speechcommands": "scv2",
+}
 
 
 def _require_root(name, root):

@@ -153,7 +153,7 @@ def _sample_names(audio_dir, limit: int = 5) -> list:
     names = []
     for folder, subfolders, files in os.walk(audio_dir):
         subfolders.sort()
-        names += [os.path.relpath(os.path.join(folder, f), audio_dir) for f in sorted(files)[:limit - len(names)]]
+        names += [os.path.relpath(os.path.join(folder, f), audio_dir) for f in sorted(files)[: limit - len(names)]]
         if len(names) >= limit:
             break
     return names
@@ -161,8 +161,9 @@ def _sample_names(audio_dir, limit: int = 5) -> list:
 
 def _no_match_error(variant, split, matched, total, segment, csv_names, audio_dir, num_files, min_coverage):
     ytid, start, end, _ = segment
-    expected = (f"{ytid}.wav, Y{ytid}.wav, {ytid}_{start:.3f}_{end:.3f}.wav, {ytid}_{start:.3f}.wav or "
-                f"{ytid}_{int(start)}.wav")
+    expected = (
+        f"{ytid}.wav, Y{ytid}.wav, {ytid}_{start:.3f}_{end:.3f}.wav, {ytid}_{start:.3f}.wav or {ytid}_{int(start)}.wav"
+    )
     found = _sample_names(audio_dir)
     return ValueError(
         f"AudioSet {variant} {split}: {matched:,} of {total:,} segments of {' + '.join(csv_names)} have an audio "
@@ -199,7 +200,9 @@ def load_audioset(
         raise ValueError(f"variant={variant!r}: use 'as20k' (balanced train) or 'as2m' (balanced + unbalanced).")
     root = Path(root)
     metadata_dir = Path(metadata_dir) if metadata_dir is not None else root
-    audio_dir = require_dir(default_audio_dir(root, audio_dir), "AudioSet audio folder", "Pass audio_dir= the folder holding the clips.")
+    audio_dir = require_dir(
+        default_audio_dir(root, audio_dir), "AudioSet audio folder", "Pass audio_dir= the folder holding the clips."
+    )
     mids, display_names = read_class_labels(metadata_dir / "class_labels_indices.csv")
     mid_index = {mid: i for i, mid in enumerate(mids)}
     files = index_audio_folder(audio_dir)
@@ -235,15 +238,20 @@ def load_audioset(
         total = matched + len(missing)
         csv_names = [SEGMENT_FILES[s] for s in subsets]
         if total == 0:
-            raise ValueError(f"AudioSet {variant} {split}: {' + '.join(csv_names)} list no segments; use the "
-                             f"official CSVs (https://research.google.com/audioset/download.html).")
+            raise ValueError(
+                f"AudioSet {variant} {split}: {' + '.join(csv_names)} list no segments; use the "
+                f"official CSVs (https://research.google.com/audioset/download.html)."
+            )
         if matched == 0 or matched < min_coverage * total:
             num_files = len({path for entries in files.values() for path, _, _ in entries})
-            raise _no_match_error(variant, split, matched, total, first_segment, csv_names, audio_dir, num_files,
-                                  min_coverage)
+            raise _no_match_error(
+                variant, split, matched, total, first_segment, csv_names, audio_dir, num_files, min_coverage
+            )
         if missing:
-            logger.warning(f"AudioSet {variant} {split}: {len(missing):,} of {total:,} segments missing (no audio file "
-                           f"under {audio_dir}, e.g. {missing[:3]}) and left out; see the `missing_clips` attribute.")
+            logger.warning(
+                f"AudioSet {variant} {split}: {len(missing):,} of {total:,} segments missing (no audio file "
+                f"under {audio_dir}, e.g. {missing[:3]}) and left out; see the `missing_clips` attribute."
+            )
         else:
             logger.info(f"AudioSet {variant} {split}: 0 of {total:,} segments missing.")
         splits[split], missing_clips[split] = columns, missing

@@ -43,7 +43,11 @@ EVAR_SOURCE = (
     "evar/utils/make_metadata.py, see https://github.com/nttcslab/eval-audio-repr, or copied from evar/metadata/)."
 )
 _SPLIT_NAMES = {
-    "train": "train", "valid": "validation", "validation": "validation", "val": "validation", "test": "test"
+    "train": "train",
+    "valid": "validation",
+    "validation": "validation",
+    "val": "validation",
+    "test": "test",
 }
 
 # Label sets fixed by the datasets themselves, in EVAR's (sorted) order; None = the labels of the CSV, ordered as
@@ -73,8 +77,9 @@ VOXCELEB1_SOURCE = (
 )
 
 
-def load_evar_task(metadata_csv, audio_dir, *, task: str = None, label_names=None, other_suffixes=(),
-                   streaming=False, num_shards=None):
+def load_evar_task(
+    metadata_csv, audio_dir, *, task: str = None, label_names=None, other_suffixes=(), streaming=False, num_shards=None
+):
     """Any EVAR-format task: {"train", "validation", "test"} from `metadata_csv` (file_name,label,split).
 
     `label_names` fixes the ClassLabel order and makes a label outside it a ValueError; by default the task's
@@ -84,17 +89,24 @@ def load_evar_task(metadata_csv, audio_dir, *, task: str = None, label_names=Non
     """
     what = f"EVAR metadata CSV{' for ' + task if task else ''}"
     metadata_csv = require_file(metadata_csv, what, EVAR_SOURCE)
-    audio_dir = require_dir(audio_dir, f"audio folder{' for ' + task if task else ''}", "Pass the folder that "
-                            "the CSV's file_name paths are relative to.")
+    audio_dir = require_dir(
+        audio_dir,
+        f"audio folder{' for ' + task if task else ''}",
+        "Pass the folder that the CSV's file_name paths are relative to.",
+    )
     rows = read_csv_rows(metadata_csv, ["file_name", "label", "split"], what)
     bad_splits = sorted({r["split"].strip() for r in rows} - set(_SPLIT_NAMES) - {""})
     if bad_splits:
-        raise ValueError(f"{metadata_csv}: unknown split value(s) {bad_splits}; expected train, valid or test "
-                         f"(or empty: a row outside every split).")
+        raise ValueError(
+            f"{metadata_csv}: unknown split value(s) {bad_splits}; expected train, valid or test "
+            f"(or empty: a row outside every split)."
+        )
     used = [r for r in rows if r["split"].strip()]
     if len(used) < len(rows):
-        logger.info(f"{metadata_csv}: {len(rows) - len(used)} of {len(rows)} rows have no split and are left out "
-                    f"(EVAR leaves them out too); {len(used)} rows remain.")
+        logger.info(
+            f"{metadata_csv}: {len(rows) - len(used)} of {len(rows)} rows have no split and are left out "
+            f"(EVAR leaves them out too); {len(used)} rows remain."
+        )
     if label_names is None and task is not None:
         label_names = KNOWN_LABELS.get(task)
     if label_names is None:
@@ -106,8 +118,9 @@ def load_evar_task(metadata_csv, audio_dir, *, task: str = None, label_names=Non
     check_audio_files(paths, metadata_csv, audio_dir)
 
     label_index = {name: i for i, name in enumerate(label_names)}
-    features = audio_features(label=ClassLabel(names=list(label_names)), file_name=Value("string"),
-                              **{c: Value("string") for c in extra})
+    features = audio_features(
+        label=ClassLabel(names=list(label_names)), file_name=Value("string"), **{c: Value("string") for c in extra}
+    )
     splits = {}
     for split in ("train", "validation", "test"):
         chosen = [(p, r) for p, r in zip(paths, used) if _SPLIT_NAMES[r["split"].strip()] == split]
@@ -182,8 +195,10 @@ def load_voxceleb1(root, *, split_file=None, audio_dir=None, metadata_csv=None, 
     """
     if metadata_csv is not None:
         if split_file is not None or audio_dir is not None:
-            raise ValueError("load_voxceleb1: give metadata_csv= (EVAR's vc1.csv, paths relative to root) or "
-                             "split_file=/audio_dir= (iden_split.txt), not both.")
+            raise ValueError(
+                "load_voxceleb1: give metadata_csv= (EVAR's vc1.csv, paths relative to root) or "
+                "split_file=/audio_dir= (iden_split.txt), not both."
+            )
         return load_evar_task(metadata_csv, root, task="voxceleb1", streaming=streaming, num_shards=num_shards)
     root = Path(root)
     split_file = require_file(split_file or root / "iden_split.txt", "VoxCeleb1 iden_split.txt", VOXCELEB1_SOURCE)
@@ -195,8 +210,10 @@ def load_voxceleb1(root, *, split_file=None, audio_dir=None, metadata_csv=None, 
                 continue
             parts = line.split()
             if len(parts) != 2 or parts[0] not in ("1", "2", "3") or not parts[1].startswith("id"):
-                raise ValueError(f"{split_file}, line {line_number}: expected '<1|2|3> idXXXXX/<video>/<n>.wav', "
-                                 f"got {line.strip()!r}.")
+                raise ValueError(
+                    f"{split_file}, line {line_number}: expected '<1|2|3> idXXXXX/<video>/<n>.wav', "
+                    f"got {line.strip()!r}."
+                )
             entries.append((int(parts[0]), parts[1]))
     paths = [str(audio_dir / p) for _, p in entries]
     check_audio_files(paths, split_file, audio_dir)

@@ -44,15 +44,19 @@ def read_fairseq_manifest(path) -> tuple[str, list[tuple[int, str, int]]]:
                 raise UsageError(f"fairseq manifest {path} is empty; expected {FORMAT}")
             root = first.strip()
             if not root or _as_entry(root) is not None:
-                raise UsageError(f"{path}, line 1: {root!r} is not a folder; expected {FORMAT} (as fairseq's "
-                                 f"wav2vec_manifest.py writes it)")
+                raise UsageError(
+                    f"{path}, line 1: {root!r} is not a folder; expected {FORMAT} (as fairseq's "
+                    f"wav2vec_manifest.py writes it)"
+                )
             for number, line in enumerate(file, start=2):
                 if not line.strip():
                     continue
                 entry = _as_entry(line.strip())
                 if entry is None:
-                    raise UsageError(f"{path}, line {number}: {_shorten(line.strip())!r} is not "
-                                     f"`relative/path<TAB>num_samples` ({_what_is_wrong(line.strip())})")
+                    raise UsageError(
+                        f"{path}, line {number}: {_shorten(line.strip())!r} is not "
+                        f"`relative/path<TAB>num_samples` ({_what_is_wrong(line.strip())})"
+                    )
                 entries.append((number, *entry))
     except UnicodeDecodeError as error:
         raise UsageError(f"fairseq manifest {path} is not UTF-8 text (byte {error.start}: {error.reason})") from None
@@ -69,8 +73,10 @@ def load_fairseq_manifest(path, *, streaming: bool = False, num_shards=None):
     checked. With `streaming`, the same rows as an IterableDataset of `num_shards` shards (default min(64, clips))."""
     root, entries = read_fairseq_manifest(path)
     dataset = Dataset.from_dict(
-        {"audio": [os.path.join(root, listed) for _, listed, _ in entries],
-         "num_samples": [num_samples for _, _, num_samples in entries]},
+        {
+            "audio": [os.path.join(root, listed) for _, listed, _ in entries],
+            "num_samples": [num_samples for _, _, num_samples in entries],
+        },
         features=audio_features(num_samples=Value("int64")),
     )
     if streaming:

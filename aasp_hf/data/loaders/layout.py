@@ -86,8 +86,15 @@ def check_audio_files(paths, listed_in, audio_dir) -> None:
         record = _MISSING_FILES_RECORD.get()
         if record is None:
             raise FileNotFoundError(message)
-        record.append({"listed_in": str(listed_in), "audio_dir": str(audio_dir), "total": len(paths),
-                       "missing": missing, "message": message})
+        record.append(
+            {
+                "listed_in": str(listed_in),
+                "audio_dir": str(audio_dir),
+                "total": len(paths),
+                "missing": missing,
+                "message": message,
+            }
+        )
 
 
 def is_index_column(name: str) -> bool:
@@ -141,8 +148,9 @@ def build_dataset_dict(splits: dict, features: Features, streaming: bool = False
     return to_streaming(dataset_dict, num_shards) if streaming else dataset_dict
 
 
-def build_fold_dataset_dict(splits: dict, features: Features, test_fold=None, valid_fold=None, streaming=False,
-                             num_shards=None):
+def build_fold_dataset_dict(
+    splits: dict, features: Features, test_fold=None, valid_fold=None, streaming=False, num_shards=None
+):
     """`build_dataset_dict` for a dataset with official folds (ESC-50, UrbanSound8K): every clip in "train", or with
     `test_fold` (and optionally `valid_fold`) the cross-validation split of `split_by_folds`."""
     dataset = build_dataset_dict(splits, features)

@@ -10,7 +10,17 @@ from .layout import audio_features, build_dataset_dict, check_audio_files, check
 
 
 NSYNTH_FAMILIES = [
-    "bass", "brass", "flute", "guitar", "keyboard", "mallet", "organ", "reed", "string", "synth_lead", "vocal",
+    "bass",
+    "brass",
+    "flute",
+    "guitar",
+    "keyboard",
+    "mallet",
+    "organ",
+    "reed",
+    "string",
+    "synth_lead",
+    "vocal",
 ]  # instrument_family 0..10
 NSYNTH_SOURCE = (
     "It ships inside nsynth-{split}.jsonwav.tar.gz (https://magenta.tensorflow.org/datasets/nsynth): a JSON object "

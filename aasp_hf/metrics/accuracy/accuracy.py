@@ -1,8 +1,8 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
 """Accuracy as a local `evaluate` metric module (evaluate cannot fetch its Hub metrics offline).
 
-    metric = evaluate.load("<path to this folder>")   # or aasp_hf.metrics.load_metric("accuracy")
-    metric.compute(predictions=[0, 1, 1], references=[0, 1, 0])  # {"accuracy": 0.666...}
+metric = evaluate.load("<path to this folder>")   # or aasp_hf.metrics.load_metric("accuracy")
+metric.compute(predictions=[0, 1, 1], references=[0, 1, 0])  # {"accuracy": 0.666...}
 """
 
 import datasets
@@ -30,9 +30,7 @@ class Accuracy(evaluate.Metric):
             description=_DESCRIPTION,
             citation="",
             inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features(
-                {"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}
-            ),
+            features=datasets.Features({"predictions": datasets.Value("int64"), "references": datasets.Value("int64")}),
             reference_urls=["https://scikit-learn.org/stable/modules/generated/sklearn.metrics.accuracy_score.html"],
         )
 

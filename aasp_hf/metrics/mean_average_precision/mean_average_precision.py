@@ -64,9 +64,7 @@ class MeanAveragePrecision(evaluate.Metric):
         scores = np.asarray(predictions, dtype=np.float64)  # (N, C)
         targets = np.asarray(references)  # (N, C)
         if scores.ndim != 2 or scores.shape != targets.shape:
-            raise ValueError(
-                f"predictions and references must both be (N, C), got {scores.shape} and {targets.shape}."
-            )
+            raise ValueError(f"predictions and references must both be (N, C), got {scores.shape} and {targets.shape}.")
         positives = targets.sum(axis=0)  # (C,)
         with_positives = classes_with_positives(targets)
         if len(with_positives) == 0:
