@@ -50,12 +50,13 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _REFUSED_WRITES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 RESUME = "run the same command with --resume to go on from the last complete checkpoint"
+AGAIN = "run the same command again"
 
 
 # ----------------------------------------------------------------------------------------------- errors as one line
-def refused_write_message(error: OSError, then: str = RESUME) -> str:
+def refused_write_message(error: OSError, then: str = AGAIN) -> str:
     """One line for an OSError of `_REFUSED_WRITES`: the path, the reason, the space free there and, after freeing
-    space, `then` (what the script's rerun does: the training scripts' `--resume`)."""
+    space, `then` (what the script's rerun does: the same command, or the training scripts' `--resume`)."""
     path = Path(error.filename) if error.filename else None
     space = ""
     if path is not None:
@@ -73,7 +74,7 @@ def refused_write_message(error: OSError, then: str = RESUME) -> str:
     )
 
 
-def run_script(main, prog: str, then: str = RESUME):
+def run_script(main, prog: str, then: str = AGAIN):
     """Runs `main()`; a `UsageError` becomes `prog: error: message` on stderr and exit code 2 (no traceback), and so
     does a write the file system refused (full, over quota, read-only: `refused_write_message`, which ends with
     `then`) wherever it happens."""
@@ -183,7 +184,7 @@ def run_stoppable(main, prog: str):
     STOP.install()
     follow_launcher()
     try:
-        return run_script(main, prog)
+        return run_script(main, prog, then=RESUME)
     finally:
         for number in STOP_SIGNALS:
             signal.signal(number, signal.SIG_IGN)
@@ -229,6 +230,7 @@ def run_interruptible(main, prog: str, kept: str, then: str):
 
 
 __all__ = [
+    "AGAIN",
     "RESUME",
     "STOP",
     "STOPPED_EXIT_CODE",

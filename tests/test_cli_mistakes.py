@@ -299,3 +299,27 @@ def test_conversion_mistakes_are_one_line_naming_the_argument(tmp_path):
         result.stderr.strip().splitlines()[-1] == f"export_onnx.py: error: model_dir {tmp_path / 'nothing'} does "
         f"not exist"
     )
+
+
+def test_a_refused_write_advises_resume_only_where_the_script_can_resume(tmp_path, capsys):
+    """A full disk ends every script in one line that says what to do after freeing space: the training scripts
+    (`run_stoppable`) go on with --resume; every other script (`run_script`: the demo, conversion, benchmarks) has no
+    --resume, so it says to run the same command again."""
+    import errno
+
+    from aasp_hf.entry_points import run_script, run_stoppable
+
+    def full_disk():
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out" / "model.safetensors"))
+
+    for entry_point, prog, advice in (
+        (run_script, "demo.py", "then run the same command again."),
+        (run_stoppable, "finetune.py", "then run the same command with --resume to go on from the last complete"),
+    ):
+        with pytest.raises(SystemExit) as stopped:
+            entry_point(full_disk, prog)
+        assert stopped.value.code == 2
+        message = capsys.readouterr().err.strip()
+        assert message.startswith(f"{prog}: error: cannot write {tmp_path / 'out' / 'model.safetensors'}: No space")
+        assert advice in message and message.count("\n") == 0, message
+        assert ("--resume" in message) == (entry_point is run_stoppable)
