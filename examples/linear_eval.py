@@ -7,8 +7,9 @@
 Arguments come from `aasp_hf.evaluation.linear_protocol.LinearEvalArguments`: on the command line, from one JSON
 file (`linear_eval.py preset.json`), or from `--config preset.json` followed by command-line overrides.
 
-Steps: 1. encoder (AutoModel, frozen, eval mode) and feature extractor, 2. data (a dataset of `aasp_hf.data.load`
-or synthetic demo clips) split into evaluation parts (one per test fold for ESC-50/US8K), 3. frozen features
+Steps: 1. data (a dataset of `aasp_hf.data.load` or synthetic demo clips) split into evaluation parts (one per test
+fold for ESC-50/US8K), read first so that a data mistake is said before the model loads, 2. encoder (AutoModel,
+frozen, eval mode) and feature extractor, 3. frozen features
 [CLS ; frequency-concatenated time-averaged patch tokens] (D + F̃·D, 6912 for ViT-B) of every split, cached
 on disk (`features/<part>/features_<split>.npy`, `labels_<split>.npy`), with EVAR clip lengths and cropping
 (a random crop for train/validation, the first segment for test; no augmentation), 4. standardisation with the
@@ -100,10 +101,7 @@ def evaluate(args: LinearEvalArguments) -> dict:
     output_dir = Path(args.output_dir)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
-    print(f"1. frozen encoder from {args.model_name_or_path} on {device}")
-    model, feature_extractor = load_frozen_encoder(args.model_name_or_path, device)
-
-    print("2. data")
+    print("1. data")  # first: a data mistake is one line before the model is loaded
     parts, multi_label, num_classes, clip_seconds = evaluation_parts(args)
     task = "synthetic" if args.synthetic_per_class else (args.task or args.dataset)
     print(
@@ -116,6 +114,9 @@ def evaluate(args: LinearEvalArguments) -> dict:
         for part, splits in parts.items():
             print(f"   {part}: {describe_sources(splits, args.group_by)}")
     check_cache_identity(args, clip_seconds)
+
+    print(f"2. frozen encoder from {args.model_name_or_path} on {device}")
+    model, feature_extractor = load_frozen_encoder(args.model_name_or_path, device)
 
     print("3. frozen features (cached under features/)")
     cached = [(part, split) for part in parts for split in SPLITS if is_cached(output_dir, part, split)]

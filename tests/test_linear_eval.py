@@ -480,3 +480,28 @@ def test_results_equal_to_the_baseline_say_equal(encoder_dir, tmp_path):
     assert stored["baseline_verdict"] == verdict and "below_baseline" not in stored
     assert f"   the model is {verdict}\n" in result.stdout
     assert f"**The model is {verdict}.**" in (out / "results.md").read_text()
+
+
+def test_a_dataset_without_its_folder_is_one_line_before_the_model_loads(tmp_path):
+    """linear_eval.py reads its data before the encoder: `--dataset audiofolder` without `--data_root` is one line,
+    said before any model is loaded (the model path here does not even exist), and nothing is created."""
+    out = tmp_path / "out"
+    refused = run(
+        [
+            sys.executable,
+            SCRIPT[1],
+            "--model_name_or_path",
+            str(tmp_path / "no_model"),
+            "--dataset",
+            "audiofolder",
+            "--output_dir",
+            str(out),
+        ]
+    )
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert error_lines(refused.stderr) == [
+        "linear_eval.py: error: load('audiofolder') needs root= the dataset's folder in its official layout "
+        "(the scripts' --data_root)."
+    ]
+    assert "1. data" in refused.stdout and "frozen encoder" not in refused.stdout
+    assert not out.exists()

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import soundfile as sf
 
+import aasp_hf.data.loaders  # data.loaders.<module> below: the sub-package imported by name, not by an earlier test
 from aasp_hf import data
 from aasp_hf.data import SafeAudioDecoder, for_safe_decoding
 

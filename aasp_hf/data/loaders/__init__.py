@@ -10,6 +10,7 @@ See docs/datasets.md. `load_fairseq_manifest(path)` reads a fairseq manifest (`.
 pre-training (examples/pretrain.py --train_manifest; docs/pretraining.md).
 """
 
+from ...errors import UsageError
 from .audio_dataset import load_audio_dataset
 from .audioset import load_audioset
 from .esc50 import load_esc50
@@ -67,8 +68,10 @@ _NORMALISED = {
 
 
 def _require_root(name, root):
-    if root is None:
-        raise ValueError(f"load({name!r}) needs root= the dataset's folder in its official layout.")
+    if root is None:  # a UsageError: the scripts say it in one line (their --data_root is this root=)
+        raise UsageError(
+            f"load({name!r}) needs root= the dataset's folder in its official layout (the scripts' --data_root)."
+        )
     return root
 
 
