@@ -113,10 +113,10 @@ def evaluate(args: LinearEvalArguments) -> dict:
 
         for part, splits in parts.items():
             print(f"   {part}: {describe_sources(splits, args.group_by)}")
-    check_cache_identity(args, clip_seconds)
 
     print(f"2. frozen encoder from {args.model_name_or_path} on {device}")
     model, feature_extractor = load_frozen_encoder(args.model_name_or_path, device)
+    check_cache_identity(args, clip_seconds)  # after the model loaded: a wrong model path leaves no cache behind
 
     print("3. frozen features (cached under features/)")
     cached = [(part, split) for part in parts for split in SPLITS if is_cached(output_dir, part, split)]
