@@ -271,7 +271,7 @@ def describe_sources(splits: dict, group_by: str) -> str:
         if shared
         else "none in two splits"
     )
-    few = len(found.get("validation", ())) if "validation" in found else None
+    few = len(found["validation"]) if "validation" in found else None  # None: no validation split to judge
     if few is not None and few < FEW_VALIDATION_SOURCES:
         line += (
             f"\n   validation holds {few} source{'s' if few != 1 else ''} ({len(splits['validation'])} clips): "
