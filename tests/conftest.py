@@ -1,4 +1,5 @@
 import os
+import signal
 
 import pytest
 import torch
@@ -15,6 +16,24 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 TORCH_THREADS = 2
 torch.set_num_threads(TORCH_THREADS)
 SAME_THREADS = {"OMP_NUM_THREADS": str(TORCH_THREADS)}
+
+# The stop signals' dispositions in the test process. An ignored signal stays ignored in every process started after
+# it (exec keeps SIG_IGN): a test that calls a script's entry point here (`run_stoppable` ignores the stop signals
+# once `main` is done, for the interpreter's shutdown) left SIGTERM and SIGUSR1 ignored, and the later tests of
+# tests/test_stop_signals.py signalled subprocesses that could no longer be stopped.
+STOP_SIGNAL_NUMBERS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+@pytest.fixture(autouse=True)
+def stop_signals_left_as_found():
+    """Fails the test that leaves a stop signal's handler changed, after putting the handler back."""
+    before = {number: signal.getsignal(number) for number in STOP_SIGNAL_NUMBERS}
+    yield
+    changed = [signal.Signals(n).name for n, handler in before.items() if signal.getsignal(n) is not handler]
+    for number, handler in before.items():
+        signal.signal(number, handler)
+    if changed:
+        pytest.fail(f"the test left the handlers of {', '.join(changed)} changed; restore them (see conftest.py)")
 
 
 def tiny_config_kwargs(**overrides):

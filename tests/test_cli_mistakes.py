@@ -306,18 +306,24 @@ def test_a_refused_write_advises_resume_only_where_the_script_can_resume(tmp_pat
     (`run_stoppable`) go on with --resume; every other script (`run_script`: the demo, conversion, benchmarks) has no
     --resume, so it says to run the same command again."""
     import errno
+    import signal
 
-    from aasp_hf.entry_points import run_script, run_stoppable
+    from aasp_hf.entry_points import STOP_SIGNALS, run_script, run_stoppable
 
     def full_disk():
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out" / "model.safetensors"))
 
+    handlers = {number: signal.getsignal(number) for number in STOP_SIGNALS}
     for entry_point, prog, advice in (
         (run_script, "demo.py", "then run the same command again."),
         (run_stoppable, "finetune.py", "then run the same command with --resume to go on from the last complete"),
     ):
-        with pytest.raises(SystemExit) as stopped:
-            entry_point(full_disk, prog)
+        try:
+            with pytest.raises(SystemExit) as stopped:
+                entry_point(full_disk, prog)
+        finally:  # run_stoppable leaves the stop signals ignored, as a script's end needs; this process goes on
+            for number, handler in handlers.items():
+                signal.signal(number, handler)
         assert stopped.value.code == 2
         message = capsys.readouterr().err.strip()
         assert message.startswith(f"{prog}: error: cannot write {tmp_path / 'out' / 'model.safetensors'}: No space")
