@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .entry_points import run_script
+from .data.audiofolder import AUDIO_EXTENSIONS  # a file named on the command line is read whatever its suffix
+from .entry_points import STOPPED_EXIT_CODE, run_script  # 75: stopped by a signal; the same command goes on
 from .errors import UsageError, parse_command_line
 from .feature_extraction_aasp import AaspFeatureExtractor
 from .modeling_aasp import AaspForAudioClassification
@@ -46,12 +47,6 @@ from .pipeline_aasp import (
     iter_windows,
     trained_window_samples,
 )
-
-
-# The suffixes a folder is searched for: formats torchcodec (ffmpeg) decodes, as `aasp_hf.data.check` lists them.
-# A file named on the command line is read whatever its suffix.
-AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".au", ".aif", ".aiff")
-STOPPED_EXIT_CODE = 75  # os.EX_TEMPFAIL, as training uses it: stopped by a signal; the same command goes on
 
 
 def parse_args(argv=None):

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aiff", ".aif")
+# The suffixes a folder is searched for (here, by `aasp_hf.data.check`, by the AudioSet loader and by `aasp_hf.tag`):
+# the formats torchcodec (FFmpeg) and libsndfile decode. A file named explicitly is read whatever its suffix.
+AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".au", ".aif", ".aiff")
 
 
 def list_audiofolder(root, split: str, max_clips: int | None = None, classes: list[str] | None = None):

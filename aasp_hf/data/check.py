@@ -30,6 +30,7 @@ import soundfile as sf
 from torchcodec.decoders import AudioDecoder
 
 from ..errors import UsageError
+from .audiofolder import AUDIO_EXTENSIONS
 from .loaders import load
 from .loaders.layout import default_audio_dir, recording_missing_files
 
@@ -74,7 +75,6 @@ OFFICIAL = {
     "voxceleb1": {"train": 138_361, "validation": 6_904, "test": 8_251},
     "audiofolder": {},
 }
-AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".au", ".aif", ".aiff")
 _CONTAINER_FORMATS = (".mp3", ".m4a", ".aac")  # headers read by torchcodec (FFmpeg) rather than libsndfile
 NUM_EXAMPLES = 3
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from datasets import ClassLabel, Sequence, Value
 
+from ..audiofolder import AUDIO_EXTENSIONS
 from .layout import audio_features, build_dataset_dict, check_labels, default_audio_dir, require_dir, require_file
 
 
@@ -48,7 +49,6 @@ SEGMENT_FILES = {
     "eval": "eval_segments.csv",
 }
 VARIANTS = {"as20k": ("balanced_train",), "as2m": ("balanced_train", "unbalanced_train")}
-AUDIO_EXTENSIONS = (".wav", ".flac", ".mp3", ".ogg", ".m4a")
 YTID_LENGTH = 11
 
 
