@@ -196,6 +196,7 @@ def measure_finetuning(args, splits: dict, multi_label: bool, names: list, clip_
         label2id={n: i for i, n in enumerate(names)},
         drop_path_rate=args.drop_path_rate,
         problem_type="multi_label_classification" if multi_label else "single_label_classification",
+        **({"classifier_pooling": args.classifier_pooling} if args.classifier_pooling else {}),
     )
     if args.freeze_feature_encoder:
         model.freeze_feature_encoder()
@@ -208,6 +209,7 @@ def measure_finetuning(args, splits: dict, multi_label: bool, names: list, clip_
         split="train",
         num_labels=num_labels if multi_label else None,
         seed=args.seed * 1000 + 1 + rank,
+        padding=args.clip_padding,  # masked padding marks the padded frames in the attention mask, as the script does
     )
     augment_rng = np.random.default_rng(args.seed * 1000 + 2 + rank)
     sampler = None
