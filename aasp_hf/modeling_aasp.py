@@ -122,10 +122,13 @@ def _check_sblu_inputs(values, decay, frequency, step, kernel_size, phase) -> No
     _check_kernel_size(kernel_size)
     _check_step(step)
     if values.dim() != 3:
-        raise ValueError(f"values must have shape (B, H, T), got values.shape={tuple(values.shape)}")
+        raise ValueError(
+            f"values must have shape (batch_size, sblu_hidden_size, num_frames), got values.shape={tuple(values.shape)}"
+        )
     if decay.shape != values.shape or frequency.shape != values.shape:
         raise ValueError(
-            "values, decay and frequency must have the same shape (B, H, T) (expand the per-frame parameters first), "
+            "values, decay and frequency must have the same shape (batch_size, sblu_hidden_size, num_frames) (expand the "
+            "per-frame parameters first), "
             f"got values.shape={tuple(values.shape)}, decay.shape={tuple(decay.shape)}, "
             f"frequency.shape={tuple(frequency.shape)}"
         )
@@ -201,7 +204,7 @@ def zero_phase_highpass(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     Zero padding at both ends (not filtfilt's odd extension), so a zero-padded clip filters like the unpadded one;
     one FFT convolution per row, float32 (float64 for float64 input), autocast off. Returns the shape of `x`."""
     if x.dim() != 3:
-        raise ValueError(f"x must have shape (B, C, T), got x.shape={tuple(x.shape)}")
+        raise ValueError(f"x must have shape (batch_size, channels, num_frames), got x.shape={tuple(x.shape)}")
     if kernel.dim() != 1 or kernel.shape[0] % 2 == 0:
         raise ValueError(f"kernel must be 1-D with an odd length, got kernel.shape={tuple(kernel.shape)}")
     frames, length = x.shape[-1], kernel.shape[0]
@@ -1468,15 +1471,21 @@ def teacher_targets(layer_outputs, norm_axis: str = "tokens") -> torch.Tensor:
     across the tokens (EAT's code), `"channels"` each token across its channels (the paper's text). Float32 (float64
     for float64 inputs)."""
     if not isinstance(layer_outputs, (list, tuple)) or len(layer_outputs) == 0:
-        raise ValueError(f"layer_outputs must be a non-empty list or tuple of (B, N, D) tensors, got {layer_outputs!r}")
+        raise ValueError(
+            f"layer_outputs must be a non-empty list of (batch_size, num_patches, hidden_size), got {layer_outputs!r}"
+        )
     if norm_axis not in TARGET_NORM_AXES:
         raise ValueError(f"norm_axis must be one of {TARGET_NORM_AXES}, got norm_axis={norm_axis!r}")
     shape = tuple(layer_outputs[0].shape)
     shapes = [tuple(h.shape) for h in layer_outputs]
     if len(shape) != 3 or any(s != shape for s in shapes):
-        raise ValueError(f"layer_outputs must all have the same shape (B, N, D), got shapes {shapes}")
+        raise ValueError(
+            f"layer_outputs must all have the same shape (batch_size, num_patches, hidden_size), got shapes {shapes}"
+        )
     if norm_axis == "tokens" and shape[1] < 2:
-        raise ValueError(f"norm_axis='tokens' normalises across tokens and needs N >= 2, got layer shape {shape}")
+        raise ValueError(
+            f"norm_axis='tokens' normalises across tokens and needs num_patches >= 2, got layer shape {shape}"
+        )
 
     dtype = compute_dtype(layer_outputs[0])
     with _no_autocast(layer_outputs[0]):
@@ -1525,7 +1534,8 @@ def clip_loss(student_cls: torch.Tensor, targets: torch.Tensor, scaling: str = "
         or student_cls.shape[2] != targets.shape[2]
     ):
         raise ValueError(
-            "student_cls must be (B, M, D) and targets (B, N, D) with the same B and D, "
+            "student_cls must be (batch_size, num_views, hidden_size) and targets (batch_size, num_patches, hidden_size) "
+            "with the same batch_size and hidden_size, "
             f"got student_cls {tuple(student_cls.shape)} and targets {tuple(targets.shape)}"
         )
     _check_scaling(scaling)
@@ -1548,7 +1558,8 @@ def multi_view_contrastive_loss(
     are gathered from all of them (`gather_with_grad`), the anchors stay local. Float32 (float64 for float64 inputs)."""
     if embeddings.ndim != 3 or embeddings.shape[1] < 2 or embeddings.shape[0] < 1 or embeddings.shape[2] < 1:
         raise ValueError(
-            "embeddings must be (B, M, E) with B >= 1, M >= 2 views per clip and E >= 1, "
+            "embeddings must be (batch_size, num_views, embed_size) with batch_size >= 1, num_views >= 2 views per clip "
+            "and embed_size >= 1, "
             f"got embeddings {tuple(embeddings.shape)}"
         )
     if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):

@@ -390,7 +390,7 @@ def test_contrastive_loss_gathers_across_two_gloo_processes(tmp_path):
 
 
 def test_argument_errors_name_argument_and_shapes():
-    with pytest.raises(ValueError, match=r"M >= 2.*\(3, 1, 4\)"):
+    with pytest.raises(ValueError, match=r"num_views >= 2.*\(3, 1, 4\)"):
         multi_view_contrastive_loss(torch.randn(3, 1, 4))
     with pytest.raises(ValueError, match=r"embeddings.*\(3, 4\)"):
         multi_view_contrastive_loss(torch.randn(3, 4))
@@ -409,5 +409,5 @@ def test_argument_errors_name_argument_and_shapes():
         teacher_targets([])
     with pytest.raises(ValueError, match="norm_axis"):
         teacher_targets([torch.randn(2, 5, 8)], norm_axis="time")
-    with pytest.raises(ValueError, match=r"N >= 2.*\(2, 1, 8\)"):
+    with pytest.raises(ValueError, match=r"num_patches >= 2.*\(2, 1, 8\)"):
         teacher_targets([torch.randn(2, 1, 8)])
