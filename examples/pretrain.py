@@ -95,7 +95,7 @@ from aasp_hf.data.clips import (
     load_clips,
     load_micro_batches,
 )
-from aasp_hf.errors import UsageError, check_keys
+from aasp_hf.errors import UsageError
 from aasp_hf.hub import check_model_path
 from aasp_hf.training.arguments import check_model_config, config_from_fields, parse_arguments
 from aasp_hf.training.pretraining_arguments import (
@@ -103,6 +103,7 @@ from aasp_hf.training.pretraining_arguments import (
     DataArguments,
     ModelArguments,
     PretrainingArguments,
+    check_pretraining_arguments,
 )
 from aasp_hf.training.monitors import pretraining_health
 
@@ -117,22 +118,7 @@ def parse_args(argv=None):
     )
     model_args.model_config = check_model_config(model_args.model_config, AaspConfig)  # a typo is refused here
     config_from_fields(AaspConfig, model_args.model_config)  # and a value the config refuses, before any folder
-    if args.torch_compile and args.ddp_bucket_cap_mb is not None and args.ddp_bucket_cap_mb < 1:
-        raise UsageError(
-            f"--ddp_bucket_cap_mb {args.ddp_bucket_cap_mb:g} with --torch_compile: DDP's first bucket "
-            "holds 1 MiB and dynamo's DDP optimiser needs the others at least as large; pass 1 or more"
-        )
-    if args.resume_allow_changes:
-        if not args.resume:
-            raise UsageError("--resume_allow_changes goes with --resume (it names what a resumed run may change)")
-        args.resume_allow_changes = [n for item in args.resume_allow_changes for n in item.split(",") if n]
-        valid = [
-            *RUN_ARGUMENTS,
-            "num_processes",
-            "model_config",
-            *(f"model_config.{k}" for k in init_arguments(AaspConfig)),
-        ]
-        check_keys(args.resume_allow_changes, valid, "--resume_allow_changes", "docs/pretraining.md#resuming")
+    check_pretraining_arguments(args)  # --torch_compile's bucket size, --resume_allow_changes
     return data_args, model_args, args
 
 
