@@ -75,11 +75,11 @@ from aasp_hf.training.checkpointing import (
 from aasp_hf.training.failed_clips import FailedClipShare
 from aasp_hf.training.resume import PRETRAINING_RUN_ARGUMENTS as RUN_ARGUMENTS
 from aasp_hf.training.resume import (
-    check_process_count,
-    compare_run_arguments,
+    describe_finished_pretraining,
     describe_resume_changes,
     finished_pretraining,
     load_training_state,
+    pretraining_resume_changes,
 )
 from aasp_hf.training.pretraining_monitors import Monitors, is_due
 from aasp_hf.training.run_log import last_training_logs, write_logs, write_rank_summary
@@ -209,7 +209,7 @@ def train(data_args, model_args, args) -> dict:
     if checkpoint is not None:
         finished = finished_pretraining(output_dir, checkpoint, trainer_state["step"], args)
         if finished is not None:
-            say_finished(accelerator, output_dir, trainer_state["step"], args)
+            accelerator.print(describe_finished_pretraining(output_dir, trainer_state["step"], args))
             accelerator.end_training()
             return finished
         # an earlier segment's results: kept where not replaced (a damaged file is named and left out)
@@ -229,7 +229,7 @@ def train(data_args, model_args, args) -> dict:
     resume_changes = (
         []
         if checkpoint is None
-        else compare_with_checkpoint(accelerator, checkpoint, trainer_state, current_arguments, args, config)
+        else pretraining_resume_changes(accelerator, checkpoint, trainer_state, current_arguments, args, config)
     )
     if accelerator.is_main_process:  # every field of the model this run trains, beside its checkpoints
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -330,57 +330,6 @@ def distribute(accelerator, model, optimizer, args):
     if args.torch_compile:
         unwrapped.compile(fullgraph=True)
     return model, optimizer, update_teacher
-
-
-def say_finished(accelerator, output_dir: Path, done: int, args):
-    """The line for a --resume of a run with nothing left to train: where its results are, how to train on."""
-    if done >= args.max_steps:
-        why, more = (
-            f"finished (step {done} of --max_steps {args.max_steps})",
-            ("raise --max_steps and pass --resume_allow_changes max_steps"),
-        )
-    else:
-        why = f"at --stop_after_steps {done} (of --max_steps {args.max_steps})"
-        more = "raise --stop_after_steps"
-    accelerator.print(
-        f"{output_dir} holds a run already {why}; nothing was changed. Its results: "
-        f"{output_dir / 'all_results.json'}, its encoder: {output_dir / 'encoder'}. To train "
-        f"on, {more}."
-    )
-
-
-def compare_with_checkpoint(
-    accelerator, checkpoint, trainer_state: dict, current_arguments: dict, args, config: AaspConfig
-) -> list:
-    """The allowed changes of the run arguments against `checkpoint`'s (the process count checked apart)."""
-    world = accelerator.num_processes
-    stored = trainer_state.get("run_arguments")
-    compared = check_process_count(
-        checkpoint,
-        trainer_state.get("num_processes", world),
-        world,
-        stored,
-        current_arguments,
-        args.resume_allow_changes,
-        config,
-    )
-    if trainer_state.get("num_processes", world) != world:
-        accelerator.print(
-            f"resuming {trainer_state['num_processes']} process(es) × "
-            f"{stored['per_device_train_batch_size']} clips on {world} × "
-            f"{args.per_device_train_batch_size}"
-        )
-    return compare_run_arguments(
-        checkpoint,
-        stored,
-        compared,
-        args.resume_allow_changes,
-        RUN_ARGUMENTS,
-        accelerator.mixed_precision,
-        trainer_state["step"],
-        args.max_steps,
-        warn=accelerator.print,
-    )
 
 
 def load_dataset(accelerator, data_args, args, feature_extractor):

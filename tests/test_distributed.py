@@ -22,6 +22,7 @@ from test_pretrain_script import _free_port
 
 import pretrain
 from aasp_hf.errors import UsageError
+from aasp_hf.training.resume import check_process_count
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = "examples/configs/pretrain_tiny_cpu.json"
@@ -298,7 +299,7 @@ def test_what_cannot_carry_over_to_another_number_of_processes_is_refused_in_one
 
     def check(world, batch=4, allowed=(), streaming=False, config=config):
         current = {"per_device_train_batch_size": batch, "streaming": streaming}
-        return pretrain.check_process_count("ckpt", 2, world, stored, current, allowed, config)
+        return check_process_count("ckpt", 2, world, stored, current, allowed, config)
 
     def refusal(**kwargs):
         with pytest.raises(UsageError) as error:
