@@ -144,14 +144,6 @@ def run_arguments(data_args, args, config: AaspConfig, mixed_precision: str) -> 
     return {**{name: given[name] for name in RUN_ARGUMENTS}, "model_config": resolved_model_config(config)}
 
 
-def collate_clips(collator: PretrainingCollator, examples, seeds) -> dict:
-    """The collator's batch with each clip's random draws (crop, masks, queries, equaliser) from its own seed (its
-    `clip_seed`), so that they depend neither on the process that collates the clip nor on the rest of its batch."""
-    return collator.collate_seeded(examples, seeds)
-
-
-# ----------------------------------------------------------------------------------------------- monitors (steps 3, 7b)
-# ----------------------------------------------------------------------------------------------- main
 def main(argv=None) -> dict:
     data_args, model_args, args = parse_args(argv)
     if args.plan:  # what the run will cost, computed on fake tensors; builds nothing else, writes nothing
