@@ -6,32 +6,16 @@
     python examples/pretrain.py --synthetic_clips 64 --max_steps 20 --output_dir runs/try   # one process
 
 Arguments come from the dataclasses of `aasp_hf.training.pretraining_arguments`: on the command line, from one JSON
-file (`pretrain.py preset.json`), or from `--config preset.json` followed by command-line overrides.
+file (`pretrain.py preset.json`), or from `--config preset.json` followed by command-line overrides (`--model_config`
+key by key; the resolved config is printed and saved as `resolved_config.json`).
 
-Steps: 1. `--resume` finds the newest complete checkpoint, 2. model and data (a dataset of `aasp_hf.data` in its
-official layout — AS-2M's train split leaves the eval segments out —, an audio folder, a fairseq manifest, any
-`datasets` dataset, or synthetic clips), 3. learning-health monitors, 4. optimiser and schedules (pure functions of the
-step), 5. `accelerator.prepare`, 6. exact `--resume` of the states, 7. training loop: 7a. the step
-(`aasp_hf.training.step.pretraining_step`: micro-batches, `apply_update`, EMA teacher), 7b. monitors, 7c. logging
-(TensorBoard + progress bar), 7d. crash-safe checkpoints, 8. export of the student encoder (and on request the
-teacher) for `AutoModel.from_pretrained`.
-
-Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of the dataset (seed + epoch); global
-micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W) of it, process r taking its r-th slice of B clips (W
-processes, the incomplete last global batch is dropped). Each clip's crop, masks, queries and equaliser are drawn
-from a generator seeded by its position in that order (`clip_seed`), not by the process that reads it. The data
-position is therefore a pure function of the step, and so are the learning rate and the teacher momentum; RNG
-states (accelerate: dropout, drop path) are saved with each checkpoint, so a resumed run repeats exactly what the
-uninterrupted run would have done — on another number of processes too, given the per-device batch that keeps the
-B·W clips of a global micro-batch (`aasp_hf.training.resume.check_process_count` says what cannot carry over). With
-`--streaming` the data is a `datasets` IterableDataset: each process reads its shard, reshuffled every epoch, and
-the stream position (epoch, micro-batches taken) is saved per process with each checkpoint instead (see
-`aasp_hf.data.clips.AudioStream`).
-
-`--resume` (docs/pretraining.md#resuming): a finished run is left as it is; a checkpoint stores the arguments that
-define the run (`RUN_ARGUMENTS`) and a resume with other values is refused unless `--resume_allow_changes` names them;
-a damaged checkpoint is named and passed over for the newest complete one. `--model_config` on the command line
-overrides the preset's model config key by key; the resolved config is printed and saved as `resolved_config.json`.
+Steps (`train`): 1. `--resume` finds the newest complete checkpoint, 2. model and data (a dataset of `aasp_hf.data`
+in its official layout, an audio folder, a fairseq manifest, any `datasets` dataset, a log-mel cache or synthetic
+clips), 3. learning-health monitors, 4. optimiser, 5. `accelerator.prepare`, 6. the states of a resumed checkpoint,
+7. the training loop (`aasp_hf.training.pretraining_loop`: the step of `aasp_hf.training.step`, monitors, logging,
+checkpoints), 8. export of the student encoder (and on request the teacher) for `AutoModel.from_pretrained`. The
+data order, the learning rate and the teacher momentum are pure functions of the step, so `--resume` continues
+exactly, on another number of processes too (docs/pretraining.md#resuming).
 """
 
 import json
@@ -45,13 +29,13 @@ from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
 from aasp_hf.configuration_aasp import init_arguments
+from aasp_hf.data.cache import LogMelCache
+from aasp_hf.data.clips import AudioStream, load_clips
 from aasp_hf.data.collators import PretrainingCollator
-from aasp_hf.schedules import learning_rate
-from aasp_hf.training import param_groups
-from aasp_hf.training.console import quiet_libraries
-from aasp_hf.training.launch import check_launch
-from aasp_hf.training.model_ema import update_teacher_
 from aasp_hf.entry_points import run_stoppable
+from aasp_hf.hub import check_model_path
+from aasp_hf.schedules import learning_rate
+from aasp_hf.training.arguments import check_model_config, config_from_fields, parse_arguments
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
     check_output_dir,
@@ -60,11 +44,16 @@ from aasp_hf.training.checkpointing import (
     read_results,
     remove_artefacts,
 )
-from aasp_hf.training.resume import PRETRAINING_RUN_ARGUMENTS as RUN_ARGUMENTS
-from aasp_hf.training.resume import (
-    describe_finished_pretraining,
-    finished_pretraining,
-    pretraining_resume_changes,
+from aasp_hf.training.console import quiet_libraries
+from aasp_hf.training.launch import check_launch
+from aasp_hf.training.model_ema import update_teacher_
+from aasp_hf.training.optim import param_groups
+from aasp_hf.training.pretraining_arguments import (
+    DATA_SOURCES,
+    DataArguments,
+    ModelArguments,
+    PretrainingArguments,
+    check_pretraining_arguments,
 )
 from aasp_hf.training.pretraining_loop import (
     PretrainingLoop,
@@ -74,26 +63,16 @@ from aasp_hf.training.pretraining_loop import (
     write_results,
 )
 from aasp_hf.training.pretraining_monitors import Monitors
-from aasp_hf.training.run_log import write_logs
+from aasp_hf.training.resume import PRETRAINING_RUN_ARGUMENTS as RUN_ARGUMENTS
+from aasp_hf.training.resume import describe_finished_pretraining, finished_pretraining, pretraining_resume_changes
 from aasp_hf.training.run_lock import hold_run_folder
-from aasp_hf.data.cache import LogMelCache
-from aasp_hf.data.clips import (
-    AudioStream,
-    load_clips,
-)
-from aasp_hf.hub import check_model_path
-from aasp_hf.training.arguments import check_model_config, config_from_fields, parse_arguments
-from aasp_hf.training.pretraining_arguments import (
-    DATA_SOURCES,
-    DataArguments,
-    ModelArguments,
-    PretrainingArguments,
-    check_pretraining_arguments,
-)
+from aasp_hf.training.run_log import write_logs
+
+# what a pre-training run leaves besides RUN_ARTEFACTS (checkpoints, log, results); --overwrite_output_dir removes it
+ARTEFACTS = ("encoder", "teacher_encoder", "ranks", "tensorboard", "resolved_config.json", "decode_failures.txt")
+
 
 # ----------------------------------------------------------------------------------------------- arguments
-
-
 def parse_args(argv=None):
     """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
     # a data source on the command line replaces the preset's (`--config pretrain_tiny_cpu.json --train_dir DIR`)
@@ -104,6 +83,36 @@ def parse_args(argv=None):
     config_from_fields(AaspConfig, model_args.model_config)  # and a value the config refuses, before any folder
     check_pretraining_arguments(args)  # --torch_compile's bucket size, --resume_allow_changes
     return data_args, model_args, args
+
+
+# ----------------------------------------------------------------------------------------------- accelerate
+def make_accelerator(args, output_dir: Path) -> Accelerator:
+    """accelerate's Accelerator for this run: mixed precision, the TensorBoard tracker (--report_to), DDP's bucket
+    size (--ddp_bucket_cap_mb). A launcher's processes that did not join are refused in one line."""
+    trackers = None if args.report_to in ("none", "", None) else args.report_to
+    ddp = (
+        [] if args.ddp_bucket_cap_mb is None else [DistributedDataParallelKwargs(bucket_cap_mb=args.ddp_bucket_cap_mb)]
+    )
+    accelerator = Accelerator(
+        mixed_precision=args.mixed_precision,
+        log_with=trackers,
+        project_dir=str(output_dir),
+        kwargs_handlers=ddp,
+    )
+    check_launch(accelerator.num_processes, "pretrain.py")
+    return accelerator
+
+
+def init_tensorboard(accelerator, data_args, args):
+    """The TensorBoard tracker (unless --report_to none) with every argument as a hyper-parameter (a list, a dict or
+    None as its string)."""
+    if args.report_to in ("none", "", None):
+        return
+    hparams = {
+        k: v if isinstance(v, (int, float, str, bool)) else str(v)
+        for k, v in {**asdict(data_args), **asdict(args)}.items()
+    }
+    accelerator.init_trackers("tensorboard", config=hparams)
 
 
 # ----------------------------------------------------------------------------------------------- model (step 2)
@@ -144,80 +153,26 @@ def run_arguments(data_args, args, config: AaspConfig, mixed_precision: str) -> 
     return {**{name: given[name] for name in RUN_ARGUMENTS}, "model_config": resolved_model_config(config)}
 
 
-def main(argv=None) -> dict:
-    data_args, model_args, args = parse_args(argv)
-    if args.plan:  # what the run will cost, computed on fake tensors; builds nothing else, writes nothing
-        from aasp_hf.plan import print_pretraining_plan
+# ----------------------------------------------------------------------------------------------- data (step 2)
+def load_dataset(accelerator, data_args, args, feature_extractor):
+    """(dataset, stream): the clips of the data source (a stream: each process its shard; stream is None else)."""
+    world, rank = accelerator.num_processes, accelerator.process_index
+    if data_args.log_mel_cache is not None:
+        if data_args.streaming:
+            raise ValueError("--streaming reads audio; a --log_mel_cache is read as a map-style dataset")
+        dataset = LogMelCache(data_args.log_mel_cache, feature_extractor)  # refuses a cache of other settings
+    else:
+        dataset = load_clips(data_args, args.seed, args.per_device_train_batch_size, world, rank)
+    stream = dataset if isinstance(dataset, AudioStream) else None
+    described = "a stream" if stream is not None else f"{len(dataset)} clips"
+    accelerator.print(f"{described}, {world} process(es)")
+    return dataset, stream
 
-        try:
-            return print_pretraining_plan(model_args, args, data_args)
-        except ValueError as error:
-            raise SystemExit(f"pretrain.py --plan: error: {error}") from None
-    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/console.py)
-    with hold_run_folder(args.output_dir):  # one run per folder; an unwritable folder is refused here, before the model
-        return train(data_args, model_args, args)
 
-
-def train(data_args, model_args, args) -> dict:
-    output_dir = Path(args.output_dir)
-    # a folder holding a run is refused without --resume / --overwrite_output_dir (before anything is written)
-    stale = check_output_dir(
-        output_dir,
-        args.resume,
-        args.overwrite_output_dir,
-        RUN_ARTEFACTS
-        + ("encoder", "teacher_encoder", "ranks", "tensorboard", "resolved_config.json", "decode_failures.txt"),
-    )
-    trackers = None if args.report_to in ("none", "", None) else args.report_to
-    ddp = (
-        [] if args.ddp_bucket_cap_mb is None else [DistributedDataParallelKwargs(bucket_cap_mb=args.ddp_bucket_cap_mb)]
-    )
-    accelerator = Accelerator(
-        mixed_precision=args.mixed_precision, log_with=trackers, project_dir=str(output_dir), kwargs_handlers=ddp
-    )
-    check_launch(accelerator.num_processes, "pretrain.py")  # a launcher's processes that did not join: one line
-
-    # 1. --resume: the newest complete checkpoint (a damaged one is named and passed over). A run with nothing left
-    #    to train whose results and encoder were written is left exactly as it is.
-    checkpoint = checkpoint_to_resume(output_dir, accelerator.print) if args.resume else None
-    trainer_state = load_trainer_state(checkpoint) if checkpoint is not None else {}
-    previous_results = None
-    if checkpoint is not None:
-        finished = finished_pretraining(output_dir, checkpoint, trainer_state["step"], args)
-        if finished is not None:
-            accelerator.print(describe_finished_pretraining(output_dir, trainer_state["step"], args))
-            accelerator.end_training()
-            return finished
-        # an earlier segment's results: kept where not replaced (a damaged file is named and left out)
-        previous_results = read_results(output_dir / "all_results.json", accelerator.print)
-    set_seed(args.seed)  # python, numpy, torch: the model initialisation, identical on every process
-    if stale and accelerator.is_main_process:
-        remove_artefacts(stale)
-    accelerator.wait_for_everyone()
-
-    # 2. Model, feature extractor and data: decoding (or reading cached log-mel), cropping, features and masks in
-    #    DataLoader workers (step 7). The model config is built-in defaults
-    #    < preset < command line, key by key; the arguments that define the run are compared with the checkpoint's.
-    model = build_model(model_args)
-    config = model.config
-    accelerator.print(describe_model(config, model, output_dir / "resolved_config.json"))
-    current_arguments = run_arguments(data_args, args, config, accelerator.mixed_precision)
-    resume_changes = (
-        []
-        if checkpoint is None
-        else pretraining_resume_changes(accelerator, checkpoint, trainer_state, current_arguments, args, config)
-    )
-    if accelerator.is_main_process:  # every field of the model this run trains, beside its checkpoints
-        output_dir.mkdir(parents=True, exist_ok=True)
-        config.to_json_file(output_dir / "resolved_config.json")
-    # No max_frames: the exported extractor must featurise whole clips (the model interpolates its positions); the
-    # pre-training crop to config.num_frames is the collator's (crop_seconds, max_frames=num_frames).
-    feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins)
-    dataset, stream = load_dataset(accelerator, data_args, args, feature_extractor)
-    set_seed(args.seed, device_specific=True)  # from here on (dropout, drop path) each process has its own stream
-    if args.gradient_checkpointing:  # transformers >= 5 renamed it
-        getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
-    collator = PretrainingCollator(
+def training_collator(accelerator, data_args, args, feature_extractor, config: AaspConfig) -> PretrainingCollator:
+    """The training process's collator: with --features_on_device it computes each micro-batch's log-mel on the
+    accelerator (`finish`); its generator, one per process, is kept in checkpoints."""
+    return PretrainingCollator(
         feature_extractor,
         config,
         crop_seconds=data_args.crop_seconds,
@@ -225,48 +180,9 @@ def train(data_args, model_args, args) -> dict:
         device=accelerator.device if data_args.features_on_device else None,
         student_eq_strength=data_args.student_eq_strength,
     )
-    # 3. Learning-health monitors (aasp_hf.training.monitors), on the main process only: no gradients, eval mode, no
-    #    draws from any random stream, so they do not change what the run trains.
-    monitors = Monitors.build(accelerator, data_args, args, dataset, stream, config, feature_extractor)
-
-    # 4. Optimiser, 5. distribute (accelerate: DDP/FSDP, devices, mixed precision; --torch_compile)
-    model, optimizer, update_teacher = distribute(accelerator, model, build_optimizer(model, args), args)
-    unwrapped = accelerator.unwrap_model(model)
-
-    # 6. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
-    start = StartPoint()
-    if args.resume:
-        start = resume_states(
-            accelerator, optimizer, collator, stream, checkpoint, trainer_state, args, resume_changes, current_arguments
-        )
-    if trackers is not None:
-        hparams = {
-            k: v if isinstance(v, (int, float, str, bool)) else str(v)
-            for k, v in {**asdict(data_args), **asdict(args)}.items()
-        }
-        accelerator.init_trackers("tensorboard", config=hparams)
-    if monitors.probe is not None and start.step == 0:  # the random-initialisation reference
-        write_logs(accelerator, output_dir / "log_history.jsonl", 0, monitors.probe_logs(unwrapped, accelerator))
-
-    # 7. Training loop (aasp_hf.training.pretraining_loop), 8. export and results.
-    batches = micro_batch_source(accelerator, data_args, args, dataset, stream, feature_extractor, config, start.step)
-    loop = PretrainingLoop(
-        accelerator,
-        model,
-        optimizer,
-        update_teacher,
-        collator,
-        batches,
-        monitors,
-        args,
-        stream,
-        start,
-        current_arguments,
-    )
-    _, elapsed = loop.run()
-    return write_results(loop, data_args, dataset, elapsed, previous_results)
 
 
+# ----------------------------------------------------------------------------------------------- optimiser (steps 4, 5)
 def build_optimizer(model: AaspForPreTraining, args) -> torch.optim.AdamW:
     """4. AdamW without decay on biases, norms, CLS and positions; the teacher is frozen and not in it. lr and
     momentum are pure functions of the step (set by hand each step; no scheduler object). --patch_embedding_lr_scale:
@@ -304,19 +220,91 @@ def distribute(accelerator, model, optimizer, args):
     return model, optimizer, update_teacher
 
 
-def load_dataset(accelerator, data_args, args, feature_extractor):
-    """(dataset, stream): the clips of the data source (a stream: each process its shard; stream is None else)."""
-    world, rank = accelerator.num_processes, accelerator.process_index
-    if data_args.log_mel_cache is not None:
-        if data_args.streaming:
-            raise ValueError("--streaming reads audio; a --log_mel_cache is read as a map-style dataset")
-        dataset = LogMelCache(data_args.log_mel_cache, feature_extractor)  # refuses a cache of other settings
-    else:
-        dataset = load_clips(data_args, args.seed, args.per_device_train_batch_size, world, rank)
-    stream = dataset if isinstance(dataset, AudioStream) else None
-    described = "a stream" if stream is not None else f"{len(dataset)} clips"
-    accelerator.print(f"{described}, {world} process(es)")
-    return dataset, stream
+# ----------------------------------------------------------------------------------------------- main
+def main(argv=None) -> dict:
+    data_args, model_args, args = parse_args(argv)
+    if args.plan:  # what the run will cost, computed on fake tensors; builds nothing else, writes nothing
+        from aasp_hf.plan import print_pretraining_plan
+
+        try:
+            return print_pretraining_plan(model_args, args, data_args)
+        except ValueError as error:
+            raise SystemExit(f"pretrain.py --plan: error: {error}") from None
+    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/console.py)
+    with hold_run_folder(args.output_dir):  # one run per folder; an unwritable folder is refused here, before the model
+        return train(data_args, model_args, args)
+
+
+def train(data_args, model_args, args) -> dict:
+    output_dir = Path(args.output_dir)
+    # a folder holding a run is refused without --resume / --overwrite_output_dir (before anything is written)
+    stale = check_output_dir(output_dir, args.resume, args.overwrite_output_dir, RUN_ARTEFACTS + ARTEFACTS)
+    accelerator = make_accelerator(args, output_dir)
+
+    # 1. --resume: the newest complete checkpoint (a damaged one is named and passed over). A run with nothing left
+    #    to train whose results and encoder were written is left exactly as it is.
+    checkpoint = checkpoint_to_resume(output_dir, accelerator.print) if args.resume else None
+    trainer_state = load_trainer_state(checkpoint) if checkpoint is not None else {}
+    previous_results = None
+    if checkpoint is not None:
+        finished = finished_pretraining(output_dir, checkpoint, trainer_state["step"], args)
+        if finished is not None:
+            accelerator.print(describe_finished_pretraining(output_dir, trainer_state["step"], args))
+            accelerator.end_training()
+            return finished
+        # an earlier segment's results: kept where not replaced (a damaged file is named and left out)
+        previous_results = read_results(output_dir / "all_results.json", accelerator.print)
+    set_seed(args.seed)  # python, numpy, torch: the model initialisation, identical on every process
+    if stale and accelerator.is_main_process:
+        remove_artefacts(stale)
+    accelerator.wait_for_everyone()
+
+    # 2. Model, feature extractor and data: decoding (or reading cached log-mel), cropping, features and masks in
+    #    DataLoader workers (step 7). The model config is built-in defaults < preset < command line, key by key; the
+    #    arguments that define the run are compared with the checkpoint's.
+    model = build_model(model_args)
+    config = model.config
+    accelerator.print(describe_model(config, model, output_dir / "resolved_config.json"))
+    run_args = run_arguments(data_args, args, config, accelerator.mixed_precision)
+    resume_changes = []
+    if checkpoint is not None:
+        resume_changes = pretraining_resume_changes(accelerator, checkpoint, trainer_state, run_args, args, config)
+    if accelerator.is_main_process:  # every field of the model this run trains, beside its checkpoints
+        output_dir.mkdir(parents=True, exist_ok=True)
+        config.to_json_file(output_dir / "resolved_config.json")
+    # No max_frames: the exported extractor must featurise whole clips (the model interpolates its positions); the
+    # pre-training crop to config.num_frames is the collator's (crop_seconds, max_frames=num_frames).
+    feature_extractor = AaspFeatureExtractor(feature_size=config.num_mel_bins)
+    dataset, stream = load_dataset(accelerator, data_args, args, feature_extractor)
+    set_seed(args.seed, device_specific=True)  # from here on (dropout, drop path) each process has its own stream
+    if args.gradient_checkpointing:  # transformers >= 5 renamed it
+        getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    collator = training_collator(accelerator, data_args, args, feature_extractor, config)
+    # 3. Learning-health monitors (aasp_hf.training.monitors), on the main process only: no gradients, eval mode, no
+    #    draws from any random stream, so they do not change what the run trains.
+    monitors = Monitors.build(accelerator, data_args, args, dataset, stream, config, feature_extractor)
+
+    # 4. Optimiser, 5. distribute (accelerate: DDP/FSDP, devices, mixed precision; --torch_compile)
+    model, optimizer, update_teacher = distribute(accelerator, model, build_optimizer(model, args), args)
+    unwrapped = accelerator.unwrap_model(model)
+
+    # 6. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
+    start = StartPoint()
+    if args.resume:
+        start = resume_states(
+            accelerator, optimizer, collator, stream, checkpoint, trainer_state, args, resume_changes, run_args
+        )
+    init_tensorboard(accelerator, data_args, args)
+    if monitors.probe is not None and start.step == 0:  # the random-initialisation reference
+        write_logs(accelerator, output_dir / "log_history.jsonl", 0, monitors.probe_logs(unwrapped, accelerator))
+
+    # 7. Training loop (aasp_hf.training.pretraining_loop), 8. export and results.
+    batches = micro_batch_source(accelerator, data_args, args, dataset, stream, feature_extractor, config, start.step)
+    loop = PretrainingLoop(
+        accelerator, model, optimizer, update_teacher, collator, batches, monitors, args, stream, start, run_args
+    )
+    _, elapsed = loop.run()
+    return write_results(loop, data_args, dataset, elapsed, previous_results)
 
 
 if __name__ == "__main__":
