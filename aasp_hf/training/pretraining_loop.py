@@ -351,8 +351,9 @@ class PretrainingLoop:
 
 
 def write_results(loop: PretrainingLoop, data_args, dataset, elapsed: float, previous_results) -> dict:
-    """Step 8 of examples/pretrain.py: export and results. Every process writes a summary (parameter checksums, data seen) to check the sync;
-    the main process exports the encoder(s) with their model card and writes all_results.json."""
+    """Step 8 of examples/pretrain.py: export and results. Every process writes a summary (parameter checksums, data
+    seen) to check the sync; the main process exports the encoder(s) with their model card and writes
+    all_results.json."""
     accelerator, unwrapped, output_dir, step = loop.accelerator, loop.unwrapped, loop.output_dir, loop.step
     args = loop.args
     accelerator.wait_for_everyone()  # every process has appended its failures to the one list
