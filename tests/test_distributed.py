@@ -22,6 +22,7 @@ from test_pretrain_script import _free_port
 
 import pretrain
 from aasp_hf.errors import UsageError
+from aasp_hf.training.resume import check_process_count
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = "examples/configs/pretrain_tiny_cpu.json"
@@ -298,7 +299,7 @@ def test_what_cannot_carry_over_to_another_number_of_processes_is_refused_in_one
 
     def check(world, batch=4, allowed=(), streaming=False, config=config):
         current = {"per_device_train_batch_size": batch, "streaming": streaming}
-        return pretrain.check_process_count("ckpt", 2, world, stored, current, allowed, config)
+        return check_process_count("ckpt", 2, world, stored, current, allowed, config)
 
     def refusal(**kwargs):
         with pytest.raises(UsageError) as error:
@@ -321,7 +322,7 @@ def test_what_cannot_carry_over_to_another_number_of_processes_is_refused_in_one
 
 def test_a_global_micro_batch_is_the_same_clips_with_the_same_draws_on_one_process_or_two():
     """The data order's unit: global micro-batch g holds the same rows at the same positions for 2 processes × 4
-    clips as for 1 × 8, and `collate_clips` (each clip's crop and masks from its `clip_seed`) gives the one process's
+    clips as for 1 × 8, and `collate_seeded` (each clip's crop and masks from its `clip_seed`) gives the one process's
     batch as the two processes' batches stacked; a per-process generator would not."""
     from aasp_hf import AaspFeatureExtractor
     from aasp_hf.data.collators import PretrainingCollator
@@ -339,8 +340,8 @@ def test_a_global_micro_batch_is_the_same_clips_with_the_same_draws_on_one_proce
         halves = [next(process) for process in two]
         assert [e["index"] for e in examples] == [e["index"] for h in halves for e in h[1]]
         assert positions == halves[0][2] + halves[1][2] and {h[0] for h in halves} == {epoch}
-        whole = pretrain.collate_clips(collator, examples, [clip_seed(3, epoch, p) for p in positions])
-        parts = [pretrain.collate_clips(collator, h[1], [clip_seed(3, epoch, p) for p in h[2]]) for h in halves]
+        whole = collator.collate_seeded(examples, [clip_seed(3, epoch, p) for p in positions])
+        parts = [collator.collate_seeded(h[1], [clip_seed(3, epoch, p) for p in h[2]]) for h in halves]
         for key, value in whole.items():
             torch.testing.assert_close(value, torch.cat([part[key] for part in parts]), rtol=0, atol=0, msg=key)
     per_process = [collator(h[1]) for h in halves]  # one generator per process: other masks for the same clips

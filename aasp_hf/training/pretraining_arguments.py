@@ -1,12 +1,16 @@
 """`examples/pretrain.py`'s arguments: the data source and its clips (`DataArguments`), the model to train
 (`ModelArguments`) and the run (`PretrainingArguments`: schedules, optimiser, precision, logging, checkpoints,
 monitors). The script parses them with `aasp_hf.training.arguments.parse_arguments`: on the command line, from one
-JSON file, or from `--config preset.json` followed by command-line overrides; `--plan` reads them too."""
+JSON file, or from `--config preset.json` followed by command-line overrides; `--plan` reads them too.
+`check_pretraining_arguments` refuses what the fields cannot say alone."""
 
 from dataclasses import dataclass, field
 
+from ..configuration_aasp import AaspConfig, init_arguments
+from ..errors import UsageError, check_keys
 from .arguments import PlanArguments
 from .failed_clips import DEFAULT_MAX_SHARE
+from .resume import PRETRAINING_RUN_ARGUMENTS
 
 # the data sources, of which a run reads one
 DATA_SOURCES = ("dataset", "train_dir", "train_manifest", "dataset_name", "synthetic_clips", "log_mel_cache")
@@ -183,3 +187,25 @@ class PretrainingArguments(PlanArguments):
     probe_encoders: str = field(default="student,teacher", metadata={"help": "which encoders the probe scores"})
     probe_k: int = field(default=10, metadata={"help": "neighbours of the cosine k-NN probe"})
     probe_ridge: float = field(default=1.0, metadata={"help": "ridge probe penalty per standardised feature"})
+
+
+def check_pretraining_arguments(args: PretrainingArguments) -> None:
+    """A `UsageError` of one line for values that do not go together: --ddp_bucket_cap_mb below 1 with
+    --torch_compile, --resume_allow_changes without --resume or naming what no checkpoint stores. Splits the names
+    of --resume_allow_changes at commas (`a,b` as `a b`)."""
+    if args.torch_compile and args.ddp_bucket_cap_mb is not None and args.ddp_bucket_cap_mb < 1:
+        raise UsageError(
+            f"--ddp_bucket_cap_mb {args.ddp_bucket_cap_mb:g} with --torch_compile: DDP's first bucket "
+            "holds 1 MiB and dynamo's DDP optimiser needs the others at least as large; pass 1 or more"
+        )
+    if args.resume_allow_changes:
+        if not args.resume:
+            raise UsageError("--resume_allow_changes goes with --resume (it names what a resumed run may change)")
+        args.resume_allow_changes = [n for item in args.resume_allow_changes for n in item.split(",") if n]
+        valid = [
+            *PRETRAINING_RUN_ARGUMENTS,
+            "num_processes",
+            "model_config",
+            *(f"model_config.{k}" for k in init_arguments(AaspConfig)),
+        ]
+        check_keys(args.resume_allow_changes, valid, "--resume_allow_changes", "docs/pretraining.md#resuming")

@@ -239,6 +239,55 @@ def finished_pretraining(output_dir: Path, checkpoint: Path, step: int, args) ->
     return results if results is not None and results.get("step") == step else None
 
 
+def describe_finished_pretraining(output_dir: Path, step: int, args) -> str:
+    """The line for a --resume of a pre-training run with nothing left to train (`finished_pretraining`): where its
+    results are, how to train on."""
+    if step >= args.max_steps:
+        why = f"finished (step {step} of --max_steps {args.max_steps})"
+        more = "raise --max_steps and pass --resume_allow_changes max_steps"
+    else:
+        why = f"at --stop_after_steps {step} (of --max_steps {args.max_steps})"
+        more = "raise --stop_after_steps"
+    return (
+        f"{output_dir} holds a run already {why}; nothing was changed. Its results: "
+        f"{output_dir / 'all_results.json'}, its encoder: {output_dir / 'encoder'}. To train "
+        f"on, {more}."
+    )
+
+
+def pretraining_resume_changes(accelerator, checkpoint, trainer_state: dict, current: dict, args, config) -> list:
+    """The allowed changes of a pre-training run's arguments (`current`) against `checkpoint`'s (the process count
+    checked apart, `check_process_count`); a change --resume_allow_changes does not name is refused."""
+    world = accelerator.num_processes
+    stored = trainer_state.get("run_arguments")
+    compared = check_process_count(
+        checkpoint,
+        trainer_state.get("num_processes", world),
+        world,
+        stored,
+        current,
+        args.resume_allow_changes,
+        config,
+    )
+    if trainer_state.get("num_processes", world) != world:
+        accelerator.print(
+            f"resuming {trainer_state['num_processes']} process(es) × "
+            f"{stored['per_device_train_batch_size']} clips on {world} × "
+            f"{args.per_device_train_batch_size}"
+        )
+    return compare_run_arguments(
+        checkpoint,
+        stored,
+        compared,
+        args.resume_allow_changes,
+        PRETRAINING_RUN_ARGUMENTS,
+        accelerator.mixed_precision,
+        trainer_state["step"],
+        args.max_steps,
+        warn=accelerator.print,
+    )
+
+
 def resumed_run_arguments(output_dir) -> dict:
     """The run arguments stored by the checkpoint that `--resume` will continue (of the run in `output_dir`, or of its
     first sub-run `<part>_seed<k>/` with one), {} when there is none. A run that derived its lr, EMA decay or warm-up

@@ -786,18 +786,21 @@ def export_initialisation(config: dict, dest: Path):
     from accelerate.utils import set_seed
 
     from aasp_hf import AaspFeatureExtractor
+    from aasp_hf.training.saved_models import export_encoders
 
     pretrain = pretrain_script()
     set_seed(config["seed"])
     model = pretrain.build_model(pretrain.ModelArguments(model_config=config["model_config"]))
     extractor = AaspFeatureExtractor(feature_size=model.config.num_mel_bins)  # probing sets max_frames None anyway
     with tempfile.TemporaryDirectory() as tmp:
-        pretrain.export(model, extractor, Path(tmp), export_teacher=False)
+        export_encoders(model, extractor, Path(tmp), export_teacher=False)
         shutil.copytree(Path(tmp) / "encoder", dest)
 
 
 def encoder_checksum(model) -> str:
-    return pretrain_script().checksum(model)
+    from aasp_hf.training.run_log import checksum
+
+    return checksum(model)
 
 
 def encoder_key(model, feature_extractor) -> str:
