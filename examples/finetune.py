@@ -98,7 +98,6 @@ from aasp_hf.training.resume import (
     describe_resume_changes,
     finished_finetuning,
     load_training_state,
-    resumed_run_arguments,
 )
 from aasp_hf.training.run_log import write_logs
 from aasp_hf.training.saved_models import install_best_model, save_best_model, write_classifier_card
@@ -107,15 +106,9 @@ from aasp_hf.training.model_ema import create_ema
 from aasp_hf.training.optim import layer_decay_param_groups
 from aasp_hf.training.step import augmented_inputs, finetuning_step
 from aasp_hf.training.arguments import gradient_accumulation_for, parse_arguments
-from aasp_hf.training.finetuning_arguments import FinetuneArguments
-from aasp_hf.training.short_run import (
-    DEFAULT_BATCH_SIZE,
-    batch_size_for,
-    ema_decay_for,
-    learning_rate_for,
-    warmup_steps_for,
-)
-from aasp_hf.errors import UsageError, check_keys
+from aasp_hf.training.finetuning_arguments import FinetuneArguments, checked_arguments, scale_batch_to_data
+from aasp_hf.training.short_run import DEFAULT_BATCH_SIZE
+from aasp_hf.errors import UsageError
 from aasp_hf.hub import check_model_path
 from aasp_hf.training.launch import check_launch
 from aasp_hf.entry_points import run_stoppable
@@ -125,9 +118,6 @@ logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
 SPLITS = ("train", "validation", "test")
 SPLIT_SEED = 0  # the held-out validation / test draws: one split for every seed of a run
-# The defaults that depend on the run's length or the data's size (lr, weight EMA, warm-up, batch) are the paper's for
-# a long run on a large set and are derived for a short run or a small folder when left unset, one printed line each
-# (aasp_hf.training.short_run); the presets set them, so they keep the paper's values.
 # What a run leaves in output_dir (sub-runs of --seeds / --all_folds in <part>_seed<k>/; the best model copied in).
 FINETUNE_ARTEFACTS = RUN_ARTEFACTS + (
     "best_model*",
@@ -141,74 +131,10 @@ FINETUNE_ARTEFACTS = RUN_ARTEFACTS + (
 
 
 def parse_args(argv=None) -> FinetuneArguments:
-    """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override."""
+    """CLI, or one JSON file, or `--config file.json` whose values the remaining CLI arguments override; checked, and
+    the defaults that depend on the run's length derived, one printed line each (`checked_arguments`)."""
     (args,) = parse_arguments(FinetuneArguments, argv)
-    from aasp_hf.data import CLIP_PADDING, KFOLD_VALIDATION, SELECT_ON
-
-    if args.kfold_validation == "test":  # the old spelling of EAT's rule
-        if args.select_on not in ("validation", "test"):
-            raise ValueError(f"kfold_validation='test' means --select_on test, not {args.select_on!r}")
-        args = replace(args, kfold_validation="evar", select_on="test")
-    if args.kfold_validation not in KFOLD_VALIDATION:
-        raise ValueError(f"kfold_validation={args.kfold_validation!r}: use one of {KFOLD_VALIDATION}")
-    if args.select_on not in SELECT_ON:
-        raise ValueError(f"select_on={args.select_on!r}: use one of {SELECT_ON}")
-    logmel_baseline.check_choice(args.baseline, args.baseline_max_clips)
-    if args.classifier_pooling not in (None, "cls", "mean"):
-        raise UsageError(
-            f"--classifier_pooling {args.classifier_pooling}: use cls (the class token) or mean (the "
-            "mean of the patch tokens)"
-        )
-    if args.clip_padding not in CLIP_PADDING:
-        raise UsageError(
-            f"--clip_padding {args.clip_padding}: use zeros (appended to the waveform) or masked (padded "
-            "frames marked as padding)"
-        )
-    resumed = resumed_run_arguments(args.output_dir) if args.resume else {}
-    for name, rule in (
-        ("learning_rate", learning_rate_for),
-        ("ema_decay", ema_decay_for),
-        ("warmup_steps", warmup_steps_for),
-    ):  # unset: derived from the run's length, said in a line
-        if getattr(args, name) is None:
-            value, line = rule(args.max_steps)
-            if resumed.get(name) is not None and resumed[name] != value:  # a longer resumed run keeps its own values
-                value, line = (
-                    resumed[name],
-                    (
-                        f"--{name} {resumed[name]:g}: the value the resumed run derived from its "
-                        f"--max_steps {resumed['max_steps']} (pass --{name} to choose)"
-                    ),
-                )
-            args = replace(args, **{name: value})
-            if line:
-                print(line)
-    from aasp_hf.hub import check_model_folder
-
-    check_model_folder(args.model_name_or_path)  # a checkpoint-<step>/ folder: say what to load instead
-    if args.per_device_train_batch_size is None and args.plan:  # no data to scale it to
-        args = replace(args, per_device_train_batch_size=DEFAULT_BATCH_SIZE)
-    if args.resume_allow_changes:
-        if not args.resume:
-            raise UsageError("--resume_allow_changes goes with --resume (it names what a resumed run may change)")
-        names = [name for item in args.resume_allow_changes for name in item.split(",") if name]
-        args = replace(args, resume_allow_changes=names)
-        check_keys(args.resume_allow_changes, RUN_ARGUMENTS, "--resume_allow_changes", "docs/pretraining.md#resuming")
-    return args
-
-
-def scale_batch_to_data(args, parts: dict, world: int):
-    """`args` with the unset `--per_device_train_batch_size` resolved: DEFAULT_BATCH_SIZE, or the training clips per
-    process of the smallest part when they are fewer (printed; `short_run.batch_size_for`). A batch that was set and
-    is too large stays an error (in `run`). Class-balanced sampling draws with replacement: any batch fits."""
-    if args.per_device_train_batch_size is not None:
-        return args
-    batch, line = DEFAULT_BATCH_SIZE, None
-    if not args.class_balanced_sampling:
-        batch, line = batch_size_for(min(len(splits["train"]) for splits in parts.values()), world)
-    if line:
-        print(line)
-    return replace(args, per_device_train_batch_size=batch)
+    return checked_arguments(args)
 
 
 # ----------------------------------------------------------------------------------------------- data (step 1)
