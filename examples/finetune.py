@@ -57,7 +57,7 @@ gradient clipping at `max_grad_norm` (not in the paper; EAT's 4.0 by default).
 import json
 import logging
 import os
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -68,17 +68,11 @@ from transformers import AutoFeatureExtractor
 
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
 from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification
-from aasp_hf.evaluation import mean_std, without_truncation, write_finetune_markdown
-from aasp_hf.evaluation import baseline as logmel_baseline
-from aasp_hf.training.checkpointing import (
-    RUN_ARTEFACTS,
-    check_output_dir,
-    read_results,
-    remove_artefacts,
-    write_text_atomically,
-)
+from aasp_hf.evaluation import without_truncation
+from aasp_hf.training.checkpointing import RUN_ARTEFACTS, check_output_dir, read_results, remove_artefacts
 from aasp_hf.training.console import describe_new_head, loading_quietly, quiet_libraries
 from aasp_hf.training.finetuning_loop import FineTuningData, FineTuningLoop, resume_finetuning, write_run_results
+from aasp_hf.training.finetuning_summary import sweep_summary, write_summary
 from aasp_hf.training.resume import finished_finetuning
 from aasp_hf.training.run_lock import hold_run_folder
 from aasp_hf.training.model_ema import create_ema
@@ -337,66 +331,9 @@ def finetune(args: FinetuneArguments) -> dict:
                 )
             runs.append({"part": part, "seed": seed, **{k: v for k, v in result.items() if k != "arguments"}})
 
-    per_seed = [float(np.mean([r["test_score"] for r in runs if r["seed"] == s])) for s in seeds]
-    test_mean, test_std = mean_std(per_seed)
-    summary = {
-        "task": task,
-        "model_name_or_path": str(args.model_name_or_path),
-        "metric": runs[0]["metric"],
-        "num_classes": len(names),
-        "clip_seconds": clip_seconds,
-        "parts": list(parts),
-        "seeds": seeds,
-        "max_steps": args.max_steps,
-        "select_on": args.select_on,
-        "selection_rule": selection_rule,
-        "kfold_validation": args.kfold_validation if kfold and args.select_on == "validation" else None,
-        "test_per_seed": dict(zip(map(str, seeds), per_seed)),
-        "test_mean": test_mean,
-        "test_std": test_std,
-        "runs": runs,
-        **(
-            {
-                k: runs[0][k]
-                for k in (
-                    "best_valid_score",
-                    "best_step",
-                    "test_score",
-                    "step",
-                    "finished",
-                    "decode_failures",
-                    "gradient_accumulation_steps",
-                    "total_train_batch_size",
-                    "eval_history",
-                )
-            }
-            if single
-            else {}
-        ),
-        "arguments": asdict(args),
-    }
-    if int(os.environ.get("RANK", "0")) == 0:
-        output_dir.mkdir(parents=True, exist_ok=True)
-
-        def write(summary):
-            write_text_atomically(output_dir / "all_results.json", json.dumps(summary, indent=2))
-            write_finetune_markdown(output_dir / "results.md", summary)
-
-        write(summary)
-        print(f"{task} {summary['metric']}: {100 * test_mean:.2f} ± {100 * test_std:.2f} -> {output_dir}/results.md")
-        # the log-mel baseline on the same parts and clips, its crops from run()'s evaluation seeds (7 + split index)
-        summary = logmel_baseline.with_baseline(
-            summary,
-            write,
-            args.baseline,
-            parts,
-            clip_seconds,
-            multi_label,
-            len(names),
-            args.baseline_max_clips,
-            crop_seed=7,
-        )
-    return summary
+    # Mean ± std over seeds of the mean over parts -> all_results.json, results.md; the log-mel baseline beside them.
+    summary = sweep_summary(args, runs, task, len(names), clip_seconds, parts, selection_rule, kfold)
+    return write_summary(summary, args, parts, multi_label)
 
 
 if __name__ == "__main__":
