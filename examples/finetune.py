@@ -12,46 +12,19 @@ Table hyperparams 1; datasets, splits and EVAR clip lengths: Sec. Datasets, aasp
 
 Arguments come from the dataclass `aasp_hf.training.finetuning_arguments.FinetuneArguments`: on the command line, from
 one JSON file (`finetune.py preset.json`), or from `--config preset.json` followed by command-line overrides. The
-presets copy Table hyperparams 1 column by column; the paper's batch size is the total over its GPUs (4 for AS-2M /
-AS-20K), so their per-device batch is 32 and they state the global batch, `total_train_batch_size` 128: on fewer
-processes gradient accumulation makes it up (1 process: 4 micro-batches of 32 per step;
-`aasp_hf.training.arguments.gradient_accumulation_for`). One preset is not the paper's: `small_folder.json`, for a few
-hundred clips from a fresh or barely pre-trained encoder (mean pooling, lr 4e-3 without layer decay, 1,500 steps of 32
-clips, masked padding of short clips; measured in research/2026-11-small-data-recipe,
-docs/downstream.md#a-small-folder-of-your-own-clips).
+presets copy Table hyperparams 1 column by column (their global batch, `total_train_batch_size`, made up with
+gradient accumulation on fewer processes); `small_folder.json` is ours, for a few hundred clips
+(docs/downstream.md#a-small-folder-of-your-own-clips).
 
-Steps: 1. data (`aasp_hf.data.load`, one test fold of a K-fold task, or synthetic demo clips), 2. model
-(`AaspForAudioClassification`: LayerNorm + Linear on CLS over a pre-trained encoder, drop path), 3. crops and features
-in the collator, 4. AdamW with layer-wise lr decay (lr · decay^(L+1 − layer_id)), no weight decay on biases / norms /
-CLS / positions, warm-up + cosine by step (pure functions), 5. `accelerator.prepare`, 6. exact `--resume` (step, RNG
-states, data position, EMA weights, best-so-far), 7. loop: mixup (then BCE on soft targets), SpecAugment (one time and
-one frequency mask of at most 1/5 of the input), gradient clipping, weight EMA updated right after `optimizer.step()`,
-7a. evaluation every `eval_steps` with the EMA weights (accuracy or mAP) on the split that `--select_on` names: the
-best validation score within the budget, its step and the test score there (`validation`), the best test score within
-the budget (`test`), or the last step's (`last`), 7b. atomic checkpoints, 8. the best model saved with
-`save_pretrained` (+ the feature extractor and `id2label`) for
-`pipeline("audio-classification", model=output_dir, trust_remote_code=True)`, `all_results.json`, `results.md`.
-`--seeds 0 1 2` and `--all_folds` run one sub-run per (fold, seed) and report mean ± std over seeds of the mean over
-folds (the paper's protocol: 3 seeds).
-Beside the results, the log-mel baseline (`aasp_hf.evaluation.baseline`: log-mel statistics + logistic regression on
-the same parts and clips, seconds on a CPU; `--baseline none` skips it, `--baseline_max_clips` caps its clips per split)
-and a line when the model is below it (docs/downstream.md#the-log-mel-baseline).
-
-Data order (`aasp_hf.training.data_order`): each epoch is a seeded permutation of train (AS-2M: 200K class-balanced
-draws with replacement, seeded by epoch); global micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W), process
-r taking its r-th slice of B clips; the incomplete last global batch is dropped. The data position is a pure
-function of the number of micro-batches consumed, which the checkpoint stores with the crop and augmentation
-generators.
-
-Model selection (`aasp_hf.data.downstream_parts`, the rules linear_eval.py uses too; `all_results.json` and
-`results.md` record the rule): `--select_on validation` (default) selects on the dataset's validation split, or on
-`validation_fraction` of train held out (seed 0) when it has none, or for K-fold tasks on a random 10 % of the
-training folds (`--kfold_validation evar`, EVAR's rule, seed 0; `next`: the fold after the test fold);
-`--select_on test` trains on the whole training set (all of AS-20K / AS-2M, all other folds) and selects on the
-test split (EAT's rule, "the best result within the budget"; the AudioSet and ESC-50 presets use it; the old
-`--kfold_validation test` means the same); `--select_on last` trains on the whole training set and reports the
-last step. Other choices the paper leaves open: the validation crop is random but the same at every evaluation;
-gradient clipping at `max_grad_norm` (not in the paper; EAT's 4.0 by default).
+Steps: 1. data (`aasp_hf.data.load_downstream`: one test fold of a K-fold task, or synthetic demo clips), 2. model
+(`AaspForAudioClassification`: LayerNorm + Linear on CLS over the pre-trained encoder, drop path), 3. crops and
+features in the collator, 4. AdamW with layer-wise lr decay, 5. `accelerator.prepare`, 6. exact `--resume`, 7. the
+loop (`aasp_hf.training.finetuning_loop`: mixup, SpecAugment, gradient clipping, the weight EMA; 7a. evaluation with
+the EMA weights and the model selection of `--select_on`, 7b. atomic checkpoints), 8. the selected model saved for
+`pipeline("audio-classification", model=output_dir, trust_remote_code=True)` and `all_results.json`. `--seeds 0 1 2`
+and `--all_folds` run one sub-run per (fold, seed) and report mean ± std over seeds of the mean over folds in
+`results.md`, beside the log-mel baseline (`aasp_hf.training.finetuning_summary`). Each step, the data order and the
+model selection in full: docs/downstream.md#fine-tuning-step-by-step.
 """
 
 import json
@@ -68,22 +41,22 @@ from transformers import AutoFeatureExtractor
 
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
 from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification
+from aasp_hf.entry_points import run_stoppable
+from aasp_hf.errors import UsageError
 from aasp_hf.evaluation import without_truncation
+from aasp_hf.hub import check_model_path
+from aasp_hf.training.arguments import gradient_accumulation_for, parse_arguments
 from aasp_hf.training.checkpointing import RUN_ARTEFACTS, check_output_dir, read_results, remove_artefacts
 from aasp_hf.training.console import describe_new_head, loading_quietly, quiet_libraries
+from aasp_hf.training.finetuning_arguments import FinetuneArguments, checked_arguments, scale_batch_to_data
 from aasp_hf.training.finetuning_loop import FineTuningData, FineTuningLoop, resume_finetuning, write_run_results
 from aasp_hf.training.finetuning_summary import sweep_summary, write_summary
-from aasp_hf.training.resume import finished_finetuning
-from aasp_hf.training.run_lock import hold_run_folder
+from aasp_hf.training.launch import check_launch
 from aasp_hf.training.model_ema import create_ema
 from aasp_hf.training.optim import layer_decay_param_groups
-from aasp_hf.training.arguments import gradient_accumulation_for, parse_arguments
-from aasp_hf.training.finetuning_arguments import FinetuneArguments, checked_arguments, scale_batch_to_data
+from aasp_hf.training.resume import finished_finetuning
+from aasp_hf.training.run_lock import hold_run_folder
 from aasp_hf.training.short_run import DEFAULT_BATCH_SIZE
-from aasp_hf.errors import UsageError
-from aasp_hf.hub import check_model_path
-from aasp_hf.training.launch import check_launch
-from aasp_hf.entry_points import run_stoppable
 
 logger = logging.getLogger(__name__)
 SPLIT_SEED = 0  # the held-out validation / test draws: one split for every seed of a run
@@ -148,6 +121,122 @@ def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
         group_by=args.group_by,
     )
     return (downstream.parts, downstream.multi_label, downstream.label_names, downstream.clip_seconds, downstream.task)
+
+
+# ----------------------------------------------------------------------------------------------- model (step 2)
+def load_classifier(accelerator, args, names: list[str], multi_label: bool):
+    """(model, feature extractor): `AaspForAudioClassification` on the pre-trained encoder (its head new, said in
+    one line) and the encoder's feature extractor, which takes whole clips."""
+    with loading_quietly():  # transformers' report would list the new head as MISSING: one line of ours instead
+        model, loading_info = AaspForAudioClassification.from_pretrained(
+            args.model_name_or_path,
+            num_labels=len(names),
+            id2label=dict(enumerate(names)),
+            label2id={n: i for i, n in enumerate(names)},
+            problem_type="multi_label_classification" if multi_label else "single_label_classification",
+            drop_path_rate=args.drop_path_rate,
+            output_loading_info=True,
+            **({"classifier_pooling": args.classifier_pooling} if args.classifier_pooling else {}),
+        )
+    accelerator.print(describe_new_head(loading_info, args.model_name_or_path))
+    if args.freeze_feature_encoder:
+        model.freeze_feature_encoder()
+    try:
+        feature_extractor = without_truncation(
+            AutoFeatureExtractor.from_pretrained(args.model_name_or_path), args.model_name_or_path
+        )  # the saved model takes whole clips
+    except (OSError, ValueError):
+        logger.warning(
+            f"No feature extractor saved with {args.model_name_or_path}: using AaspFeatureExtractor() "
+            f"(the paper's m2d front end, mean -7.1, std 4.1)."
+        )
+        feature_extractor = AaspFeatureExtractor(feature_size=model.config.num_mel_bins)
+    return model, feature_extractor
+
+
+# ----------------------------------------------------------------------------------------------- main
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    if args.plan:  # what the run will cost, computed on fake tensors; builds nothing else, writes nothing
+        from aasp_hf.plan import print_finetuning_plan
+
+        try:
+            return print_finetuning_plan(args, load_parts)  # load_parts: the data --plan_measure steps on
+        except ValueError as error:
+            raise SystemExit(f"finetune.py --plan: error: {error}") from None
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/console.py)
+    with hold_run_folder(args.output_dir):  # one run per folder; an unwritable folder is refused here, before the model
+        return finetune(args)
+
+
+def finetune(args: FinetuneArguments) -> dict:
+    """Every (part, seed) sub-run of `args` into --output_dir, then the summary (main, once the folder is held)."""
+    output_dir = Path(args.output_dir)
+    # a folder holding a run is refused without --resume / --overwrite_output_dir (before anything is written)
+    stale = check_output_dir(output_dir, args.resume, args.overwrite_output_dir, FINETUNE_ARTEFACTS)
+    if stale and int(os.environ.get("RANK", "0")) == 0:
+        remove_artefacts(stale)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    gradient_accumulation_for(
+        args.total_train_batch_size,
+        args.per_device_train_batch_size or DEFAULT_BATCH_SIZE,
+        world,
+        args.gradient_accumulation_steps,
+    )  # fail early
+    check_model_path(args.model_name_or_path)  # a misspelt path or an unreachable Hub id: one line, before the data
+
+    # 1. Data: the parts (test folds) and their splits, first, so that a data mistake is said before the model loads.
+    parts, multi_label, names, clip_seconds, task = load_parts(args)
+    args = scale_batch_to_data(args, parts, world)
+    from aasp_hf.data import describe_protocol, is_kfold
+
+    kfold = is_kfold(parts)
+    selection_rule = describe_protocol(
+        args.select_on, kfold, args.kfold_validation, args.validation_fraction, SPLIT_SEED, args.group_by
+    )
+    seeds = args.seeds or [args.seed]
+    single = len(parts) == 1 and len(seeds) == 1
+    print(
+        f"{task}: {len(names)} classes, {'multi' if multi_label else 'single'}-label, clips {clip_seconds} s, "
+        f"parts {list(parts)}, seeds {seeds}"
+    )
+    if args.group_by is not None:
+        from aasp_hf.data.protocol import describe_sources
+
+        for part, splits in parts.items():
+            print(f"{part}: {describe_sources(splits, args.group_by)}")
+
+    if args.resume and (finished := finished_finetuning(output_dir, args, parts, seeds)) is not None:
+        print(
+            f"{output_dir} holds a finished run (step {finished['max_steps']} of --max_steps {args.max_steps}); "
+            f"nothing was changed. Its results: {output_dir / 'all_results.json'}, {output_dir / 'results.md'}. To "
+            "train on, raise --max_steps and pass --resume_allow_changes max_steps."
+        )
+        return finished
+    # 2.-8. One run per (part, seed); a finished sub-run of an interrupted sweep is kept.
+    runs = []
+    for part, splits in parts.items():
+        for seed in seeds:
+            run_dir = output_dir if single else output_dir / f"{part}_seed{seed}"
+            done = run_dir / "all_results.json"
+            previous = (read_results(done) if args.resume and not single else None) or {}  # damaged: trained again
+            if previous.get("finished") and previous.get("max_steps", -1) >= args.max_steps:
+                result = previous  # a finished sub-run of an interrupted sweep
+            else:
+                result = run(
+                    replace(args, seed=seed, output_dir=str(run_dir)),
+                    splits,
+                    multi_label,
+                    names,
+                    clip_seconds,
+                    selection_rule=selection_rule,
+                )
+            runs.append({"part": part, "seed": seed, **{k: v for k, v in result.items() if k != "arguments"}})
+
+    # Mean ± std over seeds of the mean over parts -> all_results.json, results.md; the log-mel baseline beside them.
+    summary = sweep_summary(args, runs, task, len(names), clip_seconds, parts, selection_rule, kfold)
+    return write_summary(summary, args, parts, multi_label)
 
 
 # ----------------------------------------------------------------------------------------------- one run
@@ -222,118 +311,6 @@ def run(
     )
     loop.run()
     return write_run_results(loop, selection_rule)
-
-
-def load_classifier(accelerator, args, names: list[str], multi_label: bool):
-    """(model, feature extractor): `AaspForAudioClassification` on the pre-trained encoder (its head new, said in
-    one line) and the encoder's feature extractor, which takes whole clips."""
-    with loading_quietly():  # transformers' report would list the new head as MISSING: one line of ours instead
-        model, loading_info = AaspForAudioClassification.from_pretrained(
-            args.model_name_or_path,
-            num_labels=len(names),
-            id2label=dict(enumerate(names)),
-            label2id={n: i for i, n in enumerate(names)},
-            problem_type="multi_label_classification" if multi_label else "single_label_classification",
-            drop_path_rate=args.drop_path_rate,
-            output_loading_info=True,
-            **({"classifier_pooling": args.classifier_pooling} if args.classifier_pooling else {}),
-        )
-    accelerator.print(describe_new_head(loading_info, args.model_name_or_path))
-    if args.freeze_feature_encoder:
-        model.freeze_feature_encoder()
-    try:
-        feature_extractor = without_truncation(
-            AutoFeatureExtractor.from_pretrained(args.model_name_or_path), args.model_name_or_path
-        )  # the saved model takes whole clips
-    except (OSError, ValueError):
-        logger.warning(
-            f"No feature extractor saved with {args.model_name_or_path}: using AaspFeatureExtractor() "
-            f"(the paper's m2d front end, mean -7.1, std 4.1)."
-        )
-        feature_extractor = AaspFeatureExtractor(feature_size=model.config.num_mel_bins)
-    return model, feature_extractor
-
-
-# ----------------------------------------------------------------------------------------------- main
-def main(argv=None) -> dict:
-    args = parse_args(argv)
-    if args.plan:  # what the run will cost, computed on fake tensors; builds nothing else, writes nothing
-        from aasp_hf.plan import print_finetuning_plan
-
-        try:
-            return print_finetuning_plan(args, load_parts)  # load_parts: the data --plan_measure steps on
-        except ValueError as error:
-            raise SystemExit(f"finetune.py --plan: error: {error}") from None
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/console.py)
-    with hold_run_folder(args.output_dir):  # one run per folder; an unwritable folder is refused here, before the model
-        return finetune(args)
-
-
-def finetune(args: FinetuneArguments) -> dict:
-    """Every (part, seed) sub-run of `args` into --output_dir, then the summary (main, once the folder is held)."""
-    output_dir = Path(args.output_dir)
-    # a folder holding a run is refused without --resume / --overwrite_output_dir (before anything is written)
-    stale = check_output_dir(output_dir, args.resume, args.overwrite_output_dir, FINETUNE_ARTEFACTS)
-    if stale and int(os.environ.get("RANK", "0")) == 0:
-        remove_artefacts(stale)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    gradient_accumulation_for(
-        args.total_train_batch_size,
-        args.per_device_train_batch_size or DEFAULT_BATCH_SIZE,
-        world,
-        args.gradient_accumulation_steps,
-    )  # fail early
-    check_model_path(args.model_name_or_path)  # a misspelt path or an unreachable Hub id: one line, before the data
-    parts, multi_label, names, clip_seconds, task = load_parts(args)
-    args = scale_batch_to_data(args, parts, world)
-    from aasp_hf.data import describe_protocol, is_kfold
-
-    kfold = is_kfold(parts)
-    selection_rule = describe_protocol(
-        args.select_on, kfold, args.kfold_validation, args.validation_fraction, SPLIT_SEED, args.group_by
-    )
-    seeds = args.seeds or [args.seed]
-    single = len(parts) == 1 and len(seeds) == 1
-    print(
-        f"{task}: {len(names)} classes, {'multi' if multi_label else 'single'}-label, clips {clip_seconds} s, "
-        f"parts {list(parts)}, seeds {seeds}"
-    )
-    if args.group_by is not None:
-        from aasp_hf.data.protocol import describe_sources
-
-        for part, splits in parts.items():
-            print(f"{part}: {describe_sources(splits, args.group_by)}")
-
-    if args.resume and (finished := finished_finetuning(output_dir, args, parts, seeds)) is not None:
-        print(
-            f"{output_dir} holds a finished run (step {finished['max_steps']} of --max_steps {args.max_steps}); "
-            f"nothing was changed. Its results: {output_dir / 'all_results.json'}, {output_dir / 'results.md'}. To "
-            "train on, raise --max_steps and pass --resume_allow_changes max_steps."
-        )
-        return finished
-    runs = []
-    for part, splits in parts.items():
-        for seed in seeds:
-            run_dir = output_dir if single else output_dir / f"{part}_seed{seed}"
-            done = run_dir / "all_results.json"
-            previous = (read_results(done) if args.resume and not single else None) or {}  # damaged: trained again
-            if previous.get("finished") and previous.get("max_steps", -1) >= args.max_steps:
-                result = previous  # a finished sub-run of an interrupted sweep
-            else:
-                result = run(
-                    replace(args, seed=seed, output_dir=str(run_dir)),
-                    splits,
-                    multi_label,
-                    names,
-                    clip_seconds,
-                    selection_rule=selection_rule,
-                )
-            runs.append({"part": part, "seed": seed, **{k: v for k, v in result.items() if k != "arguments"}})
-
-    # Mean ± std over seeds of the mean over parts -> all_results.json, results.md; the log-mel baseline beside them.
-    summary = sweep_summary(args, runs, task, len(names), clip_seconds, parts, selection_rule, kfold)
-    return write_summary(summary, args, parts, multi_label)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,8 @@ checkpoint's states loaded, the position returned), `FineTuningLoop` (the steps 
 update, logging, evaluation with the EMA weights and the model selection, atomic checkpoints, a stop signal's saved
 step), `predict` (a split's logits, every process taking every W-th clip) and `write_run_results` (the selected model
 installed for the pipeline and the Hub, its model card, all_results.json). One run is one (test fold, seed); the
-sweep over them and its summary are the script's and `finetuning_summary`'s.
-
-The data order (`data_order.micro_batches`): each epoch is a seeded permutation of train (class-balanced sampling:
-draws with replacement, seeded by epoch); global micro-batch g of an epoch is positions [g·B·W, (g+1)·B·W), process
-r taking its r-th slice of B clips; the incomplete last global batch is dropped. The data position is the number of
-micro-batches consumed, which a checkpoint stores with the crop and augmentation generators, so a resumed run draws
-what the uninterrupted run would have."""
+sweep over them and its summary are the script's and `finetuning_summary`'s. The data order, the model selection
+and the steps in the paper's terms: docs/downstream.md#fine-tuning-step-by-step."""
 
 import json
 import math
