@@ -11,6 +11,7 @@ import finetune  # examples/ (pytest's pythonpath)
 import pretrain
 
 from aasp_hf.errors import UsageError
+from aasp_hf.training.finetuning_arguments import scale_batch_to_data
 from aasp_hf.training.short_run import (
     batch_size_for,
     ema_decay_for,
@@ -135,10 +136,10 @@ def test_the_batch_is_derived_from_the_training_clips_and_said(capsys):
     args = finetune.parse_args(DOCUMENTED + ["--max_steps", "200"])
     capsys.readouterr()
     parts = {"official": {"train": list(range(99))}}
-    assert finetune.scale_batch_to_data(args, parts, 1).per_device_train_batch_size == 99
+    assert scale_batch_to_data(args, parts, 1).per_device_train_batch_size == 99
     assert capsys.readouterr().out.splitlines() == [batch_size_for(99)[1]]
     given = finetune.parse_args(DOCUMENTED + ["--max_steps", "200", "--per_device_train_batch_size", "32"])
-    assert finetune.scale_batch_to_data(given, parts, 1).per_device_train_batch_size == 32
+    assert scale_batch_to_data(given, parts, 1).per_device_train_batch_size == 32
 
 
 def test_explicit_values_are_never_overridden(capsys):

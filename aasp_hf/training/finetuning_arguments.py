@@ -1,15 +1,28 @@
 """`examples/finetune.py`'s arguments (`FinetuneArguments`): the encoder, the data and its protocol (splits, folds,
 model selection, clip length and padding), the model's head, the optimisation of Table hyperparams 1, augmentation,
 the weight EMA, evaluation, logging, checkpoints and the log-mel baseline. The defaults that depend on the run's
-length or the data's size (lr, weight EMA, warm-up, batch) are left unset and derived by the script
-(`aasp_hf.training.short_run`); `--plan` reads them too."""
+length or the data's size (lr, weight EMA, warm-up, batch) are left unset and derived, one printed line each
+(`aasp_hf.training.short_run`): from the run's length by `checked_arguments`, which also refuses a choice out of
+its list, and the batch from the data by `scale_batch_to_data`; the presets set them, so they keep the paper's values.
+`--plan` reads them too."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from ..errors import UsageError, check_keys
 from ..evaluation import baseline as logmel_baseline
 from .arguments import PlanArguments
 from .failed_clips import DEFAULT_MAX_SHARE
-from .short_run import DEFAULT_BATCH_SIZE, DEFAULT_WARMUP_STEPS, PAPER_EMA_DECAY, PAPER_LEARNING_RATE
+from .resume import FINETUNING_RUN_ARGUMENTS, resumed_run_arguments
+from .short_run import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_WARMUP_STEPS,
+    PAPER_EMA_DECAY,
+    PAPER_LEARNING_RATE,
+    batch_size_for,
+    ema_decay_for,
+    learning_rate_for,
+    warmup_steps_for,
+)
 
 
 @dataclass
@@ -174,3 +187,90 @@ class FinetuneArguments(PlanArguments):
     baseline_max_clips: int = field(
         default=logmel_baseline.DEFAULT_MAX_CLIPS, metadata={"help": logmel_baseline.MAX_CLIPS_HELP}
     )
+
+
+def checked_arguments(args: FinetuneArguments) -> FinetuneArguments:
+    """`args` as the script runs them: the old spelling `--kfold_validation test` read as `--select_on test`, a
+    choice out of its list refused, the unset lr, EMA decay and warm-up derived from the run's length (a resumed run
+    keeps its own; one printed line each), a `checkpoint-<step>/` folder as the model refused, the batch of `--plan`
+    (no data to scale it to) and `--resume_allow_changes` checked."""
+    from ..data import CLIP_PADDING, KFOLD_VALIDATION, SELECT_ON
+
+    if args.kfold_validation == "test":  # the old spelling of EAT's rule
+        if args.select_on not in ("validation", "test"):
+            raise ValueError(f"kfold_validation='test' means --select_on test, not {args.select_on!r}")
+        args = replace(args, kfold_validation="evar", select_on="test")
+    if args.kfold_validation not in KFOLD_VALIDATION:
+        raise ValueError(f"kfold_validation={args.kfold_validation!r}: use one of {KFOLD_VALIDATION}")
+    if args.select_on not in SELECT_ON:
+        raise ValueError(f"select_on={args.select_on!r}: use one of {SELECT_ON}")
+    logmel_baseline.check_choice(args.baseline, args.baseline_max_clips)
+    if args.classifier_pooling not in (None, "cls", "mean"):
+        raise UsageError(
+            f"--classifier_pooling {args.classifier_pooling}: use cls (the class token) or mean (the "
+            "mean of the patch tokens)"
+        )
+    if args.clip_padding not in CLIP_PADDING:
+        raise UsageError(
+            f"--clip_padding {args.clip_padding}: use zeros (appended to the waveform) or masked (padded "
+            "frames marked as padding)"
+        )
+    args = with_run_length_defaults(args)
+    from ..hub import check_model_folder
+
+    check_model_folder(args.model_name_or_path)  # a checkpoint-<step>/ folder: say what to load instead
+    if args.per_device_train_batch_size is None and args.plan:  # no data to scale it to
+        args = replace(args, per_device_train_batch_size=DEFAULT_BATCH_SIZE)
+    if args.resume_allow_changes:
+        if not args.resume:
+            raise UsageError("--resume_allow_changes goes with --resume (it names what a resumed run may change)")
+        names = [name for item in args.resume_allow_changes for name in item.split(",") if name]
+        args = replace(args, resume_allow_changes=names)
+        check_keys(
+            args.resume_allow_changes,
+            FINETUNING_RUN_ARGUMENTS,
+            "--resume_allow_changes",
+            "docs/pretraining.md#resuming",
+        )
+    return args
+
+
+def with_run_length_defaults(args: FinetuneArguments) -> FinetuneArguments:
+    """`args` with the unset `--learning_rate`, `--ema_decay` and `--warmup_steps` derived from `--max_steps`
+    (`short_run`), one printed line each; a resumed run that derived other values from its own `--max_steps` keeps
+    them."""
+    resumed = resumed_run_arguments(args.output_dir) if args.resume else {}
+    for name, rule in (
+        ("learning_rate", learning_rate_for),
+        ("ema_decay", ema_decay_for),
+        ("warmup_steps", warmup_steps_for),
+    ):  # unset: derived from the run's length, said in a line
+        if getattr(args, name) is None:
+            value, line = rule(args.max_steps)
+            if resumed.get(name) is not None and resumed[name] != value:  # a longer resumed run keeps its own values
+                value, line = (
+                    resumed[name],
+                    (
+                        f"--{name} {resumed[name]:g}: the value the resumed run derived from its "
+                        f"--max_steps {resumed['max_steps']} (pass --{name} to choose)"
+                    ),
+                )
+            args = replace(args, **{name: value})
+            if line:
+                print(line)
+    return args
+
+
+def scale_batch_to_data(args: FinetuneArguments, parts: dict, world: int) -> FinetuneArguments:
+    """`args` with the unset `--per_device_train_batch_size` resolved: DEFAULT_BATCH_SIZE, or the training clips per
+    process of the smallest part when they are fewer (printed; `short_run.batch_size_for`). A batch that was set and
+    is too large stays an error (in the script's `run`). Class-balanced sampling draws with replacement: any batch
+    fits."""
+    if args.per_device_train_batch_size is not None:
+        return args
+    batch, line = DEFAULT_BATCH_SIZE, None
+    if not args.class_balanced_sampling:
+        batch, line = batch_size_for(min(len(splits["train"]) for splits in parts.values()), world)
+    if line:
+        print(line)
+    return replace(args, per_device_train_batch_size=batch)

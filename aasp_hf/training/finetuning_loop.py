@@ -1,0 +1,426 @@
+"""`examples/finetune.py`'s run after its model and optimiser are prepared: `resume_finetuning` (the newest complete
+checkpoint's states loaded, the position returned), `FineTuningLoop` (the steps from there to `--max_steps`: the
+update, logging, evaluation with the EMA weights and the model selection, atomic checkpoints, a stop signal's saved
+step), `predict` (a split's logits, every process taking every W-th clip) and `write_run_results` (the selected model
+installed for the pipeline and the Hub, its model card, all_results.json). One run is one (test fold, seed); the
+sweep over them and its summary are the script's and `finetuning_summary`'s. The data order, the model selection
+and the steps in the paper's terms: docs/downstream.md#fine-tuning-step-by-step."""
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..errors import UsageError
+from ..evaluation import classification_score
+from ..files import write_text_atomically
+from ..schedules import learning_rate
+from .checkpointing import (
+    checkpoint_to_resume,
+    find_latest_checkpoint,
+    load_process_state,
+    load_trainer_state,
+    refused_writes,
+    save_checkpoint,
+    thread_count_note,
+    truncate_log,
+)
+from .data_order import micro_batches
+from .failed_clips import FailedClipShare
+from .resume import FINETUNING_RUN_ARGUMENTS, compare_run_arguments, describe_resume_changes, load_training_state
+from .run_log import write_logs
+from .saved_models import install_best_model, save_best_model, write_classifier_card
+from .step import augmented_inputs, finetuning_step
+from .stopping import exit_stopped, stop_agreed
+
+SPLITS = ("train", "validation", "test")
+EVAL_CROP_SEED = 7  # split s is evaluated on the crops of seed 7 + SPLITS.index(s), the same at every evaluation
+
+
+@dataclass
+class FineTuningData:
+    """The data of one run: `splits` ({split: rows}), `multi_label`, `num_labels` and `clip_seconds` (the crop)."""
+
+    splits: dict
+    multi_label: bool
+    num_labels: int
+    clip_seconds: float
+
+
+@dataclass
+class RunPosition:
+    """Where a run stands, as its checkpoints store it: the step, the micro-batches of the data order consumed, this
+    process's clips that failed to decode so far, the best-so-far and the evaluation history (a fresh run's by
+    default)."""
+
+    step: int = 0
+    micro_batches: int = 0
+    decode_failures: int = 0
+    best: dict = field(default_factory=lambda: {"valid_score": -math.inf, "step": 0, "test_score": float("nan")})
+    history: list = field(default_factory=list)
+
+
+def finetuning_run_arguments(args, accum: int, mixed_precision: str) -> dict:
+    """What defines the run (`resume.FINETUNING_RUN_ARGUMENTS`), as each checkpoint stores it: `args` with the
+    gradient accumulation and the precision the run resolved."""
+    given = {**asdict(args), "gradient_accumulation_steps": accum, "mixed_precision": mixed_precision}
+    return {name: given[name] for name in FINETUNING_RUN_ARGUMENTS}
+
+
+def clip_labels(rows, multi_label: bool) -> list[list[int]]:
+    """Per-clip label lists, read from the label column only (no audio decoding)."""
+    column = "labels" if multi_label else "label"
+    values = rows[column] if hasattr(rows, "column_names") else [row[column] for row in rows]
+    return [list(v) if multi_label else [int(v)] for v in values]
+
+
+# ----------------------------------------------------------------------------------------------- resume (step 6)
+def resume_finetuning(accelerator, optimizer, collator, augment_rng, ema, args, accum: int) -> RunPosition:
+    """--resume: the newest complete checkpoint's states loaded (model, optimiser, RNG, the collator's and the
+    augmentation's generators, the EMA weights), its run arguments compared with these. Returns its position (a
+    fresh run's when there is nothing to resume)."""
+    output_dir, rank, world = Path(args.output_dir), accelerator.process_index, accelerator.num_processes
+    checkpoint = checkpoint_to_resume(output_dir, accelerator.print) if args.resume else None
+    if checkpoint is None:
+        if args.resume:
+            accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
+            if accelerator.is_main_process:  # a run killed before its first checkpoint logged steps no weights keep
+                truncate_log(output_dir / "log_history.jsonl", 0)
+        return RunPosition()
+    state = load_trainer_state(checkpoint)
+    if state["num_processes"] != world:
+        raise ValueError(
+            f"{checkpoint} was written by {state['num_processes']} processes; exact resume needs "
+            f"the same number, got {world}"
+        )
+    run_arguments = finetuning_run_arguments(args, accum, accelerator.mixed_precision)
+    changes = compare_run_arguments(
+        checkpoint,
+        state.get("run_arguments"),
+        run_arguments,
+        args.resume_allow_changes,
+        FINETUNING_RUN_ARGUMENTS,
+        accelerator.mixed_precision,
+        state["step"],
+        args.max_steps,
+    )
+    load_training_state(accelerator, optimizer, checkpoint)  # the optimiser's hyper-parameters: the arguments'
+    mine = load_process_state(checkpoint, rank)
+    collator.rng.bit_generator.state = mine["collator_rng"]
+    augment_rng.bit_generator.state = mine["augment_rng"]
+    if ema is not None:
+        ema.load_state_dict(load_process_state(checkpoint, 0)["ema"])
+    accelerator.print(f"resumed from {checkpoint} at step {state['step']}")
+    if (note := thread_count_note(checkpoint, state, accelerator.device.type)) is not None:
+        accelerator.print(note)
+    if changes:
+        accelerator.print(
+            describe_resume_changes(changes, state["run_arguments"], run_arguments, state["step"], finetuning=True)
+        )
+    if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
+        truncate_log(output_dir / "log_history.jsonl", state["step"])
+    return RunPosition(
+        step=state["step"],
+        micro_batches=state["micro_batches"],
+        decode_failures=mine["decode_failures"],
+        best=state["best"],
+        history=state["history"],
+    )
+
+
+# ----------------------------------------------------------------------------------------------- evaluation (step 7a)
+@torch.no_grad()
+def predict(model, rows, make_collator, batch_size, accelerator) -> tuple[np.ndarray, np.ndarray]:
+    """Logits (N, C) and labels of `rows` (clips that fail to decode are skipped); each process takes every W-th
+    clip and the results are gathered on every process."""
+    was_training = model.training
+    model.eval()
+    collator = make_collator()
+    mine = list(range(accelerator.process_index, len(rows), accelerator.num_processes))
+    logits, labels = [], []
+    for start in range(0, len(mine), batch_size):
+        batch = collator([rows[i] for i in mine[start : start + batch_size]])
+        if batch is None:
+            continue
+        with accelerator.autocast():
+            out = model(
+                input_values=batch["input_values"].to(accelerator.device),
+                attention_mask=batch["attention_mask"].to(accelerator.device),
+            ).logits
+        logits.append(out.float().cpu().numpy())
+        labels.append(batch["labels"].numpy())
+    model.train(was_training)
+    pieces = [(np.concatenate(logits), np.concatenate(labels))] if logits else []
+    if accelerator.num_processes > 1:
+        from accelerate.utils import gather_object
+
+        pieces = gather_object(pieces)
+    return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
+
+
+# ----------------------------------------------------------------------------------------------- the loop (step 7)
+class FineTuningLoop:
+    """7. The training loop from the resumed step to --max_steps (or --stop_after_steps): per step the update
+    (`aasp_hf.training.step.finetuning_step`: mixup then BCE on soft targets, SpecAugment, gradient clipping, the
+    weight EMA right after `optimizer.step()`), logging, 7a. evaluation with the EMA weights every --eval_steps and
+    the model selection, 7b. atomic checkpoints. The micro-batches come in the data order of `data_order` (drawn
+    with replacement, class-balanced, with --class_balanced_sampling)."""
+
+    def __init__(
+        self,
+        accelerator,
+        model,
+        optimizer,
+        ema,
+        collator,
+        augment_rng,
+        feature_extractor,
+        args,
+        accum: int,
+        data: FineTuningData,
+        position: RunPosition,
+    ):
+        self.accelerator, self.model, self.optimizer, self.ema = accelerator, model, optimizer, ema
+        self.unwrapped = accelerator.unwrap_model(model)
+        self.collator, self.augment_rng, self.feature_extractor = collator, augment_rng, feature_extractor
+        self.args, self.accum, self.data = args, accum, data
+        self.run_arguments = finetuning_run_arguments(args, accum, accelerator.mixed_precision)
+        self.step, self.micro_position = position.step, position.micro_batches
+        self.decode_failures_before, self.best, self.history = position.decode_failures, position.best, position.history
+        self.output_dir = Path(args.output_dir)
+        self.stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
+        sampler = None
+        if args.class_balanced_sampling:
+            from ..data import ClassBalancedSampler
+
+            sampler = ClassBalancedSampler(
+                clip_labels(data.splits["train"], data.multi_label),
+                num_classes=data.num_labels,
+                num_samples=args.samples_per_epoch,
+                seed=0,
+            )
+        self.batches = micro_batches(
+            data.splits["train"],
+            args.per_device_train_batch_size,
+            accelerator.num_processes,
+            accelerator.process_index,
+            args.seed,
+            start=self.micro_position,
+            num_workers=args.dataloader_num_workers,
+            sampler=sampler,
+        )
+        self.soft = data.multi_label or args.mixup_alpha > 0  # BCE (on soft targets with mixup), else cross-entropy
+        self.spec_augment_fraction = args.spec_augment_fraction if args.spec_augment else None
+
+    def next_batch(self) -> tuple:
+        """The next micro-batch (a micro-batch where every clip failed to decode is skipped), augmented, on the
+        device; its failed clips counted and its position in the data order kept."""
+        batch = None
+        while batch is None:
+            _, rows = next(self.batches)
+            skipped_before = self.collator.num_skipped
+            batch = self.collator(rows)
+            self.failed_share.add(len(rows), self.collator.num_skipped - skipped_before)
+            self.micro_position += 1
+            if batch is None and self.accelerator.num_processes > 1:
+                raise RuntimeError("every clip of a micro-batch failed to decode (multi-process runs stop)")
+        inputs = augmented_inputs(
+            batch, self.data.num_labels, self.soft, self.args.mixup_alpha, self.spec_augment_fraction, self.augment_rng
+        )
+        return tuple(t.to(self.accelerator.device) for t in inputs)
+
+    def run(self) -> int:
+        """Trains to the stop step; returns it. A stop signal saves the step and exits."""
+        accelerator, args, accum = self.accelerator, self.args, self.accum
+        history_path = self.output_dir / "log_history.jsonl"
+        # smoothing=0: the ETA from the average rate since the start, evaluations included (the default smoothing
+        # takes the step after an evaluation for its rate, and the ETA jumped from 3 to 33 minutes)
+        self.progress = tqdm(
+            total=args.max_steps,
+            initial=self.step,
+            disable=not accelerator.is_local_main_process,
+            desc="finetune",
+            smoothing=0,
+        )
+        self.failed_share = FailedClipShare(args.max_failed_clip_share)  # too many failures stop the run
+        loss_sum, num_summed, t_log, step_of_log = 0.0, 0, time.time(), self.step
+        self.model.train()
+        while self.step < self.stop_step:
+            # one step (aasp_hf.training.step.finetuning_step): the micro-batches' forward, loss and backward,
+            # clipping, AdamW and the weight EMA right after it
+            lr = learning_rate(self.step, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate)
+            losses, grad_norm = finetuning_step(
+                accelerator,
+                self.model,
+                self.optimizer,
+                self.next_batch,
+                accum,
+                lr,
+                args.max_grad_norm,
+                self.soft,
+                self.ema,
+                args.ema_decay,
+            )
+            for value in losses:
+                loss_sum += value / accum
+            self.step = step = self.step + 1
+            num_summed += 1
+            self.progress.update(1)
+            # SIGTERM / SIGUSR1 / SIGINT on any process (aasp_hf.training.stopping): log and save this step, then exit
+            stopping = stop_agreed(accelerator) and step < self.stop_step
+            due_log = step % args.logging_steps == 0 or step == self.stop_step or stopping
+            data_vanishing = None
+            if due_log or step % args.save_steps == 0:
+                data_vanishing = self.failed_share.check(accelerator)  # every process: saved below, then it stops
+            if due_log:
+                now = time.time()
+                logs = {
+                    "loss": loss_sum / num_summed,
+                    "learning_rate": lr,
+                    "grad_norm": float(grad_norm),
+                    "steps_per_second": (step - step_of_log) / max(now - t_log, 1e-9),
+                }
+                write_logs(accelerator, history_path, step, logs)
+                self.progress.set_postfix(loss=f"{logs['loss']:.4f}", lr=f"{lr:.2e}")
+                loss_sum, num_summed, t_log, step_of_log = 0.0, 0, now, step
+            if step % args.eval_steps == 0 or step == args.max_steps:
+                self.evaluate()
+            if step % args.save_steps == 0 or step == self.stop_step or stopping or data_vanishing is not None:
+                saved = self.save()
+            if data_vanishing is not None:
+                raise UsageError(
+                    f"stopping at step {step}: {data_vanishing}. Saved "
+                    f"{self.output_dir / f'checkpoint-{step}'}. Restore the data, then run the same "
+                    "command with --resume (or raise --max_failed_clip_share)."
+                )
+            if stopping:
+                self.progress.close()
+                exit_stopped(accelerator, saved, step, "finetune.py")
+        self.progress.close()
+        return self.step
+
+    def score_on(self, model, split: str) -> float:
+        """Accuracy or mAP of `model` on `split`, its crops the same at every evaluation (seed EVAL_CROP_SEED + the
+        split's index)."""
+        from ..data import AaspFineTuningCollator
+
+        def make_collator():
+            return AaspFineTuningCollator(
+                self.feature_extractor,
+                clip_seconds=self.data.clip_seconds,
+                split=split,
+                num_labels=self.data.num_labels if self.data.multi_label else None,
+                seed=EVAL_CROP_SEED + SPLITS.index(split),
+                padding=self.args.clip_padding,
+            )
+
+        logits, labels = predict(
+            model, self.data.splits[split], make_collator, self.args.per_device_eval_batch_size, self.accelerator
+        )
+        return classification_score(logits, labels, self.data.multi_label)
+
+    def evaluate(self):
+        """7a. Evaluation with the EMA weights (the trained weights when the EMA is off), selection by --select_on:
+        the best validation score and the test score at its step, the best test score within the budget (EAT), or
+        the last step's; the selected model saved as it is found."""
+        args, step, best, accelerator = self.args, self.step, self.best, self.accelerator
+        evaluated = self.ema if self.ema is not None else self.unwrapped
+        best_model = self.output_dir / "best_model"
+        if args.select_on == "validation":
+            record = {"step": step, "valid_score": self.score_on(evaluated, "validation")}
+            if record["valid_score"] > best["valid_score"]:
+                record["test_score"] = self.score_on(evaluated, "test")
+                best = {"valid_score": record["valid_score"], "step": step, "test_score": record["test_score"]}
+                if accelerator.is_main_process:
+                    save_best_model(evaluated, self.feature_extractor, best_model)
+        else:  # "test": the best test score within the budget (EAT); "last": the last step's
+            record = {"step": step, "test_score": self.score_on(evaluated, "test")}
+            if args.select_on == "last" or record["test_score"] > best["valid_score"]:
+                selection = record["test_score"] if args.select_on == "test" else float("nan")
+                best = {"valid_score": selection, "step": step, "test_score": record["test_score"]}
+                if accelerator.is_main_process and (args.select_on == "test" or step == args.max_steps):
+                    save_best_model(evaluated, self.feature_extractor, best_model)
+        self.best = best
+        self.history.append(record)
+        score = record["valid_score"] if args.select_on == "validation" else record["test_score"]
+        if accelerator.is_main_process:  # above the bar, not after it on its line
+            self.progress.write(
+                f"step {step}: {args.select_on} {score:.4f} "
+                f"(selected step {best['step']}, test there {best['test_score']:.4f})"
+            )
+
+    def save(self):
+        """7b. Checkpoint: the states, the data position, the generators, the EMA weights, the best-so-far."""
+        accelerator = self.accelerator
+        process_state = {
+            "collator_rng": self.collator.rng.bit_generator.state,
+            "augment_rng": self.augment_rng.bit_generator.state,
+            "decode_failures": self.decode_failures_before + self.collator.num_skipped,
+        }
+        if accelerator.process_index == 0 and self.ema is not None:
+            process_state["ema"] = self.ema.state_dict()
+        return save_checkpoint(
+            accelerator,
+            self.output_dir,
+            self.step,
+            process_state=process_state,
+            extra_state={
+                "micro_batches": self.micro_position,
+                "num_processes": accelerator.num_processes,
+                "best": self.best,
+                "history": self.history,
+                "run_arguments": self.run_arguments,
+            },
+            save_total_limit=self.args.save_total_limit,
+        )
+
+
+# ----------------------------------------------------------------------------------------------- results (step 8)
+def write_run_results(loop: FineTuningLoop, selection_rule: str) -> dict:
+    """8. The best model (EMA weights at the selected step) for the pipeline and the Hub, its model card, and
+    all_results.json; returns the results. `selection_rule`: the sentence the results and the card give for the
+    model selection."""
+    accelerator, args, step, best, output_dir = loop.accelerator, loop.args, loop.step, loop.best, loop.output_dir
+    world, accum, data = accelerator.num_processes, loop.accum, loop.data
+    decode_failures = loop.decode_failures_before + loop.collator.num_skipped
+    decode_failures = int(accelerator.reduce(torch.tensor(decode_failures, device=accelerator.device), "sum"))
+    results = {
+        "metric": "mAP" if data.multi_label else "accuracy",
+        "best_valid_score": best["valid_score"],
+        "best_step": best["step"],
+        "test_score": best["test_score"],
+        "step": step,
+        "max_steps": args.max_steps,
+        "finished": step >= args.max_steps,
+        "num_processes": world,
+        "decode_failures": decode_failures,
+        "ema_decay": args.ema_decay,
+        "select_on": args.select_on,
+        "selection_rule": selection_rule,
+        "gradient_accumulation_steps": accum,
+        "total_train_batch_size": args.per_device_train_batch_size * world * accum,
+        "eval_history": loop.history,
+    }
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        needed = sum(p.numel() * p.element_size() for p in loop.unwrapped.state_dict().values())
+
+        def intact():
+            return f"{find_latest_checkpoint(output_dir)} is intact and --resume writes the results from it"
+
+        with refused_writes(output_dir, "the best model and results", needed, intact):  # a full disk: one line
+            if step >= args.max_steps and (output_dir / "best_model").is_dir():
+                install_best_model(output_dir)  # the model's files whole or not at all
+                write_classifier_card(
+                    output_dir, loop.unwrapped, loop.feature_extractor, args, data.splits, results, data.clip_seconds
+                )
+            write_text_atomically(
+                output_dir / "all_results.json", json.dumps({**results, "arguments": asdict(args)}, indent=2)
+            )
+    accelerator.wait_for_everyone()
+    return results
