@@ -11,8 +11,9 @@ an allowed change does), `run_lock` (one run per output folder, also on NFS), `r
 `saved_models` (the exported encoder, the fine-tuned best model, their model cards), `step` (one pre-training step
 and one fine-tuning step: the scripts' and `--plan_measure`'s), `stopping` (a stop signal: save the step, exit 75)
 and from `optim` the fine-tuning helpers `layer_decay_param_groups` and `set_learning_rates`.
-`finetuning_loop` (fine-tuning's loop, its resume and one run's results) and `finetuning_summary` (the summary of a
-fine-tuning sweep over seeds and folds) hold `examples/finetune.py`'s plumbing.
+The two training loops hold the scripts' plumbing: `pretraining_loop` (`examples/pretrain.py`'s loop, its micro-batches,
+resumed states and results), `finetuning_loop` (`examples/finetune.py`'s loop, its resume and one run's results) and
+`finetuning_summary` (the summary of a fine-tuning sweep over seeds and folds).
 
 Not here: the pre-training collator and its mask samplers live in `aasp_hf.data` (`collators`, `masking`) and the
 learning-rate / teacher-momentum schedules in `aasp_hf.schedules`, below this package, since data, evaluation and
