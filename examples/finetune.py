@@ -34,7 +34,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 from transformers import AutoFeatureExtractor
@@ -49,11 +48,17 @@ from aasp_hf.training.arguments import gradient_accumulation_for, parse_argument
 from aasp_hf.training.checkpointing import RUN_ARTEFACTS, check_output_dir, read_results, remove_artefacts
 from aasp_hf.training.console import describe_new_head, loading_quietly, quiet_libraries
 from aasp_hf.training.finetuning_arguments import FinetuneArguments, checked_arguments, scale_batch_to_data
-from aasp_hf.training.finetuning_loop import FineTuningData, FineTuningLoop, resume_finetuning, write_run_results
+from aasp_hf.training.finetuning_loop import (
+    FineTuningData,
+    FineTuningLoop,
+    resume_finetuning,
+    training_collator,
+    write_run_results,
+)
 from aasp_hf.training.finetuning_summary import sweep_summary, write_summary
 from aasp_hf.training.launch import check_launch
 from aasp_hf.training.model_ema import create_ema
-from aasp_hf.training.optim import layer_decay_param_groups
+from aasp_hf.training.optim import finetuning_optimizer
 from aasp_hf.training.resume import finished_finetuning
 from aasp_hf.training.run_lock import hold_run_folder
 from aasp_hf.training.short_run import DEFAULT_BATCH_SIZE
@@ -250,7 +255,7 @@ def run(
 ) -> dict:
     """Fine-tunes once (one seed, one test fold) into `args.output_dir`; returns its results. `selection_rule`: the
     sentence that the results and the model card give for the model selection (default: from `args.select_on`)."""
-    from aasp_hf.data import AaspFineTuningCollator, describe_protocol
+    from aasp_hf.data import describe_protocol
 
     if selection_rule is None:
         selection_rule = describe_protocol(
@@ -279,23 +284,11 @@ def run(
 
     # 3. Data: crops and features in the collator (called in the loop, so its generator is checkpointed).
     data = FineTuningData(splits, multi_label, num_labels=len(names), clip_seconds=clip_seconds)
-    collator = AaspFineTuningCollator(
-        feature_extractor,
-        clip_seconds=clip_seconds,
-        split="train",
-        num_labels=data.num_labels if multi_label else None,
-        seed=args.seed * 1000 + 1 + rank,
-        padding=args.clip_padding,
-    )
+    collator = training_collator(feature_extractor, args, data, rank)
     augment_rng = np.random.default_rng(args.seed * 1000 + 2 + rank)
 
     # 4. Optimiser: layer-wise lr decay on top of the decay / no-decay split; lr a pure function of the step.
-    optimizer = torch.optim.AdamW(
-        layer_decay_param_groups(model, args.weight_decay, args.layer_decay),
-        lr=args.learning_rate,
-        betas=(args.adam_beta1, args.adam_beta2),
-        eps=args.adam_epsilon,
-    )
+    optimizer = finetuning_optimizer(model, args)
 
     # 5. Distribute.
     model, optimizer = accelerator.prepare(model, optimizer)

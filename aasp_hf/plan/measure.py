@@ -50,16 +50,16 @@ from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
 from ..data.cache import LogMelCache
 from ..data.clips import AudioStream, CollatedMicroBatches, load_clips, load_micro_batches
-from ..data.collators import AaspFineTuningCollator, PretrainingCollator
-from ..data.samplers import ClassBalancedSampler
+from ..data.collators import PretrainingCollator
 from ..feature_extraction_aasp import AaspFeatureExtractor
 from ..modeling_aasp import AaspForAudioClassification
 from ..modeling_aasp import AaspForPreTraining
 from ..schedules import learning_rate, teacher_momentum
 from ..training.arguments import gradient_accumulation_for
-from ..training.data_order import clip_order, micro_batches, stream_clip_seeds
+from ..training.data_order import clip_order, stream_clip_seeds
+from ..training.finetuning_loop import FineTuningData, training_collator, training_micro_batches
 from ..training.model_ema import create_ema, update_teacher_
-from ..training.optim import layer_decay_param_groups, param_groups
+from ..training.optim import finetuning_optimizer, param_groups
 from ..training.step import augmented_inputs, finetuning_step, pretraining_step
 from .accelerators import ACCELERATORS
 from .memory import profiler_peak_bytes
@@ -203,44 +203,15 @@ def measure_finetuning(args, splits: dict, multi_label: bool, names: list, clip_
     feature_extractor = AaspFeatureExtractor(feature_size=model.config.num_mel_bins)
     ema = create_ema(model) if args.ema_decay > 0 else None
     set_seed(args.seed, device_specific=True)
-    collator = AaspFineTuningCollator(
-        feature_extractor,
-        clip_seconds=clip_seconds,
-        split="train",
-        num_labels=num_labels if multi_label else None,
-        seed=args.seed * 1000 + 1 + rank,
-        padding=args.clip_padding,  # masked padding marks the padded frames in the attention mask, as the script does
-    )
+    data = FineTuningData(splits, multi_label, num_labels=num_labels, clip_seconds=clip_seconds)
+    collator = training_collator(feature_extractor, args, data, rank)  # the script's crops and padding
     augment_rng = np.random.default_rng(args.seed * 1000 + 2 + rank)
-    sampler = None
-    if args.class_balanced_sampling:
-        rows, column = splits["train"], "labels" if multi_label else "label"
-        labels = rows[column] if hasattr(rows, "column_names") else [row[column] for row in rows]
-        sampler = ClassBalancedSampler(
-            [list(v) if multi_label else [int(v)] for v in labels],
-            num_classes=num_labels,
-            num_samples=args.samples_per_epoch,
-            seed=0,
-        )
-    optimizer = torch.optim.AdamW(
-        layer_decay_param_groups(model, args.weight_decay, args.layer_decay),
-        lr=args.learning_rate,
-        betas=(args.adam_beta1, args.adam_beta2),
-        eps=args.adam_epsilon,
-    )
+    optimizer = finetuning_optimizer(model, args)
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
     if ema is not None:
         ema.to(device)
-    batches = micro_batches(
-        splits["train"],
-        args.per_device_train_batch_size,
-        world,
-        rank,
-        args.seed,
-        num_workers=args.dataloader_num_workers,
-        sampler=sampler,
-    )
+    batches = training_micro_batches(args, data, world, rank)
     soft = multi_label or args.mixup_alpha > 0
     spec_augment_fraction = args.spec_augment_fraction if args.spec_augment else None
     model.train()

@@ -80,6 +80,46 @@ def clip_labels(rows, multi_label: bool) -> list[list[int]]:
 
 
 # ----------------------------------------------------------------------------------------------- resume (step 6)
+def training_collator(feature_extractor, args, data: FineTuningData, process_index: int):
+    """This process's collator of the training split: random crops of `data.clip_seconds`, the padding of
+    --clip_padding; its generator, seeded by the run's seed and the process, is kept in each checkpoint."""
+    from ..data import AaspFineTuningCollator
+
+    return AaspFineTuningCollator(
+        feature_extractor,
+        clip_seconds=data.clip_seconds,
+        split="train",
+        num_labels=data.num_labels if data.multi_label else None,
+        seed=args.seed * 1000 + 1 + process_index,
+        padding=args.clip_padding,
+    )
+
+
+def training_micro_batches(args, data: FineTuningData, num_processes: int, process_index: int, start: int = 0):
+    """This process's micro-batches of the training split from micro-batch `start` of the seeded data order
+    (`data_order.micro_batches`); with --class_balanced_sampling the epochs are class-balanced draws (seed 0)."""
+    sampler = None
+    if args.class_balanced_sampling:
+        from ..data import ClassBalancedSampler
+
+        sampler = ClassBalancedSampler(
+            clip_labels(data.splits["train"], data.multi_label),
+            num_classes=data.num_labels,
+            num_samples=args.samples_per_epoch,
+            seed=0,
+        )
+    return micro_batches(
+        data.splits["train"],
+        args.per_device_train_batch_size,
+        num_processes,
+        process_index,
+        args.seed,
+        start=start,
+        num_workers=args.dataloader_num_workers,
+        sampler=sampler,
+    )
+
+
 def resume_finetuning(accelerator, optimizer, collator, augment_rng, ema, args, accum: int) -> RunPosition:
     """--resume: the newest complete checkpoint's states loaded (model, optimiser, RNG, the collator's and the
     augmentation's generators, the EMA weights), its run arguments compared with these. Returns its position (a
@@ -194,25 +234,8 @@ class FineTuningLoop:
         self.decode_failures_before, self.best, self.history = position.decode_failures, position.best, position.history
         self.output_dir = Path(args.output_dir)
         self.stop_step = min(args.max_steps, args.stop_after_steps or args.max_steps)
-        sampler = None
-        if args.class_balanced_sampling:
-            from ..data import ClassBalancedSampler
-
-            sampler = ClassBalancedSampler(
-                clip_labels(data.splits["train"], data.multi_label),
-                num_classes=data.num_labels,
-                num_samples=args.samples_per_epoch,
-                seed=0,
-            )
-        self.batches = micro_batches(
-            data.splits["train"],
-            args.per_device_train_batch_size,
-            accelerator.num_processes,
-            accelerator.process_index,
-            args.seed,
-            start=self.micro_position,
-            num_workers=args.dataloader_num_workers,
-            sampler=sampler,
+        self.batches = training_micro_batches(
+            args, data, accelerator.num_processes, accelerator.process_index, start=self.micro_position
         )
         self.soft = data.multi_label or args.mixup_alpha > 0  # BCE (on soft targets with mixup), else cross-entropy
         self.spec_augment_fraction = args.spec_augment_fraction if args.spec_augment else None

@@ -86,6 +86,17 @@ def layer_decay_param_groups(model: torch.nn.Module, weight_decay: float, layer_
     return [groups[k] for k in sorted(groups)]
 
 
+def finetuning_optimizer(model: torch.nn.Module, args) -> torch.optim.AdamW:
+    """Fine-tuning's AdamW: `layer_decay_param_groups` with --weight_decay and --layer_decay, the arguments' betas and
+    epsilon; the learning rate is set each step (`set_learning_rates`)."""
+    return torch.optim.AdamW(
+        layer_decay_param_groups(model, args.weight_decay, args.layer_decay),
+        lr=args.learning_rate,
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+    )
+
+
 def set_learning_rates(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Sets each parameter group's lr to its ``"lr_scale"`` × `lr` (the scheduled lr of this step)."""
     for group in optimizer.param_groups:
