@@ -8,11 +8,11 @@ its list, and the batch from the data by `scale_batch_to_data`; the presets set 
 
 from dataclasses import dataclass, field, replace
 
-from ..errors import UsageError, check_keys
+from ..errors import UsageError
 from ..evaluation import baseline as logmel_baseline
 from .arguments import PlanArguments
 from .failed_clips import DEFAULT_MAX_SHARE
-from .resume import FINETUNING_RUN_ARGUMENTS, resumed_run_arguments
+from .resume import FINETUNING_RUN_ARGUMENTS, allowed_resume_changes, resumed_run_arguments
 from .short_run import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_WARMUP_STEPS,
@@ -222,16 +222,8 @@ def checked_arguments(args: FinetuneArguments) -> FinetuneArguments:
     if args.per_device_train_batch_size is None and args.plan:  # no data to scale it to
         args = replace(args, per_device_train_batch_size=DEFAULT_BATCH_SIZE)
     if args.resume_allow_changes:
-        if not args.resume:
-            raise UsageError("--resume_allow_changes goes with --resume (it names what a resumed run may change)")
-        names = [name for item in args.resume_allow_changes for name in item.split(",") if name]
+        names = allowed_resume_changes(args.resume_allow_changes, args.resume, FINETUNING_RUN_ARGUMENTS)
         args = replace(args, resume_allow_changes=names)
-        check_keys(
-            args.resume_allow_changes,
-            FINETUNING_RUN_ARGUMENTS,
-            "--resume_allow_changes",
-            "docs/pretraining.md#resuming",
-        )
     return args
 
 

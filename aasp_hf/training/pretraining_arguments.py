@@ -7,10 +7,10 @@ JSON file, or from `--config preset.json` followed by command-line overrides; `-
 from dataclasses import dataclass, field
 
 from ..configuration_aasp import AaspConfig, init_arguments
-from ..errors import UsageError, check_keys
+from ..errors import UsageError
 from .arguments import PlanArguments
 from .failed_clips import DEFAULT_MAX_SHARE
-from .resume import PRETRAINING_RUN_ARGUMENTS
+from .resume import PRETRAINING_RUN_ARGUMENTS, allowed_resume_changes
 
 # the data sources, of which a run reads one
 DATA_SOURCES = ("dataset", "train_dir", "train_manifest", "dataset_name", "synthetic_clips", "log_mel_cache")
@@ -199,13 +199,10 @@ def check_pretraining_arguments(args: PretrainingArguments) -> None:
             "holds 1 MiB and dynamo's DDP optimiser needs the others at least as large; pass 1 or more"
         )
     if args.resume_allow_changes:
-        if not args.resume:
-            raise UsageError("--resume_allow_changes goes with --resume (it names what a resumed run may change)")
-        args.resume_allow_changes = [n for item in args.resume_allow_changes for n in item.split(",") if n]
         valid = [
             *PRETRAINING_RUN_ARGUMENTS,
             "num_processes",
             "model_config",
             *(f"model_config.{k}" for k in init_arguments(AaspConfig)),
         ]
-        check_keys(args.resume_allow_changes, valid, "--resume_allow_changes", "docs/pretraining.md#resuming")
+        args.resume_allow_changes = allowed_resume_changes(args.resume_allow_changes, args.resume, valid)

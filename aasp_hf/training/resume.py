@@ -11,7 +11,7 @@ line per part of the run, what the allowed changes do.
 
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import UsageError, check_keys
 from ..schedules import learning_rate, teacher_momentum
 from .checkpointing import check_resume_arguments, find_latest_checkpoint, load_trainer_state, read_results
 
@@ -117,6 +117,16 @@ FINETUNING_RUN_ARGUMENTS = {
     "freeze_feature_encoder": "fixed",
     "ema_decay": "fixed",
 }
+
+
+def allowed_resume_changes(names: list[str], resume: bool, valid) -> list[str]:
+    """--resume_allow_changes as a list of names (`a,b` split at its commas); a `UsageError` of one line without
+    --resume or for a name not in `valid` (what the script's checkpoints store)."""
+    if not resume:
+        raise UsageError("--resume_allow_changes goes with --resume (it names what a resumed run may change)")
+    names = [name for item in names for name in item.split(",") if name]
+    check_keys(names, valid, "--resume_allow_changes", "docs/pretraining.md#resuming")
+    return names
 
 
 def compare_run_arguments(
