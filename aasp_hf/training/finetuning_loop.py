@@ -79,20 +79,26 @@ def clip_labels(rows, multi_label: bool) -> list[list[int]]:
     return [list(v) if multi_label else [int(v)] for v in values]
 
 
-# ----------------------------------------------------------------------------------------------- resume (step 6)
-def training_collator(feature_extractor, args, data: FineTuningData, process_index: int):
-    """This process's collator of the training split: random crops of `data.clip_seconds`, the padding of
-    --clip_padding; its generator, seeded by the run's seed and the process, is kept in each checkpoint."""
+# ----------------------------------------------------------------------------------------------- data (step 3)
+def split_collator(feature_extractor, args, data: FineTuningData, split: str, seed: int):
+    """The collator of `split`: crops of `data.clip_seconds` (random for train and validation, from `seed`), the
+    padding of --clip_padding, labels as indices or (multi-label) as multi-hot vectors."""
     from ..data import AaspFineTuningCollator
 
     return AaspFineTuningCollator(
         feature_extractor,
         clip_seconds=data.clip_seconds,
-        split="train",
+        split=split,
         num_labels=data.num_labels if data.multi_label else None,
-        seed=args.seed * 1000 + 1 + process_index,
+        seed=seed,
         padding=args.clip_padding,
     )
+
+
+def training_collator(feature_extractor, args, data: FineTuningData, process_index: int):
+    """This process's collator of the training split; its generator, seeded by the run's seed and the process, is
+    kept in each checkpoint."""
+    return split_collator(feature_extractor, args, data, "train", seed=args.seed * 1000 + 1 + process_index)
 
 
 def training_micro_batches(args, data: FineTuningData, num_processes: int, process_index: int, start: int = 0):
@@ -120,6 +126,7 @@ def training_micro_batches(args, data: FineTuningData, num_processes: int, proce
     )
 
 
+# ----------------------------------------------------------------------------------------------- resume (step 6)
 def resume_finetuning(accelerator, optimizer, collator, augment_rng, ema, args, accum: int) -> RunPosition:
     """--resume: the newest complete checkpoint's states loaded (model, optimiser, RNG, the collator's and the
     augmentation's generators, the EMA weights), its run arguments compared with these. Returns its position (a
@@ -330,17 +337,10 @@ class FineTuningLoop:
     def score_on(self, model, split: str) -> float:
         """Accuracy or mAP of `model` on `split`, its crops the same at every evaluation (seed EVAL_CROP_SEED + the
         split's index)."""
-        from ..data import AaspFineTuningCollator
 
         def make_collator():
-            return AaspFineTuningCollator(
-                self.feature_extractor,
-                clip_seconds=self.data.clip_seconds,
-                split=split,
-                num_labels=self.data.num_labels if self.data.multi_label else None,
-                seed=EVAL_CROP_SEED + SPLITS.index(split),
-                padding=self.args.clip_padding,
-            )
+            seed = EVAL_CROP_SEED + SPLITS.index(split)
+            return split_collator(self.feature_extractor, self.args, self.data, split, seed)
 
         logits, labels = predict(
             model, self.data.splits[split], make_collator, self.args.per_device_eval_batch_size, self.accelerator
