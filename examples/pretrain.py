@@ -34,7 +34,6 @@ from aasp_hf.data.clips import AudioStream, load_clips
 from aasp_hf.data.collators import PretrainingCollator
 from aasp_hf.entry_points import run_stoppable
 from aasp_hf.hub import check_model_path
-from aasp_hf.schedules import learning_rate
 from aasp_hf.training.arguments import check_model_config, config_from_fields, parse_arguments
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
@@ -47,7 +46,7 @@ from aasp_hf.training.checkpointing import (
 from aasp_hf.training.console import quiet_libraries
 from aasp_hf.training.launch import check_launch
 from aasp_hf.training.model_ema import update_teacher_
-from aasp_hf.training.optim import param_groups
+from aasp_hf.training.optim import pretraining_optimizer
 from aasp_hf.training.pretraining_arguments import (
     DATA_SOURCES,
     DataArguments,
@@ -182,24 +181,7 @@ def training_collator(accelerator, data_args, args, feature_extractor, config: A
     )
 
 
-# ----------------------------------------------------------------------------------------------- optimiser (steps 4, 5)
-def build_optimizer(model: AaspForPreTraining, args) -> torch.optim.AdamW:
-    """4. AdamW without decay on biases, norms, CLS and positions; the teacher is frozen and not in it. lr and
-    momentum are pure functions of the step (set by hand each step; no scheduler object). --patch_embedding_lr_scale:
-    0 freezes the stem (student and teacher then share it for the whole run), another value gives the stem's
-    parameters groups of their own with that lr scale."""
-    if args.patch_embedding_lr_scale == 0:
-        model.aasp.embeddings.requires_grad_(False)
-    lr_scales = {} if args.patch_embedding_lr_scale in (0, 1) else {"aasp.embeddings.": args.patch_embedding_lr_scale}
-    return torch.optim.AdamW(
-        param_groups(model, args.weight_decay, lr_scales),
-        lr=learning_rate(0, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate),
-        betas=(args.adam_beta1, args.adam_beta2),
-        eps=args.adam_epsilon,
-        fused=True,  # one kernel per device and dtype; it skips a non-finite step on the device (training.step)
-    )
-
-
+# ----------------------------------------------------------------------------------------------- distribute (step 5)
 def distribute(accelerator, model, optimizer, args):
     """5. (model, optimizer, update_teacher) prepared: DDP/FSDP, device placement and mixed-precision autocast come
     from accelerate. --torch_compile compiles what the step runs (aasp_hf.training.step): the forward — student on
@@ -285,7 +267,7 @@ def train(data_args, model_args, args) -> dict:
     monitors = Monitors.build(accelerator, data_args, args, dataset, stream, config, feature_extractor)
 
     # 4. Optimiser, 5. distribute (accelerate: DDP/FSDP, devices, mixed precision; --torch_compile)
-    model, optimizer, update_teacher = distribute(accelerator, model, build_optimizer(model, args), args)
+    model, optimizer, update_teacher = distribute(accelerator, model, pretraining_optimizer(model, args), args)
     unwrapped = accelerator.unwrap_model(model)
 
     # 6. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.

@@ -49,17 +49,17 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
 from ..data.cache import LogMelCache
-from ..data.clips import AudioStream, CollatedMicroBatches, load_clips, load_micro_batches
+from ..data.clips import AudioStream, load_clips
 from ..data.collators import PretrainingCollator
 from ..feature_extraction_aasp import AaspFeatureExtractor
 from ..modeling_aasp import AaspForAudioClassification
 from ..modeling_aasp import AaspForPreTraining
 from ..schedules import learning_rate, teacher_momentum
 from ..training.arguments import gradient_accumulation_for
-from ..training.data_order import clip_order, stream_clip_seeds
 from ..training.finetuning_loop import FineTuningData, training_collator, training_micro_batches
 from ..training.model_ema import create_ema, update_teacher_
-from ..training.optim import finetuning_optimizer, param_groups
+from ..training.optim import finetuning_optimizer, pretraining_optimizer
+from ..training.pretraining_loop import micro_batch_source
 from ..training.step import augmented_inputs, finetuning_step, pretraining_step
 from .accelerators import ACCELERATORS
 from .memory import profiler_peak_bytes
@@ -115,8 +115,8 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
     set_seed(args.seed, device_specific=True)
     if args.gradient_checkpointing:
         getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
-    # the script's data path: loader workers finish whole micro-batches (with --features_on_device all but the
-    # log-mel, which `collator.finish` computes on the device)
+    # the script's data path (`micro_batch_source` below): loader workers finish whole micro-batches (with
+    # --features_on_device all but the log-mel, which this process's `collator.finish` computes on the device)
     collator = PretrainingCollator(
         feature_extractor,
         config,
@@ -124,17 +124,7 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
         device=device if data_args.features_on_device else None,
         student_eq_strength=data_args.student_eq_strength,
     )
-    collate = collator.draw_seeded if data_args.features_on_device else collator.collate_seeded
-    if args.patch_embedding_lr_scale == 0:
-        model.aasp.embeddings.requires_grad_(False)
-    lr_scales = {} if args.patch_embedding_lr_scale in (0, 1) else {"aasp.embeddings.": args.patch_embedding_lr_scale}
-    optimizer = torch.optim.AdamW(
-        param_groups(model, args.weight_decay, lr_scales),
-        lr=args.learning_rate,
-        betas=(args.adam_beta1, args.adam_beta2),
-        eps=args.adam_epsilon,
-        fused=True,
-    )
+    optimizer = pretraining_optimizer(model, args)
     model, optimizer = accelerator.prepare(model, optimizer)
     unwrapped = accelerator.unwrap_model(model)
     ema_update = torch.compile(update_teacher_, fullgraph=True) if args.torch_compile else update_teacher_
@@ -142,14 +132,7 @@ def measure_pretraining(config, data_args, args, num_steps: int) -> dict:
     if args.torch_compile:
         torch._dynamo.utils.counters.clear()
         unwrapped.compile(fullgraph=True)
-    pin_memory = device.type == "cuda"
-    if stream is not None:
-        batches = stream.finished_micro_batches(collate, partial(stream_clip_seeds, args.seed, world, rank), pin_memory)
-    else:
-        plan = partial(clip_order, len(dataset), batch_size, world, rank, args.seed, 0)
-        batches = load_micro_batches(
-            CollatedMicroBatches(dataset, plan, collate), data_args.dataloader_num_workers, pin_memory
-        )
+    batches = micro_batch_source(accelerator, data_args, args, dataset, stream, feature_extractor, config, 0)
     model.train()
 
     def step(index: int) -> float:

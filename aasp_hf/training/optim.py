@@ -10,6 +10,8 @@ whichever version of the modeling code it was loaded with."""
 
 import torch
 
+from ..schedules import learning_rate
+
 
 def no_weight_decay(model: torch.nn.Module) -> set[str]:
     """Parameter names excluded from weight decay besides biases and norms: CLS and positions (MAE's convention)."""
@@ -84,6 +86,23 @@ def layer_decay_param_groups(model: torch.nn.Module, weight_decay: float, layer_
             group["params"].append(param)
             group["names"].append(name)
     return [groups[k] for k in sorted(groups)]
+
+
+def pretraining_optimizer(model: torch.nn.Module, args) -> torch.optim.AdamW:
+    """Pre-training's AdamW (`examples/pretrain.py`'s step 4): no decay on biases, norms, CLS and positions; the
+    teacher is frozen and not in it. lr and momentum are pure functions of the step (set by hand each step; no
+    scheduler object). --patch_embedding_lr_scale: 0 freezes the stem (student and teacher then share it for the
+    whole run), another value gives the stem's parameters groups of their own with that lr scale."""
+    if args.patch_embedding_lr_scale == 0:
+        model.aasp.embeddings.requires_grad_(False)
+    lr_scales = {} if args.patch_embedding_lr_scale in (0, 1) else {"aasp.embeddings.": args.patch_embedding_lr_scale}
+    return torch.optim.AdamW(
+        param_groups(model, args.weight_decay, lr_scales),
+        lr=learning_rate(0, args.max_steps, args.warmup_steps, args.learning_rate, args.min_learning_rate),
+        betas=(args.adam_beta1, args.adam_beta2),
+        eps=args.adam_epsilon,
+        fused=True,  # one kernel per device and dtype; it skips a non-finite step on the device (training.step)
+    )
 
 
 def finetuning_optimizer(model: torch.nn.Module, args) -> torch.optim.AdamW:
