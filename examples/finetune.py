@@ -85,9 +85,9 @@ def parse_args(argv=None) -> FinetuneArguments:
 
 
 # ----------------------------------------------------------------------------------------------- data (step 1)
-def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
-    """-> ({part: {split: rows}}, multi_label, class names, clip seconds, task): the arguments mapped onto
-    `data.load_downstream` (the protocol linear_eval.py uses too). A K-fold dataset gives one part: the test fold
+def load_parts(args):
+    """-> `data.DownstreamTask` (parts {part: {split: rows}}, task, labels, clip length, whether its test was held out
+    of train): the arguments mapped onto `data.load_downstream` (the protocol linear_eval.py uses too). A K-fold dataset gives one part: the test fold
     `--test_fold` (default the first), or every fold with `--all_folds`. The validation draws are seeded with
     SPLIT_SEED (0), the same split for every `--seeds` entry. The synthetic data keeps its own validation split."""
     from aasp_hf import data
@@ -107,10 +107,12 @@ def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
         )
         if args.select_on != "validation":  # nothing selects on it
             del splits["validation"]
-        return {"synthetic": splits}, args.synthetic_multi_label, list(LABELS), clip_seconds, "synthetic"
+        return data.DownstreamTask(
+            "synthetic", {"synthetic": splits}, args.synthetic_multi_label, list(LABELS), clip_seconds
+        )
     if args.dataset is None:
         raise ValueError("Pass --dataset (with --data_root) or --synthetic_per_class N.")
-    downstream = data.load_downstream(
+    return data.load_downstream(
         args.dataset,
         root=args.data_root,
         loader_kwargs=json.loads(args.dataset_kwargs) if args.dataset_kwargs else None,
@@ -125,7 +127,6 @@ def load_parts(args) -> tuple[dict, bool, list[str], float, str]:
         seed=SPLIT_SEED,
         group_by=args.group_by,
     )
-    return (downstream.parts, downstream.multi_label, downstream.label_names, downstream.clip_seconds, downstream.task)
 
 
 # ----------------------------------------------------------------------------------------------- model (step 2)
@@ -192,13 +193,21 @@ def finetune(args: FinetuneArguments) -> dict:
     check_model_path(args.model_name_or_path)  # a misspelt path or an unreachable Hub id: one line, before the data
 
     # 1. Data: the parts (test folds) and their splits, first, so that a data mistake is said before the model loads.
-    parts, multi_label, names, clip_seconds, task = load_parts(args)
+    downstream = load_parts(args)
+    parts, multi_label, names = downstream.parts, downstream.multi_label, downstream.label_names
+    clip_seconds, task = downstream.clip_seconds, downstream.task
     args = scale_batch_to_data(args, parts, world)
     from aasp_hf.data import describe_protocol, is_kfold
 
     kfold = is_kfold(parts)
     selection_rule = describe_protocol(
-        args.select_on, kfold, args.kfold_validation, args.validation_fraction, SPLIT_SEED, args.group_by
+        args.select_on,
+        kfold,
+        args.kfold_validation,
+        args.validation_fraction,
+        SPLIT_SEED,
+        args.group_by,
+        downstream.test_held_out,
     )
     seeds = args.seeds or [args.seed]
     single = len(parts) == 1 and len(seeds) == 1

@@ -2,6 +2,7 @@
 test take whole sources (speakers, sites, devices), in the downstream protocol, `finetune.py` and `data.check`;
 without it, the selection rule says that validation shares its sources with training."""
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,13 @@ import soundfile as sf
 
 from aasp_hf.data import load
 from aasp_hf.data.decoding import for_safe_decoding
-from aasp_hf.data.protocol import SHARED_SOURCES, describe_protocol, downstream_parts
+from aasp_hf.data.protocol import (
+    SHARED_SOURCES,
+    SHARED_TEST_SOURCES,
+    describe_protocol,
+    downstream_parts,
+    load_downstream,
+)
 from aasp_hf.data.splits import hold_out_groups, source_groups
 from aasp_hf.errors import UsageError
 
@@ -94,6 +101,21 @@ def test_the_selection_rule_says_when_validation_shares_its_sources():
         "model selection on whole sources (--group_by '^([a-z]+)_') holding 10% of train, where the "
         "dataset has no validation split of its own (seed 0)"
     )
+
+
+def test_with_no_validation_the_selection_rule_says_when_the_test_shares_its_sources(voices, tmp_path):
+    """The small-folder preset keeps the last step: its held-out test is then the one score, and the rule says when
+    that test was drawn at random from the training sources; a dataset's own test split, or --group_by, is not."""
+    rule = "the last step's model; no validation held out"
+    assert describe_protocol("last", False, "evar", 0.1, 0, test_held_out=True) == rule + SHARED_TEST_SOURCES
+    assert describe_protocol("test", False, "evar", 0.1, 0, test_held_out=True).endswith(SHARED_TEST_SOURCES)
+    assert describe_protocol("last", False, "evar", 0.1, 0, r"^([a-z]+)_", test_held_out=True) == rule
+    assert describe_protocol("last", False, "evar", 0.1, 0) == rule  # the dataset's own test split
+    assert load_downstream("audiofolder", root=voices, select_on="last").test_held_out
+    with_test = tmp_path / "with_test"
+    for split in ("train", "test"):
+        shutil.copytree(voices, with_test / split)
+    assert not load_downstream("audiofolder", root=with_test, select_on="last").test_held_out
 
 
 def test_data_check_prints_the_sources_of_each_split(voices):

@@ -177,7 +177,7 @@ def test_finetune_on_an_own_folder_scales_the_unset_defaults_and_says_so(own_fol
         "--output_dir",
         str(tmp_path / "ft"),
     ]
-    parts, *_ = finetune.load_parts(finetune.parse_args(argv))
+    parts = finetune.load_parts(finetune.parse_args(argv)).parts
     train_clips = len(parts["official"]["train"])
     assert train_clips < 43 - 8  # 20 % held out as test, then 10 % of the rest as validation
     capsys.readouterr()
@@ -205,7 +205,7 @@ def test_shift_consistency_on_an_own_folder_measures_the_clips_finetune_holds_ou
 
     folder, _ = own_folder
     common = ["--model_name_or_path", str(encoder), "--dataset", "audiofolder", "--data_root", str(folder)]
-    parts, *_ = finetune.load_parts(finetune.parse_args(common))
+    parts = finetune.load_parts(finetune.parse_args(common)).parts
     held_out = parts["official"]["test"].cast_column("audio", Audio(decode=False))
     clips = shift_consistency.Clips(shift_consistency.parse_args(common))
     assert [row["audio"]["path"] for row in clips.source] == [row["audio"]["path"] for row in held_out]

@@ -221,7 +221,7 @@ def test_finetune_on_an_audiofolder_without_split_folders_holds_out_a_stated_tes
     import finetune
     from datasets import Audio
 
-    parts, multi_label, names, _, _ = finetune.load_parts(
+    downstream = finetune.load_parts(
         finetune.parse_args(
             [
                 "--model_name_or_path",
@@ -235,8 +235,9 @@ def test_finetune_on_an_audiofolder_without_split_folders_holds_out_a_stated_tes
             ]
         )
     )
-    splits = parts["official"]
-    assert not multi_label and sorted(names) == ["high", "low"]
+    splits = downstream.parts["official"]
+    assert not downstream.multi_label and sorted(downstream.label_names) == ["high", "low"]
+    assert downstream.test_held_out  # class sub-folders, no test/: its test is held out of train
     assert {k: len(v) for k, v in splits.items()} == {"train": 14, "validation": 2, "test": 4}  # 20 % test, then 10 %
     assert sorted(splits["test"]["label"]) == [0, 0, 1, 1]  # stratified by class
     paths = [

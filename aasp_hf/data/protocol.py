@@ -215,6 +215,13 @@ SHARED_SOURCES = (
     "; its clips share their sources (speakers, sites, devices) with training, so it can rate a model "
     "that knows the sources above one that knows the classes: pass --group_by to hold sources out whole"
 )
+# With no validation (select_on "last" or "test") the held-out test is the one score: said when it was drawn at random
+# out of train, so that its clips are from the training sources.
+SHARED_TEST_SOURCES = (
+    "; the test clips, held out of train at random, share their sources (speakers, sites, devices) with training, "
+    "so the test can rate a model that knows the sources above one that knows the classes: pass --group_by to hold "
+    "sources out whole"
+)
 
 
 def describe_protocol(
@@ -224,13 +231,20 @@ def describe_protocol(
     validation_fraction: float,
     seed: int,
     group_by: str | None = None,
+    test_held_out: bool = False,
 ) -> str:
     """One sentence naming the selection rule, for results files and model cards; a random validation draw says that
-    it shares its sources with training (`SHARED_SOURCES`) unless `group_by` names them."""
+    it shares its sources with training (`SHARED_SOURCES`) unless `group_by` names them, and so does a test drawn at
+    random out of train (`test_held_out`: the dataset has no test split or folds) when nothing is held out for
+    validation (`SHARED_TEST_SOURCES`)."""
+    shared_test = SHARED_TEST_SOURCES if test_held_out and group_by is None else ""
     if select_on == "test":
-        return "model selection on the test split (EAT: the best result within the budget); no validation held out"
+        return (
+            "model selection on the test split (EAT: the best result within the budget); no validation held out"
+            + shared_test
+        )
     if select_on == "last":
-        return "the last step's model; no validation held out"
+        return "the last step's model; no validation held out" + shared_test
     if kfold and kfold_validation == "next":
         return "model selection on the fold after the test fold"
     if group_by is not None:
@@ -398,6 +412,7 @@ class DownstreamTask:
     multi_label: bool
     label_names: list[str]
     clip_seconds: float
+    test_held_out: bool = False  # the dataset had no test split or folds: its test is held out of train
 
 
 def load_downstream(
@@ -450,4 +465,5 @@ def load_downstream(
         seed=seed,
         group_by=group_by,
     )
-    return DownstreamTask(task=task, parts=parts, multi_label=multi_label, label_names=names, clip_seconds=clip_seconds)
+    test_held_out = "test" not in loaded and not ("fold" in first.column_names and set(loaded) == {"train"})
+    return DownstreamTask(task, parts, multi_label, names, clip_seconds, test_held_out)

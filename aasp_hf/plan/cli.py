@@ -143,8 +143,10 @@ def print_finetuning_plan(args, load_parts=None) -> dict:
     if getattr(args, "plan_measure", 0) > 0:
         if load_parts is None:
             raise ValueError("--plan_measure needs the script's data: pass its load_parts")
-        parts, multi_label, names, clip_seconds, _ = load_parts(args)
-        splits = next(iter(parts.values()))  # the first part (test fold) a run trains on
-        measured = measure_finetuning(args, splits, multi_label, names, clip_seconds, args.plan_measure)
+        downstream = load_parts(args)
+        splits = next(iter(downstream.parts.values()))  # the first part (test fold) a run trains on
+        measured = measure_finetuning(
+            args, splits, downstream.multi_label, downstream.label_names, downstream.clip_seconds, args.plan_measure
+        )
         result.update(_measure(plan, table, measured, args.output_dir, is_main))
     return result
