@@ -110,7 +110,7 @@ def synthetic_test_rows(per_class: int, multi_label: bool) -> list:
     """The test rows that a run with `--synthetic_per_class per_class` and CLIP's 0.5-s clips evaluates on."""
     argv = ["--model_name_or_path", "unused", "--synthetic_per_class", str(per_class), *CLIP]
     args = finetune.parse_args(argv + (["--synthetic_multi_label"] if multi_label else []))
-    parts = finetune.load_parts(args)[0]
+    parts = finetune.load_parts(args).parts
     return parts["synthetic"]["test"]
 
 
@@ -406,8 +406,8 @@ def test_masked_clip_padding_gives_the_logits_of_the_short_clip_alone(encoder_di
 
 def test_small_folder_preset_and_clip_padding_choices(encoder_dir):
     """The small-folder preset (docs/downstream.md#a-small-folder-of-your-own-clips): the recipe measured in
-    research/2026-11-small-data-recipe, the EMA and warm-up derived from its 1,500 steps; another --clip_padding is
-    one line."""
+    research/2026-11-small-data-recipe, the last step kept (research/2026-11-what-transfers), the EMA and warm-up
+    derived from its 1,500 steps; another --clip_padding is one line."""
     preset = Path(__file__).resolve().parents[1] / "examples" / "configs" / "finetune" / "small_folder.json"
     args = finetune.parse_args(
         ["--config", str(preset), "--model_name_or_path", "x", "--dataset", "audiofolder", "--data_root", "y"]
@@ -419,7 +419,8 @@ def test_small_folder_preset_and_clip_padding_choices(encoder_dir):
         args.per_device_train_batch_size,
         args.max_steps,
         args.clip_padding,
-    ) == ("mean", 4e-3, 1.0, 32, 1500, "masked")
+        args.select_on,
+    ) == ("mean", 4e-3, 1.0, 32, 1500, "masked", "last")
     assert (args.ema_decay, args.warmup_steps, args.spec_augment, args.drop_path_rate) == (0.9933, 100, True, 0.1)
     with pytest.raises(finetune.UsageError, match="--clip_padding edge: use zeros"):
         finetune.parse_args(
