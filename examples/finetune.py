@@ -87,8 +87,8 @@ def parse_args(argv=None) -> FinetuneArguments:
 # ----------------------------------------------------------------------------------------------- data (step 1)
 def load_parts(args):
     """-> `data.DownstreamTask` (parts {part: {split: rows}}, task, labels, clip length, whether its test was held out
-    of train): the arguments mapped onto `data.load_downstream` (the protocol linear_eval.py uses too). A K-fold dataset gives one part: the test fold
-    `--test_fold` (default the first), or every fold with `--all_folds`. The validation draws are seeded with
+    of train): the arguments mapped onto `data.load_downstream` (the protocol linear_eval.py uses too). A K-fold
+    dataset gives one part: the test fold `--test_fold` (default the first), or every fold with `--all_folds`. The validation draws are seeded with
     SPLIT_SEED (0), the same split for every `--seeds` entry. The synthetic data keeps its own validation split."""
     from aasp_hf import data
 

@@ -165,7 +165,7 @@ def downstream_parts(
         raise ValueError(f"select_on={select_on!r}: use one of {SELECT_ON}.")
     with_validation = select_on == "validation"
     first = next(iter(loaded.values()))
-    if "fold" in first.column_names and set(loaded) == {"train"}:
+    if has_folds(loaded):
         available = sorted(set(first["fold"]))
         return {
             f"fold{k}": dict(
@@ -203,7 +203,7 @@ def reported_test_split(loaded, *, test_fraction: float = 0.2, seed: int = 0, gr
     same fraction and seed (0 by default in both)."""
     first = next(iter(loaded.values()))
     folds = None
-    if "fold" in first.column_names and set(loaded) == {"train"}:
+    if has_folds(loaded):
         folds = [min(set(first["fold"]))]
     (part,) = downstream_parts(
         loaded, folds=folds, select_on="last", test_fraction=test_fraction, seed=seed, group_by=group_by
@@ -398,6 +398,11 @@ def check_classes(rows, where) -> None:
     )
 
 
+def has_folds(loaded) -> bool:
+    """Whether a loaded DatasetDict is a K-fold dataset: one "train" split whose rows carry a "fold" column."""
+    return set(loaded) == {"train"} and "fold" in loaded["train"].column_names
+
+
 def is_kfold(parts: dict) -> bool:
     """Whether `parts` (of `downstream_parts`) are the test folds of a K-fold task ("fold<k>")."""
     return all(part.startswith("fold") for part in parts)
@@ -453,7 +458,7 @@ def load_downstream(
     check_classes(first, root if root is not None else dataset)
     clip_seconds = downstream_clip_seconds(task, clip_seconds, loaded)
     multi_label, names = label_info(first)
-    if max_folds is not None and "fold" in first.column_names and set(loaded) == {"train"}:
+    if max_folds is not None and has_folds(loaded):
         folds = list(folds if folds is not None else sorted(set(first["fold"])))[:max_folds]
     parts = downstream_parts(
         loaded,
@@ -465,5 +470,5 @@ def load_downstream(
         seed=seed,
         group_by=group_by,
     )
-    test_held_out = "test" not in loaded and not ("fold" in first.column_names and set(loaded) == {"train"})
+    test_held_out = "test" not in loaded and not has_folds(loaded)
     return DownstreamTask(task, parts, multi_label, names, clip_seconds, test_held_out)
