@@ -47,6 +47,7 @@ NAMES = (
     "voxforge",
     "surge",
     "voxceleb1",
+    "sound_events",
     "audiofolder",
 )
 ALIASES = {
@@ -56,6 +57,7 @@ ALIASES = {
     "crema_d": "cremad",
     "esc_50": "esc50",
     "voxceleb": "voxceleb1",
+    "desed": "sound_events",
 }
 EVAR_TASKS = ("cremad", "gtzan", "voxforge", "surge")
 # Official clips per split (per fold for ESC-50 and UrbanSound8K); AudioSet: the segments its CSVs list, as their
@@ -73,6 +75,7 @@ OFFICIAL = {
     "voxforge": {"train": 121_281, "validation": 26_684, "test": 28_463},
     "surge": {"train": 148_896, "validation": 17_160, "test": 17_336},
     "voxceleb1": {"train": 138_361, "validation": 6_904, "test": 8_251},
+    "sound_events": {},  # its splits are the user's tables or the DESED sets chosen: docs/datasets.md gives DESED's
     "audiofolder": {},
 }
 _CONTAINER_FORMATS = (".mp3", ".m4a", ".aac")  # headers read by torchcodec (FFmpeg) rather than libsndfile
@@ -155,10 +158,21 @@ def _paths(split) -> list:
 
 
 def _label_column(split):
+    if "events" in split.features:  # sound events: the labels of the events
+        return "events"
     return "labels" if "labels" in split.features else "label" if "label" in split.features else None
 
 
+def _label_values(split, column: str):
+    values = split.data.column(column)
+    if column == "events":
+        return pc.struct_field(pc.list_flatten(values), "label")
+    return pc.list_flatten(values) if column == "labels" else values
+
+
 def _num_classes(feature) -> int:
+    if isinstance(getattr(feature, "feature", None), dict):  # sound events: List({"onset", "offset", "label"})
+        return feature.feature["label"].num_classes
     return feature.feature.num_classes if hasattr(feature, "feature") else feature.num_classes
 
 
@@ -193,8 +207,8 @@ def check_dataset(name: str, root, *, sample_files: int = 200, seed: int = 0, **
     try:
         with recording_missing_files() as missing_record:
             dataset = load(name, root=root, **options)
-    except (FileNotFoundError, ValueError) as error:
-        report["errors"].append(" ".join(str(error).split()))
+    except (FileNotFoundError, ValueError) as error:  # a loader listing several problems: one line each
+        report["errors"] += getattr(error, "problems", None) or [" ".join(str(error).split())]
         return report
     except TypeError as error:  # an option this loader does not take
         option = re.search(r"unexpected keyword argument '(\w+)'", str(error))
@@ -222,8 +236,7 @@ def check_dataset(name: str, root, *, sample_files: int = 200, seed: int = 0, **
         label_column = _label_column(split)
         if label_column is not None:
             label_feature = split.features[label_column]
-            values = split.data.column(label_column)
-            labels_used.update((pc.list_flatten(values) if label_column == "labels" else values).to_pylist())
+            labels_used.update(_label_values(split, label_column).to_pylist())
         if list(dataset) == ["train"] and "fold" in split.features:
             folds = split.data.column("fold").to_pylist()
             numbers = set(folds) | {int(key[5:]) for key in official if key.startswith("fold ")}  # an absent fold too

@@ -21,6 +21,9 @@ Rules, each named by an argument value that the scripts record in their results:
 - Clip length: the EVAR length of the task (`EVAR_CLIP_SECONDS`), or `--clip_seconds`; a dataset without one (an
   audiofolder of the user's own clips) gets the mean length of its training clips (`downstream_clip_seconds`), as
   EVAR's own lengths for its variable-length tasks are the datasets' mean clip lengths (VoxCeleb1: 8.2 s).
+- Sound events (`sound_events`, DESED): the rows are recordings, so a validation or test held out of train takes
+  whole files with all their events, as for any other single-split dataset; `group_by` takes whole sources of them
+  (DESED's clips: `'^Y(.{11})_'`, the YouTube video). The clip length is the training window, 10 s.
 - `select_on`: the split that selects the model. "validation" (default) as above; "test" (EAT: "the best result
   within the budget" on the evaluation set) and "last" (the last step) hold nothing out for validation, so the
   model trains on the whole training set (all of AS-20K / AS-2M; all other folds of a K-fold task).
@@ -59,6 +62,9 @@ EVAR_CLIP_SECONDS = {
     "voxforge": 5.8,
     "gtzan": 30.0,
     "surge": 4.0,
+    # not an EVAR task: the training window cut from each recording, 10 s as DCASE task 4's clips (DESED_task's
+    # recipes: `audio_max_len: 10`); longer recordings give a random window per step, shorter ones are padded.
+    "sound_events": 10.0,
 }
 
 MAX_DRAWS = 100
@@ -70,6 +76,8 @@ TASK_ALIASES = {
     "urbansound8k": "us8k",
     "speech_commands": "scv2",
     "crema_d": "cremad",
+    "soundevents": "sound_events",  # "sound-events" without its "-"
+    "desed": "sound_events",
 }
 
 
@@ -356,8 +364,11 @@ def downstream_clip_seconds(task: str, clip_seconds: float | None, loaded) -> fl
 
 
 def label_info(dataset) -> tuple[bool, list[str]]:
-    """(multi_label, class names) from a datasets.Dataset's `labels` (AudioSet) or `label` ClassLabel column."""
+    """(multi_label, class names) from a datasets.Dataset's `labels` (AudioSet) or `label` ClassLabel column, or the
+    event labels of a sound-event dataset's `events` (multi-label: events of several labels may overlap)."""
     features = dataset.features
+    if "events" in features:
+        return True, list(features["events"].feature["label"].names)
     if "labels" in features:
         feature = features["labels"]
         inner = getattr(feature, "feature", None) or feature[0]
@@ -372,7 +383,7 @@ def check_classes(rows, where) -> None:
     gives no `label` column at all (`label_info` then failed with `KeyError: 'label'`): the message names the one
     class found, its folder and what is needed; a folder whose clips lie in it directly is said so."""
     features = rows.features
-    if "labels" in features:
+    if "labels" in features or "events" in features:  # one event label is a detection task of its own
         return
     if "label" in features:
         folders, parents = list(getattr(features["label"], "names", None) or []), set()
@@ -408,6 +419,9 @@ def is_kfold(parts: dict) -> bool:
     return all(part.startswith("fold") for part in parts)
 
 
+FRAME_LEVEL_TASKS = ("sound_events",)  # tasks whose records are recordings with timed events
+
+
 @dataclass
 class DownstreamTask:
     """A loaded downstream task: `parts` {part name: {split: rows}}, the labels, and the EVAR task and clip length."""
@@ -418,6 +432,11 @@ class DownstreamTask:
     label_names: list[str]
     clip_seconds: float
     test_held_out: bool = False  # the dataset had no test split or folds: its test is held out of train
+
+    @property
+    def frame_level(self) -> bool:
+        """Recordings with timed events (strong labels), for a frame classifier, not clips with labels."""
+        return self.task in FRAME_LEVEL_TASKS
 
 
 def load_downstream(

@@ -1,11 +1,13 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
 """Dataset loaders for the paper's evaluation protocols (Sec. Datasets: AS-2M/AS-20K and nine single-label tasks,
-with the official or M2D/EVAR splits), one module per dataset (`layout` holds what they share).
+with the official or M2D/EVAR splits), one module per dataset (`layout` holds what they share), and sound events with
+strong labels (DCASE's tables, DESED).
 
 `load(name, root=..., **kwargs)` returns a `datasets.DatasetDict` with a 16 kHz `audio` column, a `ClassLabel`
 `label` (AudioSet: `labels`, a sequence of 527 ClassLabels) and the protocol's fold/split columns, built from
 paths and metadata only. Names: audioset (as20k, as2m), esc50, us8k, scv2, nsynth, cremad, gtzan, voxforge,
-surge, voxceleb1, audiofolder; any other name is passed to `load_audio_dataset` (a Hub id or local path).
+surge, voxceleb1, sound_events (or desed; its records carry `events`, each an onset, offset and label, instead of
+`label`), audiofolder; any other name is passed to `load_audio_dataset` (a Hub id or local path).
 See docs/datasets.md. `load_fairseq_manifest(path)` reads a fairseq manifest (`.tsv`) of unlabelled clips for
 pre-training (examples/pretrain.py --train_manifest; docs/pretraining.md).
 """
@@ -17,6 +19,7 @@ from .esc50 import load_esc50
 from .evar_tasks import load_cremad, load_evar_task, load_gtzan, load_surge, load_voxceleb1, load_voxforge
 from .fairseq_manifest import load_fairseq_manifest, read_fairseq_manifest
 from .nsynth import load_nsynth
+from .sound_events import load_sound_events
 from .speech_commands import load_speech_commands
 from .urbansound8k import load_urbansound8k
 
@@ -34,6 +37,7 @@ LOADERS = {
     "voxforge": load_voxforge,
     "surge": load_surge,
     "voxceleb1": load_voxceleb1,
+    "sound_events": load_sound_events,
 }
 
 
@@ -64,6 +68,7 @@ _NORMALISED = {
     "crema_d": "cremad",
     "voxceleb": "voxceleb1",
     "speechcommands": "scv2",
+    "desed": "sound_events",
 }
 
 
@@ -86,6 +91,7 @@ __all__ = [
     "load_fairseq_manifest",
     "load_gtzan",
     "load_nsynth",
+    "load_sound_events",
     "load_speech_commands",
     "load_surge",
     "load_urbansound8k",
