@@ -18,38 +18,50 @@ from transformers import (  # noqa: E402
     AutoFeatureExtractor,
     AutoModel,
     AutoModelForAudioClassification,
+    AutoModelForAudioFrameClassification,
     AutoModelForPreTraining,
 )
 
 from .configuration_aasp import AaspConfig
 from .feature_extraction_aasp import AaspFeatureExtractor
 from .modeling_aasp import (
+    AaspAudioFrameClassifierOutput,
     AaspForAudioClassification,
+    AaspForAudioFrameClassification,
     AaspForPreTraining,
     AaspForPreTrainingOutput,
     AaspModel,
     AaspModelOutput,
     AaspPreTrainedModel,
 )
-from .pipeline_aasp import AaspAudioClassificationPipeline, score_audio_classification_by_problem_type
+from .pipeline_aasp import (
+    AaspAudioClassificationPipeline,
+    AaspSoundEventDetectionPipeline,
+    register_sound_event_detection,
+    score_audio_classification_by_problem_type,
+)
 
 __version__ = "0.1.0"
 
 AutoConfig.register(AaspConfig.model_type, AaspConfig, exist_ok=True)
 AutoModel.register(AaspConfig, AaspModel, exist_ok=True)
 AutoModelForAudioClassification.register(AaspConfig, AaspForAudioClassification, exist_ok=True)
+AutoModelForAudioFrameClassification.register(AaspConfig, AaspForAudioFrameClassification, exist_ok=True)
 AutoModelForPreTraining.register(AaspConfig, AaspForPreTraining, exist_ok=True)
 AutoFeatureExtractor.register(AaspConfig, AaspFeatureExtractor, exist_ok=True)
 
 AaspConfig.register_for_auto_class()
 AaspModel.register_for_auto_class("AutoModel")
 AaspForAudioClassification.register_for_auto_class("AutoModelForAudioClassification")
+AaspForAudioFrameClassification.register_for_auto_class("AutoModelForAudioFrameClassification")
 AaspForPreTraining.register_for_auto_class("AutoModelForPreTraining")
 AaspFeatureExtractor.register_for_auto_class("AutoFeatureExtractor")
 # transformers 5.4 to 5.22 apply a softmax to every audio classifier's logits: a multi-label checkpoint's scores
 # would sum to 1. There, pipeline("audio-classification") builds transformers' class with the score function chosen
 # by problem_type, as 5.23 and later do (aasp_hf.pipeline_aasp).
 score_audio_classification_by_problem_type()
+# pipeline("sound-event-detection", model=folder) for a frame classifier (a task of this package: transformers has none)
+register_sound_event_detection()
 
 __all__ = [
     "AaspConfig",
@@ -58,7 +70,10 @@ __all__ = [
     "AaspModelOutput",
     "AaspPreTrainedModel",
     "AaspForAudioClassification",
+    "AaspForAudioFrameClassification",
+    "AaspAudioFrameClassifierOutput",
     "AaspForPreTraining",
     "AaspForPreTrainingOutput",
     "AaspAudioClassificationPipeline",
+    "AaspSoundEventDetectionPipeline",
 ]

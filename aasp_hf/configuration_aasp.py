@@ -85,9 +85,10 @@ _LOADED_AS_REMOTE_CODE = __name__.split(".")[0] != "aasp_hf"
 
 @auto_docstring(
     custom_intro="""
-    Configuration of an AaSP audio spectrogram transformer: `AaspModel`, `AaspForAudioClassification` and
-    `AaspForPreTraining`. The defaults are the paper's model, a ViT-B encoder with the AaPE stem (Sec. 4.2). Why each
-    choice the paper leaves open is made as it is: docs/model.md, docs/pretraining.md and docs/paper_to_code.md.
+    Configuration of an AaSP audio spectrogram transformer: `AaspModel`, `AaspForAudioClassification`,
+    `AaspForAudioFrameClassification` and `AaspForPreTraining`. The defaults are the paper's model, a ViT-B encoder with
+    the AaPE stem (Sec. 4.2). Why each choice the paper leaves open is made as it is: docs/model.md, docs/pretraining.md
+    and docs/paper_to_code.md.
     """
 )
 @strict
@@ -213,6 +214,20 @@ class AaspConfig(PreTrainedConfig):
         η_c, the weight of the contrastive loss L_c (Sec. 3.4, 4.2).
     contrastive_temperature (`float`, *optional*, defaults to 0.2):
         τ of the contrastive loss (Sec. 3.4).
+    event_thresholds (`list[float]`, *optional*):
+        Sound event detection with `AaspForAudioFrameClassification`: per label, the sigmoid score at or above which an
+        output frame counts as active; one threshold in [0, 1] per label. `None`: 0.5 for every label. Read by the
+        tagger and the pipeline when they turn frame scores into events, so that they apply the trained settings; the
+        model's logits and loss do not depend on it.
+    event_median_filter (`int`, *optional*, defaults to 1):
+        Sound event detection: the width, in output frames (`frame_duration` each), of the median filter over each
+        label's thresholded decisions; it removes active or silent runs of at most (width - 1) / 2 frames. Odd; 1: off.
+    event_min_duration (`float`, *optional*, defaults to 0.0):
+        Sound event detection: events shorter than this many seconds are dropped (after the median filter and
+        `event_merge_gap`'s merge). 0: keep all.
+    event_merge_gap (`float`, *optional*, defaults to 0.0):
+        Sound event detection: two events of one label separated by a gap of at most this many seconds become one.
+        0: merge only touching events.
     """
 
     model_type = "aasp"
@@ -269,10 +284,18 @@ class AaspConfig(PreTrainedConfig):
     clip_loss_weight: float | int = 1.0
     contrastive_loss_weight: float | int = 0.1
     contrastive_temperature: float | int = 0.2
+    event_thresholds: list[float | int] | tuple[float | int, ...] | None = None
+    event_median_filter: int = 1
+    event_min_duration: float | int = 0.0
+    event_merge_gap: float | int = 0.0
 
     def __post_init__(self, **kwargs):
         # Any sequence of (frequency, time) pairs is accepted; it is stored, and saved, as a list of lists.
         self.mask_block_sizes = [list(size) for size in self.mask_block_sizes]
+        if self.event_thresholds is not None:  # any sequence of numbers; stored, and saved, as a list of floats
+            self.event_thresholds = [
+                float(t) if isinstance(t, int) and not isinstance(t, bool) else t for t in self.event_thresholds
+            ]
         if not _LOADED_AS_REMOTE_CODE:
             # A checkpoint names its own pipeline class (pipeline_aasp.py) in `custom_pipelines`, and transformers
             # builds a pipeline from such an entry only with trust_remote_code=True. Where this package is installed
@@ -311,6 +334,13 @@ class AaspConfig(PreTrainedConfig):
         """D / r (128 for the defaults)."""
         return self.hidden_size // self.lambda_encoder_reduction
 
+    @property
+    def frame_duration(self) -> float:
+        """Seconds per output frame of `AaspForAudioFrameClassification`: one time patch column, P_time spectrogram
+        frames of Δ seconds each (0.16 s for the defaults: 16 frames at a 10-ms hop, Sec. 1 and 3.2). Also the unit
+        of `event_median_filter`."""
+        return self.time_patch_size * self.sblu_step
+
 
 # The fields `_validate_config` checks by kind: each must be a positive integer, a probability in [0, 1), a
 # positive number, a bool, or a non-negative number.
@@ -348,7 +378,13 @@ POSITIVE_NUMBER_FIELDS = (
     "contrastive_temperature",
 )
 BOOLEAN_FIELDS = ("qkv_bias", "layer_norm_first", "sblu_adaptive")
-NON_NEGATIVE_FIELDS = ("clip_loss_weight", "contrastive_loss_weight", "predictor_cnn_mask_noise_std")
+NON_NEGATIVE_FIELDS = (
+    "clip_loss_weight",
+    "contrastive_loss_weight",
+    "predictor_cnn_mask_noise_std",
+    "event_min_duration",
+    "event_merge_gap",
+)
 
 
 def _validate_config(config) -> None:
@@ -422,6 +458,15 @@ def _validate_config(config) -> None:
             fail(field, "must be a non-negative number")
     if config.hidden_size % config.lambda_encoder_reduction:
         fail("lambda_encoder_reduction", f"must divide hidden_size={config.hidden_size}")
+    width = config.event_median_filter
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1 or width % 2 == 0:
+        fail("event_median_filter", "must be an odd positive integer (a centred window of output frames; 1: off)")
+    thresholds = config.event_thresholds
+    if thresholds is not None:
+        if len(thresholds) != config.num_labels:
+            fail("event_thresholds", f"must have one threshold per label (num_labels={config.num_labels}), or be None")
+        if any(isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0 for t in thresholds):
+            fail("event_thresholds", "must hold numbers in [0, 1] (thresholds on sigmoid scores)")
     if config.lambda_encoder_hidden_size % config.lambda_encoder_num_attention_heads:
         fail(
             "lambda_encoder_num_attention_heads",

@@ -11,8 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""PyTorch AaSP model: the encoder `AaspModel` (SPE or AaPE patch embedding, then EAT's ViT blocks), the classifier
-`AaspForAudioClassification` and the pre-training model `AaspForPreTraining` (student, EMA teacher, predictor, losses).
+"""PyTorch AaSP model: the encoder `AaspModel` (SPE or AaPE patch embedding, then EAT's ViT blocks), the classifiers
+`AaspForAudioClassification` (per clip) and `AaspForAudioFrameClassification` (per time patch: sound event detection)
+and the pre-training model `AaspForPreTraining` (student, EMA teacher, predictor, losses).
 
 Paper: "AaSP: Aliasing-aware Self-Supervised Pre-Training for Audio Spectrogram Transformers"; derivations and sources
 in docs/model.md. Shapes: `batch_views` = batch_size * num_views (masked pre-training), `per_group` = sblu_hidden_size
@@ -94,6 +95,30 @@ class AaspForPreTrainingOutput(ModelOutput):
     contrastive_loss: torch.FloatTensor | None = None
     predictions: torch.FloatTensor | None = None
     targets: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@auto_docstring(
+    custom_intro="Output of `AaspForAudioFrameClassification`: logits per output frame (time patch column) and label."
+)
+@dataclass
+class AaspAudioFrameClassifierOutput(ModelOutput):
+    r"""
+    loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` is given):
+        The frame classification loss over the real output frames (`config.problem_type`): binary cross-entropy averaged
+        over real frames and labels, or cross-entropy averaged over real frames whose label is not -100.
+    logits (`torch.FloatTensor` of shape `(batch_size, num_time_patches, num_labels)`):
+        One row per output frame: the time patch column t covers input frames [t * time_patch_size, (t + 1) *
+        time_patch_size), `config.frame_duration` seconds. Rows where `frame_mask` is 0 are padding and mean nothing.
+    frame_mask (`torch.LongTensor` of shape `(batch_size, num_time_patches)`):
+        1 for output frames with at least one real input frame (per `attention_mask`; the frames added to reach a whole
+        time patch are not real), 0 for padding. All ones without an `attention_mask`.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    frame_mask: torch.LongTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
@@ -1158,7 +1183,8 @@ class AaspPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """As transformers'; with the code shipped (`auto_map`), every checkpoint also maps `AutoModel` and
-        `AutoModelForAudioClassification`, and names its own audio-classification pipeline."""
+        `AutoModelForAudioClassification`, and names its own pipeline: audio classification, or sound event detection
+        for a frame classifier."""
         if self._auto_class is not None:
             auto_map = dict(getattr(self.config, "auto_map", None) or {})
             module = AaspModel.__module__.split(".")[-1]
@@ -1167,9 +1193,10 @@ class AaspPreTrainedModel(PreTrainedModel):
             self.config.auto_map = auto_map
             # the checkpoint names its own pipeline (channels averaged as the feature extractor does); imported here so
             # that remote code loading does not import transformers' pipelines
-            from .pipeline_aasp import CUSTOM_PIPELINES
+            from .pipeline_aasp import CUSTOM_PIPELINES, SOUND_EVENT_PIPELINES
 
-            self.config.custom_pipelines = CUSTOM_PIPELINES
+            frames = isinstance(self, AaspForAudioFrameClassification)
+            self.config.custom_pipelines = SOUND_EVENT_PIPELINES if frames else CUSTOM_PIPELINES
         try:
             return super().save_pretrained(save_directory, *args, **kwargs)
         finally:  # the installed package's configs never hold the entry (see AaspConfig): only the saved file does
@@ -1301,7 +1328,7 @@ class AaspModel(AaspPreTrainedModel):
 
 
 class AaspClassificationHead(nn.Module):
-    """LayerNorm and Linear, as AST's head: `(batch_size, hidden_size)` -> `(batch_size, num_labels)`."""
+    """LayerNorm and Linear, as AST's head: `(..., hidden_size)` -> `(..., num_labels)` (per clip, or per frame)."""
 
     def __init__(self, config: AaspConfig):
         super().__init__()
@@ -1379,6 +1406,138 @@ class AaspForAudioClassification(AaspPreTrainedModel):
             loss = self.loss_function(labels, logits.float(), self.config)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+@auto_docstring(
+    custom_intro="""
+    AaSP encoder with a frame-level head for sound event detection: the patch tokens of each time column averaged over
+    frequency, then LayerNorm + Linear, giving logits per output frame of `config.frame_duration` seconds (one time
+    patch, 0.16 s for the defaults).
+    """
+)
+class AaspForAudioFrameClassification(AaspPreTrainedModel):
+    def __init__(self, config: AaspConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.aasp = AaspModel(config)
+        self.classifier = AaspClassificationHead(config)
+        self.post_init()
+
+    def freeze_feature_encoder(self):
+        """Freezes the patch embedding (SPE or AaPE)."""
+        for parameter in self.aasp.embeddings.parameters():
+            parameter.requires_grad = False
+
+    def pool_frames(self, last_hidden_state, token_mask=None):
+        """`(batch_size, 1 + num_patches, hidden_size)` -> the time columns averaged over frequency,
+        `(batch_size, num_time_patches, hidden_size)`, and the frame mask `(batch_size, num_time_patches)` (long, 1 =
+        real). The tokens of a column share their mask (a patch is real when one of its input frames is)."""
+        batch_size, num_tokens, hidden_size = last_hidden_state.shape
+        num_frequency_patches = self.config.num_frequency_patches
+        num_time_patches = (num_tokens - 1) // num_frequency_patches
+        # time-major tokens, frequency fastest: (B, N, D) -> (B, T', F', D)
+        patches = last_hidden_state[:, 1:].reshape(batch_size, num_time_patches, num_frequency_patches, hidden_size)
+        columns = patches.mean(dim=2)  # (batch_size, num_time_patches, hidden_size)
+        if token_mask is None:
+            frame_mask = torch.ones(batch_size, num_time_patches, dtype=torch.long, device=columns.device)
+        else:
+            # (B, N) -> (B, T', F') -> (B, T'): a column's first frequency patch
+            frame_mask = token_mask[:, 1:].reshape(batch_size, num_time_patches, num_frequency_patches)[..., 0].long()
+        return columns, frame_mask
+
+    def frame_loss(self, logits, labels, frame_mask, num_frames):
+        """The loss of `logits` `(batch_size, num_time_patches, num_labels)` against `labels` over the real output
+        frames (`frame_mask` 1), by `config.problem_type`; labels at padded frames are ignored, whatever they hold. An
+        unset problem_type is multi-label: events overlap, and a frame with no event is silence, not a class."""
+        batch_size, num_time_patches, num_labels = logits.shape
+        problem_type = self.config.problem_type or "multi_label_classification"
+        where = (
+            f"for input_values of {num_frames} frames ({num_time_patches} output frames of "
+            f"{self.config.time_patch_size} input frames)"
+        )
+        real = frame_mask.bool()  # (batch_size, num_time_patches)
+        logits = logits.float()  # reduced in float32, also for a half-precision model
+        if problem_type == "multi_label_classification":
+            expected = (batch_size, num_time_patches, num_labels)
+            if tuple(labels.shape) != expected:
+                hint = (
+                    "; class indices per frame need config.problem_type='single_label_classification'"
+                    if tuple(labels.shape) == expected[:2]
+                    else ""
+                )
+                raise ValueError(
+                    f"labels must have shape (batch, num_frames', num_labels) = {expected} {where}: one row of targets "
+                    f"in [0, 1] per output frame, got {tuple(labels.shape)}{hint}."
+                )
+            targets = labels.float().masked_fill(~real[..., None], 0.0)  # padded frames' labels may hold anything
+            per_target = F.binary_cross_entropy_with_logits(logits, targets, reduction="none")  # (B, T', C)
+            per_target = per_target.masked_fill(~real[..., None], 0.0)
+            return per_target.sum() / (real.sum() * num_labels).clamp(min=1)
+        if problem_type == "single_label_classification":
+            expected = (batch_size, num_time_patches)
+            if tuple(labels.shape) != expected or labels.is_floating_point():
+                raise ValueError(
+                    f"labels must be class indices (an integer tensor, -100 to ignore a frame) of shape "
+                    f"(batch, num_frames') = {expected} {where}, got a {labels.dtype} tensor of shape "
+                    f"{tuple(labels.shape)}."
+                )
+            targets = labels.long().masked_fill(~real, -100)
+            total = F.cross_entropy(logits.reshape(-1, num_labels), targets.reshape(-1), reduction="sum")
+            return total / (targets != -100).sum().clamp(min=1)
+        raise ValueError(
+            f"AaspForAudioFrameClassification computes a loss for problem_type 'multi_label_classification' or "
+            f"'single_label_classification', got config.problem_type={problem_type!r}."
+        )
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_values: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> AaspAudioFrameClassifierOutput:
+        r"""
+        input_values (`torch.FloatTensor` of shape `(batch_size, num_frames, num_mel_bins)`):
+            Normalised log-mel from `AaspFeatureExtractor`; padded to whole time patches, so there are
+            `num_time_patches = ceil(num_frames / time_patch_size)` output frames.
+        attention_mask (`torch.LongTensor` of shape `(batch_size, num_frames)`, *optional*):
+            1 for real frames, 0 for padding.
+        labels (`torch.Tensor` of shape `(batch_size, num_time_patches[, num_labels])`, *optional*):
+            By `config.problem_type`: `"multi_label_classification"` (the default), float targets in [0, 1] per output
+            frame and label (soft targets allowed, e.g. the fraction of the frame an event covers; all zeros: silence);
+            `"single_label_classification"`, a class index per output frame, -100 to ignore one. Padded output frames
+            (`frame_mask` 0) never count.
+
+        Example:
+
+        ```python
+        >>> import torch
+        >>> from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioFrameClassification
+
+        >>> feature_extractor = AaspFeatureExtractor()
+        >>> model = AaspForAudioFrameClassification(AaspConfig(num_labels=3))
+        >>> audio = torch.randn(16000).numpy()  # 1 s at 16 kHz: 7 output frames of 0.16 s
+        >>> inputs = feature_extractor(audio, sampling_rate=16000, return_tensors="pt")
+        >>> outputs = model(**inputs, labels=torch.zeros(1, 7, 3))
+        >>> outputs.logits.shape  # (batch_size, num_time_patches, num_labels)
+        torch.Size([1, 7, 3])
+        ```
+        """
+        outputs = self.aasp(input_values, attention_mask=attention_mask, **kwargs)
+        columns, frame_mask = self.pool_frames(outputs.last_hidden_state, outputs.token_mask)
+        logits = self.classifier(columns)  # (batch_size, num_time_patches, num_labels)
+        loss = None
+        if labels is not None:
+            loss = self.frame_loss(logits, labels, frame_mask, num_frames=input_values.shape[1])
+        return AaspAudioFrameClassifierOutput(
+            loss=loss,
+            logits=logits,
+            frame_mask=frame_mask,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
@@ -1897,4 +2056,10 @@ class AaspForPreTraining(AaspPreTrainedModel):
         )
 
 
-__all__ = ["AaspPreTrainedModel", "AaspModel", "AaspForAudioClassification", "AaspForPreTraining"]
+__all__ = [
+    "AaspPreTrainedModel",
+    "AaspModel",
+    "AaspForAudioClassification",
+    "AaspForAudioFrameClassification",
+    "AaspForPreTraining",
+]

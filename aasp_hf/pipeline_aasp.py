@@ -30,6 +30,11 @@ The whole clip is classified: a clip longer than the length the classifier was t
 classified as if it were a clip of its own, and the clip's scores aggregate the windows' (`aggregation`). A file is
 decoded in blocks of `DECODE_BLOCK_S` seconds, so memory does not grow with its length. `return_timestamps=True`
 adds each window's start, end and scores.
+
+Sound events: `AaspSoundEventDetectionPipeline` (the task "sound-event-detection", registered by `import aasp_hf`, and
+named in a frame classifier's `custom_pipelines`) reads a recording in the same windows, in whole output frames of an
+`AaspForAudioFrameClassification`, joins their frame scores into the recording's, and turns them into events with
+`frame_events` and the settings saved in the config.
 """
 
 import io
@@ -64,6 +69,15 @@ CUSTOM_PIPELINES = {
         "type": "audio",
     }
 }
+# A frame classifier's entry (its only one, so that `pipeline(model=folder, trust_remote_code=True)` finds the task).
+SOUND_EVENT_DETECTION = "sound-event-detection"
+SOUND_EVENT_PIPELINES = {
+    SOUND_EVENT_DETECTION: {
+        "impl": "pipeline_aasp.AaspSoundEventDetectionPipeline",
+        "pt": ["AutoModelForAudioFrameClassification"],
+        "type": "audio",
+    }
+}
 
 
 class ProblemTypeAudioClassificationPipeline(AudioClassificationPipeline):
@@ -83,7 +97,57 @@ class ProblemTypeAudioClassificationPipeline(AudioClassificationPipeline):
         return preprocess_params, forward_params, postprocess_params
 
 
-class AaspAudioClassificationPipeline(ProblemTypeAudioClassificationPipeline, ChunkPipeline):
+class AaspAudioWindows:
+    """The windows of a clip, for the pipelines of this file (`ChunkPipeline`s: `preprocess` yields one window's model
+    inputs at a time). `window_lengths` gives (window, hop) in samples from the call's `chunk_length_s` and
+    `chunk_hop_s` (default: the length the model was trained on, `trained_window_samples`, and no overlap);
+    `iter_windows` cuts the clip, the last window ending at the clip's end with its start on a multiple of
+    `window_align` samples; each window is featurised as a clip of its own."""
+
+    window_align = 1  # samples; a frame classifier's is its output frame, so that every window's frames share a grid
+
+    def window_lengths(self, chunk_length_s=None, chunk_hop_s=None) -> tuple[int, int]:
+        """(window, hop) in samples, from the call's options or the model's trained length."""
+        rate = self.feature_extractor.sampling_rate
+        if chunk_length_s is None:
+            window = trained_window_samples(self.feature_extractor, self.model.config)
+        else:
+            window = round(chunk_length_s * rate)
+        hop = window if chunk_hop_s is None else round(chunk_hop_s * rate)
+        if not 0 < hop <= window:
+            raise ValueError(
+                f"chunk_hop_s={hop / rate:g} s must be at most chunk_length_s={window / rate:g} s: a longer hop would "
+                f"leave the audio between windows unclassified."
+            )
+        return window, hop
+
+    def preprocess(self, inputs, chunk_length_s=None, chunk_hop_s=None, max_length_s=None):
+        rate = self.feature_extractor.sampling_rate
+        window, hop = self.window_lengths(chunk_length_s, chunk_hop_s)
+        blocks = audio_blocks(inputs, rate)  # 1-D arrays at `rate` whose concatenation is the clip
+        if max_length_s is not None:
+            blocks = first_samples(blocks, round(max_length_s * rate), rate, describe_input(inputs))
+        windows = iter_windows(blocks, window, hop, align=self.window_align)
+        current = next(windows, None)
+        if current is None:
+            raise ValueError(f"{describe_input(inputs)} holds no audio (0 samples): there is nothing to classify.")
+        for following in windows:  # one window ahead, to mark the last
+            yield self.window_features(*current, is_last=False)
+            current = following
+        yield self.window_features(*current, is_last=True)
+
+    def window_features(self, start: int, samples, is_last: bool) -> dict:
+        """One window's model inputs (`input_values` (1, T, F), `attention_mask` (1, T)), its start and end in
+        seconds, and whether it is the clip's last. Featurised as a clip of its own, and never truncated: a window
+        longer than `max_frames` keeps all its frames."""
+        rate = self.feature_extractor.sampling_rate
+        features = self.feature_extractor(samples, sampling_rate=rate, return_tensors="pt", truncation=False)
+        if self.dtype is not None:
+            features = features.to(dtype=self.dtype)
+        return {**features, "start": start / rate, "end": (start + len(samples)) / rate, "is_last": is_last}
+
+
+class AaspAudioClassificationPipeline(AaspAudioWindows, ProblemTypeAudioClassificationPipeline, ChunkPipeline):
     """`AudioClassificationPipeline` that classifies the whole clip, window by window, and decodes files averaging the
     channels, (L + R) / 2.
 
@@ -142,46 +206,6 @@ class AaspAudioClassificationPipeline(ProblemTypeAudioClassificationPipeline, Ch
             postprocess_params["return_timestamps"] = bool(return_timestamps)
         return preprocess_params, forward_params, postprocess_params
 
-    def window_lengths(self, chunk_length_s=None, chunk_hop_s=None) -> tuple[int, int]:
-        """(window, hop) in samples, from the call's options or the classifier's trained length."""
-        rate = self.feature_extractor.sampling_rate
-        if chunk_length_s is None:
-            window = trained_window_samples(self.feature_extractor, self.model.config)
-        else:
-            window = round(chunk_length_s * rate)
-        hop = window if chunk_hop_s is None else round(chunk_hop_s * rate)
-        if not 0 < hop <= window:
-            raise ValueError(
-                f"chunk_hop_s={hop / rate:g} s must be at most chunk_length_s={window / rate:g} s: a longer hop would "
-                f"leave the audio between windows unclassified."
-            )
-        return window, hop
-
-    def preprocess(self, inputs, chunk_length_s=None, chunk_hop_s=None, max_length_s=None):
-        rate = self.feature_extractor.sampling_rate
-        window, hop = self.window_lengths(chunk_length_s, chunk_hop_s)
-        blocks = audio_blocks(inputs, rate)  # 1-D arrays at `rate` whose concatenation is the clip
-        if max_length_s is not None:
-            blocks = first_samples(blocks, round(max_length_s * rate), rate, describe_input(inputs))
-        windows = iter_windows(blocks, window, hop)
-        current = next(windows, None)
-        if current is None:
-            raise ValueError(f"{describe_input(inputs)} holds no audio (0 samples): there is nothing to classify.")
-        for following in windows:  # one window ahead, to mark the last
-            yield self.window_features(*current, is_last=False)
-            current = following
-        yield self.window_features(*current, is_last=True)
-
-    def window_features(self, start: int, samples, is_last: bool) -> dict:
-        """One window's model inputs (`input_values` (1, T, F), `attention_mask` (1, T)), its start and end in
-        seconds, and whether it is the clip's last. Featurised as a clip of its own, and never truncated: a window
-        longer than `max_frames` keeps all its frames."""
-        rate = self.feature_extractor.sampling_rate
-        features = self.feature_extractor(samples, sampling_rate=rate, return_tensors="pt", truncation=False)
-        if self.dtype is not None:
-            features = features.to(dtype=self.dtype)
-        return {**features, "start": start / rate, "end": (start + len(samples)) / rate, "is_last": is_last}
-
     def _forward(self, model_inputs):
         window = {key: model_inputs.pop(key) for key in ("start", "end", "is_last")}
         return {"logits": self.model(**model_inputs).logits, **window}
@@ -206,6 +230,160 @@ class AaspAudioClassificationPipeline(ProblemTypeAudioClassificationPipeline, Ch
         values, ids = scores.topk(min(top_k, scores.shape[-1]))
         labels = self.model.config.id2label
         return [{"score": value, "label": labels[i]} for value, i in zip(values.tolist(), ids.tolist())]
+
+
+class AaspSoundEventDetectionPipeline(AaspAudioWindows, ChunkPipeline):
+    """Sound events of a recording from an `AaspForAudioFrameClassification` (the task "sound-event-detection"):
+    `[{"onset", "offset", "label", "score"}, ...]` in seconds, sorted by onset.
+
+    Takes what `AaspAudioClassificationPipeline` takes (a path, a URL, a file's bytes, a 1-D float array at 16 kHz, a
+    `{"raw" or "array", "sampling_rate"}` dict, a torchcodec `AudioDecoder`), decoded the same way, and cuts it into
+    the same windows (`AaspAudioWindows`), in whole output frames (`config.time_patch_size` spectrogram frames, 0.16 s
+    for the defaults): the window, by default the trained length rounded down to whole frames (9.92 s for 1008
+    frames), and the hop are rounded to whole frames, and the last window starts on the frame grid (`iter_windows`'s
+    `align`). Each window is featurised and scored as a clip of its own; output frame k of a window starting at
+    frame s is frame s + k of the recording (a window's frames past its last sample are dropped). By default the
+    windows do not overlap, except the last, which ends at the recording's end; where windows overlap (the last one,
+    or all with `chunk_hop_s` < `chunk_length_s`), a frame's score is the mean of the windows' scores for it. The
+    recording's frame scores (a sigmoid per label; a softmax for a single-label checkpoint) go through
+    `frame_events` with the checkpoint's `event_thresholds`, `event_median_filter`, `event_min_duration` and
+    `event_merge_gap`, which the call can override. `batch_size=` batches windows.
+
+    Call options:
+        chunk_length_s (`float`), chunk_hop_s (`float`), max_length_s (`float`): as for
+            `AaspAudioClassificationPipeline`; the window and the hop rounded to whole output frames.
+        thresholds (`float` or a list of one per label), median_filter (`int`, odd, in output frames), min_duration
+            (`float`, seconds), merge_gap (`float`, seconds): `frame_events`' settings, instead of the config's.
+        return_frame_scores (`bool`): return `{"events": [...], "frame_seconds": float, "labels": [...],
+            "frame_scores": (frames, labels) numpy array}` instead of the list of events.
+    """
+
+    _load_processor = False
+    _load_image_processor = False
+    _load_feature_extractor = True
+    _load_tokenizer = False
+
+    EVENT_SETTINGS = {  # call option -> the config field that holds its default
+        "thresholds": "event_thresholds",
+        "median_filter": "event_median_filter",
+        "min_duration": "event_min_duration",
+        "merge_gap": "event_merge_gap",
+    }
+
+    @property
+    def frame_samples(self) -> int:
+        """Samples per output frame: `time_patch_size` hops of the front end."""
+        return self.model.config.time_patch_size * self.feature_extractor.hop_length
+
+    @property
+    def window_align(self) -> int:
+        return self.frame_samples
+
+    def _sanitize_parameters(
+        self, chunk_length_s=None, chunk_hop_s=None, max_length_s=None, return_frame_scores=None, **kwargs
+    ):
+        preprocess_params, postprocess_params = {}, {}
+        seconds = {"chunk_length_s": chunk_length_s, "chunk_hop_s": chunk_hop_s, "max_length_s": max_length_s}
+        for name, value in seconds.items():
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                    raise ValueError(f"{name}={value!r} must be a positive number of seconds.")
+                preprocess_params[name] = float(value)
+        unknown = set(kwargs) - set(self.EVENT_SETTINGS)
+        if unknown:
+            raise ValueError(
+                f"{self.__class__.__name__} takes no option {', '.join(sorted(unknown))}: its options are "
+                f"chunk_length_s, chunk_hop_s, max_length_s, return_frame_scores, {', '.join(self.EVENT_SETTINGS)}."
+            )
+        postprocess_params.update({name: value for name, value in kwargs.items() if value is not None})
+        if return_frame_scores is not None:
+            postprocess_params["return_frame_scores"] = bool(return_frame_scores)
+        return preprocess_params, {}, postprocess_params
+
+    def window_lengths(self, chunk_length_s=None, chunk_hop_s=None) -> tuple[int, int]:
+        """(window, hop) in samples, in whole output frames (`frame_window_lengths`)."""
+        return frame_window_lengths(*super().window_lengths(chunk_length_s, chunk_hop_s), self.frame_samples)
+
+    def _forward(self, model_inputs):
+        window = {key: model_inputs.pop(key) for key in ("start", "end", "is_last")}
+        outputs = self.model(**model_inputs)
+        return {"logits": outputs.logits, "frame_mask": outputs.frame_mask, **window}
+
+    def postprocess(self, model_outputs, return_frame_scores=False, **settings):
+        config, rate = self.model.config, self.feature_extractor.sampling_rate
+        function_to_apply = frame_score_function(config)
+        windows = [
+            (
+                round(output["start"] * rate),  # the window's first sample
+                round((output["end"] - output["start"]) * rate),  # its length in samples
+                apply_score_function(output["logits"][0].float(), function_to_apply).numpy(),  # (T', labels)
+                output["frame_mask"][0].numpy(),  # (T',)
+            )
+            for output in model_outputs
+        ]
+        scores = file_frame_scores(windows, self.frame_samples)  # (frames, labels)
+        labels = [config.id2label[i] for i in range(config.num_labels)]
+        settings = {name: settings.get(name, getattr(config, field)) for name, field in self.EVENT_SETTINGS.items()}
+        frame_seconds = self.frame_samples / rate
+        duration = model_outputs[-1]["end"]
+        events = frame_events(scores, frame_seconds, labels, duration=duration, **settings)
+        if not return_frame_scores:
+            return events
+        return {"events": events, "frame_seconds": frame_seconds, "labels": labels, "frame_scores": scores}
+
+
+def frame_window_lengths(window: int, hop: int, frame: int) -> tuple[int, int]:
+    """(window, hop) in samples -> in whole output frames of `frame` samples: the window rounded down (at least one
+    frame: a window's frame past its last sample would read padding), the hop to the nearest frame (at least one,
+    at most the window)."""
+    window = max(window // frame, 1) * frame
+    hop = min(max(round(hop / frame), 1) * frame, window)
+    return window, hop
+
+
+def file_frame_scores(windows, frame: int) -> np.ndarray:
+    """A recording's frame scores from its windows' `(start sample, num_samples, scores (T', labels), frame_mask
+    (T',))`, every start a multiple of `frame` samples: window frame k is recording frame start / frame + k, for the
+    frames that start before the window's end and are real (`frame_mask`); where windows overlap, the mean of their
+    scores. -> (frames, labels), frames = the recording's samples / `frame` rounded up (fewer when its last frames
+    hold no real spectrogram frame)."""
+    total = max(start + length for start, length, _, _ in windows)
+    num_labels = windows[0][2].shape[-1]
+    sums, counts = np.zeros((math.ceil(total / frame), num_labels)), np.zeros(math.ceil(total / frame))
+    for start, length, scores, frame_mask in windows:
+        if start % frame:
+            raise ValueError(f"a window starts at sample {start}, not on the grid of {frame}-sample output frames")
+        first, count = start // frame, min(math.ceil(length / frame), len(scores))
+        real = frame_mask[:count].astype(bool)  # (count,)
+        sums[first : first + count][real] += scores[:count][real]
+        counts[first : first + count][real] += 1
+    last = np.flatnonzero(counts)[-1] + 1  # a last frame of no real spectrogram frame (kaldi's 25-ms window) is cut
+    return sums[:last] / np.maximum(counts[:last, None], 1)
+
+
+def frame_score_function(config) -> str:
+    """A frame classifier's score function: "softmax" for a single-label checkpoint (one class per frame), "sigmoid"
+    otherwise (events overlap, and a frame with none is silence; an unset problem_type trains as multi-label)."""
+    return "softmax" if config.problem_type == "single_label_classification" else "sigmoid"
+
+
+def register_sound_event_detection() -> bool:
+    """Make `pipeline("sound-event-detection", model=folder)` build `AaspSoundEventDetectionPipeline` for a frame
+    classifier (a task of this package's: transformers has none by that name; another class registered under it is
+    left as it is). Returns whether the task is ours."""
+    from transformers import AutoModelForAudioFrameClassification
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    task = PIPELINE_REGISTRY.supported_tasks.get(SOUND_EVENT_DETECTION)
+    if task is None:
+        PIPELINE_REGISTRY.register_pipeline(
+            SOUND_EVENT_DETECTION,
+            pipeline_class=AaspSoundEventDetectionPipeline,
+            pt_model=AutoModelForAudioFrameClassification,
+            type="audio",
+        )
+        return True
+    return task["impl"] is AaspSoundEventDetectionPipeline
 
 
 def trained_window_samples(feature_extractor, config) -> int:
@@ -234,11 +412,17 @@ def apply_score_function(logits, function_to_apply: str):
     return logits
 
 
-def iter_windows(blocks, window: int, hop: int):
+def iter_windows(blocks, window: int, hop: int, align: int = 1):
     """`(start, samples)` of each window over a clip given as consecutive 1-D blocks, holding at most about one
     window and one block at a time. Windows start at 0, hop, 2·hop, ... while a whole window fits; then, if samples
-    remain that no window covered, one last window ends at the clip's end (starting `window` samples before it, or
-    at 0 for a clip shorter than a window). Yields nothing for an empty clip."""
+    remain that no window covered, one last window ends at the clip's end, starting `window` samples before it
+    rounded up to a multiple of `align` (so with `align` > 1 it may be shorter than a window; with `window` and `hop`
+    multiples of `align` every start is one), or at 0 for a clip shorter than a window. Yields nothing for an empty
+    clip."""
+
+    def last_start(total):  # where a last window ending at sample `total` starts
+        return max(-(-(total - window) // align) * align, 0)
+
     buffer, buffer_start = None, 0  # the samples kept, and the clip index of buffer[0]
     next_start, covered, total = 0, 0, 0  # the next window's start, the end of the last window, samples so far
     for block in blocks:
@@ -248,10 +432,10 @@ def iter_windows(blocks, window: int, hop: int):
             offset = next_start - buffer_start
             yield next_start, buffer[offset : offset + window]
             covered, next_start = next_start + window, next_start + hop
-        keep_from = max(buffer_start, min(next_start, total - window))  # the next window, or the clip's last window
+        keep_from = max(buffer_start, min(next_start, last_start(total)))  # the next window, or the clip's last
         buffer, buffer_start = buffer[keep_from - buffer_start :], keep_from
     if covered < total:
-        start = max(total - window, 0)
+        start = last_start(total)
         yield start, buffer[start - buffer_start :]
 
 
@@ -459,3 +643,127 @@ def _wav_truncation(file):
             file.seek(0)
             return message, file.read(start + held * block_align), held
         file.seek(start + chunk_size + (chunk_size & 1))  # chunks are padded to an even size
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Sound events: frame scores -> events
+#
+# A frame classifier scores every output frame (one time-patch column, `AaspConfig.frame_duration`: 0.16 s for the
+# defaults) with an independent sigmoid per class. `frame_events` turns a clip's (frames, classes) scores into the event
+# list that sound-event-detection metrics read (aasp_hf.evaluation.sound_events scores such lists as DCASE does); its
+# settings are the config's `event_thresholds`, `event_median_filter`, `event_min_duration` and `event_merge_gap`.
+# numpy only: this section travels with the checkpoints.
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def median_filter_frames(scores: np.ndarray, length: int) -> np.ndarray:
+    """A running median of `length` frames along time, one per class: (T, C) -> (T, C). `length` is odd; 1 returns a
+    copy. The window is centred and the edges repeat the first and last frames, as
+    `scipy.ndimage.median_filter(scores, size=(length, 1), mode="nearest")` does."""
+    scores = np.asarray(scores)
+    if scores.ndim != 2:
+        raise ValueError(f"scores must be (frames, classes), got shape {scores.shape}")
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1 or length % 2 == 0:
+        raise ValueError(f"the median filter's length must be a positive odd number of frames, got {length!r}")
+    if length == 1 or scores.shape[0] == 0:
+        return scores.copy()
+    half = length // 2
+    padded = np.pad(scores, ((half, half), (0, 0)), mode="edge")  # (T + length - 1, C)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, length, axis=0)  # (T, C, length)
+    return np.median(windows, axis=-1)  # odd length: the middle value itself, no averaging
+
+
+def frame_events(
+    scores: np.ndarray,
+    frame_seconds: float,
+    labels,
+    thresholds=None,
+    median_filter: int = 1,
+    min_duration: float = 0.0,
+    merge_gap: float = 0.0,
+    duration: float | None = None,
+) -> list[dict]:
+    """A clip's frame scores -> its sound events.
+
+    Args:
+        scores: (T, C) probabilities in [0, 1], frame t covering [t, t + 1) * frame_seconds.
+        frame_seconds: the hop between frames in seconds (0.16 for one patch column of the released front end).
+        labels: the C class names, in the order of the columns.
+        thresholds: None (0.5 for every class), one float for all, or a sequence of C floats. A frame is active for a
+            class when its (filtered) score is >= the class's threshold: a threshold is the lowest score that counts,
+            so 0 makes every frame active and a frame scored exactly 0.5 is active at the default.
+        median_filter: the length in frames of the running median applied to each class's scores before the threshold
+            (`median_filter_frames`); odd, 1 = none. A median commutes with a threshold, so the active frames are those
+            of filtering the thresholded decisions instead (as DCASE 2021's baseline did): an active or inactive run of
+            at most (length - 1) / 2 frames between longer ones is removed. The events' scores are filtered scores.
+        min_duration: events shorter than this many seconds are dropped, after merging and clipping.
+        merge_gap: two events of one class separated by at most this many seconds (of inactive frames) become one.
+        duration: the clip's length in seconds, when known: offsets are clipped to it (the last frame may reach past
+            the end of the audio) and events that start at or after it are dropped.
+
+    Returns:
+        One dict per event, `{"onset", "offset", "label", "score"}`, sorted by onset then label: onset = first frame *
+        frame_seconds, offset = (last frame + 1) * frame_seconds (clipped to `duration`), score = the highest filtered
+        score inside the event. Durations are compared in frames with a tolerance of 1e-9 frame, so that a gap of
+        exactly `merge_gap` seconds merges whatever the rounding of `frames * frame_seconds`.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    labels = list(labels)
+    if scores.ndim != 2 or scores.shape[1] != len(labels):
+        raise ValueError(f"scores must be (frames, {len(labels)} labels), got shape {scores.shape}")
+    if np.isnan(scores).any():
+        raise ValueError("scores contain NaN")
+    if scores.size and (scores.min() < 0.0 or scores.max() > 1.0):
+        raise ValueError(
+            f"scores must be probabilities in [0, 1] (apply the sigmoid to logits first), got values in "
+            f"[{scores.min():.3g}, {scores.max():.3g}]"
+        )
+    if not frame_seconds > 0:
+        raise ValueError(f"frame_seconds must be > 0, got {frame_seconds!r}")
+    for name, value in (("min_duration", min_duration), ("merge_gap", merge_gap)):
+        if not value >= 0:
+            raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
+    if duration is not None and not duration > 0:
+        raise ValueError(f"duration must be > 0 seconds, got {duration!r}")
+    thresholds = _class_thresholds(thresholds, len(labels))
+
+    filtered = median_filter_frames(scores, median_filter)
+    active = filtered >= thresholds  # (T, C)
+    tolerance = 1e-9
+    events = []
+    for c, label in enumerate(labels):
+        padded = np.concatenate([[False], active[:, c], [False]]).astype(np.int8)
+        edges = np.diff(padded)
+        starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # run = frames [start, end)
+        runs = []
+        for start, end in zip(starts.tolist(), ends.tolist()):
+            if runs and start - runs[-1][1] <= merge_gap / frame_seconds + tolerance:
+                runs[-1][1] = end
+            else:
+                runs.append([start, end])
+        for start, end in runs:
+            onset, offset = start * frame_seconds, end * frame_seconds
+            if duration is not None:
+                if onset >= duration:
+                    continue
+                offset = min(offset, duration)
+            if offset - onset < min_duration - tolerance * frame_seconds:
+                continue
+            score = float(filtered[start:end, c].max())
+            events.append({"onset": float(onset), "offset": float(offset), "label": label, "score": score})
+    events.sort(key=lambda event: (event["onset"], event["label"]))
+    return events
+
+
+def _class_thresholds(thresholds, num_classes: int) -> np.ndarray:
+    """None, a float or C floats -> (C,) float64, each finite."""
+    if thresholds is None:
+        return np.full(num_classes, 0.5)
+    values = np.asarray(thresholds, dtype=np.float64)
+    if values.ndim == 0:
+        values = np.full(num_classes, float(values))
+    elif values.shape != (num_classes,):
+        raise ValueError(f"thresholds must be one float or {num_classes} (one per label), got {values.shape[0]}")
+    if not np.isfinite(values).all():
+        raise ValueError(f"thresholds must be finite, got {values.tolist()}")
+    return values

@@ -77,6 +77,7 @@ TOP_LEVEL_HOMES = {
     "PreTrainedModel": "modeling_utils",
     "PreTrainedConfig": "configuration_utils",
     "PretrainedConfig": "configuration_utils",
+    "AutoModelForAudioFrameClassification": "models.auto.modeling_auto",
 }
 TOP_LEVEL_SUBMODULES = {"initialization"}
 # Our transformers-facing test files, each written into the tree's test file of the model file that defines the class

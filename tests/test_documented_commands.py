@@ -652,7 +652,7 @@ def test_the_readme_inference_example_runs_on_the_folders_make_demo_writes(demo_
 def test_the_inference_page_examples_run_as_written(demo_folders):
     """docs/inference.md: a file, a float array at 22.05 kHz and integer stereo PCM through decode_audio; then a file
     in windows, with their timestamps."""
-    block, long_recordings = python_blocks((ROOT / "docs" / "inference.md").read_text())
+    block, long_recordings, sound_events = python_blocks((ROOT / "docs" / "inference.md").read_text())
     _, shown = run_python_block(block, "docs/inference.md")
     assert len(shown) == 3
     for scores in shown:
@@ -663,3 +663,23 @@ def test_the_inference_page_examples_run_as_written(demo_folders):
     [window] = timed["windows"]  # the 1.5-s clip.wav is one window of 10 s
     assert (window["start"], window["end"]) == (0.0, pytest.approx(1.5))
     assert window["scores"] == timed["scores"]
+    # Sound events: a tiny two-label frame classifier in runs/sed, a 1.5-s street.wav
+    import shutil
+
+    from conftest import tiny_config_kwargs
+
+    from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioFrameClassification
+
+    labels = {0: "Speech", 1: "Dog"}
+    config = AaspConfig(
+        **tiny_config_kwargs(num_mel_bins=128),
+        num_labels=2,
+        id2label=labels,
+        label2id={v: k for k, v in labels.items()},
+    )
+    AaspForAudioFrameClassification(config).save_pretrained("runs/sed")
+    AaspFeatureExtractor().save_pretrained("runs/sed")
+    shutil.copy("clip.wav", "street.wav")
+    _, (events, detailed) = run_python_block(sound_events, "docs/inference.md (Sound events)")
+    assert all(set(event) == {"onset", "offset", "label", "score"} for event in events + detailed["events"])
+    assert detailed["frame_scores"].shape == (10, 2)  # 1.5 s in frames of 0.16 s, rounded up

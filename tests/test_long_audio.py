@@ -14,6 +14,7 @@ from transformers import pipeline
 
 from aasp_hf import AaspAudioClassificationPipeline, AaspConfig, AaspFeatureExtractor, AaspForAudioClassification
 from aasp_hf.pipeline_aasp import decode_blocks, decode_clip, iter_windows, trained_window_samples
+from aasp_hf.training.saved_models import save_best_model
 from conftest import run_without_aasp_hf, tiny_config_kwargs
 
 LABELS = ["bird", "car", "rain"]
@@ -88,6 +89,26 @@ def test_iter_windows_over_blocks_cut_anywhere(window, hop):
         assert starts[0] == 0 and starts[-1] + len(windows[-1][1]) == total
         assert all(0 < b - a <= hop for a, b in zip(starts, starts[1:]))
         assert len(windows) == 1 + max(0, int(np.ceil((total - window) / hop)))
+
+
+@pytest.mark.parametrize("window,hop,align", [(12, 12, 4), (12, 4, 4), (8, 8, 8)])
+def test_iter_windows_on_a_grid_start_every_window_on_it(window, hop, align):
+    """With `align` (a frame classifier's output frame), every start is a multiple of it: the last window ends at the
+    clip's end, starting on the grid at or after `window` samples before it (so it may be shorter), and the windows
+    still cover the clip with no gap."""
+    rng = np.random.default_rng(window + hop + align)
+    for total in (1, 5, 12, 13, 17, 30, 41):
+        clip = rng.standard_normal(total).astype(np.float32)
+        cuts = np.sort(rng.choice(np.arange(1, total), size=min(total - 1, 4), replace=False)) if total > 1 else []
+        windows = list(iter_windows(iter(np.split(clip, cuts)), window, hop, align=align))
+        for start, samples in windows:
+            assert start % align == 0 and 0 < len(samples) <= window
+            np.testing.assert_array_equal(samples, clip[start : start + len(samples)])
+        ends = [start + len(samples) for start, samples in windows]
+        assert windows[0][0] == 0 and ends[-1] == total
+        assert all(b <= end for (b, _), end in zip(windows[1:], ends))  # no gap
+        last_start = windows[-1][0]
+        assert total - window <= last_start < max(total - window, 0) + align
 
 
 def test_each_window_scores_as_its_samples_alone_and_the_clip_mean_aggregates_them(classifier_folder):
@@ -275,7 +296,9 @@ def test_transformers_own_pipeline_says_what_it_read_of_a_long_clip(tmp_path, ca
     import logging
 
     folder = save_classifier(tmp_path / "clf")
-    AaspFeatureExtractor(max_frames=64).save_pretrained(folder)  # as finetune.py saves it: the trained length
+    model = AaspForAudioClassification.from_pretrained(folder)
+    save_best_model(model, AaspFeatureExtractor(), folder, clip_seconds=0.5)  # as finetune.py saves 0.5-s crops
+    assert json.loads((folder / "preprocessor_config.json").read_text())["max_frames"] == 64
     classifier = pipeline("audio-classification", model=str(folder))
     assert not isinstance(classifier, AaspAudioClassificationPipeline)
     with caplog.at_level(logging.WARNING, logger="aasp_hf.feature_extraction_aasp"):

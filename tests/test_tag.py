@@ -124,27 +124,28 @@ def test_timestamps_and_threshold_of_a_multi_label_classifier_in_jsonl(folders, 
         assert [g[4] or 0.0 for g in got] == pytest.approx([w[4] or 0.0 for w in wanted], abs=1e-5)
 
 
-def test_events_are_runs_of_windows_in_dcase_tsv(folders, tmp_path):
+def test_events_are_runs_of_windows_in_dcase_tsv_named_as_dcase_names_files(folders, tmp_path):
     """--events: every run of consecutive windows where a label is chosen is one `filename onset offset
     event_label` line, onset the run's first start and offset its last end (recomputed here from the --timestamps
-    rows of the same run)."""
+    rows of the same run). A file is named by its path under the folder given, or by its file name when given itself,
+    as DCASE's reference annotations name them; OUT's `file` column keeps the path as found."""
+    single = tmp_path / "elsewhere" / "long.wav"
+    single.parent.mkdir()
+    sf.write(single, noisy_tones(1.7, seed=5), RATE, subtype="FLOAT")
     out, events = tmp_path / "windows.csv", tmp_path / "events.tsv"
-    run_tag(
-        "--model",
-        folders["multi"],
-        "--output",
-        out,
-        "--timestamps",
-        "--events",
-        events,
-        "--threshold",
-        0.5,
-        folders["audio"] / "a.wav",
-        folders["audio"] / "sub" / "b.flac",
-    )
-    lines = events.read_text().splitlines()
-    assert lines[0] == "filename\tonset\toffset\tevent_label"
+    process = run_tag(
+        "--model", folders["multi"], "--output", out, "--timestamps", "--events", events, "--threshold", 0.5,
+        folders["audio"], single,
+    )  # fmt: skip
+    assert "is a clip classifier: an event is a run of consecutive windows" in process.stderr
+    names = {str(folders["audio"] / name): name for name in ("a.wav", "sub/b.flac", "c.wav")}
+    names[str(single)] = "long.wav"
+    with open(events, newline="") as file:
+        reader = csv.DictReader(file, delimiter="\t")  # as sed_eval / dcase_util read a DCASE event list
+        got = [(row["filename"], float(row["onset"]), float(row["offset"]), row["event_label"]) for row in reader]
+    assert reader.fieldnames == ["filename", "onset", "offset", "event_label"]
     rows = read_rows(out)
+    assert set(row["file"] for row in rows) == set(names)
     expected = []
     for file in dict.fromkeys(row["file"] for row in rows):
         windows = sorted({(float(r["start"]), float(r["end"])) for r in rows if r["file"] == file})
@@ -158,9 +159,27 @@ def test_events_are_runs_of_windows_in_dcase_tsv(folders, tmp_path):
                     j = i
                     while j + 1 < len(present) and present[j + 1]:
                         j += 1
-                    expected.append((file, windows[i][0], windows[j][1], label))
-    got = [(f, float(on), float(off), label) for f, on, off, label in (line.split("\t") for line in lines[1:])]
-    assert sorted(got) == sorted(expected) and got
+                    expected.append((names[file], windows[i][0], windows[j][1], label))
+    assert sorted(got) == sorted(expected) and {name for name, *_ in got} == set(names.values())
+
+
+def test_events_refused_where_they_would_mislead(folders, tmp_path, capsys):
+    """A single-label clip classifier gives every window a label: without --threshold its events would cover every
+    file, so --events is refused; two files that the events file would name alike are refused, naming both."""
+    from aasp_hf.tag import main
+
+    other = tmp_path / "other"
+    other.mkdir()
+    sf.write(other / "a.wav", noisy_tones(0.5), RATE, subtype="FLOAT")
+    common = ["--output", str(tmp_path / "t.csv"), "--events", str(tmp_path / "e.tsv")]
+    for model, paths, message in (
+        (folders["single"], [folders["audio"] / "a.wav"], "a single-label clip classifier, needs --threshold"),
+        (folders["multi"], [folders["audio"] / "a.wav", other / "a.wav"], "would both be named a.wav there"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--model", str(model), *common, *map(str, paths)])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "t.csv").exists() and not (tmp_path / "e.tsv").exists()
 
 
 def test_events_of_merges_consecutive_windows_only():

@@ -21,7 +21,13 @@ from torch import nn
 
 from conftest import tiny_config_kwargs
 
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
+from aasp_hf import (
+    AaspConfig,
+    AaspFeatureExtractor,
+    AaspForAudioClassification,
+    AaspForAudioFrameClassification,
+    AaspModel,
+)
 
 try:
     import transformers_release_tests.test_modeling_common  # noqa: F401
@@ -93,6 +99,9 @@ class AaspModelTester:
         self.parent.assertEqual(result.last_hidden_state.shape, expected)
         classifier = AaspForAudioClassification(config).eval()
         self.parent.assertEqual(classifier(input_values).logits.shape, (self.batch_size, self.num_labels))
+        frames = AaspForAudioFrameClassification(config).eval()
+        expected = (self.batch_size, self.num_frames // 16, self.num_labels)
+        self.parent.assertEqual(frames(input_values).logits.shape, expected)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -106,6 +115,7 @@ def aasp_in_transformers_model_tables():
     tables = [
         (modeling_auto.MODEL_MAPPING_NAMES, "AaspModel"),
         (modeling_auto.MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES, "AaspForAudioClassification"),
+        (modeling_auto.MODEL_FOR_AUDIO_FRAME_CLASSIFICATION_MAPPING_NAMES, "AaspForAudioFrameClassification"),
     ]
     for table, name in tables:
         assert "aasp" not in table
@@ -118,7 +128,7 @@ def aasp_in_transformers_model_tables():
 class AaspModelTest(ModelTesterMixin, unittest.TestCase):
     """As AST's ASTModelTest: the overrides and the one skip it declares (no inputs_embeds)."""
 
-    all_model_classes = (AaspModel, AaspForAudioClassification)
+    all_model_classes = (AaspModel, AaspForAudioClassification, AaspForAudioFrameClassification)
     test_resize_embeddings = False
     padded = False
 
@@ -130,6 +140,17 @@ class AaspModelTest(ModelTesterMixin, unittest.TestCase):
 
     def test_config(self):
         self.config_tester.run_common_tests()
+
+    def _prepare_for_class(self, inputs_dict, model_class, return_labels=False):
+        # The common tests give labels to the heads of transformers' tables by task and have no case for audio frame
+        # classification: the frame head gets multi-label targets, (batch_size, num_time_patches, num_labels), as its
+        # loss takes them (the training tests would otherwise call backward on no loss).
+        inputs_dict = super()._prepare_for_class(inputs_dict, model_class, return_labels=return_labels)
+        if return_labels and model_class is AaspForAudioFrameClassification:
+            num_time_patches = self.model_tester.num_frames // 16
+            shape = (self.model_tester.batch_size, num_time_patches, self.model_tester.num_labels)
+            inputs_dict["labels"] = torch.zeros(shape, device=inputs_dict["input_values"].device)
+        return inputs_dict
 
     @unittest.skip(reason="AaSP does not use inputs_embeds")  # AST's own skip
     def test_inputs_embeds(self):

@@ -292,7 +292,12 @@ def test_tree_test_files_follow_the_file_that_defines_each_class(tree):
         for name in group.split(",")
         if name.strip()
     }
-    assert tested == {"AaspModel", "AaspForAudioClassification", "AaspForPreTraining"}
+    assert tested == {
+        "AaspModel",
+        "AaspForAudioClassification",
+        "AaspForAudioFrameClassification",
+        "AaspForPreTraining",
+    }
     assert "from transformers.models.aasp.modeling_aasp import masked_prediction_loss, teacher_targets\n" in modeling
     assert "objectives" not in modeling and "modeling_aasp_pretraining" not in modeling
     imports = [line for line in modeling.splitlines() if line.startswith(("import ", "from "))]

@@ -3,6 +3,7 @@
 saves (`save_best_model`, `install_best_model`, `write_classifier_card`). Every folder is written whole or not at
 all (a temporary folder, then a rename)."""
 
+import copy
 import os
 import shutil
 from pathlib import Path
@@ -77,9 +78,25 @@ def pretraining_summary(data_args, args, results: dict) -> dict:
     return summary
 
 
-def save_best_model(model, feature_extractor, directory: Path):
+def trained_max_frames(feature_extractor, clip_seconds: float) -> int:
+    """The frames of every fine-tuning batch: a crop of `clip_seconds` featurised, rounded up to whole time patches
+    (as `AaspFineTuningCollator` pads it)."""
+    samples = round(clip_seconds * feature_extractor.sampling_rate)
+    return feature_extractor.round_up_frames(feature_extractor.num_frames(samples))
+
+
+def save_best_model(model, feature_extractor, directory: Path, clip_seconds: float | None = None):
     """`save_pretrained` into a temporary folder, then an atomic rename (a crash never leaves half a model); a full
-    disk is one line that names the space and the intact checkpoint, and the temporary folder is removed."""
+    disk is one line that names the space and the intact checkpoint, and the temporary folder is removed.
+
+    With `clip_seconds` (the crop the model was trained on), the saved feature extractor keeps that length as
+    `max_frames` (`trained_max_frames`): the pipeline and `python -m aasp_hf.tag` cut windows of it, and a plain
+    call of the extractor on a longer clip reads its first `max_frames` frames and says so in one warning
+    (`truncation=False` reads it all). `feature_extractor` itself is left as it is: training featurises whole
+    clips."""
+    if clip_seconds is not None:
+        feature_extractor = copy.copy(feature_extractor)
+        feature_extractor.max_frames = trained_max_frames(feature_extractor, clip_seconds)
     needed = sum(p.numel() * p.element_size() for p in model.state_dict().values())
 
     def intact():
