@@ -393,20 +393,22 @@ def model_card(model, feature_extractor=None, fields: dict | None = None, all_re
     """
     fields = dict(fields or {})
     classifier = type(model).__name__.endswith("ForAudioClassification")
-    metadata = {
-        "library_name": "transformers",
-        "pipeline_tag": "audio-classification" if classifier else "feature-extraction",
-        "license": "apache-2.0",
-    }
+    detector = type(model).__name__.endswith("ForAudioFrameClassification")  # sound events: no Hub pipeline tag
+    metadata = {"library_name": "transformers"}
+    if not detector:
+        metadata["pipeline_tag"] = "audio-classification" if classifier else "feature-extraction"
+    metadata["license"] = "apache-2.0"
     for key in YAML_FIELDS:
         if fields.get(key) is not None:
             metadata[key] = fields[key]
     tags = ["audio", "aasp", "custom_code"] + (["audio-classification"] if classifier else [])
+    tags += ["sound-event-detection"] if detector else []
     metadata["tags"] = list(dict.fromkeys(list(metadata.get("tags") or tags) + list(fields.get("extra_tags") or [])))
 
     c = model.config
     title = fields.get("title") or (
-        f"AaSP {'audio classifier' if classifier else 'encoder'} ({c.num_hidden_layers} layers, hidden {c.hidden_size})"
+        f"AaSP {'audio classifier' if classifier else 'sound event detector' if detector else 'encoder'} "
+        f"({c.num_hidden_layers} layers, hidden {c.hidden_size})"
     )
     where = json.dumps(str(fields.get("repo_id") or fields.get("path") or "."))  # quoted for the snippet
     uses = [
@@ -424,6 +426,15 @@ def model_card(model, feature_extractor=None, fields: dict | None = None, all_re
             "probabilities = model(**inputs).logits.softmax(-1)",
             f'classifier = pipeline("audio-classification", model={where}, trust_remote_code=True)',
             'classifier("clip.wav", top_k=3)',
+        ]
+    elif detector:
+        uses += [
+            "from transformers import AutoModelForAudioFrameClassification",
+            f"model = AutoModelForAudioFrameClassification.from_pretrained({where}, trust_remote_code=True)",
+            f"frame_scores = model(**inputs).logits.sigmoid()  # (B, frames, labels), one frame per "
+            f"{c.time_patch_size * c.sblu_step:g} s",
+            f'detector = pipeline("sound-event-detection", model={where}, trust_remote_code=True)',
+            'detector("recording.wav")  # [{"onset", "offset", "label", "score"}, ...] with the saved thresholds',
         ]
     else:
         uses += [

@@ -39,7 +39,7 @@ from accelerate.utils import set_seed
 from transformers import AutoFeatureExtractor
 
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
-from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification
+from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification, AaspForAudioFrameClassification
 from aasp_hf.entry_points import run_stoppable
 from aasp_hf.errors import UsageError
 from aasp_hf.evaluation import without_truncation
@@ -130,11 +130,13 @@ def load_parts(args):
 
 
 # ----------------------------------------------------------------------------------------------- model (step 2)
-def load_classifier(accelerator, args, names: list[str], multi_label: bool):
-    """(model, feature extractor): `AaspForAudioClassification` on the pre-trained encoder (its head new, said in
-    one line) and the encoder's feature extractor, which takes whole clips."""
+def load_classifier(accelerator, args, names: list[str], multi_label: bool, frame_level: bool = False):
+    """(model, feature extractor): `AaspForAudioClassification` (or, for sound events, `AaspForAudioFrameClassification`)
+    on the pre-trained encoder (its head new, said in one line) and the encoder's feature extractor, which takes whole
+    clips."""
+    model_class = AaspForAudioFrameClassification if frame_level else AaspForAudioClassification
     with loading_quietly():  # transformers' report would list the new head as MISSING: one line of ours instead
-        model, loading_info = AaspForAudioClassification.from_pretrained(
+        model, loading_info = model_class.from_pretrained(
             args.model_name_or_path,
             num_labels=len(names),
             id2label=dict(enumerate(names)),
@@ -143,6 +145,7 @@ def load_classifier(accelerator, args, names: list[str], multi_label: bool):
             drop_path_rate=args.drop_path_rate,
             output_loading_info=True,
             **({"classifier_pooling": args.classifier_pooling} if args.classifier_pooling else {}),
+            **(event_settings(args, len(names)) if frame_level else {}),
         )
     accelerator.print(describe_new_head(loading_info, args.model_name_or_path))
     if args.freeze_feature_encoder:
@@ -158,6 +161,24 @@ def load_classifier(accelerator, args, names: list[str], multi_label: bool):
         )
         feature_extractor = AaspFeatureExtractor(feature_size=model.config.num_mel_bins)
     return model, feature_extractor
+
+
+def event_settings(args, num_labels: int) -> dict:
+    """The frame classifier's post-processing from the arguments, as config fields (one threshold given: each
+    label's)."""
+    thresholds = args.event_thresholds
+    if thresholds is not None and len(thresholds) == 1:
+        thresholds = thresholds * num_labels
+    if thresholds is not None and len(thresholds) != num_labels:
+        raise UsageError(
+            f"--event_thresholds has {len(thresholds)} values for {num_labels} labels: give one, or one per label"
+        )
+    return {
+        "event_thresholds": thresholds,
+        "event_median_filter": args.event_median_filter,
+        "event_min_duration": args.event_min_duration,
+        "event_merge_gap": args.event_merge_gap,
+    }
 
 
 # ----------------------------------------------------------------------------------------------- main
@@ -211,6 +232,11 @@ def finetune(args: FinetuneArguments) -> dict:
     )
     seeds = args.seeds or [args.seed]
     single = len(parts) == 1 and len(seeds) == 1
+    if downstream.frame_level and args.class_balanced_sampling:
+        raise UsageError(
+            "--class_balanced_sampling draws clips by their labels; sound-event recordings have timed "
+            "events, not clip labels: leave it out"
+        )
     print(
         f"{task}: {len(names)} classes, {'multi' if multi_label else 'single'}-label, clips {clip_seconds} s, "
         f"parts {list(parts)}, seeds {seeds}"
@@ -245,12 +271,13 @@ def finetune(args: FinetuneArguments) -> dict:
                     names,
                     clip_seconds,
                     selection_rule=selection_rule,
+                    frame_level=downstream.frame_level,
                 )
             runs.append({"part": part, "seed": seed, **{k: v for k, v in result.items() if k != "arguments"}})
 
     # Mean ± std over seeds of the mean over parts -> all_results.json, results.md; the log-mel baseline beside them.
     summary = sweep_summary(args, runs, task, len(names), clip_seconds, parts, selection_rule, kfold)
-    return write_summary(summary, args, parts, multi_label)
+    return write_summary(summary, args, parts, multi_label, names if downstream.frame_level else None)
 
 
 # ----------------------------------------------------------------------------------------------- one run
@@ -261,6 +288,7 @@ def run(
     names: list[str],
     clip_seconds: float,
     selection_rule: str | None = None,
+    frame_level: bool = False,
 ) -> dict:
     """Fine-tunes once (one seed, one test fold) into `args.output_dir`; returns its results. `selection_rule`: the
     sentence that the results and the model card give for the model selection (default: from `args.select_on`)."""
@@ -287,12 +315,12 @@ def run(
     set_seed(args.seed)  # the head's initialisation, identical on every process
 
     # 2. Model: the encoder's weights load under `aasp`; LayerNorm + Linear on CLS are new.
-    model, feature_extractor = load_classifier(accelerator, args, names, multi_label)
+    model, feature_extractor = load_classifier(accelerator, args, names, multi_label, frame_level)
     ema = create_ema(model) if args.ema_decay > 0 else None
     set_seed(args.seed, device_specific=True)  # dropout / drop path: one stream per process
 
     # 3. Data: crops and features in the collator (called in the loop, so its generator is checkpointed).
-    data = FineTuningData(splits, multi_label, num_labels=len(names), clip_seconds=clip_seconds)
+    data = FineTuningData(splits, multi_label, len(names), clip_seconds, frame_level, label_names=list(names))
     collator = training_collator(feature_extractor, args, data, rank)
     augment_rng = np.random.default_rng(args.seed * 1000 + 2 + rank)
 

@@ -167,7 +167,8 @@ def downstream_parts(
     held-out test take whole sources).
 
     K-fold datasets give one part per test fold ("fold<k>", `folds` or all); others one part, "official". The
-    parts hold "train" and "test", and "validation" when `select_on == "validation"`.
+    parts hold "train" and "test", and "validation" when `select_on == "validation"` (sound events: also when the
+    dataset has its own).
     """
     if select_on not in SELECT_ON:
         raise ValueError(f"select_on={select_on!r}: use one of {SELECT_ON}.")
@@ -197,9 +198,13 @@ def downstream_parts(
     elif with_validation and "validation" not in splits:
         held = splits["train"].train_test_split(test_size=validation_fraction, seed=seed)
         splits["train"], splits["validation"] = held["train"], held["test"]
+    # sound events keep a dataset's own validation whatever selects the model: their thresholds are chosen on it
+    keep_own_validation = "validation" in loaded and "events" in first.column_names
     return {
         "official": {
-            name: splits[name] for name in SPLITS if name in splits and (with_validation or name != "validation")
+            name: splits[name]
+            for name in SPLITS
+            if name in splits and (with_validation or keep_own_validation or name != "validation")
         }
     }
 

@@ -98,3 +98,38 @@ def synthetic_splits(
                 )
         splits[split] = [rows[i] for i in rng.permutation(len(rows))]
     return splits
+
+
+def write_soundscapes(root, files_per_split=None, seconds: float = 6.0, labels=("tone", "chirp"), seed=0):
+    """Writes a folder of synthetic soundscapes in DCASE's layout for sound event detection: `root/<split>/*.wav`
+    (16 kHz) and `root/<split>.tsv` (`filename  onset  offset  event_label`, tab-separated, a header line). Each
+    recording is quiet noise with 0 to 2 events of `labels` (synth clips of 0.5 to 1.5 s) at random times, events of
+    one label never overlapping; a recording with no event has no row. Returns {split: [(filename, onset, offset, label), ...]}."""
+    import soundfile as sf
+    from pathlib import Path
+
+    files_per_split = files_per_split or {"train": 12, "validation": 4, "test": 4}
+    rng, root, written = np.random.default_rng(seed), Path(root), {}
+    for split, count in files_per_split.items():
+        (root / split).mkdir(parents=True, exist_ok=True)
+        rows = []
+        for index in range(count):
+            name = f"soundscape_{split}_{index:03d}.wav"
+            audio = 0.003 * rng.standard_normal(int(seconds * SAMPLING_RATE)).astype(np.float32)
+            taken = []  # (onset, offset, label) placed so far: events of one label do not overlap
+            for _ in range(int(rng.integers(0, 3))):
+                label = str(rng.choice(list(labels)))
+                length = float(rng.uniform(0.5, 1.5))
+                onset = round(float(rng.uniform(0.0, seconds - length)), 3)
+                if any(c == label and onset < b and a < onset + length for a, b, c in taken):
+                    continue
+                taken.append((onset, onset + length, label))
+                start = int(round(onset * SAMPLING_RATE))
+                event = synth_clip(label, rng, length)
+                audio[start : start + len(event)] += event
+                rows.append((name, onset, round(onset + len(event) / SAMPLING_RATE, 3), label))
+            sf.write(root / split / name, np.clip(audio, -1, 1), SAMPLING_RATE)
+        lines = ["filename\tonset\toffset\tevent_label"] + [f"{n}\t{a:.3f}\t{b:.3f}\t{c}" for n, a, b, c in rows]
+        (root / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+        written[split] = rows
+    return written

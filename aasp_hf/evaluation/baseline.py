@@ -339,7 +339,7 @@ def compare(model_score: float, baseline: dict | None, metric: str) -> str | Non
     unit = " %" if metric == "accuracy" else ""
     return (
         f"{where} the log-mel baseline: {100 * model_score:.1f} vs {100 * baseline['test_mean']:.1f}{unit} "
-        f"{metric} ({NAME} on the same splits); see {ANCHOR}"
+        f"{metric} ({baseline.get('name', NAME)} on the same splits); see {baseline.get('anchor', ANCHOR)}"
     )
 
 

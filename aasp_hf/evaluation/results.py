@@ -52,6 +52,12 @@ def write_finetune_markdown(path: Path, summary: dict):
         f"**{summary['task']} {metric}: {100 * summary['test_mean']:.2f} ± {100 * summary['test_std']:.2f}**",
         "",
     ]
+    if "sound_events" in summary:  # every detection score, and the per-frame baseline's beside them
+        from .frame_detection import sound_events_markdown
+
+        lines += sound_events_markdown(summary)
+        write_text_atomically(path, "\n".join(lines))
+        return
     write_text_atomically(path, "\n".join(lines + baseline_markdown(summary)))
 
 

@@ -90,6 +90,23 @@ class FinetuneArguments(PlanArguments):
         },
     )
     freeze_feature_encoder: bool = field(default=False, metadata={"help": "freeze the SPE/AaPE patch embedding"})
+    # sound events (--dataset sound_events): how frame scores become events, saved in the model's config
+    event_thresholds: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "sound events: one threshold per label on the frame scores (or one for all); unset: chosen per "
+            "label on the validation recordings (the best event-based F1), 0.5 without a validation split"
+        },
+    )
+    event_median_filter: int = field(
+        default=1, metadata={"help": "sound events: median filter over this many output frames (odd; 1 = none)"}
+    )
+    event_min_duration: float = field(
+        default=0.0, metadata={"help": "sound events: events shorter than this (seconds) are dropped"}
+    )
+    event_merge_gap: float = field(
+        default=0.0, metadata={"help": "sound events: events of one label this close (seconds) are merged"}
+    )
     # optimisation (Table hyperparams 1)
     output_dir: str = field(
         default="finetune_output", metadata={"help": "where checkpoints, the log, the results and the best model go"}

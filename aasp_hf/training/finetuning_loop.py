@@ -17,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import UsageError
-from ..evaluation import classification_score
+from ..evaluation import classification_score, frame_detection
 from ..files import write_text_atomically
 from ..schedules import learning_rate
 from .checkpointing import (
@@ -44,12 +44,17 @@ EVAL_CROP_SEED = 7  # split s is evaluated on the crops of seed 7 + SPLITS.index
 
 @dataclass
 class FineTuningData:
-    """The data of one run: `splits` ({split: rows}), `multi_label`, `num_labels` and `clip_seconds` (the crop)."""
+    """The data of one run: `splits` ({split: rows}), `multi_label`, `num_labels` and `clip_seconds` (the crop).
+    `frame_level`: sound-event records (recordings with timed events) for a frame classifier, whose crops get one
+    target per output frame (`data.frame_targets`) and whose evaluation covers every frame of every recording
+    (`evaluation.frame_detection`); `label_names` name its events."""
 
     splits: dict
     multi_label: bool
     num_labels: int
     clip_seconds: float
+    frame_level: bool = False
+    label_names: list = field(default_factory=list)
 
 
 @dataclass
@@ -83,6 +88,11 @@ def clip_labels(rows, multi_label: bool) -> list[list[int]]:
 def split_collator(feature_extractor, args, data: FineTuningData, split: str, seed: int):
     """The collator of `split`: crops of `data.clip_seconds` (random for train and validation, from `seed`), the
     padding of --clip_padding, labels as indices or (multi-label) as multi-hot vectors."""
+    if data.frame_level:
+        from ..data.frame_targets import AaspFrameTargetsCollator
+
+        patch = getattr(feature_extractor, "frame_multiple", 16)  # = the model's time_patch_size
+        return AaspFrameTargetsCollator(feature_extractor, data.clip_seconds, data.num_labels, patch, split, seed)
     from ..data import AaspFineTuningCollator
 
     return AaspFineTuningCollator(
@@ -342,10 +352,34 @@ class FineTuningLoop:
             seed = EVAL_CROP_SEED + SPLITS.index(split)
             return split_collator(self.feature_extractor, self.args, self.data, split, seed)
 
+        if self.data.frame_level:  # every output frame of every recording, post-processed into events
+            return self.detection_scores(model, split, with_psds=False)[frame_detection.METRIC]
         logits, labels = predict(
             model, self.data.splits[split], make_collator, self.args.per_device_eval_batch_size, self.accelerator
         )
         return classification_score(logits, labels, self.data.multi_label)
+
+    def frame_scores(self, model, split: str) -> dict:
+        """{filename: (T', C) sigmoid scores} of a frame classifier on every recording of `split`."""
+        rows = self.data.splits[split]
+        batch_size = self.args.per_device_eval_batch_size
+        return frame_detection.frame_scores(
+            model, rows, self.feature_extractor, self.data.clip_seconds, batch_size, self.accelerator
+        )
+
+    def detection_scores(self, model, split: str, settings: dict | None = None, with_psds: bool = True) -> dict:
+        """Event- and segment-based scores of a frame classifier on `split`, post-processed with `settings` (default:
+        the model config's)."""
+        config = model.config
+        settings = frame_detection.postprocessing_settings(config) if settings is None else settings
+        return frame_detection.detection_scores(
+            self.frame_scores(model, split),
+            self.data.splits[split],
+            self.data.label_names,
+            frame_detection.frame_seconds(config, self.feature_extractor),
+            settings,
+            with_psds,
+        )
 
     def evaluate(self):
         """7a. Evaluation with the EMA weights (the trained weights when the EMA is off), selection by --select_on:
@@ -360,14 +394,14 @@ class FineTuningLoop:
                 record["test_score"] = self.score_on(evaluated, "test")
                 best = {"valid_score": record["valid_score"], "step": step, "test_score": record["test_score"]}
                 if accelerator.is_main_process:
-                    save_best_model(evaluated, self.feature_extractor, best_model)
+                    save_best_model(evaluated, self.feature_extractor, best_model, self.data.clip_seconds)
         else:  # "test": the best test score within the budget (EAT); "last": the last step's
             record = {"step": step, "test_score": self.score_on(evaluated, "test")}
             if args.select_on == "last" or record["test_score"] > best["valid_score"]:
                 selection = record["test_score"] if args.select_on == "test" else float("nan")
                 best = {"valid_score": selection, "step": step, "test_score": record["test_score"]}
                 if accelerator.is_main_process and (args.select_on == "test" or step == args.max_steps):
-                    save_best_model(evaluated, self.feature_extractor, best_model)
+                    save_best_model(evaluated, self.feature_extractor, best_model, self.data.clip_seconds)
         self.best = best
         self.history.append(record)
         score = record["valid_score"] if args.select_on == "validation" else record["test_score"]
@@ -413,7 +447,7 @@ def write_run_results(loop: FineTuningLoop, selection_rule: str) -> dict:
     decode_failures = loop.decode_failures_before + loop.collator.num_skipped
     decode_failures = int(accelerator.reduce(torch.tensor(decode_failures, device=accelerator.device), "sum"))
     results = {
-        "metric": "mAP" if data.multi_label else "accuracy",
+        "metric": frame_detection.METRIC if data.frame_level else "mAP" if data.multi_label else "accuracy",
         "best_valid_score": best["valid_score"],
         "best_step": best["step"],
         "test_score": best["test_score"],
@@ -430,6 +464,8 @@ def write_run_results(loop: FineTuningLoop, selection_rule: str) -> dict:
         "eval_history": loop.history,
     }
     accelerator.wait_for_everyone()
+    if data.frame_level and (output_dir / "best_model").is_dir():
+        results.update(sound_event_results(loop, output_dir / "best_model"))
     if accelerator.is_main_process:
         needed = sum(p.numel() * p.element_size() for p in loop.unwrapped.state_dict().values())
 
@@ -447,3 +483,42 @@ def write_run_results(loop: FineTuningLoop, selection_rule: str) -> dict:
             )
     accelerator.wait_for_everyone()
     return results
+
+
+def sound_event_results(loop: FineTuningLoop, best_model: Path) -> dict:
+    """8a. A frame classifier's post-processing and final scores: the selected model (`best_model`) scores every
+    recording of the validation split, where there is one, and each label's threshold is the one that maximises its
+    event-based F1 there (without a validation split the config's thresholds stay: 0.5 unless given); the thresholds
+    are saved in the model's config, so that the tagger and the pipeline apply them, and the test split is scored
+    with them. Returns the results' fields: `test_score` (class-wise event-based F1) and `sound_events` (every
+    score, the thresholds, and where they came from)."""
+    from ..modeling_aasp import AaspForAudioFrameClassification
+
+    model = AaspForAudioFrameClassification.from_pretrained(best_model).to(loop.accelerator.device)
+    settings = frame_detection.postprocessing_settings(model.config)
+    frame_seconds = frame_detection.frame_seconds(model.config, loop.feature_extractor)
+    chosen_on = "the config (given, or 0.5 without a validation split)"
+    if "validation" in loop.data.splits and loop.args.event_thresholds is None:
+        scores = loop.frame_scores(model, "validation")
+        settings["thresholds"] = frame_detection.choose_thresholds(
+            scores, loop.data.splits["validation"], loop.data.label_names, frame_seconds, settings
+        )
+        chosen_on = "validation (per label, the best event-based F1)"
+        if loop.accelerator.is_main_process:  # the thresholds travel with the model
+            config_path = best_model / "config.json"
+            config = json.loads(config_path.read_text())
+            config["event_thresholds"] = settings["thresholds"]
+            write_text_atomically(config_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+        loop.accelerator.wait_for_everyone()
+    test = loop.detection_scores(model, "test", settings)
+    return {
+        "test_score": test[frame_detection.METRIC],
+        "sound_events": {
+            "test": test,
+            "thresholds": settings["thresholds"],
+            "thresholds_chosen_on": chosen_on,
+            "frame_seconds": frame_seconds,
+            "patch": model.config.time_patch_size,
+            "postprocessing": {k: v for k, v in settings.items() if k != "thresholds"},
+        },
+    }

@@ -60,7 +60,7 @@ def sweep_summary(
     }
 
 
-def write_summary(summary: dict, args, parts: dict, multi_label: bool) -> dict:
+def write_summary(summary: dict, args, parts: dict, multi_label: bool, event_labels: list | None = None) -> dict:
     """On the main process: `summary` written to --output_dir (all_results.json, results.md) and its line printed,
     then the log-mel baseline on the same parts and clips computed and written beside it (its crops from the
     evaluation's seeds, EVAL_CROP_SEED + the split's index). Returns the summary, with the baseline."""
@@ -78,6 +78,12 @@ def write_summary(summary: dict, args, parts: dict, multi_label: bool) -> dict:
         f"{summary['task']} {summary['metric']}: {100 * summary['test_mean']:.2f} ± {100 * summary['test_std']:.2f} "
         f"-> {output_dir}/results.md"
     )
+    if event_labels is not None:  # sound events: every score's mean over runs, the per-frame log-mel baseline
+        from ..evaluation import frame_detection
+
+        summary = {**summary, "sound_events": frame_detection.mean_scores(summary["runs"])}
+        write(summary)
+        return frame_detection.with_frame_baseline(summary, write, args.baseline, parts, event_labels)
     return logmel_baseline.with_baseline(
         summary,
         write,

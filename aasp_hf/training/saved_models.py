@@ -139,7 +139,8 @@ def write_classifier_card(output_dir: Path, model, feature_extractor, args, spli
         model,
         feature_extractor,
         {
-            "title": f"AaSP audio classifier ({model.config.num_labels} classes)",
+            "title": f"AaSP {'sound event detector' if 'sound_events' in results else 'audio classifier'} "
+            f"({model.config.num_labels} {'labels' if 'sound_events' in results else 'classes'})",
             "path": str(output_dir),
             "training": training,
             "evaluation_protocol": f"fine-tuning, {results['selection_rule']}: step {results['best_step']}",
@@ -147,6 +148,11 @@ def write_classifier_card(output_dir: Path, model, feature_extractor, args, spli
         {
             **({f"eval_{metric}": results["best_valid_score"]} if args.select_on == "validation" else {}),
             f"test_{metric}": results["test_score"],
+            **{  # sound events: every detection score of the test recordings, with the saved thresholds
+                f"test_{name}": value
+                for name, value in results.get("sound_events", {}).get("test", {}).items()
+                if name in ("event_f1_micro", "segment_f1", "segment_f1_micro", "psds")
+            },
         },
     )
 
