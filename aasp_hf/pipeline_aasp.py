@@ -106,6 +106,15 @@ class AaspAudioWindows:
 
     window_align = 1  # samples; a frame classifier's is its output frame, so that every window's frames share a grid
 
+    @staticmethod
+    def window_seconds(chunk_length_s=None, chunk_hop_s=None, max_length_s=None) -> dict:
+        """The call's window options that are set, as floats; a ValueError naming one that is not a positive number."""
+        given = {"chunk_length_s": chunk_length_s, "chunk_hop_s": chunk_hop_s, "max_length_s": max_length_s}
+        for name, value in given.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+                raise ValueError(f"{name}={value!r} must be a positive number of seconds.")
+        return {name: float(value) for name, value in given.items() if value is not None}
+
     def window_lengths(self, chunk_length_s=None, chunk_hop_s=None) -> tuple[int, int]:
         """(window, hop) in samples, from the call's options or the model's trained length."""
         rate = self.feature_extractor.sampling_rate
@@ -189,12 +198,7 @@ class AaspAudioClassificationPipeline(AaspAudioWindows, ProblemTypeAudioClassifi
         preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(
             top_k=top_k, function_to_apply=function_to_apply, **kwargs
         )
-        seconds = {"chunk_length_s": chunk_length_s, "chunk_hop_s": chunk_hop_s, "max_length_s": max_length_s}
-        for name, value in seconds.items():
-            if value is not None:
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                    raise ValueError(f"{name}={value!r} must be a positive number of seconds.")
-                preprocess_params[name] = float(value)
+        preprocess_params.update(self.window_seconds(chunk_length_s, chunk_hop_s, max_length_s))
         if aggregation is not None:
             if aggregation not in AGGREGATIONS:
                 raise ValueError(
@@ -283,12 +287,7 @@ class AaspSoundEventDetectionPipeline(AaspAudioWindows, ChunkPipeline):
         self, chunk_length_s=None, chunk_hop_s=None, max_length_s=None, return_frame_scores=None, **kwargs
     ):
         preprocess_params, postprocess_params = {}, {}
-        seconds = {"chunk_length_s": chunk_length_s, "chunk_hop_s": chunk_hop_s, "max_length_s": max_length_s}
-        for name, value in seconds.items():
-            if value is not None:
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                    raise ValueError(f"{name}={value!r} must be a positive number of seconds.")
-                preprocess_params[name] = float(value)
+        preprocess_params.update(self.window_seconds(chunk_length_s, chunk_hop_s, max_length_s))
         unknown = set(kwargs) - set(self.EVENT_SETTINGS)
         if unknown:
             raise ValueError(

@@ -120,13 +120,14 @@ def load_frozen_encoder(model_name_or_path, device="cpu"):
 def without_truncation(feature_extractor, source=None):
     """The extractor with its stored `max_frames` dropped (with a warning), so that whole clips are featurised.
 
-    Encoders exported by earlier versions of examples/pretrain.py saved `max_frames` = the pre-training crop (64
-    frames for the tiny preset, 608 for the paper's), which silently cut every later input to that length; the
-    model itself takes any length (its position table is interpolated)."""
+    A fine-tuned classifier saves `max_frames` = its trained crop, the window of the pipeline and the tagger; encoders
+    exported by earlier versions of examples/pretrain.py saved the pre-training crop (64 frames for the tiny preset,
+    608 for the paper's). Either would cut every input here to that length; the model itself takes any length (its
+    position table is interpolated)."""
     if getattr(feature_extractor, "max_frames", None) is not None:
         logger.warning(
-            f"The feature extractor saved with {source} truncates inputs to max_frames={feature_extractor.max_frames} "
-            f"frames; using whole clips instead (save it again to remove the limit)."
+            f"The feature extractor saved with {source} keeps max_frames={feature_extractor.max_frames} (the window of "
+            f"the pipeline and the tagger); whole clips are featurised here instead."
         )
         feature_extractor.max_frames = None
     return feature_extractor

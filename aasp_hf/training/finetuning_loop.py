@@ -492,9 +492,7 @@ def sound_event_results(loop: FineTuningLoop, best_model: Path) -> dict:
     are saved in the model's config, so that the tagger and the pipeline apply them, and the test split is scored
     with them. Returns the results' fields: `test_score` (class-wise event-based F1) and `sound_events` (every
     score, the thresholds, and where they came from)."""
-    from ..modeling_aasp import AaspForAudioFrameClassification
-
-    model = AaspForAudioFrameClassification.from_pretrained(best_model).to(loop.accelerator.device)
+    model = type(loop.unwrapped).from_pretrained(best_model).to(loop.accelerator.device)  # the frame classifier
     settings = frame_detection.postprocessing_settings(model.config)
     frame_seconds = frame_detection.frame_seconds(model.config, loop.feature_extractor)
     chosen_on = "the config (given, or 0.5 without a validation split)"
