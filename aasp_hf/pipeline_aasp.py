@@ -38,6 +38,7 @@ named in a frame classifier's `custom_pipelines`) reads a recording in the same 
 """
 
 import io
+import itertools
 import math
 import warnings
 from types import SimpleNamespace
@@ -53,6 +54,7 @@ logger = logging.get_logger(__name__)
 
 DECODE_BLOCK_S = 60.0  # seconds of audio decoded at a time from a file
 AGGREGATIONS = ("mean", "max")
+LONG_WINDOW_FACTOR = 2  # a window longer than this many trained lengths is said in one warning
 
 
 try:
@@ -88,6 +90,8 @@ class ProblemTypeAudioClassificationPipeline(AudioClassificationPipeline):
     named when the pipeline is built holds for the calls that name none."""
 
     def _sanitize_parameters(self, top_k=None, function_to_apply=None, **kwargs):
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"top_k={top_k!r} must be a whole number of labels, at least 1 (None: every label).")
         preprocess_params, forward_params, postprocess_params = super()._sanitize_parameters(
             top_k=top_k, function_to_apply=function_to_apply, **kwargs
         )
@@ -107,32 +111,32 @@ class AaspAudioWindows:
     window_align = 1  # samples; a frame classifier's is its output frame, so that every window's frames share a grid
 
     @staticmethod
-    def window_seconds(chunk_length_s=None, chunk_hop_s=None, max_length_s=None) -> dict:
-        """The call's window options that are set, as floats; a ValueError naming one that is not a positive number."""
+    def window_seconds(chunk_length_s=None, chunk_hop_s=None, max_length_s=None, spelling="{name}={value!r}") -> dict:
+        """The call's window options that are set, as floats; a ValueError naming one that is not a positive, finite
+        number (`spelling` writes an option in the message: the tagger's is `--{name} {value}`)."""
         given = {"chunk_length_s": chunk_length_s, "chunk_hop_s": chunk_hop_s, "max_length_s": max_length_s}
         for name, value in given.items():
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-                raise ValueError(f"{name}={value!r} must be a positive number of seconds.")
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                option = spelling.format(name=name, value=value)
+                raise ValueError(f"{option} must be a positive, finite number of seconds.")
         return {name: float(value) for name, value in given.items() if value is not None}
 
     def window_lengths(self, chunk_length_s=None, chunk_hop_s=None) -> tuple[int, int]:
-        """(window, hop) in samples, from the call's options or the model's trained length."""
-        rate = self.feature_extractor.sampling_rate
-        if chunk_length_s is None:
-            window = trained_window_samples(self.feature_extractor, self.model.config)
-        else:
-            window = round(chunk_length_s * rate)
-        hop = window if chunk_hop_s is None else round(chunk_hop_s * rate)
-        if not 0 < hop <= window:
-            raise ValueError(
-                f"chunk_hop_s={hop / rate:g} s must be at most chunk_length_s={window / rate:g} s: a longer hop would "
-                f"leave the audio between windows unclassified."
-            )
-        return window, hop
+        """(window, hop) in samples, from the call's options or the model's trained length (`window_samples`)."""
+        return window_samples(self.feature_extractor, self.model.config, chunk_length_s, chunk_hop_s)
 
     def preprocess(self, inputs, chunk_length_s=None, chunk_hop_s=None, max_length_s=None):
         rate = self.feature_extractor.sampling_rate
         window, hop = self.window_lengths(chunk_length_s, chunk_hop_s)
+        trained = trained_window_samples(self.feature_extractor, self.model.config)
+        if window > LONG_WINDOW_FACTOR * trained:
+            logger.warning_once(
+                f"chunk_length_s={window / rate:g} s is {window / trained:.1f}x the {trained / rate:g}-s window the "
+                f"model was trained on: it never saw windows that long, and its scores on them are untested. The "
+                f"default (chunk_length_s unset) is the trained length."
+            )
         blocks = audio_blocks(inputs, rate)  # 1-D arrays at `rate` whose concatenation is the clip
         if max_length_s is not None:
             blocks = first_samples(blocks, round(max_length_s * rate), rate, describe_input(inputs))
@@ -300,8 +304,8 @@ class AaspSoundEventDetectionPipeline(AaspAudioWindows, ChunkPipeline):
         return preprocess_params, {}, postprocess_params
 
     def window_lengths(self, chunk_length_s=None, chunk_hop_s=None) -> tuple[int, int]:
-        """(window, hop) in samples, in whole output frames (`frame_window_lengths`)."""
-        return frame_window_lengths(*super().window_lengths(chunk_length_s, chunk_hop_s), self.frame_samples)
+        """(window, hop) in samples, in whole output frames (`window_samples`, `frame_window_lengths`)."""
+        return window_samples(self.feature_extractor, self.model.config, chunk_length_s, chunk_hop_s, frame=True)
 
     def _forward(self, model_inputs):
         window = {key: model_inputs.pop(key) for key in ("start", "end", "is_last")}
@@ -329,6 +333,43 @@ class AaspSoundEventDetectionPipeline(AaspAudioWindows, ChunkPipeline):
         if not return_frame_scores:
             return events
         return {"events": events, "frame_seconds": frame_seconds, "labels": labels, "frame_scores": scores}
+
+
+def window_samples(
+    feature_extractor, config, chunk_length_s=None, chunk_hop_s=None, frame=False, spelling="{name}={value!r}"
+) -> tuple[int, int]:
+    """(window, hop) in samples: `chunk_length_s` (default: the trained length, `trained_window_samples`) and
+    `chunk_hop_s` (default: the window), checked by `AaspAudioWindows.window_seconds`; `frame=True` (a frame
+    classifier) rounds both to whole output frames (`frame_window_lengths`). The one windowing of the pipelines and of
+    the tagger (`python -m aasp_hf.tag`). A ValueError naming the option (written by `spelling`) refuses a window
+    shorter than one output frame (`time_patch_size` spectrogram hops, the model's smallest step in time: 0.16 s
+    for the defaults), a hop shorter than one spectrogram hop (10 ms; a hop that rounds to 0 samples would never
+    move) and a hop longer than the window."""
+    AaspAudioWindows.window_seconds(chunk_length_s, chunk_hop_s, spelling=spelling)
+    rate, step = feature_extractor.sampling_rate, feature_extractor.hop_length
+    shortest = config.time_patch_size * step  # samples of one output frame
+    if chunk_length_s is None:
+        window = trained_window_samples(feature_extractor, config)
+    else:
+        window = round(chunk_length_s * rate)
+        if window < shortest:
+            raise ValueError(
+                f"{spelling.format(name='chunk_length_s', value=chunk_length_s)} is shorter than the model's "
+                f"smallest step in time, one output frame of {shortest / rate:g} s ({config.time_patch_size} "
+                f"spectrogram frames): give at least {shortest / rate:g} s."
+            )
+    hop = window if chunk_hop_s is None else round(chunk_hop_s * rate)
+    if chunk_hop_s is not None and hop < step:
+        raise ValueError(
+            f"{spelling.format(name='chunk_hop_s', value=chunk_hop_s)} is shorter than one spectrogram hop "
+            f"({step / rate:g} s): windows that far apart differ by no frame; give at least {step / rate:g} s."
+        )
+    if hop > window:
+        raise ValueError(
+            f"{spelling.format(name='chunk_hop_s', value=chunk_hop_s)} must be at most the window ({window / rate:g} "
+            f"s): a longer hop would leave the audio between windows unclassified."
+        )
+    return frame_window_lengths(window, hop, shortest) if frame else (window, hop)
 
 
 def frame_window_lengths(window: int, hop: int, frame: int) -> tuple[int, int]:
@@ -555,25 +596,43 @@ def decode_clip(source, sampling_rate: int):
 def decode_blocks(source, sampling_rate: int, block_s: float = DECODE_BLOCK_S):
     """A path or a file's bytes -> mono float32 numpy blocks (n,) of `block_s` seconds at `sampling_rate`, decoded one
     at a time, so memory does not grow with the file's length. Their concatenation is `decode_clip(source)` sample
-    for sample (torchcodec resamples across block boundaries as across the whole file; tests/test_long_audio.py
-    checks WAV and FLAC). A file whose header gives no duration is decoded at once. A truncated WAV gives its whole
-    frames and a warning."""
+    for sample for WAV and FLAC (torchcodec resamples across block boundaries as across the whole file;
+    tests/test_long_audio.py checks them); for Opus and MP3 it has as many samples, which differ near a block boundary
+    (the decoder restarts at a seek). The file ends where its audio does, not where its header says: an Opus file of a whole
+    number of minutes says 6.5 ms more, an MP3's or an AAC's duration is estimated from the bitrate, so the header's
+    duration is not read, and a block past the last sample is the end (`ends_before`; tests/test_tag_decoding.py
+    checks Opus, MP3, FLAC and Ogg Vorbis of 60 s and of 61.3 s). A truncated WAV gives its whole frames and a
+    warning."""
     name, decoder = open_decoder(source, sampling_rate)
-    duration = decoder.metadata.duration_seconds
-    if duration is None:
-        yield decode_clip(source, sampling_rate)
-        return
-    for index in range(1_000_000_000):
+    reached = None  # seconds: where the audio decoded so far ends, None before the first block
+    for index in itertools.count():
         start = index * block_s
         try:
             samples = decoder.get_samples_played_in_range(start, start + block_s)
         except Exception as error:  # noqa: BLE001 - torchcodec's message does not name the file
-            if start >= duration:  # torchcodec refuses a range past the last frame: the file has ended
+            if reached is not None and ends_before(decoder, start, block_s, reached, sampling_rate):
                 return
             raise decode_error(name, error) from error
         if samples.data.shape[1] == 0:
             return
+        reached = samples.pts_seconds + samples.data.shape[1] / sampling_rate
         yield samples.data.mean(dim=0).numpy()  # (C, n) -> (n,)
+
+
+def ends_before(decoder, start: float, block_s: float, reached: float, sampling_rate: int) -> bool:
+    """Whether a file whose block [start, start + block_s) failed to decode ends at or before `start` (torchcodec
+    refuses a range that starts past the last frame): the block before ended at `reached` seconds, before `start`
+    (the audio ended inside it), or the same range begun up to a second earlier holds only the audio before `start`
+    (the audio ends exactly at `start`, e.g. a 60-s FLAC file read in 60-s blocks; torchcodec refuses a range of the
+    last sample alone, hence not one sample earlier). Otherwise the failure is the file's, and the caller raises it."""
+    if reached < start - 0.5 / sampling_rate:
+        return True
+    before = min(1.0, block_s)  # seconds: the block before was whole, so this much audio precedes `start`
+    try:
+        tail = decoder.get_samples_played_in_range(start - before, start + block_s)
+    except Exception:  # noqa: BLE001 - decoding on from before `start` fails too: a damaged file
+        return False
+    return tail.data.shape[1] <= round(before * sampling_rate)
 
 
 def open_decoder(source, sampling_rate: int):

@@ -31,16 +31,30 @@ read), a file named as DCASE's reference annotations name it: by its path under 
 
 How it runs: `--num_workers` processes decode the files (in 60-s blocks, so memory does not grow with a file's length)
 and featurise their windows; the main process gathers windows, of one file or of several, into batches of
-`--batch_size` for the model, and writes a file's rows, in one write, when its last window is scored. A file that
-cannot be decoded is one line of the failures file (OUT's name + `.failures.tsv`) and the run goes on. Run again
-with the same OUT to go on: files already in OUT are skipped (and the failed ones tried again). Ctrl-C or SIGTERM stop
-at the next batch; OUT then holds every file finished so far, complete.
+`--batch_size` for the model, and writes a file's rows and events when its last window is scored, then a line of
+OUT's ledger (OUT's name + `.done.jsonl`): a file is done only once that line is whole (`RowWriter`), so a full disk
+or a kill mid-file leaves no torn row that a rerun would read. A file that cannot be decoded, or a folder that cannot
+be listed, is one line of the failures file (OUT's name + `.failures.tsv`) and the run goes on. Run again with the
+same OUT to go on: files already done are skipped, known by their resolved path (and the failed ones tried again);
+with an `--events` file that lacks some of them, those are tagged again for their events only. One tagger writes to
+an OUT at a time (OUT's name + `.lock`, the training scripts' hold: a second is refused in one line, the hold of a
+killed one taken over). Ctrl-C or SIGTERM stop at the next batch; OUT then holds every file finished so far,
+complete.
+
+Every option, path, device and model folder is checked before a file is read; a bad one is one line and exit status 2
+(`entry_points.run_script`). The windows are the pipelines' (`pipeline_aasp.window_samples`). Exit status: 0, every
+file tagged; 2, a usage error; 3 (`FILES_FAILED_EXIT_CODE`), the run finished but some files failed, and its last
+line names the failures file; 75, stopped by a signal (the same command goes on).
 """
 
 import argparse
-import ctypes
+import contextlib
 import csv
+import ctypes
+import io
 import json
+import math
+import os
 import signal
 import sys
 import time
@@ -49,6 +63,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from huggingface_hub.errors import StrictDataclassError  # a config.json value of the wrong type or range
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
 from .data.audiofolder import AUDIO_EXTENSIONS  # a file named on the command line is read whatever its suffix
 from .entry_points import STOPPED_EXIT_CODE, run_script  # 75: stopped by a signal; the same command goes on
@@ -56,6 +72,7 @@ from .errors import UsageError, parse_command_line
 from .feature_extraction_aasp import AaspFeatureExtractor
 from .modeling_aasp import AaspForAudioClassification, AaspForAudioFrameClassification
 from .pipeline_aasp import (
+    AaspAudioWindows,
     apply_score_function,
     decode_blocks,
     default_aggregation,
@@ -63,12 +80,15 @@ from .pipeline_aasp import (
     file_frame_scores,
     frame_events,
     frame_score_function,
-    frame_window_lengths,
     iter_windows,
-    trained_window_samples,
+    window_samples,
 )
+from .training.run_lock import RunHold  # one tagger per OUT, as one training run per folder
 
 CLASSIFIERS = {model.__name__: model for model in (AaspForAudioClassification, AaspForAudioFrameClassification)}
+WEIGHTS_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)  # save_pretrained's
+FILES_FAILED_EXIT_CODE = 3  # the run finished, but some files could not be tagged: listed in the failures file
+FLAG_SPELLING = "--{name} {value}"  # an option in the shared windowing's messages (`window_samples`)
 
 
 def parse_args(argv=None):
@@ -107,6 +127,7 @@ def parse_args(argv=None):
     parser.add_argument("--num_workers", type=int, default=1, help="decoding processes; 0: in this one (default 1)")
     parser.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
     args = parse_command_line(parser, argv)
+    check_output_paths(args)
     suffix = Path(args.output).suffix.lower()
     if suffix not in (".csv", ".jsonl"):
         raise UsageError(f"--output {args.output}: the suffix must be .csv or .jsonl (it chooses the format).")
@@ -115,35 +136,88 @@ def parse_args(argv=None):
             raise UsageError(f"--{name} {getattr(args, name)} must be at least 1.")
     if args.num_workers < 0:
         raise UsageError(f"--num_workers {args.num_workers} must be 0 or more.")
-    for name in ("chunk_length_s", "chunk_hop_s"):
-        if getattr(args, name) is not None and not getattr(args, name) > 0:
-            raise UsageError(f"--{name} {getattr(args, name)} must be a positive number of seconds.")
+    try:
+        AaspAudioWindows.window_seconds(args.chunk_length_s, args.chunk_hop_s, spelling=FLAG_SPELLING)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.threshold is not None and not math.isfinite(args.threshold):
+        raise UsageError(f"--threshold {args.threshold} must be a number: the lowest score written, e.g. 0.5.")
+    check_device(args.device)
     return args
 
 
-def find_audio_files(paths) -> dict[str, str]:
-    """{file: its name in an events file}: the files named, each named by its file name, and the audio files (by
-    `AUDIO_EXTENSIONS`) under the folders named, each named by its path under that folder (`sub/a.wav`, with `/`), as
-    DCASE's reference annotations name the files of their audio folder. Sorted, once each (with its first name)."""
-    files = {}
+def check_output_paths(args):
+    """OUT, the events file and the failures file (OUT + `.failures.tsv`) must be files, and three different ones."""
+    output = Path(args.output).resolve()
+    for flag, path, example in (("--output", args.output, "tags.csv"), ("--events", args.events, "events.tsv")):
+        if path is not None and Path(path).is_dir():
+            raise UsageError(f"{flag} {path} is a folder: give the file to write (e.g. {Path(path) / example}).")
+    if args.events is not None and Path(args.events).resolve() in (output, Path(f"{output}.failures.tsv")):
+        raise UsageError(
+            f"--events {args.events} is the file --output {args.output} writes (or its failures file): give the "
+            f"events their own file (e.g. {Path(args.output).with_suffix('.events.tsv')})."
+        )
+
+
+def check_device(device: str):
+    """A UsageError when `device` is not a torch device, or one this machine does not have (`cuda` without a GPU)."""
+    try:
+        torch.device(device)
+    except RuntimeError:
+        raise UsageError(f"--device {device} is not a torch device: e.g. cpu, cuda, cuda:1, mps.") from None
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as error:  # AssertionError: a torch built without CUDA
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UsageError(f"--device {device} is not available on this machine ({reason}): e.g. --device cpu.") from None
+
+
+def find_audio_files(paths) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """({file: its name in an events file}, [(folder, why it cannot be listed)]): the files named, each named by its
+    file name, and the audio files (by `AUDIO_EXTENSIONS`) under the folders named, each named by its path under that
+    folder (`sub/a.wav`, with `/`), as DCASE's reference annotations name the files of their audio folder. Sorted, once
+    each by its resolved path (with its first name: `a.wav` and `./a.wav` are one file). A sub-folder that cannot be
+    listed (no permission, gone) is returned with its reason, for the failures file: never skipped without a word."""
+    files, unreadable, seen = {}, [], set()
     for path in map(Path, paths):
         if path.is_dir():
-            found = sorted(
-                (f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in AUDIO_EXTENSIONS), key=str
-            )
-            if not found:
+            found, errors = [], []
+            for folder, _, names in os.walk(path, onerror=errors.append):  # symbolic links to folders not followed
+                found += [Path(folder, n) for n in names if Path(n).suffix.lower() in AUDIO_EXTENSIONS]
+            if any(Path(error.filename) == path for error in errors):
+                raise UsageError(f"{path} cannot be read ({errors[0].strerror}): give a folder this user can list.")
+            unreadable += [(error.filename, f"{type(error).__name__}: {error.strerror}") for error in errors]
+            found = sorted((f for f in found if f.is_file()), key=str)
+            if not found and not errors:
                 raise UsageError(f"{path} holds no audio file ({', '.join(AUDIO_EXTENSIONS)}).")
-            for file in found:
-                files.setdefault(str(file), file.relative_to(path).as_posix())
+            named = [(file, file.relative_to(path).as_posix()) for file in found]
         elif path.is_file():
-            files.setdefault(str(path), path.name)
+            named = [(path, path.name)]
         else:
             raise UsageError(f"{path}: no such file or folder.")
-    return files
+        for file, name in named:
+            if resolved(file) not in seen:
+                seen.add(resolved(file))
+                files[str(file)] = name
+    return files, unreadable
+
+
+def resolved(file) -> str:
+    """How OUT's ledger knows a file, however its path was written (relative, absolute, through a link)."""
+    return str(Path(file).resolve())
 
 
 def check_event_names(files: dict, events_path):
-    """Two files of one name in the events file would be one recording to a scorer: refused, naming them."""
+    """Two files of one name in the events file would be one recording to a scorer, and a name with a tab or a line
+    break cannot be a field of its tab-separated lines (DCASE's tables have no quoting; a scorer would read other
+    columns): both refused before any work, naming the files."""
+    broken = [name for name in files.values() if any(c in name for c in "\t\n\r")]
+    if broken:
+        raise UsageError(
+            f"--events {events_path}: {len(broken)} file name(s) hold a tab or a line break, which a DCASE events "
+            f"file (tab-separated, one event per line) cannot hold, e.g. {broken[0]!r}: rename them, or tag them "
+            f"without --events."
+        )
     seen = {}
     for file, name in files.items():
         if name in seen:
@@ -155,21 +229,52 @@ def check_event_names(files: dict, events_path):
         seen[name] = file
 
 
-def load_classifier(folder, device):
-    """(model in eval mode on `device`, feature extractor) from a folder saved by `save_pretrained`: a clip
-    classifier (`AaspForAudioClassification`) or a frame classifier (`AaspForAudioFrameClassification`)."""
+def read_classifier(folder):
+    """(model class, config, feature extractor) of a folder saved by `save_pretrained`: a clip classifier
+    (`AaspForAudioClassification`) or a frame classifier (`AaspForAudioFrameClassification`); a folder without them,
+    or whose files do not load, is a UsageError. The weights load later (`load_weights`), once the options are checked
+    against the config."""
     config_file = Path(folder) / "config.json"
     if not config_file.is_file():
         raise UsageError(f"--model {folder}: no config.json there; give the folder a classifier was saved to.")
-    architectures = json.loads(config_file.read_text()).get("architectures") or []
+    try:
+        saved = json.loads(config_file.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UsageError(f"--model {folder}: its config.json is not JSON ({error}); save it again.") from None
+    architectures = saved.get("architectures") if isinstance(saved, dict) else None
+    architectures = [name for name in architectures if isinstance(name, str)] if isinstance(architectures, list) else []
     name = next((name for name in architectures if name in CLASSIFIERS), None)
     if name is None:
         raise UsageError(
             f"--model {folder} holds {', '.join(architectures) or 'no model class'}, not an AaspForAudioClassification "
             f"or AaspForAudioFrameClassification: tagging needs a fine-tuned classifier (examples/finetune.py saves one)."
         )
-    model = CLASSIFIERS[name].from_pretrained(folder).to(device).eval()
-    return model, AaspFeatureExtractor.from_pretrained(folder)
+    if not any((Path(folder) / weights).is_file() for weights in WEIGHTS_FILES):
+        raise UsageError(
+            f"--model {folder} holds a config.json but no weights ({' or '.join(WEIGHTS_FILES)}): give the folder "
+            f"save_pretrained wrote whole."
+        )
+    model_class = CLASSIFIERS[name]
+    with unloadable(folder, name):
+        config = model_class.config_class.from_pretrained(folder)
+        return model_class, config, AaspFeatureExtractor.from_pretrained(folder)
+
+
+def load_weights(model_class, folder, config, device):
+    """The model of `read_classifier`'s folder, in eval mode on `device`."""
+    with unloadable(folder, model_class.__name__):
+        model = model_class.from_pretrained(folder, config=config)
+    return model.to(device).eval()
+
+
+@contextlib.contextmanager
+def unloadable(folder, name: str):
+    """A config, front end or weights file that does not load (a wrong value, a truncated file) as one UsageError."""
+    try:
+        yield
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RuntimeError, StrictDataclassError) as error:
+        reason = " ".join(str(error).split())[:300] or type(error).__name__
+        raise UsageError(f"--model {folder} does not load as {name} ({reason}); save the classifier again.") from None
 
 
 @dataclass
@@ -198,6 +303,11 @@ class LabelChoice:
             top_k = config.num_labels if multi_label else 1
             threshold = 0.5 if multi_label else 0.0
             aggregation = default_aggregation(config)
+        if args.threshold is not None and function_to_apply != "none" and not 0 <= args.threshold <= 1:
+            raise UsageError(
+                f"--threshold {args.threshold} must be between 0 and 1: the lowest score written, and this model's "
+                f"scores are probabilities (a {function_to_apply})."
+            )
         threshold = threshold if args.threshold is None else args.threshold
         thresholds = np.broadcast_to(np.asarray(threshold, dtype=np.float64), (len(labels),))
         return cls(labels, function_to_apply, args.top_k or top_k, thresholds, args.aggregation or aggregation)
@@ -210,24 +320,17 @@ class LabelChoice:
         return scores.mean(axis=0) if self.aggregation == "mean" else scores.max(axis=0)
 
 
-def tag_windows(args, feature_extractor, model) -> tuple[int, int, int]:
-    """(window, hop, align) in samples: the trained length or `--chunk_length_s`, and `--chunk_hop_s` (default: the
-    window); a frame classifier's in whole output frames, every window starting on their grid (as its pipeline's)."""
-    rate, config = feature_extractor.sampling_rate, model.config
-    if args.chunk_length_s is None:
-        window = trained_window_samples(feature_extractor, config)
-    else:
-        window = round(args.chunk_length_s * rate)
-    hop = window if args.chunk_hop_s is None else round(args.chunk_hop_s * rate)
-    if hop > window:
-        raise UsageError(
-            f"--chunk_hop_s {args.chunk_hop_s} must be at most the window ({window / rate:g} s): a longer "
-            f"hop would leave audio between windows untagged."
+def tag_windows(args, feature_extractor, config, frame_level: bool) -> tuple[int, int, int]:
+    """(window, hop, align) in samples: the pipelines' windows (`window_samples`) of the trained length or
+    `--chunk_length_s`, and `--chunk_hop_s` (default: the window); a frame classifier's in whole output frames, every
+    window starting on their grid (as its pipeline's)."""
+    try:
+        window, hop = window_samples(
+            feature_extractor, config, args.chunk_length_s, args.chunk_hop_s, frame_level, FLAG_SPELLING
         )
-    if not isinstance(model, AaspForAudioFrameClassification):
-        return window, hop, 1
-    frame = config.time_patch_size * feature_extractor.hop_length
-    return *frame_window_lengths(window, hop, frame), frame
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    return window, hop, config.time_patch_size * feature_extractor.hop_length if frame_level else 1
 
 
 def clip_events_note(args, config, hop_seconds: float) -> str:
@@ -315,46 +418,180 @@ class StopRequest:
             signal.signal(number, handler)
 
 
+LEDGER_SUFFIX = ".done.jsonl"  # OUT's ledger: which files are done, and how far OUT and the events file reach then
+EVENTS_HEADER = "filename\tonset\toffset\tevent_label\n"
+
+
+def file_size(handle_or_path) -> int:
+    if isinstance(handle_or_path, (str, Path)):
+        return Path(handle_or_path).stat().st_size if Path(handle_or_path).exists() else 0
+    return os.fstat(handle_or_path.fileno()).st_size
+
+
 class RowWriter:
-    """OUT (CSV or JSON Lines by its suffix), opened for appending; one `write_file` call writes and flushes all the
-    rows of a file, so a stopped run leaves only whole files. `done` holds the files OUT already has."""
+    """OUT (CSV or JSON Lines by its suffix), the events file (`events`, DCASE's TSV) and OUT's ledger (OUT +
+    `.done.jsonl`), all appended to. `write_file` writes a file's rows and events, then one ledger line naming the
+    file by its resolved path, with the sizes OUT and the events file have after them: a file is done only once that
+    line is whole. A write the disk refuses (full, over quota) cuts all three back to where the file began and raises;
+    a run killed mid-file leaves bytes past the sizes of the last whole ledger line, which the next `RowWriter` cuts
+    off, so a torn last row is never read as a row and that file is tagged again.
 
-    def __init__(self, path, columns):
+    `done`: the resolved paths of the files OUT holds; `with_events`: those whose events are in this run's events
+    file (a file tagged without `--events`, or into another events file, is not); `earlier_events`: the events file
+    of the latest run that wrote one, or None."""
+
+    def __init__(self, path, columns, events=None):
         self.path, self.columns, self.jsonl = Path(path), columns, Path(path).suffix.lower() == ".jsonl"
-        self.done = self._read_done()
+        self.ledger_path = Path(f"{path}{LEDGER_SUFFIX}")
+        self.events_path = None if events is None else Path(events)
+        self.events_key = None if events is None else resolved(events)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        self.file = open(self.path, "a", newline="")
-        if new and not self.jsonl:
-            csv.writer(self.file).writerow(columns)
-            self.file.flush()
+        entries, adopted = self._recover()
+        files = [entry for entry in entries if "file" in entry]
+        self.done = {entry["file"] for entry in files}
+        self.with_events = {e["file"] for e in files if events is not None and e.get("events") == self.events_key}
+        self.earlier_events = next((e["events"] for e in reversed(entries) if e.get("events")), None)
+        self.file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - unbuffered: a refused write leaves nothing pending
+        self.events = None if events is None else open(self.events_path, "ab", buffering=0)  # noqa: SIM115
+        self.ledger = open(self.ledger_path, "ab", buffering=0)  # noqa: SIM115
+        if file_size(self.file) == 0 and not self.jsonl:
+            self._append(self.file, self.path, csv_text([columns]))
+        if self.events is not None and file_size(self.events) == 0:
+            self._append(self.events, self.events_path, EVENTS_HEADER)
+        for entry in adopted:
+            self._append(self.ledger, self.ledger_path, json.dumps(entry) + "\n")
+        self._append(self.ledger, self.ledger_path, self._ledger_line())  # where this run starts
 
-    def _read_done(self) -> set:
-        if not self.path.exists() or self.path.stat().st_size == 0:
-            return set()
-        with open(self.path, newline="") as file:
-            if self.jsonl:
-                rows = [json.loads(line) for line in file if line.strip()]
-                found = list(rows[0]) if rows else self.columns
-            else:
-                reader = csv.DictReader(file)
-                rows, found = list(reader), reader.fieldnames
+    def _ledger_line(self, file=None) -> str:
+        entry = {} if file is None else {"file": file}
+        entry["out"] = file_size(self.file)
+        if self.events is not None:
+            entry.update(events=self.events_key, events_size=file_size(self.events))
+        return json.dumps(entry) + "\n"
+
+    def _recover(self) -> tuple[list, list]:
+        """(the ledger's whole lines, the files of an OUT written before ledgers, to be added to it); OUT and the
+        events file cut back to the sizes the ledger's last lines give."""
+        entries = []
+        if self.ledger_path.exists():
+            data = self.ledger_path.read_bytes()
+            whole = data[: data.rfind(b"\n") + 1]  # a torn last line is no line
+            try:
+                entries = [json.loads(line) for line in whole.splitlines() if line.strip()]
+            except ValueError:
+                raise UsageError(
+                    f"--output {self.path}: its ledger {self.ledger_path} is damaged (a line that is not JSON before "
+                    f"its last): choose another --output, or remove both files to tag everything again."
+                ) from None
+            if len(whole) < len(data):
+                os.truncate(self.ledger_path, len(whole))
+        adopted = [] if entries else self._adopt()
+        entries += adopted
+        if entries:
+            self._cut("--output", self.path, entries[-1]["out"])
+        self._check_columns()
+        if self.events_path is not None:
+            naming = [entry for entry in entries if entry.get("events") == self.events_key]
+            if naming:
+                self._cut("--events", self.events_path, naming[-1]["events_size"])
+            elif file_size(self.events_path) and self.events_path.read_bytes() != EVENTS_HEADER.encode():
+                raise UsageError(
+                    f"--events {self.events_path} already holds events that were not written with --output "
+                    f"{self.path} (its ledger {self.ledger_path} does not name it): appending would double or mix "
+                    f"them. Choose another --events (the files already in {self.path} are then tagged again for "
+                    f"their events), or remove it."
+                )
+        return entries, adopted
+
+    def _cut(self, option, path, committed: int):
+        """`path` cut back to `committed` bytes, the size the ledger last gave it; shorter is refused."""
+        actual = file_size(path)
+        if actual < committed:
+            raise UsageError(
+                f"{option} {path} holds {actual} bytes, but its ledger {self.ledger_path} says {committed} were "
+                f"written: it was changed since. Choose another {option}, or remove {path} and {self.ledger_path} to "
+                f"tag everything again."
+            )
+        if actual > committed:
+            os.truncate(path, committed)
+            print(
+                f"{path}: cut {actual - committed} bytes written after its last whole file (a run ended while "
+                f"writing a file); that file is tagged again.",
+                file=sys.stderr,
+            )
+
+    def _adopt(self) -> list:
+        """An OUT with rows but no ledger (written before ledgers): its files are done, a torn last line cut off."""
+        data = self.path.read_bytes() if self.path.exists() else b""
+        whole = data[: data.rfind(b"\n") + 1]
+        if len(whole) < len(data):
+            os.truncate(self.path, len(whole))
+        text = whole.decode("utf-8", "surrogateescape")
+        if self.jsonl:
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            rows = list(csv.DictReader(io.StringIO(text, newline="")))
+        files = dict.fromkeys(resolved(row["file"]) for row in rows if "file" in row)
+        return [{"file": file, "out": len(whole)} for file in files]
+
+    def _check_columns(self):
+        if file_size(self.path) == 0:
+            return
+        with open(self.path, newline="", errors="surrogateescape") as file:
+            first = file.readline()
+        if self.jsonl:
+            found = list(json.loads(first)) if first.strip() else self.columns
+        else:
+            found = next(csv.reader([first]), [])
         if list(found) != list(self.columns):
             raise UsageError(
                 f"--output {self.path} has the columns {','.join(found)}, but this run writes {','.join(self.columns)} "
                 f"(with or without --timestamps): choose another --output, or remove that file."
             )
-        return {row["file"] for row in rows}
 
-    def write_file(self, rows):
+    @staticmethod
+    def _append(handle, path, text: str):
+        data = memoryview(text.encode("utf-8", "surrogateescape"))
+        try:
+            while data:
+                data = data[handle.write(data) :]
+        except OSError as error:  # named, so that the one line says which file
+            raise OSError(error.errno, error.strerror, str(path)) from None
+
+    def write_file(self, rows, events=(), file=None, with_rows=True):
+        """Appends a file's rows (not when `with_rows` is False: OUT has them, only its events are added), its
+        events, then its ledger line (`file`: its resolved path; default that of the first row's file). A refused
+        write cuts the three back to where they were and raises the OSError, naming the file it was writing."""
+        file = resolved(rows[0][0]) if file is None else file
+        handles = [h for h in (self.file, self.events, self.ledger) if h is not None]
+        sizes = [file_size(handle) for handle in handles]
+        try:
+            if with_rows:
+                self._append(self.file, self.path, self._format(rows))
+            if self.events is not None:
+                self._append(self.events, self.events_path, "".join("\t".join(map(str, e)) + "\n" for e in events))
+            self._append(self.ledger, self.ledger_path, self._ledger_line(file))
+        except OSError:
+            for handle, size in zip(handles, sizes):
+                with contextlib.suppress(OSError):
+                    os.ftruncate(handle.fileno(), size)
+            raise
+
+    def _format(self, rows) -> str:
         if self.jsonl:
-            self.file.write("".join(json.dumps(dict(zip(self.columns, row))) + "\n" for row in rows))
-        else:
-            csv.writer(self.file).writerows(rows)
-        self.file.flush()
+            return "".join(json.dumps(dict(zip(self.columns, row))) + "\n" for row in rows)
+        return csv_text(rows)
 
     def close(self):
-        self.file.close()
+        for handle in (self.file, self.events, self.ledger):
+            if handle is not None:
+                handle.close()
+
+
+def csv_text(rows) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows(rows)  # lines end with \r\n, as csv writes them
+    return buffer.getvalue()
 
 
 def choose_labels(scores, labels, top_k, threshold):
@@ -430,6 +667,7 @@ class Progress:
 
     def __init__(self, total_files):
         self.total, self.files, self.seconds, self.started, self.shown = total_files, 0, 0.0, time.perf_counter(), 0.0
+        self.line_open = False  # a progress line without its line break yet
 
     def update(self, audio_seconds):
         self.files += 1
@@ -446,6 +684,13 @@ class Progress:
                 file=sys.stderr,
                 flush=True,
             )
+            self.line_open = self.files != self.total
+
+    def close(self):
+        """Ends the progress line, so that what is printed next (an error, the stop) starts a line of its own."""
+        if self.line_open:
+            print(file=sys.stderr, flush=True)
+            self.line_open = False
 
 
 def return_freed_blocks_to_the_system():
@@ -463,31 +708,56 @@ def return_freed_blocks_to_the_system():
 
 
 def tag(args) -> int:
+    """Tags under the hold of OUT and of the events file (`RunHold`, the training scripts' hold of their folder, here
+    of one file): a second tagger into the same OUT or events file is refused in one line (exit 2); the hold of a
+    tagger that was killed is taken over with a line."""
+    with contextlib.ExitStack() as holds:
+        for option, path in (("--output", args.output), ("--events", args.events)):
+            if path is not None:
+                path = Path(path)
+                hold = RunHold(path.parent, f"{path.name}.lock", held=path, option=option)
+                holds.enter_context(hold.acquire(say=lambda line: print(line, file=sys.stderr)))
+        return tag_files(args)
+
+
+def tag_files(args) -> int:
     return_freed_blocks_to_the_system()
-    files = find_audio_files(args.paths)  # {file: its name in the events file}
-    model, feature_extractor = load_classifier(args.model, args.device)
-    config, rate = model.config, feature_extractor.sampling_rate
-    frame_level = isinstance(model, AaspForAudioFrameClassification)
+    files, unreadable = find_audio_files(args.paths)  # {file: its name in the events file}, folders not listed
+    model_class, config, feature_extractor = read_classifier(args.model)  # its weights load once all is checked
+    rate, frame_level = feature_extractor.sampling_rate, model_class is AaspForAudioFrameClassification
     choice = LabelChoice.of(args, config, frame_level)
-    window, hop, frame = tag_windows(args, feature_extractor, model)  # frame: the grid of a frame classifier's windows
+    window, hop, frame = tag_windows(args, feature_extractor, config, frame_level)  # frame: a frame classifier's grid
     if args.events:
         check_event_names(files, args.events)
         if not frame_level:
             print(clip_events_note(args, config, hop / rate), file=sys.stderr)
+    model = load_weights(model_class, args.model, config, args.device)
 
     columns = ["file", "start", "end", "label", "score"] if args.timestamps else ["file", "label", "score"]
-    writer = RowWriter(args.output, columns)
-    todo = [file for file in files if file not in writer.done]
+    writer = RowWriter(args.output, columns, events=args.events)
+    keys = {file: resolved(file) for file in files}  # OUT's ledger knows files by their resolved paths
+    todo = [f for f in files if keys[f] not in writer.done or (args.events and keys[f] not in writer.with_events)]
+    events_only = {file for file in todo if keys[file] in writer.done}  # in OUT, but without events in this file
     if len(todo) < len(files):
         print(f"{len(files) - len(todo)} of {len(files)} files are already in {args.output}: skipped.", file=sys.stderr)
-    events_file = None
-    if args.events:
-        new = not Path(args.events).exists() or Path(args.events).stat().st_size == 0
-        events_file = open(args.events, "a", newline="")
-        if new:
-            events_file.write("filename\tonset\toffset\tevent_label\n")
+    if events_only:
+        print(
+            f"{len(events_only)} of the files already in {args.output} have no events in {args.events} (they were "
+            f"tagged without --events, or into another events file): tagged again for their events only; their rows "
+            f"in {args.output} stay as they are.",
+            file=sys.stderr,
+        )
+    if not args.events and writer.earlier_events and todo:
+        print(
+            f"note: an earlier run into {args.output} wrote events to {writer.earlier_events}; this one writes none "
+            f"for its {len(todo)} files (pass --events {writer.earlier_events} to keep it whole).",
+            file=sys.stderr,
+        )
     failures_path = Path(f"{args.output}.failures.tsv")
     failures = open(failures_path, "w")  # this run's failures; a rerun tries them again
+    for folder, reason in unreadable:
+        failures.write(f"{folder}\t{reason} (a folder that cannot be listed: its files were not tagged)\n")
+        print(f"{folder} cannot be listed ({reason}): its files are not tagged.", file=sys.stderr)
     stop = StopRequest()
 
     dataset = FileWindows(todo, feature_extractor, window, hop, frame)
@@ -500,7 +770,7 @@ def tag(args) -> int:
     )
     progress = Progress(len(todo))
     scored = {}  # file index -> its windows' [(start, samples, scores (labels,) or (T', labels), frame_mask or None)]
-    pending, finished, failed = [], set(), 0  # windows waiting for the model; files whose last window is pending
+    pending, finished, failed = [], set(), len(unreadable)  # windows for the model; files whose last one is pending
 
     def run_batch():
         num_frames = max(item["input_values"].shape[0] for item in pending)
@@ -536,10 +806,7 @@ def tag(args) -> int:
             )
         else:
             rows, events, duration = clip_file_output(name, files[name], windows, choice, rate, args.timestamps)
-        writer.write_file(rows)
-        if events_file is not None:
-            events_file.writelines("\t".join(map(str, event)) + "\n" for event in events)
-            events_file.flush()
+        writer.write_file(rows, events, file=keys[name], with_rows=name not in events_only)
         progress.update(duration)
 
     try:
@@ -570,18 +837,22 @@ def tag(args) -> int:
         stop.restore()
         writer.close()
         failures.close()
-        if events_file is not None:
-            events_file.close()
-    if failed:
-        print(f"{failed} file(s) could not be decoded: listed in {failures_path}.", file=sys.stderr)
+        progress.close()
     if stop.signal is not None:
         print(
-            f"\nstopped by {signal.Signals(stop.signal).name}: {args.output} holds every file finished; run the same "
+            f"stopped by {signal.Signals(stop.signal).name}: {args.output} holds every file finished; run the same "
             f"command to go on.",
             file=sys.stderr,
         )
+    if failed:  # the last line, so that a script (or a person) sees it
+        print(
+            f"{failed} file(s) could not be tagged: listed in {failures_path}"
+            + ("." if stop.signal is not None else f" (exit status {FILES_FAILED_EXIT_CODE})."),
+            file=sys.stderr,
+        )
+    if stop.signal is not None:
         return STOPPED_EXIT_CODE
-    return 0
+    return FILES_FAILED_EXIT_CODE if failed else 0
 
 
 def main(argv=None) -> int:

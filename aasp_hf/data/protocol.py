@@ -112,8 +112,9 @@ def kfold_part(
         return split_by_folds(dataset, test_fold, valid_fold)
     split = split_by_folds(dataset, test_fold)
     if group_by is not None:
+        groups = source_groups(split["train"], group_by)
         train, validation = split_by_groups(
-            split["train"], source_groups(split["train"], group_by), validation_fraction, seed, "validation"
+            split["train"], groups, validation_fraction, seed, "validation", label_column
         )
     else:
         train, validation = evar_validation_draw(split["train"], validation_fraction, seed, label_column)

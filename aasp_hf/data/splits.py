@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 import numpy as np
-from datasets import DatasetDict, IterableDatasetDict
+from datasets import ClassLabel, DatasetDict, IterableDatasetDict
 from datasets.distributed import split_dataset_by_node
 
 from ..errors import UsageError
@@ -75,7 +75,9 @@ def source_groups(dataset, group_by: str, audio_column: str = "audio") -> list[s
     """Each row's source, the unit that validation and test hold out whole: the value of the column `group_by` when
     the dataset has one (a speaker or site column of its metadata), else the first group of the regular expression
     `group_by` searched in the file's name (the whole match when it has no group): `^(\\d+)_` takes "23" from
-    "23_yes_0.wav". A name it does not match, or a pattern that is not a regular expression, is a UsageError."""
+    "23_yes_0.wav". A name it does not match, a name it matches without its first group (an optional group, or one in
+    an alternative that did not match: `_(george)_|_[a-z]+_` on "1_bob_0.wav"), or a pattern that is not a regular
+    expression, is a UsageError."""
     if group_by in dataset.column_names:
         return [str(value) for value in dataset[group_by]]  # one column: no audio is decoded
     try:
@@ -98,7 +100,14 @@ def source_groups(dataset, group_by: str, audio_column: str = "audio") -> list[s
                 "expression whose first group is the source (e.g. '^(\\d+)_' for 23_yes_0.wav) or a "
                 f"column of the data ({', '.join(dataset.column_names)})"
             )
-        groups.append(found.group(1) if pattern.groups else found.group(0))
+        source = found.group(1) if pattern.groups else found.group(0)
+        if source is None:
+            raise UsageError(
+                f"--group_by {group_by!r} matches the file name {name!r} ({found.group(0)!r}) but its first group "
+                "does not take part in that match, so the file has no source: make the first group take part in "
+                "every match (e.g. '_(george|[a-z]+)_' rather than '_(george)_|_[a-z]+_')"
+            )
+        groups.append(source)
     return groups
 
 
@@ -122,10 +131,42 @@ def hold_out_groups(groups: list[str], fraction: float, seed: int, what: str) ->
     return np.array([group in held for group in groups])
 
 
-def split_by_groups(dataset, groups: list[str], fraction: float, seed: int, what: str):
-    """(kept, held out) of `dataset`, its `groups` split by `hold_out_groups`; both keep the dataset's order."""
+def split_by_groups(dataset, groups: list[str], fraction: float, seed: int, what: str, label_column: str = "label"):
+    """(kept, held out) of `dataset`, its `groups` split by `hold_out_groups`; both keep the dataset's order. A
+    warning line when the sources look like the classes themselves (`classes_held_out_whole`)."""
     held = hold_out_groups(groups, fraction, seed, what)
+    if label_column in dataset.column_names:
+        labels = list(dataset[label_column])  # one column: no audio is decoded
+        if isinstance(dataset.features.get(label_column), ClassLabel):
+            labels = dataset.features[label_column].int2str(labels)
+        message = classes_held_out_whole(groups, labels, held, what)
+        if message:
+            logger.warning(message)
     return dataset.select(np.flatnonzero(~held)), dataset.select(np.flatnonzero(held))
+
+
+def classes_held_out_whole(groups: list[str], labels: list, held: np.ndarray, what: str) -> str | None:
+    """One line when every source held out holds one class and some of those classes are in no kept row: the
+    pattern took the class rather than the source (`^(\\d)_` on "3_jackson_0.wav" of spoken digits), so the held-out
+    rows are classes the model never trains on and score 0. None otherwise, and for labels that are not one value
+    per row (multi-label lists)."""
+    if not labels or not all(isinstance(label, (int, str, np.integer)) for label in labels):
+        return None
+    classes = collections.defaultdict(set)  # source -> its classes
+    for group, label in zip(groups, labels):
+        classes[group].add(label)
+    held_sources = sorted({group for group, is_held in zip(groups, held) if is_held})
+    kept_classes = {label for label, is_held in zip(labels, held) if not is_held}
+    unseen = sorted({label for source in held_sources for label in classes[source]} - kept_classes, key=str)
+    if not unseen or any(len(classes[source]) > 1 for source in held_sources):
+        return None
+    unseen_classes = "that class" if len(unseen) == 1 else f"{len(unseen)} of those classes"
+    return (
+        f"--group_by: every source held out as {what} ({len(held_sources)}: {', '.join(held_sources[:5])}"
+        f"{', ...' if len(held_sources) > 5 else ''}) holds one class, and no training clip has {unseen_classes} "
+        f"({', '.join(map(str, unseen[:5]))}{', ...' if len(unseen) > 5 else ''}), so the {what} scores classes the "
+        f"model never learns: the pattern seems to take the class, not the source (a speaker, a site)."
+    )
 
 
 def with_test_split(
@@ -156,7 +197,7 @@ def with_test_split(
     train = splits["train"]
     if group_by is not None:
         splits["train"], splits["test"] = split_by_groups(
-            train, source_groups(train, group_by), test_fraction, seed, "test"
+            train, source_groups(train, group_by), test_fraction, seed, "test", label_column
         )
         logger.info(
             f"No test split: {len(splits['test'])} of {len(train)} train clips, whole sources of --group_by "

@@ -123,11 +123,16 @@ def stale_reason(record: dict | None, mtime: float, now: float | None = None) ->
 
 
 class RunHold:
-    """The hold of one output folder by this process: `acquire`, then `release` (also as a context manager)."""
+    """The hold of one output folder by this process: `acquire`, then `release` (also as a context manager).
 
-    def __init__(self, output_dir):
+    `hold` names the hold file in the folder; `held` is what messages call held (default the folder) and `option` the
+    command-line option that chose it: the tagger holds one output file, `RunHold(out.parent, f"{out.name}.lock",
+    held=out, option="--output")`, so that two outputs in one folder are tagged side by side."""
+
+    def __init__(self, output_dir, hold: str = HOLD, held=None, option: str = "--output_dir"):
         self.output_dir = Path(output_dir)
-        self.path = self.output_dir / HOLD
+        self.path = self.output_dir / hold
+        self.held, self.option = Path(held) if held is not None else self.output_dir, option
         self.record = None
         self._created_dir = False
         self._stop = threading.Event()
@@ -138,17 +143,17 @@ class RunHold:
         that is, or lies under, a file)."""
         existing = next(path for path in (self.output_dir, *self.output_dir.parents) if path.exists())
         if not existing.is_dir():
-            where = "is a file" if existing == self.output_dir else f"lies under {existing}, which is a file"
+            where = "is a file" if existing == self.held else f"lies under {existing}, which is a file"
             raise UsageError(
-                f"--output_dir {self.output_dir} {where}, not a folder: choose another --output_dir (a "
-                "new or existing folder). Nothing was started."
+                f"{self.option} {self.held} {where}, not a folder: choose another {self.option}"
+                f"{' (a new or existing folder)' if self.held == self.output_dir else ''}. Nothing was started."
             )
         try:
             if not self.output_dir.is_dir():
                 self.output_dir.mkdir(parents=True)
                 self._created_dir = True
             self.record = _record()
-            private = self.path.with_name(f"{HOLD}.{self.record['token']}")
+            private = self.path.with_name(f"{self.path.name}.{self.record['token']}")
             private.write_text(json.dumps(self.record, indent=2) + "\n")
             try:
                 for _ in range(3):
@@ -159,8 +164,8 @@ class RunHold:
                         self._take_over_if_stale(say)
                 else:
                     raise UsageError(
-                        f"could not take the hold of {self.output_dir} ({self.path} keeps reappearing): "
-                        "another run is starting there; choose another --output_dir"
+                        f"could not take the hold of {self.held} ({self.path} keeps reappearing): "
+                        f"another run is starting there; choose another {self.option}"
                     )
             finally:
                 private.unlink(missing_ok=True)
@@ -168,12 +173,12 @@ class RunHold:
             self._remove_created_dir()
             reason = error.strerror or str(error)
             hint = (
-                "choose an --output_dir on a writable disk"
+                f"choose an {self.option} on a writable disk"
                 if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
-                else "free space or choose another --output_dir"
+                else f"free space or choose another {self.option}"
             )
             raise UsageError(
-                f"--output_dir {self.output_dir} cannot be written ({reason}: "
+                f"{self.option} {self.held} cannot be written ({reason}: "
                 f"{error.filename or self.output_dir}); {hint}. Nothing was started."
             ) from None
         except BaseException:
@@ -191,19 +196,19 @@ class RunHold:
         if reason is None and record is None:  # a file that is not a hold record, but fresh: leave it to its writer
             age = time.time() - mtime
             raise UsageError(
-                f"{self.output_dir} is in use: {self.path} exists but is not a hold record (a run may be "
+                f"{self.held} is in use: {self.path} exists but is not a hold record (a run may be "
                 f"starting there, or the file was damaged); it is taken over once {STALE_SECONDS:.0f} s "
-                f"old (in {max(STALE_SECONDS - age, 0):.0f} s). Wait, choose another --output_dir, or, if "
+                f"old (in {max(STALE_SECONDS - age, 0):.0f} s). Wait, choose another {self.option}, or, if "
                 f"no run uses the folder, delete {self.path}."
             )
         if reason is None:
             raise UsageError(
-                f"{self.output_dir} is in use by another run: {describe(record)}, holding {self.path} (heartbeat "
-                f"{time.time() - mtime:.0f} s ago). Wait for it to finish, stop it, or choose another --output_dir. "
+                f"{self.held} is in use by another run: {describe(record)}, holding {self.path} (heartbeat "
+                f"{time.time() - mtime:.0f} s ago). Wait for it to finish, stop it, or choose another {self.option}. "
                 f"If that run is gone, the hold is taken over once it is stale (same host: at once; another "
                 f"host: {STALE_SECONDS:.0f} s after its last heartbeat), or delete {self.path}."
             )
-        aside = self.path.with_name(f"{HOLD}.stale-{self.record['token']}")
+        aside = self.path.with_name(f"{self.path.name}.stale-{self.record['token']}")
         try:
             os.rename(self.path, aside)
         except FileNotFoundError:  # another run took it over first: try again
@@ -215,14 +220,14 @@ class RunHold:
             aside.unlink(missing_ok=True)
             return
         aside.unlink(missing_ok=True)
-        say(f"taking over {self.output_dir} from {describe(record)}: {reason}")
+        say(f"taking over {self.held} from {describe(record)}: {reason}")
 
     def _beat(self):
         while not self._stop.wait(HEARTBEAT_SECONDS):
             record, _ = _read(self.path)
             if record is None or record.get("token") != self.record["token"]:
                 print(
-                    f"warning: the hold of {self.output_dir} was taken over by {describe(record)}; this run goes on "
+                    f"warning: the hold of {self.held} was taken over by {describe(record)}; this run goes on "
                     "but no longer holds the folder",
                     flush=True,
                 )
