@@ -265,7 +265,7 @@ def with_frame_baseline(summary: dict, write, choice: str, parts: dict, label_na
     tasks have one), the verdict line, written again; `choice` "none" skips it. A failure is recorded, never raised."""
     from .baseline import attach
 
-    if choice == "none":
+    if choice == "none" or "sound_events" not in summary["runs"][0]:  # none asked for, or the run is not finished
         return summary
     log(f"baseline: {BASELINE_NAME} on the same recordings (--baseline none skips it)")
     run = summary["runs"][0]["sound_events"]
