@@ -16,6 +16,7 @@
   then the same post-processing and scores.
 """
 
+import copy
 import logging
 import time
 
@@ -62,8 +63,8 @@ def recording_log_mel(waveform: np.ndarray, feature_extractor) -> tuple[torch.Te
 
 def frame_scores(model, rows, feature_extractor, window_seconds: float, batch_size: int, accelerator=None) -> dict:
     """{filename: (T', C) scores} of every recording of `rows` that decodes, computed by the detection pipeline
-    (`pipeline_aasp.AaspSoundEventDetectionPipeline`: windows of `window_seconds`, the trained length, in whole output
-    frames), so that a run reports what the pipeline and `python -m aasp_hf.tag` give on the same recordings. Each
+    (`pipeline_aasp.AaspSoundEventDetectionPipeline` with the extractor as the saved model keeps it: the trained window
+    `window_seconds` as `max_frames`, read in whole output frames), so that a run reports what the pipeline and `python -m aasp_hf.tag` give on the same recordings. Each
     process takes every W-th recording; the results are gathered on every process."""
     from ..pipeline_aasp import AaspSoundEventDetectionPipeline
 
@@ -71,7 +72,12 @@ def frame_scores(model, rows, feature_extractor, window_seconds: float, batch_si
     model.eval()
     rank, world = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
     device = accelerator.device if accelerator else next(model.parameters()).device
-    detector = AaspSoundEventDetectionPipeline(model=model, feature_extractor=feature_extractor, device=device)
+    # the extractor as the saved model keeps it: the trained window as max_frames, the pipeline's default window
+    extractor = copy.copy(feature_extractor)
+    extractor.max_frames = feature_extractor.round_up_frames(
+        feature_extractor.num_frames(round(window_seconds * feature_extractor.sampling_rate))
+    )
+    detector = AaspSoundEventDetectionPipeline(model=model, feature_extractor=extractor, device=device)
     decoder, scores = SafeAudioDecoder(), {}
     for index in range(rank, len(rows), world):
         row = rows[index]
@@ -79,10 +85,7 @@ def frame_scores(model, rows, feature_extractor, window_seconds: float, batch_si
         if waveform is None:
             continue
         detected = detector(
-            {"raw": waveform, "sampling_rate": SAMPLING_RATE},
-            chunk_length_s=window_seconds,
-            batch_size=batch_size,
-            return_frame_scores=True,
+            {"raw": waveform, "sampling_rate": SAMPLING_RATE}, batch_size=batch_size, return_frame_scores=True
         )
         scores[row["filename"]] = np.asarray(detected["frame_scores"], dtype=np.float32)
     model.train(was_training)
