@@ -296,6 +296,14 @@ class PretrainingCollator:
 
 
 # ----------------------------------------------------------------------------------------------- fine-tuning
+def trained_max_frames(feature_extractor, clip_seconds: float) -> int:
+    """The frames of every fine-tuning batch: a crop of `clip_seconds` featurised, rounded up to whole time patches,
+    as the fine-tuning collators pad it; a fine-tuned model's feature extractor saves it as `max_frames`, the window of
+    the pipelines and the tagger."""
+    samples = round(clip_seconds * feature_extractor.sampling_rate)
+    return feature_extractor.round_up_frames(feature_extractor.num_frames(samples))
+
+
 def crop_or_pad(waveform: np.ndarray, num_samples: int, random_crop: bool, rng: np.random.Generator = None):
     """(L,) -> (num_samples,): a random window (random_crop) or the first one of a longer clip; zeros appended
     to a shorter one (EVAR's unit-length clips)."""
@@ -345,6 +353,7 @@ class AaspFineTuningCollator:
         if split not in ("train", "validation", "valid", "test"):
             raise ValueError(f"split={split!r}: use 'train', 'validation' or 'test'.")
         self.feature_extractor = feature_extractor
+        self.clip_seconds = clip_seconds
         self.num_samples = int(round(clip_seconds * SAMPLING_RATE))
         self.random_crop = split != "test"
         self.num_labels = num_labels
@@ -378,7 +387,7 @@ class AaspFineTuningCollator:
             return None
         if self.padding == "masked":  # every batch as many frames as a whole crop: (B, T, F), T = the crop's
             extractor = self.feature_extractor
-            frames = extractor.round_up_frames(extractor.num_frames(self.num_samples))
+            frames = trained_max_frames(extractor, self.clip_seconds)
             batch = extractor(
                 waveforms, sampling_rate=SAMPLING_RATE, return_tensors="pt", padding="max_length", max_frames=frames
             )

@@ -18,6 +18,7 @@ import logging
 import numpy as np
 import torch
 
+from .collators import trained_max_frames
 from .decoding import SAMPLING_RATE, SafeAudioDecoder
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class AaspFrameTargetsCollator:
         if split not in ("train", "validation", "valid", "test"):
             raise ValueError(f"split={split!r}: use 'train', 'validation' or 'test'.")
         self.feature_extractor = feature_extractor
+        self.clip_seconds = clip_seconds
         self.num_samples = int(round(clip_seconds * SAMPLING_RATE))
         self.num_labels = num_labels
         self.time_patch_size = time_patch_size
@@ -82,7 +84,7 @@ class AaspFrameTargetsCollator:
 
     def __call__(self, examples):
         waveforms, targets = [], []
-        frames = self.feature_extractor.round_up_frames(self.feature_extractor.num_frames(self.num_samples))
+        frames = trained_max_frames(self.feature_extractor, self.clip_seconds)
         num_columns = frames // self.time_patch_size
         for example in examples:
             waveform = self.decoder(example["audio"])

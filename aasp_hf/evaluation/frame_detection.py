@@ -23,6 +23,7 @@ import time
 import numpy as np
 import torch
 
+from ..data.collators import trained_max_frames
 from ..data.decoding import SAMPLING_RATE, SafeAudioDecoder
 from ..data.frame_targets import event_list, frame_targets
 from ..pipeline_aasp import frame_events
@@ -74,9 +75,7 @@ def frame_scores(model, rows, feature_extractor, window_seconds: float, batch_si
     device = accelerator.device if accelerator else next(model.parameters()).device
     # the extractor as the saved model keeps it: the trained window as max_frames, the pipeline's default window
     extractor = copy.copy(feature_extractor)
-    extractor.max_frames = feature_extractor.round_up_frames(
-        feature_extractor.num_frames(round(window_seconds * feature_extractor.sampling_rate))
-    )
+    extractor.max_frames = trained_max_frames(feature_extractor, window_seconds)
     detector = AaspSoundEventDetectionPipeline(model=model, feature_extractor=extractor, device=device)
     decoder, scores = SafeAudioDecoder(), {}
     for index in range(rank, len(rows), world):

@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+from ..data.collators import trained_max_frames
 from ..hub import write_model_card
 from .checkpointing import find_latest_checkpoint, refused_writes, replace_directory
 
@@ -76,13 +77,6 @@ def pretraining_summary(data_args, args, results: dict) -> dict:
             f"{results.get('contrastive_loss', float('nan')):.4f})"
         )
     return summary
-
-
-def trained_max_frames(feature_extractor, clip_seconds: float) -> int:
-    """The frames of every fine-tuning batch: a crop of `clip_seconds` featurised, rounded up to whole time patches
-    (as `AaspFineTuningCollator` pads it)."""
-    samples = round(clip_seconds * feature_extractor.sampling_rate)
-    return feature_extractor.round_up_frames(feature_extractor.num_frames(samples))
 
 
 def save_best_model(model, feature_extractor, directory: Path, clip_seconds: float | None = None):
