@@ -349,6 +349,9 @@ _PCM_SCALE = {  # integer PCM -> float in [-1, 1): (x - offset) / scale
 # Keys besides the constructor's own that transformers passes back to `__init__` when it loads a saved
 # preprocessor_config.json (`from_dict`): written by `to_dict`, `register_for_auto_class` and processors.
 SAVED_KEYS = ("feature_extractor_type", "auto_map", "processor_class", "padding_side")
+# A clip longer than this, read whole by default (no max_frames, truncation=True), is warned about once: a long
+# recording is meant to be read in windows.
+LONG_CLIP_SECONDS = 60.0
 
 
 class AaspFeatureExtractor(SequenceFeatureExtractor):
@@ -638,6 +641,17 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
                 )
             if waveforms.shape[1] > keep:
                 waveforms, lengths = waveforms[:, :keep], lengths.clamp(max=keep)  # (B, L) -> (B, keep)
+        elif truncation and waveforms.shape[1] > LONG_CLIP_SECONDS * self.sampling_rate:
+            # transformers' pipeline("audio-classification") calls here with the whole recording and drops
+            # chunk_length_s and return_timestamps without a word; one attention over minutes of tokens is far from
+            # any clip the model was trained on (paper Sec. 4: 10-s clips), and its cost grows with the square
+            logger.warning_once(
+                f"Read a clip longer than {LONG_CLIP_SECONDS:.0f} s as one input: this feature extractor has no "
+                "max_frames (the fine-tuning length, which finetune.py saves), so nothing is cut. To classify a long "
+                "recording in windows, use AaspAudioClassificationPipeline with chunk_length_s (transformers' "
+                "audio-classification pipeline ignores chunk_length_s and return_timestamps) or "
+                "`python -m aasp_hf.tag`; pass truncation=False to read whole clips without this warning."
+            )
         num_frames = max(clip_frames + ([max_frames] if pad_to_max else []))
         num_frames = self.round_up_frames(num_frames)
         mean, std = (self.mean, self.std) if self.do_normalize else (None, None)  # normalised inside, in place

@@ -163,7 +163,12 @@ class AaspHearModel(nn.Module):
         if audio.shape[1] < shortest:  # Kaldi frames need one whole window: zero-pad a shorter clip to one
             audio = F.pad(audio, (0, shortest - audio.shape[1]))
         features = self.feature_extractor(
-            audio, sampling_rate=self.sample_rate, return_tensors="pt", batched=True, return_attention_mask=False
+            audio,
+            sampling_rate=self.sample_rate,
+            return_tensors="pt",
+            batched=True,
+            truncation=False,  # the whole sound, encoded below in chunks of chunk_frames
+            return_attention_mask=False,
         )["input_values"]  # (B, T rounded up, F)
         return features[:, : self.feature_extractor.num_frames(audio.shape[1])]  # (B, T, F)
 

@@ -570,6 +570,9 @@ class RowWriter:
                 self._append(self.file, self.path, self._format(rows))
             if self.events is not None:
                 self._append(self.events, self.events_path, "".join("\t".join(map(str, e)) + "\n" for e in events))
+            for handle in (self.file, self.events):  # on the disk before the line that says so: after a power cut
+                if handle is not None:  # the ledger never names bytes the disk lost
+                    os.fdatasync(handle.fileno())
             self._append(self.ledger, self.ledger_path, self._ledger_line(file))
         except OSError:
             for handle, size in zip(handles, sizes):

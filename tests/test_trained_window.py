@@ -94,3 +94,30 @@ def test_a_plain_extractor_call_reads_the_trained_length_and_says_so(classifier_
     whole = extractor(audio, sampling_rate=RATE, truncation=False)
     assert whole["attention_mask"].sum() == extractor.num_frames(len(audio)) == 301
     np.testing.assert_allclose(whole["input_values"][0, :100], cut["input_values"][0, :100], atol=1e-5)
+
+
+def test_transformers_own_pipeline_warns_once_when_it_reads_a_long_recording_whole(tmp_path, caplog):
+    """Without max_frames (a checkpoint not saved by finetune.py), transformers' audio-classification pipeline reads
+    a 61-s recording as one input and drops chunk_length_s: the extractor says so, once, and points to the windows."""
+    from aasp_hf import AaspConfig, AaspForAudioClassification
+    from aasp_hf.feature_extraction_aasp import LONG_CLIP_SECONDS
+    from conftest import tiny_config_kwargs
+
+    folder = tmp_path / "classifier"
+    AaspForAudioClassification(AaspConfig(**tiny_config_kwargs(num_labels=3, num_mel_bins=128))).save_pretrained(folder)
+    AaspFeatureExtractor().save_pretrained(folder)
+    classifier = pipeline("audio-classification", model=str(folder))
+    assert type(classifier).__module__.startswith("transformers.")  # transformers' own class, not ours
+    logging.Logger.warning_once.cache_clear()  # transformers' once-only cache is per process
+    audio = noisy_tones(LONG_CLIP_SECONDS + 1.0)
+    with caplog.at_level(logging.WARNING, logger="aasp_hf.feature_extraction_aasp"):
+        classifier(audio, chunk_length_s=5)
+        classifier(audio)
+    warned = [r.getMessage() for r in caplog.records if "as one input" in r.getMessage()]
+    assert len(warned) == 1 and "AaspAudioClassificationPipeline with chunk_length_s" in warned[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="aasp_hf.feature_extraction_aasp"):
+        logging.Logger.warning_once.cache_clear()
+        classifier.feature_extractor(audio, sampling_rate=RATE, truncation=False)  # asked for the whole clip
+        classifier.feature_extractor(audio[: int((LONG_CLIP_SECONDS - 1) * RATE)], sampling_rate=RATE)  # 59 s
+    assert "as one input" not in caplog.text

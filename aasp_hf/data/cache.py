@@ -154,7 +154,11 @@ class _CacheWriter(torch.utils.data.Dataset):
                 return result
             frames = self.raw.num_frames(waveform.shape[0])
             features = self.raw(
-                waveform, sampling_rate=self.raw.sampling_rate, return_tensors="np", return_attention_mask=False
+                waveform,
+                sampling_rate=self.raw.sampling_rate,
+                return_tensors="np",
+                truncation=False,  # whole clips: the collator cuts its crops from the cached log-mel
+                return_attention_mask=False,
             )["input_values"][0, :frames]  # (T_padded, F) -> (T, F)
             log_mel = features.astype(np.float16)  # (T, F)
             if not np.isfinite(log_mel).all():
