@@ -58,6 +58,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +89,7 @@ from .training.run_lock import RunHold  # one tagger per OUT, as one training ru
 CLASSIFIERS = {model.__name__: model for model in (AaspForAudioClassification, AaspForAudioFrameClassification)}
 WEIGHTS_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)  # save_pretrained's
 FILES_FAILED_EXIT_CODE = 3  # the run finished, but some files could not be tagged: listed in the failures file
+PRECISIONS = ("fp32", "bf16", "int8", "auto")  # --precision: the model's number format
 FLAG_SPELLING = "--{name} {value}"  # an option in the shared windowing's messages (`window_samples`)
 
 
@@ -124,8 +126,21 @@ def parse_args(argv=None):
         help="windows (frames) -> file (default mean; multi-label, frames: max)",
     )
     parser.add_argument("--batch_size", type=int, default=8, help="windows per model call (default 8)")
-    parser.add_argument("--num_workers", type=int, default=1, help="decoding processes; 0: in this one (default 1)")
+    parser.add_argument(
+        "--num_workers",
+        type=int,
+        help="decoding processes; 0: in this one (default: 0 on 2 cores or fewer, where a worker takes a core the "
+        "model needs, else 1)",
+    )
     parser.add_argument("--device", default="cpu", help="where the model runs (default cpu)")
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="the model's number format, cast once at loading (the SBLU stays float32): fp32 (default); bf16; int8 "
+        "(dynamic int8 linear layers, CPU only); auto: bf16 where the device multiplies bf16 natively (a CPU with "
+        "AMX or AVX512-BF16, a GPU with bf16), else fp32",
+    )
     args = parse_command_line(parser, argv)
     check_output_paths(args)
     suffix = Path(args.output).suffix.lower()
@@ -134,6 +149,8 @@ def parse_args(argv=None):
     for name in ("top_k", "batch_size"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UsageError(f"--{name} {getattr(args, name)} must be at least 1.")
+    if args.num_workers is None:
+        args.num_workers = default_num_workers()
     if args.num_workers < 0:
         raise UsageError(f"--num_workers {args.num_workers} must be 0 or more.")
     try:
@@ -143,7 +160,67 @@ def parse_args(argv=None):
     if args.threshold is not None and not math.isfinite(args.threshold):
         raise UsageError(f"--threshold {args.threshold} must be a number: the lowest score written, e.g. 0.5.")
     check_device(args.device)
+    args.precision, args.precision_reason = resolve_precision(args.precision, args.device)
     return args
+
+
+def default_num_workers() -> int:
+    """Decoding processes when --num_workers is not given: none where this process may use 2 cores or fewer (decoding
+    and the log-mel are a few percent of the model's time, and a worker process would take a core from the model's
+    threads), else one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 0 if cores <= 2 else 1
+
+
+def cpu_flags() -> set:
+    """The feature flags of this machine's CPU (Linux's /proc/cpuinfo); empty where that file is not."""
+    try:
+        with open("/proc/cpuinfo") as file:
+            for line in file:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def native_bf16(device: str) -> str | None:
+    """What multiplies bf16 matrices natively on `device` ("amx_bf16" or "avx512_bf16": CPU instructions that take
+    bf16 operands; "cuda"), or None where bf16 would be converted to float32 around every product (no faster)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return "cuda" if torch.cuda.is_bf16_supported() else None
+    if device.type == "cpu":
+        return next((flag for flag in ("amx_bf16", "avx512_bf16") if flag in cpu_flags()), None)
+    return None
+
+
+def quantize_dynamic():
+    """torch's `quantize_dynamic`, or None where this torch no longer has it (it is announced to move to torchao)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from torch.ao.quantization import quantize_dynamic
+    except ImportError:
+        return None
+    return quantize_dynamic
+
+
+def resolve_precision(precision: str, device: str) -> tuple[str, str]:
+    """(fp32, bf16 or int8, why): `auto` made definite for `device`; int8 refused off the CPU (its kernels are
+    the CPU's)."""
+    if precision == "int8" and torch.device(device).type != "cpu":
+        raise UsageError(
+            f"--precision int8 runs on the CPU only (dynamic int8 linear layers): not on --device {device}."
+        )
+    if precision == "int8" and quantize_dynamic() is None:
+        raise UsageError(f"--precision int8 needs torch's dynamic quantization, which torch {torch.__version__} lacks.")
+    native = native_bf16(device)
+    if precision != "auto":
+        return precision, "as asked"
+    if native is not None:
+        return "bf16", f"auto: native bf16 matrix products ({native})"
+    return "fp32", "auto: this device has no native bf16 matrix products"
 
 
 def check_output_paths(args):
@@ -260,11 +337,21 @@ def read_classifier(folder):
         return model_class, config, AaspFeatureExtractor.from_pretrained(folder)
 
 
-def load_weights(model_class, folder, config, device):
-    """The model of `read_classifier`'s folder, in eval mode on `device`."""
+def load_weights(model_class, folder, config, device, precision: str = "fp32"):
+    """The model of `read_classifier`'s folder, in eval mode on `device`, in `precision` (cast once, here):
+    - fp32 and bf16: every weight in that format, whatever the checkpoint's, except the SBLU's, which stay float32
+      (the model's `_keep_in_fp32_modules_strict`: its taps decay over K samples to values bf16 cannot hold);
+    - int8: every linear layer with int8 weights and int8 products of its inputs quantised per call (torch's
+      dynamic quantization; the convolutions, norms, softmax and SBLU stay float32)."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     with unloadable(folder, model_class.__name__):
-        model = model_class.from_pretrained(folder, config=config)
-    return model.to(device).eval()
+        model = model_class.from_pretrained(folder, config=config, dtype=dtype)
+    model = model.to(device).eval()
+    if precision == "int8":
+        with warnings.catch_warnings():  # torch announces a move of this API to torchao; it works as documented
+            warnings.simplefilter("ignore")
+            model = quantize_dynamic()(model, {torch.nn.Linear}, dtype=torch.qint8)
+    return model
 
 
 @contextlib.contextmanager
@@ -369,9 +456,10 @@ class FileWindows(torch.utils.data.IterableDataset):
                 for start, samples, last in mark_last(
                     iter_windows(decode_blocks(self.files[index], rate), self.window, self.hop, self.align)
                 ):
-                    features = self.feature_extractor(
-                        samples, sampling_rate=rate, return_tensors="pt", truncation=False
-                    )
+                    with one_thread():
+                        features = self.feature_extractor(
+                            samples, sampling_rate=rate, return_tensors="pt", truncation=False
+                        )
                     yield {
                         "file": index,
                         "start": start,
@@ -382,6 +470,20 @@ class FileWindows(torch.utils.data.IterableDataset):
                     }
             except Exception as error:  # noqa: BLE001 - any file that fails is reported and skipped
                 yield {"file": index, "error": f"{type(error).__name__}: {error}".replace("\n", " "), "last": True}
+
+
+@contextlib.contextmanager
+def one_thread():
+    """torch on one thread for what runs inside (then the threads it had). The log-mel of a window is a few small
+    operations; split over threads, each waits for the others to wake, and where the model's threads or another
+    process hold the cores that wait is the whole cost: a 10-s window took 7 ms on one thread and 120-170 ms on two of
+    a loaded 2-core machine. DataLoader workers run on one thread already; this is for --num_workers 0."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def mark_last(windows):
@@ -440,7 +542,7 @@ class RowWriter:
     file (a file tagged without `--events`, or into another events file, is not); `earlier_events`: the events file
     of the latest run that wrote one, or None."""
 
-    def __init__(self, path, columns, events=None):
+    def __init__(self, path, columns, events=None, run=None):
         self.path, self.columns, self.jsonl = Path(path), columns, Path(path).suffix.lower() == ".jsonl"
         self.ledger_path = Path(f"{path}{LEDGER_SUFFIX}")
         self.events_path = None if events is None else Path(events)
@@ -451,6 +553,14 @@ class RowWriter:
         self.done = {entry["file"] for entry in files}
         self.with_events = {e["file"] for e in files if events is not None and e.get("events") == self.events_key}
         self.earlier_events = next((e["events"] for e in reversed(entries) if e.get("events")), None)
+        self.earlier_precisions = set()  # the precisions of the runs that wrote OUT's files (before this one)
+        precision = None  # a file's run: the last run line above it (files adopted from before ledgers have none)
+        for entry in entries:
+            if "file" not in entry:
+                precision = entry.get("precision")
+            elif precision is not None:
+                self.earlier_precisions.add(precision)
+        self.run = dict(run or {})
         self.file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - unbuffered: a refused write leaves nothing pending
         self.events = None if events is None else open(self.events_path, "ab", buffering=0)  # noqa: SIM115
         self.ledger = open(self.ledger_path, "ab", buffering=0)  # noqa: SIM115
@@ -460,10 +570,10 @@ class RowWriter:
             self._append(self.events, self.events_path, EVENTS_HEADER)
         for entry in adopted:
             self._append(self.ledger, self.ledger_path, json.dumps(entry) + "\n")
-        self._append(self.ledger, self.ledger_path, self._ledger_line())  # where this run starts
+        self._append(self.ledger, self.ledger_path, self._ledger_line(run=self.run))  # where this run starts, how
 
-    def _ledger_line(self, file=None) -> str:
-        entry = {} if file is None else {"file": file}
+    def _ledger_line(self, file=None, run=None) -> str:
+        entry = {"file": file} if file is not None else dict(run or {})
         entry["out"] = file_size(self.file)
         if self.events is not None:
             entry.update(events=self.events_key, events_size=file_size(self.events))
@@ -734,10 +844,20 @@ def tag_files(args) -> int:
         check_event_names(files, args.events)
         if not frame_level:
             print(clip_events_note(args, config, hop / rate), file=sys.stderr)
-    model = load_weights(model_class, args.model, config, args.device)
+    model = load_weights(model_class, args.model, config, args.device, args.precision)
+    print(f"model: {args.precision} on {args.device} ({args.precision_reason})", file=sys.stderr)
+    input_dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
 
     columns = ["file", "start", "end", "label", "score"] if args.timestamps else ["file", "label", "score"]
-    writer = RowWriter(args.output, columns, events=args.events)
+    writer = RowWriter(
+        args.output, columns, events=args.events, run={"precision": args.precision, "device": args.device}
+    )
+    if writer.earlier_precisions - {args.precision}:
+        print(
+            f"note: {args.output} holds files tagged in {', '.join(sorted(writer.earlier_precisions))}; this run adds "
+            f"its files in {args.precision} (its ledger {writer.ledger_path} says which run wrote which).",
+            file=sys.stderr,
+        )
     keys = {file: resolved(file) for file in files}  # OUT's ledger knows files by their resolved paths
     todo = [f for f in files if keys[f] not in writer.done or (args.events and keys[f] not in writer.with_events)]
     events_only = {file for file in todo if keys[file] in writer.done}  # in OUT, but without events in this file
@@ -790,7 +910,7 @@ def tag_files(args) -> int:
         frames = torch.tensor([item["frames"] for item in pending])  # (B,) real frames of each window
         attention_mask = (torch.arange(num_frames)[None] < frames[:, None]).long()  # (B, T)
         with torch.inference_mode():
-            outputs = model(input_values.to(args.device), attention_mask=attention_mask.to(args.device))
+            outputs = model(input_values.to(args.device, input_dtype), attention_mask=attention_mask.to(args.device))
         scores = apply_score_function(outputs.logits.float().cpu(), choice.function_to_apply).numpy()
         # (B, labels), or a frame classifier's (B, T', labels) and its frame mask (B, T')
         frame_masks = outputs.frame_mask.cpu().numpy() if frame_level else [None] * len(pending)
