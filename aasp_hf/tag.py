@@ -807,7 +807,7 @@ def tag_files(args) -> int:
             file=sys.stderr,
         )
     failures_path = Path(f"{args.output}.failures.tsv")
-    failures = open(failures_path, "w")  # this run's failures; a rerun tries them again
+    failures = open(failures_path, "w")  # noqa: SIM115 - closed in the finally below; a rerun tries its files again
     for folder, reason in unreadable:
         failures.write(f"{folder}\t{reason} (a folder that cannot be listed: its files were not tagged)\n")
         print(f"{folder} cannot be listed ({reason}): its files are not tagged.", file=sys.stderr)
