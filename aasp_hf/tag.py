@@ -48,7 +48,7 @@ one process per GPU) each write their own OUT, events file, failures file and le
 run again. The N OUTs concatenated (a CSV's and the events file's header once, JSON Lines as they are) hold the
 one-process run's rows, each once, a file's rows together and in the same order; only the order of the files differs.
 A score can differ in its last decimal where a window was batched with other windows (as between two runs of other
-`--batch_size`); with `--batch_size 1` the rows are the same lines.
+`--batch_size`) or ran on another device; with `--batch_size 1` on one kind of device the rows are the same lines.
 
 Every option, path, device and model folder is checked before a file is read; a bad one is one line and exit status 2
 (`entry_points.run_script`). The windows are the pipelines' (`pipeline_aasp.window_samples`). Exit status: 0, every
