@@ -41,6 +41,15 @@ an OUT at a time (OUT's name + `.lock`, the training scripts' hold: a second is 
 killed one taken over). Ctrl-C or SIGTERM stop at the next batch; OUT then holds every file finished so far,
 complete.
 
+A corpus larger than one machine: `--shard K/N` tags part K of the N parts of the files found (`shard_of`, a hash of
+each file's resolved path, the same in every process on every machine), in the order the one-process run takes them,
+and says in one line how many of the files found that is. N jobs (a SLURM job array, `examples/slurm/tag_array.sh`;
+one process per GPU) each write their own OUT, events file, failures file and ledger, and each goes on by itself when
+run again. The N OUTs concatenated (a CSV's and the events file's header once, JSON Lines as they are) hold the
+one-process run's rows, each once, a file's rows together and in the same order; only the order of the files differs.
+A score can differ in its last decimal where a window was batched with other windows (as between two runs of other
+`--batch_size`) or ran on another device; with `--batch_size 1` on one kind of device the rows are the same lines.
+
 Every option, path, device and model folder is checked before a file is read; a bad one is one line and exit status 2
 (`entry_points.run_script`). The windows are the pipelines' (`pipeline_aasp.window_samples`). Exit status: 0, every
 file tagged; 2, a usage error; 3 (`FILES_FAILED_EXIT_CODE`), the run finished but some files failed, and its last
@@ -51,10 +60,12 @@ import argparse
 import contextlib
 import csv
 import ctypes
+import hashlib
 import io
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -141,7 +152,14 @@ def parse_args(argv=None):
         "(dynamic int8 linear layers, CPU only); auto: bf16 where the device multiplies bf16 natively (a CPU with "
         "AMX or AVX512-BF16, a GPU with bf16), else fp32",
     )
+    parser.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="tag only part K of N (1 <= K <= N) of the files found, chosen by a hash of each file's resolved path: "
+        "N jobs, each with its own --output, tag a corpus together (docs/inference.md, 'A corpus across machines')",
+    )
     args = parse_command_line(parser, argv)
+    args.shard = parse_shard(args.shard)
     check_output_paths(args)
     suffix = Path(args.output).suffix.lower()
     if suffix not in (".csv", ".jsonl"):
@@ -221,6 +239,37 @@ def resolve_precision(precision: str, device: str) -> tuple[str, str]:
     if native is not None:
         return "bf16", f"auto: native bf16 matrix products ({native})"
     return "fp32", "auto: this device has no native bf16 matrix products"
+
+
+def parse_shard(value) -> tuple[int, int] | None:
+    """`--shard K/N` -> (K, N), None without it; anything but whole numbers 1 <= K <= N is a UsageError."""
+    if value is None:
+        return None
+    match = re.fullmatch(r"([0-9]+)/([0-9]+)", value)
+    if match is None or not 1 <= int(match[1]) <= int(match[2]):
+        raise UsageError(
+            f"--shard {value} must be K/N, whole numbers with 1 <= K <= N: this job's part K of N parts (e.g. "
+            f"--shard 2/3)."
+        )
+    return int(match[1]), int(match[2])
+
+
+def shard_of(file, count: int) -> int:
+    """The part (1 ... `count`) of `--shard` that holds `file`: the SHA-1 of its resolved path (the key OUT's ledger
+    knows it by) modulo `count`. Not Python's `hash()`, which is salted anew in every process: every job, on any
+    machine, must put a file in the same part, so that the N jobs tag each file once (given that they see the files
+    at the same resolved paths, as on a shared file system)."""
+    digest = hashlib.sha1(resolved(file).encode("utf-8", "surrogateescape")).digest()
+    return int.from_bytes(digest[:8], "big") % count + 1
+
+
+def one_shard(files: dict, unreadable: list, shard: tuple[int, int]) -> tuple[dict, list]:
+    """`find_audio_files`' (files, unreadable folders) -> those of part K of N (`shard_of`), in the order found, so
+    that a job takes its files in the order the one-process run would. A folder that cannot be listed falls to one
+    part too, by its own path: the N failures files together name it once, as the one-process run's does."""
+    number, count = shard
+    mine = {file: name for file, name in files.items() if shard_of(file, count) == number}
+    return mine, [(folder, why) for folder, why in unreadable if shard_of(folder, count) == number]
 
 
 def check_output_paths(args):
@@ -841,9 +890,13 @@ def tag_files(args) -> int:
     choice = LabelChoice.of(args, config, frame_level)
     window, hop, frame = tag_windows(args, feature_extractor, config, frame_level)  # frame: a frame classifier's grid
     if args.events:
-        check_event_names(files, args.events)
+        check_event_names(files, args.events)  # all the files found: the N parts' events files name each file once
         if not frame_level:
             print(clip_events_note(args, config, hop / rate), file=sys.stderr)
+    if args.shard is not None:
+        found = len(files)
+        files, unreadable = one_shard(files, unreadable, args.shard)
+        print(f"shard {args.shard[0]}/{args.shard[1]}: {len(files)} of {found} files", file=sys.stderr)
     model = load_weights(model_class, args.model, config, args.device, args.precision)
     print(f"model: {args.precision} on {args.device} ({args.precision_reason})", file=sys.stderr)
     input_dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
@@ -877,7 +930,7 @@ def tag_files(args) -> int:
             file=sys.stderr,
         )
     failures_path = Path(f"{args.output}.failures.tsv")
-    failures = open(failures_path, "w")  # this run's failures; a rerun tries them again
+    failures = open(failures_path, "w")  # noqa: SIM115 - closed in the finally below; a rerun tries its files again
     for folder, reason in unreadable:
         failures.write(f"{folder}\t{reason} (a folder that cannot be listed: its files were not tagged)\n")
         print(f"{folder} cannot be listed ({reason}): its files are not tagged.", file=sys.stderr)
