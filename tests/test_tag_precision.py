@@ -90,3 +90,28 @@ def test_a_rerun_in_another_precision_says_that_out_mixes_them(setup, tmp_path, 
     assert "holds files tagged in" not in capsys.readouterr().err
     assert tag([*common, "--precision", "bf16", str(setup / "a.wav"), str(tmp_path / "b.wav"), str(tmp_path)]) == 0
     assert "holds files tagged in fp32; this run adds its files in bf16" in capsys.readouterr().err
+
+
+def test_the_pipeline_takes_the_transformers_dtype_argument_the_same_way(setup):
+    """`pipeline(..., dtype=torch.bfloat16)` loads the model as `--precision bf16` does (cast once, SBLU float32) and
+    gives its windows to the model in bf16; its scores stay near the float32 pipeline's."""
+    from transformers import pipeline
+
+    from aasp_hf import AaspAudioClassificationPipeline
+
+    audio = noisy_tones(4.0)
+    scores = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        classifier = pipeline(
+            "audio-classification",
+            model=str(setup / "model"),
+            pipeline_class=AaspAudioClassificationPipeline,
+            dtype=dtype,
+        )
+        sblu = {p.dtype for n, p in classifier.model.named_parameters() if ".sblu." in n}
+        assert sblu == {torch.float32} and classifier.model.dtype == dtype
+        scores[dtype] = {s["label"]: s["score"] for s in classifier(audio, top_k=3)}
+    difference = max(
+        abs(scores[torch.float32][label] - scores[torch.bfloat16][label]) for label in scores[torch.float32]
+    )
+    assert 0 < difference < 0.05
