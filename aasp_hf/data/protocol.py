@@ -18,9 +18,10 @@ Rules, each named by an argument value that the scripts record in their results:
   the reported score are on voices or places training never heard. A random draw shares the sources with training
   and rewards a model that has learnt them rather than the classes, which a small folder of few speakers invites.
   A dataset's own test split and folds are kept as they are.
-- Clip length: the EVAR length of the task (`EVAR_CLIP_SECONDS`), or `--clip_seconds`; a dataset without one (an
-  audiofolder of the user's own clips) gets the mean length of its training clips (`downstream_clip_seconds`), as
-  EVAR's own lengths for its variable-length tasks are the datasets' mean clip lengths (VoxCeleb1: 8.2 s).
+- Clip length: the EVAR length of the task (`EVAR_CLIP_SECONDS`, from the dataset's record, the same for every
+  alias of its name), or `--clip_seconds`; a dataset without one (an audiofolder of the user's own clips) gets the
+  mean length of its training clips (`downstream_clip_seconds`), as EVAR's own lengths for its variable-length tasks
+  are the datasets' mean clip lengths (VoxCeleb1: 8.2 s).
 - Sound events (`sound_events`, DESED): the rows are recordings, so a validation or test held out of train takes
   whole files with all their events, as for any other single-split dataset; `group_by` takes whole sources of them
   (DESED's clips: `'^Y(.{11})_'`, the YouTube video). The clip length is the training window, 10 s.
@@ -40,6 +41,7 @@ from datasets import DatasetDict
 from ..errors import UsageError
 from .decoding import decode_audio, for_safe_decoding
 from .loaders import load
+from .loaders.dataset_records import DATASET_RECORDS, find_record
 from .splits import source_groups, split_by_folds, split_by_groups, with_test_split
 
 
@@ -49,36 +51,18 @@ KFOLD_VALIDATION = ("evar", "next")
 SELECT_ON = ("validation", "test", "last")
 SPLITS = ("train", "validation", "test")
 
-# EVAR clip lengths in seconds (`unit_sec` of `_defs` in EVAR's evar/ds_tasks.py; the paper's linear evaluation follows
-# EVAR, Sec. Training Setup): fine-tuning crops/pads each clip to this length.
+# The published clip length of each EVAR task key (fine-tuning crops/pads each clip to it) and the dataset names
+# whose task key differs, both read off the dataset records (`loaders.dataset_records`), where they are set; `evar_task`
+# finds a name's record itself, whatever its case, "-" and "_".
 EVAR_CLIP_SECONDS = {
-    "audioset": 10.0,
-    "esc50": 5.0,
-    "us8k": 4.0,
-    "scv2": 1.0,
-    "nsynth": 4.0,
-    "cremad": 2.5,
-    "voxceleb1": 8.2,
-    "voxforge": 5.8,
-    "gtzan": 30.0,
-    "surge": 4.0,
-    # not an EVAR task: the training window cut from each recording, 10 s as DCASE task 4's clips (DESED_task's
-    # recipes: `audio_max_len: 10`); longer recordings give a random window per step, shorter ones are padded.
-    "sound_events": 10.0,
+    record.task: record.clip_seconds for record in DATASET_RECORDS.values() if record.clip_seconds is not None
+}
+TASK_ALIASES = {
+    name: record.task for record in DATASET_RECORDS.values() for name in record.names if name != record.task
 }
 
 MAX_DRAWS = 100
 MAX_MEASURED_CLIPS = 1000  # clips whose length is read to derive a clip length (spread evenly over the split)
-# dataset names (lower case, without "-") whose EVAR task key differs
-TASK_ALIASES = {
-    "as20k": "audioset",
-    "as2m": "audioset",
-    "urbansound8k": "us8k",
-    "speech_commands": "scv2",
-    "crema_d": "cremad",
-    "soundevents": "sound_events",  # "sound-events" without its "-"
-    "desed": "sound_events",
-}
 
 
 def kfold_part(
@@ -311,10 +295,14 @@ def describe_sources(splits: dict, group_by: str) -> str:
 
 
 def evar_task(dataset: str, task: str | None = None) -> str:
-    """The EVAR task key (of `EVAR_CLIP_SECONDS`) of a dataset name, or of `task` when given: "as20k" -> "audioset",
-    "crema_d" -> "cremad", ..."""
-    task = task or dataset.lower().replace("-", "")
-    return TASK_ALIASES.get(task, task)
+    """The EVAR task key (of `EVAR_CLIP_SECONDS`) of a dataset name, or of `task` when given, from the record that
+    `load` reads for the same name: "as20k" -> "audioset", "CREMA-D" -> "cremad", "voxceleb" -> "voxceleb1", ...
+    A name of no record (a user's audiofolder, a Hub id) is its own key: `task` as given, else the dataset name in
+    lower case without "-"."""
+    record = find_record(task or dataset)
+    if record is not None:
+        return record.task
+    return task or dataset.lower().replace("-", "")
 
 
 def evar_clip_seconds(task: str, clip_seconds: float | None = None) -> float:
@@ -425,7 +413,10 @@ def is_kfold(parts: dict) -> bool:
     return all(part.startswith("fold") for part in parts)
 
 
-FRAME_LEVEL_TASKS = ("sound_events",)  # tasks whose records are recordings with timed events
+# tasks whose rows are recordings with timed events (`task_type` "sound events" in their dataset records)
+FRAME_LEVEL_TASKS = tuple(
+    dict.fromkeys(record.task for record in DATASET_RECORDS.values() if record.task_type == "sound events")
+)
 
 
 @dataclass
