@@ -1,7 +1,9 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
 """Data for pre-training and for the paper's downstream protocols (Sec. Datasets, Pre-training Setup, Training Setup).
 
-- `loaders/`: one loader per dataset in its official layout (`load(name, root=...)`, `LOADERS`, `load_esc50`, ...).
+- `loaders/`: one loader per dataset in its official layout (`load(name, root=...)`, `LOADERS`, `load_esc50`, ...),
+  and one record per dataset (`DATASET_RECORDS`, `find_record`: its loader, names, clip length, official counts),
+  which `load`, `check` and `protocol` all read.
 - `splits`: cross-validation folds, a held-out test split, streaming shards and one rank's part of them.
 - `protocol`: the downstream protocol of the fine-tuning and linear-evaluation scripts (`load_downstream`: EVAR task
   key and clip length, label names, test folds and the validation split).
@@ -27,7 +29,10 @@ _NAMES = {
     "collators": ("AaspFineTuningCollator", "CLIP_PADDING", "PretrainingCollator", "crop_or_pad"),
     "decoding": ("SAMPLING_RATE", "SafeAudioDecoder", "decode_audio", "filter_decodable", "for_safe_decoding"),
     "loaders": (
+        "DATASET_RECORDS",
+        "DatasetRecord",
         "LOADERS",
+        "find_record",
         "load",
         "load_audio_dataset",
         "load_audioset",
@@ -54,6 +59,7 @@ _NAMES = {
         "evar_clip_seconds",
         "evar_task",
         "is_kfold",
+        "published_clip_seconds",
         "kfold_part",
         "label_info",
         "load_downstream",
@@ -87,6 +93,8 @@ __all__ = [
     "CLIP_PADDING",
     "compute_mel_statistics",
     "crop_or_pad",
+    "DATASET_RECORDS",
+    "DatasetRecord",
     "decode_clip",
     "EVAR_CLIP_SECONDS",
     "FailedClip",
@@ -106,6 +114,7 @@ __all__ = [
     "evar_clip_seconds",
     "evar_task",
     "filter_decodable",
+    "find_record",
     "split_by_folds",
     "reported_test_split",
     "with_test_split",
@@ -113,6 +122,7 @@ __all__ = [
     "kfold_part",
     "label_info",
     "list_audiofolder",
+    "published_clip_seconds",
     "for_safe_decoding",
     "load",
     "load_audio_dataset",

@@ -347,10 +347,10 @@ class AaspFineTuningCollator:
             raise ValueError(f"padding={padding!r}: use one of {CLIP_PADDING}.")
         if clip_seconds is None:
             # here: protocol imports datasets, pre-training needs none
-            from .protocol import EVAR_CLIP_SECONDS, evar_task
+            from .protocol import EVAR_CLIP_SECONDS, published_clip_seconds
 
             # a dataset name or alias gives its task's length, as load_downstream gives it ("as20k": AudioSet's)
-            clip_seconds = EVAR_CLIP_SECONDS.get(evar_task(task)) if isinstance(task, str) else None
+            clip_seconds = published_clip_seconds(task) if isinstance(task, str) else None
             if clip_seconds is None:
                 raise ValueError(f"task={task!r}: pass clip_seconds= or one of {sorted(EVAR_CLIP_SECONDS)}.")
         if split not in ("train", "validation", "valid", "test"):

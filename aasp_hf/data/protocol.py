@@ -52,8 +52,9 @@ SELECT_ON = ("validation", "test", "last")
 SPLITS = ("train", "validation", "test")
 
 # The published clip length of each EVAR task key (fine-tuning crops/pads each clip to it) and the dataset names
-# whose task key differs, both read off the dataset records (`loaders.dataset_records`), where they are set; `evar_task`
-# finds a name's record itself, whatever its case, "-" and "_".
+# whose task key differs, both read off the dataset records (`loaders.dataset_records`), where they are set. The
+# functions below (`evar_task`, `published_clip_seconds`) find a name's record themselves, whatever its case, "-" and
+# "_"; these tables are what the records held at import, for reading and messages.
 EVAR_CLIP_SECONDS = {
     record.task: record.clip_seconds for record in DATASET_RECORDS.values() if record.clip_seconds is not None
 }
@@ -305,9 +306,16 @@ def evar_task(dataset: str, task: str | None = None) -> str:
     return task or dataset.lower().replace("-", "")
 
 
+def published_clip_seconds(name: str) -> float | None:
+    """The published clip length of a task key, dataset name or alias (its dataset record's), None where none is
+    published (an audiofolder, a name of no record)."""
+    record = find_record(name)
+    return record.clip_seconds if record is not None else None
+
+
 def evar_clip_seconds(task: str, clip_seconds: float | None = None) -> float:
     """`clip_seconds` when given, else the EVAR clip length of `task`; a ValueError names the known tasks."""
-    seconds = clip_seconds or EVAR_CLIP_SECONDS.get(task)
+    seconds = clip_seconds or published_clip_seconds(task)
     if seconds is None:
         raise UsageError(
             f"No EVAR clip length for task {task!r}: pass --clip_seconds or one of "
@@ -343,7 +351,7 @@ def downstream_clip_seconds(task: str, clip_seconds: float | None, loaded) -> fl
     its first), rounded to 10 ms, with a line in the log saying so. EVAR's lengths for its variable-length tasks are
     those datasets' mean clip lengths (VoxCeleb1: 8.2 s), so this extends its rule to a new dataset; shorter clips
     are padded and longer ones cropped to it."""
-    if clip_seconds or task in EVAR_CLIP_SECONDS:
+    if clip_seconds or published_clip_seconds(task) is not None:
         return evar_clip_seconds(task, clip_seconds)
     rows = loaded["train"] if "train" in loaded else next(iter(loaded.values()))
     seconds, measured = mean_clip_seconds(rows)
@@ -413,7 +421,8 @@ def is_kfold(parts: dict) -> bool:
     return all(part.startswith("fold") for part in parts)
 
 
-# tasks whose rows are recordings with timed events (`task_type` "sound events" in their dataset records)
+# tasks whose rows are recordings with timed events (`task_type` "sound events" in their dataset records, which
+# `DownstreamTask.frame_level` reads)
 FRAME_LEVEL_TASKS = tuple(
     dict.fromkeys(record.task for record in DATASET_RECORDS.values() if record.task_type == "sound events")
 )
@@ -433,7 +442,8 @@ class DownstreamTask:
     @property
     def frame_level(self) -> bool:
         """Recordings with timed events (strong labels), for a frame classifier, not clips with labels."""
-        return self.task in FRAME_LEVEL_TASKS
+        record = find_record(self.task)
+        return record is not None and record.task_type == "sound events"
 
 
 def load_downstream(

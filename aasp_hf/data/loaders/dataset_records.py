@@ -216,7 +216,9 @@ _RECORDS = (
         audio_dir=None,
     ),
 )
-DATASET_RECORDS = MappingProxyType({record.name: record for record in _RECORDS})
+# the one registry: {name: record}; read through `DATASET_RECORDS` and `find_record`
+_REGISTRY = {record.name: record for record in _RECORDS}
+DATASET_RECORDS = MappingProxyType(_REGISTRY)
 
 
 def name_key(name: str) -> str:
@@ -224,25 +226,35 @@ def name_key(name: str) -> str:
     return name.lower().replace("-", "").replace("_", "")
 
 
-def _by_key(records) -> dict:
-    """{name_key(name or alias): record}; a ValueError when two records answer to one name, which would make the
-    name mean whichever came last."""
+def _by_key() -> dict:
+    """{name_key(name or alias): record} of the registry. A ValueError when two records answer to one name (the name
+    would mean whichever came last), when a record's task key is not a name of a record of that task (the protocol
+    finds a task's clip length by its key), or when two records of one task give it different clip lengths or types."""
     found = {}
-    for record in records:
+    for record in DATASET_RECORDS.values():
         for name in record.names:
             other = found.setdefault(name_key(name), record)
             if other is not record:
                 raise ValueError(f"the dataset name {name!r} is both {other.name!r} and {record.name!r}.")
+    for record in DATASET_RECORDS.values():
+        by_task = found.get(name_key(record.task))
+        if by_task is None or by_task.task != record.task:
+            raise ValueError(f"{record.name}'s task {record.task!r} is not a name of a dataset of that task.")
+        if (by_task.clip_seconds, by_task.task_type) != (record.clip_seconds, record.task_type):
+            raise ValueError(
+                f"{record.name} and {by_task.name} are task {record.task!r} with different clip lengths or task types."
+            )
     return found
 
 
-_BY_KEY = _by_key(DATASET_RECORDS.values())
+_by_key()  # a registry that breaks those rules fails on import, not on the first look-up of a name
 
 
 def find_record(name: str) -> DatasetRecord | None:
-    """The record of a dataset name or alias (any case, "-" or "_"), or None for a name no record has (a Hub id or
-    a local dataset path, for `load`)."""
-    return _BY_KEY.get(name_key(name))
+    """The record of a dataset name, alias or task key (any case, "-" or "_"), or None for a name no record has (a
+    Hub id or a local dataset path, for `load`). The index is built from the registry on each call (a dozen
+    records), so that it cannot differ from the records."""
+    return _by_key().get(name_key(name))
 
 
 def known_names() -> list[str]:
