@@ -74,7 +74,7 @@ def test_audioset_like_dataset_trains_on_all_of_train_unless_selecting_on_valida
 
 
 def test_load_downstream_names_the_task_and_its_clip_length_and_picks_the_test_folds(monkeypatch):
-    import aasp_hf.data as data
+    from aasp_hf import data
     from aasp_hf.data import protocol
 
     dataset = fold_dataset()
@@ -120,7 +120,7 @@ def test_global_batch_is_made_up_by_accumulation(caplog):
         gradient_accumulation_for(128, 32, 1, 2)
 
 
-# ---- one record per dataset: the names that load(), data.check and the protocol know ----------------------------------
+# ---- one record per dataset: the names that load(), data.check and the protocol know ---------------------------------
 # Every name or alias that any of the three accepted when each kept its own table, and spellings of them, with the
 # dataset's record and its published clip length (None: none is published, the protocol measures the clips). Where
 # the protocol's table lacked an alias that the loader accepted (voxceleb, speechcommands, esc_50), the run silently
@@ -146,7 +146,7 @@ NAMES_AND_LENGTHS = {
 def test_every_name_and_alias_is_its_datasets_record_in_load_check_and_the_protocol(name, monkeypatch):
     import dataclasses
 
-    import aasp_hf.data as data
+    from aasp_hf import data
     from aasp_hf.data import check, protocol
     from aasp_hf.data.loaders import dataset_records
     from aasp_hf.feature_extraction_aasp import AaspFeatureExtractor
@@ -196,7 +196,7 @@ def test_one_new_record_is_all_that_load_check_and_the_protocol_need(tmp_path, m
     import soundfile as sf
     from datasets import Audio
 
-    import aasp_hf.data as data
+    from aasp_hf import data
     from aasp_hf.data import check, protocol
     from aasp_hf.data.loaders import dataset_records
     from aasp_hf.feature_extraction_aasp import AaspFeatureExtractor

@@ -2,12 +2,12 @@
 """Check a prepared copy of a dataset before training on it: `python -m aasp_hf.data.check NAME --root DIR [...]`.
 
 The check runs the dataset's own loader (the same options: `--metadata_csv`, `--audio_dir`, `--split_file`, ...)
-and reports, per split (per fold for ESC-50 and UrbanSound8K), the clip count beside the official one
-(the dataset record's `official`; docs/datasets.md gives the source of each number), the files the metadata names that are missing, the
-audio files under the audio folder that no split names, the sample rates, channels and formats found in the file
-headers (soundfile's header reader; torchcodec's stream metadata for mp3/m4a; no audio is decoded; a seeded sample of
-`--sample_files` files when there are more), the number of labels, and for AudioSet each split's coverage (segments
-with a file / segments in its CSVs).
+and reports, per split (per fold for ESC-50 and UrbanSound8K), the clip count beside the official one (the
+dataset record's `official`; docs/datasets.md gives the source of each number), the files the metadata names that
+are missing, the audio files under the audio folder (the record's) that no split names, the sample rates, channels
+and formats found in the file headers (soundfile's header reader; torchcodec's stream metadata for mp3/m4a; no audio
+is decoded; a seeded sample of `--sample_files` files when there are more), the number of labels, and for AudioSet
+each split's coverage (segments with a file / segments in its CSVs).
 
 It exits with 1, after one line per problem, when the loader refuses the copy (a metadata file missing, audio files
 the metadata names missing, an unknown label: the loader's own message) or a split is empty; with 0 otherwise.
@@ -34,7 +34,6 @@ from .audiofolder import AUDIO_EXTENSIONS
 from .loaders import load
 from .loaders.dataset_records import DATASET_RECORDS, find_record
 from .loaders.layout import default_audio_dir, recording_missing_files
-
 
 # The names, aliases, official counts and EVAR tasks that need --metadata_csv, as the dataset records hold them
 # (`loaders.dataset_records`, one place for load(), this check and the protocol).
@@ -94,7 +93,7 @@ def header_summary(paths: list, sample_files: int, seed: int) -> dict:
     for path in chosen:
         try:
             rate, num_channels, kind = read_header(path)
-        except Exception as error:  # a header neither reader understands: the clip would fail to decode too
+        except Exception as error:  # noqa: BLE001 - a header neither reader reads: the clip would fail to decode too
             unreadable.append(f"{path} ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})")
             continue
         rates[rate] += 1

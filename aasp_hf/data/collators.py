@@ -154,7 +154,7 @@ class PretrainingCollator:
         self.feature_extractor = feature_extractor
         self.config = config
         self.sampling_rate = feature_extractor.sampling_rate
-        self.crop_samples = int(round(crop_seconds * self.sampling_rate))
+        self.crop_samples = int(round(crop_seconds * self.sampling_rate))  # noqa: RUF046 - numpy 1's round: a float
         self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
         self.device = device
 
@@ -357,7 +357,7 @@ class AaspFineTuningCollator:
             raise ValueError(f"split={split!r}: use 'train', 'validation' or 'test'.")
         self.feature_extractor = feature_extractor
         self.clip_seconds = clip_seconds
-        self.num_samples = int(round(clip_seconds * SAMPLING_RATE))
+        self.num_samples = int(round(clip_seconds * SAMPLING_RATE))  # noqa: RUF046 - numpy 1's round: a float
         self.random_crop = split != "test"
         self.num_labels = num_labels
         self.label_column = label_column

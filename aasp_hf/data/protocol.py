@@ -44,7 +44,6 @@ from .loaders import load
 from .loaders.dataset_records import DATASET_RECORDS, find_record
 from .splits import source_groups, split_by_folds, split_by_groups, with_test_split
 
-
 logger = logging.getLogger(__name__)
 
 KFOLD_VALIDATION = ("evar", "next")
@@ -339,7 +338,7 @@ def mean_clip_seconds(rows, max_clips: int = MAX_MEASURED_CLIPS) -> tuple[float,
             seconds = AudioDecoder(cell.get("bytes") or cell["path"]).metadata.duration_seconds
             if seconds is None:
                 seconds = len(decode_audio(cell)) / 16000
-        except Exception:  # noqa: BLE001 - an unreadable clip is skipped later too; it does not set the length
+        except Exception:  # noqa: BLE001, S112 - an unreadable clip is skipped later too; it does not set the length
             continue
         lengths.append(seconds)
     return (float(np.mean(lengths)) if lengths else float("nan")), len(lengths)

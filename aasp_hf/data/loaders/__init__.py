@@ -27,7 +27,6 @@ from .sound_events import load_sound_events
 from .speech_commands import load_speech_commands
 from .urbansound8k import load_urbansound8k
 
-
 # {name or alias: loader(root, **options)} of every record (`dataset_records`), with the options a name fixes bound
 # (`LOADERS["as2m"]` loads AS-2M, not the loader's default variant)
 LOADERS = {
