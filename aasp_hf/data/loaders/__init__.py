@@ -48,7 +48,9 @@ def load(name: str, root=None, **kwargs):
     if record is not None:
         return record.loader(_require_root(name, root), **{**record.loader_options, **kwargs})
     if root is not None:
-        raise ValueError(f"Unknown dataset {name!r} with root={root!r}: known names are {known_names()}.")
+        raise ValueError(
+            f"Unknown dataset {name!r} with root={root!r}: known names are {known_names()} (any case, '-' or '_')."
+        )
     return load_audio_dataset(name, **kwargs)
 
 
