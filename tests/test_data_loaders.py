@@ -370,6 +370,31 @@ def test_audiofolder_and_unknown_name(tmp_path):
         data.load("esc-51", root=tmp_path)
 
 
+def test_every_dataset_record_has_its_loader_and_what_its_options_need():
+    """Each record's loader is a public loader of `data.loaders` that takes the root first and the options the record
+    fixes or asks for; `LOADERS` gives every name the loader with those options bound, as `load` calls it."""
+    import inspect
+
+    from aasp_hf.data import loaders
+    from aasp_hf.data.loaders.dataset_records import DATASET_RECORDS, TASK_TYPES
+
+    for name, record in DATASET_RECORDS.items():
+        assert record.name == name and record.task_type in TASK_TYPES
+        assert getattr(loaders, record.loader.__name__) is record.loader and record.loader.__name__ in loaders.__all__
+        parameters = inspect.signature(record.loader).parameters
+        assert next(iter(parameters)) == "root", name  # load() passes the root first
+        accepts_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+        assert all(option in parameters or accepts_any for option in record.loader_options), name
+        required = {p.name for p in parameters.values() if p.default is p.empty and p.kind is not p.VAR_KEYWORD}
+        assert ("metadata_csv" in required) == record.needs_metadata_csv, name
+        assert ("audio_dir" in parameters) == record.audio_dir_option, name
+        assert all(isinstance(n, int) and n > 0 for n in record.official.values()), name
+        for alias in record.names:
+            bound = loaders.LOADERS[alias]
+            assert getattr(bound, "func", bound) is record.loader
+            assert getattr(bound, "keywords", {}) == dict(record.loader_options)
+
+
 # ------------------------------------------------------------------------------------------------------
 # Decode failures in training
 # ------------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The downstream protocol (aasp_hf.data.protocol): EVAR's K-fold validation (a seeded random 10 % of
 the training folds), training on the whole training set when selecting on test or on the last step, the task key,
-clip length and labels that both scripts take from `load_downstream`, and the gradient accumulation that makes up a
-preset's global batch on any number of processes."""
+clip length and labels that both scripts take from `load_downstream`, the gradient accumulation that makes up a
+preset's global batch on any number of processes, and the one record per dataset that `load`, `data.check` and the
+protocol all read (every alias gives its dataset's record and published clip length)."""
 
 import logging
 
@@ -73,7 +74,7 @@ def test_audioset_like_dataset_trains_on_all_of_train_unless_selecting_on_valida
 
 
 def test_load_downstream_names_the_task_and_its_clip_length_and_picks_the_test_folds(monkeypatch):
-    import aasp_hf.data as data
+    from aasp_hf import data
     from aasp_hf.data import protocol
 
     dataset = fold_dataset()
@@ -117,3 +118,127 @@ def test_global_batch_is_made_up_by_accumulation(caplog):
         gradient_accumulation_for(128, 32, 8)
     with pytest.raises(ValueError, match="contradicts"):
         gradient_accumulation_for(128, 32, 1, 2)
+
+
+# ---- one record per dataset: the names that load(), data.check and the protocol know ---------------------------------
+# Every name or alias that any of the three accepted when each kept its own table, and spellings of them, with the
+# dataset's record and its published clip length (None: none is published, the protocol measures the clips). Where
+# the protocol's table lacked an alias that the loader accepted (voxceleb, speechcommands, esc_50), the run silently
+# got the measured mean clip length instead of the published one.
+NAMES_AND_LENGTHS = {
+    **dict.fromkeys(("as20k", "audioset", "AudioSet", "as-20k"), ("as20k", 10.0)),
+    **dict.fromkeys(("as2m", "AS2M"), ("as2m", 10.0)),
+    **dict.fromkeys(("esc50", "esc_50", "ESC-50"), ("esc50", 5.0)),
+    **dict.fromkeys(("us8k", "urbansound8k", "UrbanSound8K"), ("us8k", 4.0)),
+    **dict.fromkeys(("scv2", "speech_commands", "speechcommands", "Speech-Commands"), ("scv2", 1.0)),
+    "nsynth": ("nsynth", 4.0),
+    **dict.fromkeys(("cremad", "crema_d", "CREMA-D"), ("cremad", 2.5)),
+    "gtzan": ("gtzan", 30.0),
+    "voxforge": ("voxforge", 5.8),
+    "surge": ("surge", 4.0),
+    **dict.fromkeys(("voxceleb1", "voxceleb", "VoxCeleb"), ("voxceleb1", 8.2)),
+    **dict.fromkeys(("sound_events", "sound-events", "soundevents", "desed", "DESED"), ("sound_events", 10.0)),
+    **dict.fromkeys(("audiofolder", "AudioFolder"), ("audiofolder", None)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NAMES_AND_LENGTHS))
+def test_every_name_and_alias_is_its_datasets_record_in_load_check_and_the_protocol(name, monkeypatch):
+    import dataclasses
+
+    from aasp_hf import data
+    from aasp_hf.data import check, protocol
+    from aasp_hf.data.loaders import dataset_records
+    from aasp_hf.feature_extraction_aasp import AaspFeatureExtractor
+
+    expected, seconds = NAMES_AND_LENGTHS[name]
+    record = dataset_records.DATASET_RECORDS[expected]
+    assert dataset_records.find_record(name) is record and record.clip_seconds == seconds
+    # load(): the record's loader, with the options the name fixes (AudioSet's variant)
+    calls = []
+    fake = dataclasses.replace(record, loader=lambda root, **options: calls.append((root, options)))
+    monkeypatch.setitem(dataset_records._REGISTRY, expected, fake)
+    data.load(name, root="/data")
+    assert calls == [("/data", dict(record.loader_options))]
+    # data.check: the record's name, hence its official counts and audio folder
+    assert check.canonical_name(name) == expected
+    # the protocol: the record's task and published length, never the measured mean where one is published
+    monkeypatch.setattr(protocol, "mean_clip_seconds", lambda rows, max_clips=1000: (3.21, 4))
+    task = protocol.evar_task(name)
+    loaded = DatasetDict({"train": fold_dataset().remove_columns("fold")})
+    assert task == record.task
+    assert protocol.downstream_clip_seconds(task, None, loaded) == (seconds if seconds is not None else 3.21)
+    assert protocol.DownstreamTask(task, {}, False, [], 1.0).frame_level == (record.task_type == "sound events")
+    # the fine-tuning collator's task=: the same length, or the same refusal where none is published
+    if seconds is None:
+        with pytest.raises(ValueError, match="pass clip_seconds="):
+            data.AaspFineTuningCollator(AaspFeatureExtractor(), task=name)
+    else:
+        assert data.AaspFineTuningCollator(AaspFeatureExtractor(), task=name).clip_seconds == seconds
+
+
+@pytest.mark.parametrize("alias", ["voxceleb", "speechcommands", "esc_50"])
+def test_load_downstream_gives_an_alias_its_datasets_published_clip_length(alias, monkeypatch):
+    from aasp_hf.data import protocol
+
+    expected, seconds = NAMES_AND_LENGTHS[alias]
+    table = fold_dataset().remove_columns("fold")
+    monkeypatch.setattr(protocol, "load", lambda name, root=None, **kwargs: DatasetDict({"train": table}))
+    monkeypatch.setattr(protocol, "mean_clip_seconds", lambda *args, **kwargs: pytest.fail("clips measured"))
+    task = protocol.load_downstream(alias, root="/data")
+    assert (task.task, task.clip_seconds) == (protocol.evar_task(expected), seconds)
+
+
+def test_one_new_record_is_all_that_load_check_and_the_protocol_need(tmp_path, monkeypatch):
+    """A dataset added as one record, and nothing else, is loaded by `load`, checked by `data.check` against its
+    official counts and audio folder, and given its task and clip length by the protocol, under its name or alias."""
+    import numpy as np
+    import soundfile as sf
+    from datasets import Audio
+
+    from aasp_hf import data
+    from aasp_hf.data import check, protocol
+    from aasp_hf.data.loaders import dataset_records
+    from aasp_hf.feature_extraction_aasp import AaspFeatureExtractor
+
+    for index in range(7):  # six clips the loader reads, one that no split names
+        (tmp_path / "clips").mkdir(exist_ok=True)
+        sf.write(str(tmp_path / "clips" / f"{index}.wav"), np.zeros(1600, dtype=np.float32), 16000)
+    options_seen = []
+
+    def load_toyset(root, *, marker=None):
+        options_seen.append(marker)
+        clips = sorted(str(path) for path in (tmp_path / "clips").glob("*.wav"))[:6]
+        features = Features({"audio": Audio(sampling_rate=16000), "label": ClassLabel(names=["a", "b"])})
+        table = Dataset.from_dict({"audio": clips, "label": [i % 2 for i in range(6)]}, features=features)
+        return DatasetDict({"train": table.select(range(4)), "test": table.select(range(4, 6))})
+
+    assert dataset_records.find_record("toy") is None
+    with pytest.raises(ValueError, match="Unknown dataset 'toy'"):
+        data.load("toy", root=tmp_path)
+    record = dataset_records.DatasetRecord(
+        "toyset",
+        load_toyset,
+        task="toyset",
+        task_type="single-label",
+        clip_seconds=3.0,
+        aliases=("toy",),
+        loader_options={"marker": "bound"},
+        official={"train": 4, "test": 3},
+        audio_dir="clips",
+    )
+    monkeypatch.setitem(dataset_records._REGISTRY, "toyset", record)
+
+    assert list(data.load("TOY", root=tmp_path)) == ["train", "test"] and options_seen == ["bound"]
+    report = check.check_dataset("toy", tmp_path)
+    assert report["name"] == "toyset" and report["errors"] == []
+    assert {row["split"]: (row["clips"], row["official"]) for row in report["splits"]} == {
+        "train": (4, 4),
+        "test": (2, 3),
+    }
+    assert report["unnamed_files"] == {"folder": str(tmp_path / "clips"), "count": 1, "examples": ["clips/6.wav"]}
+    assert check.main(["toy", "--root", str(tmp_path)]) == 0
+    monkeypatch.setattr(protocol, "mean_clip_seconds", lambda *args, **kwargs: pytest.fail("clips measured"))
+    task = protocol.load_downstream("toy", root=tmp_path)
+    assert (task.task, task.clip_seconds, task.label_names) == ("toyset", 3.0, ["a", "b"])
+    assert data.AaspFineTuningCollator(AaspFeatureExtractor(), task="toy").clip_seconds == 3.0

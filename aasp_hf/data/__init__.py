@@ -1,7 +1,9 @@
 # Copyright 2026 The aasp_hf authors. Licensed under the Apache License, Version 2.0.
 """Data for pre-training and for the paper's downstream protocols (Sec. Datasets, Pre-training Setup, Training Setup).
 
-- `loaders/`: one loader per dataset in its official layout (`load(name, root=...)`, `LOADERS`, `load_esc50`, ...).
+- `loaders/`: one loader per dataset in its official layout (`load(name, root=...)`, `LOADERS`, `load_esc50`, ...),
+  and one record per dataset (`DATASET_RECORDS`, `find_record`: its loader, names, clip length, official counts),
+  which `load`, `check` and `protocol` all read.
 - `splits`: cross-validation folds, a held-out test split, streaming shards and one rank's part of them.
 - `protocol`: the downstream protocol of the fine-tuning and linear-evaluation scripts (`load_downstream`: EVAR task
   key and clip length, label names, test folds and the validation split).
@@ -16,7 +18,6 @@ See docs/datasets.md. The model files never import this package.
 
 import importlib
 
-
 # The names are imported on first use (PEP 562), not with the package: pre-training from arrays in memory
 # (`--synthetic_clips`, `clips`, `collators`, `masking`) imports neither `datasets` nor `soundfile`, which the loaders,
 # `protocol` and `splits` import; the GPU acceptance check runs where only those modules are installed
@@ -27,7 +28,10 @@ _NAMES = {
     "collators": ("AaspFineTuningCollator", "CLIP_PADDING", "PretrainingCollator", "crop_or_pad"),
     "decoding": ("SAMPLING_RATE", "SafeAudioDecoder", "decode_audio", "filter_decodable", "for_safe_decoding"),
     "loaders": (
+        "DATASET_RECORDS",
+        "DatasetRecord",
         "LOADERS",
+        "find_record",
         "load",
         "load_audio_dataset",
         "load_audioset",
@@ -57,6 +61,7 @@ _NAMES = {
         "kfold_part",
         "label_info",
         "load_downstream",
+        "published_clip_seconds",
         "reported_test_split",
     ),
     "samplers": ("ClassBalancedSampler", "class_balanced_weights"),
@@ -79,47 +84,47 @@ def __dir__():
 
 
 __all__ = [
+    "CLIP_PADDING",
+    "DATASET_RECORDS",
+    "EVAR_CLIP_SECONDS",
+    "KFOLD_VALIDATION",
+    "LOADERS",
+    "SAMPLING_RATE",
+    "SELECT_ON",
+    "TASK_ALIASES",
     "AaspFineTuningCollator",
     "AudioClips",
     "AudioStream",
     "ClassBalancedSampler",
-    "class_balanced_weights",
-    "CLIP_PADDING",
-    "compute_mel_statistics",
-    "crop_or_pad",
-    "decode_clip",
-    "EVAR_CLIP_SECONDS",
+    "DatasetRecord",
+    "DownstreamTask",
     "FailedClip",
     "FailureLog",
-    "KFOLD_VALIDATION",
-    "LOADERS",
     "PretrainingCollator",
-    "SELECT_ON",
-    "SAMPLING_RATE",
-    "TASK_ALIASES",
     "SafeAudioDecoder",
+    "class_balanced_weights",
+    "compute_mel_statistics",
+    "crop_or_pad",
     "decode_audio",
+    "decode_clip",
     "describe_protocol",
-    "DownstreamTask",
     "downstream_clip_seconds",
     "downstream_parts",
     "evar_clip_seconds",
     "evar_task",
     "filter_decodable",
-    "split_by_folds",
-    "reported_test_split",
-    "with_test_split",
+    "find_record",
+    "for_safe_decoding",
     "is_kfold",
     "kfold_part",
     "label_info",
     "list_audiofolder",
-    "for_safe_decoding",
     "load",
     "load_audio_dataset",
     "load_audioset",
     "load_clips",
-    "load_downstream",
     "load_cremad",
+    "load_downstream",
     "load_esc50",
     "load_evar_task",
     "load_gtzan",
@@ -129,7 +134,11 @@ __all__ = [
     "load_urbansound8k",
     "load_voxceleb1",
     "load_voxforge",
+    "published_clip_seconds",
     "replace_failed",
+    "reported_test_split",
+    "split_by_folds",
     "split_for_node",
     "to_streaming",
+    "with_test_split",
 ]

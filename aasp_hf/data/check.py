@@ -2,12 +2,12 @@
 """Check a prepared copy of a dataset before training on it: `python -m aasp_hf.data.check NAME --root DIR [...]`.
 
 The check runs the dataset's own loader (the same options: `--metadata_csv`, `--audio_dir`, `--split_file`, ...)
-and reports, per split (per fold for ESC-50 and UrbanSound8K), the clip count beside the official one
-(`OFFICIAL`; docs/datasets.md gives the source of each number), the files the metadata names that are missing, the
-audio files under the audio folder that no split names, the sample rates, channels and formats found in the file
-headers (soundfile's header reader; torchcodec's stream metadata for mp3/m4a; no audio is decoded; a seeded sample of
-`--sample_files` files when there are more), the number of labels, and for AudioSet each split's coverage (segments
-with a file / segments in its CSVs).
+and reports, per split (per fold for ESC-50 and UrbanSound8K), the clip count beside the official one (the
+dataset record's `official`; docs/datasets.md gives the source of each number), the files the metadata names that
+are missing, the audio files under the audio folder (the record's) that no split names, the sample rates, channels
+and formats found in the file headers (soundfile's header reader; torchcodec's stream metadata for mp3/m4a; no audio
+is decoded; a seeded sample of `--sample_files` files when there are more), the number of labels, and for AudioSet
+each split's coverage (segments with a file / segments in its CSVs).
 
 It exits with 1, after one line per problem, when the loader refuses the copy (a metadata file missing, audio files
 the metadata names missing, an unknown label: the loader's own message) or a split is empty; with 0 otherwise.
@@ -32,69 +32,38 @@ from torchcodec.decoders import AudioDecoder
 from ..errors import UsageError
 from .audiofolder import AUDIO_EXTENSIONS
 from .loaders import load
+from .loaders.dataset_records import DATASET_RECORDS, find_record
 from .loaders.layout import default_audio_dir, recording_missing_files
 
-
-NAMES = (
-    "as20k",
-    "as2m",
-    "esc50",
-    "us8k",
-    "scv2",
-    "nsynth",
-    "cremad",
-    "gtzan",
-    "voxforge",
-    "surge",
-    "voxceleb1",
-    "sound_events",
-    "audiofolder",
-)
-ALIASES = {
-    "audioset": "as20k",
-    "urbansound8k": "us8k",
-    "speech_commands": "scv2",
-    "crema_d": "cremad",
-    "esc_50": "esc50",
-    "voxceleb": "voxceleb1",
-    "desed": "sound_events",
-}
-EVAR_TASKS = ("cremad", "gtzan", "voxforge", "surge")
-# Official clips per split (per fold for ESC-50 and UrbanSound8K); AudioSet: the segments its CSVs list, as their
-# header lines state (num_segs). Sources: docs/datasets.md, "Checking a prepared copy".
-US8K_FOLDS = (873, 888, 925, 990, 936, 823, 838, 806, 816, 837)
-OFFICIAL = {
-    "as20k": {"train": 22_160, "test": 20_371},
-    "as2m": {"train": 22_160 + 2_041_789, "test": 20_371},
-    "esc50": {**{f"fold {k}": 400 for k in range(1, 6)}, "all": 2_000},
-    "us8k": {**{f"fold {k}": n for k, n in enumerate(US8K_FOLDS, start=1)}, "all": 8_732},
-    "scv2": {"train": 84_843, "validation": 9_981, "test": 11_005},
-    "nsynth": {"train": 289_205, "validation": 12_678, "test": 4_096},
-    "cremad": {"train": 5_155, "validation": 732, "test": 1_551},
-    "gtzan": {"train": 443, "validation": 197, "test": 290},
-    "voxforge": {"train": 121_281, "validation": 26_684, "test": 28_463},
-    "surge": {"train": 148_896, "validation": 17_160, "test": 17_336},
-    "voxceleb1": {"train": 138_361, "validation": 6_904, "test": 8_251},
-    "sound_events": {},  # its splits are the user's tables or the DESED sets chosen: docs/datasets.md gives DESED's
-    "audiofolder": {},
-}
+# The names, aliases, official counts and EVAR tasks that need --metadata_csv, as the dataset records hold them
+# (`loaders.dataset_records`, one place for load(), this check and the protocol).
+NAMES = tuple(DATASET_RECORDS)
+ALIASES = {alias: record.name for record in DATASET_RECORDS.values() for alias in record.aliases}
+EVAR_TASKS = tuple(record.name for record in DATASET_RECORDS.values() if record.needs_metadata_csv)
+OFFICIAL = {record.name: dict(record.official) for record in DATASET_RECORDS.values()}
 _CONTAINER_FORMATS = (".mp3", ".m4a", ".aac")  # headers read by torchcodec (FFmpeg) rather than libsndfile
 NUM_EXAMPLES = 3
 
 
 def canonical_name(name: str) -> str:
-    key = name.lower().replace("-", "_")
-    return ALIASES.get(key, key)
+    """The record's name of a dataset name or alias (any case, "-" or "_"); a name of no record in lower case, with
+    "_" for "-"."""
+    record = find_record(name)
+    return record.name if record is not None else name.lower().replace("-", "_")
 
 
 def audio_folder(name: str, root: Path, options: dict):
-    """The folder the loader reads the clips from (walked for files that no split names); None for an audiofolder,
-    where the files are the metadata."""
-    if name in ("as20k", "as2m", "voxceleb1"):  # the loader's own default
-        return default_audio_dir(root, options.get("audio_dir"), "wav" if name == "voxceleb1" else "audio")
-    if name in ("esc50", "us8k"):
-        return root / "audio"
-    return None if name == "audiofolder" else root
+    """The folder the loader reads the clips from (walked for files that no split names), as the dataset's record
+    says: its `audio_dir` under `root`, or the loader's own default where it takes `--audio_dir`; None for an
+    audiofolder, where the files are the metadata; `root` for a name of no record."""
+    record = find_record(name)
+    if record is None:
+        return root
+    if record.audio_dir is None:
+        return None
+    if record.audio_dir_option:
+        return default_audio_dir(root, options.get("audio_dir"), record.audio_dir)
+    return root / record.audio_dir
 
 
 def audio_files_under(folder: Path, skip_dirs=("_background_noise_",)) -> list:
@@ -124,7 +93,7 @@ def header_summary(paths: list, sample_files: int, seed: int) -> dict:
     for path in chosen:
         try:
             rate, num_channels, kind = read_header(path)
-        except Exception as error:  # a header neither reader understands: the clip would fail to decode too
+        except Exception as error:  # noqa: BLE001 - a header neither reader reads: the clip would fail to decode too
             unreadable.append(f"{path} ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})")
             continue
         rates[rate] += 1
@@ -226,7 +195,8 @@ def check_dataset(name: str, root, *, sample_files: int = 200, seed: int = 0, **
     report["errors"] += [entry["message"] for entry in missing_record]
 
     # per split (per fold for a dataset with official folds): clips, official, missing files; AudioSet: coverage
-    official = OFFICIAL.get(name, {})
+    record = find_record(name)
+    official = record.official if record is not None else {}
     missing_clips = getattr(dataset, "missing_clips", None) or {}
     named, labels_used, label_feature = set(), set(), None
     parts = []
@@ -247,7 +217,7 @@ def check_dataset(name: str, root, *, sample_files: int = 200, seed: int = 0, **
     present = set()
     folder = audio_folder(name, root, options)
     if folder is not None and folder.is_dir():
-        present = set(audio_files_under(folder, skip_dirs=("_background_noise_",) if name == "scv2" else ()))
+        present = set(audio_files_under(folder, skip_dirs=record.unread_folders if record is not None else ()))
     missing_files = []
     for part, paths in parts:
         missing = [p for p in paths if p not in present and not os.path.isfile(p)]
@@ -381,7 +351,10 @@ def parse_args(argv=None):
         description="Check a prepared copy of a dataset against its loader and the official split sizes "
         "(docs/datasets.md, 'Checking a prepared copy').",
     )
-    parser.add_argument("name", help=f"the dataset: {', '.join(NAMES)} (or {', '.join(sorted(ALIASES))})")
+    parser.add_argument(
+        "name",
+        help=f"the dataset: {', '.join(NAMES)} (or {', '.join(sorted(ALIASES))}; case, '-' and '_' do not matter)",
+    )
     parser.add_argument("--root", required=True, help="the folder you would pass to data.load(NAME, root=...)")
     parser.add_argument("--metadata_csv", help="EVAR's metadata CSV (cremad, gtzan, voxforge, surge)")
     parser.add_argument("--audio_dir", help="the audio folder, where it is not the default (AudioSet, VoxCeleb1)")
@@ -407,11 +380,12 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     datasets.disable_progress_bars()  # an audiofolder is built by datasets: its bars would interleave the report
-    name = canonical_name(args.name)
-    if name not in NAMES:
+    record = find_record(args.name)
+    if record is None:
         print(f"error: unknown dataset {args.name!r}; use one of {', '.join(NAMES)}.", file=sys.stderr)
         return 2
-    if name in EVAR_TASKS and not args.metadata_csv:
+    name = record.name
+    if record.needs_metadata_csv and not args.metadata_csv:
         print(f"error: {name} needs --metadata_csv, EVAR's metadata CSV for it (docs/datasets.md).", file=sys.stderr)
         return 2
     if args.sample_files < 1:

@@ -154,7 +154,7 @@ class PretrainingCollator:
         self.feature_extractor = feature_extractor
         self.config = config
         self.sampling_rate = feature_extractor.sampling_rate
-        self.crop_samples = int(round(crop_seconds * self.sampling_rate))
+        self.crop_samples = int(round(crop_seconds * self.sampling_rate))  # noqa: RUF046 - numpy 1's round: a float
         self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
         self.device = device
 
@@ -319,7 +319,8 @@ class AaspFineTuningCollator:
 
     Args:
         feature_extractor: an `AaspFeatureExtractor`.
-        task: a key of `EVAR_CLIP_SECONDS` (e.g. "esc50") or pass `clip_seconds`.
+        task: a key of `EVAR_CLIP_SECONDS` (e.g. "esc50") or a dataset name or alias of one (e.g. "as20k"), or pass
+            `clip_seconds`.
         split: "train"/"validation" (random crop) or "test" (first segment).
         num_labels: with it, labels are multi-hot float (B, num_labels) (AudioSet); else int64 (B,).
         seed: seeds the crop positions.
@@ -345,16 +346,18 @@ class AaspFineTuningCollator:
         if padding not in CLIP_PADDING:
             raise ValueError(f"padding={padding!r}: use one of {CLIP_PADDING}.")
         if clip_seconds is None:
-            from .protocol import EVAR_CLIP_SECONDS  # here: protocol imports datasets, pre-training needs none
+            # here: protocol imports datasets, pre-training needs none
+            from .protocol import EVAR_CLIP_SECONDS, published_clip_seconds
 
-            if task not in EVAR_CLIP_SECONDS:
+            # a dataset name or alias gives its task's length, as load_downstream gives it ("as20k": AudioSet's)
+            clip_seconds = published_clip_seconds(task) if isinstance(task, str) else None
+            if clip_seconds is None:
                 raise ValueError(f"task={task!r}: pass clip_seconds= or one of {sorted(EVAR_CLIP_SECONDS)}.")
-            clip_seconds = EVAR_CLIP_SECONDS[task]
         if split not in ("train", "validation", "valid", "test"):
             raise ValueError(f"split={split!r}: use 'train', 'validation' or 'test'.")
         self.feature_extractor = feature_extractor
         self.clip_seconds = clip_seconds
-        self.num_samples = int(round(clip_seconds * SAMPLING_RATE))
+        self.num_samples = int(round(clip_seconds * SAMPLING_RATE))  # noqa: RUF046 - numpy 1's round: a float
         self.random_crop = split != "test"
         self.num_labels = num_labels
         self.label_column = label_column

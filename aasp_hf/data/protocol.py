@@ -18,9 +18,10 @@ Rules, each named by an argument value that the scripts record in their results:
   the reported score are on voices or places training never heard. A random draw shares the sources with training
   and rewards a model that has learnt them rather than the classes, which a small folder of few speakers invites.
   A dataset's own test split and folds are kept as they are.
-- Clip length: the EVAR length of the task (`EVAR_CLIP_SECONDS`), or `--clip_seconds`; a dataset without one (an
-  audiofolder of the user's own clips) gets the mean length of its training clips (`downstream_clip_seconds`), as
-  EVAR's own lengths for its variable-length tasks are the datasets' mean clip lengths (VoxCeleb1: 8.2 s).
+- Clip length: the EVAR length of the task (`EVAR_CLIP_SECONDS`, from the dataset's record, the same for every
+  alias of its name), or `--clip_seconds`; a dataset without one (an audiofolder of the user's own clips) gets the
+  mean length of its training clips (`downstream_clip_seconds`), as EVAR's own lengths for its variable-length tasks
+  are the datasets' mean clip lengths (VoxCeleb1: 8.2 s).
 - Sound events (`sound_events`, DESED): the rows are recordings, so a validation or test held out of train takes
   whole files with all their events, as for any other single-split dataset; `group_by` takes whole sources of them
   (DESED's clips: `'^Y(.{11})_'`, the YouTube video). The clip length is the training window, 10 s.
@@ -40,8 +41,8 @@ from datasets import DatasetDict
 from ..errors import UsageError
 from .decoding import decode_audio, for_safe_decoding
 from .loaders import load
+from .loaders.dataset_records import DATASET_RECORDS, find_record
 from .splits import source_groups, split_by_folds, split_by_groups, with_test_split
-
 
 logger = logging.getLogger(__name__)
 
@@ -49,36 +50,19 @@ KFOLD_VALIDATION = ("evar", "next")
 SELECT_ON = ("validation", "test", "last")
 SPLITS = ("train", "validation", "test")
 
-# EVAR clip lengths in seconds (`unit_sec` of `_defs` in EVAR's evar/ds_tasks.py; the paper's linear evaluation follows
-# EVAR, Sec. Training Setup): fine-tuning crops/pads each clip to this length.
+# The published clip length of each EVAR task key (fine-tuning crops/pads each clip to it) and the dataset names
+# whose task key differs, both read off the dataset records (`loaders.dataset_records`), where they are set. The
+# functions below (`evar_task`, `published_clip_seconds`) find a name's record themselves, whatever its case, "-" and
+# "_"; these tables are what the records held at import, for reading and messages.
 EVAR_CLIP_SECONDS = {
-    "audioset": 10.0,
-    "esc50": 5.0,
-    "us8k": 4.0,
-    "scv2": 1.0,
-    "nsynth": 4.0,
-    "cremad": 2.5,
-    "voxceleb1": 8.2,
-    "voxforge": 5.8,
-    "gtzan": 30.0,
-    "surge": 4.0,
-    # not an EVAR task: the training window cut from each recording, 10 s as DCASE task 4's clips (DESED_task's
-    # recipes: `audio_max_len: 10`); longer recordings give a random window per step, shorter ones are padded.
-    "sound_events": 10.0,
+    record.task: record.clip_seconds for record in DATASET_RECORDS.values() if record.clip_seconds is not None
+}
+TASK_ALIASES = {
+    name: record.task for record in DATASET_RECORDS.values() for name in record.names if name != record.task
 }
 
 MAX_DRAWS = 100
 MAX_MEASURED_CLIPS = 1000  # clips whose length is read to derive a clip length (spread evenly over the split)
-# dataset names (lower case, without "-") whose EVAR task key differs
-TASK_ALIASES = {
-    "as20k": "audioset",
-    "as2m": "audioset",
-    "urbansound8k": "us8k",
-    "speech_commands": "scv2",
-    "crema_d": "cremad",
-    "soundevents": "sound_events",  # "sound-events" without its "-"
-    "desed": "sound_events",
-}
 
 
 def kfold_part(
@@ -311,15 +295,26 @@ def describe_sources(splits: dict, group_by: str) -> str:
 
 
 def evar_task(dataset: str, task: str | None = None) -> str:
-    """The EVAR task key (of `EVAR_CLIP_SECONDS`) of a dataset name, or of `task` when given: "as20k" -> "audioset",
-    "crema_d" -> "cremad", ..."""
-    task = task or dataset.lower().replace("-", "")
-    return TASK_ALIASES.get(task, task)
+    """The EVAR task key (of `EVAR_CLIP_SECONDS`) of a dataset name, or of `task` when given, from the record that
+    `load` reads for the same name: "as20k" -> "audioset", "CREMA-D" -> "cremad", "voxceleb" -> "voxceleb1", ...
+    A name of no record (a user's audiofolder, a Hub id) is its own key: `task` as given, else the dataset name in
+    lower case without "-"."""
+    record = find_record(task or dataset)
+    if record is not None:
+        return record.task
+    return task or dataset.lower().replace("-", "")
+
+
+def published_clip_seconds(name: str) -> float | None:
+    """The published clip length of a task key, dataset name or alias (its dataset record's), None where none is
+    published (an audiofolder, a name of no record)."""
+    record = find_record(name)
+    return record.clip_seconds if record is not None else None
 
 
 def evar_clip_seconds(task: str, clip_seconds: float | None = None) -> float:
     """`clip_seconds` when given, else the EVAR clip length of `task`; a ValueError names the known tasks."""
-    seconds = clip_seconds or EVAR_CLIP_SECONDS.get(task)
+    seconds = clip_seconds or published_clip_seconds(task)
     if seconds is None:
         raise UsageError(
             f"No EVAR clip length for task {task!r}: pass --clip_seconds or one of "
@@ -343,7 +338,7 @@ def mean_clip_seconds(rows, max_clips: int = MAX_MEASURED_CLIPS) -> tuple[float,
             seconds = AudioDecoder(cell.get("bytes") or cell["path"]).metadata.duration_seconds
             if seconds is None:
                 seconds = len(decode_audio(cell)) / 16000
-        except Exception:  # noqa: BLE001 - an unreadable clip is skipped later too; it does not set the length
+        except Exception:  # noqa: BLE001, S112 - an unreadable clip is skipped later too; it does not set the length
             continue
         lengths.append(seconds)
     return (float(np.mean(lengths)) if lengths else float("nan")), len(lengths)
@@ -355,7 +350,7 @@ def downstream_clip_seconds(task: str, clip_seconds: float | None, loaded) -> fl
     its first), rounded to 10 ms, with a line in the log saying so. EVAR's lengths for its variable-length tasks are
     those datasets' mean clip lengths (VoxCeleb1: 8.2 s), so this extends its rule to a new dataset; shorter clips
     are padded and longer ones cropped to it."""
-    if clip_seconds or task in EVAR_CLIP_SECONDS:
+    if clip_seconds or published_clip_seconds(task) is not None:
         return evar_clip_seconds(task, clip_seconds)
     rows = loaded["train"] if "train" in loaded else next(iter(loaded.values()))
     seconds, measured = mean_clip_seconds(rows)
@@ -425,7 +420,11 @@ def is_kfold(parts: dict) -> bool:
     return all(part.startswith("fold") for part in parts)
 
 
-FRAME_LEVEL_TASKS = ("sound_events",)  # tasks whose records are recordings with timed events
+# tasks whose rows are recordings with timed events (`task_type` "sound events" in their dataset records, which
+# `DownstreamTask.frame_level` reads)
+FRAME_LEVEL_TASKS = tuple(
+    dict.fromkeys(record.task for record in DATASET_RECORDS.values() if record.task_type == "sound events")
+)
 
 
 @dataclass
@@ -442,7 +441,8 @@ class DownstreamTask:
     @property
     def frame_level(self) -> bool:
         """Recordings with timed events (strong labels), for a frame classifier, not clips with labels."""
-        return self.task in FRAME_LEVEL_TASKS
+        record = find_record(self.task)
+        return record is not None and record.task_type == "sound events"
 
 
 def load_downstream(

@@ -35,3 +35,9 @@ def load_audio_dataset(path_or_id, *, audio_column=None, streaming=False, **load
     if isinstance(dataset, (DatasetDict, IterableDatasetDict)):
         return dataset
     return DatasetDict(splits)
+
+
+def load_audiofolder(root, **load_kwargs):
+    """An audiofolder at `root` (one sub-folder of clips per class): `load_audio_dataset` of that folder, which reads
+    a directory as an audiofolder."""
+    return load_audio_dataset(str(root), **load_kwargs)
