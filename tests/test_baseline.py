@@ -149,3 +149,57 @@ def test_the_scripts_refuse_an_unknown_baseline_in_one_line():
         args = script.parse_args(["--model_name_or_path", "x", "--baseline", "none", "--baseline_max_clips", "7"])
         assert (args.baseline, args.baseline_max_clips) == ("none", 7)
     assert finetune.parse_args(["--model_name_or_path", "x"]).baseline_max_clips == baseline.DEFAULT_MAX_CLIPS
+
+
+@pytest.mark.parametrize(
+    "seeds, scores, group_by, baseline_score, warned",
+    [
+        ([0], [0.333], "^([a-z0-9-]+)_", 0.735, True),  # one seed: the baseline 40 points ahead
+        ([0], [0.70], "^([a-z0-9-]+)_", 0.72, False),  # one seed, 2 points: within the stated 3
+        ([0], [0.333], None, 0.735, False),  # sources not held out: the sentence is about unseen sources
+        ([0, 1, 2], [0.60, 0.62, 0.64], "speaker", 0.65, True),  # 3 points ahead, seeds' std 2
+        ([0, 1, 2], [0.55, 0.62, 0.69], "speaker", 0.65, False),  # 3 points ahead, seeds' std 7
+    ],
+)
+def test_the_baseline_winning_on_unseen_sources_is_one_sentence_in_the_summary_and_results_md(
+    seeds, scores, group_by, baseline_score, warned
+):
+    mean, std = float(np.mean(scores)), float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0
+    summary = {
+        "task": "audiofolder",
+        "metric": "accuracy",
+        "seeds": seeds,
+        "test_mean": mean,
+        "test_std": std,
+        "arguments": {"group_by": group_by},
+    }
+    block = {"name": baseline.NAME, "test_mean": baseline_score, "error": "not computed here"}
+    attached = baseline.attach(summary, block)
+    sentence = attached.get("unseen_sources_warning")
+    assert (sentence is not None) == warned
+    if warned:
+        lead = 100 * (baseline_score - mean)
+        assert f"beats the model by {lead:.1f} points of accuracy" in sentence
+        assert "use the baseline's predictions, start from a pre-trained encoder, or add sources" in sentence
+        assert f"**{sentence}**" in "\n".join(baseline_markdown(attached))
+
+
+def test_the_sentence_is_the_summary_s_last_line_and_goes_into_every_model_card(tmp_path, monkeypatch):
+    from aasp_hf.training.finetuning_summary import warn_in_model_cards
+
+    summary = {"task": "t", "metric": "accuracy", "seeds": [0], "test_mean": 0.3, "test_std": 0.0}
+    summary["arguments"] = {"group_by": "speaker"}
+    lines = []
+    parts = {"official": {"train": [], "test": []}}
+    block = {"name": baseline.NAME, "test_mean": 0.7, "seconds": 0.1}
+    monkeypatch.setattr(baseline, "safe_log_mel_baseline", lambda *args, **kwargs: block)  # its fit: tested above
+    result = baseline.with_baseline(summary, lambda s: None, "logmel", parts, 1.0, False, 2, 0, 0, lines.append)
+    assert lines[-1] == result["unseen_sources_warning"]
+    for folder in (tmp_path, tmp_path / "official_seed0", tmp_path / "official_seed1"):
+        folder.mkdir(exist_ok=True)
+        (folder / "README.md").write_text("# AaSP audio classifier\n\nscores\n")
+    warn_in_model_cards(tmp_path, result["unseen_sources_warning"])
+    warn_in_model_cards(tmp_path, result["unseen_sources_warning"])  # a rerun adds nothing twice
+    for folder in (tmp_path, tmp_path / "official_seed0", tmp_path / "official_seed1"):
+        card = (folder / "README.md").read_text()
+        assert card.count(result["unseen_sources_warning"]) == 1 and "## On sources training never heard" in card

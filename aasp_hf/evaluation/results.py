@@ -97,6 +97,8 @@ def baseline_markdown(summary: dict) -> list[str]:
     if not baseline:
         return []
     lines = [f"**The model is {summary['baseline_verdict']}.**", ""] if summary.get("baseline_verdict") else []
+    if summary.get("unseen_sources_warning"):
+        lines += [f"**{summary['unseen_sources_warning']}**", ""]
     lines += [f"## Baseline: {baseline['name']}", ""]
     if "error" in baseline:
         return lines + [f"Not computed: {baseline['error']}.", ""]

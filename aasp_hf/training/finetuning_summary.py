@@ -84,7 +84,7 @@ def write_summary(summary: dict, args, parts: dict, multi_label: bool, event_lab
         summary = {**summary, "sound_events": frame_detection.mean_scores(summary["runs"])}
         write(summary)
         return frame_detection.with_frame_baseline(summary, write, args.baseline, parts, event_labels)
-    return logmel_baseline.with_baseline(
+    summary = logmel_baseline.with_baseline(
         summary,
         write,
         args.baseline,
@@ -95,3 +95,14 @@ def write_summary(summary: dict, args, parts: dict, multi_label: bool, event_lab
         args.baseline_max_clips,
         crop_seed=EVAL_CROP_SEED,
     )
+    if summary.get("unseen_sources_warning"):
+        warn_in_model_cards(output_dir, summary["unseen_sources_warning"])
+    return summary
+
+
+def warn_in_model_cards(output_dir: Path, sentence: str):
+    """`sentence` added to the model card of the run (README.md in --output_dir) and of each sub-run of a sweep
+    (<part>_seed<k>/README.md), so that a model shared from any of them says it."""
+    for card in [output_dir / "README.md", *sorted(output_dir.glob("*_seed*/README.md"))]:
+        if card.is_file() and sentence not in (text := card.read_text()):
+            write_text_atomically(card, f"{text.rstrip()}\n\n## On sources training never heard\n\n**{sentence}**\n")
