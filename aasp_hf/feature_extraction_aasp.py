@@ -349,6 +349,9 @@ _PCM_SCALE = {  # integer PCM -> float in [-1, 1): (x - offset) / scale
 # Keys besides the constructor's own that transformers passes back to `__init__` when it loads a saved
 # preprocessor_config.json (`from_dict`): written by `to_dict`, `register_for_auto_class` and processors.
 SAVED_KEYS = ("feature_extractor_type", "auto_map", "processor_class", "padding_side")
+# `normalize_per_clip`: the smallest standard deviation a bin is divided by (in normalised units, where a bin's spread
+# over a clip is of order 1), so that a bin constant over a clip becomes 0 instead of 0 / 0.
+_PER_CLIP_STD_FLOOR = 1e-5
 # A clip longer than this, read whole by default (no max_frames, truncation=True), is warned about once: a long
 # recording is meant to be read in windows.
 LONG_CLIP_SECONDS = 60.0
@@ -394,6 +397,14 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             Default for `__call__(max_frames=...)`; a multiple of `frame_multiple`.
         return_attention_mask (`bool`, *optional*, defaults to `True`):
             Whether to return the frame-level attention mask.
+        per_clip_normalization (`bool`, *optional*, defaults to `False`):
+            Cepstral mean and variance normalisation (CMVN) of each clip on its own, after the normalisation above:
+            every mel bin of a clip is brought to mean 0 and standard deviation 1 over the clip's real frames
+            (`normalize_per_clip`; padding frames are not counted and stay `padding_value`). It removes any fixed
+            gain or equalisation of a recording (a constant per bin of the log-mel), and with it the clip's
+            overall level and colour. A model trained with it must be fed with it: it is saved in
+            preprocessor_config.json, so the pipeline and the tagger apply it; an extractor saved without the key
+            loads with it off.
 
     Any other keyword is refused with a ValueError that names it and the closest valid one (a misspelt setting would
     otherwise be kept as an inert attribute), except the keys a saved preprocessor_config.json holds (`SAVED_KEYS`).
@@ -419,6 +430,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         frame_multiple=TIME_PATCH_SIZE,
         max_frames=None,
         return_attention_mask=True,
+        per_clip_normalization=False,
         **kwargs,
     ):
         unknown = set(kwargs) - set(SAVED_KEYS)
@@ -453,6 +465,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         self.do_normalize = bool(do_normalize)
         self.frame_multiple = int(frame_multiple)
         self.max_frames = max_frames
+        self.per_clip_normalization = bool(per_clip_normalization)
         self._validate_fields()
         self.max_frames = None if max_frames is None else int(max_frames)  # numpy int -> int, for the JSON
 
@@ -489,8 +502,13 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             )
 
     def to_dict(self):
-        """The constructor arguments only: the cached front end (a private attribute) is dropped."""
+        """The constructor arguments only: the cached front end (a private attribute) is dropped, and so is
+        `per_clip_normalization` while it is off, so that such an extractor saves the preprocessor_config.json it saved
+        before the option existed (which versions of this file that predate it still load), while one with it on is
+        refused by them (their list of arguments lacks it) instead of being read without it."""
         output = {k: copy.deepcopy(v) for k, v in self.__dict__.items() if not k.startswith("_")}
+        if not output.get("per_clip_normalization"):
+            output.pop("per_clip_normalization", None)
         output["feature_extractor_type"] = self.__class__.__name__
         return output
 
@@ -525,6 +543,32 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         """``(log_mel - mean) / std``: this extractor's normalisation of an unnormalised log-mel (..., F), a tensor
         or numpy array; returns a new one of the same kind. `__call__` applies it when `do_normalize` is set."""
         return normalize_log_mel(log_mel, self.mean, self.std)
+
+    def normalize_per_clip(self, features, lengths):
+        """Each clip of `features` (B, T, F) normalised per mel bin over its own real frames, its first `lengths[i]`:
+        ``(x - mean) / max(std, 1e-5)``, mean and (population) std of that bin over those frames, computed in two
+        passes in float64 (float32 on MPS, which has no float64), so that a bin constant over the clip (digital
+        silence, an empty filter) becomes exactly 0. Frames from `lengths[i]` on are `padding_value` in the result.
+        `__call__` applies it last when `per_clip_normalization` is set. A tensor or numpy array in, a new one of the
+        same kind and dtype out."""
+        as_numpy = isinstance(features, np.ndarray)
+        x = torch.from_numpy(features) if as_numpy else features
+        if x.dim() != 3 or len(lengths) != x.shape[0]:
+            raise ValueError(
+                f"normalize_per_clip takes (B, T, F) features with B lengths; got shape {tuple(x.shape)} and "
+                f"{len(lengths)} lengths."
+            )
+        accumulate = torch.float32 if x.device.type == "mps" else torch.float64
+        lengths = torch.as_tensor(lengths, device=x.device).reshape(-1, 1)  # (B, 1)
+        real = (torch.arange(x.shape[1], device=x.device)[None, :] < lengths)[..., None]  # (B, T, 1)
+        count = lengths.clamp(min=1)[..., None].to(accumulate)  # (B, 1, 1)
+        wide = x.to(accumulate)  # (B, T, F)
+        mean = torch.where(real, wide, 0.0).sum(dim=1, keepdim=True) / count  # (B, 1, F)
+        centred = torch.where(real, wide - mean, 0.0)  # (B, T, F)
+        std = (centred.square().sum(dim=1, keepdim=True) / count).sqrt()  # (B, 1, F)
+        normalised = (centred / std.clamp(min=_PER_CLIP_STD_FLOOR)).to(x.dtype)  # (B, T, F)
+        out = torch.where(real, normalised, self.padding_value)  # (B, T, F)
+        return out.numpy() if as_numpy else out
 
     def pad_frames(self, features, num_frames=None, lengths=None):
         """Bring the frame axis of `features` (T, F) or (B, T, F) to `num_frames` frames, as `__call__` pads.
@@ -565,6 +609,7 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         device=None,
         mono=False,
         batched=False,
+        per_clip_normalization=None,
         **kwargs,
     ) -> BatchFeature:
         r"""
@@ -600,6 +645,9 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
             mono (`bool`, defaults to `False`): a 2-D input is one multi-channel clip, averaged over its smaller
                 axis (the channels).
             batched (`bool`, defaults to `False`): a 2-D input is a `(batch, samples)` batch whatever its shape.
+            per_clip_normalization (`bool`, *optional*): defaults to `self.per_clip_normalization`; False leaves it
+                out of this call (a training collator that augments the log-mel first, then applies
+                `normalize_per_clip` itself).
 
         Returns:
             [`BatchFeature`] with `input_values` float32 `(B, T, F)` and `attention_mask` int64 `(B, T)`
@@ -657,6 +705,8 @@ class AaspFeatureExtractor(SequenceFeatureExtractor):
         mean, std = (self.mean, self.std) if self.do_normalize else (None, None)  # normalised inside, in place
         features = front_end(waveforms, lengths, min_frames=num_frames, mean=mean, std=std)  # (B, L) -> (B, T', F)
         features = self.pad_frames(features, num_frames, lengths=clip_frames)  # (B, T', F) -> (B, T, F)
+        if self.per_clip_normalization if per_clip_normalization is None else per_clip_normalization:
+            features = self.normalize_per_clip(features, clip_frames)  # (B, T, F), padding kept
 
         data = {"input_values": features}
         if return_attention_mask:

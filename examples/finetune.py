@@ -133,7 +133,8 @@ def load_parts(args):
 def load_classifier(accelerator, args, names: list[str], multi_label: bool, frame_level: bool = False):
     """(model, feature extractor): `AaspForAudioClassification` (or, for sound events, `AaspForAudioFrameClassification`)
     on the pre-trained encoder (its head new, said in one line) and the encoder's feature extractor, which takes whole
-    clips."""
+    clips; with --per_clip_normalization it normalises each clip on its own (training, evaluation and the saved model
+    alike). Without the flag the extractor keeps what it was saved with (off for an encoder)."""
     model_class = AaspForAudioFrameClassification if frame_level else AaspForAudioClassification
     with loading_quietly():  # transformers' report would list the new head as MISSING: one line of ours instead
         model, loading_info = model_class.from_pretrained(
@@ -160,6 +161,8 @@ def load_classifier(accelerator, args, names: list[str], multi_label: bool, fram
             f"(the paper's m2d front end, mean -7.1, std 4.1)."
         )
         feature_extractor = AaspFeatureExtractor(feature_size=model.config.num_mel_bins)
+    if args.per_clip_normalization:
+        feature_extractor.per_clip_normalization = True
     return model, feature_extractor
 
 
@@ -236,6 +239,12 @@ def finetune(args: FinetuneArguments) -> dict:
         raise UsageError(
             "--class_balanced_sampling draws clips by their labels; sound-event recordings have timed "
             "events, not clip labels: leave it out"
+        )
+    voice = [f"--{name}" for name in ("speed_perturbation", "vtlp", "random_eq_db") if getattr(args, name)]
+    if downstream.frame_level and voice:
+        raise UsageError(
+            f"{', '.join(voice)}: the per-clip changes of voice and channel are for clip classification (the "
+            "sound-event collator does not apply them): leave them out"
         )
     print(
         f"{task}: {len(names)} classes, {'multi' if multi_label else 'single'}-label, clips {clip_seconds} s, "

@@ -542,3 +542,70 @@ def test_m2d_blocks_do_not_change_the_features(block_frames, monkeypatch):
     blocked = extractor(waves, sampling_rate=SR, return_tensors="pt")
     torch.testing.assert_close(blocked["attention_mask"], whole["attention_mask"])
     torch.testing.assert_close(blocked["input_values"], whole["input_values"], atol=1e-5, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------------------
+# 11. Per-clip normalisation (CMVN)
+# ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["m2d", "kaldi"])
+def test_per_clip_normalization_matches_a_float64_oracle_over_real_frames(mode):
+    """Each clip, each mel bin: mean 0 and std 1 over the clip's real frames (0 for a constant bin), as numpy computes
+    them in float64 from the globally normalised features; padding frames stay padding_value (-1.5 here, so that
+    they are seen)."""
+    clips = [make_audio(n, seed=i, dc=0.05 * i) for i, n in enumerate((16000, 5000, 9001))]
+    plain = AaspFeatureExtractor(mode=mode, padding_value=-1.5)
+    cmvn = AaspFeatureExtractor(mode=mode, padding_value=-1.5, per_clip_normalization=True)
+    reference = features(plain, clips, padding="max_length", max_frames=128)
+    out = features(cmvn, clips, padding="max_length", max_frames=128)
+    assert np.array_equal(out["attention_mask"], reference["attention_mask"])
+    for clip in range(3):
+        real = reference["attention_mask"][clip].astype(bool)
+        x = reference["input_values"][clip][real].astype(np.float64)  # (T_real, F)
+        expected = (x - x.mean(axis=0)) / np.maximum(x.std(axis=0), 1e-5)
+        np.testing.assert_allclose(out["input_values"][clip][real], expected, rtol=0, atol=2e-5)
+        real_part = out["input_values"][clip][real].astype(np.float64)
+        np.testing.assert_allclose(real_part.mean(axis=0), 0.0, atol=1e-5)
+        varies = x.std(axis=0) > 1e-5  # kaldi mode has an empty filter (bin 3): constant, so 0 after CMVN
+        np.testing.assert_allclose(real_part.std(axis=0), np.where(varies, 1.0, 0.0), atol=1e-4)
+        assert (~real).any() and (out["input_values"][clip][~real] == -1.5).all()
+    # a call may leave it out (a training collator augments first); the method on numpy and on tensors
+    np.testing.assert_array_equal(
+        features(cmvn, clips, padding="max_length", max_frames=128, per_clip_normalization=False)["input_values"],
+        reference["input_values"],
+    )
+    lengths = reference["attention_mask"].sum(axis=1)
+    again = cmvn.normalize_per_clip(reference["input_values"], lengths)
+    assert isinstance(again, np.ndarray)
+    np.testing.assert_array_equal(again, out["input_values"])
+    torch.testing.assert_close(
+        cmvn.normalize_per_clip(torch.from_numpy(reference["input_values"]), lengths),
+        torch.from_numpy(out["input_values"]),
+    )
+
+
+def test_per_clip_normalization_of_a_constant_bin_is_zero_and_is_saved_only_when_on(tmp_path):
+    """Digital silence (every bin constant) becomes 0, not 0 / 0. The option is saved in preprocessor_config.json
+    when on and reloads; off, the file is what it was before the option existed, and a saved file without the key
+    (tests/fixtures/checkpoints_v1) loads with it off."""
+    cmvn = AaspFeatureExtractor(per_clip_normalization=True)
+    silent = features(cmvn, np.zeros(8000, dtype=np.float32))["input_values"]
+    assert np.isfinite(silent).all() and (silent == 0).all()
+    with pytest.raises(ValueError, match="normalize_per_clip takes"):
+        cmvn.normalize_per_clip(np.zeros((10, 4), dtype=np.float32), [10])
+
+    cmvn.save_pretrained(tmp_path / "on")
+    assert json.loads((tmp_path / "on" / "preprocessor_config.json").read_text())["per_clip_normalization"] is True
+    assert AaspFeatureExtractor.from_pretrained(tmp_path / "on").per_clip_normalization is True
+    AaspFeatureExtractor().save_pretrained(tmp_path / "off")
+    assert "per_clip_normalization" not in json.loads((tmp_path / "off" / "preprocessor_config.json").read_text())
+    old = Path(__file__).resolve().parent / "fixtures" / "checkpoints_v1" / "single_label"
+    assert "per_clip_normalization" not in json.loads((old / "preprocessor_config.json").read_text())
+    loaded = AaspFeatureExtractor.from_pretrained(old)
+    assert loaded.per_clip_normalization is False
+    wave = make_audio(12000)
+    expected = features(AaspFeatureExtractor(feature_size=32), wave)  # the fixture's settings
+    np.testing.assert_array_equal(features(loaded, wave)["input_values"], expected["input_values"])
+    with pytest.raises(ValueError, match="per_clip_normalisation.*did you mean 'per_clip_normalization'"):
+        AaspFeatureExtractor(per_clip_normalisation=True)

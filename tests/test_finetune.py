@@ -262,6 +262,111 @@ def test_resume_n_plus_n_equals_2n_including_ema(encoder_dir, tmp_path):
     assert results_b["test_score"] == pytest.approx(results_a["test_score"], rel=1e-5)
 
 
+# every option of a speaker-independent study on: the training clips' speed, vocal tract length and equalisation, each
+# clip normalised on its own, frequency masks wider than the time masks
+VOICE_AND_CHANNEL = [
+    "--speed_perturbation",
+    "0.9",
+    "1.1",
+    "--vtlp",
+    "0.9",
+    "1.1",
+    "--random_eq_db",
+    "6",
+    "--per_clip_normalization",
+    "--freq_mask_fraction",
+    "0.4",
+]
+
+
+def test_voice_and_channel_options_train_save_the_per_clip_extractor_and_resume_exactly(encoder_dir, tmp_path):
+    """With every new option on: the run trains, its saved feature extractor normalises each clip (and the pipeline
+    loads it and feeds the model with it), the model card names the options, and 2 steps + --resume + 2 steps give
+    the 4 steps of one run (the collator's generator, which draws the speeds, warps and curves, included)."""
+    from transformers import pipeline
+
+    common = [
+        "--model_name_or_path",
+        str(encoder_dir),
+        "--synthetic_per_class",
+        "4",
+        "--max_steps",
+        "4",
+        "--eval_steps",
+        "4",
+        "--save_steps",
+        "2",
+        "--ema_decay",
+        "0.5",
+        "--baseline",
+        "none",
+        *CLIP,
+        *VOICE_AND_CHANNEL,
+    ]
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    finetune.main(common + ["--output_dir", str(straight)])
+    finetune.main(common + ["--output_dir", str(split), "--stop_after_steps", "2"])
+    finetune.main(common + ["--output_dir", str(split), "--resume"])
+
+    saved = json.loads((straight / "preprocessor_config.json").read_text())
+    assert saved["per_clip_normalization"] is True and saved["max_frames"] == 64
+    card = (straight / "README.md").read_text()
+    assert "speed ×0.9–1.1, VTLP α 0.9–1.1, random EQ ±6 dB, each clip normalised per mel bin" in card
+    classifier = pipeline("audio-classification", model=str(straight), trust_remote_code=True)
+    assert classifier.feature_extractor.per_clip_normalization is True
+    clip = synthetic_test_rows(4, multi_label=False)[0]["audio"]["array"]
+    model = AaspForAudioClassification.from_pretrained(straight).eval()
+    cmvn = AaspFeatureExtractor(per_clip_normalization=True)
+    with torch.no_grad():
+        probabilities = model(**cmvn(clip, sampling_rate=16000, return_tensors="pt")).logits.softmax(-1)[0]
+    scores = {p["label"]: p["score"] for p in classifier(clip, top_k=None)}
+    expected = {model.config.id2label[i]: float(v) for i, v in enumerate(probabilities)}
+    assert scores == {k: pytest.approx(v, abs=1e-5) for k, v in expected.items()}
+
+    a, b = straight / "checkpoint-4", split / "checkpoint-4"
+    assert_states_close(load_file(b / "model.safetensors"), load_file(a / "model.safetensors"))
+    state_a, state_b = (torch.load(c / "process_state_0.pt", weights_only=False) for c in (a, b))
+    assert state_a["collator_rng"] == state_b["collator_rng"] and state_a["augment_rng"] == state_b["augment_rng"]
+    assert_states_close(state_b["ema"], state_a["ema"])
+    history_a, history_b = (json.loads((d / "all_results.json").read_text())["eval_history"] for d in (straight, split))
+    assert history_b == [{k: pytest.approx(v, rel=1e-5) for k, v in h.items()} for h in history_a]
+
+
+def test_voice_and_channel_options_reach_the_training_collator_only():
+    """The training split's collator draws the speeds, warps and curves of the options (on the extractor's mel axis
+    and units); validation and test collators get none of them."""
+    from aasp_hf.training.augment import LogMelAugmentation
+    from aasp_hf.training.finetuning_loop import FineTuningData, split_collator, training_collator
+
+    args = finetune.parse_args(["--model_name_or_path", "x", "--synthetic_per_class", "4", *CLIP, *VOICE_AND_CHANNEL])
+    extractor = AaspFeatureExtractor(per_clip_normalization=True)
+    data = FineTuningData({}, False, 5, 0.5)
+    train = training_collator(extractor, args, data, 0)
+    assert train.speed_perturbation == (0.9, 1.1)
+    assert train.log_mel_augmentation == LogMelAugmentation((0.9, 1.1), 6.0, 50.0, 8000.0, "slaney", 4.1)
+    for split in ("validation", "test"):
+        other = split_collator(extractor, args, data, split, seed=7)
+        assert other.speed_perturbation is None and other.log_mel_augmentation is None
+    plain = training_collator(extractor, finetune.parse_args(["--model_name_or_path", "x", *CLIP]), data, 0)
+    assert plain.speed_perturbation is None and plain.log_mel_augmentation is None
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--speed_perturbation", "1.1", "0.9"], "--speed_perturbation 1.1 0.9: need 0 < LOW <= HIGH"),
+        (["--vtlp", "0", "1.1"], "--vtlp 0 1.1: need 0 < LOW <= HIGH"),
+        (["--vtlp", "0.9"], "--vtlp 0.9: give two factors, LOW HIGH"),
+        (["--random_eq_db", "-3"], "--random_eq_db must be >= 0, got -3"),
+        (["--freq_mask_fraction", "1.5"], "--freq_mask_fraction must be in [0, 1], got 1.5"),
+    ],
+)
+def test_voice_and_channel_options_out_of_range_are_one_line(flags, message):
+    with pytest.raises(finetune.UsageError) as error:
+        finetune.parse_args(["--model_name_or_path", "x", "--synthetic_per_class", "4", *flags])
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
 @pytest.mark.parametrize(
     "name, layer_decay, steps, warmup, min_lr, mixup",
     [

@@ -39,7 +39,8 @@ logger = logging.getLogger(__name__)
 INDEX_FILE = "index.json"
 FORMAT_VERSION = 1
 # The extractor fields that determine the unnormalised log-mel: a cache is refused when one of them differs.
-# (mean, std, do_normalize, padding_value, frame_multiple and max_frames act after the cache and may change.)
+# (mean, std, do_normalize, per_clip_normalization, padding_value, frame_multiple and max_frames act after the cache
+# and may change.)
 FRONTEND_FIELDS = ("mode", "feature_size", "sampling_rate", "n_fft", "win_length", "hop_length", "f_min", "f_max")
 
 
@@ -122,6 +123,7 @@ class _CacheWriter(torch.utils.data.Dataset):
         self.cache_dir = Path(cache_dir)
         raw = copy.deepcopy(feature_extractor)
         raw.do_normalize = False
+        raw.per_clip_normalization = False
         raw.max_frames = None  # whole clips, no truncation
         self.raw = raw
         self.audio_column = audio_column

@@ -18,10 +18,13 @@ Clips come as waveforms (cropped in samples, `PretrainingCollator.random_crop`) 
 (`_crop_start`: one draw per clip longer than the crop, none otherwise), so both paths consume the generator alike.
 
 Fine-tuning and linear evaluation (`AaspFineTuningCollator`, `crop_or_pad`): decode (skipping bad clips), crop or pad
-to the task's EVAR clip length, featurise.
+to the task's EVAR clip length, featurise. The training split may change each clip's voice and channel first: its
+speed (`speed_perturb`, on the waveform) and, through a log-mel augmentation it is given, e.g. its vocal tract length
+and equalisation, all drawn from the collator's generator.
 """
 
 import logging
+import math
 
 import numpy as np
 import torch
@@ -48,7 +51,8 @@ def crop_log_mel(log_mel, num_frames: int, generator=None, feature_extractor=Non
 
     1. T > num_frames: a uniformly placed window of `num_frames` frames (one `_crop_start` draw from `generator`
        per such clip, as `PretrainingCollator.random_crop` draws one per long waveform); else the whole clip.
-    2. `feature_extractor.normalize` (when its `do_normalize` is set).
+    2. `feature_extractor.normalize` (when its `do_normalize` is set), then, when its `per_clip_normalization` is
+       set, `feature_extractor.normalize_per_clip` over the crop's frames.
     3. `feature_extractor.pad_frames` to `target_frames` (default `num_frames`; e.g. crop 601 frames, pad to 608):
        frames padded with the extractor's `padding_value` (0.0: zeros in the normalised domain) or truncated.
 
@@ -75,6 +79,8 @@ def crop_log_mel(log_mel, num_frames: int, generator=None, feature_extractor=Non
         log_mel = log_mel[start : start + num_frames]  # (T, F) -> (num_frames, F)
     if feature_extractor.do_normalize:
         log_mel = feature_extractor.normalize(log_mel)
+    if getattr(feature_extractor, "per_clip_normalization", False):
+        log_mel = feature_extractor.normalize_per_clip(log_mel[None], [log_mel.shape[0]])[0]  # (1, T, F) -> (T, F)
     return feature_extractor.pad_frames(log_mel, target_frames)  # (target_frames, F)
 
 
@@ -314,6 +320,41 @@ def crop_or_pad(waveform: np.ndarray, num_samples: int, random_crop: bool, rng: 
     return np.pad(waveform, (0, num_samples - length))
 
 
+def speed_perturb(waveform, factor: float, lowpass_filter_width: int = 6, rolloff: float = 0.99) -> np.ndarray:
+    """The waveform played `factor` times as fast: tempo and pitch change together, as Kaldi's and ESPnet's speed
+    perturbation (Ko et al. 2015, "Audio augmentation for speech recognition": sox `speed`) makes them.
+
+    (L,) -> (round(L / factor),) float32: output sample m is the band-limited interpolation of the input at time
+    m · factor (in input samples), ``Σ_k x[k] h(m · factor − k)`` with zeros outside the clip and h a Hann-windowed
+    sinc of cutoff ``c = rolloff · min(1, 1 / factor)`` of the input's Nyquist frequency (a low-pass before a speed-up,
+    so that what would pass the Nyquist frequency is attenuated rather than folded back),
+    ``h(τ) = c · sinc(c τ) · cos²(π c τ / (2 W))`` for |c τ| <= W = `lowpass_filter_width` zero crossings: the kernel
+    of `torchaudio.functional.resample`'s default ("sinc_interp_hann", width 6, rolloff 0.99), which
+    `torchaudio.functional.speed` uses, for a continuous ratio, so a uniform draw needs no rational approximation. Its
+    transition band is wide (a 7.9-kHz tone sped up by 1.1 keeps -11 dB of alias; width 32 gives -54 dB at five times
+    the cost). Factor 1 returns the clip unchanged (no low-pass). About 3 ms per second of audio on one CPU thread.
+    """
+    if not factor > 0:
+        raise ValueError(f"speed perturbation factor {factor} must be positive")
+    x = torch.as_tensor(np.asarray(waveform, dtype=np.float32))
+    if x.dim() != 1:
+        raise ValueError(f"speed_perturb takes a 1-D waveform, got shape {tuple(x.shape)}")
+    if factor == 1:
+        return x.numpy().copy()
+    out_length = max(1, round(x.shape[0] / factor))
+    cutoff = rolloff * min(1.0, 1.0 / factor)
+    half = math.ceil(lowpass_filter_width / cutoff)  # input samples each side that the kernel reaches
+    times = torch.arange(out_length, dtype=torch.float64) * factor  # (M,) input positions of the output samples
+    first = times.floor()  # (M,)
+    offsets = torch.arange(-half + 1, half + 1)  # (K,) = (2·half,) taps around each position
+    tau = cutoff * ((times - first).float()[:, None] - offsets[None, :].float())  # (M, K), in kernel zero crossings
+    kernel = cutoff * torch.sinc(tau) * torch.cos(tau * (math.pi / (2 * lowpass_filter_width))) ** 2  # (M, K)
+    kernel = torch.where(tau.abs() <= lowpass_filter_width, kernel, 0.0)
+    padded = torch.nn.functional.pad(x, (half, half + 2))  # zeros outside the clip: (L,) -> (L + 2·half + 2,)
+    taps = first.long()[:, None] + offsets[None, :] + half  # (M, K) indices into `padded`
+    return (padded[taps] * kernel).sum(dim=1).numpy()  # (M, K) -> (M,)
+
+
 class AaspFineTuningCollator:
     """Examples {audio, label|labels} -> {input_values (B, T, F), attention_mask (B, T), labels}.
 
@@ -323,7 +364,16 @@ class AaspFineTuningCollator:
             `clip_seconds`.
         split: "train"/"validation" (random crop) or "test" (first segment).
         num_labels: with it, labels are multi-hot float (B, num_labels) (AudioSet); else int64 (B,).
-        seed: seeds the crop positions.
+        seed: seeds the crop positions (and the augmentations below).
+        speed_perturbation: (low, high) for the training split only: each decoded clip is played at a speed factor
+            drawn uniformly in [low, high] (`speed_perturb`), before it is cropped or padded; None: off.
+        log_mel_augmentation: for the training split only, a function ``(input_values (B, T, F), attention_mask
+            (B, T), rng) -> (B, T, F)`` applied to each batch's log-mel before the extractor's per-clip normalisation
+            (when it has one), e.g. `aasp_hf.training.augment.LogMelAugmentation`; None: off.
+
+    Every random draw (crop starts, speed factors, the log-mel augmentation's) comes from one numpy generator,
+    `rng`, that the fine-tuning loop keeps in its checkpoints; an augmentation that is off draws nothing, so the crops
+    are those of a run without it.
 
     Clips that fail to decode are dropped (counted in `num_skipped`, see `decoder.failures`); a batch where
     every clip failed gives None, which the training loop skips. Feed it a dataset prepared with
@@ -342,9 +392,18 @@ class AaspFineTuningCollator:
         seed=0,
         decoder=None,
         padding="zeros",
+        speed_perturbation=None,
+        log_mel_augmentation=None,
     ):
         if padding not in CLIP_PADDING:
             raise ValueError(f"padding={padding!r}: use one of {CLIP_PADDING}.")
+        if (speed_perturbation is not None or log_mel_augmentation is not None) and split != "train":
+            raise ValueError(f"split={split!r}: augmentations are for the training split only.")
+        if speed_perturbation is not None:
+            low, high = (float(v) for v in speed_perturbation)
+            if not 0 < low <= high:
+                raise ValueError(f"speed_perturbation={speed_perturbation}: need 0 < low <= high.")
+            speed_perturbation = (low, high)
         if clip_seconds is None:
             # here: protocol imports datasets, pre-training needs none
             from .protocol import EVAR_CLIP_SECONDS, published_clip_seconds
@@ -365,6 +424,8 @@ class AaspFineTuningCollator:
         self.rng = np.random.default_rng(seed)
         self.decoder = decoder or SafeAudioDecoder()
         self.padding = padding
+        self.speed_perturbation = speed_perturbation
+        self.log_mel_augmentation = log_mel_augmentation
 
     @property
     def num_skipped(self) -> int:
@@ -380,6 +441,8 @@ class AaspFineTuningCollator:
             waveform = self.decoder(example[self.audio_column])
             if waveform is None:
                 continue
+            if self.speed_perturbation is not None:  # one draw per decoded clip, before its crop's draw
+                waveform = speed_perturb(waveform, float(self.rng.uniform(*self.speed_perturbation)))
             if self.padding == "masked" and waveform.shape[0] < self.num_samples:
                 waveforms.append(waveform)  # padded in frames below, marked as padding in the attention mask
             else:
@@ -388,14 +451,27 @@ class AaspFineTuningCollator:
         if not waveforms:
             logger.warning(f"Every clip of a batch of {len(examples)} failed to decode; the batch is skipped.")
             return None
+        extractor = self.feature_extractor
+        # with a log-mel augmentation, the extractor's per-clip normalisation comes after it (below)
+        per_clip = self.log_mel_augmentation is not None and getattr(extractor, "per_clip_normalization", False)
+        options = {"per_clip_normalization": False} if per_clip else {}
         if self.padding == "masked":  # every batch as many frames as a whole crop: (B, T, F), T = the crop's
-            extractor = self.feature_extractor
             frames = trained_max_frames(extractor, self.clip_seconds)
             batch = extractor(
-                waveforms, sampling_rate=SAMPLING_RATE, return_tensors="pt", padding="max_length", max_frames=frames
+                waveforms,
+                sampling_rate=SAMPLING_RATE,
+                return_tensors="pt",
+                padding="max_length",
+                max_frames=frames,
+                **options,
             )
         else:
-            batch = self.feature_extractor(waveforms, sampling_rate=SAMPLING_RATE, return_tensors="pt")  # B clips
+            batch = extractor(waveforms, sampling_rate=SAMPLING_RATE, return_tensors="pt", **options)  # B clips
+        if self.log_mel_augmentation is not None:  # the clip's voice and channel changed, then its own statistics
+            features = self.log_mel_augmentation(batch["input_values"], batch["attention_mask"], self.rng)
+            if per_clip:
+                features = extractor.normalize_per_clip(features, batch["attention_mask"].sum(dim=1))
+            batch["input_values"] = features  # (B, T, F)
         if self.num_labels is None:
             batch["labels"] = torch.tensor(labels, dtype=torch.long)  # (B,)
         else:

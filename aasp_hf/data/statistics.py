@@ -47,7 +47,8 @@ def compute_mel_statistics(
 ):
     """(mean, std) of the unnormalised log-mel over every real frame and mel bin of the dataset's clips.
 
-    Uses `feature_extractor` (default `AaspFeatureExtractor()`, the M2D front end) with `do_normalize=False`;
+    Uses `feature_extractor` (default `AaspFeatureExtractor()`, the M2D front end) with `do_normalize=False` and
+    without per-clip normalisation;
     padding frames are excluded with the attention mask. Sums run in float64. Clips that fail to decode are
     skipped and counted (`decoder.num_failures`). `max_clips` takes the first clips only (M2D uses a sample).
     Returns `(mean, std, num_frames)`.
@@ -56,6 +57,7 @@ def compute_mel_statistics(
         feature_extractor = AaspFeatureExtractor()
     raw = copy.deepcopy(feature_extractor)
     raw.do_normalize = False
+    raw.per_clip_normalization = False
     decoder = decoder or SafeAudioDecoder()
     dataset = for_safe_decoding(dataset, audio_column)
     moments = MelMoments(raw.feature_size)

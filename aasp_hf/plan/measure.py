@@ -183,7 +183,9 @@ def measure_finetuning(args, splits: dict, multi_label: bool, names: list, clip_
     )
     if args.freeze_feature_encoder:
         model.freeze_feature_encoder()
-    feature_extractor = AaspFeatureExtractor(feature_size=model.config.num_mel_bins)
+    feature_extractor = AaspFeatureExtractor(
+        feature_size=model.config.num_mel_bins, per_clip_normalization=args.per_clip_normalization
+    )
     ema = create_ema(model) if args.ema_decay > 0 else None
     set_seed(args.seed, device_specific=True)
     data = FineTuningData(splits, multi_label, num_labels=num_labels, clip_seconds=clip_seconds)
@@ -211,7 +213,9 @@ def measure_finetuning(args, splits: dict, multi_label: bool, names: list, clip_
             while batch is None:  # a micro-batch where every clip failed to decode is skipped
                 _, rows = next(batches)
                 batch = collator(rows)
-            inputs = augmented_inputs(batch, num_labels, soft, args.mixup_alpha, spec_augment_fraction, augment_rng)
+            inputs = augmented_inputs(
+                batch, num_labels, soft, args.mixup_alpha, spec_augment_fraction, augment_rng, args.freq_mask_fraction
+            )
             inputs = tuple(t.to(device) for t in inputs)
             waited += time.perf_counter() - started
             return inputs

@@ -6,6 +6,7 @@ length or the data's size (lr, weight EMA, warm-up, batch) are left unset and de
 its list, and the batch from the data by `scale_batch_to_data`; the presets set them, so they keep the paper's values.
 `--plan` reads them too."""
 
+import math
 from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError
@@ -155,6 +156,36 @@ class FinetuneArguments(PlanArguments):
     mixup_alpha: float = field(default=0.0, metadata={"help": "Beta(α, α) mixup; 0 disables (then CE if single-label)"})
     spec_augment: bool = field(default=True, metadata={"help": "one time + one frequency mask per clip"})
     spec_augment_fraction: float = field(default=0.2, metadata={"help": "maximum mask size / input size (1/5)"})
+    freq_mask_fraction: float | None = field(
+        default=None,
+        metadata={"help": "maximum frequency-mask size / mel bins; unset: --spec_augment_fraction (the time mask's)"},
+    )
+    # the training clips' voice and channel, each drawn per clip (off by default; docs/downstream.md)
+    speed_perturbation: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "LOW HIGH (e.g. 0.9 1.1): each training clip's waveform played at a speed drawn uniformly in "
+            "[LOW, HIGH] (tempo and pitch together, Kaldi's speed perturbation), before its crop"
+        },
+    )
+    vtlp: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "LOW HIGH (e.g. 0.9 1.1): vocal-tract-length perturbation, each training clip's mel axis warped "
+            "by a factor drawn uniformly in [LOW, HIGH] (Jaitly & Hinton 2013's piecewise-linear warp)"
+        },
+    )
+    random_eq_db: float = field(
+        default=0.0,
+        metadata={"help": "D > 0: each training clip re-coloured by a random tilt plus one bell, within ±D dB; 0: off"},
+    )
+    per_clip_normalization: bool = field(
+        default=False,
+        metadata={
+            "help": "each clip's log-mel brought to mean 0 and std 1 per mel bin over its real frames (CMVN), in "
+            "training, evaluation and the saved feature extractor (so the pipeline applies it too)"
+        },
+    )
     class_balanced_sampling: bool = field(default=False, metadata={"help": "AS-2M: weighted draws with replacement"})
     samples_per_epoch: int = field(default=200_000, metadata={"help": "draws per epoch of class-balanced sampling"})
     ema_decay: float | None = field(
@@ -232,6 +263,8 @@ def checked_arguments(args: FinetuneArguments) -> FinetuneArguments:
             f"--clip_padding {args.clip_padding}: use zeros (appended to the waveform) or masked (padded "
             "frames marked as padding)"
         )
+    for name in ("speed_perturbation", "vtlp"):
+        check_factor_range(name, getattr(args, name))
     args = with_run_length_defaults(args)
     from ..hub import check_model_folder
 
@@ -242,6 +275,19 @@ def checked_arguments(args: FinetuneArguments) -> FinetuneArguments:
         names = allowed_resume_changes(args.resume_allow_changes, args.resume, FINETUNING_RUN_ARGUMENTS)
         args = replace(args, resume_allow_changes=names)
     return args
+
+
+def check_factor_range(name: str, values) -> None:
+    """`--name LOW HIGH`, a range of factors to draw from uniformly: unset, or two finite numbers with
+    0 < LOW <= HIGH; a UsageError of one line otherwise."""
+    if values is None:
+        return
+    shown = " ".join(f"{v:g}" for v in values)
+    if len(values) != 2:
+        raise UsageError(f"--{name} {shown}: give two factors, LOW HIGH (e.g. --{name} 0.9 1.1)")
+    low, high = values
+    if not (0 < low <= high < math.inf):
+        raise UsageError(f"--{name} {shown}: need 0 < LOW <= HIGH (e.g. --{name} 0.9 1.1)")
 
 
 def with_run_length_defaults(args: FinetuneArguments) -> FinetuneArguments:

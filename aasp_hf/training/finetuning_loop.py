@@ -30,6 +30,7 @@ from .checkpointing import (
     thread_count_note,
     truncate_log,
 )
+from .augment import LogMelAugmentation
 from .data_order import micro_batches
 from .failed_clips import FailedClipShare
 from .resume import FINETUNING_RUN_ARGUMENTS, compare_run_arguments, describe_resume_changes, load_training_state
@@ -87,7 +88,15 @@ def clip_labels(rows, multi_label: bool) -> list[list[int]]:
 # ----------------------------------------------------------------------------------------------- data (step 3)
 def split_collator(feature_extractor, args, data: FineTuningData, split: str, seed: int):
     """The collator of `split`: crops of `data.clip_seconds` (random for train and validation, from `seed`), the
-    padding of --clip_padding, labels as indices or (multi-label) as multi-hot vectors."""
+    padding of --clip_padding, labels as indices or (multi-label) as multi-hot vectors; the training split's with the
+    per-clip changes of voice and channel of --speed_perturbation, --vtlp and --random_eq_db (drawn from its seeded
+    generator), never another split's."""
+    augment = {}
+    if split == "train" and not data.frame_level:
+        augment = {
+            "speed_perturbation": args.speed_perturbation,
+            "log_mel_augmentation": LogMelAugmentation.for_extractor(feature_extractor, args.vtlp, args.random_eq_db),
+        }
     if data.frame_level:
         from ..data.frame_targets import AaspFrameTargetsCollator
 
@@ -102,6 +111,7 @@ def split_collator(feature_extractor, args, data: FineTuningData, split: str, se
         num_labels=data.num_labels if data.multi_label else None,
         seed=seed,
         padding=args.clip_padding,
+        **augment,
     )
 
 
@@ -270,7 +280,13 @@ class FineTuningLoop:
             if batch is None and self.accelerator.num_processes > 1:
                 raise RuntimeError("every clip of a micro-batch failed to decode (multi-process runs stop)")
         inputs = augmented_inputs(
-            batch, self.data.num_labels, self.soft, self.args.mixup_alpha, self.spec_augment_fraction, self.augment_rng
+            batch,
+            self.data.num_labels,
+            self.soft,
+            self.args.mixup_alpha,
+            self.spec_augment_fraction,
+            self.augment_rng,
+            self.args.freq_mask_fraction,
         )
         return tuple(t.to(self.accelerator.device) for t in inputs)
 

@@ -101,6 +101,11 @@ FINETUNING_RUN_ARGUMENTS = {
     "mixup_alpha": "data",
     "spec_augment": "data",
     "spec_augment_fraction": "data",
+    "freq_mask_fraction": "data",
+    "speed_perturbation": "data",
+    "vtlp": "data",
+    "random_eq_db": "data",
+    "per_clip_normalization": "data",
     # the update: AdamW's hyper-parameters (the restored state keeps its moments) and the clipping norm
     "weight_decay": "optimiser",
     "adam_beta1": "optimiser",

@@ -107,6 +107,23 @@ def save_best_model(model, feature_extractor, directory: Path, clip_seconds: flo
         feature_extractor.save_pretrained(tmp)
 
 
+def voice_and_channel(args) -> str:
+    """The per-clip changes of voice and channel and the frequency masks a fine-tuning run trained with, for its
+    model card's augmentation line ("" when all are off, so the line reads as it did before they existed)."""
+    parts = []
+    if getattr(args, "freq_mask_fraction", None) is not None and args.spec_augment:
+        parts.append(f"frequency masks up to {args.freq_mask_fraction:g} of the mel bins")
+    if getattr(args, "speed_perturbation", None):
+        parts.append("speed ×{:g}–{:g}".format(*args.speed_perturbation))
+    if getattr(args, "vtlp", None):
+        parts.append("VTLP α {:g}–{:g}".format(*args.vtlp))
+    if getattr(args, "random_eq_db", 0):
+        parts.append(f"random EQ ±{args.random_eq_db:g} dB")
+    if getattr(args, "per_clip_normalization", False):
+        parts.append("each clip normalised per mel bin (the saved feature extractor does it too)")
+    return "".join(f", {part}" for part in parts)
+
+
 def write_classifier_card(output_dir: Path, model, feature_extractor, args, splits, results: dict, clip_seconds: float):
     """The saved classifier's model card, generated from the model, the data and the scores this run measured."""
     if args.synthetic_per_class > 0:
@@ -124,7 +141,8 @@ def write_classifier_card(output_dir: Path, model, feature_extractor, args, spli
         f"= {results['total_train_batch_size']}",
         "optimiser": f"AdamW, peak lr {args.learning_rate:g}, layer decay {args.layer_decay:g}, weight decay "
         f"{args.weight_decay:g}",
-        "augmentation": f"mixup α {args.mixup_alpha:g}, SpecAugment {'on' if args.spec_augment else 'off'}",
+        "augmentation": f"mixup α {args.mixup_alpha:g}, SpecAugment {'on' if args.spec_augment else 'off'}"
+        + voice_and_channel(args),
         "saved weights": f"{'EMA (decay ' + format(args.ema_decay, 'g') + ')' if args.ema_decay > 0 else 'trained'} "
         f"weights at step {results['best_step']} ({results['selection_rule']})",
     }

@@ -152,18 +152,27 @@ def pretraining_step(
 
 
 def augmented_inputs(
-    batch: dict, num_labels: int, soft: bool, mixup_alpha: float, spec_augment_fraction, rng: np.random.Generator
+    batch: dict,
+    num_labels: int,
+    soft: bool,
+    mixup_alpha: float,
+    spec_augment_fraction,
+    rng: np.random.Generator,
+    freq_mask_fraction: float | None = None,
 ) -> tuple:
     """A fine-tuning collator's micro-batch as the model trains on it: (inputs, attention mask, targets) on the CPU.
     `soft`: one-hot (or multi-hot) float targets for the BCE loss, else class ids for cross-entropy; mixup with
-    Beta(α, α) when `mixup_alpha` > 0; SpecAugment (one time and one frequency mask of at most
-    `spec_augment_fraction` of the input) unless it is None. Both draw from `rng`."""
+    Beta(α, α) when `mixup_alpha` > 0; SpecAugment (one time mask of at most `spec_augment_fraction` of the frames
+    and one frequency mask of at most `freq_mask_fraction` of the mel bins, by default the same fraction) unless
+    `spec_augment_fraction` is None. Both draw from `rng`. (The per-clip changes of voice and channel came before, in
+    the collator.)"""
     inputs, mask, labels = batch["input_values"], batch["attention_mask"], batch["labels"]
     targets = (F.one_hot(labels, num_labels).float() if labels.ndim == 1 else labels.float()) if soft else labels
     if mixup_alpha > 0:
         inputs, targets, mask, _, _ = mixup(inputs, targets, mixup_alpha, rng, mask)
     if spec_augment_fraction is not None:
-        inputs, _, _ = spec_augment(inputs, rng, spec_augment_fraction, spec_augment_fraction)
+        freq_fraction = spec_augment_fraction if freq_mask_fraction is None else freq_mask_fraction
+        inputs, _, _ = spec_augment(inputs, rng, spec_augment_fraction, freq_fraction)
     return inputs, mask, targets
 
 
