@@ -612,11 +612,17 @@ def decode_blocks(source, sampling_rate: int, block_s: float = DECODE_BLOCK_S):
         except Exception as error:  # noqa: BLE001 - torchcodec's message does not name the file
             if reached is not None and ends_before(decoder, start, block_s, reached, sampling_rate):
                 return
+            if reached is None and NO_FRAMES in str(error):  # opened, but not one frame from 0 s on: no audio
+                return  # (an empty WAV); the caller says that the file holds no audio
             raise decode_error(name, error) from error
         if samples.data.shape[1] == 0:
             return
         reached = samples.pts_seconds + samples.data.shape[1] / sampling_rate
         yield samples.data.mean(dim=0).numpy()  # (C, n) -> (n,)
+
+
+# torchcodec's words when a range holds no audio frame at all
+NO_FRAMES = "No audio frames were decoded"
 
 
 def ends_before(decoder, start: float, block_s: float, reached: float, sampling_rate: int) -> bool:

@@ -539,7 +539,7 @@ def mark_last(windows):
     """(start, samples) items -> (start, samples, is_last); an empty clip raises a ValueError."""
     current = next(windows, None)
     if current is None:
-        raise ValueError("the file holds no audio (0 samples)")
+        raise ValueError("the file holds no audio (0 samples decoded): nothing to tag")
     for following in windows:
         yield *current, False
         current = following

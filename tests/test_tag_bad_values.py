@@ -134,9 +134,13 @@ def test_the_pipeline_refuses_a_bad_option_naming_it(setup, options, words):
 
 def test_a_run_where_files_failed_exits_3_and_names_the_failures_file_last(setup, tmp_path):
     out = tmp_path / "tags.csv"
-    process = run_tag("--model", setup / "model", "--output", out, setup / "a.wav", setup / "broken.wav")
+    empty = tmp_path / "empty.wav"
+    sf.write(empty, np.zeros(0, dtype=np.float32), RATE)  # a whole WAV header and no sample
+    process = run_tag("--model", setup / "model", "--output", out, setup / "a.wav", setup / "broken.wav", empty)
     assert process.returncode == 3, process.stderr[-3000:]
     last = process.stderr.strip().splitlines()[-1]
-    assert last == f"1 file(s) could not be tagged: listed in {out}.failures.tsv (exit status 3).", last
-    assert (tmp_path / "tags.csv.failures.tsv").read_text().startswith(f"{setup / 'broken.wav'}\t")
+    assert last == f"2 file(s) could not be tagged: listed in {out}.failures.tsv (exit status 3).", last
+    failures = dict(line.split("\t", 1) for line in (tmp_path / "tags.csv.failures.tsv").read_text().splitlines())
+    assert "Could not decode" in failures[str(setup / "broken.wav")]
+    assert "holds no audio (0 samples decoded)" in failures[str(empty)]  # not a decoder's message about seconds
     assert str(setup / "a.wav") in out.read_text()  # the good file is tagged all the same
