@@ -93,6 +93,7 @@ from .pipeline_aasp import (
     frame_events,
     frame_score_function,
     iter_windows,
+    mark_last,
     window_samples,
 )
 from .training.run_lock import RunHold  # one tagger per OUT, as one training run per folder
@@ -102,6 +103,7 @@ WEIGHTS_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGH
 FILES_FAILED_EXIT_CODE = 3  # the run finished, but some files could not be tagged: listed in the failures file
 PRECISIONS = ("fp32", "bf16", "int8", "auto")  # --precision: the model's number format
 FLAG_SPELLING = "--{name} {value}"  # an option in the shared windowing's messages (`window_samples`)
+NO_AUDIO = "the file holds no audio (0 samples decoded): nothing to tag"  # its failure line
 
 
 def parse_args(argv=None):
@@ -502,9 +504,8 @@ class FileWindows(torch.utils.data.IterableDataset):
         rate = self.feature_extractor.sampling_rate
         for index in range(worker, len(self.files), num_workers):
             try:
-                for start, samples, last in mark_last(
-                    iter_windows(decode_blocks(self.files[index], rate), self.window, self.hop, self.align)
-                ):
+                windows = iter_windows(decode_blocks(self.files[index], rate), self.window, self.hop, self.align)
+                for start, samples, last in mark_last(windows, NO_AUDIO):
                     with one_thread():
                         features = self.feature_extractor(
                             samples, sampling_rate=rate, return_tensors="pt", truncation=False
@@ -533,17 +534,6 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-def mark_last(windows):
-    """(start, samples) items -> (start, samples, is_last); an empty clip raises a ValueError."""
-    current = next(windows, None)
-    if current is None:
-        raise ValueError("the file holds no audio (0 samples)")
-    for following in windows:
-        yield *current, False
-        current = following
-    yield *current, True
 
 
 def ignore_interrupts_in_worker(worker_id):
