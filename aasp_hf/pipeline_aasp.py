@@ -219,7 +219,7 @@ class AaspAudioClassificationPipeline(AaspAudioWindows, ProblemTypeAudioClassifi
         function_to_apply = function_to_apply or default_function_to_apply(self.model.config)
         scores = apply_score_function(logits, function_to_apply)  # (W, labels)
         aggregation = aggregation or default_aggregation(self.model.config)
-        clip_scores = scores.mean(dim=0) if aggregation == "mean" else scores.amax(dim=0)  # (W, labels) -> (labels,)
+        clip_scores = aggregate_windows(scores, aggregation)  # (W, labels) -> (labels,)
         result = self.top_labels(clip_scores, top_k)
         if not return_timestamps:
             return result
@@ -432,6 +432,14 @@ def trained_window_samples(feature_extractor, config) -> int:
     while samples > hop and feature_extractor.num_frames(samples) > frames:
         samples -= hop
     return samples
+
+
+def aggregate_windows(scores, aggregation: str):
+    """A clip's scores from its windows': (W, labels) -> (labels,), their "mean" or their "max" (torch or numpy, as
+    given). The pipeline and the tag command aggregate here."""
+    if aggregation == "mean":
+        return scores.mean(0)
+    return scores.amax(0) if isinstance(scores, torch.Tensor) else scores.max(axis=0)
 
 
 def default_aggregation(config) -> str:

@@ -85,6 +85,7 @@ from .feature_extraction_aasp import AaspFeatureExtractor
 from .modeling_aasp import AaspForAudioClassification, AaspForAudioFrameClassification
 from .pipeline_aasp import (
     AaspAudioWindows,
+    aggregate_windows,
     apply_score_function,
     decode_blocks,
     default_aggregation,
@@ -455,7 +456,7 @@ class LabelChoice:
 
     def aggregate(self, scores):
         """(W, labels) -> (labels,)"""
-        return scores.mean(axis=0) if self.aggregation == "mean" else scores.max(axis=0)
+        return aggregate_windows(scores, self.aggregation)
 
 
 def tag_windows(args, feature_extractor, config, frame_level: bool) -> tuple[int, int, int]:
