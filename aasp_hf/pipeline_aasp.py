@@ -141,13 +141,9 @@ class AaspAudioWindows:
         if max_length_s is not None:
             blocks = first_samples(blocks, round(max_length_s * rate), rate, describe_input(inputs))
         windows = iter_windows(blocks, window, hop, align=self.window_align)
-        current = next(windows, None)
-        if current is None:
-            raise ValueError(f"{describe_input(inputs)} holds no audio (0 samples): there is nothing to classify.")
-        for following in windows:  # one window ahead, to mark the last
-            yield self.window_features(*current, is_last=False)
-            current = following
-        yield self.window_features(*current, is_last=True)
+        empty = f"{describe_input(inputs)} holds no audio (0 samples): there is nothing to classify."
+        for start, samples, is_last in mark_last(windows, empty):
+            yield self.window_features(start, samples, is_last=is_last)
 
     def window_features(self, start: int, samples, is_last: bool) -> dict:
         """One window's model inputs (`input_values` (1, T, F), `attention_mask` (1, T)), its start and end in
@@ -223,7 +219,7 @@ class AaspAudioClassificationPipeline(AaspAudioWindows, ProblemTypeAudioClassifi
         function_to_apply = function_to_apply or default_function_to_apply(self.model.config)
         scores = apply_score_function(logits, function_to_apply)  # (W, labels)
         aggregation = aggregation or default_aggregation(self.model.config)
-        clip_scores = scores.mean(dim=0) if aggregation == "mean" else scores.amax(dim=0)  # (W, labels) -> (labels,)
+        clip_scores = aggregate_windows(scores, aggregation)  # (W, labels) -> (labels,)
         result = self.top_labels(clip_scores, top_k)
         if not return_timestamps:
             return result
@@ -438,6 +434,14 @@ def trained_window_samples(feature_extractor, config) -> int:
     return samples
 
 
+def aggregate_windows(scores, aggregation: str):
+    """A clip's scores from its windows': (W, labels) -> (labels,), their "mean" or their "max" (torch or numpy, as
+    given). The pipeline and the tag command aggregate here."""
+    if aggregation == "mean":
+        return scores.mean(0)
+    return scores.amax(0) if isinstance(scores, torch.Tensor) else scores.max(axis=0)
+
+
 def default_aggregation(config) -> str:
     """ "max" over the windows for a multi-label classifier, "mean" of the windows' scores otherwise."""
     return "max" if config.problem_type == "multi_label_classification" else "mean"
@@ -477,6 +481,18 @@ def iter_windows(blocks, window: int, hop: int, align: int = 1):
     if covered < total:
         start = last_start(total)
         yield start, buffer[start - buffer_start :]
+
+
+def mark_last(windows, empty_message: str):
+    """`(start, samples)` windows -> `(start, samples, is_last)`, reading one window ahead to know the last; no window
+    at all (an empty clip) is a ValueError with `empty_message`. The pipelines and the tag command mark windows here."""
+    current = next(windows, None)
+    if current is None:
+        raise ValueError(empty_message)
+    for following in windows:
+        yield *current, False
+        current = following
+    yield *current, True
 
 
 def first_samples(blocks, limit: int, sampling_rate: int, name: str):

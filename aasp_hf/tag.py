@@ -85,6 +85,7 @@ from .feature_extraction_aasp import AaspFeatureExtractor
 from .modeling_aasp import AaspForAudioClassification, AaspForAudioFrameClassification
 from .pipeline_aasp import (
     AaspAudioWindows,
+    aggregate_windows,
     apply_score_function,
     decode_blocks,
     default_aggregation,
@@ -93,6 +94,7 @@ from .pipeline_aasp import (
     frame_events,
     frame_score_function,
     iter_windows,
+    mark_last,
     window_samples,
 )
 from .training.run_lock import RunHold  # one tagger per OUT, as one training run per folder
@@ -102,6 +104,7 @@ WEIGHTS_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGH
 FILES_FAILED_EXIT_CODE = 3  # the run finished, but some files could not be tagged: listed in the failures file
 PRECISIONS = ("fp32", "bf16", "int8", "auto")  # --precision: the model's number format
 FLAG_SPELLING = "--{name} {value}"  # an option in the shared windowing's messages (`window_samples`)
+NO_AUDIO = "the file holds no audio (0 samples decoded): nothing to tag"  # its failure line
 
 
 def parse_args(argv=None):
@@ -453,7 +456,7 @@ class LabelChoice:
 
     def aggregate(self, scores):
         """(W, labels) -> (labels,)"""
-        return scores.mean(axis=0) if self.aggregation == "mean" else scores.max(axis=0)
+        return aggregate_windows(scores, self.aggregation)
 
 
 def tag_windows(args, feature_extractor, config, frame_level: bool) -> tuple[int, int, int]:
@@ -502,9 +505,8 @@ class FileWindows(torch.utils.data.IterableDataset):
         rate = self.feature_extractor.sampling_rate
         for index in range(worker, len(self.files), num_workers):
             try:
-                for start, samples, last in mark_last(
-                    iter_windows(decode_blocks(self.files[index], rate), self.window, self.hop, self.align)
-                ):
+                windows = iter_windows(decode_blocks(self.files[index], rate), self.window, self.hop, self.align)
+                for start, samples, last in mark_last(windows, NO_AUDIO):
                     with one_thread():
                         features = self.feature_extractor(
                             samples, sampling_rate=rate, return_tensors="pt", truncation=False
@@ -533,17 +535,6 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-def mark_last(windows):
-    """(start, samples) items -> (start, samples, is_last); an empty clip raises a ValueError."""
-    current = next(windows, None)
-    if current is None:
-        raise ValueError("the file holds no audio (0 samples decoded): nothing to tag")
-    for following in windows:
-        yield *current, False
-        current = following
-    yield *current, True
 
 
 def ignore_interrupts_in_worker(worker_id):
