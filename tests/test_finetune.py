@@ -511,8 +511,9 @@ def test_masked_clip_padding_gives_the_logits_of_the_short_clip_alone(encoder_di
 
 def test_small_folder_preset_and_clip_padding_choices(encoder_dir):
     """The small-folder preset (docs/downstream.md#a-small-folder-of-your-own-clips): the recipe measured in
-    research/2026-11-small-data-recipe, the last step kept (research/2026-11-what-transfers), the EMA and warm-up
-    derived from its 1,500 steps; another --clip_padding is one line."""
+    research/2026-11-small-data-recipe, the last step kept (research/2026-11-what-transfers), speed perturbation and
+    VTLP (research/2026-12-unseen-words), the EMA and warm-up derived from its 1,500 steps; another --clip_padding is
+    one line."""
     preset = Path(__file__).resolve().parents[1] / "examples" / "configs" / "finetune" / "small_folder.json"
     args = finetune.parse_args(
         ["--config", str(preset), "--model_name_or_path", "x", "--dataset", "audiofolder", "--data_root", "y"]
@@ -527,6 +528,8 @@ def test_small_folder_preset_and_clip_padding_choices(encoder_dir):
         args.select_on,
     ) == ("mean", 4e-3, 1.0, 32, 1500, "masked", "last")
     assert (args.ema_decay, args.warmup_steps, args.spec_augment, args.drop_path_rate) == (0.9933, 100, True, 0.1)
+    # speed perturbation and VTLP: what carried words to voices training never heard (research/2026-12-unseen-words)
+    assert (args.speed_perturbation, args.vtlp) == ([0.9, 1.1], [0.9, 1.1])
     with pytest.raises(finetune.UsageError, match="--clip_padding edge: use zeros"):
         finetune.parse_args(
             ["--model_name_or_path", str(encoder_dir), "--synthetic_per_class", "4", "--clip_padding", "edge"]
