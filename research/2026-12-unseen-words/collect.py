@@ -55,7 +55,8 @@ def main():
                 "warned": sum(r["warning"] is not None for r in runs.values()),
             }
             table.setdefault(task_dir.name, {})[lever_dir.name] = entry
-            paired_text = f"{100 * entry['paired_to_preset'][0]:+.1f} ± {100 * entry['paired_to_preset'][1]:.1f}"
+            paired = entry["paired_to_preset"]
+            paired_text = f"{100 * paired[0]:+.1f} ± {100 * paired[1]:.1f}" if paired else "(no preset run)"
             print(
                 f"{task_dir.name:8s} {lever_dir.name:16s} {100 * entry['test'][0]:5.1f} ± {100 * entry['test'][1]:4.1f}"
                 f"  paired {paired_text:>13s}  baseline {100 * (entry['baseline'] or (0, 0))[0]:5.1f}"
