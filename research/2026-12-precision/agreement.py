@@ -69,16 +69,15 @@ def clip_run(run: Path, test: Path, work: Path) -> dict:
         keys, matrices[precision] = as_matrix(read_scores(out), labels)
     files = sorted({file for file, _ in keys})
     truth = np.array([labels.index(Path(file).parent.name) for file in files])
+    rows = [[k for k, key in enumerate(keys) if key[0] == file] for file in files]  # each file's windows
+    file_scores = {p: np.array([matrix[r].mean(0) for r in rows]) for p, matrix in matrices.items()}  # (files, labels)
+    fp32_files = file_scores["fp32"]
     result = {"windows": len(keys), "files": len(files), "seconds": seconds, "precisions": {}}
     for precision, matrix in matrices.items():
-        file_scores = np.array([matrix[[k for k, key in enumerate(keys) if key[0] == f]].mean(0) for f in files])
-        fp32_files = np.array(
-            [matrices["fp32"][[k for k, key in enumerate(keys) if key[0] == f]].mean(0) for f in files]
-        )
         result["precisions"][precision] = {
-            "accuracy": float((file_scores.argmax(1) == truth).mean()),
+            "accuracy": float((file_scores[precision].argmax(1) == truth).mean()),
             "window_top1_agreement": float((matrix.argmax(1) == matrices["fp32"].argmax(1)).mean()),
-            "file_top1_agreement": float((file_scores.argmax(1) == fp32_files.argmax(1)).mean()),
+            "file_top1_agreement": float((file_scores[precision].argmax(1) == fp32_files.argmax(1)).mean()),
             "max_score_change": float(np.abs(matrix - matrices["fp32"]).max()),
         }
     return result
