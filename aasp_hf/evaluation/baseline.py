@@ -357,11 +357,12 @@ def unseen_sources_warning(summary: dict, baseline: dict | None) -> str | None:
     group_by = (summary.get("arguments") or {}).get("group_by")
     if not group_by or not baseline or "test_mean" not in baseline:
         return None
-    margin = summary["test_std"] if len(summary.get("seeds") or []) > 1 else ONE_SEED_MARGIN
+    several_seeds = len(summary.get("seeds") or []) > 1
+    margin = summary["test_std"] if several_seeds else ONE_SEED_MARGIN
     lead = baseline["test_mean"] - summary["test_mean"]
     if lead <= margin:
         return None
-    spread = f"the seeds' spread of {100 * margin:.1f}" if len(summary.get("seeds") or []) > 1 else "3 points"
+    spread = f"the seeds' spread of {100 * margin:.1f}" if several_seeds else f"{100 * ONE_SEED_MARGIN:g} points"
     return (
         f"On sources training never heard (--group_by {group_by!r}) the log-mel baseline beats the model by "
         f"{100 * lead:.1f} points of {summary['metric']}, more than {spread}: use the baseline's predictions, start "
