@@ -732,7 +732,7 @@ class AaspSBLU(nn.Module):
             response = self._token_response(values, decay, frequency)  # (c) 2Γ|r|
             response = response.to(torch.promote_types(self.output_projection.weight.dtype, torch.float32))
             features = self.output_projection(response, group_index)  # (batch_views, num_visible, alias_size, patch)
-            features = self.norm(features, group_index=group_index)  # (d) (batch_views, num_visible, alias_size, patch)
+            features = self.norm(features, group_index=group_index)  # (d) same shape as before the norm
             return self.time_patchify(features, group_index)  # (batch_views, num_visible, alias_size)
 
     def _view_visibility(self, views, num_frames):
@@ -838,7 +838,7 @@ class AaspEmbeddings(nn.Module):
         table (`valid_time_patches`, per clip) gets it linearly interpolated along time, so padding changes nothing."""
         # (num_time_patches, num_frequency_patches * hidden_size)
         table = self.position_embeddings[0, 1:].reshape(self.config.num_time_patches, -1)
-        target = torch.arange(num_time_patches, device=table.device, dtype=torch.float32)[None]  # (1, num_time_patches)
+        target = torch.arange(num_time_patches, device=table.device, dtype=torch.float32)[None]  # (1, time_patches)
         if valid_time_patches is None:
             length = torch.full((1, 1), num_time_patches, device=table.device, dtype=torch.float32)
         else:
@@ -909,14 +909,14 @@ class AaspEmbeddings(nn.Module):
         grid = grid.reshape(
             batch_size, self.config.num_frequency_patches * per_group, num_time_patches
         )  # -> (batch_size, sblu_hidden_size, num_time_patches)
-        return grid.repeat_interleave(self.config.time_patch_size, dim=-1)  # (batch_size, sblu_hidden_size, num_frames)
+        return grid.repeat_interleave(self.config.time_patch_size, dim=-1)  # (batch_size, sblu_hidden_size, frames)
 
 
 def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
     """Attention in plain torch; `attention_mask` as `create_bidirectional_mask` builds it, or a bool mask."""
     attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling  # (batch_size, num_heads, seq_len, seq_len)
     if attention_mask is not None and attention_mask.ndim == 2:
-        attention_mask = attention_mask.bool()[:, None, None, :]  # (batch_size, seq_len) -> (batch_size, 1, 1, seq_len)
+        attention_mask = attention_mask.bool()[:, None, None, :]  # (batch_size, seq_len) -> (batch_size, 1, 1, seq)
     if attention_mask is not None and attention_mask.dtype == torch.bool:
         attn_weights = attn_weights.masked_fill(~attention_mask, torch.finfo(attn_weights.dtype).min)
     elif attention_mask is not None:
@@ -950,9 +950,9 @@ class AaspSelfAttention(nn.Module):
     def forward(self, hidden_states, attention_mask=None, **kwargs: Unpack[TransformersKwargs]):
         batch_size, seq_len, _ = hidden_states.shape
         head_shape = (batch_size, seq_len, self.num_heads, self.head_dim)
-        query = self.query(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, num_heads, seq_len, head_dim)
-        key = self.key(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, num_heads, seq_len, head_dim)
-        value = self.value(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, num_heads, seq_len, head_dim)
+        query = self.query(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, heads, seq_len, head_dim)
+        key = self.key(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, heads, seq_len, head_dim)
+        value = self.value(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, heads, seq_len, head_dim)
         attention_interface: Callable = eager_attention_forward
         if not kwargs.get("output_attentions", False):
             attention_interface = attention_function(self)
