@@ -1623,6 +1623,12 @@ def contrastive_offset(local_size: int) -> int:
     return torch.distributed.get_rank() * local_size if is_distributed() else 0
 
 
+def gather_across_processes(anchors: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The `gather` of `multi_view_contrastive_loss` under torch.distributed: the anchors `(n, embed_size)` of every
+    process concatenated, with gradients, and this process's first row among them; `(anchors, 0)` in one process."""
+    return gather_with_grad(anchors), contrastive_offset(anchors.shape[0])
+
+
 def teacher_targets(layer_outputs, norm_axis: str = "tokens") -> torch.Tensor:
     """The pooled teacher targets `(batch_size, num_patches, hidden_size)` from each teacher block's patch tokens.
 
@@ -1708,13 +1714,14 @@ def clip_loss(student_cls: torch.Tensor, targets: torch.Tensor, scaling: str = "
 
 
 def multi_view_contrastive_loss(
-    embeddings: torch.Tensor, temperature: float = 0.2, gather: bool = False
+    embeddings: torch.Tensor, temperature: float = 0.2, gather: Callable | None = None
 ) -> torch.Tensor:
     """L_c of Eq. (5): multi-positive InfoNCE over the views of each clip, the mean over the anchors.
 
     `embeddings` `(batch_size, num_views, embed_size)` are L2-normalised here; each view's positives are the other views
-    of its clip, its negatives every view of the other clips. With `gather=True` and several processes the candidates
-    are gathered from all of them (`gather_with_grad`), the anchors stay local. Float32 (float64 for float64 inputs)."""
+    of its clip, its negatives every view of the other clips. `gather` (e.g. `gather_across_processes`) maps the local
+    anchors to the candidates of every process and this process's first row among them; None: this process's views
+    only. The anchors stay local. Float32 (float64 for float64 inputs)."""
     if embeddings.ndim != 3 or embeddings.shape[1] < 2 or embeddings.shape[0] < 1 or embeddings.shape[2] < 1:
         raise ValueError(
             "embeddings must be (batch_size, num_views, embed_size) with batch_size >= 1, num_views >= 2 views per clip "
@@ -1732,9 +1739,8 @@ def multi_view_contrastive_loss(
         anchors = F.normalize(anchors, dim=-1)  # z̃_i
         offset = 0
         candidates = anchors  # (num_candidates, embed_size), here num_candidates = batch_views
-        if gather and is_distributed():
-            candidates = gather_with_grad(anchors)  # (world_size * batch_views, embed_size)
-            offset = contrastive_offset(num_anchors)
+        if gather is not None:
+            candidates, offset = gather(anchors)  # (world_size * batch_views, embed_size)
         logits = anchors @ candidates.T / temperature  # (batch_views, num_candidates): z̃_i·z̃_a/τ
         # row b·num_views + m is view m of clip b
         anchor_index = torch.arange(num_anchors, device=logits.device) + offset  # (batch_views,)
@@ -1964,6 +1970,7 @@ class AaspForPreTraining(AaspPreTrainedModel):
         visible_indices: torch.Tensor,
         query_indices: torch.Tensor,
         student_input_values: torch.Tensor | None = None,
+        contrastive_gather: Callable | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> AaspForPreTrainingOutput:
         r"""
@@ -1975,6 +1982,9 @@ class AaspForPreTraining(AaspPreTrainedModel):
             The masked tokens each view's predictor reconstructs.
         student_input_values (`torch.FloatTensor` of shape `(batch_size, num_frames, num_mel_bins)`, *optional*):
             The student's view of the same clips; defaults to `input_values`.
+        contrastive_gather (`Callable`, *optional*):
+            The contrastive loss's candidates from every process (`gather_across_processes` under torch.distributed);
+            None: this process's views only.
 
         Example:
 
@@ -2034,9 +2044,8 @@ class AaspForPreTraining(AaspPreTrainedModel):
         view_embeddings = self.contrastive_head(student[:, 1:].mean(dim=1))  # (batch_views, hidden_size // 2)
         # (batch_size, num_views, hidden_size // 2)
         view_embeddings = view_embeddings.reshape(batch_size, num_views, -1)
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         loss_contrastive = multi_view_contrastive_loss(
-            view_embeddings, self.config.contrastive_temperature, gather=distributed
+            view_embeddings, self.config.contrastive_temperature, gather=contrastive_gather
         )
         loss = (
             loss_masked
