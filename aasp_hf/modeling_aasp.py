@@ -487,15 +487,9 @@ class AaspLambdaEncoder(nn.Module):
 
     def __init__(self, config: AaspConfig):
         super().__init__()
-        width = config.hidden_size // config.lambda_encoder_reduction  # `config.lambda_encoder_hidden_size`
+        width = config.lambda_encoder_hidden_size  # D / r
         self.input_projection = nn.Linear(config.hidden_size, width)
-        heads, mlp_width = config.lambda_encoder_num_attention_heads, int(width * config.lambda_encoder_mlp_ratio)
-        self.layers = nn.ModuleList(
-            [
-                AaspLambdaEncoderLayer(config, width, heads, mlp_width, layer_norm_first=True, drop_path=0.0)
-                for _ in range(config.lambda_encoder_num_layers)
-            ]
-        )
+        self.layers = nn.ModuleList([AaspLambdaEncoderLayer(config) for _ in range(config.lambda_encoder_num_layers)])
         self.config = config
         self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.output_projection = nn.Linear(width, 2 * config.sblu_hidden_size // config.num_frequency_patches)
@@ -509,7 +503,7 @@ class AaspLambdaEncoder(nn.Module):
         hidden_states = self.input_projection(tokens)  # (batch_size, num_patches, lambda_hidden_size)
         attention_mask = create_bidirectional_mask(self.config, hidden_states, attention_mask)
         for layer in self.layers:
-            hidden_states, _, _ = layer(hidden_states, attention_mask)
+            hidden_states = layer(hidden_states, attention_mask)
         lambdas = self.output_projection(self.norm(hidden_states)).float()  # (batch_size, num_patches, 2 * per_group)
         decay, frequency = lambdas.chunk(2, dim=-1)  # (batch_size, num_patches, per_group) each
         decay = F.softplus(decay) + self.decay_min
@@ -1005,22 +999,22 @@ class AaspDropPath(nn.Module):
         return x * mask / keep
 
 
-class AaspBlock(GradientCheckpointingLayer):
-    """A ViT block: EAT's post-norm block, or pre-norm with `layer_norm_first=True`.
+class AaspLayer(GradientCheckpointingLayer):
+    """A block of the encoder: EAT's post-norm ViT-B block, or pre-norm with `config.layer_norm_first=True`. Its
+    stochastic depth grows linearly with `layer_idx` up to `config.drop_path_rate` in the last block.
 
     Returns the output, the attention weights (None unless asked for) and the MLP output before the residual add
     (EAT's FFN targets, `config.target_layer="ffn"`)."""
 
-    # Sizes as arguments: shared by the encoder, the Lambda encoder and the predictor (docs/model.md).
-    # trf-ignore: TRF029
-    def __init__(self, config, hidden_size, num_heads, intermediate_size, layer_norm_first, drop_path):
+    def __init__(self, config: AaspConfig, layer_idx: int = 0):
         super().__init__()
-        self.layer_norm_first = layer_norm_first
-        self.attention = AaspSelfAttention(config, hidden_size, num_heads)
-        self.norm1 = nn.LayerNorm(hidden_size, eps=config.layer_norm_eps)
-        self.mlp = AaspMLP(config, hidden_size, intermediate_size)
-        self.norm2 = nn.LayerNorm(hidden_size, eps=config.layer_norm_eps)
-        self.drop_path = AaspDropPath(drop_path)
+        self.layer_norm_first = config.layer_norm_first
+        self.attention = AaspSelfAttention(config, config.hidden_size, config.num_attention_heads)
+        self.norm1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.mlp = AaspMLP(config, config.hidden_size, config.intermediate_size)
+        self.norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        drop_path_rates = np.linspace(0.0, config.drop_path_rate, config.num_hidden_layers).tolist()
+        self.drop_path = AaspDropPath(drop_path_rates[layer_idx])
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden_states, attention_mask=None, **kwargs: Unpack[TransformersKwargs]):
@@ -1037,12 +1031,23 @@ class AaspBlock(GradientCheckpointingLayer):
         return hidden_states, attn_weights, ffn_output
 
 
-class AaspLayer(AaspBlock):
-    """A block of the encoder (EAT's post-norm ViT-B block)."""
+class AaspLambdaEncoderLayer(GradientCheckpointingLayer):
+    """A pre-norm ViT block of the Lambda encoder (AaPE (1)), D / r wide, without stochastic depth. A class of its own
+    so that the encoder's recorded outputs (`AaspLayer`) never include it."""
 
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        width = config.lambda_encoder_hidden_size
+        self.attention = AaspSelfAttention(config, width, config.lambda_encoder_num_attention_heads)
+        self.norm1 = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.mlp = AaspMLP(config, width, int(width * config.lambda_encoder_mlp_ratio))
+        self.norm2 = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-class AaspLambdaEncoderLayer(AaspBlock):
-    """A pre-norm block of the Lambda encoder (AaPE (1))."""
+    def forward(self, hidden_states, attention_mask=None, **kwargs: Unpack[TransformersKwargs]):
+        attn_output, _ = self.attention(self.norm1(hidden_states), attention_mask, **kwargs)
+        hidden_states = hidden_states + self.dropout(attn_output)
+        return hidden_states + self.mlp(self.norm2(hidden_states))
 
 
 def _frame_mask_to_token_mask(frame_mask: torch.Tensor, time_patch_size: int, num_frequency_patches: int):
@@ -1213,11 +1218,7 @@ class AaspModel(AaspPreTrainedModel):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
         self.embedding_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.embedding_dropout = nn.Dropout(config.hidden_dropout_prob)
-        drop_path_rates = np.linspace(0.0, config.drop_path_rate, config.num_hidden_layers).tolist()
-        sizes = (config.hidden_size, config.num_attention_heads, config.intermediate_size)
-        self.layers = nn.ModuleList(
-            [AaspLayer(config, *sizes, config.layer_norm_first, drop_path) for drop_path in drop_path_rates]
-        )
+        self.layers = nn.ModuleList([AaspLayer(config, layer_idx) for layer_idx in range(config.num_hidden_layers)])
         # CODEPATH: AaSP and EAT checkpoints are post-norm (no final norm); `layer_norm_first=True` adds one.
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.layer_norm_first else None
         self.post_init()
