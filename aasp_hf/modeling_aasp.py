@@ -24,6 +24,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import get_args
 
 import numpy as np
 import torch
@@ -45,7 +46,7 @@ from transformers.utils import __version__ as transformers_version
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs, maybe_install_capturing_hooks
 
-from .configuration_aasp import _LOADED_AS_REMOTE_CODE, CHOICES, AaspConfig
+from .configuration_aasp import _LOADED_AS_REMOTE_CODE, AaspConfig, LossScaling, SbluPhase, TargetNormAxis
 
 
 # The input checks compare shapes with these fields; no checkpoint takes another path on them.
@@ -123,7 +124,7 @@ class AaspAudioFrameClassifierOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
-SBLU_PHASES = CHOICES["sblu_phase"]
+SBLU_PHASES = get_args(SbluPhase)
 
 
 def _check_step(step: float) -> None:
@@ -1558,8 +1559,8 @@ if tuple(int(part) for part in transformers_version.split(".")[:2]) < (5, 9):
     register_checkpoint_conversion_mapping(AaspConfig.model_type, _head_renamings(), overwrite=True)
 
 
-TARGET_NORM_AXES = CHOICES["target_norm_axis"]
-LOSS_SCALINGS = CHOICES["loss_scaling"]
+TARGET_NORM_AXES = get_args(TargetNormAxis)
+LOSS_SCALINGS = get_args(LossScaling)
 
 
 def _check_scaling(scaling: str) -> None:
