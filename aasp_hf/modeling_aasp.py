@@ -1001,8 +1001,7 @@ class AaspDropPath(nn.Module):
 
 
 class AaspLayer(GradientCheckpointingLayer):
-    """A block of the encoder: EAT's post-norm ViT-B block, or pre-norm with `config.layer_norm_first=True`. Its
-    stochastic depth grows linearly with `layer_idx` up to `config.drop_path_rate` in the last block.
+    """A block of the encoder: EAT's post-norm ViT-B block, or pre-norm with `config.layer_norm_first=True`.
 
     Returns the output, the attention weights (None unless asked for) and the MLP output before the residual add
     (EAT's FFN targets, `config.target_layer="ffn"`)."""
@@ -1014,7 +1013,7 @@ class AaspLayer(GradientCheckpointingLayer):
         self.norm1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.mlp = AaspMLP(config, config.hidden_size, config.intermediate_size)
         self.norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        drop_path_rates = np.linspace(0.0, config.drop_path_rate, config.num_hidden_layers).tolist()
+        drop_path_rates = np.linspace(0.0, config.drop_path_rate, config.num_hidden_layers).tolist()  # grows per block
         self.drop_path = AaspDropPath(drop_path_rates[layer_idx])
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -1033,8 +1032,7 @@ class AaspLayer(GradientCheckpointingLayer):
 
 
 class AaspLambdaEncoderLayer(GradientCheckpointingLayer):
-    """A pre-norm ViT block of the Lambda encoder (AaPE (1)), D / r wide, without stochastic depth. A class of its own
-    so that the encoder's recorded outputs (`AaspLayer`) never include it."""
+    """A pre-norm block of the Lambda encoder (AaPE (1)), D / r wide; a class of its own, not recorded as `AaspLayer`."""
 
     def __init__(self, config: AaspConfig):
         super().__init__()
@@ -1626,8 +1624,7 @@ def contrastive_offset(local_size: int) -> int:
 
 
 def gather_across_processes(anchors: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """The `gather` of `multi_view_contrastive_loss` under torch.distributed: the anchors `(n, embed_size)` of every
-    process concatenated, with gradients, and this process's first row among them; `(anchors, 0)` in one process."""
+    """`multi_view_contrastive_loss`'s `gather` under torch.distributed: every process's anchors, and this one's offset."""
     return gather_with_grad(anchors), contrastive_offset(anchors.shape[0])
 
 
