@@ -21,6 +21,7 @@ C=1024, ε=0.01, Δ=0.01, Lambda encoder r=6, L=3.
 import dataclasses
 import difflib
 import inspect
+from typing import Literal
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
@@ -40,20 +41,12 @@ if not dataclasses.is_dataclass(PreTrainedConfig):
 # P_time, the time patch size of the paper's models: `AaspConfig.time_patch_size` defaults to it, and so does the
 # frame multiple of `AaspFeatureExtractor` (its frame counts are rounded up to whole time patches).
 TIME_PATCH_SIZE = 16
-# The fields that take one of a few named values, and those values (validated in one loop by `_validate_config`). The
-# one definition of each set: modeling_aasp.py's SBLU operator and objectives check their arguments against it too.
-CHOICES = {
-    "hidden_act": ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"),
-    "patch_embedding": ("aape", "spe"),
-    "classifier_pooling": ("cls", "mean"),
-    "sblu_phase": ("symmetric", "analytic"),
-    "predictor_type": ("cross_attention", "cnn"),
-    "target_norm_axis": ("tokens", "channels"),
-    "target_layer": ("block", "ffn"),
-    "loss_scaling": ("mean", "eat"),
-    "student_stem_input": ("masked", "full"),
-    "initialization": ("trunc_normal", "eat"),
-}
+# The values of the fields that take one of a few names: `@strict` refuses any other, naming the field, the value and
+# these. The one definition of each set: modeling_aasp.py's SBLU operator and objectives check their arguments against
+# them too (`typing.get_args`).
+SbluPhase = Literal["symmetric", "analytic"]
+TargetNormAxis = Literal["tokens", "channels"]
+LossScaling = Literal["mean", "eat"]
 
 
 def init_arguments(cls) -> set:
@@ -236,7 +229,7 @@ class AaspConfig(PreTrainedConfig):
     num_hidden_layers: int = 12
     num_attention_heads: int = 12
     intermediate_size: int = 3072
-    hidden_act: str = "gelu"
+    hidden_act: Literal["gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu"] = "gelu"
     hidden_dropout_prob: float | int = 0.0
     attention_probs_dropout_prob: float | int = 0.0
     drop_path_rate: float | int = 0.0
@@ -244,26 +237,26 @@ class AaspConfig(PreTrainedConfig):
     initializer_range: float = 0.02
     qkv_bias: bool = True
     layer_norm_first: bool = False
-    initialization: str = "trunc_normal"
+    initialization: Literal["trunc_normal", "eat"] = "trunc_normal"
     num_mel_bins: int = 128
     num_frames: int = 608
     frequency_patch_size: int = 16
     time_patch_size: int = TIME_PATCH_SIZE
-    patch_embedding: str = "aape"
+    patch_embedding: Literal["aape", "spe"] = "aape"
     sblu_kernel_size: int = 63
     sblu_hidden_size: int = 128
     sblu_output_size: int = 1024
     sblu_epsilon: float = 0.01
     sblu_step: float = 0.01
     sblu_adaptive: bool = True
-    sblu_phase: str = "symmetric"
+    sblu_phase: SbluPhase = "symmetric"
     sblu_highpass_num_taps: int = 63
     lambda_encoder_reduction: int = 6
     lambda_encoder_num_layers: int = 3
     lambda_encoder_num_attention_heads: int = 2
     lambda_encoder_mlp_ratio: float | int = 4.0
-    classifier_pooling: str = "cls"
-    predictor_type: str = "cross_attention"
+    classifier_pooling: Literal["cls", "mean"] = "cls"
+    predictor_type: Literal["cross_attention", "cnn"] = "cross_attention"
     predictor_hidden_size: int = 512
     predictor_num_layers: int = 3
     predictor_num_attention_heads: int = 16
@@ -277,10 +270,10 @@ class AaspConfig(PreTrainedConfig):
     mask_num_views: int = 4
     mask_query_ratio: float = 0.75
     mask_block_sizes: list[list[int]] | tuple[tuple[int, int], ...] = ((3, 8), (4, 6), (5, 5))
-    target_norm_axis: str = "tokens"
-    target_layer: str = "ffn"
-    loss_scaling: str = "mean"
-    student_stem_input: str = "masked"
+    target_norm_axis: TargetNormAxis = "tokens"
+    target_layer: Literal["block", "ffn"] = "ffn"
+    loss_scaling: LossScaling = "mean"
+    student_stem_input: Literal["masked", "full"] = "masked"
     clip_loss_weight: float | int = 1.0
     contrastive_loss_weight: float | int = 0.1
     contrastive_temperature: float | int = 0.2
@@ -308,8 +301,8 @@ class AaspConfig(PreTrainedConfig):
 
     def validate_architecture(self):
         """Part of `@strict`'s validation, run after `__init__` and before saving: a ValueError naming the field, its
-        value and what it must be (ranges, the fields of `CHOICES`, and the sizes that must divide each other; the
-        field types are `@strict`'s own checks)."""
+        value and what it must be (ranges, and the sizes that must divide each other; the field types and the named
+        values of the `Literal` fields are `@strict`'s own checks)."""
         super().validate_architecture()
         _validate_config(self)
 
@@ -343,7 +336,7 @@ class AaspConfig(PreTrainedConfig):
 
 
 # The fields `_validate_config` checks by kind: each must be a positive integer, a probability in [0, 1), a
-# positive number, a bool, or a non-negative number.
+# positive number, or a non-negative number.
 POSITIVE_INTEGER_FIELDS = (
     "hidden_size",
     "num_hidden_layers",
@@ -377,7 +370,6 @@ POSITIVE_NUMBER_FIELDS = (
     "predictor_mlp_ratio",
     "contrastive_temperature",
 )
-BOOLEAN_FIELDS = ("qkv_bias", "layer_norm_first", "sblu_adaptive")
 NON_NEGATIVE_FIELDS = (
     "clip_loss_weight",
     "contrastive_loss_weight",
@@ -389,7 +381,7 @@ NON_NEGATIVE_FIELDS = (
 
 def _validate_config(config) -> None:
     """The checks on an `AaspConfig`'s values, run by its `validate_architecture`: a ValueError naming the field, its
-    value and what it must be (types and ranges, the fields of `CHOICES`, and the sizes that must divide each other)."""
+    value and what it must be (ranges, and the sizes that must divide each other)."""
 
     def fail(field, message):
         raise ValueError(f"AaspConfig.{field}={getattr(config, field)!r}: {message}")
@@ -406,13 +398,6 @@ def _validate_config(config) -> None:
         value = getattr(config, field)
         if not isinstance(value, (int, float)) or not value > 0:
             fail(field, "must be a positive number")
-    for field in BOOLEAN_FIELDS:
-        if not isinstance(getattr(config, field), bool):
-            fail(field, "must be True or False")
-
-    for field, allowed in CHOICES.items():
-        if getattr(config, field) not in allowed:
-            fail(field, f"must be one of {allowed}")
     if config.hidden_size % 4:
         fail("hidden_size", "must be a multiple of 4 (2-D sin-cos positions use D/4 frequencies per axis)")
     if config.hidden_size % config.num_attention_heads:

@@ -889,7 +889,8 @@ def _float_waveform(x, index):
         elif np.issubdtype(x.dtype, np.floating):
             x = torch.tensor(x.astype(np.float32, copy=False))
         else:
-            raise ValueError(f"Clip {index} has dtype {x.dtype}: pass float audio in [-1, 1] or int16/int32/uint8 PCM.")
+            message = f"Clip {index} has dtype {x.dtype}: pass float audio in [-1, 1] or int16/int32/uint8 PCM."
+            raise ValueError(message)
     elif not isinstance(x, torch.Tensor):
         raise ValueError(
             f"Clip {index} is a {type(x).__name__}: pass decoded audio (numpy array, torch tensor or list of "

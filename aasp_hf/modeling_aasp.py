@@ -24,6 +24,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import get_args
 
 import numpy as np
 import torch
@@ -45,7 +46,7 @@ from transformers.utils import __version__ as transformers_version
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs, maybe_install_capturing_hooks
 
-from .configuration_aasp import _LOADED_AS_REMOTE_CODE, CHOICES, AaspConfig
+from .configuration_aasp import _LOADED_AS_REMOTE_CODE, AaspConfig, LossScaling, SbluPhase, TargetNormAxis
 
 
 # The input checks compare shapes with these fields; no checkpoint takes another path on them.
@@ -123,7 +124,7 @@ class AaspAudioFrameClassifierOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
-SBLU_PHASES = CHOICES["sblu_phase"]
+SBLU_PHASES = get_args(SbluPhase)
 
 
 def _check_step(step: float) -> None:
@@ -487,15 +488,9 @@ class AaspLambdaEncoder(nn.Module):
 
     def __init__(self, config: AaspConfig):
         super().__init__()
-        width = config.hidden_size // config.lambda_encoder_reduction  # `config.lambda_encoder_hidden_size`
+        width = config.lambda_encoder_hidden_size  # D / r
         self.input_projection = nn.Linear(config.hidden_size, width)
-        heads, mlp_width = config.lambda_encoder_num_attention_heads, int(width * config.lambda_encoder_mlp_ratio)
-        self.layers = nn.ModuleList(
-            [
-                AaspLambdaEncoderLayer(config, width, heads, mlp_width, layer_norm_first=True, drop_path=0.0)
-                for _ in range(config.lambda_encoder_num_layers)
-            ]
-        )
+        self.layers = nn.ModuleList([AaspLambdaEncoderLayer(config) for _ in range(config.lambda_encoder_num_layers)])
         self.config = config
         self.norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.output_projection = nn.Linear(width, 2 * config.sblu_hidden_size // config.num_frequency_patches)
@@ -509,7 +504,7 @@ class AaspLambdaEncoder(nn.Module):
         hidden_states = self.input_projection(tokens)  # (batch_size, num_patches, lambda_hidden_size)
         attention_mask = create_bidirectional_mask(self.config, hidden_states, attention_mask)
         for layer in self.layers:
-            hidden_states, _, _ = layer(hidden_states, attention_mask)
+            hidden_states = layer(hidden_states, attention_mask)
         lambdas = self.output_projection(self.norm(hidden_states)).float()  # (batch_size, num_patches, 2 * per_group)
         decay, frequency = lambdas.chunk(2, dim=-1)  # (batch_size, num_patches, per_group) each
         decay = F.softplus(decay) + self.decay_min
@@ -732,7 +727,7 @@ class AaspSBLU(nn.Module):
             response = self._token_response(values, decay, frequency)  # (c) 2Γ|r|
             response = response.to(torch.promote_types(self.output_projection.weight.dtype, torch.float32))
             features = self.output_projection(response, group_index)  # (batch_views, num_visible, alias_size, patch)
-            features = self.norm(features, group_index=group_index)  # (d) (batch_views, num_visible, alias_size, patch)
+            features = self.norm(features, group_index=group_index)  # (d) same shape as before the norm
             return self.time_patchify(features, group_index)  # (batch_views, num_visible, alias_size)
 
     def _view_visibility(self, views, num_frames):
@@ -838,7 +833,7 @@ class AaspEmbeddings(nn.Module):
         table (`valid_time_patches`, per clip) gets it linearly interpolated along time, so padding changes nothing."""
         # (num_time_patches, num_frequency_patches * hidden_size)
         table = self.position_embeddings[0, 1:].reshape(self.config.num_time_patches, -1)
-        target = torch.arange(num_time_patches, device=table.device, dtype=torch.float32)[None]  # (1, num_time_patches)
+        target = torch.arange(num_time_patches, device=table.device, dtype=torch.float32)[None]  # (1, time_patches)
         if valid_time_patches is None:
             length = torch.full((1, 1), num_time_patches, device=table.device, dtype=torch.float32)
         else:
@@ -909,14 +904,14 @@ class AaspEmbeddings(nn.Module):
         grid = grid.reshape(
             batch_size, self.config.num_frequency_patches * per_group, num_time_patches
         )  # -> (batch_size, sblu_hidden_size, num_time_patches)
-        return grid.repeat_interleave(self.config.time_patch_size, dim=-1)  # (batch_size, sblu_hidden_size, num_frames)
+        return grid.repeat_interleave(self.config.time_patch_size, dim=-1)  # (batch_size, sblu_hidden_size, frames)
 
 
 def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
     """Attention in plain torch; `attention_mask` as `create_bidirectional_mask` builds it, or a bool mask."""
     attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling  # (batch_size, num_heads, seq_len, seq_len)
     if attention_mask is not None and attention_mask.ndim == 2:
-        attention_mask = attention_mask.bool()[:, None, None, :]  # (batch_size, seq_len) -> (batch_size, 1, 1, seq_len)
+        attention_mask = attention_mask.bool()[:, None, None, :]  # (batch_size, seq_len) -> (batch_size, 1, 1, seq)
     if attention_mask is not None and attention_mask.dtype == torch.bool:
         attn_weights = attn_weights.masked_fill(~attention_mask, torch.finfo(attn_weights.dtype).min)
     elif attention_mask is not None:
@@ -950,9 +945,9 @@ class AaspSelfAttention(nn.Module):
     def forward(self, hidden_states, attention_mask=None, **kwargs: Unpack[TransformersKwargs]):
         batch_size, seq_len, _ = hidden_states.shape
         head_shape = (batch_size, seq_len, self.num_heads, self.head_dim)
-        query = self.query(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, num_heads, seq_len, head_dim)
-        key = self.key(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, num_heads, seq_len, head_dim)
-        value = self.value(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, num_heads, seq_len, head_dim)
+        query = self.query(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, heads, seq_len, head_dim)
+        key = self.key(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, heads, seq_len, head_dim)
+        value = self.value(hidden_states).view(head_shape).transpose(1, 2)  # (batch_size, heads, seq_len, head_dim)
         attention_interface: Callable = eager_attention_forward
         if not kwargs.get("output_attentions", False):
             attention_interface = attention_function(self)
@@ -1005,22 +1000,21 @@ class AaspDropPath(nn.Module):
         return x * mask / keep
 
 
-class AaspBlock(GradientCheckpointingLayer):
-    """A ViT block: EAT's post-norm block, or pre-norm with `layer_norm_first=True`.
+class AaspLayer(GradientCheckpointingLayer):
+    """A block of the encoder: EAT's post-norm ViT-B block, or pre-norm with `config.layer_norm_first=True`.
 
     Returns the output, the attention weights (None unless asked for) and the MLP output before the residual add
     (EAT's FFN targets, `config.target_layer="ffn"`)."""
 
-    # Sizes as arguments: shared by the encoder, the Lambda encoder and the predictor (docs/model.md).
-    # trf-ignore: TRF029
-    def __init__(self, config, hidden_size, num_heads, intermediate_size, layer_norm_first, drop_path):
+    def __init__(self, config: AaspConfig, layer_idx: int = 0):
         super().__init__()
-        self.layer_norm_first = layer_norm_first
-        self.attention = AaspSelfAttention(config, hidden_size, num_heads)
-        self.norm1 = nn.LayerNorm(hidden_size, eps=config.layer_norm_eps)
-        self.mlp = AaspMLP(config, hidden_size, intermediate_size)
-        self.norm2 = nn.LayerNorm(hidden_size, eps=config.layer_norm_eps)
-        self.drop_path = AaspDropPath(drop_path)
+        self.layer_norm_first = config.layer_norm_first
+        self.attention = AaspSelfAttention(config, config.hidden_size, config.num_attention_heads)
+        self.norm1 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.mlp = AaspMLP(config, config.hidden_size, config.intermediate_size)
+        self.norm2 = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        drop_path_rates = np.linspace(0.0, config.drop_path_rate, config.num_hidden_layers).tolist()  # grows per block
+        self.drop_path = AaspDropPath(drop_path_rates[layer_idx])
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, hidden_states, attention_mask=None, **kwargs: Unpack[TransformersKwargs]):
@@ -1037,12 +1031,22 @@ class AaspBlock(GradientCheckpointingLayer):
         return hidden_states, attn_weights, ffn_output
 
 
-class AaspLayer(AaspBlock):
-    """A block of the encoder (EAT's post-norm ViT-B block)."""
+class AaspLambdaEncoderLayer(GradientCheckpointingLayer):
+    """A pre-norm block of the Lambda encoder (AaPE (1)), D / r wide; a class of its own, not recorded as `AaspLayer`."""
 
+    def __init__(self, config: AaspConfig):
+        super().__init__()
+        width = config.lambda_encoder_hidden_size
+        self.attention = AaspSelfAttention(config, width, config.lambda_encoder_num_attention_heads)
+        self.norm1 = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.mlp = AaspMLP(config, width, int(width * config.lambda_encoder_mlp_ratio))
+        self.norm2 = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-class AaspLambdaEncoderLayer(AaspBlock):
-    """A pre-norm block of the Lambda encoder (AaPE (1))."""
+    def forward(self, hidden_states, attention_mask=None, **kwargs: Unpack[TransformersKwargs]):
+        attn_output, _ = self.attention(self.norm1(hidden_states), attention_mask, **kwargs)
+        hidden_states = hidden_states + self.dropout(attn_output)
+        return hidden_states + self.mlp(self.norm2(hidden_states))
 
 
 def _frame_mask_to_token_mask(frame_mask: torch.Tensor, time_patch_size: int, num_frequency_patches: int):
@@ -1213,11 +1217,7 @@ class AaspModel(AaspPreTrainedModel):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
         self.embedding_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.embedding_dropout = nn.Dropout(config.hidden_dropout_prob)
-        drop_path_rates = np.linspace(0.0, config.drop_path_rate, config.num_hidden_layers).tolist()
-        sizes = (config.hidden_size, config.num_attention_heads, config.intermediate_size)
-        self.layers = nn.ModuleList(
-            [AaspLayer(config, *sizes, config.layer_norm_first, drop_path) for drop_path in drop_path_rates]
-        )
+        self.layers = nn.ModuleList([AaspLayer(config, layer_idx) for layer_idx in range(config.num_hidden_layers)])
         # CODEPATH: AaSP and EAT checkpoints are post-norm (no final norm); `layer_norm_first=True` adds one.
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.layer_norm_first else None
         self.post_init()
@@ -1557,8 +1557,8 @@ if tuple(int(part) for part in transformers_version.split(".")[:2]) < (5, 9):
     register_checkpoint_conversion_mapping(AaspConfig.model_type, _head_renamings(), overwrite=True)
 
 
-TARGET_NORM_AXES = CHOICES["target_norm_axis"]
-LOSS_SCALINGS = CHOICES["loss_scaling"]
+TARGET_NORM_AXES = get_args(TargetNormAxis)
+LOSS_SCALINGS = get_args(LossScaling)
 
 
 def _check_scaling(scaling: str) -> None:
@@ -1621,6 +1621,11 @@ def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
 def contrastive_offset(local_size: int) -> int:
     """This process's first row in `gather_with_grad`'s output (0 when not distributed)."""
     return torch.distributed.get_rank() * local_size if is_distributed() else 0
+
+
+def gather_across_processes(anchors: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """`multi_view_contrastive_loss`'s `gather` under torch.distributed: every process's anchors, and this one's offset."""
+    return gather_with_grad(anchors), contrastive_offset(anchors.shape[0])
 
 
 def teacher_targets(layer_outputs, norm_axis: str = "tokens") -> torch.Tensor:
@@ -1708,13 +1713,14 @@ def clip_loss(student_cls: torch.Tensor, targets: torch.Tensor, scaling: str = "
 
 
 def multi_view_contrastive_loss(
-    embeddings: torch.Tensor, temperature: float = 0.2, gather: bool = False
+    embeddings: torch.Tensor, temperature: float = 0.2, gather: Callable | None = None
 ) -> torch.Tensor:
     """L_c of Eq. (5): multi-positive InfoNCE over the views of each clip, the mean over the anchors.
 
     `embeddings` `(batch_size, num_views, embed_size)` are L2-normalised here; each view's positives are the other views
-    of its clip, its negatives every view of the other clips. With `gather=True` and several processes the candidates
-    are gathered from all of them (`gather_with_grad`), the anchors stay local. Float32 (float64 for float64 inputs)."""
+    of its clip, its negatives every view of the other clips. `gather` (e.g. `gather_across_processes`) maps the local
+    anchors to the candidates of every process and this process's first row among them; None: this process's views
+    only. The anchors stay local. Float32 (float64 for float64 inputs)."""
     if embeddings.ndim != 3 or embeddings.shape[1] < 2 or embeddings.shape[0] < 1 or embeddings.shape[2] < 1:
         raise ValueError(
             "embeddings must be (batch_size, num_views, embed_size) with batch_size >= 1, num_views >= 2 views per clip "
@@ -1732,9 +1738,8 @@ def multi_view_contrastive_loss(
         anchors = F.normalize(anchors, dim=-1)  # z̃_i
         offset = 0
         candidates = anchors  # (num_candidates, embed_size), here num_candidates = batch_views
-        if gather and is_distributed():
-            candidates = gather_with_grad(anchors)  # (world_size * batch_views, embed_size)
-            offset = contrastive_offset(num_anchors)
+        if gather is not None:
+            candidates, offset = gather(anchors)  # (world_size * batch_views, embed_size)
         logits = anchors @ candidates.T / temperature  # (batch_views, num_candidates): z̃_i·z̃_a/τ
         # row b·num_views + m is view m of clip b
         anchor_index = torch.arange(num_anchors, device=logits.device) + offset  # (batch_views,)
@@ -1964,6 +1969,7 @@ class AaspForPreTraining(AaspPreTrainedModel):
         visible_indices: torch.Tensor,
         query_indices: torch.Tensor,
         student_input_values: torch.Tensor | None = None,
+        contrastive_gather: Callable | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> AaspForPreTrainingOutput:
         r"""
@@ -1975,6 +1981,9 @@ class AaspForPreTraining(AaspPreTrainedModel):
             The masked tokens each view's predictor reconstructs.
         student_input_values (`torch.FloatTensor` of shape `(batch_size, num_frames, num_mel_bins)`, *optional*):
             The student's view of the same clips; defaults to `input_values`.
+        contrastive_gather (`Callable`, *optional*):
+            The contrastive loss's candidates from every process (`gather_across_processes` under torch.distributed);
+            None: this process's views only.
 
         Example:
 
@@ -2034,9 +2043,8 @@ class AaspForPreTraining(AaspPreTrainedModel):
         view_embeddings = self.contrastive_head(student[:, 1:].mean(dim=1))  # (batch_views, hidden_size // 2)
         # (batch_size, num_views, hidden_size // 2)
         view_embeddings = view_embeddings.reshape(batch_size, num_views, -1)
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         loss_contrastive = multi_view_contrastive_loss(
-            view_embeddings, self.config.contrastive_temperature, gather=distributed
+            view_embeddings, self.config.contrastive_temperature, gather=contrastive_gather
         )
         loss = (
             loss_masked

@@ -101,6 +101,19 @@ class ProblemTypeAudioClassificationPipeline(AudioClassificationPipeline):
         return preprocess_params, forward_params, postprocess_params
 
 
+class AaspScoresAudioClassificationPipeline(ProblemTypeAudioClassificationPipeline):
+    """transformers' audio-classification pipeline, where transformers 5.4 to 5.22 apply a softmax to every
+    checkpoint: an AaSP checkpoint's scores follow its `problem_type` (`ProblemTypeAudioClassificationPipeline`);
+    every other model's parameters are transformers' own, untouched."""
+
+    def _sanitize_parameters(self, top_k=None, function_to_apply=None, **kwargs):
+        if getattr(self.model.config, "model_type", None) != "aasp":
+            return AudioClassificationPipeline._sanitize_parameters(
+                self, top_k=top_k, function_to_apply=function_to_apply, **kwargs
+            )
+        return super()._sanitize_parameters(top_k=top_k, function_to_apply=function_to_apply, **kwargs)
+
+
 class AaspAudioWindows:
     """The windows of a clip, for the pipelines of this file (`ChunkPipeline`s: `preprocess` yields one window's model
     inputs at a time). `window_lengths` gives (window, hop) in samples from the call's `chunk_length_s` and
@@ -571,20 +584,19 @@ def transformers_scores_by_problem_type() -> bool:
 
 
 def score_audio_classification_by_problem_type() -> bool:
-    """Where transformers' own audio-classification pipeline applies a softmax to every checkpoint, make
-    `pipeline("audio-classification", ...)` build `ProblemTypeAudioClassificationPipeline` (the same class with the
-    score function chosen by `problem_type`, as transformers chooses it from 5.23 on), so that a multi-label
-    checkpoint gives sigmoid scores however the pipeline is made. Other checkpoints' scores, and the decoding, are
-    transformers' own. Returns whether it replaced the task's class."""
+    """Where transformers' own audio-classification pipeline applies a softmax to every checkpoint (5.4 to 5.22), make
+    `pipeline("audio-classification", ...)` build `AaspScoresAudioClassificationPipeline`: for an AaSP checkpoint the
+    score function follows `problem_type`, as transformers chooses it from 5.23 on, so that a multi-label checkpoint
+    gives sigmoid scores however the pipeline is made; every other model's scores, and the decoding, are transformers'
+    own. `pipeline()` takes the task's class from this table before it loads the model, so no step of our model's
+    loading could choose it. Returns whether it replaced the task's class."""
     from transformers.pipelines import PIPELINE_REGISTRY
 
     task = PIPELINE_REGISTRY.supported_tasks.get("audio-classification")
-    if task is None or transformers_scores_by_problem_type() or task["impl"] is not AudioClassificationPipeline:
+    own = (AudioClassificationPipeline, f"{AudioClassificationPipeline.__module__}.AudioClassificationPipeline")
+    if task is None or transformers_scores_by_problem_type() or task["impl"] not in own:
         return False  # a newer transformers, or a class someone else registered: left as it is
-    PIPELINE_REGISTRY.supported_tasks["audio-classification"] = {
-        **task,
-        "impl": ProblemTypeAudioClassificationPipeline,
-    }
+    PIPELINE_REGISTRY.supported_tasks["audio-classification"] = {**task, "impl": AaspScoresAudioClassificationPipeline}
     return True
 
 

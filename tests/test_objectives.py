@@ -17,6 +17,7 @@ import torch
 
 from aasp_hf.modeling_aasp import (
     clip_loss,
+    gather_across_processes,
     gather_with_grad,
     masked_prediction_loss,
     multi_view_contrastive_loss,
@@ -230,8 +231,10 @@ def test_contrastive_loss_temperature_and_autocast():
 def test_contrastive_gather_without_distributed_is_local():
     embeddings = torch.randn(3, 2, 4, generator=torch.Generator().manual_seed(7))
     assert gather_with_grad(embeddings) is embeddings
+    assert gather_across_processes(embeddings) == (embeddings, 0)
+    local = multi_view_contrastive_loss(embeddings)
     torch.testing.assert_close(
-        multi_view_contrastive_loss(embeddings, gather=True), multi_view_contrastive_loss(embeddings), atol=0, rtol=0
+        multi_view_contrastive_loss(embeddings, gather=gather_across_processes), local, atol=0, rtol=0
     )
 
 
@@ -281,8 +284,8 @@ inputs = torch.randn(batch, views, in_size, generator=torch.Generator().manual_s
 embeddings = inputs @ weight  # (B, M, E)
 embeddings.retain_grad()
 gathered = objectives.gather_with_grad(embeddings.detach())
-loss = objectives.multi_view_contrastive_loss(embeddings, temperature, gather=True)
-local_loss = objectives.multi_view_contrastive_loss(embeddings.detach(), temperature, gather=False)
+loss = objectives.multi_view_contrastive_loss(embeddings, temperature, gather=objectives.gather_across_processes)
+local_loss = objectives.multi_view_contrastive_loss(embeddings.detach(), temperature)
 loss.backward()
 weight_grad_local = weight.grad.clone()
 dist.all_reduce(weight.grad)  # what DDP does: average the parameter gradients over processes

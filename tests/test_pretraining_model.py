@@ -75,6 +75,28 @@ def test_loss_is_the_weighted_sum_of_its_parts_and_targets_come_from_every_teach
     assert out.predictions.shape == (b, m, q, config.hidden_size)
 
 
+def test_the_contrastive_loss_takes_its_candidates_from_the_gather_it_is_given():
+    """The forward gathers across processes only through `contrastive_gather`: a gather that adds the views of
+    another (here made-up) process changes L_c alone, as the loss given that gather computes it."""
+    torch.manual_seed(0)
+    config = tiny_pretraining_config()
+    model = AaspForPreTraining(config).eval()
+    x, visible, queries = pretraining_inputs(config)
+    seen = []
+
+    def two_processes(anchors):  # this process is the second of two; the first holds the anchors reversed
+        seen.append(anchors.shape)
+        return torch.cat([anchors.flip(0), anchors]), anchors.shape[0]
+
+    with torch.no_grad():
+        local = model(x, visible, queries)
+        gathered = model(x, visible, queries, contrastive_gather=two_processes)
+    assert seen == [(x.shape[0] * config.mask_num_views, config.hidden_size // 2)]
+    assert not torch.equal(gathered.contrastive_loss, local.contrastive_loss)
+    assert torch.equal(gathered.masked_prediction_loss, local.masked_prediction_loss)
+    assert torch.equal(gathered.clip_loss, local.clip_loss)
+
+
 def test_round_trip_keeps_student_and_teacher_and_the_encoder_loads_alone(tmp_path):
     torch.manual_seed(0)
     config = tiny_pretraining_config()

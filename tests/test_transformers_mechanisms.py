@@ -163,3 +163,94 @@ def test_a_new_label_count_reinitialises_exactly_the_linear(tmp_path):
     assert bigger.classifier.dense.weight.shape == (7, config.hidden_size)
     torch.testing.assert_close(bigger.classifier.layernorm.weight, model.classifier.layernorm.weight)
     torch.testing.assert_close(bigger.aasp.cls_token, model.aasp.cls_token)
+
+
+# What `import aasp_hf` may change in the process, checked in fresh interpreters: transformers' audio-classification
+# pipeline keeps its own score function for every other model (on 5.4 to 5.22, simulated here by transformers' softmax
+# for every checkpoint, an AaSP multi-label checkpoint gets a sigmoid), and torch keeps Triton unless the process is
+# one of HEAR's tools that loaded TensorFlow first.
+PIPELINE_SCORES_HELPER = """
+import json, sys
+import torch
+from transformers import ASTConfig, ASTFeatureExtractor, ASTForAudioClassification, pipeline
+from transformers.pipelines import PIPELINE_REGISTRY
+from transformers.pipelines.audio_classification import AudioClassificationPipeline
+
+if sys.argv[1] == "old":  # transformers 5.4 to 5.22: a softmax for every checkpoint whose caller names no function
+
+    def softmax_for_every_checkpoint(self, top_k=None, function_to_apply=None, **kwargs):
+        return {}, {}, {"top_k": top_k or self.model.config.num_labels, "function_to_apply": function_to_apply or "softmax"}
+
+    AudioClassificationPipeline._sanitize_parameters = softmax_for_every_checkpoint
+
+import aasp_hf
+
+labels = {"num_labels": 3, "problem_type": "multi_label_classification"}
+ast = ASTForAudioClassification(ASTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+    intermediate_size=32, num_mel_bins=16, max_length=32, **labels)).eval()
+aasp = aasp_hf.AaspForAudioClassification(aasp_hf.AaspConfig(**json.loads(sys.argv[2]), **labels)).eval()
+impl = PIPELINE_REGISTRY.supported_tasks["audio-classification"]["impl"]  # a class, or its dotted path (5.23)
+result = {"impl": getattr(impl, "__name__", impl).rsplit(".", 1)[-1]}
+for name, model, extractor in (("ast", ast, ASTFeatureExtractor(num_mel_bins=16, max_length=32)),
+                                ("aasp", aasp, aasp_hf.AaspFeatureExtractor())):
+    classifier = pipeline("audio-classification", model=model, feature_extractor=extractor)
+    result[name] = classifier._postprocess_params.get("function_to_apply")
+    result[name + "_own"] = AudioClassificationPipeline._sanitize_parameters(classifier)[2].get("function_to_apply")
+print(json.dumps(result))
+"""
+
+
+def run_fresh(script, *args, **env):
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("release", ["installed", "old"])
+def test_import_leaves_other_models_audio_classification_scores_to_transformers(release):
+    result = run_fresh(PIPELINE_SCORES_HELPER, release, json.dumps(tiny_config_kwargs(patch_embedding="spe")))
+    assert result["ast"] == result["ast_own"]  # another model: transformers' own choice, whatever the release
+    if release == "old":
+        assert result["impl"] == "AaspScoresAudioClassificationPipeline"
+        assert result["ast"] == "softmax"
+        assert result["aasp"] == "sigmoid"  # ours: by problem_type, as transformers 5.23 chooses
+    else:  # a release that chooses by problem_type itself: its own class, untouched
+        assert result["impl"] == "AudioClassificationPipeline"
+        assert result["aasp"] == result["aasp_own"]
+
+
+TRITON_HELPER = """
+import importlib.machinery, json, sys, types, warnings
+
+for name in sys.argv[1:]:  # stand-ins: only their presence in sys.modules is looked at
+    sys.modules[name] = types.ModuleType(name)
+    sys.modules[name].__spec__ = importlib.machinery.ModuleSpec(name, None)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import aasp_hf
+print(json.dumps({
+    "triton_hidden": "triton" in sys.modules and sys.modules["triton"] is None,
+    "warned": any("TensorFlow was imported before aasp_hf" in str(w.message) for w in caught),
+}))
+"""
+
+
+def test_import_hides_triton_only_in_hears_tools_that_loaded_tensorflow_first():
+    import importlib.util
+
+    assert run_fresh(TRITON_HELPER) == {"triton_hidden": False, "warned": False}
+    assert run_fresh(TRITON_HELPER, "tensorflow", "hearvalidator")["triton_hidden"]
+    assert run_fresh(TRITON_HELPER, "tensorflow", "heareval")["triton_hidden"]
+    other = run_fresh(TRITON_HELPER, "tensorflow")  # another program that imported TensorFlow first: torch untouched
+    assert not other["triton_hidden"]
+    assert other["warned"] == (importlib.util.find_spec("triton") is not None)

@@ -206,10 +206,11 @@ print(json.dumps({{"types": [type(p).__name__ for p in (plain, own, local)], "ow
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    # transformers' class: on transformers 5.4 to 5.22 the installed package's ProblemTypeAudioClassificationPipeline,
-    # the same class with the score function chosen by problem_type (aasp_hf.pipeline_aasp), on later ones its own
+    # transformers' class: on transformers 5.4 to 5.22 the installed package's AaspScoresAudioClassificationPipeline,
+    # the same class with an AaSP checkpoint's score function chosen by problem_type (aasp_hf.pipeline_aasp), on later
+    # ones its own
     assert report["types"][2] == "AaspAudioClassificationPipeline"
-    assert report["types"][0] in ("AudioClassificationPipeline", "ProblemTypeAudioClassificationPipeline")
+    assert report["types"][0] in ("AudioClassificationPipeline", "AaspScoresAudioClassificationPipeline")
     if TRANSFORMERS_VERSION >= (5, 5):  # transformers prefers the installed classes to the checkpoint's
         assert report["types"][1] == report["types"][0]
     else:  # 5.4: the checkpoint's own config keeps `custom_pipelines`, naming the checkpoint's pipeline class

@@ -333,6 +333,23 @@ def test_generated_files_are_formatted_by_the_trees_ruff():
     assert not any(cmd[1] == "format" and "src/transformers/models/aasp" in cmd for cmd, _ in fixes)
 
 
+def test_shipped_files_are_formatted_alike_at_the_trees_line_length():
+    """transformers' tree formats at line length 119, the repository at 120: the shipped files are written so that
+    both formatters leave them as they are (the tree's `ruff format --check` runs on the copied files)."""
+    import subprocess
+    import sys
+
+    files = [str(pr.PACKAGE / name) for name in CODE_FILES]
+    for width in ("119", "120"):
+        result = subprocess.run(
+            [sys.executable, "-m", "ruff", "format", "--check", "--line-length", width, *files],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, f"line length {width}:\n{result.stdout}{result.stderr}"
+
+
 def test_rewrite_imports():
     source = textwrap.dedent("""\
         import torch

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..modeling_aasp import gather_across_processes
 from .augment import mixup, spec_augment
 from .model_ema import ema_update_, update_teacher_
 from .optim import set_learning_rates
@@ -131,7 +132,7 @@ def pretraining_step(
         batch = next_batch()
         # no gradient all-reduce until the last micro-batch of the step
         with accelerator.no_sync(model) if micro < accumulation - 1 else nullcontext():
-            outputs = model(**batch)
+            outputs = model(**batch, contrastive_gather=gather_across_processes)
             # backward runs even on a non-finite loss, so that every process joins the gradient all-reduce
             accelerator.backward(outputs.loss / accumulation)
         step_finite = step_finite & torch.isfinite(outputs.loss.detach())  # on the device: nothing read back
