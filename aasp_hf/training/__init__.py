@@ -23,11 +23,11 @@ None of them imports the model classes (they take a model object), and the model
 import this package.
 """
 
-from .checkpointing import find_latest_checkpoint, save_checkpoint
+from .checkpointing import latest_checkpoint, save_checkpoint
 from .optim import param_groups
 
 __all__ = [
-    "find_latest_checkpoint",
+    "latest_checkpoint",
     "param_groups",
     "save_checkpoint",
 ]

@@ -9,11 +9,12 @@ run-defining argument to what a change of it touches: a checkpoint stores their 
 line per part of the run, what the allowed changes do.
 """
 
+import json
 from pathlib import Path
 
 from ..errors import UsageError, check_keys
 from ..schedules import learning_rate, teacher_momentum
-from .checkpointing import check_resume_arguments, find_latest_checkpoint, load_trainer_state, read_results
+from .checkpointing import latest_checkpoint, load_trainer_state, read_results
 
 # What defines a pre-training run: every checkpoint stores these arguments (trainer_state.json, "run_arguments",
 # with the resolved model config as "model_config") and --resume refuses other values unless --resume_allow_changes
@@ -124,6 +125,65 @@ FINETUNING_RUN_ARGUMENTS = {
 }
 
 
+# ----------------------------------------------------------------------------------------------- the comparison
+def _flatten(arguments: dict, prefix: str = "") -> dict:
+    """{"model_config": {"hidden_size": 64}} -> {"model_config.hidden_size": 64}; values through a JSON round trip,
+    so that a tuple and the list it is stored as compare equal."""
+    flat = {}
+    for key, value in arguments.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = json.loads(json.dumps(value))
+    return flat
+
+
+def changed_arguments(stored: dict, current: dict) -> list[tuple[str, object, object]]:
+    """(name, stored value, current value) for each argument both dicts hold with different values (a nested dict
+    such as model_config key by key, as "model_config.hidden_size"). An argument the checkpoint did not store (it
+    was written by an older version) is not compared."""
+    stored, current = _flatten(stored), _flatten(current)
+    return [(name, stored[name], current[name]) for name in current if name in stored and stored[name] != current[name]]
+
+
+def _show(value) -> str:
+    return repr(value) if isinstance(value, str) else json.dumps(value)
+
+
+def check_resume_arguments(checkpoint, stored: dict | None, current: dict, allowed, fixed=()) -> list:
+    """The changes of run-defining arguments between `checkpoint` (its stored "run_arguments") and this command, when
+    each is allowed; else a UsageError that names every refused change in one line (old → new).
+
+    `allowed`: the names `--resume_allow_changes` gave (an argument, or "model_config" for all of its keys). `fixed`:
+    names no flag can allow, because the checkpoint's files cannot be loaded into the changed run (e.g. the number of
+    processes); a change of those is refused with the reason. Returns [] for a checkpoint without stored arguments.
+    """
+    if stored is None:
+        return []
+    changes = changed_arguments(stored, current)
+    allowed = set(allowed or ())
+
+    def listed(names):
+        return ", ".join(f"{name} {_show(old)} → {_show(new)}" for name, old, new in names)
+
+    cannot = [c for c in changes if c[0] in fixed or c[0].split(".")[0] in fixed]
+    if cannot:
+        raise UsageError(
+            f"--resume: {checkpoint} was written with {listed(cannot)}, which a resumed run cannot "
+            "change (the checkpoint's state does not fit the new run): resume with the checkpoint's "
+            "values, or start a new run in another --output_dir."
+        )
+    refused = [c for c in changes if c[0] not in allowed and c[0].split(".")[0] not in allowed]
+    if refused:
+        names = " ".join(dict.fromkeys(name for name, _, _ in refused))
+        raise UsageError(
+            f"--resume: {checkpoint} was written with other arguments: {listed(refused)}. Resume with "
+            f"the checkpoint's values, or pass --resume_allow_changes {names} to continue with the new "
+            "ones (docs/pretraining.md#resuming says what each change does)."
+        )
+    return changes
+
+
 def allowed_resume_changes(names: list[str], resume: bool, valid) -> list[str]:
     """--resume_allow_changes as a list of names (`a,b` split at its commas); a `UsageError` of one line without
     --resume or for a name not in `valid` (what the script's checkpoints store)."""
@@ -146,7 +206,7 @@ def compare_run_arguments(
     warn=None,
 ) -> list:
     """The allowed changes between `checkpoint`'s stored run arguments and this command's `current` ones (a UsageError
-    of one line for a refused one, `checkpointing.check_resume_arguments`); the "fixed" arguments of `run_arguments`
+    of one line for a refused one, `check_resume_arguments`); the "fixed" arguments of `run_arguments`
     refused always, and the precision too where either side is fp16 (its gradient scaler's state only an fp16
     checkpoint holds). `warn` (a print function), when given, says so for a checkpoint without stored arguments. A
     `max_steps` below the checkpoint's step is refused: a resumed run cannot go back."""
@@ -311,7 +371,7 @@ def resumed_run_arguments(output_dir) -> dict:
     output_dir = Path(output_dir)
     run_dirs = [output_dir] + (sorted(output_dir.glob("*_seed*")) if output_dir.is_dir() else [])
     for run_dir in run_dirs:
-        if run_dir.is_dir() and (checkpoint := find_latest_checkpoint(run_dir)) is not None:
+        if run_dir.is_dir() and (checkpoint := latest_checkpoint(run_dir)) is not None:
             return load_trainer_state(checkpoint).get("run_arguments") or {}
     return {}
 
@@ -324,16 +384,6 @@ def finished_finetuning(output_dir: Path, args, parts, seeds) -> dict | None:
         return None
     done = {(r["part"], r["seed"]) for r in summary["runs"] if r.get("finished")}
     return summary if done == {(part, seed) for part in parts for seed in seeds} else None
-
-
-def load_training_state(accelerator, optimizer, checkpoint):
-    """accelerate's states of `checkpoint` (model, optimiser, RNG states) loaded into the prepared run. The
-    optimiser's hyper-parameters stay the arguments': `load_state` restores the checkpoint's with its moments, so an
-    allowed change of weight decay, betas or ε takes effect here."""
-    hyper = [{k: g[k] for k in ("weight_decay", "betas", "eps", "lr_scale") if k in g} for g in optimizer.param_groups]
-    accelerator.load_state(str(checkpoint))
-    for group, values in zip(optimizer.param_groups, hyper):
-        group.update(values)
 
 
 def check_process_count(

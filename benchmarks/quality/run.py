@@ -540,10 +540,10 @@ class Study:
         if step == 0:
             export_initialisation(json.loads(config_path.read_text()), tmp)
         else:
-            from aasp_hf.training import find_latest_checkpoint
+            from aasp_hf.training import latest_checkpoint
             from aasp_hf.training.checkpointing import load_trainer_state
 
-            latest = find_latest_checkpoint(run_dir)
+            latest = latest_checkpoint(run_dir)
             if latest is not None and load_trainer_state(latest)["step"] > step:
                 raise RuntimeError(
                     f"{latest} is past step {step} but {dest} is missing: delete {run_dir} to redo this run"
