@@ -43,11 +43,9 @@ from aasp_hf.training.checkpointing import (
     load_trainer_state,
     read_results,
     remove_artefacts,
-    resume_run,
 )
-from aasp_hf.training.console import quiet_libraries
-from aasp_hf.training.launch import check_launch
 from aasp_hf.training.model_ema import update_teacher_
+from aasp_hf.training.monitors import Monitors
 from aasp_hf.training.optim import pretraining_optimizer
 from aasp_hf.training.pretraining_arguments import (
     DATA_SOURCES,
@@ -57,16 +55,16 @@ from aasp_hf.training.pretraining_arguments import (
     check_pretraining_arguments,
 )
 from aasp_hf.training.pretraining_loop import PretrainingLoop, micro_batch_source, restore_process_state, write_results
-from aasp_hf.training.pretraining_monitors import Monitors
 from aasp_hf.training.resume import PRETRAINING_RUN_ARGUMENTS as RUN_ARGUMENTS
 from aasp_hf.training.resume import (
     describe_finished_pretraining,
     describe_resume_changes,
     finished_pretraining,
     pretraining_resume_changes,
+    resume_run,
 )
-from aasp_hf.training.run_lock import hold_run_folder
-from aasp_hf.training.run_log import write_logs
+from aasp_hf.training.run_lock import check_launch, hold_run_folder
+from aasp_hf.training.run_log import quiet_libraries, write_logs
 
 # what a pre-training run leaves besides RUN_ARTEFACTS (checkpoints, log, results); --overwrite_output_dir removes it
 ARTEFACTS = ("encoder", "teacher_encoder", "ranks", "tensorboard", "resolved_config.json", "decode_failures.txt")
@@ -213,7 +211,7 @@ def main(argv=None) -> dict:
             return print_pretraining_plan(model_args, args, data_args)
         except ValueError as error:
             raise SystemExit(f"pretrain.py --plan: error: {error}") from None
-    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/console.py)
+    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/run_log.py)
     with hold_run_folder(args.output_dir):  # one run per folder; an unwritable folder is refused here, before the model
         return train(data_args, model_args, args)
 

@@ -530,67 +530,6 @@ def collator_state(process_state: dict):
     return process_state.get(COLLATOR, process_state.get(OLD_COLLATOR_KEY))
 
 
-def load_training_state(accelerator, optimizer, checkpoint):
-    """accelerate's states of `checkpoint` (model, optimiser, RNG states) loaded into the prepared run. The
-    optimiser's hyper-parameters stay the arguments': `load_state` restores the checkpoint's with its moments, so an
-    allowed change of weight decay, betas or ε takes effect here."""
-    hyper = [{k: g[k] for k in ("weight_decay", "betas", "eps", "lr_scale") if k in g} for g in optimizer.param_groups]
-    accelerator.load_state(str(checkpoint))
-    for group, values in zip(optimizer.param_groups, hyper):
-        group.update(values)
-
-
-def resume_run(
-    accelerator,
-    optimizer,
-    checkpoint,
-    output_dir,
-    restore,
-    changes: str | None = None,
-    same_processes: bool = True,
-    seed: int = 0,
-) -> RunState:
-    """``--resume`` of either loop: `checkpoint`'s states loaded into the prepared run and where it stands returned.
-
-    Model, optimiser and RNG states (accelerate's; an unreadable RNG file refused first, `check_random_states`), then
-    this process's own state, which `restore` (a function of that dict) puts back into the loop's collator, stream,
-    generators and EMA; then one line says where the run resumes (with the thread-count note and `changes`, the
-    lines that say what the allowed argument changes do), and the log is cut back to the checkpoint's step, since
-    the steps after it are computed again. `same_processes` False: a checkpoint of another number of processes
-    (pre-training, `resume.check_process_count`), whose per-process states cannot be dealt out; each process then
-    draws from `seed` + the step instead. A `checkpoint` of None (nothing to resume) is said in one line and gives a
-    fresh `RunState`, after the log of a run killed before its first checkpoint is emptied (no weights keep its steps).
-    """
-    from accelerate.utils import set_seed
-
-    from .run_log import last_training_logs
-
-    output_dir = Path(output_dir)
-    history_path = output_dir / "log_history.jsonl"
-    if checkpoint is None:
-        accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
-        if accelerator.is_main_process:
-            truncate_log(history_path, 0)
-        return RunState()
-    trainer_state, rank = load_trainer_state(checkpoint), accelerator.process_index
-    if same_processes:  # load_state would skip an unreadable RNG file silently
-        check_random_states(checkpoint, rank)
-    load_training_state(accelerator, optimizer, checkpoint)  # the optimiser's hyper-parameters: the arguments'
-    step = trainer_state["step"]
-    if not same_processes:
-        set_seed(seed + step, device_specific=True)
-    process_state = (load_process_state(checkpoint, rank) if same_processes else None) or {}
-    restore(process_state)
-    accelerator.print(f"resumed from {checkpoint} at step {step}")
-    if (note := thread_count_note(checkpoint, trainer_state, accelerator.device.type)) is not None:
-        accelerator.print(note)
-    if changes:
-        accelerator.print(changes)
-    if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
-        truncate_log(history_path, step)
-    return RunState.from_checkpoint(trainer_state, process_state, last_training_logs(history_path, step))
-
-
 # ----------------------------------------------------------------------------------------------- the run folder
 # What a training script leaves in its output directory; `check_output_dir` looks for these.
 RUN_ARTEFACTS = ("checkpoint-*", LATEST, "log_history.jsonl", "all_results.json")

@@ -2,7 +2,7 @@
 model selection, clip length and padding), the model's head, the optimisation of Table hyperparams 1, augmentation,
 the weight EMA, evaluation, logging, checkpoints and the log-mel baseline. The defaults that depend on the run's
 length or the data's size (lr, weight EMA, warm-up, batch) are left unset and derived, one printed line each
-(`aasp_hf.training.short_run`): from the run's length by `checked_arguments`, which also refuses a choice out of
+(`aasp_hf.training.arguments`): from the run's length by `checked_arguments`, which also refuses a choice out of
 its list, and the batch from the data by `scale_batch_to_data`; the presets set them, so they keep the paper's values.
 `--plan` reads them too."""
 
@@ -11,19 +11,19 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError
 from ..evaluation import baseline as logmel_baseline
-from .arguments import PlanArguments
-from .failed_clips import DEFAULT_MAX_SHARE
-from .resume import FINETUNING_RUN_ARGUMENTS, allowed_resume_changes, resumed_run_arguments
-from .short_run import (
+from .arguments import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_WARMUP_STEPS,
     PAPER_EMA_DECAY,
     PAPER_LEARNING_RATE,
+    PlanArguments,
     batch_size_for,
     ema_decay_for,
     learning_rate_for,
     warmup_steps_for,
 )
+from .resume import FINETUNING_RUN_ARGUMENTS, allowed_resume_changes, resumed_run_arguments
+from .stopping import DEFAULT_MAX_SHARE
 
 
 @dataclass
@@ -292,7 +292,7 @@ def check_factor_range(name: str, values) -> None:
 
 def with_run_length_defaults(args: FinetuneArguments) -> FinetuneArguments:
     """`args` with the unset `--learning_rate`, `--ema_decay` and `--warmup_steps` derived from `--max_steps`
-    (`short_run`), one printed line each; a resumed run that derived other values from its own `--max_steps` keeps
+    (`arguments.learning_rate_for`, ...), one printed line each; a resumed run that derived other values from its own `--max_steps` keeps
     them."""
     resumed = resumed_run_arguments(args.output_dir) if args.resume else {}
     for name, rule in (
@@ -318,7 +318,7 @@ def with_run_length_defaults(args: FinetuneArguments) -> FinetuneArguments:
 
 def scale_batch_to_data(args: FinetuneArguments, parts: dict, world: int) -> FinetuneArguments:
     """`args` with the unset `--per_device_train_batch_size` resolved: DEFAULT_BATCH_SIZE, or the training clips per
-    process of the smallest part when they are fewer (printed; `short_run.batch_size_for`). A batch that was set and
+    process of the smallest part when they are fewer (printed; `arguments.batch_size_for`). A batch that was set and
     is too large stays an error (in the script's `run`). Class-balanced sampling draws with replacement: any batch
     fits."""
     if args.per_device_train_batch_size is not None:

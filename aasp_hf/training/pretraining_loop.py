@@ -3,7 +3,7 @@ run starts or resumes at to --max_steps (or --stop_after_steps), each step's upd
 micro-batches, `apply_update`, EMA teacher), the learning-health monitors, logging (TensorBoard + progress bar),
 crash-safe checkpoints and stop signals (`PretrainingLoop`); its micro-batches from the start step on
 (`micro_batch_source`); what a resumed checkpoint restores of each process (`restore_process_state`, for
-`checkpointing.resume_run`, which returns the `RunState` the loop starts from); and at the end the exported
+`resume.resume_run`, which returns the `RunState` the loop starts from); and at the end the exported
 encoder(s) and results (`write_results`).
 
 A resume repeats what the uninterrupted run would have done (docs/pretraining.md#resuming): the data position is a
@@ -35,13 +35,11 @@ from .checkpointing import (
     save_checkpoint,
 )
 from .data_order import clip_order, stream_clip_seeds
-from .failed_clips import FailedClipShare
-from .monitors import pretraining_health
-from .pretraining_monitors import is_due
+from .monitors import is_due, pretraining_health
 from .run_log import write_logs, write_rank_summary
 from .saved_models import export_encoders, pretraining_summary
 from .step import pretraining_step
-from .stopping import StopAgreement, exit_stopped
+from .stopping import FailedClipShare, StopAgreement, exit_stopped
 
 
 def restore_process_state(collator, stream, checkpoint, process_state: dict):
