@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError
 from ..evaluation import baseline as logmel_baseline
+from ..evaluation.linear_protocol import DownstreamArguments
 from .arguments import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_WARMUP_STEPS,
@@ -27,16 +28,10 @@ from .stopping import DEFAULT_MAX_SHARE
 
 
 @dataclass
-class FinetuneArguments(PlanArguments):
+class FinetuneArguments(DownstreamArguments, PlanArguments):
     model_name_or_path: str = field(metadata={"help": "a pre-trained AaspModel encoder (or a saved classifier)"})
     # data
-    dataset: str | None = field(default=None, metadata={"help": "a name for aasp_hf.data.load (as20k, esc50, ...)"})
-    data_root: str | None = field(default=None, metadata={"help": "the dataset's folder in its official layout"})
-    dataset_kwargs: str | None = field(default=None, metadata={"help": "JSON object of extra loader arguments"})
-    synthetic_per_class: int = field(default=0, metadata={"help": "N > 0: demo clips (N train per class), no files"})
     synthetic_multi_label: bool = field(default=False, metadata={"help": "synthetic clips = sums of 1-2 classes"})
-    task: str | None = field(default=None, metadata={"help": "EVAR clip-length key; unset: the dataset's"})
-    clip_seconds: float | None = field(default=None, metadata={"help": "overrides the task's EVAR clip length"})
     test_fold: int | None = field(default=None, metadata={"help": "K-fold task: the test fold; unset: the first"})
     all_folds: bool = field(default=False, metadata={"help": "K-fold task: one run per test fold, averaged"})
     select_on: str = field(
@@ -44,32 +39,6 @@ class FinetuneArguments(PlanArguments):
         metadata={
             "help": "model selection: 'validation' (held out of train when the dataset has none), 'test' (EAT: train on "
             "the whole training set, best test score within the budget) or 'last' (whole training set, last step)"
-        },
-    )
-    kfold_validation: str = field(
-        default="evar",
-        metadata={
-            "help": "K-fold validation set: 'evar' (a random validation_fraction of the other folds, seed 0) or 'next' "
-            "(the fold after the test fold); 'test' is the old spelling of --select_on test"
-        },
-    )
-    validation_fraction: float = field(
-        default=0.1,
-        metadata={"help": "held out of train when there is no validation (and of the training folds of a K-fold task)"},
-    )
-    test_fraction: float = field(
-        default=0.2,
-        metadata={
-            "help": "held out of train (stratified by class, seeded) when there is no test split, "
-            "e.g. an audiofolder without train/test sub-folders"
-        },
-    )
-    group_by: str | None = field(
-        default=None,
-        metadata={
-            "help": "each clip's source (speaker, site, device): a column of the data, or a regular expression whose "
-            "first group, searched in the file name, is the source (e.g. '^(\\d+)_'); validation and a held-out "
-            "test then take whole sources, never heard in training"
         },
     )
     clip_padding: str = field(
@@ -230,11 +199,6 @@ class FinetuneArguments(PlanArguments):
         },
     )
     mixed_precision: str | None = field(default=None, metadata={"help": "'no' | 'bf16' | 'fp16'"})
-    # the reference beside the results (aasp_hf.evaluation.baseline)
-    baseline: str = field(default="logmel", metadata={"help": logmel_baseline.BASELINE_HELP})
-    baseline_max_clips: int = field(
-        default=logmel_baseline.DEFAULT_MAX_CLIPS, metadata={"help": logmel_baseline.MAX_CLIPS_HELP}
-    )
 
 
 def checked_arguments(args: FinetuneArguments) -> FinetuneArguments:
