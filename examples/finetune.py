@@ -23,7 +23,7 @@ loop (`aasp_hf.training.finetuning_loop`: mixup, SpecAugment, gradient clipping,
 the EMA weights and the model selection of `--select_on`, 7b. atomic checkpoints), 8. the selected model saved for
 `pipeline("audio-classification", model=output_dir, trust_remote_code=True)` and `all_results.json`. `--seeds 0 1 2`
 and `--all_folds` run one sub-run per (fold, seed) and report mean ± std over seeds of the mean over folds in
-`results.md`, beside the log-mel baseline (`aasp_hf.training.finetuning_summary`). Each step, the data order and the
+`results.md`, beside the log-mel baseline (`aasp_hf.training.finetuning_loop`). Each step, the data order and the
 model selection in full: docs/downstream.md#fine-tuning-step-by-step.
 """
 
@@ -44,24 +44,23 @@ from aasp_hf.entry_points import run_stoppable
 from aasp_hf.errors import UsageError
 from aasp_hf.evaluation import without_truncation
 from aasp_hf.hub import check_model_path
-from aasp_hf.training.arguments import gradient_accumulation_for, parse_arguments
+from aasp_hf.training.arguments import DEFAULT_BATCH_SIZE, gradient_accumulation_for, parse_arguments
 from aasp_hf.training.checkpointing import RUN_ARTEFACTS, check_output_dir, read_results, remove_artefacts
-from aasp_hf.training.console import describe_new_head, loading_quietly, quiet_libraries
 from aasp_hf.training.finetuning_arguments import FinetuneArguments, checked_arguments, scale_batch_to_data
 from aasp_hf.training.finetuning_loop import (
     FineTuningData,
     FineTuningLoop,
     resume_finetuning,
+    sweep_summary,
     training_collator,
     write_run_results,
+    write_summary,
 )
-from aasp_hf.training.finetuning_summary import sweep_summary, write_summary
-from aasp_hf.training.launch import check_launch
 from aasp_hf.training.model_ema import create_ema
 from aasp_hf.training.optim import finetuning_optimizer
 from aasp_hf.training.resume import finished_finetuning
-from aasp_hf.training.run_lock import hold_run_folder
-from aasp_hf.training.short_run import DEFAULT_BATCH_SIZE
+from aasp_hf.training.run_lock import check_launch, hold_run_folder
+from aasp_hf.training.run_log import describe_new_head, loading_quietly, quiet_libraries
 
 logger = logging.getLogger(__name__)
 SPLIT_SEED = 0  # the held-out validation / test draws: one split for every seed of a run
@@ -195,7 +194,7 @@ def main(argv=None) -> dict:
         except ValueError as error:
             raise SystemExit(f"finetune.py --plan: error: {error}") from None
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/console.py)
+    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/run_log.py)
     with hold_run_folder(args.output_dir):  # one run per folder; an unwritable folder is refused here, before the model
         return finetune(args)
 

@@ -47,6 +47,8 @@ import torch
 from tqdm.auto import tqdm
 
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
+from aasp_hf.entry_points import run_interruptible
+from aasp_hf.evaluation import baseline as logmel_baseline
 from aasp_hf.evaluation import (
     load_frozen_encoder,
     mean_std,
@@ -54,7 +56,6 @@ from aasp_hf.evaluation import (
     standardize,
     write_linear_eval_markdown,
 )
-from aasp_hf.evaluation import baseline as logmel_baseline
 from aasp_hf.evaluation.linear_heads import final_test_score, train_linear_heads
 from aasp_hf.evaluation.linear_protocol import (
     SPLITS,
@@ -66,10 +67,8 @@ from aasp_hf.evaluation.linear_protocol import (
 )
 from aasp_hf.files import write_text_atomically
 from aasp_hf.training.arguments import parse_arguments
-from aasp_hf.training.console import quiet_libraries
-from aasp_hf.training.launch import check_launch
-from aasp_hf.training.run_lock import RunHold
-from aasp_hf.entry_points import run_interruptible
+from aasp_hf.training.run_lock import RunHold, check_launch
+from aasp_hf.training.run_log import quiet_libraries
 
 
 # ----------------------------------------------------------------------------------------------- arguments
@@ -89,7 +88,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     check_launch(1, "linear_eval.py", one_process=True)  # one process: a launcher's several would each do it all
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/console.py)
+    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/run_log.py)
     # one evaluation per folder, as the training scripts: a second one into a held folder, a folder that cannot be
     # written or a path that is a file is refused here in one line, before the model is loaded
     with RunHold(args.output_dir).acquire():

@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 from aasp_hf import AaspConfig
+from aasp_hf.data.masking import sample_view_masks
 from aasp_hf.entry_points import run_script
 from aasp_hf.training.arguments import parse_arguments
-from aasp_hf.data.masking import sample_view_masks
 
 logger = logging.getLogger(__name__)
 CONFIGS = Path(__file__).resolve().parent / "configs"

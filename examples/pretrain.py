@@ -37,15 +37,15 @@ from aasp_hf.hub import check_model_path
 from aasp_hf.training.arguments import check_model_config, config_from_fields, parse_arguments
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,
+    RunState,
     check_output_dir,
-    checkpoint_to_resume,
+    latest_checkpoint,
     load_trainer_state,
     read_results,
     remove_artefacts,
 )
-from aasp_hf.training.console import quiet_libraries
-from aasp_hf.training.launch import check_launch
 from aasp_hf.training.model_ema import update_teacher_
+from aasp_hf.training.monitors import Monitors
 from aasp_hf.training.optim import pretraining_optimizer
 from aasp_hf.training.pretraining_arguments import (
     DATA_SOURCES,
@@ -54,18 +54,17 @@ from aasp_hf.training.pretraining_arguments import (
     PretrainingArguments,
     check_pretraining_arguments,
 )
-from aasp_hf.training.pretraining_loop import (
-    PretrainingLoop,
-    StartPoint,
-    micro_batch_source,
-    resume_states,
-    write_results,
-)
-from aasp_hf.training.pretraining_monitors import Monitors
+from aasp_hf.training.pretraining_loop import PretrainingLoop, micro_batch_source, restore_process_state, write_results
 from aasp_hf.training.resume import PRETRAINING_RUN_ARGUMENTS as RUN_ARGUMENTS
-from aasp_hf.training.resume import describe_finished_pretraining, finished_pretraining, pretraining_resume_changes
-from aasp_hf.training.run_lock import hold_run_folder
-from aasp_hf.training.run_log import write_logs
+from aasp_hf.training.resume import (
+    describe_finished_pretraining,
+    describe_resume_changes,
+    finished_pretraining,
+    pretraining_resume_changes,
+    resume_run,
+)
+from aasp_hf.training.run_lock import check_launch, hold_run_folder
+from aasp_hf.training.run_log import quiet_libraries, write_logs
 
 # what a pre-training run leaves besides RUN_ARTEFACTS (checkpoints, log, results); --overwrite_output_dir removes it
 ARTEFACTS = ("encoder", "teacher_encoder", "ranks", "tensorboard", "resolved_config.json", "decode_failures.txt")
@@ -212,7 +211,7 @@ def main(argv=None) -> dict:
             return print_pretraining_plan(model_args, args, data_args)
         except ValueError as error:
             raise SystemExit(f"pretrain.py --plan: error: {error}") from None
-    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/console.py)
+    quiet_libraries()  # other libraries' start-up and bookkeeping lines (aasp_hf/training/run_log.py)
     with hold_run_folder(args.output_dir):  # one run per folder; an unwritable folder is refused here, before the model
         return train(data_args, model_args, args)
 
@@ -225,7 +224,7 @@ def train(data_args, model_args, args) -> dict:
 
     # 1. --resume: the newest complete checkpoint (a damaged one is named and passed over). A run with nothing left
     #    to train whose results and encoder were written is left exactly as it is.
-    checkpoint = checkpoint_to_resume(output_dir, accelerator.print) if args.resume else None
+    checkpoint = latest_checkpoint(output_dir, accelerator.print) if args.resume else None
     trainer_state = load_trainer_state(checkpoint) if checkpoint is not None else {}
     previous_results = None
     if checkpoint is not None:
@@ -271,10 +270,26 @@ def train(data_args, model_args, args) -> dict:
     unwrapped = accelerator.unwrap_model(model)
 
     # 6. Resume: model, optimiser and RNG states (accelerate), the collator's generator and the step.
-    start = StartPoint()
+    start = RunState(nonfinite_steps=0)
     if args.resume:
-        start = resume_states(
-            accelerator, optimizer, collator, stream, checkpoint, trainer_state, args, resume_changes, run_args
+        changes = None
+        if resume_changes:  # what the allowed changes do from the resume step on
+            changes = describe_resume_changes(
+                resume_changes,
+                trainer_state["run_arguments"],
+                run_args,
+                trainer_state["step"],
+                streaming=stream is not None,
+            )
+        start = resume_run(
+            accelerator,
+            optimizer,
+            checkpoint,
+            output_dir,
+            partial(restore_process_state, collator, stream, checkpoint),
+            changes,
+            same_processes=trainer_state.get("num_processes", accelerator.num_processes) == accelerator.num_processes,
+            seed=args.seed,
         )
     init_tensorboard(accelerator, data_args, args)
     if monitors.probe is not None and start.step == 0:  # the random-initialisation reference

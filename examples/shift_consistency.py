@@ -27,6 +27,8 @@ import torch
 from tqdm.auto import tqdm
 
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
+from aasp_hf.entry_points import run_script
+from aasp_hf.errors import UsageError
 from aasp_hf.evaluation import (
     circular_shift,
     cls_embeddings,
@@ -34,8 +36,6 @@ from aasp_hf.evaluation import (
     representation_drift,
 )
 from aasp_hf.training.arguments import parse_arguments
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import UsageError
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000

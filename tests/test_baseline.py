@@ -185,7 +185,7 @@ def test_the_baseline_winning_on_unseen_sources_is_one_sentence_in_the_summary_a
 
 
 def test_the_sentence_is_the_summary_s_last_line_and_goes_into_every_model_card(tmp_path, monkeypatch):
-    from aasp_hf.training.finetuning_summary import warn_in_model_cards
+    from aasp_hf.training.finetuning_loop import warn_in_model_cards
 
     summary = {"task": "t", "metric": "accuracy", "seeds": [0], "test_mean": 0.3, "test_std": 0.0}
     summary["arguments"] = {"group_by": "speaker"}

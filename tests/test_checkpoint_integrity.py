@@ -13,7 +13,7 @@ from conftest import TORCH_THREADS, assert_states_close
 from safetensors.torch import load_file
 
 import pretrain
-from aasp_hf.training.checkpointing import HASH, checkpoint_problem, file_hash, load_trainer_state, resume_checkpoint
+from aasp_hf.training.checkpointing import HASH, checkpoint_problem, file_hash, load_trainer_state, verify_checkpoints
 
 from test_resume_safety import argv  # the tiny preset's 2-step run with a checkpoint per step
 
@@ -114,7 +114,7 @@ def test_a_checkpoint_with_a_manifest_of_sizes_still_resumes(run, finished, caps
     as_written_before(run / "checkpoint-1", "sizes")
     shutil.rmtree(run / "checkpoint-2")
     (run / "latest").write_text("checkpoint-1\n")
-    assert resume_checkpoint(run) == (run / "checkpoint-1", [])
+    assert verify_checkpoints(run) == (run / "checkpoint-1", [])
     results = pretrain.main(argv(run, "--resume"))
     assert results["start_step"] == 1 and warnings(capsys) == []
     assert_states_close(

@@ -326,10 +326,56 @@ def test_voice_and_channel_options_train_save_the_per_clip_extractor_and_resume_
     a, b = straight / "checkpoint-4", split / "checkpoint-4"
     assert_states_close(load_file(b / "model.safetensors"), load_file(a / "model.safetensors"))
     state_a, state_b = (torch.load(c / "process_state_0.pt", weights_only=False) for c in (a, b))
-    assert state_a["collator_rng"] == state_b["collator_rng"] and state_a["augment_rng"] == state_b["augment_rng"]
+    assert state_a["collator"] == state_b["collator"] and state_a["augment_rng"] == state_b["augment_rng"]
     assert_states_close(state_b["ema"], state_a["ema"])
     history_a, history_b = (json.loads((d / "all_results.json").read_text())["eval_history"] for d in (straight, split))
     assert history_b == [{k: pytest.approx(v, rel=1e-5) for k, v in h.items()} for h in history_a]
+
+
+def test_a_checkpoint_with_the_collator_under_its_old_key_resumes_exactly(encoder_dir, tmp_path):
+    """Fine-tuning checkpoints written before both loops saved the collator's generator under one key held it as
+    "collator_rng": such a checkpoint (its manifest rewritten as that code wrote it) resumes to the same state as the
+    uninterrupted run."""
+    from aasp_hf.training.checkpointing import HASH, file_hash
+
+    common = [
+        "--model_name_or_path",
+        str(encoder_dir),
+        "--synthetic_per_class",
+        "4",
+        "--max_steps",
+        "4",
+        "--eval_steps",
+        "4",
+        "--save_steps",
+        "2",
+        "--ema_decay",
+        "0.5",
+        "--baseline",
+        "none",
+        "--random_eq_db",
+        "3",
+        *CLIP,
+    ]
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    finetune.main(common + ["--output_dir", str(straight)])
+    finetune.main(common + ["--output_dir", str(split), "--stop_after_steps", "2"])
+    checkpoint = split / "checkpoint-2"
+    state = torch.load(checkpoint / "process_state_0.pt", weights_only=True)
+    state["collator_rng"] = state.pop("collator")
+    torch.save(state, checkpoint / "process_state_0.pt")
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    manifest["process_state_0.pt"] = {
+        "size": (checkpoint / "process_state_0.pt").stat().st_size,
+        HASH: file_hash(checkpoint / "process_state_0.pt"),
+    }
+    (checkpoint / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    finetune.main(common + ["--output_dir", str(split), "--resume"])
+
+    a, b = straight / "checkpoint-4", split / "checkpoint-4"
+    assert_states_close(load_file(b / "model.safetensors"), load_file(a / "model.safetensors"))
+    state_a, state_b = (torch.load(c / "process_state_0.pt", weights_only=True) for c in (a, b))
+    assert state_b["collator"] == state_a["collator"] and "collator_rng" not in state_b
 
 
 def test_voice_and_channel_options_reach_the_training_collator_only():

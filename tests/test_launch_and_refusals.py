@@ -42,7 +42,7 @@ def one_line(error) -> str:
 # ----------------------------------------------------------------------------------------------- launches
 def test_a_launch_whose_processes_did_not_join_is_refused_in_one_line():
     """The environment says N > 1 processes, accelerate sees 1: refused, naming the variable and what to set."""
-    from aasp_hf.training.launch import check_launch, launch_mismatch_message
+    from aasp_hf.training.run_lock import check_launch, launch_mismatch_message
 
     message = launch_mismatch_message(1, "pretrain.py", {"WORLD_SIZE": "2", "RANK": "1"})
     assert message.startswith("WORLD_SIZE=2: the launcher started 2 processes, but accelerate sees 1")

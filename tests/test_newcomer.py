@@ -487,7 +487,7 @@ def test_default_training_runs_print_no_line_of_another_library(tmp_path):
 
 
 def test_a_checkpoint_that_does_not_fit_beyond_the_new_head_is_one_warning_naming_the_tensors():
-    from aasp_hf.training.console import describe_new_head
+    from aasp_hf.training.run_log import describe_new_head
 
     line = describe_new_head(
         {

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 import pretrain
 
 from aasp_hf.schedules import learning_rate, teacher_momentum
-from aasp_hf.training import find_latest_checkpoint
+from aasp_hf.training import latest_checkpoint
 
 MODEL = tiny_config_kwargs(
     predictor_hidden_size=32,
@@ -117,14 +117,14 @@ def test_resume_is_exact_and_ignores_a_checkpoint_left_half_written(tmp_path):
     pretrain.main(argv(run_a))
     # run B: stop after 3 steps, as if the job were killed ...
     pretrain.main(argv(run_b, stop_after_steps=3))
-    assert find_latest_checkpoint(run_b).name == "checkpoint-3"
+    assert latest_checkpoint(run_b).name == "checkpoint-3"
     # ... while it was writing checkpoint-6: a half-written .tmp directory is left behind
     (run_b / "checkpoint-6.tmp").mkdir()
     (run_b / "checkpoint-6.tmp" / "model.safetensors").write_bytes(b"truncated")
-    assert find_latest_checkpoint(run_b).name == "checkpoint-3"
+    assert latest_checkpoint(run_b).name == "checkpoint-3"
     results = pretrain.main(argv(run_b, resume=True))
     assert results["start_step"] == 3 and results["step"] == 6
-    assert find_latest_checkpoint(run_b).name == "checkpoint-6" and not (run_b / "checkpoint-6.tmp").exists()
+    assert latest_checkpoint(run_b).name == "checkpoint-6" and not (run_b / "checkpoint-6.tmp").exists()
 
     # student, teacher, predictor, head: the uninterrupted run's (to float tolerance: the resumed run computes with
     # other tensor objects, and bit-exactness across those depends on the CPU's kernels); so are the logged losses

@@ -22,7 +22,7 @@ import pretrain
 
 from aasp_hf import AaspConfig, AaspForAudioClassification, AaspForPreTraining, AaspModel
 from aasp_hf.hub import CODE_FILES
-from aasp_hf.training import find_latest_checkpoint
+from aasp_hf.training import latest_checkpoint
 from aasp_hf.training.checkpointing import HASH, checkpoint_problem, file_hash
 
 MODEL = tiny_config_kwargs(
@@ -141,7 +141,7 @@ def test_sigkill_during_a_checkpoint_write_then_resume_matches_the_uninterrupted
     k = int(re.findall(r"\d+", half_written)[0])
     # the pointer and the resume logic name the previous, complete checkpoint; the .tmp one is never read
     assert latest_name(out) == f"checkpoint-{k - 1}"
-    assert find_latest_checkpoint(out).name == f"checkpoint-{k - 1}"
+    assert latest_checkpoint(out).name == f"checkpoint-{k - 1}"
     results = pretrain.main(argv(out, resume=True))
     assert results["start_step"] == k - 1 and results["step"] == MAX_STEPS
     assert tmp_dirs(out) == []  # the leftover was cleared when step k was saved again
@@ -204,7 +204,7 @@ def test_too_many_nonfinite_losses_stop_the_run_with_a_clear_message(tmp_path, m
     with pytest.raises(RuntimeError, match=r"3 steps had a non-finite.*--max_nonfinite_steps=2.*--resume"):
         pretrain.main(argv(tmp_path, max_nonfinite_steps=2))
     # stopped at the third bad step; the two skipped steps before it were checkpointed with untouched weights
-    assert find_latest_checkpoint(tmp_path).name == "checkpoint-2"
+    assert latest_checkpoint(tmp_path).name == "checkpoint-2"
     from accelerate.utils import set_seed
 
     set_seed(5)

@@ -8,22 +8,17 @@ import re
 import shutil
 from pathlib import Path
 
+import pretrain
 import pytest
 import torch
 from conftest import assert_states_close
 from safetensors.torch import load_file
 
-import pretrain
 from aasp_hf import AaspConfig, AaspForPreTraining
 from aasp_hf.errors import UsageError
 from aasp_hf.schedules import learning_rate, teacher_momentum
-from aasp_hf.training.checkpointing import (
-    check_resume_arguments,
-    checkpoint_problem,
-    find_latest_checkpoint,
-    load_trainer_state,
-    resume_checkpoint,
-)
+from aasp_hf.training.checkpointing import checkpoint_problem, latest_checkpoint, load_trainer_state, verify_checkpoints
+from aasp_hf.training.resume import check_resume_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_PRESET = ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"
@@ -266,7 +261,7 @@ def test_a_damaged_newest_checkpoint_is_named_and_the_run_resumes_from_the_one_b
     reference = {k: v.clone() for k, v in load_file(run / "checkpoint-2" / "model.safetensors").items()}  # not mmap
     damage(run / "checkpoint-2" / "model.safetensors")
     (run / "all_results.json").unlink()  # as if the run had died right after writing checkpoint-2
-    assert find_latest_checkpoint(run) == run / "checkpoint-1"
+    assert latest_checkpoint(run) == run / "checkpoint-1"
     results = pretrain.main(argv(run, "--resume"))
     warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1
@@ -286,7 +281,7 @@ def test_checkpoint_problems_are_named_and_a_folder_of_damaged_checkpoints_is_re
     assert re.fullmatch(
         r"random_states_0.pkl has \d+ bytes, \d+ were written", checkpoint_problem(run / "checkpoint-1")
     )
-    assert resume_checkpoint(run)[0] is None
+    assert verify_checkpoints(run)[0] is None
     with pytest.raises(
         UsageError,
         match=r"^--resume: no complete checkpoint in .*\(checkpoint-2: optimizer.bin is "

@@ -5,20 +5,19 @@ rule for pre-training and fine-tuning. No training here."""
 import json
 from pathlib import Path
 
-import pytest
-
 import finetune  # examples/ (pytest's pythonpath)
 import pretrain
+import pytest
 
 from aasp_hf.errors import UsageError
-from aasp_hf.training.finetuning_arguments import scale_batch_to_data
-from aasp_hf.training.short_run import (
+from aasp_hf.training.arguments import (
     batch_size_for,
     ema_decay_for,
     fit_warmup,
     learning_rate_for,
     warmup_steps_for,
 )
+from aasp_hf.training.finetuning_arguments import scale_batch_to_data
 
 CONFIGS = Path(__file__).resolve().parents[1] / "examples" / "configs"
 # The paper's presets (Table hyperparams 1); small_folder.json is not one (tests/test_finetune.py checks it: its EMA and

@@ -6,16 +6,16 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import pretraining_inputs, tiny_config_kwargs
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspForPreTraining
-from aasp_hf.schedules import learning_rate, teacher_momentum
-from aasp_hf.training import find_latest_checkpoint, param_groups, save_checkpoint
-from aasp_hf.training.checkpointing import load_process_state, load_trainer_state
 from aasp_hf.data.collators import PretrainingCollator, random_eq_curves
+from aasp_hf.schedules import learning_rate, teacher_momentum
+from aasp_hf.training import latest_checkpoint, param_groups, save_checkpoint
+from aasp_hf.training.checkpointing import RunState, load_process_state, load_trainer_state
 from aasp_hf.training.data_order import epoch_order, micro_batches
 from aasp_hf.training.model_ema import update_teacher_
 from aasp_hf.training.optim import layer_id, no_weight_decay
-from conftest import pretraining_inputs, tiny_config_kwargs
 
 
 # ----------------------------------------------------------------------------------------------- schedules
@@ -276,17 +276,16 @@ def test_checkpoints_are_atomic_and_latest_skips_a_crash_mid_save(tmp_path, monk
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.AdamW(model.parameters())
     model, optimizer = accelerator.prepare(model, optimizer)
-    assert find_latest_checkpoint(tmp_path) is None
+    assert latest_checkpoint(tmp_path) is None
 
-    final = save_checkpoint(
-        accelerator, tmp_path, 5, extra_state={"micro_batches": 10}, process_state={"collator": {"x": 1}}
-    )
-    assert final == tmp_path / "checkpoint-5" and find_latest_checkpoint(tmp_path) == final
+    final = save_checkpoint(accelerator, tmp_path, RunState(5, micro_batches=10), process_state={"collator": {"x": 1}})
+    assert final == tmp_path / "checkpoint-5" and latest_checkpoint(tmp_path) == final
     assert load_trainer_state(final) == {
         "step": 5,
         "checkpoint_format": 2,
         "torch_threads": torch.get_num_threads(),
         "micro_batches": 10,
+        "num_processes": 1,
     }
     assert load_process_state(final, 0) == {"collator": {"x": 1}}
     assert (tmp_path / "latest").read_text().strip() == "checkpoint-5"
@@ -301,16 +300,16 @@ def test_checkpoints_are_atomic_and_latest_skips_a_crash_mid_save(tmp_path, monk
 
     monkeypatch.setattr(accelerator, "save_state", crash)
     with pytest.raises(KeyboardInterrupt):
-        save_checkpoint(accelerator, tmp_path, 8)
+        save_checkpoint(accelerator, tmp_path, RunState(8))
     monkeypatch.undo()
     assert (tmp_path / "checkpoint-8.tmp").is_dir() and not (tmp_path / "checkpoint-8").exists()
-    assert find_latest_checkpoint(tmp_path) == final  # the last complete one
+    assert latest_checkpoint(tmp_path) == final  # the last complete one
     # even with `latest` lost, a .tmp directory is never chosen
     (tmp_path / "latest").unlink()
-    assert find_latest_checkpoint(tmp_path) == final
+    assert latest_checkpoint(tmp_path) == final
 
     # the next save of step 8 replaces the leftover and keeps only the newest 1
-    again = save_checkpoint(accelerator, tmp_path, 8, save_total_limit=1)
-    assert find_latest_checkpoint(tmp_path) == again == tmp_path / "checkpoint-8"
+    again = save_checkpoint(accelerator, tmp_path, RunState(8), save_total_limit=1)
+    assert latest_checkpoint(tmp_path) == again == tmp_path / "checkpoint-8"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("checkpoint")) == ["checkpoint-8"]
     assert (again / "model.safetensors").stat().st_size > 100

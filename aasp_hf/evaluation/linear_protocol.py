@@ -2,7 +2,8 @@
 """The linear-evaluation protocol's data and features (EVAR protocol; paper Sec. Training Setup, Table hyperparams 2),
 shared by examples/linear_eval.py and benchmarks/quality/run.py.
 
-- `LinearEvalArguments`: the arguments of a linear evaluation (examples/linear_eval.py's command line).
+- `DownstreamArguments`: the data, protocol and baseline arguments that finetune.py and linear_eval.py share;
+  `LinearEvalArguments`: the arguments of a linear evaluation (examples/linear_eval.py's command line).
 - `evaluation_parts`: the arguments mapped onto `aasp_hf.data.load_downstream`: evaluation parts (one per test fold
   of a K-fold task), each a dict of train / validation / test rows.
 - `cached_features`: frozen features [CLS ; time-averaged patch tokens per frequency row] of one split, with EVAR
@@ -34,23 +35,25 @@ logger = logging.getLogger(__name__)
 SPLITS = ("train", "validation", "test")  # the crop seed of a split is feature_seed + its index
 
 
-@dataclass
-class LinearEvalArguments:
-    model_name_or_path: str = field(metadata={"help": "a saved AaspModel (or a checkpoint AutoModel can load)"})
-    dataset: str | None = field(default=None, metadata={"help": "a name for aasp_hf.data.load (esc50, us8k, ...)"})
+@dataclass(kw_only=True)  # keyword-only: a script's own required fields (the model) may follow these defaults
+class DownstreamArguments:
+    """The downstream data and its protocol, as examples/finetune.py and examples/linear_eval.py both read them
+    (`evaluation_parts`, `aasp_hf.data.load_downstream`), and the log-mel baseline beside their results: one field
+    and one help text each."""
+
+    dataset: str | None = field(default=None, metadata={"help": "a name for aasp_hf.data.load (as20k, esc50, ...)"})
     data_root: str | None = field(default=None, metadata={"help": "the dataset's folder in its official layout"})
     dataset_kwargs: str | None = field(
         default=None, metadata={"help": 'JSON object of extra loader arguments, e.g. \'{"metadata_csv": "..."}\''}
     )
     synthetic_per_class: int = field(default=0, metadata={"help": "N > 0: demo clips (N train per class), no files"})
-    task: str | None = field(default=None, metadata={"help": "EVAR clip-length key; unset: the dataset name"})
+    task: str | None = field(default=None, metadata={"help": "EVAR clip-length key; unset: the dataset's"})
     clip_seconds: float | None = field(default=None, metadata={"help": "overrides the task's EVAR clip length"})
-    folds: list[int] | None = field(default=None, metadata={"help": "test folds of a K-fold task; unset: all"})
     kfold_validation: str = field(
         default="evar",
         metadata={
-            "help": "K-fold validation: 'evar' (a seeded random validation_fraction of the other "
-            "folds) or 'next' (the fold after the test fold)"
+            "help": "K-fold validation set: 'evar' (a seeded random validation_fraction of the other folds) or "
+            "'next' (the fold after the test fold); finetune.py reads 'test' as the old spelling of --select_on test"
         },
     )
     validation_fraction: float = field(
@@ -72,6 +75,14 @@ class LinearEvalArguments:
             "task's validation draw) and a held-out test then take whole sources, never heard in training"
         },
     )
+    baseline: str = field(default="logmel", metadata={"help": BASELINE_HELP})
+    baseline_max_clips: int = field(default=DEFAULT_MAX_CLIPS, metadata={"help": MAX_CLIPS_HELP})
+
+
+@dataclass
+class LinearEvalArguments(DownstreamArguments):
+    model_name_or_path: str = field(metadata={"help": "a saved AaspModel (or a checkpoint AutoModel can load)"})
+    folds: list[int] | None = field(default=None, metadata={"help": "test folds of a K-fold task; unset: all"})
     learning_rates: list[float] = field(default_factory=lambda: [1e-4], metadata={"help": "peak lrs, one pass"})
     min_learning_rate: float = field(default=0.0, metadata={"help": "end of the cosine schedule"})
     weight_decay: float = field(default=0.0)
@@ -89,8 +100,6 @@ class LinearEvalArguments:
     dataloader_num_workers: int = field(default=0)
     device: str | None = field(default=None, metadata={"help": "default: cuda when available, else cpu"})
     output_dir: str = field(default="linear_eval_output")
-    baseline: str = field(default="logmel", metadata={"help": BASELINE_HELP})
-    baseline_max_clips: int = field(default=DEFAULT_MAX_CLIPS, metadata={"help": MAX_CLIPS_HELP})
 
 
 def evaluation_parts(args) -> tuple[dict, bool, int, float]:

@@ -14,7 +14,7 @@ see (the main process renames; every process writes its own RNG / collator state
 
 ``manifest.json`` lists every file of the checkpoint with its size and a SHA-256 content hash as written, so that a
 checkpoint damaged after the save (a file deleted, a copy cut short, a full disk during a copy, bytes overwritten in
-place) is recognised before it is loaded: `checkpoint_problem` names what is wrong and `resume_checkpoint` falls back
+place) is recognised before it is loaded: `checkpoint_problem` names what is wrong and `latest_checkpoint` falls back
 to the newest checkpoint that verifies. SHA-256: on the checkpoint files of the paper preset it hashed faster than
 BLAKE2b, SHA-1 and MD5 (benchmarks/speed, `checkpoint_hash`; CPUs with SHA extensions compute it in hardware); the
 files are hashed in parallel threads (hashlib releases the GIL), so the cost is about one re-read of the largest file.
@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
@@ -200,19 +201,17 @@ def list_checkpoints(output_dir) -> list[Path]:
 def save_checkpoint(
     accelerator,
     output_dir,
-    step: int,
-    extra_state: dict | None = None,
-    process_state=None,
+    state: "RunState",
+    process_state: dict | None = None,
     save_total_limit: int | None = None,
 ) -> Path:
-    """Save the training state at optimiser step ``step``; every process must call this.
+    """Save the training state at optimiser step ``state.step``; every process must call this.
 
     Args:
         accelerator: the run's ``Accelerator`` (model, optimiser and RNG states go through ``save_state``).
         output_dir: the run directory.
-        step: optimiser steps completed.
-        extra_state: JSON-serialisable state of the main process (data position, ...) -> ``trainer_state.json``.
-        process_state: optional picklable per-process state (e.g. the collator generator) ->
+        state: where the run stands (`RunState`: the step, the data position, ...) -> ``trainer_state.json``.
+        process_state: this process's picklable state (`PROCESS_STATE_KEYS`: the collator's generator, ...) ->
             ``process_state_<rank>.pt``; returned by ``load_process_state``.
         save_total_limit: keep only the newest K complete checkpoints (None keeps all).
 
@@ -220,7 +219,7 @@ def save_checkpoint(
     """
     import torch
 
-    output_dir = Path(output_dir)
+    output_dir, step = Path(output_dir), state.step
     final = output_dir / f"checkpoint-{step}"
     tmp = output_dir / f"checkpoint-{step}.tmp"
     try:
@@ -242,13 +241,13 @@ def save_checkpoint(
             # trainer_state.json (the step, the data position) is written last, as the mark of a finished save, but
             # hashed in the manifest like every other file: an edited step is a damaged checkpoint, not a resume
             # at a step that was never trained
-            state = {
+            trainer_state = {
                 "step": step,
                 "checkpoint_format": CHECKPOINT_FORMAT,
                 "torch_threads": torch.get_num_threads(),
-                **(extra_state or {}),
+                **state.saved(),
             }
-            state_text = json.dumps(state, indent=2)  # ASCII (json's default): its bytes are what is hashed
+            state_text = json.dumps(trainer_state, indent=2)  # ASCII (json's default): its bytes are what is hashed
             files[TRAINER_STATE] = {"size": len(state_text), HASH: hashlib.new(HASH, state_text.encode()).hexdigest()}
             write_text_atomically(tmp / MANIFEST, json.dumps(files, indent=2))
             write_text_atomically(tmp / TRAINER_STATE, state_text)  # last: the save is complete
@@ -348,7 +347,7 @@ def checkpoint_problem(checkpoint) -> str | None:
     return None
 
 
-def resume_checkpoint(output_dir) -> tuple[Path | None, list[tuple[Path, str]]]:
+def verify_checkpoints(output_dir) -> tuple[Path | None, list[tuple[Path, str]]]:
     """The checkpoint to resume from, and each checkpoint passed over on the way with what is wrong with it.
 
     The checkpoint that ``latest`` names when it is complete (`checkpoint_problem`), else the newest complete
@@ -386,17 +385,18 @@ def resume_checkpoint(output_dir) -> tuple[Path | None, list[tuple[Path, str]]]:
     return None, damaged
 
 
-def find_latest_checkpoint(output_dir) -> Path | None:
-    """The checkpoint `resume_checkpoint` chooses: the one ``latest`` names, or the newest complete one when that is
-    missing or damaged; None when there is nothing to resume from. ``.tmp`` directories are never returned."""
-    return resume_checkpoint(output_dir)[0]
+def latest_checkpoint(output_dir, warn=None) -> Path | None:
+    """The checkpoint a run in `output_dir` resumes from (`verify_checkpoints`): the one ``latest`` names, or the newest
+    complete one when that is missing or damaged; None when there is nothing to resume from. ``.tmp`` directories are
+    never returned.
 
-
-def checkpoint_to_resume(output_dir, warn=print) -> Path | None:
-    """`resume_checkpoint` for ``--resume``: each damaged checkpoint passed over is named in one line (through `warn`)
-    with what is wrong and which checkpoint the run resumes from instead. A folder whose checkpoints are all damaged
-    is a UsageError (starting afresh there would silently drop them)."""
-    checkpoint, damaged = resume_checkpoint(output_dir)
+    `warn` (a print function) is for ``--resume``: each damaged checkpoint passed over is named in one line with what
+    is wrong and which checkpoint the run resumes from instead, and a folder whose checkpoints are all damaged is a
+    UsageError (starting afresh there would silently drop them). Without it nothing is said and such a folder gives
+    None."""
+    checkpoint, damaged = verify_checkpoints(output_dir)
+    if warn is None:
+        return checkpoint
     if checkpoint is None and damaged:
         names = "; ".join(f"{path.name}: {problem}" for path, problem in damaged)
         raise UsageError(
@@ -477,6 +477,60 @@ def check_random_states(checkpoint_dir, process_index: int) -> None:
         )
 
 
+# ----------------------------------------------------------------------------------------------- the run's state
+@dataclass
+class RunState:
+    """Where a run stands: what both training loops start from (a fresh run's by default) and what each checkpoint
+    stores of it. `save_checkpoint` writes the saved fields to ``trainer_state.json`` after the step, in this order,
+    leaving out the ones a loop does not keep (None): pre-training keeps the steps skipped for a non-finite loss or
+    gradient, fine-tuning the best-so-far and its evaluation history. `last_logs` (the last logged training record,
+    what the results report when no step is logged after it) is read back from log_history.jsonl and
+    `decode_failures` (this process's clips that failed to decode so far, where the loop counts them) from the
+    process's own state."""
+
+    step: int = 0
+    micro_batches: int = 0  # of the seeded data order consumed (pre-training: the step × the accumulation)
+    num_processes: int = 1
+    nonfinite_steps: int | None = None
+    best: dict | None = None
+    history: list | None = None
+    run_arguments: dict | None = None  # what defines the run (resume.PRETRAINING_RUN_ARGUMENTS, ...)
+    last_logs: dict = field(default_factory=dict)
+    decode_failures: int = 0
+
+    SAVED = ("micro_batches", "num_processes", "nonfinite_steps", "best", "history", "run_arguments")
+
+    def saved(self) -> dict:
+        """The fields ``trainer_state.json`` holds beside the step (the ones this loop keeps)."""
+        return {name: getattr(self, name) for name in self.SAVED if getattr(self, name) is not None}
+
+    @classmethod
+    def from_checkpoint(cls, trainer_state: dict, process_state: dict, last_logs: dict) -> "RunState":
+        """The state a checkpoint stored (``trainer_state.json`` and this process's state)."""
+        return cls(
+            step=trainer_state["step"],
+            last_logs=last_logs,
+            decode_failures=process_state.get("decode_failures", 0),
+            **{name: trainer_state.get(name, getattr(cls, name, None)) for name in cls.SAVED},
+        )
+
+
+# What each process saves of itself (``process_state_<rank>.pt``), under the same keys in both loops: the
+# generator of its training collator, the fine-tuning augmentation's generator, its clips that failed to decode,
+# a --streaming run's position in its shard, and (process 0) the fine-tuning weight EMA.
+COLLATOR, AUGMENT_RNG, DECODE_FAILURES, STREAM, EMA = "collator", "augment_rng", "decode_failures", "stream", "ema"
+OLD_COLLATOR_KEY = (
+    "collator_rng"  # the collator's generator in fine-tuning checkpoints written before the keys were one
+)
+
+
+def collator_state(process_state: dict):
+    """The collator generator's state a checkpoint stored (None when it holds none): under `COLLATOR`, or in an
+    older fine-tuning checkpoint under `OLD_COLLATOR_KEY`."""
+    return process_state.get(COLLATOR, process_state.get(OLD_COLLATOR_KEY))
+
+
+# ----------------------------------------------------------------------------------------------- the run folder
 # What a training script leaves in its output directory; `check_output_dir` looks for these.
 RUN_ARTEFACTS = ("checkpoint-*", LATEST, "log_history.jsonl", "all_results.json")
 RUN_OUTPUTS = ("all_results.json", "encoder", "teacher_encoder", "model.safetensors")  # what a finished run leaves
@@ -557,66 +611,3 @@ def truncate_log(history_path, step: int) -> int:
         tmp.write_text("".join(line + "\n" for line in kept))
         os.replace(tmp, history_path)
     return len(lines) - len(kept)
-
-
-# ----------------------------------------------------------------------------------------------- what a run is
-# A checkpoint stores the arguments that define its run (the scripts' RUN_ARGUMENTS: what shapes the schedules, the
-# data order and the model) in trainer_state.json under "run_arguments"; --resume compares them with the command's.
-
-
-def _flatten(arguments: dict, prefix: str = "") -> dict:
-    """{"model_config": {"hidden_size": 64}} -> {"model_config.hidden_size": 64}; values through a JSON round trip,
-    so that a tuple and the list it is stored as compare equal."""
-    flat = {}
-    for key, value in arguments.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = json.loads(json.dumps(value))
-    return flat
-
-
-def changed_arguments(stored: dict, current: dict) -> list[tuple[str, object, object]]:
-    """(name, stored value, current value) for each argument both dicts hold with different values (a nested dict
-    such as model_config key by key, as "model_config.hidden_size"). An argument the checkpoint did not store (it
-    was written by an older version) is not compared."""
-    stored, current = _flatten(stored), _flatten(current)
-    return [(name, stored[name], current[name]) for name in current if name in stored and stored[name] != current[name]]
-
-
-def _show(value) -> str:
-    return repr(value) if isinstance(value, str) else json.dumps(value)
-
-
-def check_resume_arguments(checkpoint, stored: dict | None, current: dict, allowed, fixed=()) -> list:
-    """The changes of run-defining arguments between `checkpoint` (its stored "run_arguments") and this command, when
-    each is allowed; else a UsageError that names every refused change in one line (old → new).
-
-    `allowed`: the names `--resume_allow_changes` gave (an argument, or "model_config" for all of its keys). `fixed`:
-    names no flag can allow, because the checkpoint's files cannot be loaded into the changed run (e.g. the number of
-    processes); a change of those is refused with the reason. Returns [] for a checkpoint without stored arguments.
-    """
-    if stored is None:
-        return []
-    changes = changed_arguments(stored, current)
-    allowed = set(allowed or ())
-
-    def listed(names):
-        return ", ".join(f"{name} {_show(old)} → {_show(new)}" for name, old, new in names)
-
-    cannot = [c for c in changes if c[0] in fixed or c[0].split(".")[0] in fixed]
-    if cannot:
-        raise UsageError(
-            f"--resume: {checkpoint} was written with {listed(cannot)}, which a resumed run cannot "
-            "change (the checkpoint's state does not fit the new run): resume with the checkpoint's "
-            "values, or start a new run in another --output_dir."
-        )
-    refused = [c for c in changes if c[0] not in allowed and c[0].split(".")[0] not in allowed]
-    if refused:
-        names = " ".join(dict.fromkeys(name for name, _, _ in refused))
-        raise UsageError(
-            f"--resume: {checkpoint} was written with other arguments: {listed(refused)}. Resume with "
-            f"the checkpoint's values, or pass --resume_allow_changes {names} to continue with the new "
-            "ones (docs/pretraining.md#resuming says what each change does)."
-        )
-    return changes

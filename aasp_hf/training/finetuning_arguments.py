@@ -2,7 +2,7 @@
 model selection, clip length and padding), the model's head, the optimisation of Table hyperparams 1, augmentation,
 the weight EMA, evaluation, logging, checkpoints and the log-mel baseline. The defaults that depend on the run's
 length or the data's size (lr, weight EMA, warm-up, batch) are left unset and derived, one printed line each
-(`aasp_hf.training.short_run`): from the run's length by `checked_arguments`, which also refuses a choice out of
+(`aasp_hf.training.arguments`): from the run's length by `checked_arguments`, which also refuses a choice out of
 its list, and the batch from the data by `scale_batch_to_data`; the presets set them, so they keep the paper's values.
 `--plan` reads them too."""
 
@@ -11,32 +11,27 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError
 from ..evaluation import baseline as logmel_baseline
-from .arguments import PlanArguments
-from .failed_clips import DEFAULT_MAX_SHARE
-from .resume import FINETUNING_RUN_ARGUMENTS, allowed_resume_changes, resumed_run_arguments
-from .short_run import (
+from ..evaluation.linear_protocol import DownstreamArguments
+from .arguments import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_WARMUP_STEPS,
     PAPER_EMA_DECAY,
     PAPER_LEARNING_RATE,
+    PlanArguments,
     batch_size_for,
     ema_decay_for,
     learning_rate_for,
     warmup_steps_for,
 )
+from .resume import FINETUNING_RUN_ARGUMENTS, allowed_resume_changes, resumed_run_arguments
+from .stopping import DEFAULT_MAX_SHARE
 
 
 @dataclass
-class FinetuneArguments(PlanArguments):
+class FinetuneArguments(DownstreamArguments, PlanArguments):
     model_name_or_path: str = field(metadata={"help": "a pre-trained AaspModel encoder (or a saved classifier)"})
     # data
-    dataset: str | None = field(default=None, metadata={"help": "a name for aasp_hf.data.load (as20k, esc50, ...)"})
-    data_root: str | None = field(default=None, metadata={"help": "the dataset's folder in its official layout"})
-    dataset_kwargs: str | None = field(default=None, metadata={"help": "JSON object of extra loader arguments"})
-    synthetic_per_class: int = field(default=0, metadata={"help": "N > 0: demo clips (N train per class), no files"})
     synthetic_multi_label: bool = field(default=False, metadata={"help": "synthetic clips = sums of 1-2 classes"})
-    task: str | None = field(default=None, metadata={"help": "EVAR clip-length key; unset: the dataset's"})
-    clip_seconds: float | None = field(default=None, metadata={"help": "overrides the task's EVAR clip length"})
     test_fold: int | None = field(default=None, metadata={"help": "K-fold task: the test fold; unset: the first"})
     all_folds: bool = field(default=False, metadata={"help": "K-fold task: one run per test fold, averaged"})
     select_on: str = field(
@@ -44,32 +39,6 @@ class FinetuneArguments(PlanArguments):
         metadata={
             "help": "model selection: 'validation' (held out of train when the dataset has none), 'test' (EAT: train on "
             "the whole training set, best test score within the budget) or 'last' (whole training set, last step)"
-        },
-    )
-    kfold_validation: str = field(
-        default="evar",
-        metadata={
-            "help": "K-fold validation set: 'evar' (a random validation_fraction of the other folds, seed 0) or 'next' "
-            "(the fold after the test fold); 'test' is the old spelling of --select_on test"
-        },
-    )
-    validation_fraction: float = field(
-        default=0.1,
-        metadata={"help": "held out of train when there is no validation (and of the training folds of a K-fold task)"},
-    )
-    test_fraction: float = field(
-        default=0.2,
-        metadata={
-            "help": "held out of train (stratified by class, seeded) when there is no test split, "
-            "e.g. an audiofolder without train/test sub-folders"
-        },
-    )
-    group_by: str | None = field(
-        default=None,
-        metadata={
-            "help": "each clip's source (speaker, site, device): a column of the data, or a regular expression whose "
-            "first group, searched in the file name, is the source (e.g. '^(\\d+)_'); validation and a held-out "
-            "test then take whole sources, never heard in training"
         },
     )
     clip_padding: str = field(
@@ -230,11 +199,6 @@ class FinetuneArguments(PlanArguments):
         },
     )
     mixed_precision: str | None = field(default=None, metadata={"help": "'no' | 'bf16' | 'fp16'"})
-    # the reference beside the results (aasp_hf.evaluation.baseline)
-    baseline: str = field(default="logmel", metadata={"help": logmel_baseline.BASELINE_HELP})
-    baseline_max_clips: int = field(
-        default=logmel_baseline.DEFAULT_MAX_CLIPS, metadata={"help": logmel_baseline.MAX_CLIPS_HELP}
-    )
 
 
 def checked_arguments(args: FinetuneArguments) -> FinetuneArguments:
@@ -292,7 +256,7 @@ def check_factor_range(name: str, values) -> None:
 
 def with_run_length_defaults(args: FinetuneArguments) -> FinetuneArguments:
     """`args` with the unset `--learning_rate`, `--ema_decay` and `--warmup_steps` derived from `--max_steps`
-    (`short_run`), one printed line each; a resumed run that derived other values from its own `--max_steps` keeps
+    (`arguments.learning_rate_for`, ...), one printed line each; a resumed run that derived other values from its own `--max_steps` keeps
     them."""
     resumed = resumed_run_arguments(args.output_dir) if args.resume else {}
     for name, rule in (
@@ -318,7 +282,7 @@ def with_run_length_defaults(args: FinetuneArguments) -> FinetuneArguments:
 
 def scale_batch_to_data(args: FinetuneArguments, parts: dict, world: int) -> FinetuneArguments:
     """`args` with the unset `--per_device_train_batch_size` resolved: DEFAULT_BATCH_SIZE, or the training clips per
-    process of the smallest part when they are fewer (printed; `short_run.batch_size_for`). A batch that was set and
+    process of the smallest part when they are fewer (printed; `arguments.batch_size_for`). A batch that was set and
     is too large stays an error (in the script's `run`). Class-balanced sampling draws with replacement: any batch
     fits."""
     if args.per_device_train_batch_size is not None:

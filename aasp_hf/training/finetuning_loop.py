@@ -1,13 +1,14 @@
 """`examples/finetune.py`'s run after its model and optimiser are prepared: `resume_finetuning` (the newest complete
-checkpoint's states loaded, the position returned), `FineTuningLoop` (the steps from there to `--max_steps`: the
+checkpoint's states loaded, the `RunState` returned), `FineTuningLoop` (the steps from there to `--max_steps`: the
 update, logging, evaluation with the EMA weights and the model selection, atomic checkpoints, a stop signal's saved
 step), `predict` (a split's logits, every process taking every W-th clip) and `write_run_results` (the selected model
 installed for the pipeline and the Hub, its model card, all_results.json). One run is one (test fold, seed); the
-sweep over them and its summary are the script's and `finetuning_summary`'s. The data order, the model selection
+sweep over them is the script's, its summary `sweep_summary` and `write_summary` here. The data order, the model selection
 and the steps in the paper's terms: docs/downstream.md#fine-tuning-step-by-step."""
 
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,27 +18,30 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import UsageError
-from ..evaluation import classification_score, frame_detection
+from ..evaluation import baseline as logmel_baseline
+from ..evaluation import classification_score, frame_detection, mean_std, write_finetune_markdown
 from ..files import write_text_atomically
 from ..schedules import learning_rate
+from .augment import LogMelAugmentation
 from .checkpointing import (
-    checkpoint_to_resume,
-    find_latest_checkpoint,
+    AUGMENT_RNG,
+    COLLATOR,
+    DECODE_FAILURES,
+    EMA,
+    RunState,
+    collator_state,
+    latest_checkpoint,
     load_process_state,
     load_trainer_state,
     refused_writes,
     save_checkpoint,
-    thread_count_note,
-    truncate_log,
 )
-from .augment import LogMelAugmentation
 from .data_order import micro_batches
-from .failed_clips import FailedClipShare
-from .resume import FINETUNING_RUN_ARGUMENTS, compare_run_arguments, describe_resume_changes, load_training_state
+from .resume import FINETUNING_RUN_ARGUMENTS, compare_run_arguments, describe_resume_changes, resume_run
 from .run_log import write_logs
 from .saved_models import install_best_model, save_best_model, write_classifier_card
 from .step import augmented_inputs, finetuning_step
-from .stopping import exit_stopped, stop_agreed
+from .stopping import FailedClipShare, exit_stopped, stop_agreed
 
 SPLITS = ("train", "validation", "test")
 EVAL_CROP_SEED = 7  # split s is evaluated on the crops of seed 7 + SPLITS.index(s), the same at every evaluation
@@ -58,17 +62,9 @@ class FineTuningData:
     label_names: list = field(default_factory=list)
 
 
-@dataclass
-class RunPosition:
-    """Where a run stands, as its checkpoints store it: the step, the micro-batches of the data order consumed, this
-    process's clips that failed to decode so far, the best-so-far and the evaluation history (a fresh run's by
-    default)."""
-
-    step: int = 0
-    micro_batches: int = 0
-    decode_failures: int = 0
-    best: dict = field(default_factory=lambda: {"valid_score": -math.inf, "step": 0, "test_score": float("nan")})
-    history: list = field(default_factory=list)
+def fresh_run_state() -> RunState:
+    """Where a fresh fine-tuning run starts: step 0, no best model yet, no evaluation."""
+    return RunState(best={"valid_score": -math.inf, "step": 0, "test_score": float("nan")}, history=[])
 
 
 def finetuning_run_arguments(args, accum: int, mixed_precision: str) -> dict:
@@ -147,18 +143,16 @@ def training_micro_batches(args, data: FineTuningData, num_processes: int, proce
 
 
 # ----------------------------------------------------------------------------------------------- resume (step 6)
-def resume_finetuning(accelerator, optimizer, collator, augment_rng, ema, args, accum: int) -> RunPosition:
-    """--resume: the newest complete checkpoint's states loaded (model, optimiser, RNG, the collator's and the
-    augmentation's generators, the EMA weights), its run arguments compared with these. Returns its position (a
-    fresh run's when there is nothing to resume)."""
-    output_dir, rank, world = Path(args.output_dir), accelerator.process_index, accelerator.num_processes
-    checkpoint = checkpoint_to_resume(output_dir, accelerator.print) if args.resume else None
+def resume_finetuning(accelerator, optimizer, collator, augment_rng, ema, args, accum: int) -> RunState:
+    """--resume: the newest complete checkpoint's run arguments compared with these, then its states loaded
+    (`resume.resume_run`: model, optimiser, RNG, the collator's and the augmentation's generators, the EMA
+    weights). Returns where the run stands (a fresh run's when there is nothing to resume)."""
+    output_dir, world = Path(args.output_dir), accelerator.num_processes
+    checkpoint = latest_checkpoint(output_dir, accelerator.print) if args.resume else None
     if checkpoint is None:
         if args.resume:
-            accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
-            if accelerator.is_main_process:  # a run killed before its first checkpoint logged steps no weights keep
-                truncate_log(output_dir / "log_history.jsonl", 0)
-        return RunPosition()
+            resume_run(accelerator, optimizer, None, output_dir, restore=None)  # says so, empties the log
+        return fresh_run_state()
     state = load_trainer_state(checkpoint)
     if state["num_processes"] != world:
         raise ValueError(
@@ -176,28 +170,19 @@ def resume_finetuning(accelerator, optimizer, collator, augment_rng, ema, args, 
         state["step"],
         args.max_steps,
     )
-    load_training_state(accelerator, optimizer, checkpoint)  # the optimiser's hyper-parameters: the arguments'
-    mine = load_process_state(checkpoint, rank)
-    collator.rng.bit_generator.state = mine["collator_rng"]
-    augment_rng.bit_generator.state = mine["augment_rng"]
-    if ema is not None:
-        ema.load_state_dict(load_process_state(checkpoint, 0)["ema"])
-    accelerator.print(f"resumed from {checkpoint} at step {state['step']}")
-    if (note := thread_count_note(checkpoint, state, accelerator.device.type)) is not None:
-        accelerator.print(note)
-    if changes:
-        accelerator.print(
-            describe_resume_changes(changes, state["run_arguments"], run_arguments, state["step"], finetuning=True)
-        )
-    if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
-        truncate_log(output_dir / "log_history.jsonl", state["step"])
-    return RunPosition(
-        step=state["step"],
-        micro_batches=state["micro_batches"],
-        decode_failures=mine["decode_failures"],
-        best=state["best"],
-        history=state["history"],
+    changes = (
+        describe_resume_changes(changes, state["run_arguments"], run_arguments, state["step"], finetuning=True)
+        if changes
+        else None
     )
+
+    def restore(process_state: dict):
+        collator.rng.bit_generator.state = collator_state(process_state)
+        augment_rng.bit_generator.state = process_state[AUGMENT_RNG]
+        if ema is not None:  # process 0 saved it
+            ema.load_state_dict(load_process_state(checkpoint, 0)[EMA])
+
+    return resume_run(accelerator, optimizer, checkpoint, output_dir, restore, changes)
 
 
 # ----------------------------------------------------------------------------------------------- evaluation (step 7a)
@@ -250,7 +235,7 @@ class FineTuningLoop:
         args,
         accum: int,
         data: FineTuningData,
-        position: RunPosition,
+        position: RunState,
     ):
         self.accelerator, self.model, self.optimizer, self.ema = accelerator, model, optimizer, ema
         self.unwrapped = accelerator.unwrap_model(model)
@@ -431,26 +416,21 @@ class FineTuningLoop:
         """7b. Checkpoint: the states, the data position, the generators, the EMA weights, the best-so-far."""
         accelerator = self.accelerator
         process_state = {
-            "collator_rng": self.collator.rng.bit_generator.state,
-            "augment_rng": self.augment_rng.bit_generator.state,
-            "decode_failures": self.decode_failures_before + self.collator.num_skipped,
+            COLLATOR: self.collator.rng.bit_generator.state,
+            AUGMENT_RNG: self.augment_rng.bit_generator.state,
+            DECODE_FAILURES: self.decode_failures_before + self.collator.num_skipped,
         }
         if accelerator.process_index == 0 and self.ema is not None:
-            process_state["ema"] = self.ema.state_dict()
-        return save_checkpoint(
-            accelerator,
-            self.output_dir,
+            process_state[EMA] = self.ema.state_dict()
+        state = RunState(
             self.step,
-            process_state=process_state,
-            extra_state={
-                "micro_batches": self.micro_position,
-                "num_processes": accelerator.num_processes,
-                "best": self.best,
-                "history": self.history,
-                "run_arguments": self.run_arguments,
-            },
-            save_total_limit=self.args.save_total_limit,
+            micro_batches=self.micro_position,
+            num_processes=accelerator.num_processes,
+            best=self.best,
+            history=self.history,
+            run_arguments=self.run_arguments,
         )
+        return save_checkpoint(accelerator, self.output_dir, state, process_state, self.args.save_total_limit)
 
 
 # ----------------------------------------------------------------------------------------------- results (step 8)
@@ -486,7 +466,7 @@ def write_run_results(loop: FineTuningLoop, selection_rule: str) -> dict:
         needed = sum(p.numel() * p.element_size() for p in loop.unwrapped.state_dict().values())
 
         def intact():
-            return f"{find_latest_checkpoint(output_dir)} is intact and --resume writes the results from it"
+            return f"{latest_checkpoint(output_dir)} is intact and --resume writes the results from it"
 
         with refused_writes(output_dir, "the best model and results", needed, intact):  # a full disk: one line
             if step >= args.max_steps and (output_dir / "best_model").is_dir():
@@ -536,3 +516,101 @@ def sound_event_results(loop: FineTuningLoop, best_model: Path) -> dict:
             "postprocessing": {k: v for k, v in settings.items() if k != "thresholds"},
         },
     }
+
+
+# -------------------------------------------------------------------------------------------------- the sweep's summary
+# The results of `examples/finetune.py`'s sweep over parts (the test folds of a K-fold task, or the one split) ×
+# seeds: `sweep_summary` gathers the sub-runs' results with the test score's mean ± std over seeds of the mean over
+# parts (the paper's protocol: 3 seeds) and the protocol that produced them; `write_summary` writes it
+# (all_results.json, results.md), prints its line and adds the log-mel baseline on the same parts and clips beside it
+# (`aasp_hf.evaluation.baseline`, docs/downstream.md#the-log-mel-baseline).
+# what the summary of a single run (one part, one seed) repeats from that run's results
+SINGLE_RUN_FIELDS = (
+    "best_valid_score",
+    "best_step",
+    "test_score",
+    "step",
+    "finished",
+    "decode_failures",
+    "gradient_accumulation_steps",
+    "total_train_batch_size",
+    "eval_history",
+)
+
+
+def sweep_summary(
+    args, runs: list[dict], task: str, num_classes: int, clip_seconds: float, parts, selection_rule: str, kfold: bool
+) -> dict:
+    """The sweep's results: `runs` (one dict per (part, seed) sub-run, with its "part" and "seed"), the test score
+    per seed (the mean over parts) and its mean ± std over seeds (ddof=1), the task and the model selection."""
+    seeds = args.seeds or [args.seed]
+    per_seed = [float(np.mean([r["test_score"] for r in runs if r["seed"] == s])) for s in seeds]
+    test_mean, test_std = mean_std(per_seed)
+    single = len(parts) == 1 and len(seeds) == 1
+    return {
+        "task": task,
+        "model_name_or_path": str(args.model_name_or_path),
+        "metric": runs[0]["metric"],
+        "num_classes": num_classes,
+        "clip_seconds": clip_seconds,
+        "parts": list(parts),
+        "seeds": seeds,
+        "max_steps": args.max_steps,
+        "select_on": args.select_on,
+        "selection_rule": selection_rule,
+        "kfold_validation": args.kfold_validation if kfold and args.select_on == "validation" else None,
+        "test_per_seed": dict(zip(map(str, seeds), per_seed)),
+        "test_mean": test_mean,
+        "test_std": test_std,
+        "runs": runs,
+        **({k: runs[0][k] for k in SINGLE_RUN_FIELDS} if single else {}),
+        "arguments": asdict(args),
+    }
+
+
+def write_summary(summary: dict, args, parts: dict, multi_label: bool, event_labels: list | None = None) -> dict:
+    """On the main process: `summary` written to --output_dir (all_results.json, results.md) and its line printed,
+    then the log-mel baseline on the same parts and clips computed and written beside it (its crops from the
+    evaluation's seeds, EVAL_CROP_SEED + the split's index). Returns the summary, with the baseline."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return summary
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    def write(summary):
+        write_text_atomically(output_dir / "all_results.json", json.dumps(summary, indent=2))
+        write_finetune_markdown(output_dir / "results.md", summary)
+
+    write(summary)
+    print(
+        f"{summary['task']} {summary['metric']}: {100 * summary['test_mean']:.2f} ± {100 * summary['test_std']:.2f} "
+        f"-> {output_dir}/results.md"
+    )
+    if event_labels is not None:  # sound events: every score's mean over runs, the per-frame log-mel baseline
+        from ..evaluation import frame_detection
+
+        summary = {**summary, "sound_events": frame_detection.mean_scores(summary["runs"])}
+        write(summary)
+        return frame_detection.with_frame_baseline(summary, write, args.baseline, parts, event_labels)
+    summary = logmel_baseline.with_baseline(
+        summary,
+        write,
+        args.baseline,
+        parts,
+        summary["clip_seconds"],
+        multi_label,
+        summary["num_classes"],
+        args.baseline_max_clips,
+        crop_seed=EVAL_CROP_SEED,
+    )
+    if summary.get("unseen_sources_warning"):
+        warn_in_model_cards(output_dir, summary["unseen_sources_warning"])
+    return summary
+
+
+def warn_in_model_cards(output_dir: Path, sentence: str):
+    """`sentence` added to the model card of the run (README.md in --output_dir) and of each sub-run of a sweep
+    (<part>_seed<k>/README.md), so that a model shared from any of them says it."""
+    for card in [output_dir / "README.md", *sorted(output_dir.glob("*_seed*/README.md"))]:
+        if card.is_file() and sentence not in (text := card.read_text()):
+            write_text_atomically(card, f"{text.rstrip()}\n\n## On sources training never heard\n\n**{sentence}**\n")

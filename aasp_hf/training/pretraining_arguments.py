@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from ..configuration_aasp import AaspConfig, init_arguments
 from ..errors import UsageError
 from .arguments import PlanArguments
-from .failed_clips import DEFAULT_MAX_SHARE
 from .resume import PRETRAINING_RUN_ARGUMENTS, allowed_resume_changes
+from .stopping import DEFAULT_MAX_SHARE
 
 # the data sources, of which a run reads one
 DATA_SOURCES = ("dataset", "train_dir", "train_manifest", "dataset_name", "synthetic_clips", "log_mel_cache")

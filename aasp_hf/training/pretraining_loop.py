@@ -2,8 +2,9 @@
 run starts or resumes at to --max_steps (or --stop_after_steps), each step's update (`step.pretraining_step`:
 micro-batches, `apply_update`, EMA teacher), the learning-health monitors, logging (TensorBoard + progress bar),
 crash-safe checkpoints and stop signals (`PretrainingLoop`); its micro-batches from the start step on
-(`micro_batch_source`); the states of a resumed checkpoint (`resume_states`, which returns the `StartPoint`); and at
-the end the exported encoder(s) and results (`write_results`).
+(`micro_batch_source`); what a resumed checkpoint restores of each process (`restore_process_state`, for
+`resume.resume_run`, which returns the `RunState` the loop starts from); and at the end the exported
+encoder(s) and results (`write_results`).
 
 A resume repeats what the uninterrupted run would have done (docs/pretraining.md#resuming): the data position is a
 pure function of the step (`data_order`), as are the learning rate and the teacher momentum, and each checkpoint
@@ -13,12 +14,10 @@ holds every process's random states and, with `--streaming`, its stream position
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 import torch
-from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 
 from ..data.clips import CollatedMicroBatches, FailureLog, load_micro_batches
@@ -27,80 +26,34 @@ from ..errors import UsageError
 from ..files import write_text_atomically
 from ..schedules import learning_rate, teacher_momentum
 from .checkpointing import (
-    check_random_states,
-    find_latest_checkpoint,
-    load_process_state,
+    COLLATOR,
+    STREAM,
+    RunState,
+    collator_state,
+    latest_checkpoint,
     refused_writes,
     save_checkpoint,
-    thread_count_note,
-    truncate_log,
 )
 from .data_order import clip_order, stream_clip_seeds
-from .failed_clips import FailedClipShare
-from .monitors import pretraining_health
-from .pretraining_monitors import is_due
-from .resume import describe_resume_changes, load_training_state
-from .run_log import last_training_logs, write_logs, write_rank_summary
+from .monitors import is_due, pretraining_health
+from .run_log import write_logs, write_rank_summary
 from .saved_models import export_encoders, pretraining_summary
 from .step import pretraining_step
-from .stopping import StopAgreement, exit_stopped
+from .stopping import FailedClipShare, StopAgreement, exit_stopped
 
 
-@dataclass
-class StartPoint:
-    """Where the loop starts: the step, the steps skipped so far for a non-finite loss or gradient, and the last
-    logged training record (what the results report when no step is logged after it)."""
-
-    step: int = 0
-    nonfinite_steps: int = 0
-    last_logs: dict = field(default_factory=dict)
-
-
-def resume_states(
-    accelerator, optimizer, collator, stream, checkpoint, trainer_state: dict, args, resume_changes, current_arguments
-) -> StartPoint:
-    """--resume: the states of `checkpoint` loaded (model, optimiser, RNG, the collator's generator, the stream's
-    position); returns where the loop starts (a run without a complete checkpoint starts from scratch)."""
-    output_dir, rank, world = Path(args.output_dir), accelerator.process_index, accelerator.num_processes
-    if checkpoint is None:
-        accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
-        if accelerator.is_main_process:  # a run killed before its first checkpoint logged steps no weights keep
-            truncate_log(output_dir / "log_history.jsonl", 0)
-        return StartPoint()
-    same_world = trainer_state.get("num_processes", world) == world
-    if same_world:  # load_state would skip an unreadable RNG file silently
-        check_random_states(checkpoint, rank)
-    load_training_state(accelerator, optimizer, checkpoint)
-    if not same_world:  # the saved per-process states do not map to these processes (check_process_count)
-        set_seed(args.seed + trainer_state["step"], device_specific=True)
-    process_state = (load_process_state(checkpoint, rank) if same_world else None) or {}
-    if "collator" in process_state:  # kept in checkpoints; every clip now draws from its own seed
-        collator.load_state_dict(process_state["collator"])
+def restore_process_state(collator, stream, checkpoint, process_state: dict):
+    """The `resume_run` restore of pre-training: this process's collator generator (kept in checkpoints; every clip
+    now draws from its own seed) and, with --streaming, the stream's position in its shard."""
+    if (state := collator_state(process_state)) is not None:
+        collator.load_state_dict(state)
     if stream is not None:
-        if "stream" not in process_state:
+        if STREAM not in process_state:
             raise ValueError(
                 f"{checkpoint} was not written by a --streaming run: resume it without "
                 "--streaming, or start a streaming run afresh"
             )
-        stream.position = dict(process_state["stream"])
-    start_step = trainer_state["step"]
-    accelerator.print(f"resumed from {checkpoint} at step {start_step}")
-    if (note := thread_count_note(checkpoint, trainer_state, accelerator.device.type)) is not None:
-        accelerator.print(note)
-    if resume_changes:
-        accelerator.print(
-            describe_resume_changes(
-                resume_changes,
-                trainer_state["run_arguments"],
-                current_arguments,
-                start_step,
-                streaming=stream is not None,
-            )
-        )
-    if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
-        truncate_log(output_dir / "log_history.jsonl", start_step)
-    last_logs = last_training_logs(output_dir / "log_history.jsonl", start_step)
-    return StartPoint(start_step, trainer_state.get("nonfinite_steps", 0), last_logs)
+        stream.position = dict(process_state[STREAM])
 
 
 def micro_batch_source(accelerator, data_args, args, dataset, stream, feature_extractor, config, start_step: int):
@@ -151,7 +104,7 @@ class PretrainingLoop:
         monitors,
         args,
         stream,
-        start: StartPoint,
+        start: RunState,
         current_arguments: dict,
     ):
         self.accelerator, self.model, self.optimizer = accelerator, model, optimizer
@@ -160,7 +113,7 @@ class PretrainingLoop:
         self.config = self.unwrapped.config
         self.feature_extractor = collator.feature_extractor  # exported with the encoders
         self.stream, self.current_arguments = stream, current_arguments
-        self.start_step, self.step, self.nonfinite_steps = start.step, start.step, start.nonfinite_steps
+        self.start_step, self.step, self.nonfinite_steps = start.step, start.step, start.nonfinite_steps or 0
         self.last_logs = start.last_logs
         self.output_dir = Path(args.output_dir)
         self.history_path = self.output_dir / "log_history.jsonl"
@@ -259,7 +212,7 @@ class PretrainingLoop:
                 f"far, at most {args.max_nonfinite_steps} allowed)"
             )
         if self.nonfinite_steps > args.max_nonfinite_steps:
-            last = find_latest_checkpoint(self.output_dir)
+            last = latest_checkpoint(self.output_dir)
             raise RuntimeError(
                 f"Stopping at step {step}: {self.nonfinite_steps} steps had a non-finite (NaN/inf) loss or gradient, "
                 f"more than --max_nonfinite_steps={args.max_nonfinite_steps}. The weights were not updated by "
@@ -321,22 +274,18 @@ class PretrainingLoop:
         position); a vanishing data source stops the run once it is saved."""
         accelerator, step, args, output_dir = self.accelerator, self.step, self.args, self.output_dir
         stream = self.stream
-        saved = save_checkpoint(
-            accelerator,
-            output_dir,
+        state = RunState(
             step,
-            extra_state={
-                "micro_batches": step * args.gradient_accumulation_steps,
-                "num_processes": accelerator.num_processes,
-                "nonfinite_steps": self.nonfinite_steps,
-                "run_arguments": self.current_arguments,
-            },
-            process_state={
-                "collator": self.collator.state_dict(),
-                **({"stream": dict(stream.position)} if stream is not None else {}),
-            },
-            save_total_limit=args.save_total_limit,
+            micro_batches=step * args.gradient_accumulation_steps,
+            num_processes=accelerator.num_processes,
+            nonfinite_steps=self.nonfinite_steps,
+            run_arguments=self.current_arguments,
         )
+        process_state = {
+            COLLATOR: self.collator.state_dict(),
+            **({STREAM: dict(stream.position)} if stream is not None else {}),
+        }
+        saved = save_checkpoint(accelerator, output_dir, state, process_state, args.save_total_limit)
         if args.export_with_checkpoints and accelerator.is_main_process:
             export_encoders(
                 self.unwrapped, self.feature_extractor, output_dir / f"checkpoint-{step}", args.export_teacher
@@ -394,7 +343,7 @@ def write_results(loop: PretrainingLoop, data_args, dataset, elapsed: float, pre
         needed = sum(p.numel() * p.element_size() for encoder in encoders for p in encoder.state_dict().values())
 
         def intact():
-            return f"{find_latest_checkpoint(output_dir)} is intact and --resume exports from it"
+            return f"{latest_checkpoint(output_dir)} is intact and --resume exports from it"
 
         with refused_writes(output_dir, "the encoder and results", needed, intact):  # a full disk: one line
             export_encoders(

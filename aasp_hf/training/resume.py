@@ -9,11 +9,22 @@ run-defining argument to what a change of it touches: a checkpoint stores their 
 line per part of the run, what the allowed changes do.
 """
 
+import json
 from pathlib import Path
 
 from ..errors import UsageError, check_keys
 from ..schedules import learning_rate, teacher_momentum
-from .checkpointing import check_resume_arguments, find_latest_checkpoint, load_trainer_state, read_results
+from .checkpointing import (
+    RunState,
+    check_random_states,
+    latest_checkpoint,
+    load_process_state,
+    load_trainer_state,
+    read_results,
+    thread_count_note,
+    truncate_log,
+)
+from .run_log import last_training_logs
 
 # What defines a pre-training run: every checkpoint stores these arguments (trainer_state.json, "run_arguments",
 # with the resolved model config as "model_config") and --resume refuses other values unless --resume_allow_changes
@@ -124,6 +135,65 @@ FINETUNING_RUN_ARGUMENTS = {
 }
 
 
+# ----------------------------------------------------------------------------------------------- the comparison
+def _flatten(arguments: dict, prefix: str = "") -> dict:
+    """{"model_config": {"hidden_size": 64}} -> {"model_config.hidden_size": 64}; values through a JSON round trip,
+    so that a tuple and the list it is stored as compare equal."""
+    flat = {}
+    for key, value in arguments.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = json.loads(json.dumps(value))
+    return flat
+
+
+def changed_arguments(stored: dict, current: dict) -> list[tuple[str, object, object]]:
+    """(name, stored value, current value) for each argument both dicts hold with different values (a nested dict
+    such as model_config key by key, as "model_config.hidden_size"). An argument the checkpoint did not store (it
+    was written by an older version) is not compared."""
+    stored, current = _flatten(stored), _flatten(current)
+    return [(name, stored[name], current[name]) for name in current if name in stored and stored[name] != current[name]]
+
+
+def _show(value) -> str:
+    return repr(value) if isinstance(value, str) else json.dumps(value)
+
+
+def check_resume_arguments(checkpoint, stored: dict | None, current: dict, allowed, fixed=()) -> list:
+    """The changes of run-defining arguments between `checkpoint` (its stored "run_arguments") and this command, when
+    each is allowed; else a UsageError that names every refused change in one line (old → new).
+
+    `allowed`: the names `--resume_allow_changes` gave (an argument, or "model_config" for all of its keys). `fixed`:
+    names no flag can allow, because the checkpoint's files cannot be loaded into the changed run (e.g. the number of
+    processes); a change of those is refused with the reason. Returns [] for a checkpoint without stored arguments.
+    """
+    if stored is None:
+        return []
+    changes = changed_arguments(stored, current)
+    allowed = set(allowed or ())
+
+    def listed(names):
+        return ", ".join(f"{name} {_show(old)} → {_show(new)}" for name, old, new in names)
+
+    cannot = [c for c in changes if c[0] in fixed or c[0].split(".")[0] in fixed]
+    if cannot:
+        raise UsageError(
+            f"--resume: {checkpoint} was written with {listed(cannot)}, which a resumed run cannot "
+            "change (the checkpoint's state does not fit the new run): resume with the checkpoint's "
+            "values, or start a new run in another --output_dir."
+        )
+    refused = [c for c in changes if c[0] not in allowed and c[0].split(".")[0] not in allowed]
+    if refused:
+        names = " ".join(dict.fromkeys(name for name, _, _ in refused))
+        raise UsageError(
+            f"--resume: {checkpoint} was written with other arguments: {listed(refused)}. Resume with "
+            f"the checkpoint's values, or pass --resume_allow_changes {names} to continue with the new "
+            "ones (docs/pretraining.md#resuming says what each change does)."
+        )
+    return changes
+
+
 def allowed_resume_changes(names: list[str], resume: bool, valid) -> list[str]:
     """--resume_allow_changes as a list of names (`a,b` split at its commas); a `UsageError` of one line without
     --resume or for a name not in `valid` (what the script's checkpoints store)."""
@@ -146,7 +216,7 @@ def compare_run_arguments(
     warn=None,
 ) -> list:
     """The allowed changes between `checkpoint`'s stored run arguments and this command's `current` ones (a UsageError
-    of one line for a refused one, `checkpointing.check_resume_arguments`); the "fixed" arguments of `run_arguments`
+    of one line for a refused one, `check_resume_arguments`); the "fixed" arguments of `run_arguments`
     refused always, and the precision too where either side is fp16 (its gradient scaler's state only an fp16
     checkpoint holds). `warn` (a print function), when given, says so for a checkpoint without stored arguments. A
     `max_steps` below the checkpoint's step is refused: a resumed run cannot go back."""
@@ -311,7 +381,7 @@ def resumed_run_arguments(output_dir) -> dict:
     output_dir = Path(output_dir)
     run_dirs = [output_dir] + (sorted(output_dir.glob("*_seed*")) if output_dir.is_dir() else [])
     for run_dir in run_dirs:
-        if run_dir.is_dir() and (checkpoint := find_latest_checkpoint(run_dir)) is not None:
+        if run_dir.is_dir() and (checkpoint := latest_checkpoint(run_dir)) is not None:
             return load_trainer_state(checkpoint).get("run_arguments") or {}
     return {}
 
@@ -326,6 +396,7 @@ def finished_finetuning(output_dir: Path, args, parts, seeds) -> dict | None:
     return summary if done == {(part, seed) for part in parts for seed in seeds} else None
 
 
+# ----------------------------------------------------------------------------------------------- resuming
 def load_training_state(accelerator, optimizer, checkpoint):
     """accelerate's states of `checkpoint` (model, optimiser, RNG states) loaded into the prepared run. The
     optimiser's hyper-parameters stay the arguments': `load_state` restores the checkpoint's with its moments, so an
@@ -334,6 +405,55 @@ def load_training_state(accelerator, optimizer, checkpoint):
     accelerator.load_state(str(checkpoint))
     for group, values in zip(optimizer.param_groups, hyper):
         group.update(values)
+
+
+def resume_run(
+    accelerator,
+    optimizer,
+    checkpoint,
+    output_dir,
+    restore,
+    changes: str | None = None,
+    same_processes: bool = True,
+    seed: int = 0,
+) -> RunState:
+    """``--resume`` of either loop: `checkpoint`'s states loaded into the prepared run and where it stands returned.
+
+    Model, optimiser and RNG states (accelerate's; an unreadable RNG file refused first, `check_random_states`), then
+    this process's own state, which `restore` (a function of that dict) puts back into the loop's collator, stream,
+    generators and EMA; then one line says where the run resumes (with the thread-count note and `changes`, the
+    lines that say what the allowed argument changes do), and the log is cut back to the checkpoint's step, since
+    the steps after it are computed again. `same_processes` False: a checkpoint of another number of processes
+    (pre-training, `resume.check_process_count`), whose per-process states cannot be dealt out; each process then
+    draws from `seed` + the step instead. A `checkpoint` of None (nothing to resume) is said in one line and gives a
+    fresh `RunState`, after the log of a run killed before its first checkpoint is emptied (no weights keep its steps).
+    """
+    from accelerate.utils import set_seed
+
+    output_dir = Path(output_dir)
+    history_path = output_dir / "log_history.jsonl"
+    if checkpoint is None:
+        accelerator.print(f"--resume: no complete checkpoint in {output_dir}, starting from scratch")
+        if accelerator.is_main_process:
+            truncate_log(history_path, 0)
+        return RunState()
+    trainer_state, rank = load_trainer_state(checkpoint), accelerator.process_index
+    if same_processes:  # load_state would skip an unreadable RNG file silently
+        check_random_states(checkpoint, rank)
+    load_training_state(accelerator, optimizer, checkpoint)  # the optimiser's hyper-parameters: the arguments'
+    step = trainer_state["step"]
+    if not same_processes:
+        set_seed(seed + step, device_specific=True)
+    process_state = (load_process_state(checkpoint, rank) if same_processes else None) or {}
+    restore(process_state)
+    accelerator.print(f"resumed from {checkpoint} at step {step}")
+    if (note := thread_count_note(checkpoint, trainer_state, accelerator.device.type)) is not None:
+        accelerator.print(note)
+    if changes:
+        accelerator.print(changes)
+    if accelerator.is_main_process:  # the steps after the checkpoint are computed again: log them once
+        truncate_log(history_path, step)
+    return RunState.from_checkpoint(trainer_state, process_state, last_training_logs(history_path, step))
 
 
 def check_process_count(

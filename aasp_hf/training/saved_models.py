@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..data.collators import trained_max_frames
 from ..hub import write_model_card
-from .checkpointing import find_latest_checkpoint, refused_writes, replace_directory
+from .checkpointing import latest_checkpoint, refused_writes, replace_directory
 
 
 def export_encoders(model, feature_extractor, output_dir: Path, export_teacher: bool, training=None):
@@ -94,7 +94,7 @@ def save_best_model(model, feature_extractor, directory: Path, clip_seconds: flo
     needed = sum(p.numel() * p.element_size() for p in model.state_dict().values())
 
     def intact():
-        checkpoint = find_latest_checkpoint(directory.parent)
+        checkpoint = latest_checkpoint(directory.parent)
         if checkpoint is None:
             return (
                 "there is no checkpoint yet, so --resume starts the run again from step 0 (--save_steps keeps "

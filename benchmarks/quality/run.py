@@ -79,12 +79,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from variants import BASE, DEFAULT_VARIANTS, MODEL_SIZES, QUICK, VARIANTS  # benchmarks/quality/variants.py
 
 from aasp_hf.entry_points import run_script
 from aasp_hf.errors import parse_command_line
 from aasp_hf.evaluation import mean_std
 from aasp_hf.evaluation.linear_protocol import SPLITS  # the crop seeds are feature_seed + index
-from variants import BASE, DEFAULT_VARIANTS, MODEL_SIZES, QUICK, VARIANTS  # benchmarks/quality/variants.py
 
 NAN = float("nan")  # the std of one seed: shown as no std in the table
 HERE = Path(__file__).resolve().parent
@@ -540,10 +540,10 @@ class Study:
         if step == 0:
             export_initialisation(json.loads(config_path.read_text()), tmp)
         else:
-            from aasp_hf.training import find_latest_checkpoint
+            from aasp_hf.training import latest_checkpoint
             from aasp_hf.training.checkpointing import load_trainer_state
 
-            latest = find_latest_checkpoint(run_dir)
+            latest = latest_checkpoint(run_dir)
             if latest is not None and load_trainer_state(latest)["step"] > step:
                 raise RuntimeError(
                     f"{latest} is past step {step} but {dest} is missing: delete {run_dir} to redo this run"
