@@ -2,7 +2,9 @@
 functions, the one line each prints, the paper's presets unchanged, explicit values never overridden, and one warm-up
 rule for pre-training and fine-tuning. No training here."""
 
+import dataclasses
 import json
+import typing
 from pathlib import Path
 
 import finetune  # examples/ (pytest's pythonpath)
@@ -11,13 +13,16 @@ import pytest
 
 from aasp_hf.errors import UsageError
 from aasp_hf.training.arguments import (
+    PlanArguments,
+    TrainingRunArguments,
     batch_size_for,
     ema_decay_for,
     fit_warmup,
     learning_rate_for,
     warmup_steps_for,
 )
-from aasp_hf.training.finetuning_arguments import scale_batch_to_data
+from aasp_hf.training.finetuning_arguments import FinetuneArguments, scale_batch_to_data
+from aasp_hf.training.pretraining_arguments import PretrainingArguments
 
 CONFIGS = Path(__file__).resolve().parents[1] / "examples" / "configs"
 # The paper's presets (Table hyperparams 1); small_folder.json is not one (tests/test_finetune.py checks it: its EMA and
@@ -203,3 +208,43 @@ def test_a_presets_warmup_longer_than_the_run_is_cut_to_a_tenth_in_both_scripts(
     parsed = script.parse_args(argv + ["--max_steps", "50"])  # a warm-up that fits stays the preset's
     args = next(a for a in (parsed if isinstance(parsed, tuple) else (parsed,)) if hasattr(a, "warmup_steps"))
     assert args.warmup_steps == (30 if script is pretrain else 5)
+
+
+# ----------------------------------------------------------------------------------------------- shared fields
+# Each script's own default for a run argument both scripts share (TrainingRunArguments holds none for these).
+SCRIPT_DEFAULTS = {
+    PretrainingArguments: {
+        "output_dir": "pretrain_output",
+        "min_learning_rate": 0.0,
+        "logging_steps": 10,
+        "save_total_limit": 3,
+    },
+    FinetuneArguments: {
+        "output_dir": "finetune_output",
+        "min_learning_rate": 1e-7,
+        "logging_steps": 50,
+        "save_total_limit": 2,
+    },
+}
+
+
+@pytest.mark.parametrize("script", SCRIPT_DEFAULTS, ids=lambda cls: cls.__name__)
+def test_a_run_argument_both_training_scripts_share_has_one_help_and_only_its_default_per_script(script):
+    shared = {field.name: field for field in dataclasses.fields(TrainingRunArguments)}
+    defaults = SCRIPT_DEFAULTS[script]
+    # a script's dataclass declares a shared field again only to give it its own default (`script_default`)
+    assert set(script.__annotations__) & set(shared) == set(defaults)
+    for field in dataclasses.fields(script):
+        if field.name in shared:
+            assert field.metadata == shared[field.name].metadata, field.name
+            assert field.default == defaults.get(field.name, shared[field.name].default), field.name
+
+
+def test_the_arguments_both_training_scripts_still_define_apart_differ_in_type():
+    # the annotations, not `Field.type`: HfArgumentParser rewrites a parsed field's `int | None` type to `int`
+    pretraining, finetuning = typing.get_type_hints(PretrainingArguments), typing.get_type_hints(FinetuneArguments)
+    inherited = {field.name for cls in (TrainingRunArguments, PlanArguments) for field in dataclasses.fields(cls)}
+    apart = (set(pretraining) & set(finetuning)) - inherited
+    # fine-tuning may leave these unset (derived from the run's length or the data), pre-training may not
+    assert apart == {"per_device_train_batch_size", "warmup_steps", "learning_rate"}
+    assert all(pretraining[name] != finetuning[name] for name in apart)

@@ -1,4 +1,5 @@
 """Command-line parsing shared by the example scripts: flags, one JSON file, or a JSON preset plus overrides; the
+fields both training scripts share (`TrainingRunArguments`) and those of `--plan` (`PlanArguments`); the
 checks that turn a user's mistake into one clear line before anything is built (unknown keys, numbers out of
 range); the gradient accumulation that makes up a preset's global batch on any number of processes; the defaults
 that depend on the run's length or the data's size (`learning_rate_for`, `ema_decay_for`, `warmup_steps_for`,
@@ -21,6 +22,7 @@ from transformers import HfArgumentParser
 
 from ..configuration_aasp import init_arguments
 from ..errors import UsageError, check_flags, check_keys, one_line_errors
+from .stopping import DEFAULT_MAX_SHARE
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +71,96 @@ class PlanArguments:
     def __post_init__(self):
         if self.plan_measure:  # measuring is checking a plan: it prints the plan first
             self.plan = True
+
+
+@dataclasses.dataclass(kw_only=True)  # keyword-only: a script's own required fields may follow these defaults
+class TrainingRunArguments:
+    """The run arguments that examples/pretrain.py (`PretrainingArguments`) and examples/finetune.py
+    (`FinetuneArguments`) share with one meaning: the output folder, the seed, the step budget, AdamW and gradient
+    clipping, precision, logging, checkpoints and resuming; one field and one help text each.
+
+    Where the scripts' defaults differ (`output_dir`, `min_learning_rate`, `logging_steps`, `save_total_limit`) the
+    field here has none, and each script's dataclass gives its own with `script_default`. Fields that share a name
+    but not a type or a meaning stay in each script's dataclass: fine-tuning's `learning_rate`, `warmup_steps` and
+    `per_device_train_batch_size` may be unset (then derived from the run's length or the data), pre-training's may
+    not; pre-training's `dataloader_num_workers` is a setting of its data path (`DataArguments`)."""
+
+    output_dir: str = dataclasses.field(
+        metadata={
+            "help": "where the checkpoints, the log, the results and the trained model go (pre-training: encoder/; "
+            "fine-tuning: the best model)"
+        }
+    )
+    seed: int = dataclasses.field(
+        default=0,
+        metadata={
+            "help": "seeds the new weights (pre-training: the model; fine-tuning: the head), the data order and the "
+            "random draws (pre-training: the masks; fine-tuning: the augmentation)"
+        },
+    )
+    gradient_accumulation_steps: int = dataclasses.field(
+        default=1, metadata={"help": "micro-batches per optimiser step"}
+    )
+    max_steps: int = dataclasses.field(default=1000, metadata={"help": "total optimiser steps (sets the schedules)"})
+    stop_after_steps: int | None = dataclasses.field(
+        default=None, metadata={"help": "leave after this many steps in total (time-limited jobs; go on with --resume)"}
+    )
+    min_learning_rate: float = dataclasses.field(metadata={"help": "end of the cosine decay"})
+    weight_decay: float = dataclasses.field(
+        default=0.05, metadata={"help": "AdamW weight decay (not on biases, norms, CLS, positions)"}
+    )
+    adam_beta1: float = dataclasses.field(default=0.9, metadata={"help": "AdamW β1"})
+    adam_beta2: float = dataclasses.field(default=0.95, metadata={"help": "AdamW β2"})
+    adam_epsilon: float = dataclasses.field(default=1e-8, metadata={"help": "AdamW ε"})
+    max_grad_norm: float = dataclasses.field(
+        default=4.0, metadata={"help": "gradient clipping (EAT's 4.0); <= 0 disables"}
+    )
+    max_failed_clip_share: float = dataclasses.field(
+        default=DEFAULT_MAX_SHARE,
+        metadata={
+            "help": "when more than this share of the training clips read (over windows of at least 100) fail to "
+            "decode, the run saves a checkpoint and stops instead of training on the others (1 disables)"
+        },
+    )
+    mixed_precision: str | None = dataclasses.field(
+        default=None, metadata={"help": "'no' | 'bf16' | 'fp16'; unset: what `accelerate launch` was given"}
+    )
+    logging_steps: int = dataclasses.field(metadata={"help": "log every N steps"})
+    save_steps: int = dataclasses.field(
+        default=1000, metadata={"help": "checkpoint every N steps (and at the last step)"}
+    )
+    save_total_limit: int | None = dataclasses.field(metadata={"help": "checkpoints kept (older ones deleted)"})
+    resume: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "continue from output_dir's newest complete checkpoint with the arguments "
+            "it was written with (a finished run is left as it is)"
+        },
+    )
+    resume_allow_changes: list[str] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "--resume: the run-defining arguments this command may change (e.g. max_steps to train a "
+            "finished run on; pre-training also model_config for all its keys, or model_config.KEY); the others "
+            "must equal the checkpoint's"
+        },
+    )
+    overwrite_output_dir: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "start over in an output_dir that holds a run (its checkpoints, log, results and saved models "
+            "are deleted first); without it or --resume such a folder is refused"
+        },
+    )
+
+
+def script_default(name: str, default) -> dataclasses.Field:
+    """The field `name` of `TrainingRunArguments` with one script's default and the same help text, for a
+    subclass: `output_dir: str = script_default("output_dir", "finetune_output")`. Keyword-only like the base's
+    field, so that a script's own required field (fine-tuning's `model_name_or_path`) may follow it: a field given
+    again keeps the base's place among the fields."""
+    shared = TrainingRunArguments.__dataclass_fields__[name]
+    return dataclasses.field(default=default, kw_only=True, metadata=shared.metadata)
 
 
 def parse_arguments(dataclass_types, argv=None, exclusive=()) -> tuple:

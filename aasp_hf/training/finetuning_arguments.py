@@ -1,10 +1,12 @@
 """`examples/finetune.py`'s arguments (`FinetuneArguments`): the encoder, the data and its protocol (splits, folds,
 model selection, clip length and padding), the model's head, the optimisation of Table hyperparams 1, augmentation,
-the weight EMA, evaluation, logging, checkpoints and the log-mel baseline. The defaults that depend on the run's
-length or the data's size (lr, weight EMA, warm-up, batch) are left unset and derived, one printed line each
-(`aasp_hf.training.arguments`): from the run's length by `checked_arguments`, which also refuses a choice out of
-its list, and the batch from the data by `scale_batch_to_data`; the presets set them, so they keep the paper's values.
-`--plan` reads them too."""
+the weight EMA, evaluation, logging, checkpoints and the log-mel baseline. The data and protocol fields linear
+evaluation shares are those of `evaluation.linear_protocol.DownstreamArguments`; the run fields pre-training shares
+(optimiser, clipping, precision, logging, checkpoints, resuming) those of `arguments.TrainingRunArguments`. The
+defaults that depend on the run's length or the data's size (lr, weight EMA, warm-up, batch) are left unset and
+derived, one printed line each (`aasp_hf.training.arguments`): from the run's length by `checked_arguments`, which
+also refuses a choice out of its list, and the batch from the data by `scale_batch_to_data`; the presets set them,
+so they keep the paper's values. `--plan` reads them too."""
 
 import math
 from dataclasses import dataclass, field, replace
@@ -18,17 +20,23 @@ from .arguments import (
     PAPER_EMA_DECAY,
     PAPER_LEARNING_RATE,
     PlanArguments,
+    TrainingRunArguments,
     batch_size_for,
     ema_decay_for,
     learning_rate_for,
+    script_default,
     warmup_steps_for,
 )
 from .resume import FINETUNING_RUN_ARGUMENTS, allowed_resume_changes, resumed_run_arguments
-from .stopping import DEFAULT_MAX_SHARE
 
 
 @dataclass
-class FinetuneArguments(DownstreamArguments, PlanArguments):
+class FinetuneArguments(TrainingRunArguments, DownstreamArguments, PlanArguments):
+    # the run fields pre-training shares are TrainingRunArguments'; these four with fine-tuning's defaults
+    output_dir: str = script_default("output_dir", "finetune_output")
+    min_learning_rate: float = script_default("min_learning_rate", 1e-7)
+    logging_steps: int = script_default("logging_steps", 50)
+    save_total_limit: int | None = script_default("save_total_limit", 2)
     model_name_or_path: str = field(metadata={"help": "a pre-trained AaspModel encoder (or a saved classifier)"})
     # data
     synthetic_multi_label: bool = field(default=False, metadata={"help": "synthetic clips = sums of 1-2 classes"})
@@ -78,10 +86,6 @@ class FinetuneArguments(DownstreamArguments, PlanArguments):
         default=0.0, metadata={"help": "sound events: events of one label this close (seconds) are merged"}
     )
     # optimisation (Table hyperparams 1)
-    output_dir: str = field(
-        default="finetune_output", metadata={"help": "where checkpoints, the log, the results and the best model go"}
-    )
-    seed: int = field(default=0, metadata={"help": "seeds the head, the data order and the augmentation"})
     seeds: list[int] | None = field(default=None, metadata={"help": "several seeds: one sub-run each, mean ± std"})
     per_device_train_batch_size: int | None = field(
         default=None,
@@ -91,13 +95,10 @@ class FinetuneArguments(DownstreamArguments, PlanArguments):
         },
     )
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "clips per process when evaluating"})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
     total_train_batch_size: int | None = field(
         default=None,
         metadata={"help": "the global batch per optimiser step: accumulation = total / (per-device batch × processes)"},
     )
-    max_steps: int = field(default=1000, metadata={"help": "the training-step budget (sets the schedule)"})
-    stop_after_steps: int | None = field(default=None, metadata={"help": "leave after this many steps (then --resume)"})
     warmup_steps: int | None = field(
         default=None,
         metadata={
@@ -112,15 +113,7 @@ class FinetuneArguments(DownstreamArguments, PlanArguments):
             f"from 8,000 steps on, for a shorter run the same lr × steps, at most 2e-3 (a line says so)"
         },
     )
-    min_learning_rate: float = field(default=1e-7, metadata={"help": "end of the cosine decay"})
     layer_decay: float = field(default=0.65, metadata={"help": "layer-wise lr decay factor (1: none)"})
-    weight_decay: float = field(
-        default=0.05, metadata={"help": "AdamW weight decay (not on biases, norms, CLS, positions)"}
-    )
-    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW β1"})
-    adam_beta2: float = field(default=0.95, metadata={"help": "AdamW β2"})
-    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW ε"})
-    max_grad_norm: float = field(default=4.0, metadata={"help": "gradient clipping; <= 0 disables"})
     # augmentation, sampling, EMA
     mixup_alpha: float = field(default=0.0, metadata={"help": "Beta(α, α) mixup; 0 disables (then CE if single-label)"})
     spec_augment: bool = field(default=True, metadata={"help": "one time + one frequency mask per clip"})
@@ -164,41 +157,8 @@ class FinetuneArguments(DownstreamArguments, PlanArguments):
             f"run under 2,000 steps the decay whose horizon 1/(1-d) is a tenth of --max_steps (a line says so)"
         },
     )
-    # evaluation, logging, checkpoints
+    # evaluation (logging and checkpoints: TrainingRunArguments)
     eval_steps: int = field(default=500, metadata={"help": "validate every N steps (and at the last step)"})
-    logging_steps: int = field(default=50)
-    save_steps: int = field(default=1000)
-    save_total_limit: int | None = field(default=2)
-    max_failed_clip_share: float = field(
-        default=DEFAULT_MAX_SHARE,
-        metadata={
-            "help": "when more than this share of the training clips read (over "
-            "windows of at least 100) fail to decode, the run saves a checkpoint "
-            "and stops (1 disables)"
-        },
-    )
-    resume: bool = field(
-        default=False,
-        metadata={
-            "help": "continue from output_dir's newest complete checkpoint with the arguments "
-            "it was written with (a finished run is left as it is)"
-        },
-    )
-    resume_allow_changes: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "--resume: the run-defining arguments this command may change (e.g. "
-            "max_steps); the others must equal the checkpoint's"
-        },
-    )
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={
-            "help": "start over in an output_dir that holds a run (its checkpoints, log, results "
-            "and saved model are deleted first); without it or --resume such a folder is refused"
-        },
-    )
-    mixed_precision: str | None = field(default=None, metadata={"help": "'no' | 'bf16' | 'fp16'"})
 
 
 def checked_arguments(args: FinetuneArguments) -> FinetuneArguments:

@@ -1,16 +1,16 @@
 """`examples/pretrain.py`'s arguments: the data source and its clips (`DataArguments`), the model to train
 (`ModelArguments`) and the run (`PretrainingArguments`: schedules, optimiser, precision, logging, checkpoints,
-monitors). The script parses them with `aasp_hf.training.arguments.parse_arguments`: on the command line, from one
-JSON file, or from `--config preset.json` followed by command-line overrides; `--plan` reads them too.
-`check_pretraining_arguments` refuses what the fields cannot say alone."""
+monitors; the run fields fine-tuning shares are those of `arguments.TrainingRunArguments`). The script parses them
+with `aasp_hf.training.arguments.parse_arguments`: on the command line, from one JSON file, or from `--config
+preset.json` followed by command-line overrides; `--plan` reads them too. `check_pretraining_arguments` refuses what
+the fields cannot say alone."""
 
 from dataclasses import dataclass, field
 
 from ..configuration_aasp import AaspConfig, init_arguments
 from ..errors import UsageError
-from .arguments import PlanArguments
+from .arguments import PlanArguments, TrainingRunArguments, script_default
 from .resume import PRETRAINING_RUN_ARGUMENTS, allowed_resume_changes
-from .stopping import DEFAULT_MAX_SHARE
 
 # the data sources, of which a run reads one
 DATA_SOURCES = ("dataset", "train_dir", "train_manifest", "dataset_name", "synthetic_clips", "log_mel_cache")
@@ -81,18 +81,15 @@ class ModelArguments:
 
 
 @dataclass
-class PretrainingArguments(PlanArguments):
-    output_dir: str = field(default="pretrain_output", metadata={"help": "checkpoints, log, results and encoder/"})
-    seed: int = field(default=0, metadata={"help": "seeds the model, the data order and the masks"})
+class PretrainingArguments(TrainingRunArguments, PlanArguments):
+    # the run fields fine-tuning shares are TrainingRunArguments'; these four with pre-training's defaults
+    output_dir: str = script_default("output_dir", "pretrain_output")
+    min_learning_rate: float = script_default("min_learning_rate", 0.0)
+    logging_steps: int = script_default("logging_steps", 10)
+    save_total_limit: int | None = script_default("save_total_limit", 3)
     per_device_train_batch_size: int = field(default=8, metadata={"help": "clips per process per micro-batch"})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
-    max_steps: int = field(default=1000, metadata={"help": "total optimiser steps (sets the schedules)"})
-    stop_after_steps: int | None = field(
-        default=None, metadata={"help": "leave after this many steps in total (time-limited jobs; go on with --resume)"}
-    )
     warmup_steps: int = field(default=0, metadata={"help": "linear warm-up steps (at most --max_steps)"})
     learning_rate: float = field(default=5e-4, metadata={"help": "peak learning rate"})
-    min_learning_rate: float = field(default=0.0, metadata={"help": "end of the cosine decay"})
     patch_embedding_lr_scale: float = field(
         default=1.0,
         metadata={
@@ -100,32 +97,14 @@ class PretrainingArguments(PlanArguments):
             "0 freezes it at its initialisation (MoCo v3's frozen random patch projection)"
         },
     )
-    weight_decay: float = field(
-        default=0.05, metadata={"help": "AdamW weight decay (not on biases, norms, CLS, positions)"}
-    )
-    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW β1"})
-    adam_beta2: float = field(default=0.95, metadata={"help": "AdamW β2"})
-    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW ε"})
-    max_grad_norm: float = field(default=4.0, metadata={"help": "gradient clipping (EAT's 4.0); <= 0 disables"})
     max_nonfinite_steps: int = field(
         default=10,
         metadata={
             "help": "steps with a NaN/inf loss (or gradient) are skipped and counted; one more than this stops the run"
         },
     )
-    max_failed_clip_share: float = field(
-        default=DEFAULT_MAX_SHARE,
-        metadata={
-            "help": "when more than this share of the clips read (over windows of "
-            "at least 100) fail to decode, the run saves a checkpoint and stops "
-            "instead of training on copies of the others (1 disables)"
-        },
-    )
     teacher_momentum_base: float = field(default=0.994, metadata={"help": "EMA teacher momentum at step 0"})
     teacher_momentum_final: float = field(default=1.0, metadata={"help": "teacher momentum at --max_steps (cosine)"})
-    mixed_precision: str | None = field(
-        default=None, metadata={"help": "'no' | 'bf16' | 'fp16'; unset: what `accelerate launch` was given"}
-    )
     torch_compile: bool = field(default=False, metadata={"help": "torch.compile the model"})
     ddp_bucket_cap_mb: float | None = field(
         default=None,
@@ -135,31 +114,6 @@ class PretrainingArguments(PlanArguments):
         },
     )
     gradient_checkpointing: bool = field(default=False, metadata={"help": "recompute activations in backward"})
-    logging_steps: int = field(default=10, metadata={"help": "log every N steps"})
-    save_steps: int = field(default=1000, metadata={"help": "checkpoint every N steps (and at the last step)"})
-    save_total_limit: int | None = field(default=3, metadata={"help": "checkpoints kept (older ones deleted)"})
-    resume: bool = field(
-        default=False,
-        metadata={
-            "help": "continue from output_dir's newest complete checkpoint with the arguments "
-            "it was written with (a finished run is left as it is)"
-        },
-    )
-    resume_allow_changes: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "--resume: the run-defining arguments this command may change (e.g. "
-            "max_steps to train a finished run on; model_config for all its keys, or "
-            "model_config.KEY); the others must equal the checkpoint's"
-        },
-    )
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={
-            "help": "start over in an output_dir that holds a run (its checkpoints, log and "
-            "exports are deleted first); without it or --resume such a folder is refused"
-        },
-    )
     export_teacher: bool = field(default=False, metadata={"help": "also export the EMA teacher encoder"})
     export_with_checkpoints: bool = field(default=False, metadata={"help": "export the encoder at every checkpoint"})
     report_to: str = field(default="tensorboard", metadata={"help": "accelerate tracker ('none' to disable)"})
