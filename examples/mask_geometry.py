@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from aasp_hf import AaspConfig
-from aasp_hf.entry_points import run_script
+from aasp_hf.utils.entry_points import run_script
 from aasp_hf.training.arguments import parse_arguments
 from aasp_hf.data.masking import sample_view_masks
 

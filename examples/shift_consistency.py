@@ -34,8 +34,8 @@ from aasp_hf.evaluation import (
     representation_drift,
 )
 from aasp_hf.training.arguments import parse_arguments
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import UsageError
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000

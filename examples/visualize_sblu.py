@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
 from aasp_hf.evaluation import load_frozen_encoder
 from aasp_hf.training.arguments import parse_arguments
-from aasp_hf.entry_points import run_script
+from aasp_hf.utils.entry_points import run_script
 
 logger = logging.getLogger(__name__)
 SAMPLE_RATE = 16000

@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 
 import pretrain
 from aasp_hf import AaspConfig, AaspForPreTraining
-from aasp_hf.errors import UsageError
-from aasp_hf.schedules import learning_rate, teacher_momentum
+from aasp_hf.utils.errors import UsageError
+from aasp_hf.utils.schedules import learning_rate, teacher_momentum
 from aasp_hf.training.checkpointing import (
     check_resume_arguments,
     checkpoint_problem,

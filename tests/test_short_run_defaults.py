@@ -10,7 +10,7 @@ import pytest
 import finetune  # examples/ (pytest's pythonpath)
 import pretrain
 
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.errors import UsageError
 from aasp_hf.training.finetuning_arguments import scale_batch_to_data
 from aasp_hf.training.short_run import (
     batch_size_for,

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..errors import UsageError
+from ..utils.errors import UsageError
 from ..evaluation import classification_score, frame_detection
-from ..files import write_text_atomically
-from ..schedules import learning_rate
+from ..utils.files import write_text_atomically
+from ..utils.schedules import learning_rate
 from .checkpointing import (
     checkpoint_to_resume,
     find_latest_checkpoint,

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..evaluation import baseline as logmel_baseline
 from ..evaluation import mean_std, write_finetune_markdown
-from ..files import write_text_atomically
+from ..utils.files import write_text_atomically
 from .finetuning_loop import EVAL_CROP_SEED
 
 # what the summary of a single run (one part, one seed) repeats from that run's results

@@ -10,7 +10,7 @@ only one, and every one of them writes the same output folder (the log twice, ea
 
 import os
 
-from ..errors import UsageError
+from ..utils.errors import UsageError
 
 # The variables launchers set to the number of processes: those accelerate reads itself (torchrun / accelerate
 # launch, MPICH and Intel MPI, Open MPI, MVAPICH), and srun's task count, which accelerate does not read.

@@ -7,7 +7,7 @@ JSON file, or from `--config preset.json` followed by command-line overrides; `-
 from dataclasses import dataclass, field
 
 from ..configuration_aasp import AaspConfig, init_arguments
-from ..errors import UsageError
+from ..utils.errors import UsageError
 from .arguments import PlanArguments
 from .failed_clips import DEFAULT_MAX_SHARE
 from .resume import PRETRAINING_RUN_ARGUMENTS, allowed_resume_changes

@@ -11,8 +11,8 @@ line per part of the run, what the allowed changes do.
 
 from pathlib import Path
 
-from ..errors import UsageError, check_keys
-from ..schedules import learning_rate, teacher_momentum
+from ..utils.errors import UsageError, check_keys
+from ..utils.schedules import learning_rate, teacher_momentum
 from .checkpointing import check_resume_arguments, find_latest_checkpoint, load_trainer_state, read_results
 
 # What defines a pre-training run: every checkpoint stores these arguments (trainer_state.json, "run_arguments",
