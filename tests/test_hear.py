@@ -17,10 +17,11 @@ import pytest
 import torch
 from conftest import tiny_config_kwargs
 
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel, hear
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
+from aasp_hf.evaluation import pool_features
+from aasp_hf.integrations import hear
 from aasp_hf.utils.errors import UsageError
 from aasp_hf.utils.hub import CODE_FILES
-from aasp_hf.evaluation import pool_features
 
 SR = 16000
 

@@ -13,10 +13,11 @@ import pytest
 import torch
 from conftest import tiny_config_kwargs
 
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel, hear
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
+from aasp_hf.integrations import hear
 from aasp_hf.integrations import mteb as aasp_mteb
-from aasp_hf.utils.errors import UsageError
 from aasp_hf.integrations.mteb import AaspMtebEncoder
+from aasp_hf.utils.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_MTEB = importlib.util.find_spec("mteb") is not None

@@ -22,10 +22,11 @@ import soundfile as sf
 import torch
 from conftest import tiny_config_kwargs
 
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel, hear
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
+from aasp_hf.integrations import hear
 from aasp_hf.integrations import xares as aasp_xares
-from aasp_hf.utils.errors import UsageError
 from aasp_hf.integrations.xares import AaspXaresEncoder
+from aasp_hf.utils.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 SR = 16000
