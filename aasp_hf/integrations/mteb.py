@@ -3,7 +3,7 @@
 `AaspMtebEncoder` (MTEB's encoder interface) and `model_meta` (its `ModelMeta`), and a command that runs MTEB's
 own evaluation on a checkpoint:
 
-    python -m aasp_hf.mteb runs/pt/encoder --benchmark "MAEB(v1, audio-only)" --output_folder mteb_results
+    python -m aasp_hf.integrations.mteb runs/pt/encoder --benchmark "MAEB(v1, audio-only)" --output_folder mteb_results
 
 From Python, as MTEB's own model wrappers are used:
 
@@ -165,7 +165,8 @@ def _weights_digest(folder: Path) -> str:
 # ----------------------------------------------------------------------------------------------- the command
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m aasp_hf.mteb", description="MTEB's own evaluation of an AaSP checkpoint on MTEB's audio tasks."
+        prog="python -m aasp_hf.integrations.mteb",
+        description="MTEB's own evaluation of an AaSP checkpoint on MTEB's audio tasks.",
     )
     parser.add_argument("model", help="the checkpoint folder (save_pretrained output)")
     parser.add_argument("--tasks", nargs="+", default=None, help="MTEB task names, e.g. ESC50 GTZANGenre")
@@ -218,4 +219,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_script(main, "python -m aasp_hf.mteb")
+    run_script(main, "python -m aasp_hf.integrations.mteb")
