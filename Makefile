@@ -195,7 +195,7 @@ hear-check: setup $(HEAR_STAMP)
 		> logs/predictions.log 2>&1 || { tail -n 30 logs/predictions.log; exit 1; }
 	$(HEAR_PY) benchmarks/hear/scores.py $(HEAR_OUT)/embeddings
 
-# X-ARES, unmodified (docs/benchmarks.md): X-ARES's own tests of `aasp_hf.xares` (its check_audio_encoder and its
+# X-ARES, unmodified (docs/benchmarks.md): X-ARES's own tests of `aasp_hf.integrations.xares` (its check_audio_encoder and its
 # runner on tiny tasks), then X-ARES's runner on two small local tasks in its webdataset format
 # (benchmarks/xares/build_tasks.py: the HEAR check's clips; a clip-level and a frame-level task) for the checkpoint
 # XARES_MODEL and for the log-mel baseline, and the score table. X-ARES gets a venv of its own (.venv-xares, the
@@ -227,12 +227,12 @@ xares-check: setup $(XARES_STAMP)
 	$(PY) -m benchmarks.xares.build_tasks $(XARES_OUT)/env
 	@echo "X-ARES's runner: progress in $(XARES_OUT)/logs/ (a failure prints its last lines)"
 	cd $(XARES_OUT) && $(XARES_ENV) AASP_XARES_MODEL=$(abspath $(XARES_MODEL)) $(abspath $(XARES_PY)) -m xares.run \
-		aasp_hf.xares $(XARES_TASKS) --max-jobs 0 > logs/aasp.log 2>&1 || { tail -n 30 logs/aasp.log; exit 1; }
+		aasp_hf.integrations.xares $(XARES_TASKS) --max-jobs 0 > logs/aasp.log 2>&1 || { tail -n 30 logs/aasp.log; exit 1; }
 	cd $(XARES_OUT) && $(XARES_ENV) $(abspath $(XARES_PY)) -m xares.run benchmarks.xares.logmel_encoder $(XARES_TASKS) \
 		--max-jobs 0 > logs/logmel.log 2>&1 || { tail -n 30 logs/logmel.log; exit 1; }
 	$(PY) benchmarks/xares/scores.py $(XARES_OUT)/env
 
-# MTEB's audio tasks (MAEB), unmodified (docs/benchmarks.md): the tests of `aasp_hf.mteb` with MTEB installed, then
+# MTEB's audio tasks (MAEB), unmodified (docs/benchmarks.md): the tests of `aasp_hf.integrations.mteb` with MTEB installed, then
 # MTEB's own evaluation on a small local audio task in its format (benchmarks/mteb/build_task.py: parquet files with
 # datasets' Audio column) for the checkpoint MTEB_MODEL and for the log-mel baseline. A venv of its own
 # (.venv-mteb, the package with its `mteb` extra at constraints.txt's pins); offline: nothing is fetched. Not part of

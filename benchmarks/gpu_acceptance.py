@@ -45,8 +45,8 @@ from pathlib import Path
 import torch
 
 from aasp_hf import AaspConfig, AaspModel
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import UsageError, parse_command_line
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import UsageError, parse_command_line
 from aasp_hf.plan.measure import accelerator_of
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -37,8 +37,8 @@ from pathlib import Path
 import torch
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import UsageError, parse_command_line
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import UsageError, parse_command_line
 from aasp_hf.modeling_aasp import sincos_position_embeddings
 
 logger = logging.getLogger(__name__)
@@ -562,7 +562,7 @@ def main(argv=None):
     for key in report.dropped:
         logger.info("  dropped %s", key)
 
-    from aasp_hf.hub import push_folder, write_hub_folder
+    from aasp_hf.utils.hub import push_folder, write_hub_folder
 
     source = Path(args.checkpoint).name + (" (EMA teacher)" if args.ema else "")
     folder = write_hub_folder(

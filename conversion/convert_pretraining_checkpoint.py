@@ -20,8 +20,8 @@ import logging
 from pathlib import Path
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import UsageError, parse_command_line
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import UsageError, parse_command_line
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def main(argv=None) -> Path:
 
     from safetensors.torch import load_file
 
-    from aasp_hf import hub
+    from aasp_hf.utils import hub
 
     weights, config, preprocessor = locate(args.source, args.config)
     model = convert(load_file(str(weights)), config, args.which)

@@ -15,10 +15,10 @@ from transformers import AutoConfig
 
 import aasp_hf  # noqa: F401  (registers the Auto classes)
 from aasp_hf import AaspForAudioClassification, AaspModel
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import UsageError, parse_command_line
-from aasp_hf.export import export_onnx
-from aasp_hf.hub import check_model_folder
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import UsageError, parse_command_line
+from aasp_hf.integrations.export import export_onnx
+from aasp_hf.utils.hub import check_model_folder
 
 
 def check(model, path, shapes=((1, 64), (3, 160))) -> float:

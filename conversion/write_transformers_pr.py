@@ -3,7 +3,7 @@
     python conversion/write_transformers_pr.py TRANSFORMERS_SRC [--python PY] [--write-only] [--skip CHECK ...]
 
 The tree gets, generated from this repository's files (one source of truth; nothing here is a second copy):
-- `src/transformers/models/aasp/`: the Hub-shipped files of `aasp_hf/` (`aasp_hf.hub.CODE_FILES`) with their
+- `src/transformers/models/aasp/`: the Hub-shipped files of `aasp_hf/` (`aasp_hf.utils.hub.CODE_FILES`) with their
   `transformers` imports made relative (`from ...modeling_utils import ...`), the remote-code switch keyed to the
   package they now live in, `__all__` cut to the documented classes, the licence line written out as transformers'
   Apache header, and transformers' lazy `__init__.py`;
@@ -46,9 +46,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import UsageError, parse_command_line
-from aasp_hf.hub import CODE_FILES
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import UsageError, parse_command_line
+from aasp_hf.utils.hub import CODE_FILES
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "aasp_hf"

@@ -37,8 +37,8 @@ from transformers import pipeline
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspModel
 from aasp_hf.data.synthetic import LABELS, labelled_clips
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import parse_command_line
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import parse_command_line
 from aasp_hf.evaluation import extract_features, standardization_stats, standardize
 
 HERE = Path(__file__).resolve().parent
@@ -222,7 +222,7 @@ def main(argv=None) -> dict:
         shown = ", ".join(f"{p['label']} {p['score']:.2f}" for p in classifier(clip, top_k=2))
         print(f"   true {LABELS[label]:>13s} -> {shown}")
 
-    from aasp_hf.hub import write_model_card
+    from aasp_hf.utils.hub import write_model_card
 
     write_model_card(
         classifier_dir,

@@ -40,10 +40,10 @@ from transformers import AutoFeatureExtractor
 
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
 from aasp_hf import AaspFeatureExtractor, AaspForAudioClassification, AaspForAudioFrameClassification
-from aasp_hf.entry_points import run_stoppable
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.entry_points import run_stoppable
+from aasp_hf.utils.errors import UsageError
 from aasp_hf.evaluation import without_truncation
-from aasp_hf.hub import check_model_path
+from aasp_hf.utils.hub import check_model_path
 from aasp_hf.training.arguments import DEFAULT_BATCH_SIZE, gradient_accumulation_for, parse_arguments
 from aasp_hf.training.checkpointing import RUN_ARTEFACTS, check_output_dir, read_results, remove_artefacts
 from aasp_hf.training.finetuning_arguments import FinetuneArguments, checked_arguments, scale_batch_to_data

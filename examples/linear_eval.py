@@ -23,7 +23,7 @@ same parts and clips; `--baseline none` skips it, `--baseline_max_clips` caps th
 line: the model is below, equal to or above it.
 
 The folder: one evaluation per `--output_dir` (its `run.lock`, as the training scripts hold theirs); every file
-written there (features, each (part, seed) result, the results) is written whole or not at all (`aasp_hf.files`).
+written there (features, each (part, seed) result, the results) is written whole or not at all (`aasp_hf.utils.files`).
 Rerun: the same command again reuses the cached features and each finished (part, seed) result
 (`runs/<part>_seed<k>.json`) instead of retraining, and says what it reused; a cache made with another model or data
 setting raises an error. SIGTERM, SIGUSR1 and SIGINT end a run at once with one line and exit status 75, as a stopped
@@ -47,7 +47,7 @@ import torch
 from tqdm.auto import tqdm
 
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
-from aasp_hf.entry_points import run_interruptible
+from aasp_hf.utils.entry_points import run_interruptible
 from aasp_hf.evaluation import baseline as logmel_baseline
 from aasp_hf.evaluation import (
     load_frozen_encoder,
@@ -65,7 +65,7 @@ from aasp_hf.evaluation.linear_protocol import (
     evaluation_parts,
     is_cached,
 )
-from aasp_hf.files import write_text_atomically
+from aasp_hf.utils.files import write_text_atomically
 from aasp_hf.training.arguments import parse_arguments
 from aasp_hf.training.run_lock import RunHold, check_launch
 from aasp_hf.training.run_log import quiet_libraries

@@ -29,7 +29,7 @@ import torch
 
 from aasp_hf import AaspConfig
 from aasp_hf.data.masking import sample_view_masks
-from aasp_hf.entry_points import run_script
+from aasp_hf.utils.entry_points import run_script
 from aasp_hf.training.arguments import parse_arguments
 
 logger = logging.getLogger(__name__)

@@ -32,8 +32,8 @@ from aasp_hf.configuration_aasp import init_arguments
 from aasp_hf.data.cache import LogMelCache
 from aasp_hf.data.clips import AudioStream, load_clips
 from aasp_hf.data.collators import PretrainingCollator
-from aasp_hf.entry_points import run_stoppable
-from aasp_hf.hub import check_model_path
+from aasp_hf.utils.entry_points import run_stoppable
+from aasp_hf.utils.hub import check_model_path
 from aasp_hf.training.arguments import check_model_config, config_from_fields, parse_arguments
 from aasp_hf.training.checkpointing import (
     RUN_ARTEFACTS,

@@ -27,8 +27,8 @@ import torch
 from tqdm.auto import tqdm
 
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import UsageError
 from aasp_hf.evaluation import (
     circular_shift,
     cls_embeddings,

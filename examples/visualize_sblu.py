@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 import aasp_hf  # noqa: F401  (registers the Auto* classes)
-from aasp_hf.entry_points import run_script
+from aasp_hf.utils.entry_points import run_script
 from aasp_hf.evaluation import load_frozen_encoder
 from aasp_hf.training.arguments import parse_arguments
 

@@ -167,5 +167,6 @@ def test_the_floor_check_sees_local_and_face_imports():
         "aasp_hf/data/probe.py:1 imports aasp_hf.data (its own sub-package's face)"
     ]
     assert (
-        upward_imports(probe, "import torch\nfrom . import collators\nfrom ..errors import check_flags\n", floors) == []
+        upward_imports(probe, "import torch\nfrom . import collators\nfrom ..utils.errors import check_flags\n", floors)
+        == []
     )

@@ -9,7 +9,7 @@ import pytest
 from aasp_hf import AaspFeatureExtractor
 from aasp_hf.data.collators import crop_or_pad
 from aasp_hf.data.synthetic import LABELS, synthetic_splits
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.errors import UsageError
 from aasp_hf.evaluation import baseline
 from aasp_hf.evaluation.results import baseline_markdown
 

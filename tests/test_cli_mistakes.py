@@ -14,7 +14,7 @@ import pretrain
 import pytest
 
 from aasp_hf import AaspConfig
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.errors import UsageError
 from aasp_hf.training.arguments import check_model_config
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -308,7 +308,7 @@ def test_a_refused_write_advises_resume_only_where_the_script_can_resume(tmp_pat
     import errno
     import signal
 
-    from aasp_hf.entry_points import STOP_SIGNALS, run_script, run_stoppable
+    from aasp_hf.utils.entry_points import STOP_SIGNALS, run_script, run_stoppable
 
     def full_disk():
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out" / "model.safetensors"))

@@ -382,14 +382,14 @@ def test_pretraining_folder_to_encoder_student_and_teacher(tmp_path, pretraining
 
 def test_raw_accelerate_safetensors_and_push(tmp_path, pretraining_model):
     """A `checkpoint-*/model.safetensors` (keys as accelerate saves them, here behind torch.compile's prefix),
-    config from --config; --push-to-hub goes through aasp_hf.hub.push_folder (network mocked)."""
+    config from --config; --push-to-hub goes through aasp_hf.utils.hub.push_folder (network mocked)."""
     checkpoint = tmp_path / "run" / "checkpoint-100"
     checkpoint.mkdir(parents=True)
     state = {f"_orig_mod.{k}": v.contiguous() for k, v in pretraining_model.state_dict().items()}
     save_file(state, checkpoint / "model.safetensors")
     pretraining_model.config.to_json_file(tmp_path / "run" / "config.json")
     x = torch.randn(1, 48, 128, generator=torch.Generator().manual_seed(4))
-    with mock.patch("aasp_hf.hub.push_folder") as push:
+    with mock.patch("aasp_hf.utils.hub.push_folder") as push:
         out = pt_conv.main([str(checkpoint), str(tmp_path / "enc"), "--which", "teacher", "--push-to-hub", "me/aasp"])
     push.assert_called_once()
     assert push.call_args.args[:2] == (out, "me/aasp")

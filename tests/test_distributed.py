@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from test_pretrain_script import _free_port
 
 import pretrain
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.errors import UsageError
 from aasp_hf.training.resume import check_process_count
 
 ROOT = Path(__file__).resolve().parents[1]

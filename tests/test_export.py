@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from aasp_hf import AaspConfig, AaspForAudioClassification, AaspModel
-from aasp_hf.export import export_onnx, export_program
+from aasp_hf.integrations.export import export_onnx, export_program
 from conftest import tiny_config_kwargs
 
 
@@ -54,7 +54,7 @@ def test_export_cli_writes_and_checks(tmp_path, capsys):
 def test_export_runs_the_model_in_eval_mode_without_a_training_mode_warning():
     """torch.onnx.export warns about (and would trace dropout of) a module left in training mode: the wrapper that
     export builds around a model is in eval mode as a whole, and so is the model."""
-    from aasp_hf.export import _ExportWrapper
+    from aasp_hf.integrations.export import _ExportWrapper
 
     model = tiny(AaspForAudioClassification).train()
     wrapper = _ExportWrapper(model)

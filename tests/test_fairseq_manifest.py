@@ -19,8 +19,8 @@ import pretrain
 from aasp_hf.data.clips import MISSING_FILE
 from aasp_hf.data.decoding import for_safe_decoding
 from aasp_hf.data.loaders import load_fairseq_manifest, read_fairseq_manifest
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_PRESET = ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 NOT_IN_THE_IMAGE = ("datasets", "soundfile", "torchcodec", "evaluate")

@@ -21,7 +21,7 @@ from aasp_hf.data.protocol import (
     load_downstream,
 )
 from aasp_hf.data.splits import hold_out_groups, source_groups
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEAKERS = ("ann", "bob", "cat", "dan", "eve", "fay", "gus", "hal")

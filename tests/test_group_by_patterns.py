@@ -17,7 +17,7 @@ from aasp_hf.data import load
 from aasp_hf.data.decoding import for_safe_decoding
 from aasp_hf.data.protocol import downstream_parts
 from aasp_hf.data.splits import classes_held_out_whole, source_groups
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEAKERS = ("george", "jackson", "nicolas", "theo")

@@ -1,5 +1,5 @@
 """The transformers ecosystem and the Hub: Auto* classes, remote code in a fresh process without the package, the
-audio-classification pipeline, and aasp_hf.hub's folders (complete, with a model card) and pushes, which call only
+audio-classification pipeline, and aasp_hf.utils.hub's folders (complete, with a model card) and pushes, which call only
 `HfApi.create_repo` and `HfApi.upload_folder` (mocked: no network)."""
 
 import json
@@ -28,7 +28,7 @@ from aasp_hf import (
     AaspForPreTraining,
     AaspModel,
 )
-from aasp_hf.hub import (
+from aasp_hf.utils.hub import (
     CODE_FILES,
     evaluation_table,
     fill_model_card,
@@ -293,7 +293,7 @@ def test_every_folder_ships_the_one_modeling_file_and_each_loads_without_the_pac
     torch.testing.assert_close(remote["loss"], expected.loss, atol=1e-6, rtol=1e-5)
 
 
-# ----------------------------------------------------------------------------------------------- aasp_hf.hub folders and pushes
+# ----------------------------------------------------------------------------------------------- aasp_hf.utils.hub folders and pushes
 ALL_RESULTS = {
     "epoch": 3.0,
     "eval_accuracy": 0.8125,

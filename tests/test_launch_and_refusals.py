@@ -27,7 +27,7 @@ import soundfile as sf
 from conftest import save_tiny_encoder
 from test_pretrain_script import _free_port
 
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 SR = 16000
@@ -295,7 +295,7 @@ def test_an_unknown_hub_id_fails_at_once_when_the_hub_cannot_be_reached(monkeypa
     after the download's retries (about 53 s here)."""
     import huggingface_hub
 
-    from aasp_hf.hub import check_model_path
+    from aasp_hf.utils.hub import check_model_path
 
     def no_network(*args, **kwargs):
         raise socket.gaierror(-2, "Name or service not known")

@@ -30,7 +30,7 @@ from aasp_hf.evaluation import (
     standardize,
 )
 from aasp_hf.evaluation.linear_heads import final_test_score, train_linear_heads
-from aasp_hf.entry_points import STOPPED_EXIT_CODE
+from aasp_hf.utils.entry_points import STOPPED_EXIT_CODE
 
 TINY_128 = tiny_config_kwargs(num_mel_bins=128, num_hidden_layers=1, sblu_hidden_size=16, sblu_output_size=16)
 

@@ -233,7 +233,7 @@ import numpy as np, soundfile as sf
 import torch
 from transformers import pipeline
 from aasp_hf import AaspAudioClassificationPipeline
-from aasp_hf.tag import main as tag
+from aasp_hf.cli.tag import main as tag
 
 def peak_mib():  # this process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the parent)
     return int([line for line in open("/proc/self/status") if line.startswith("VmHWM")][0].split()[1]) / 1024

@@ -1,4 +1,4 @@
-"""aasp_hf.mteb, an AaSP checkpoint as an MTEB audio model: each clip's embedding is the HEAR module's scene
+"""aasp_hf.integrations.mteb, an AaSP checkpoint as an MTEB audio model: each clip's embedding is the HEAR module's scene
 embedding whatever its batch, the command's mistakes are one line; the local task of `make mteb-check`; and, where
 MTEB is installed (the venv `make mteb-check` builds), MTEB's `ModelMeta` and encoder interface and MTEB's own
 evaluation, unmodified, on that task for the checkpoint and the log-mel baseline.
@@ -13,10 +13,11 @@ import pytest
 import torch
 from conftest import tiny_config_kwargs
 
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel, hear
-from aasp_hf import mteb as aasp_mteb
-from aasp_hf.errors import UsageError
-from aasp_hf.mteb import AaspMtebEncoder
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
+from aasp_hf.integrations import hear
+from aasp_hf.integrations import mteb as aasp_mteb
+from aasp_hf.integrations.mteb import AaspMtebEncoder
+from aasp_hf.utils.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_MTEB = importlib.util.find_spec("mteb") is not None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 

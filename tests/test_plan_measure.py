@@ -15,7 +15,7 @@ from test_pretrain_script import _free_port
 
 import pretrain
 from aasp_hf import AaspConfig, AaspForPreTraining
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.errors import UsageError
 from aasp_hf.plan.report import _bytes, _duration
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from conftest import assert_states_close, cli_args, tiny_config_kwargs
 ROOT = Path(__file__).resolve().parents[1]
 import pretrain
 
-from aasp_hf.schedules import learning_rate, teacher_momentum
+from aasp_hf.utils.schedules import learning_rate, teacher_momentum
 from aasp_hf.training import latest_checkpoint
 
 MODEL = tiny_config_kwargs(

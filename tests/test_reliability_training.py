@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 import pretrain
 
 from aasp_hf import AaspConfig, AaspForAudioClassification, AaspForPreTraining, AaspModel
-from aasp_hf.hub import CODE_FILES
+from aasp_hf.utils.hub import CODE_FILES
 from aasp_hf.training import latest_checkpoint
 from aasp_hf.training.checkpointing import HASH, checkpoint_problem, file_hash
 

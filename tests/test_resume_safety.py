@@ -15,8 +15,8 @@ from conftest import assert_states_close
 from safetensors.torch import load_file
 
 from aasp_hf import AaspConfig, AaspForPreTraining
-from aasp_hf.errors import UsageError
-from aasp_hf.schedules import learning_rate, teacher_momentum
+from aasp_hf.utils.errors import UsageError
+from aasp_hf.utils.schedules import learning_rate, teacher_momentum
 from aasp_hf.training.checkpointing import checkpoint_problem, latest_checkpoint, load_trainer_state, verify_checkpoints
 from aasp_hf.training.resume import check_resume_arguments
 

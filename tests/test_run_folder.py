@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 from test_reliability_training import logged_steps
 
 import pretrain
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.errors import UsageError
 from aasp_hf.training import run_lock
 from aasp_hf.training.checkpointing import checkpoint_problem
 

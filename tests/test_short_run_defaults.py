@@ -11,7 +11,7 @@ import finetune  # examples/ (pytest's pythonpath)
 import pretrain
 import pytest
 
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.errors import UsageError
 from aasp_hf.training.arguments import (
     PlanArguments,
     TrainingRunArguments,

@@ -214,7 +214,7 @@ def test_the_tagger_writes_the_pipelines_events_as_dcase_lists_and_frame_rows(de
         assert [float(r["score"]) for r in mine] == pytest.approx([score for *_, score in chosen], abs=1e-5)
         assert float(mine[-1]["end"]) == pytest.approx(len(clips[name]) / RATE)
 
-    from aasp_hf.tag import main as tag
+    from aasp_hf.cli.tag import main as tag
 
     per_file = tmp_path / "files.csv"
     assert tag([*map(str, arguments[:2]), "--output", str(per_file), "--num_workers", "0", str(audio_dir)]) == 0

@@ -14,7 +14,7 @@ import soundfile as sf
 from aasp_hf import data
 from aasp_hf.data.check import check_dataset
 from aasp_hf.data.loaders.sound_events import SoundEventTableError
-from aasp_hf.errors import UsageError
+from aasp_hf.utils.errors import UsageError
 
 
 HEADER = "filename\tonset\toffset\tevent_label\n"

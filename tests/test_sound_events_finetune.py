@@ -107,7 +107,7 @@ def test_the_tagger_writes_events_that_sed_eval_scores_as_the_run_reported(train
 
     import sed_eval
 
-    from aasp_hf import tag
+    from aasp_hf.cli import tag
 
     root, _, output, summary = trained
     events_path = tmp_path / "events.tsv"

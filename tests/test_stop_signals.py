@@ -24,7 +24,7 @@ from test_reliability_training import MAX_STEPS, argv, assert_same_state, logged
 
 import pretrain
 from aasp_hf.training.checkpointing import checkpoint_problem, list_checkpoints, load_trainer_state
-from aasp_hf.entry_points import STOPPED_EXIT_CODE, StopSignals
+from aasp_hf.utils.entry_points import STOPPED_EXIT_CODE, StopSignals
 from aasp_hf.training.stopping import StopAgreement
 
 ROOT = Path(__file__).resolve().parents[1]

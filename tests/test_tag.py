@@ -3,6 +3,7 @@ equal to the pipeline's, windows of several files in one batch, failures, reruns
 and a SIGTERM that leaves OUT complete up to the last file."""
 
 import csv
+import importlib
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ import soundfile as sf
 from transformers import pipeline
 
 from aasp_hf import AaspAudioClassificationPipeline
-from aasp_hf.tag import events_of
+from aasp_hf.cli.tag import events_of
 from test_long_audio import LABELS, RATE, noisy_tones, save_classifier
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,7 +170,7 @@ def test_events_are_runs_of_windows_in_dcase_tsv_named_as_dcase_names_files(fold
 def test_events_refused_where_they_would_mislead(folders, tmp_path, capsys):
     """A single-label clip classifier gives every window a label: without --threshold its events would cover every
     file, so --events is refused; two files that the events file would name alike are refused, naming both."""
-    from aasp_hf.tag import main
+    from aasp_hf.cli.tag import main
 
     other = tmp_path / "other"
     other.mkdir()
@@ -262,7 +263,7 @@ def test_sigterm_leaves_whole_files_and_the_same_command_finishes(folders, tmp_p
 )
 def test_mistakes_are_one_line(folders, tmp_path, capsys, monkeypatch, arguments, message):
     """The command's own entry point, in this process (the arguments are read before any file is)."""
-    from aasp_hf.tag import main
+    from aasp_hf.cli.tag import main
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
@@ -278,7 +279,8 @@ def test_mistakes_are_one_line(folders, tmp_path, capsys, monkeypatch, arguments
 def test_the_console_script_is_the_module_entry_point():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     module, function = scripts["aasp-tag"].split(":")
-    assert (module, function) == ("aasp_hf.tag", "main")
-    import aasp_hf.tag
+    assert (module, function) == ("aasp_hf.cli.tag", "main")
+    import aasp_hf.cli.tag
 
-    assert callable(getattr(aasp_hf.tag, function))
+    documented = importlib.import_module("aasp_hf" + ".tag")  # `python -m aasp_hf.tag`, the documented name
+    assert getattr(aasp_hf.cli.tag, function) is documented.main

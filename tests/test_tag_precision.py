@@ -11,9 +11,9 @@ import soundfile as sf
 import torch
 
 from aasp_hf import AaspForAudioClassification
-from aasp_hf import tag as tag_module
-from aasp_hf.errors import UsageError
-from aasp_hf.tag import load_weights, main as tag, resolve_precision
+from aasp_hf.cli import tag as tag_module
+from aasp_hf.utils.errors import UsageError
+from aasp_hf.cli.tag import load_weights, main as tag, resolve_precision
 from test_long_audio import RATE, noisy_tones, save_classifier
 
 

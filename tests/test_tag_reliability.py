@@ -25,7 +25,7 @@ import soundfile as sf
 from test_long_audio import LABELS, RATE, noisy_tones, save_classifier
 from test_run_folder import error_lines, mount_tmpfs, wait_for
 
-from aasp_hf.tag import FILES_FAILED_EXIT_CODE, LEDGER_SUFFIX, RowWriter
+from aasp_hf.cli.tag import FILES_FAILED_EXIT_CODE, LEDGER_SUFFIX, RowWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}

@@ -20,7 +20,7 @@ import soundfile as sf
 from test_long_audio import RATE, noisy_tones, save_classifier
 from test_tag_reliability import ENV, ledger_files
 
-from aasp_hf.tag import main, one_shard, parse_shard, resolved, shard_of
+from aasp_hf.cli.tag import main, one_shard, parse_shard, resolved, shard_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "slurm" / "tag_array.sh"

@@ -15,7 +15,7 @@ import finetune  # examples/finetune.py (pytest's pythonpath)
 
 from aasp_hf import AaspAudioClassificationPipeline, AaspFeatureExtractor
 from aasp_hf.pipeline_aasp import trained_window_samples
-from aasp_hf.tag import main as tag
+from aasp_hf.cli.tag import main as tag
 from aasp_hf.data.collators import trained_max_frames
 from conftest import save_tiny_encoder
 from test_long_audio import RATE, noisy_tones

@@ -1,4 +1,4 @@
-"""Training-side helpers: the schedules (aasp_hf.schedules) vs hand-computed values, AdamW groups, the data order,
+"""Training-side helpers: the schedules (aasp_hf.utils.schedules) vs hand-computed values, AdamW groups, the data order,
 the pre-training collator (aasp_hf.data.collators), crash-safe checkpoints."""
 
 import math
@@ -10,7 +10,7 @@ from conftest import pretraining_inputs, tiny_config_kwargs
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification, AaspForPreTraining
 from aasp_hf.data.collators import PretrainingCollator, random_eq_curves
-from aasp_hf.schedules import learning_rate, teacher_momentum
+from aasp_hf.utils.schedules import learning_rate, teacher_momentum
 from aasp_hf.training import latest_checkpoint, param_groups, save_checkpoint
 from aasp_hf.training.checkpointing import RunState, load_process_state, load_trainer_state
 from aasp_hf.training.data_order import epoch_order, micro_batches

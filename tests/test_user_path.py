@@ -412,7 +412,7 @@ def test_finetuned_folder_has_a_card_with_the_measured_scores(pretrained, tmp_pa
 
 
 def test_hub_folder_card_is_generated_from_the_model(tmp_path):
-    from aasp_hf.hub import write_hub_folder
+    from aasp_hf.utils.hub import write_hub_folder
 
     model = aasp_hf.AaspModel(aasp_hf.AaspConfig(**MODEL))
     write_hub_folder(

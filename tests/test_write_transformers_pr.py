@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import write_transformers_pr as pr
-from aasp_hf.errors import UsageError
-from aasp_hf.hub import CODE_FILES
+from aasp_hf.utils.errors import UsageError
+from aasp_hf.utils.hub import CODE_FILES
 
 MODELS_INIT = """\
 from typing import TYPE_CHECKING

@@ -1,4 +1,4 @@
-"""aasp_hf.xares, an AaSP checkpoint as an X-ARES encoder: the frames X-ARES asks for (count, size, hop), their times
+"""aasp_hf.integrations.xares, an AaSP checkpoint as an X-ARES encoder: the frames X-ARES asks for (count, size, hop), their times
 (frame i centred at i·hop, as X-ARES labels frames), the class X-ARES's runner finds and builds without arguments,
 mistakes; the task builder of `make xares-check`; and, where X-ARES is installed (the venv `make xares-check`
 builds), X-ARES's own `check_audio_encoder` and its runner, unmodified, on the two small local tasks.
@@ -22,10 +22,11 @@ import soundfile as sf
 import torch
 from conftest import tiny_config_kwargs
 
-from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel, hear
-from aasp_hf import xares as aasp_xares
-from aasp_hf.errors import UsageError
-from aasp_hf.xares import AaspXaresEncoder
+from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspModel
+from aasp_hf.integrations import hear
+from aasp_hf.integrations import xares as aasp_xares
+from aasp_hf.integrations.xares import AaspXaresEncoder
+from aasp_hf.utils.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 SR = 16000
@@ -184,7 +185,7 @@ def test_x_ares_check_audio_encoder_passes(checkpoint, monkeypatch):
     from xares.utils import attr_from_py_path
 
     monkeypatch.setenv("AASP_XARES_MODEL", str(checkpoint))
-    built = attr_from_py_path("aasp_hf.xares", endswith="Encoder")()  # as X-ARES's runner builds it
+    built = attr_from_py_path("aasp_hf.integrations.xares", endswith="Encoder")()  # as X-ARES's runner builds it
     assert check_audio_encoder(built) is True
     assert aasp_xares.check(built) is True
 
@@ -210,7 +211,7 @@ def test_x_ares_runner_scores_both_tasks_end_to_end(checkpoint, env_dir, tmp_pat
     env = {**os.environ, "AASP_XARES_MODEL": str(checkpoint), "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     tasks = ["benchmarks.xares.synthetic_scene_task", "benchmarks.xares.synthetic_event_task"]
     result = subprocess.run(
-        [sys.executable, "-m", "xares.run", "aasp_hf.xares", *tasks, "--max-jobs", "0"],
+        [sys.executable, "-m", "xares.run", "aasp_hf.integrations.xares", *tasks, "--max-jobs", "0"],
         cwd=workdir,
         env=env,
         capture_output=True,

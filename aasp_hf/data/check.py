@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import soundfile as sf
 from torchcodec.decoders import AudioDecoder
 
-from ..errors import UsageError
+from ..utils.errors import UsageError
 from .audiofolder import AUDIO_EXTENSIONS
 from .loaders import load
 from .loaders.dataset_records import DATASET_RECORDS, find_record

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import UsageError
+from ..utils.errors import UsageError
 from .decoding import SAMPLING_RATE, _describe, decode_audio, for_safe_decoding, short_reason
 from .synthetic import unlabelled_clips
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 from datasets import DatasetDict
 
-from ..errors import UsageError
+from ..utils.errors import UsageError
 from .decoding import decode_audio, for_safe_decoding
 from .loaders import load
 from .loaders.dataset_records import DATASET_RECORDS, find_record

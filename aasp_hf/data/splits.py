@@ -19,7 +19,7 @@ import numpy as np
 from datasets import ClassLabel, DatasetDict, IterableDatasetDict
 from datasets.distributed import split_dataset_by_node
 
-from ..errors import UsageError
+from ..utils.errors import UsageError
 
 logger = logging.getLogger(__name__)
 

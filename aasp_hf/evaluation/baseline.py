@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ..data.collators import AaspFineTuningCollator
-from ..errors import UsageError
+from ..utils.errors import UsageError
 from ..feature_extraction_aasp import AaspFeatureExtractor
 from .results import classification_score
 

@@ -18,7 +18,7 @@ import torch
 from transformers import AutoFeatureExtractor, AutoModel
 
 from ..feature_extraction_aasp import AaspFeatureExtractor
-from ..hub import check_model_path
+from ..utils.hub import check_model_path
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import torch
 
-from ..schedules import learning_rate
+from ..utils.schedules import learning_rate
 from .results import classification_score
 
 

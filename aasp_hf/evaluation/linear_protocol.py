@@ -27,7 +27,7 @@ from ..data.clips import leave_stop_signals_to_the_training_process
 from ..data.collators import AaspFineTuningCollator
 from ..data.protocol import load_downstream
 from ..data.synthetic import LABELS, synthetic_splits
-from ..files import save_array_atomically, write_text_atomically
+from ..utils.files import save_array_atomically, write_text_atomically
 from .baseline import BASELINE_HELP, DEFAULT_MAX_CLIPS, MAX_CLIPS_HELP
 from .features import extract_features
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import write_text_atomically
+from ..utils.files import write_text_atomically
 from ..metrics.average_precision import mean_average_precision
 
 

@@ -54,7 +54,7 @@ from ..data.collators import PretrainingCollator
 from ..feature_extraction_aasp import AaspFeatureExtractor
 from ..modeling_aasp import AaspForAudioClassification
 from ..modeling_aasp import AaspForPreTraining
-from ..schedules import learning_rate, teacher_momentum
+from ..utils.schedules import learning_rate, teacher_momentum
 from ..training.arguments import gradient_accumulation_for
 from ..training.finetuning_loop import FineTuningData, training_collator, training_micro_batches
 from ..training.model_ema import create_ema, update_teacher_

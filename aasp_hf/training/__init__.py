@@ -21,7 +21,7 @@ are imported by name:
   seeds and folds).
 
 Not here: the pre-training collator and its mask samplers live in `aasp_hf.data` (`collators`, `masking`) and the
-learning-rate / teacher-momentum schedules in `aasp_hf.schedules`, below this package, since data, evaluation and
+learning-rate / teacher-momentum schedules in `aasp_hf.utils.schedules`, below this package, since data, evaluation and
 training all use them.
 
 None of them imports the model classes (they take a model object), and the model files shipped to the Hub never

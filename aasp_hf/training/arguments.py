@@ -21,7 +21,7 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import HfArgumentParser
 
 from ..configuration_aasp import init_arguments
-from ..errors import UsageError, check_flags, check_keys, one_line_errors
+from ..utils.errors import UsageError, check_flags, check_keys, one_line_errors
 from .stopping import DEFAULT_MAX_SHARE
 
 logger = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ Checkpoints written before hashes (a manifest of sizes) or before manifests stil
 
 A save that fails (a full disk, a quota, a read-only or vanished file system) removes what it had written and raises a
 `StorageError` of one line naming the path, what was being written, the space it needed and had, and the checkpoint that
-is intact. `write_text_atomically` (`aasp_hf.files`, imported here) and `replace_directory` write results and exports
+is intact. `write_text_atomically` (`aasp_hf.utils.files`, imported here) and `replace_directory` write results and exports
 the same way: into a temporary sibling, then ``os.replace``, so a reader never sees a half-written file.
 """
 
@@ -36,8 +36,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import UsageError
-from ..files import write_text_atomically
+from ..utils.errors import UsageError
+from ..utils.files import write_text_atomically
 
 LATEST = "latest"
 TRAINER_STATE = "trainer_state.json"

@@ -11,7 +11,7 @@ so they keep the paper's values. `--plan` reads them too."""
 import math
 from dataclasses import dataclass, field, replace
 
-from ..errors import UsageError
+from ..utils.errors import UsageError
 from ..evaluation import baseline as logmel_baseline
 from ..evaluation.linear_protocol import DownstreamArguments
 from .arguments import (
@@ -190,7 +190,7 @@ def checked_arguments(args: FinetuneArguments) -> FinetuneArguments:
     for name in ("speed_perturbation", "vtlp"):
         check_factor_range(name, getattr(args, name))
     args = with_run_length_defaults(args)
-    from ..hub import check_model_folder
+    from ..utils.hub import check_model_folder
 
     check_model_folder(args.model_name_or_path)  # a checkpoint-<step>/ folder: say what to load instead
     if args.per_device_train_batch_size is None and args.plan:  # no data to scale it to

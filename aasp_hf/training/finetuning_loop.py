@@ -17,11 +17,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..errors import UsageError
+from ..utils.errors import UsageError
 from ..evaluation import baseline as logmel_baseline
 from ..evaluation import classification_score, frame_detection, mean_std, write_finetune_markdown
-from ..files import write_text_atomically
-from ..schedules import learning_rate
+from ..utils.files import write_text_atomically
+from ..utils.schedules import learning_rate
 from .augment import LogMelAugmentation
 from .checkpointing import (
     AUGMENT_RNG,

@@ -10,7 +10,7 @@ whichever version of the modeling code it was loaded with."""
 
 import torch
 
-from ..schedules import learning_rate
+from ..utils.schedules import learning_rate
 
 
 def no_weight_decay(model: torch.nn.Module) -> set[str]:

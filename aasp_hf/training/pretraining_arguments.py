@@ -8,7 +8,7 @@ the fields cannot say alone."""
 from dataclasses import dataclass, field
 
 from ..configuration_aasp import AaspConfig, init_arguments
-from ..errors import UsageError
+from ..utils.errors import UsageError
 from .arguments import PlanArguments, TrainingRunArguments, script_default
 from .resume import PRETRAINING_RUN_ARGUMENTS, allowed_resume_changes
 

@@ -22,9 +22,9 @@ from tqdm.auto import tqdm
 
 from ..data.clips import CollatedMicroBatches, FailureLog, load_micro_batches
 from ..data.collators import PretrainingCollator
-from ..errors import UsageError
-from ..files import write_text_atomically
-from ..schedules import learning_rate, teacher_momentum
+from ..utils.errors import UsageError
+from ..utils.files import write_text_atomically
+from ..utils.schedules import learning_rate, teacher_momentum
 from .checkpointing import (
     COLLATOR,
     STREAM,

@@ -12,8 +12,8 @@ line per part of the run, what the allowed changes do.
 import json
 from pathlib import Path
 
-from ..errors import UsageError, check_keys
-from ..schedules import learning_rate, teacher_momentum
+from ..utils.errors import UsageError, check_keys
+from ..utils.schedules import learning_rate, teacher_momentum
 from .checkpointing import (
     RunState,
     check_random_states,

@@ -43,7 +43,7 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import UsageError
+from ..utils.errors import UsageError
 
 HOLD = "run.lock"
 HEARTBEAT_SECONDS = 30.0

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..files import write_text_atomically
+from ..utils.files import write_text_atomically
 
 
 def last_training_logs(history_path: Path, step: int) -> dict:

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from ..data.collators import trained_max_frames
-from ..hub import write_model_card
+from ..utils.hub import write_model_card
 from .checkpointing import latest_checkpoint, refused_writes, replace_directory
 
 

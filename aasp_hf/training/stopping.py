@@ -2,8 +2,8 @@
 """What stops a training run before its last step: a stop signal (finish the step, save it, say how to resume, exit
 with `STOPPED_EXIT_CODE`), and data that vanishes while the run reads it (`FailedClipShare`, below).
 
-The training scripts run under `aasp_hf.entry_points.run_stoppable`, which installs the process-wide stop request
-(`STOP`): SIGTERM, SIGUSR1 and SIGINT only set a flag (why, and the exit status: `aasp_hf.entry_points`). Here is
+The training scripts run under `aasp_hf.utils.entry_points.run_stoppable`, which installs the process-wide stop request
+(`STOP`): SIGTERM, SIGUSR1 and SIGINT only set a flag (why, and the exit status: `aasp_hf.utils.entry_points`). Here is
 the training loop's side of it: the loop reads the flag at the step boundary, where every process agrees on it
 (`StopAgreement`, `stop_agreed`), saves a checkpoint of the step it has just finished through the usual atomic path
 (`checkpointing.save_checkpoint`), and `exit_stopped` prints one line naming it and the command that resumes and
@@ -17,7 +17,7 @@ import sys
 
 import torch
 
-from ..entry_points import STOP, STOPPED_EXIT_CODE, StopSignals
+from ..utils.entry_points import STOP, STOPPED_EXIT_CODE, StopSignals
 
 
 class StopAgreement:

@@ -26,8 +26,8 @@ import numpy as np
 import soundfile as sf
 
 from aasp_hf.data.synthetic import LABELS, synth_clip
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import parse_command_line
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import parse_command_line
 
 SAMPLING_RATE = 16000
 SPLITS = ("train", "valid", "test")

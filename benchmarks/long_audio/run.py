@@ -41,10 +41,10 @@ import soundfile as sf
 import torch
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForAudioClassification
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import parse_command_line
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import parse_command_line
 from aasp_hf.pipeline_aasp import decode_blocks, iter_windows, trained_window_samples
-from aasp_hf.tag import (
+from aasp_hf.cli.tag import (
     RowWriter,
     choose_labels,
     cpu_flags,
@@ -53,7 +53,7 @@ from aasp_hf.tag import (
     one_thread,
     quantize_dynamic,
 )
-from aasp_hf.tag import main as tag_main
+from aasp_hf.cli.tag import main as tag_main
 
 HERE = Path(__file__).resolve().parent
 RATE = 16000
@@ -134,9 +134,9 @@ def matmul_peak(precision: str, threads: int, repeats: int = 10) -> float:
 STARTUP_SCRIPT = """
 import sys, time
 start = time.perf_counter()
-import aasp_hf.tag
+import aasp_hf.cli.tag
 imported = time.perf_counter()
-assert aasp_hf.tag.main(["--model", sys.argv[1], "--output", sys.argv[2], "--num_workers", "0", sys.argv[3]]) == 0
+assert aasp_hf.cli.tag.main(["--model", sys.argv[1], "--output", sys.argv[2], "--num_workers", "0", sys.argv[3]]) == 0
 print(imported - start, time.perf_counter() - imported)
 """
 
@@ -247,7 +247,7 @@ def bench_window(folders: dict, repeats: int) -> dict:
 
 MEMORY_SCRIPT = """
 import sys, torch
-from aasp_hf.tag import main
+from aasp_hf.cli.tag import main
 def peak_mib():  # this process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the parent)
     return int([line for line in open("/proc/self/status") if line.startswith("VmHWM")][0].split()[1]) / 1024
 torch.set_num_threads(int(sys.argv[3]))

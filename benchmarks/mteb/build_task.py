@@ -20,8 +20,8 @@ import numpy as np
 from datasets import Audio, ClassLabel, Dataset, Features
 
 from aasp_hf.data.synthetic import LABELS
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import parse_command_line
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import parse_command_line
 
 SAMPLING_RATE = 16000
 SPLITS = ("train", "test")

@@ -1,5 +1,5 @@
 """MTEB's own evaluation, unmodified, on the local task of `build_task.py`, for an AaSP checkpoint (through
-`aasp_hf.mteb`) and for a log-mel baseline, for `make mteb-check`; prints the test scores side by side.
+`aasp_hf.integrations.mteb`) and for a log-mel baseline, for `make mteb-check`; prints the test scores side by side.
 
     python benchmarks/mteb/run.py DATA_DIR --model runs/pt/encoder --output_folder mteb_output/results
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import UsageError, parse_command_line
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import UsageError, parse_command_line
 
 TASK_NAME = "AaspSyntheticScene"
 N_MELS = 128
@@ -131,7 +131,7 @@ def main(argv=None) -> dict:
         raise UsageError(f"{folder} holds no train.parquet: run benchmarks/mteb/build_task.py {args.data_dir} first.")
     import mteb
 
-    from aasp_hf.mteb import model_meta
+    from aasp_hf.integrations.mteb import model_meta
 
     scores = {}
     for meta in (model_meta(args.model), logmel_meta()):

@@ -39,8 +39,8 @@ from multiprocessing import Pool
 import numpy as np
 import soundfile as sf
 
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import parse_command_line
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import parse_command_line
 
 SR = 16000
 MAX_CLIP_SEC = 10.0

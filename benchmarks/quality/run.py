@@ -81,8 +81,8 @@ from pathlib import Path
 import numpy as np
 from variants import BASE, DEFAULT_VARIANTS, MODEL_SIZES, QUICK, VARIANTS  # benchmarks/quality/variants.py
 
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import parse_command_line
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import parse_command_line
 from aasp_hf.evaluation import mean_std
 from aasp_hf.evaluation.linear_protocol import SPLITS  # the crop seeds are feature_seed + index
 

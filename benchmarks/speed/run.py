@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from aasp_hf import AaspConfig, AaspFeatureExtractor, AaspForPreTraining, AaspModel
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import parse_command_line
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import parse_command_line
 from aasp_hf.data.masking import sample_batch_masks
 from aasp_hf import plan
 from aasp_hf.modeling_aasp import sblu_magnitude

@@ -51,7 +51,7 @@ def worker(rank: int, world: int, port: int, steps: int, repeats: int, results):
     from aasp_hf import AaspConfig, AaspForAudioClassification, AaspForPreTraining
     from aasp_hf.data.masking import sample_batch_masks
     from aasp_hf.training.step import apply_update
-    from aasp_hf.entry_points import StopSignals
+    from aasp_hf.utils.entry_points import StopSignals
     from aasp_hf.training.stopping import StopAgreement, stop_agreed
 
     accelerator = Accelerator(cpu=True)
@@ -143,7 +143,7 @@ def worker(rank: int, world: int, port: int, steps: int, repeats: int, results):
 
 
 def main(argv=None):
-    from aasp_hf.errors import parse_command_line
+    from aasp_hf.utils.errors import parse_command_line
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=10, help="steps per timed block")

@@ -30,8 +30,8 @@ import numpy as np
 import soundfile as sf
 
 from aasp_hf.data.synthetic import LABELS
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import parse_command_line
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import parse_command_line
 from benchmarks.hear.build_tasks import EVENT_LABELS, EVENT_SECONDS, SAMPLING_RATE, event_rows, scene_rows
 
 READY_FILE = ".audio_tar_ready"  # X-ARES's XaresSettings.audio_ready_filename

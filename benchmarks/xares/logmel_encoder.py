@@ -2,7 +2,7 @@
 
 What any learned representation should beat on a task, scored by X-ARES's own probes beside the checkpoint: frame i
 is the log-mel frame centred at i·40 ms (a centred STFT, 64 ms window), the convention of X-ARES's frame labels and
-of `aasp_hf.xares`. X-ARES's runner imports it by name, as it imports `aasp_hf.xares`:
+of `aasp_hf.integrations.xares`. X-ARES's runner imports it by name, as it imports `aasp_hf.integrations.xares`:
 
     python -m xares.run benchmarks.xares.logmel_encoder TASK [TASK ...] --max-jobs 0
 """

@@ -9,8 +9,8 @@ task's weight); this prints them as a table:
 import argparse
 from pathlib import Path
 
-from aasp_hf.entry_points import run_script
-from aasp_hf.errors import UsageError, parse_command_line
+from aasp_hf.utils.entry_points import run_script
+from aasp_hf.utils.errors import UsageError, parse_command_line
 
 
 def test_scores(env_dir: Path) -> dict[str, dict[str, float]]:

@@ -1,7 +1,7 @@
 """X-ARES task config for `synthetic_scene` (clip level), the data `benchmarks/xares/build_tasks.py` writes.
 
 X-ARES's runner imports this module by name and calls its one function whose name ends in `_config` with the
-encoder: `python -m xares.run aasp_hf.xares benchmarks.xares.synthetic_scene_task --max-jobs 0`, run with the
+encoder: `python -m xares.run aasp_hf.integrations.xares benchmarks.xares.synthetic_scene_task --max-jobs 0`, run with the
 repository root on the import path and `env/` (X-ARES's env_root) in the working folder.
 """
 

@@ -15,7 +15,7 @@ pre-training (examples/pretrain.py --train_manifest; docs/pretraining.md).
 
 from functools import partial
 
-from ...errors import UsageError
+from ...utils.errors import UsageError
 from .audio_dataset import load_audio_dataset, load_audiofolder
 from .audioset import load_audioset
 from .dataset_records import DATASET_RECORDS, DatasetRecord, find_record, known_names

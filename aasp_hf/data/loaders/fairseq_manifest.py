@@ -21,7 +21,7 @@ from pathlib import Path
 
 from datasets import Dataset, Value
 
-from ...errors import UsageError
+from ...utils.errors import UsageError
 from .layout import audio_features
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from datasets import ClassLabel, List, Value
 
-from ...errors import UsageError, check_keys
+from ...utils.errors import UsageError, check_keys
 from ..audiofolder import AUDIO_EXTENSIONS
 from .layout import audio_features, build_dataset_dict
 

@@ -1,7 +1,7 @@
 """User mistakes as one clear line: `UsageError` and the checks for misspelt keys and flags.
 
 A mistake in a command's arguments, paths or data (a misspelt key, a negative learning rate, an empty folder) is a
-`UsageError`: the scripts' entry point (`aasp_hf.entry_points.run_script`) prints its message as one line,
+`UsageError`: the scripts' entry point (`aasp_hf.utils.entry_points.run_script`) prints its message as one line,
 `<script>: error: <message>`, and exits with code 2, like argparse's `parser.error`, without a traceback. A
 traceback is kept for bugs. Any module may import this one. A misspelt flag gets the message a misspelt key gets,
 with the closest flag: `check_flags`, `parse_command_line`.
@@ -9,7 +9,7 @@ with the closest flag: `check_flags`, `parse_command_line`.
 
 import sys
 
-from .configuration_aasp import unknown_keys_message
+from ..configuration_aasp import unknown_keys_message
 
 
 class UsageError(ValueError):

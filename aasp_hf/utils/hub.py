@@ -23,7 +23,7 @@ from .errors import UsageError
 
 logger = logging.getLogger(__name__)
 
-MODEL_CARD_TEMPLATE = Path(__file__).resolve().parents[1] / "MODEL_CARD.md"
+MODEL_CARD_TEMPLATE = Path(__file__).resolve().parents[2] / "MODEL_CARD.md"  # the repository root
 # The remote code save_pretrained ships with every checkpoint (encoder, classifier or pre-training model): the
 # modeling file (the whole model, as transformers keeps one), the feature extractor, the config they import relatively
 # and the pipeline. Folders saved before the model was one file also hold the files it was split into; they load with

@@ -6,8 +6,8 @@ with a linear (MLP) probe and k-NN on its stored frame embeddings. Its runner im
 one class whose name ends in `Encoder` and builds it with no arguments; the checkpoint folder therefore comes from
 the environment when none is passed:
 
-    AASP_XARES_MODEL=runs/pt/encoder python -m xares.run aasp_hf.xares TASK [TASK ...] --max-jobs 0
-    AASP_XARES_OPTIONS='{"frequency_pooling": "mean"}'   # optional: aasp_hf.hear.load_model's options, as JSON
+    AASP_XARES_MODEL=runs/pt/encoder python -m xares.run aasp_hf.integrations.xares TASK [TASK ...] --max-jobs 0
+    AASP_XARES_OPTIONS='{"frequency_pooling": "mean"}'   # optional: aasp_hf.integrations.hear.load_model's options, as JSON
 
 From Python, `AaspXaresEncoder("runs/pt/encoder", hop_ms=40)` takes the folder and the options directly.
 
@@ -17,7 +17,7 @@ What X-ARES asks of an encoder, and how this one answers:
   `forward(audio)` float (batch, samples) -> float32 (batch, frames, output_dim).
 - Frames are the HEAR module's time columns (`aasp_hf.hear`): a column's frequency patches concatenated (or
   averaged), hops below the 160 ms patch by shifted encoder passes, long clips encoded in chunks of the model's
-  position table and stitched. Every option of `aasp_hf.hear.load_model` applies.
+  position table and stitched. Every option of `aasp_hf.integrations.hear.load_model` applies.
 - Times follow X-ARES's convention. Its frame-level tasks label frame i with what sounds at i·hop (an event from s
   to e seconds covers frames ceil(s/hop) .. ceil(e/hop) - 1), so frame i here is the column centred at i·hop ms,
   for i = 0 .. ceil(duration / hop) - 1. The HEAR module's first column is centred 75 ms into the clip (half a
@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import hear
-from .errors import UsageError
+from ..utils.errors import UsageError
 
 MODEL_VARIABLE = "AASP_XARES_MODEL"
 OPTIONS_VARIABLE = "AASP_XARES_OPTIONS"
@@ -54,7 +54,7 @@ class AaspXaresEncoder(nn.Module):
         model_path (`str`, *optional*): a `save_pretrained` folder (an exported encoder, a fine-tuned classifier or
             a converted EAT checkpoint). Without it, the folder is read from `$AASP_XARES_MODEL` and the options
             from `$AASP_XARES_OPTIONS` (a JSON object), as X-ARES's runner builds the class with no arguments.
-        **options: `aasp_hf.hear.load_model`'s options (`layers`, `frequency_pooling`, `hop_ms`,
+        **options: `aasp_hf.integrations.hear.load_model`'s options (`layers`, `frequency_pooling`, `hop_ms`,
             `timestamp_method`, `batch_size`; `scene_pooling` does not apply: X-ARES pools frames itself).
 
     Example:
@@ -134,7 +134,7 @@ def _options_from_environment() -> dict:
         options = None
     if not isinstance(options, dict):
         raise UsageError(
-            f"{OPTIONS_VARIABLE}={text!r} must be a JSON object of aasp_hf.hear.load_model's options, "
+            f"{OPTIONS_VARIABLE}={text!r} must be a JSON object of aasp_hf.integrations.hear.load_model's options, "
             f"e.g. '{{\"hop_ms\": 20}}'."
         )
     return options

@@ -3,12 +3,12 @@
 `AaspMtebEncoder` (MTEB's encoder interface) and `model_meta` (its `ModelMeta`), and a command that runs MTEB's
 own evaluation on a checkpoint:
 
-    python -m aasp_hf.mteb runs/pt/encoder --benchmark "MAEB(v1, audio-only)" --output_folder mteb_results
+    python -m aasp_hf.integrations.mteb runs/pt/encoder --benchmark "MAEB(v1, audio-only)" --output_folder mteb_results
 
 From Python, as MTEB's own model wrappers are used:
 
     import mteb
-    from aasp_hf.mteb import model_meta
+    from aasp_hf.integrations.mteb import model_meta
     meta = model_meta("runs/pt/encoder")                  # ModelMeta: loader, embed_dim, n_parameters, ...
     results = mteb.evaluate(meta.load_model(), mteb.get_tasks(tasks=["ESC50"]))
 
@@ -17,7 +17,7 @@ them to 16 kHz, and each clip's embedding is the HEAR module's scene embedding (
 [CLS ; the time average of the encoder's time columns, their frequency patches concatenated], the feature of the
 paper's linear evaluation (D + F̃·D values), over the whole clip in chunks of the model's position table. Clips of
 equal length are encoded together and each on its own terms, so an embedding does not depend on its batch. Every
-option of `aasp_hf.hear.load_model` applies (`frequency_pooling="mean"`, `scene_pooling="mean"`, `layers`, ...).
+option of `aasp_hf.integrations.hear.load_model` applies (`frequency_pooling="mean"`, `scene_pooling="mean"`, `layers`, ...).
 Similarity is the cosine, computed by MTEB's own function.
 
 The encoder implements MTEB's `EncoderProtocol` (`encode`, `similarity`, `similarity_pairwise`, `mteb_model_meta`)
@@ -40,8 +40,8 @@ import numpy as np
 import torch
 
 from . import hear
-from .entry_points import run_script
-from .errors import UsageError, parse_command_line
+from ..utils.entry_points import run_script
+from ..utils.errors import UsageError, parse_command_line
 
 SAMPLE_RATE = hear.SAMPLE_RATE
 
@@ -55,7 +55,7 @@ class AaspMtebEncoder:
         revision (`str`, *optional*): ignored (MTEB passes it; a folder has one version).
         model_path (`str`, *optional*): the checkpoint folder, when `model_name` is the MTEB name.
         device (`str`, *optional*): where to run, default "cuda" when available, else "cpu".
-        **options: `aasp_hf.hear.load_model`'s options.
+        **options: `aasp_hf.integrations.hear.load_model`'s options.
 
     Example:
 
@@ -165,14 +165,17 @@ def _weights_digest(folder: Path) -> str:
 # ----------------------------------------------------------------------------------------------- the command
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m aasp_hf.mteb", description="MTEB's own evaluation of an AaSP checkpoint on MTEB's audio tasks."
+        prog="python -m aasp_hf.integrations.mteb",
+        description="MTEB's own evaluation of an AaSP checkpoint on MTEB's audio tasks.",
     )
     parser.add_argument("model", help="the checkpoint folder (save_pretrained output)")
     parser.add_argument("--tasks", nargs="+", default=None, help="MTEB task names, e.g. ESC50 GTZANGenre")
     parser.add_argument("--benchmark", default=None, help='an MTEB benchmark, e.g. "MAEB(v1, audio-only)"')
     parser.add_argument("--output_folder", default="mteb_results", help="MTEB's result cache (one JSON per task)")
     parser.add_argument("--batch_size", type=int, default=8, help="clips per batch MTEB hands the encoder")
-    parser.add_argument("--model_options", default="{}", help="aasp_hf.hear.load_model's options as a JSON object")
+    parser.add_argument(
+        "--model_options", default="{}", help="aasp_hf.integrations.hear.load_model's options as a JSON object"
+    )
     parser.add_argument("--name", default=None, help='the model name in the results ("organization/model")')
     args = parse_command_line(parser, argv)
     if (args.tasks is None) == (args.benchmark is None):
@@ -185,7 +188,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.model_options = None
     if not isinstance(args.model_options, dict):
         raise UsageError(
-            "--model_options must be a JSON object of aasp_hf.hear.load_model's options, e.g. '{\"hop_ms\": 20}'."
+            "--model_options must be a JSON object of aasp_hf.integrations.hear.load_model's options, e.g. '{\"hop_ms\": 20}'."
         )
     return args
 
@@ -216,4 +219,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    run_script(main, "python -m aasp_hf.mteb")
+    run_script(main, "python -m aasp_hf.integrations.mteb")

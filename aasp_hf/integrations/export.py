@@ -3,7 +3,7 @@
 The SBLU is written in real arithmetic (no complex tensors) and its high-pass switches from an FFT to a direct
 convolution while exporting, so the whole model exports with a symbolic number of frames (a multiple of 16).
 
-    from aasp_hf.export import export_onnx
+    from aasp_hf.integrations.export import export_onnx
     export_onnx(AaspForAudioClassification.from_pretrained("dir"), "model.onnx")
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .modeling_aasp import AaspForAudioClassification, AaspModel
+from ..modeling_aasp import AaspForAudioClassification, AaspModel
 
 
 class _ExportWrapper(torch.nn.Module):

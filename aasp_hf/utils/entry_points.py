@@ -2,7 +2,7 @@
 """The scripts' entry points: how every command of the package, the examples, the conversion tools and the
 benchmarks runs its `main`, so that a mistake is one line and a stop signal ends the run the documented way.
 
-- `run_script(main, prog)`: a `UsageError` (`aasp_hf.errors`) or a write the file system refused (full, over quota,
+- `run_script(main, prog)`: a `UsageError` (`aasp_hf.utils.errors`) or a write the file system refused (full, over quota,
   read-only: `refused_write_message`) becomes `<prog>: error: <message>` on stderr and exit code 2, like argparse's
   `parser.error`, without a traceback. A traceback is kept for bugs.
 - `run_stoppable(main, prog)`: the training scripts' entry point, `run_script` with the process-wide stop request
