@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import SAME_THREADS, assert_states_close
+from conftest import SAME_THREADS, assert_states_close, finetune_argv, tiny_preset_argv
 from safetensors.torch import load_file
 from test_reliability_training import logged_steps
 
@@ -32,34 +32,21 @@ from aasp_hf.training import run_lock
 from aasp_hf.training.checkpointing import checkpoint_problem
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY_PRESET = ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"
 ENV = {**os.environ, **SAME_THREADS, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def argv(output_dir, *extra, max_steps=12, save_steps=4):
-    return [
-        "--config",
-        str(TINY_PRESET),
-        "--synthetic_clips",
-        "16",
-        "--per_device_train_batch_size",
-        "4",
-        "--max_steps",
-        str(max_steps),
-        "--warmup_steps",
-        "1",
-        "--save_steps",
-        str(save_steps),
-        "--logging_steps",
-        "4",
-        "--save_total_limit",
-        "2",
-        "--report_to",
-        "none",
-        "--output_dir",
-        str(output_dir),
+    """The tiny preset's command (conftest.py) on 16 clips: 12 steps, a checkpoint every 4 (the newest 2 kept), a log
+    line every 4."""
+    return tiny_preset_argv(
+        output_dir,
         *extra,
-    ]
+        synthetic_clips=16,
+        max_steps=max_steps,
+        save_steps=save_steps,
+        logging_steps=4,
+        save_total_limit=2,
+    )
 
 
 def start(output_dir, *extra, **options):
@@ -315,26 +302,14 @@ def test_a_third_of_the_audio_failing_to_decode_saves_a_checkpoint_and_stops(tmp
     for i in range(0, 30, 3):  # a third cut short, as a copy or a sync that is still running leaves them
         path = audio / f"clip{i:02d}.wav"
         path.write_bytes(path.read_bytes()[:20])  # the header cut
-    command = [
-        "--config",
-        str(TINY_PRESET),
-        "--train_dir",
-        str(audio),
-        "--per_device_train_batch_size",
-        "10",
-        "--max_steps",
-        "40",
-        "--warmup_steps",
-        "1",
-        "--save_steps",
-        "100",
-        "--logging_steps",
-        "1",
-        "--report_to",
-        "none",
-        "--output_dir",
-        str(tmp_path / "run"),
-    ]
+    command = tiny_preset_argv(
+        tmp_path / "run",
+        synthetic_clips=None,
+        train_dir=audio,
+        per_device_train_batch_size=10,
+        max_steps=40,
+        save_steps=100,
+    )
     with pytest.raises(UsageError) as stopped:
         pretrain.main(command)
     message = str(stopped.value)
@@ -362,24 +337,7 @@ def test_an_audio_folder_cut_mid_run_so_that_whole_micro_batches_fail_stops_with
         [
             sys.executable,
             str(ROOT / "examples" / "pretrain.py"),
-            "--config",
-            str(TINY_PRESET),
-            "--train_dir",
-            str(audio),
-            "--per_device_train_batch_size",
-            "4",
-            "--max_steps",
-            "400",
-            "--warmup_steps",
-            "1",
-            "--save_steps",
-            "1000",
-            "--logging_steps",
-            "1",
-            "--report_to",
-            "none",
-            "--output_dir",
-            str(out),
+            *tiny_preset_argv(out, synthetic_clips=None, train_dir=audio, max_steps=400, save_steps=1000),
         ],
         cwd=ROOT,
         env=ENV,
@@ -403,31 +361,10 @@ def test_an_audio_folder_cut_mid_run_so_that_whole_micro_batches_fail_stops_with
 
 # ----------------------------------------------------------------------------------------------- fine-tuning's disk
 def finetune_command(encoder, output_dir, *extra):
-    return [
-        sys.executable,
-        str(ROOT / "examples" / "finetune.py"),
-        "--model_name_or_path",
-        str(encoder),
-        "--synthetic_per_class",
-        "4",
-        "--clip_seconds",
-        "0.5",
-        "--per_device_train_batch_size",
-        "4",
-        "--max_steps",
-        "4",
-        "--warmup_steps",
-        "1",
-        "--eval_steps",
-        "4",
-        "--save_steps",
-        "100",
-        "--logging_steps",
-        "2",
-        "--output_dir",
-        str(output_dir),
-        *extra,
-    ]
+    """examples/finetune.py as a process: the short fine-tuning command (conftest.py) for 4 steps, evaluated at the
+    end, a log line every 2, no checkpoint before the end."""
+    command = finetune_argv(encoder, output_dir, *extra, max_steps=4, eval_steps=4, save_steps=100, logging_steps=2)
+    return [sys.executable, str(ROOT / "examples" / "finetune.py"), *command]
 
 
 def test_finetune_on_a_full_disk_writes_its_model_whole_or_not_at_all(tmp_path, tmpfs):
