@@ -80,6 +80,15 @@ def tiny_config():
     return make
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a launch's rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_without_aasp_hf(script: str, workdir):
     """Runs `script` in a fresh interpreter where any import of `aasp_hf` fails, offline, with its own HF modules
     cache (remote code must work from the files saved next to the weights alone). Returns the finished process."""

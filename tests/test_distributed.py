@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_pretrain_script import _free_port
+from conftest import free_port
 
 import pretrain
 from aasp_hf.errors import UsageError
@@ -148,7 +148,7 @@ def reference(tmp_path_factory):
             [
                 *TWO_PROCESSES,
                 "--main_process_port",
-                str(_free_port()),
+                str(free_port()),
                 "examples/pretrain.py",
                 "--config",
                 PRESET,
@@ -173,7 +173,7 @@ def documented_multi_node_command() -> str:
 
 def multi_node_commands(output_dir, **overrides):
     """The documented command for machine ranks 0 and 1 on one free port, `...` replaced by the run's arguments."""
-    text = documented_multi_node_command().replace("$PORT", str(_free_port()))
+    text = documented_multi_node_command().replace("$PORT", str(free_port()))
     assert text.endswith(" ...") and text.startswith("ACCELERATE_USE_CPU=1 accelerate launch "), text
     text = text.removeprefix("ACCELERATE_USE_CPU=1 accelerate launch ").removesuffix(" ...")
     return [
@@ -224,7 +224,7 @@ def test_compiled_ddp_step_equals_eager_ddp(tmp_path):
             [
                 *TWO_PROCESSES,
                 "--main_process_port",
-                str(_free_port()),
+                str(free_port()),
                 "examples/pretrain.py",
                 "--config",
                 PRESET,
@@ -237,7 +237,7 @@ def test_compiled_ddp_step_equals_eager_ddp(tmp_path):
             [
                 *TWO_PROCESSES,
                 "--main_process_port",
-                str(_free_port()),
+                str(free_port()),
                 "examples/pretrain.py",
                 "--config",
                 PRESET,
@@ -271,7 +271,7 @@ def test_resume_on_another_number_of_processes_sees_the_same_global_batches(refe
             [
                 *TWO_PROCESSES,
                 "--main_process_port",
-                str(_free_port()),
+                str(free_port()),
                 "examples/pretrain.py",
                 "--config",
                 PRESET,

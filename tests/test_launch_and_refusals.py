@@ -24,8 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import save_tiny_encoder
-from test_pretrain_script import _free_port
+from conftest import free_port, save_tiny_encoder
 
 from aasp_hf.errors import UsageError
 
@@ -146,7 +145,7 @@ def test_the_documented_torchrun_recipe_on_loopback_trains_as_one_run_of_two_pro
         name, value = words.pop(0).split("=", 1)
         variables[name] = value
     assert variables == {"ACCELERATE_USE_CPU": "1"} and words[0] == "torchrun", words
-    port, output_dir = str(_free_port()), tmp_path / "run"
+    port, output_dir = str(free_port()), tmp_path / "run"
     swapped = {"29500": port, "runs/pt_torchrun": str(output_dir)}
     words = [swapped.get(word, word) for word in words[1:]]
     assert port in words and str(output_dir) in words, "the recipe's port or output folder changed: update the test"

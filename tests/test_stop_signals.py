@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SAME_THREADS, assert_states_close
+from conftest import SAME_THREADS, assert_states_close, finetune_argv, free_port
 from safetensors.torch import load_file
 from test_distributed import ENV, TWO_PROCESSES, run_args
-from test_pretrain_script import _free_port
 from test_reliability_training import MAX_STEPS, argv, assert_same_state, logged_steps, reference  # noqa: F401
 
 import pretrain
@@ -133,7 +132,7 @@ def test_two_processes_with_the_signal_on_one_rank_save_the_same_step(tmp_path):
     command = [
         *TWO_PROCESSES,
         "--main_process_port",
-        str(_free_port()),
+        str(free_port()),
         str(ROOT / "examples" / "pretrain.py"),
         "--config",
         "examples/configs/pretrain_tiny_cpu.json",
@@ -174,31 +173,16 @@ def test_finetune_saves_the_step_and_resume_gives_the_uninterrupted_run(tmp_path
     steps = 8
 
     def command(out, *extra):
-        return [
-            "--model_name_or_path",
-            str(encoder),
-            "--synthetic_per_class",
-            "4",
-            "--clip_seconds",
-            "0.5",
-            "--per_device_train_batch_size",
-            "4",
-            "--per_device_eval_batch_size",
-            "32",
-            "--max_steps",
-            str(steps),
-            "--warmup_steps",
-            "1",
-            "--eval_steps",
-            str(steps),
-            "--save_steps",
-            "100",
-            "--logging_steps",
-            "1",
-            "--output_dir",
-            str(out),
+        return finetune_argv(
+            encoder,
+            out,
             *extra,
-        ]
+            per_device_eval_batch_size=32,
+            max_steps=steps,
+            eval_steps=steps,
+            save_steps=100,
+            logging_steps=1,
+        )
 
     straight = finetune.main(command(tmp_path / "straight"))
     out = tmp_path / "run"
