@@ -181,6 +181,7 @@ def multi_node_commands(output_dir, **overrides):
     ]
 
 
+@pytest.mark.slow  # two launchers of two processes, run twice
 def test_two_machines_on_loopback_train_as_one_two_process_launch_and_resume(reference, tmp_path):
     """Two `accelerate launch --num_machines 2 --machine_rank 0|1` commands (one process each) stop after 2 steps and
     resume to 3: the same losses, checkpoints and exported encoder as one uninterrupted `--num_processes 2` launch,
@@ -207,6 +208,7 @@ def test_two_machines_on_loopback_train_as_one_two_process_launch_and_resume(ref
     assert [json.loads(line)["step"] for line in (tmp_path / "log_history.jsonl").read_text().splitlines()] == [1, 2, 3]
 
 
+@pytest.mark.slow  # two processes, each compiling the DDP step
 def test_compiled_ddp_step_equals_eager_ddp(tmp_path):
     """--torch_compile under two processes: the eager DDP losses and weights after 2 steps, within the single-process
     compile test's tolerances (tests/test_compile.py: loss rtol 1e-5, atol 1e-6; the weights take the gradients' rtol

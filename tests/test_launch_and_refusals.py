@@ -135,6 +135,7 @@ def documented_torchrun_command() -> str:
     return " ".join(command)
 
 
+@pytest.mark.slow  # a two-process torchrun launch
 def test_the_documented_torchrun_recipe_on_loopback_trains_as_one_run_of_two_processes(tmp_path):
     """docs/pretraining.md's `ACCELERATE_USE_CPU=1 torchrun --nnodes 2 --nproc_per_node 1 --node_rank R ...` run as
     written for R = 0 and 1 (a free port and a temporary output folder swapped in): both ranks join one run of 2
@@ -359,6 +360,7 @@ WITHOUT_IMPORT = (
 )
 
 
+@pytest.mark.slow  # the README's sentence in a fresh interpreter
 def test_the_readme_pipeline_sentence_as_written(tmp_path):
     """In a fresh process: after `import aasp_hf` the plain pipeline works (transformers' own class); without it,
     and with nothing on stdin, transformers refuses with a ValueError asking for trust_remote_code, and

@@ -391,6 +391,7 @@ def other_libraries_lines(output: str) -> dict:
     }
 
 
+@pytest.mark.slow  # each script as a process
 def test_default_training_runs_print_no_line_of_another_library(tmp_path):
     """pretrain.py (its default tracker, tensorboard, whose event writer imported TensorFlow when it is installed),
     finetune.py (an encoder loaded into a classifier with a new head, evaluations and checkpoints) and linear_eval.py

@@ -122,6 +122,7 @@ def test_plan_measure_one_process(tmp_path, capsys):
     assert report["precision"] == "no" and report["torch_compile"] is False
 
 
+@pytest.mark.slow  # a two-process launch
 def test_plan_measure_two_processes(tmp_path):
     """Two real gloo processes (accelerate launch): both run the steps under DDP, the main one reports, with the
     gradient all-reduce measured beside the plan's ring formula for 2 processes."""

@@ -277,6 +277,7 @@ def test_save_total_limit_keeps_the_newest(tmp_path):
     assert (tmp_path / "latest").read_text().strip() == "checkpoint-3"
 
 
+@pytest.mark.slow  # a two-process launch
 def test_two_real_processes_stay_in_sync(tmp_path):
     """On CPU, `accelerate launch --cpu --num_processes 2` starts one process and `--multi_gpu` alone starts two
     unsynchronised ones; ACCELERATE_USE_CPU=1 + --multi_gpu starts two gloo-synchronised processes. Each rank writes its

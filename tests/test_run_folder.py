@@ -252,6 +252,7 @@ def allocated(folder) -> int:
     return sum(-(-p.stat().st_size // 4096) * 4096 for p in Path(folder).rglob("*") if p.is_file())
 
 
+@pytest.mark.slow  # pretrain.py processes on a full tmpfs, then resumed
 def test_a_full_disk_is_one_line_at_a_checkpoint_and_at_the_export_and_resume_is_exact(tmpfs, reference):
     disk, resize = tmpfs
     out = disk / "run"
@@ -320,6 +321,7 @@ def test_a_third_of_the_audio_failing_to_decode_saves_a_checkpoint_and_stops(tmp
     assert not (tmp_path / "run" / "encoder").exists()
 
 
+@pytest.mark.slow  # a pretrain.py process on a folder cut mid-run
 def test_an_audio_folder_cut_mid_run_so_that_whole_micro_batches_fail_stops_with_a_checkpoint(tmp_path):
     """Every file cut once the run is under way: every micro-batch from then on fails whole. Such a micro-batch takes
     copies of an earlier one's clips, its failures counted, so the run stops where --max_failed_clip_share is judged,
@@ -367,6 +369,7 @@ def finetune_command(encoder, output_dir, *extra):
     return [sys.executable, str(ROOT / "examples" / "finetune.py"), *command]
 
 
+@pytest.mark.slow  # finetune.py processes on a full tmpfs
 def test_finetune_on_a_full_disk_writes_its_model_whole_or_not_at_all(tmp_path, tmpfs):
     """The final export copies best_model/ to the top of --output_dir: on a full disk it used to leave 5 of the 7
     model files there (no modeling code, so loading raised OSError); now it is written whole or not at all. A full

@@ -127,6 +127,7 @@ def rank_pid(launcher_pid: int, rank: int) -> int:
     raise LookupError(f"no rank {rank} under {launcher_pid}")
 
 
+@pytest.mark.slow  # a two-process launch, stopped
 def test_two_processes_with_the_signal_on_one_rank_save_the_same_step(tmp_path):
     out = tmp_path / "run"
     command = [
@@ -248,6 +249,7 @@ def gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow  # an accelerate launch killed and its training process awaited
 def test_killing_a_single_process_accelerate_launch_stops_its_training_process(tmp_path):
     """accelerate's single-process launcher (subprocess.Popen + wait) forwards no signal: killed by SIGTERM it left
     the training process training on, orphaned; the training process now follows its launcher (PR_SET_PDEATHSIG)."""
@@ -307,6 +309,7 @@ def test_the_stop_agreement_reads_the_flag_one_step_late_on_an_accelerator():
 
 
 @pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.slow  # the batch script's launch, stopped and requeued
 def test_the_slurm_script_stops_the_run_on_usr1_requeues_it_and_the_requeued_run_resumes(
     tmp_path, reference, processes
 ):
