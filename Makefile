@@ -36,6 +36,8 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q -ra tests
 
+# The suite without the tests marked `slow` (script processes, launches, torch.compile): under half of `make test`'s
+# time, with a fast test of each feature left in (the measured times: docs/testing.md#how-long-it-takes).
 test-fast: setup
 	$(PY) -m pytest -q -ra -m "not slow" tests
 

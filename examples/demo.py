@@ -9,9 +9,9 @@ Steps:
 2. pre-train the tiny preset (examples/configs/pretrain_tiny_cpu.json) with examples/pretrain.py, export the encoder
 3. linear probe of frozen features ([CLS ; time-averaged tokens per frequency row]): random init vs pre-trained
 4. fine-tune AaspForAudioClassification from scratch and from the pre-trained encoder, the same number of steps
-   and the same recipe each (AdamW, warm-up + cosine by step). This loop is the demo's own, not
-   `aasp_hf.training.step.finetuning_step`: it runs without `accelerate`, takes the model's own loss, sets a
-   warm-up × cosine lr of its own and clips at 1.0, so that step would change the numbers it prints
+   and the same recipe each: each step is examples/finetune.py's own (`aasp_hf.training.step.finetuning_step`:
+   cross-entropy, backward, clipping at 1.0, AdamW), with weight decay 0.01 and a warm-up + cosine lr by step, on the
+   demo's clips as they are (the script's mixup, SpecAugment, layer-wise lr decay and weight EMA left out)
 5. save_pretrained the fine-tuned model (with a model card), reload it with
    pipeline("audio-classification"), predict
 
@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from accelerate import Accelerator
 from sklearn.linear_model import LogisticRegression
 from transformers import pipeline
 
@@ -40,6 +41,7 @@ from aasp_hf.data.synthetic import LABELS, labelled_clips
 from aasp_hf.utils.entry_points import run_script
 from aasp_hf.utils.errors import parse_command_line
 from aasp_hf.evaluation import extract_features, standardization_stats, standardize
+from aasp_hf.training.step import finetuning_step
 
 HERE = Path(__file__).resolve().parent
 SAMPLE_RATE = 16000
@@ -97,9 +99,16 @@ def accuracy(model, features, labels) -> float:
 
 
 def finetune(model, train, train_y, steps, batch_size, learning_rate, log_prefix, seed) -> float:
-    """`steps` AdamW steps, warm-up (first 10 %) + cosine by step, batches in a seeded order (the same for every
-    model). Returns the seconds it took."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
+    """`steps` fine-tuning steps through the scripts' one step (`aasp_hf.training.step.finetuning_step`: forward,
+    cross-entropy, backward, clipping at 1.0, AdamW), with AdamW (weight decay 0.01), a warm-up (first 10 %) × cosine
+    lr by step and batches in a seeded order (the same for every model). Returns the seconds it took."""
+    # the model is not `prepare`d, so it and the demo's tensors stay on the CPU: the accelerator (the one step 2's
+    # pre-training made, where there was one) only runs the step's backward and gradient clipping
+    accelerator = Accelerator()
+    # one parameter group at the full lr (the step scales each group's lr by its "lr_scale")
+    optimizer = torch.optim.AdamW(
+        [{"params": model.parameters(), "lr_scale": 1.0}], lr=learning_rate, weight_decay=0.01
+    )
     labels = torch.as_tensor(train_y)
     batch_size, start = min(batch_size, len(labels)), time.monotonic()
     generator = torch.Generator().manual_seed(seed)
@@ -109,19 +118,20 @@ def finetune(model, train, train_y, steps, batch_size, learning_rate, log_prefix
         if step % per_epoch == 0:
             order = torch.randperm(len(labels), generator=generator)
         idx = order[(step % per_epoch) * batch_size : (step % per_epoch + 1) * batch_size]
-        progress = step / steps
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate * min(1.0, 10 * (step + 1) / steps) * 0.5 * (1 + math.cos(math.pi * progress))
-        out = model(train["input_values"][idx], train["attention_mask"][idx], labels=labels[idx])
-        optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        lr = learning_rate * min(1.0, 10 * (step + 1) / steps) * 0.5 * (1 + math.cos(math.pi * step / steps))
+        batch = (train["input_values"][idx], train["attention_mask"][idx], labels[idx])
+        (loss,), _ = finetuning_step(
+            accelerator,
+            model,
+            optimizer,
+            lambda batch=batch: batch,
+            accumulation=1,
+            lr=lr,
+            max_grad_norm=1.0,
+            soft=False,
+        )
         if (step + 1) % 50 == 0 or step + 1 == steps:
-            print(
-                f"   {log_prefix} step {step + 1:5d}/{steps}  loss {out.loss.item():.3f}  "
-                f"({time.monotonic() - start:.0f} s)"
-            )
+            print(f"   {log_prefix} step {step + 1:5d}/{steps}  loss {loss:.3f}  ({time.monotonic() - start:.0f} s)")
     return time.monotonic() - start
 
 

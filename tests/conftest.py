@@ -1,5 +1,7 @@
+import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -78,6 +80,15 @@ def tiny_config():
     return make
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a launch's rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_without_aasp_hf(script: str, workdir):
     """Runs `script` in a fresh interpreter where any import of `aasp_hf` fails, offline, with its own HF modules
     cache (remote code must work from the files saved next to the weights alone). Returns the finished process."""
@@ -134,6 +145,112 @@ def cli_args(**options) -> list:
         elif value is not None:
             out += [f"--{key}", str(value)]
     return out
+
+
+# ----------------------------------------------------------------------------------------------- the scripts' short runs
+# The tests run examples/pretrain.py and examples/finetune.py with a few short commands; each is written here once.
+# A test changes what it needs with keyword options (`cli_args`: True a flag, None leaves an option out) and appends
+# raw words (`"--resume"`) after them; the output folder comes last, before those words.
+ROOT = Path(__file__).resolve().parents[1]
+TINY_PRESET = ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"
+# The tests' pre-training model without a preset: the tiny encoder, a 32-wide one-layer predictor, two mask views of
+# 1×2 and 2×1 blocks.
+TINY_PRETRAINING_MODEL = tiny_config_kwargs(
+    predictor_hidden_size=32,
+    predictor_num_layers=1,
+    predictor_num_attention_heads=2,
+    mask_num_views=2,
+    mask_block_sizes=[[1, 2], [2, 1]],
+)
+
+
+def tiny_preset_argv(output_dir, *extra, **options) -> list:
+    """examples/pretrain.py on the tiny CPU preset (examples/configs/pretrain_tiny_cpu.json): 8 synthetic clips in
+    micro-batches of 4, 2 steps after a 1-step warm-up, a checkpoint and a log line every step, no tracker."""
+    options = {
+        "synthetic_clips": 8,
+        "per_device_train_batch_size": 4,
+        "max_steps": 2,
+        "warmup_steps": 1,
+        "save_steps": 1,
+        "logging_steps": 1,
+        "report_to": "none",
+        **options,
+        "output_dir": str(output_dir),
+    }
+    return ["--config", str(TINY_PRESET), *cli_args(**options), *extra]
+
+
+def pretrain_argv(output_dir, *extra, model: dict | None = None, **options) -> list:
+    """examples/pretrain.py on `model` (default `TINY_PRETRAINING_MODEL`) with no preset: 10 synthetic 1-s clips cut
+    to 0.5 s, micro-batches of 4, 6 steps after a 2-step warm-up, a log line every step and a checkpoint every 3, no
+    tracker, seed 3."""
+    options = {
+        "synthetic_clips": 10,
+        "synthetic_seconds": 1.0,
+        "crop_seconds": 0.5,
+        "model_config": json.dumps(TINY_PRETRAINING_MODEL if model is None else model),
+        "per_device_train_batch_size": 4,
+        "max_steps": 6,
+        "warmup_steps": 2,
+        "logging_steps": 1,
+        "save_steps": 3,
+        "report_to": "none",
+        "seed": 3,
+        **options,
+        "output_dir": str(output_dir),
+    }
+    return [*cli_args(**options), *extra]
+
+
+def finetune_argv(encoder, output_dir, *extra, **options) -> list:
+    """examples/finetune.py: a classifier on the encoder folder `encoder` fine-tuned on the built-in synthetic clips,
+    4 train clips per class cut to 0.5 s, micro-batches of 4, 2 steps after a 1-step warm-up."""
+    options = {
+        "model_name_or_path": str(encoder),
+        "synthetic_per_class": 4,
+        "clip_seconds": 0.5,
+        "per_device_train_batch_size": 4,
+        "max_steps": 2,
+        "warmup_steps": 1,
+        **options,
+        "output_dir": str(output_dir),
+    }
+    return [*cli_args(**options), *extra]
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory):
+    """`save_tiny_encoder`'s folder, saved once for the session (tests only read it)."""
+    return save_tiny_encoder(tmp_path_factory.mktemp("tiny_encoder"))
+
+
+@pytest.fixture(scope="session")
+def finished_pretraining(tmp_path_factory):
+    """A finished run of the tiny preset (`tiny_preset_argv`): 2 steps, checkpoints 1 and 2, results and encoder,
+    made once for the session; a test that changes it works on a copy (`shutil.copytree`)."""
+    import pretrain  # examples/pretrain.py (pytest's pythonpath)
+
+    out = tmp_path_factory.mktemp("finished_pretraining") / "run"
+    results = pretrain.main(tiny_preset_argv(out))
+    assert results["step"] == 2 and "loss" in results
+    return out
+
+
+@pytest.fixture(scope="session")
+def finished_finetuning(tiny_encoder, tmp_path_factory):
+    """(run folder, its command): a finished fine-tuning run of the tiny encoder (`finetune_argv`, micro-batches of
+    10, a checkpoint every step: checkpoints 1 and 2, results and the best model), made once for the session; a test
+    that changes it works on a copy, with the copy's folder as the command's last word."""
+    import finetune  # examples/finetune.py (pytest's pythonpath)
+
+    out = tmp_path_factory.mktemp("finished_finetuning") / "run"
+    command = finetune_argv(
+        tiny_encoder, out, per_device_train_batch_size=10, per_device_eval_batch_size=32, eval_steps=2, save_steps=1
+    )
+    results = finetune.main(command)
+    assert results["step"] == 2 and results["finished"]
+    return out, command
 
 
 def assert_states_close(actual: dict, expected: dict, rtol: float = 1e-5, atol: float = 1e-6):

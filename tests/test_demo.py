@@ -1,5 +1,5 @@
-"""`make demo` end to end, shortened: data (`aasp_hf.data.synthetic`), pre-training, probe, fine-tuning, save, reload
-through the pipeline."""
+"""`make demo` end to end, shortened: data (`aasp_hf.data.synthetic`), pre-training, probe, fine-tuning (through
+`aasp_hf.training.step.finetuning_step`), save, reload through the pipeline."""
 
 import json
 
@@ -7,6 +7,7 @@ import numpy as np
 
 import demo  # examples/demo.py (pytest's pythonpath)
 from aasp_hf.data.synthetic import LABELS, synth_clip
+from aasp_hf.training.step import finetuning_step
 
 
 def test_synthetic_classes_differ_where_they_should():
@@ -23,7 +24,14 @@ def test_synthetic_classes_differ_where_they_should():
     assert abs(envelope_spectrum_peak(clips["am_30hz"]) - 30) <= 4.0
 
 
-def test_demo_main_pretrains_probes_finetunes_and_the_pipeline_agrees(tmp_path, capsys):
+def test_demo_main_pretrains_probes_finetunes_and_the_pipeline_agrees(tmp_path, capsys, monkeypatch):
+    steps_taken = []  # the fine-tuning goes through the scripts' one step, once per step and model
+
+    def counted_step(*args, **kwargs):
+        steps_taken.append(kwargs["lr"])
+        return finetuning_step(*args, **kwargs)
+
+    monkeypatch.setattr(demo, "finetuning_step", counted_step)
     results = demo.main(
         ["--pretrain-steps", "3", "--pretrain-clips", "32", "--finetune-steps", "3", "--train-per-class", "6",
          "--test-per-class", "4", "--output-dir", str(tmp_path), "--threads", "2"]
@@ -31,6 +39,7 @@ def test_demo_main_pretrains_probes_finetunes_and_the_pipeline_agrees(tmp_path, 
     printed = capsys.readouterr().out
     # both fine-tuning runs get the same number of steps (not the same seconds); every artefact's path is printed
     assert results["finetune_steps_scratch"] == results["finetune_steps_pretrained"] == 3
+    assert len(steps_taken) == 2 * 3 and all(lr > 0 for lr in steps_taken)
     for path in (
         tmp_path / "pretrain",
         tmp_path / "pretrain" / "encoder",

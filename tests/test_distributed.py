@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_pretrain_script import _free_port
+from conftest import free_port
 
 import pretrain
 from aasp_hf.utils.errors import UsageError
@@ -148,7 +148,7 @@ def reference(tmp_path_factory):
             [
                 *TWO_PROCESSES,
                 "--main_process_port",
-                str(_free_port()),
+                str(free_port()),
                 "examples/pretrain.py",
                 "--config",
                 PRESET,
@@ -173,7 +173,7 @@ def documented_multi_node_command() -> str:
 
 def multi_node_commands(output_dir, **overrides):
     """The documented command for machine ranks 0 and 1 on one free port, `...` replaced by the run's arguments."""
-    text = documented_multi_node_command().replace("$PORT", str(_free_port()))
+    text = documented_multi_node_command().replace("$PORT", str(free_port()))
     assert text.endswith(" ...") and text.startswith("ACCELERATE_USE_CPU=1 accelerate launch "), text
     text = text.removeprefix("ACCELERATE_USE_CPU=1 accelerate launch ").removesuffix(" ...")
     return [
@@ -181,6 +181,7 @@ def multi_node_commands(output_dir, **overrides):
     ]
 
 
+@pytest.mark.slow  # two launchers of two processes, run twice
 def test_two_machines_on_loopback_train_as_one_two_process_launch_and_resume(reference, tmp_path):
     """Two `accelerate launch --num_machines 2 --machine_rank 0|1` commands (one process each) stop after 2 steps and
     resume to 3: the same losses, checkpoints and exported encoder as one uninterrupted `--num_processes 2` launch,
@@ -207,6 +208,7 @@ def test_two_machines_on_loopback_train_as_one_two_process_launch_and_resume(ref
     assert [json.loads(line)["step"] for line in (tmp_path / "log_history.jsonl").read_text().splitlines()] == [1, 2, 3]
 
 
+@pytest.mark.slow  # two processes, each compiling the DDP step
 def test_compiled_ddp_step_equals_eager_ddp(tmp_path):
     """--torch_compile under two processes: the eager DDP losses and weights after 2 steps, within the single-process
     compile test's tolerances (tests/test_compile.py: loss rtol 1e-5, atol 1e-6; the weights take the gradients' rtol
@@ -224,7 +226,7 @@ def test_compiled_ddp_step_equals_eager_ddp(tmp_path):
             [
                 *TWO_PROCESSES,
                 "--main_process_port",
-                str(_free_port()),
+                str(free_port()),
                 "examples/pretrain.py",
                 "--config",
                 PRESET,
@@ -237,7 +239,7 @@ def test_compiled_ddp_step_equals_eager_ddp(tmp_path):
             [
                 *TWO_PROCESSES,
                 "--main_process_port",
-                str(_free_port()),
+                str(free_port()),
                 "examples/pretrain.py",
                 "--config",
                 PRESET,
@@ -271,7 +273,7 @@ def test_resume_on_another_number_of_processes_sees_the_same_global_batches(refe
             [
                 *TWO_PROCESSES,
                 "--main_process_port",
-                str(_free_port()),
+                str(free_port()),
                 "examples/pretrain.py",
                 "--config",
                 PRESET,

@@ -40,6 +40,7 @@ def test_torch_export_program_matches_the_encoder():
         torch.testing.assert_close(program.module()(x, mask), model(x, mask).last_hidden_state, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow  # the ONNX export and its check through the command
 def test_export_cli_writes_and_checks(tmp_path, capsys):
     pytest.importorskip("onnxruntime")
     import export_onnx as cli

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import assert_states_close
+from conftest import TINY_PRESET, assert_states_close, tiny_preset_argv
 from safetensors.torch import load_file
 
 import pretrain
@@ -22,8 +22,6 @@ from aasp_hf.data.loaders import load_fairseq_manifest, read_fairseq_manifest
 from aasp_hf.utils.entry_points import run_script
 from aasp_hf.utils.errors import UsageError
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY_PRESET = ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"
 PRESENT = ["bal/clip0.wav", "bal/a clip with spaces.wav", "unbal/clip2.wav", "unbal/clip3.wav", "unbal/sub/clip4.wav"]
 MISSING = "unbal/taken down.wav"  # a video taken down since the manifest was written
 
@@ -55,29 +53,16 @@ def manifest(tmp_path_factory):
 
 
 def argv(output_dir, manifest_path, *extra):
-    """The tiny preset on the manifest: 6 listed clips in micro-batches of 3, so an epoch is 2 steps and holds every
-    listed clip (the missing one included) once."""
-    return [
-        "--config",
-        str(TINY_PRESET),
-        "--train_manifest",
-        str(manifest_path),
-        "--per_device_train_batch_size",
-        "3",
-        "--max_steps",
-        "4",
-        "--warmup_steps",
-        "1",
-        "--save_steps",
-        "1",
-        "--logging_steps",
-        "1",
-        "--report_to",
-        "none",
-        "--output_dir",
-        str(output_dir),
+    """The tiny preset's command (conftest.py) on the manifest: 6 listed clips in micro-batches of 3, so an epoch is 2
+    steps and holds every listed clip (the missing one included) once; 4 steps."""
+    return tiny_preset_argv(
+        output_dir,
         *extra,
-    ]
+        synthetic_clips=None,
+        train_manifest=manifest_path,
+        per_device_train_batch_size=3,
+        max_steps=4,
+    )
 
 
 def history(output_dir):

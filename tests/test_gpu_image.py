@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOT_IN_THE_IMAGE = ("datasets", "soundfile", "torchcodec", "evaluate")
 
 
+@pytest.mark.slow  # a fresh interpreter importing the whole check
 def test_the_acceptance_check_imports_nothing_the_gpu_image_lacks(tmp_path):
     """In a fresh interpreter where importing any of NOT_IN_THE_IMAGE raises ImportError (transformers then finds them
     "not installed", as it does there): the check's module, `pretrain`, pytest's collection of the CUDA-only tests,

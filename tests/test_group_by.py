@@ -118,6 +118,7 @@ def test_with_no_validation_the_selection_rule_says_when_the_test_shares_its_sou
     assert not load_downstream("audiofolder", root=with_test, select_on="last").test_held_out
 
 
+@pytest.mark.slow  # python -m aasp_hf.data.check as a process
 def test_data_check_prints_the_sources_of_each_split(voices):
     run = subprocess.run(
         [sys.executable, "-m", "aasp_hf.data.check", "audiofolder", "--root", str(voices), "--group_by", r"^([a-z]+)_"],

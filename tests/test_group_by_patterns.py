@@ -80,6 +80,7 @@ def test_classes_held_out_whole_needs_single_class_sources_and_a_class_training_
     assert classes_held_out_whole(["x", "y"], [["a"], ["b"]], np.array([False, True]), "test") is None  # multi-label
 
 
+@pytest.mark.slow  # three script processes
 def test_data_check_finetune_and_linear_eval_say_the_optional_group_in_one_line(digits, tmp_path):
     from conftest import save_tiny_encoder
 

@@ -294,6 +294,7 @@ def test_bad_options_and_bad_audio_are_one_line(checkpoint, model):
 
 
 # ----------------------------------------------------------------------------------------------- HEAR's validator
+@pytest.mark.slow  # HEAR's validator as a process
 def test_hear_validator_passes_on_a_saved_checkpoint(checkpoint):
     """HEAR's own validator, as installed (`hear-validator`, from hearvalidator 2021.0.2), in a fresh process."""
     validator = Path(sys.executable).parent / "hear-validator"

@@ -24,8 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import save_tiny_encoder
-from test_pretrain_script import _free_port
+from conftest import free_port, save_tiny_encoder
 
 from aasp_hf.utils.errors import UsageError
 
@@ -136,6 +135,7 @@ def documented_torchrun_command() -> str:
     return " ".join(command)
 
 
+@pytest.mark.slow  # a two-process torchrun launch
 def test_the_documented_torchrun_recipe_on_loopback_trains_as_one_run_of_two_processes(tmp_path):
     """docs/pretraining.md's `ACCELERATE_USE_CPU=1 torchrun --nnodes 2 --nproc_per_node 1 --node_rank R ...` run as
     written for R = 0 and 1 (a free port and a temporary output folder swapped in): both ranks join one run of 2
@@ -146,7 +146,7 @@ def test_the_documented_torchrun_recipe_on_loopback_trains_as_one_run_of_two_pro
         name, value = words.pop(0).split("=", 1)
         variables[name] = value
     assert variables == {"ACCELERATE_USE_CPU": "1"} and words[0] == "torchrun", words
-    port, output_dir = str(_free_port()), tmp_path / "run"
+    port, output_dir = str(free_port()), tmp_path / "run"
     swapped = {"29500": port, "runs/pt_torchrun": str(output_dir)}
     words = [swapped.get(word, word) for word in words[1:]]
     assert port in words and str(output_dir) in words, "the recipe's port or output folder changed: update the test"
@@ -360,6 +360,7 @@ WITHOUT_IMPORT = (
 )
 
 
+@pytest.mark.slow  # the README's sentence in a fresh interpreter
 def test_the_readme_pipeline_sentence_as_written(tmp_path):
     """In a fresh process: after `import aasp_hf` the plain pipeline works (transformers' own class); without it,
     and with nothing on stdin, transformers refuses with a ValueError asking for trust_remote_code, and

@@ -293,6 +293,7 @@ def run(argv) -> subprocess.CompletedProcess:
     return subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # two script processes
 def test_a_second_evaluation_into_a_held_folder_is_refused_in_one_line(encoder_dir, tmp_path):
     out = tmp_path / "run"
     first = subprocess.Popen(
@@ -313,6 +314,7 @@ def test_a_second_evaluation_into_a_held_folder_is_refused_in_one_line(encoder_d
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.slow  # a script process stopped, then run again
 def test_a_stop_signal_is_one_line_and_exit_75_and_the_rerun_says_what_it_reuses(encoder_dir, tmp_path, sig):
     """The signal again every 20 ms until the process exits, once the first of three seeds is done. The rerun (after
     SIGTERM) reuses the cached features and that seed's heads, and says so; a third run into the finished folder
@@ -352,6 +354,7 @@ def test_a_stop_signal_is_one_line_and_exit_75_and_the_rerun_says_what_it_reuses
     ) in again.stdout
 
 
+@pytest.mark.slow  # script processes on a read-only folder and a full tmpfs
 def test_a_read_only_or_full_disk_is_one_line_with_advice_the_script_takes_and_nothing_partial(encoder_dir, tmp_path):
     """linear_eval.py has no --resume: its advice is the same command again, which reuses what is whole. A 40-KB
     tmpfs holds the train split's features but not the validation split's; the rerun on a larger disk reuses the
@@ -398,6 +401,7 @@ def test_a_read_only_or_full_disk_is_one_line_with_advice_the_script_takes_and_n
 
 
 @pytest.mark.parametrize("script", ["linear_eval.py", "finetune.py"])
+@pytest.mark.slow  # script processes
 def test_an_output_dir_that_is_a_file_or_a_data_root_that_is_not_there_is_one_line_and_creates_nothing(
     encoder_dir, tmp_path, script
 ):

@@ -113,11 +113,10 @@ def own_folder(tmp_path_factory):
     return root, seconds
 
 
-@pytest.fixture(scope="module")
-def encoder(tmp_path_factory):
-    from conftest import save_tiny_encoder
-
-    return save_tiny_encoder(tmp_path_factory.mktemp("encoder"))
+@pytest.fixture
+def encoder(tiny_encoder):
+    """The session's tiny saved encoder (conftest.py)."""
+    return tiny_encoder
 
 
 def test_linear_eval_on_an_own_folder_derives_the_clip_length_from_the_clips(own_folder, encoder, tmp_path, caplog):
@@ -391,6 +390,7 @@ def other_libraries_lines(output: str) -> dict:
     }
 
 
+@pytest.mark.slow  # each script as a process
 def test_default_training_runs_print_no_line_of_another_library(tmp_path):
     """pretrain.py (its default tracker, tensorboard, whose event writer imported TensorFlow when it is installed),
     finetune.py (an encoder loaded into a classifier with a new head, evaluations and checkpoints) and linear_eval.py

@@ -93,6 +93,7 @@ def test_grouped_convolution_backward_is_counted_like_its_forward():
     assert total.get_total_flops() == 3 * forward.get_total_flops()
 
 
+@pytest.mark.slow  # pretrain.py --plan as a process
 def test_pretrain_plan_cli_on_the_tiny_preset(tmp_path):
     """`python examples/pretrain.py --config pretrain_tiny_cpu.json --plan` prints the table, exits 0 and writes
     nothing; a bad --plan_* argument is one line that names it and its valid values."""

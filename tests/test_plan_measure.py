@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_pretrain_script import _free_port
+from conftest import free_port
 
 import pretrain
 from aasp_hf import AaspConfig, AaspForPreTraining
@@ -122,6 +122,7 @@ def test_plan_measure_one_process(tmp_path, capsys):
     assert report["precision"] == "no" and report["torch_compile"] is False
 
 
+@pytest.mark.slow  # a two-process launch
 def test_plan_measure_two_processes(tmp_path):
     """Two real gloo processes (accelerate launch): both run the steps under DDP, the main one reports, with the
     gradient all-reduce measured beside the plan's ring formula for 2 processes."""
@@ -129,7 +130,7 @@ def test_plan_measure_two_processes(tmp_path):
     command = [
         *TWO_PROCESSES,
         "--main_process_port",
-        str(_free_port()),
+        str(free_port()),
         str(ROOT / "examples" / "pretrain.py"),
         *measure_args(output_dir),
     ]
@@ -184,29 +185,12 @@ def test_plan_measure_finetune(tmp_path, capsys):
     classifier loaded from the encoder folder, SpecAugment, layer-decay AdamW, the weight EMA); only the report is
     written, and its memory is the classifier's, weight EMA included, within ±15 % of the plan."""
     import finetune
-    from conftest import save_tiny_encoder
+    from conftest import finetune_argv, save_tiny_encoder
 
     encoder = save_tiny_encoder(tmp_path / "encoder")
     output_dir = tmp_path / "run"
     result = finetune.main(
-        [
-            "--model_name_or_path",
-            str(encoder),
-            "--synthetic_per_class",
-            "4",
-            "--clip_seconds",
-            "0.5",
-            "--per_device_train_batch_size",
-            "4",
-            "--max_steps",
-            "10",
-            "--ema_decay",
-            "0.999",
-            "--plan_measure",
-            str(STEPS),
-            "--output_dir",
-            str(output_dir),
-        ]
+        finetune_argv(encoder, output_dir, max_steps=10, warmup_steps=None, ema_decay=0.999, plan_measure=STEPS)
     )
     out = capsys.readouterr().out
     assert out.index("Plan of a fine-tuning run") < out.index("Measured on this machine: 2 steps on 1 × cpu")

@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import assert_states_close, cli_args, tiny_config_kwargs
+from conftest import TINY_PRETRAINING_MODEL, assert_states_close, free_port, pretrain_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 import pretrain
@@ -19,34 +18,13 @@ import pretrain
 from aasp_hf.utils.schedules import learning_rate, teacher_momentum
 from aasp_hf.training import latest_checkpoint
 
-MODEL = tiny_config_kwargs(
-    predictor_hidden_size=32,
-    predictor_num_layers=1,
-    predictor_num_attention_heads=2,
-    mask_num_views=2,
-    mask_block_sizes=[[1, 2], [2, 1]],
-    hidden_dropout_prob=0.1,
-    drop_path_rate=0.1,
-)  # dropout: resume must restore the RNG
+# dropout: resume must restore the RNG
+MODEL = {**TINY_PRETRAINING_MODEL, "hidden_dropout_prob": 0.1, "drop_path_rate": 0.1}
 
 
 def argv(output_dir, **overrides):
-    args = dict(
-        synthetic_clips=10,
-        synthetic_seconds=1.0,
-        crop_seconds=0.5,
-        model_config=json.dumps(MODEL),
-        output_dir=str(output_dir),
-        per_device_train_batch_size=4,
-        max_steps=6,
-        warmup_steps=2,
-        logging_steps=1,
-        save_steps=3,
-        report_to="none",
-        seed=3,
-    )
-    args.update(overrides)
-    return cli_args(**args)
+    """conftest.py's pre-training command on MODEL."""
+    return pretrain_argv(output_dir, model=MODEL, **overrides)
 
 
 def history(output_dir):
@@ -299,12 +277,7 @@ def test_save_total_limit_keeps_the_newest(tmp_path):
     assert (tmp_path / "latest").read_text().strip() == "checkpoint-3"
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
+@pytest.mark.slow  # a two-process launch
 def test_two_real_processes_stay_in_sync(tmp_path):
     """On CPU, `accelerate launch --cpu --num_processes 2` starts one process and `--multi_gpu` alone starts two
     unsynchronised ones; ACCELERATE_USE_CPU=1 + --multi_gpu starts two gloo-synchronised processes. Each rank writes its
@@ -324,7 +297,7 @@ def test_two_real_processes_stay_in_sync(tmp_path):
         "--dynamo_backend",
         "no",
         "--main_process_port",
-        str(_free_port()),
+        str(free_port()),
         str(ROOT / "examples" / "pretrain.py"),
         *argv(tmp_path, max_steps=2, save_steps=2, logging_steps=2, synthetic_clips=16),
     ]

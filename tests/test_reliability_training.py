@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SAME_THREADS, assert_states_close, cli_args, tiny_config_kwargs
+from conftest import SAME_THREADS, TINY_PRETRAINING_MODEL, assert_states_close, pretrain_argv, tiny_config_kwargs
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,35 +25,14 @@ from aasp_hf.utils.hub import CODE_FILES
 from aasp_hf.training import latest_checkpoint
 from aasp_hf.training.checkpointing import HASH, checkpoint_problem, file_hash
 
-MODEL = tiny_config_kwargs(
-    predictor_hidden_size=32,
-    predictor_num_layers=1,
-    predictor_num_attention_heads=2,
-    mask_num_views=2,
-    mask_block_sizes=[[1, 2], [2, 1]],
-    hidden_dropout_prob=0.1,
-)
+MODEL = {**TINY_PRETRAINING_MODEL, "hidden_dropout_prob": 0.1}
 MAX_STEPS = 8
 
 
 def argv(output_dir, **overrides):
-    args = dict(
-        synthetic_clips=10,
-        synthetic_seconds=1.0,
-        crop_seconds=0.5,
-        model_config=json.dumps(MODEL),
-        output_dir=str(output_dir),
-        per_device_train_batch_size=4,
-        max_steps=MAX_STEPS,
-        warmup_steps=2,
-        logging_steps=1,
-        save_steps=1,
-        save_total_limit=0,
-        report_to="none",
-        seed=5,  # 0: keep all
-    )
-    args.update(overrides)
-    return cli_args(**args)
+    """conftest.py's pre-training command on MODEL: 8 steps, a checkpoint every step (all kept), seed 5."""
+    options = {"max_steps": MAX_STEPS, "save_steps": 1, "save_total_limit": 0, "seed": 5, **overrides}
+    return pretrain_argv(output_dir, model=MODEL, **options)
 
 
 def logged_steps(output_dir):

@@ -11,41 +11,14 @@ from pathlib import Path
 import pretrain
 import pytest
 import torch
-from conftest import assert_states_close
+from conftest import TINY_PRESET, assert_states_close, tiny_preset_argv
 from safetensors.torch import load_file
 
 from aasp_hf import AaspConfig, AaspForPreTraining
-from aasp_hf.utils.errors import UsageError
-from aasp_hf.utils.schedules import learning_rate, teacher_momentum
 from aasp_hf.training.checkpointing import checkpoint_problem, latest_checkpoint, load_trainer_state, verify_checkpoints
 from aasp_hf.training.resume import check_resume_arguments
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY_PRESET = ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"
-
-
-def argv(output_dir, *extra):
-    return [
-        "--config",
-        str(TINY_PRESET),
-        "--synthetic_clips",
-        "8",
-        "--per_device_train_batch_size",
-        "4",
-        "--max_steps",
-        "2",
-        "--warmup_steps",
-        "1",
-        "--save_steps",
-        "1",
-        "--logging_steps",
-        "1",
-        "--report_to",
-        "none",
-        "--output_dir",
-        str(output_dir),
-        *extra,
-    ]
+from aasp_hf.utils.errors import UsageError
+from aasp_hf.utils.schedules import learning_rate, teacher_momentum
 
 
 def files(folder) -> dict:
@@ -53,25 +26,16 @@ def files(folder) -> dict:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """A finished run of the tiny preset: 2 steps, checkpoints 1 and 2, results and encoder."""
-    out = tmp_path_factory.mktemp("finished") / "run"
-    results = pretrain.main(argv(out))
-    assert results["step"] == 2 and "loss" in results
-    return out
-
-
 @pytest.fixture
-def run(finished, tmp_path):
-    """A copy of the finished run to change."""
-    return Path(shutil.copytree(finished, tmp_path / "run"))
+def run(finished_pretraining, tmp_path):
+    """A copy of the session's finished tiny-preset run (conftest.py) to change."""
+    return Path(shutil.copytree(finished_pretraining, tmp_path / "run"))
 
 
 # ----------------------------------------------------------------------------------------------- finished runs
 def test_resume_on_a_finished_run_leaves_every_file_as_it_was(run, capsys):
     before = files(run)
-    results = pretrain.main(argv(run, "--resume"))
+    results = pretrain.main(tiny_preset_argv(run, "--resume"))
     assert files(run) == before  # main rewrote all_results.json with 8 of its 35 keys and the model card
     assert results == json.loads((run / "all_results.json").read_text())
     out = capsys.readouterr().out.strip().splitlines()
@@ -85,14 +49,16 @@ def test_resume_on_a_finished_run_leaves_every_file_as_it_was(run, capsys):
 def test_a_raised_max_steps_is_refused_unless_allowed_then_continues_and_merges_the_results(run, capsys):
     before, old_results = files(run), json.loads((run / "all_results.json").read_text())
     with pytest.raises(UsageError) as refused:
-        pretrain.main(argv(run, "--resume", "--max_steps", "3", "--learning_rate", "0.001"))
+        pretrain.main(tiny_preset_argv(run, "--resume", "--max_steps", "3", "--learning_rate", "0.001"))
     message = str(refused.value)
     assert "\n" not in message and "max_steps 2 → 3, learning_rate 0.0005 → 0.001" in message
     assert "--resume_allow_changes max_steps learning_rate" in message
     assert files(run) == before
     capsys.readouterr()
 
-    results = pretrain.main(argv(run, "--resume", "--max_steps", "3", "--resume_allow_changes", "max_steps"))
+    results = pretrain.main(
+        tiny_preset_argv(run, "--resume", "--max_steps", "3", "--resume_allow_changes", "max_steps")
+    )
     assert results["step"] == 3 and results["start_step"] == 2
     assert set(old_results) <= set(results)  # no key lost: losses, component losses, monitors, ...
     assert results["loss"] != old_results["loss"]  # ... and those of the new step replace the old ones
@@ -116,7 +82,7 @@ def test_a_raised_max_steps_is_refused_unless_allowed_then_continues_and_merges_
     # the new checkpoint stores the new arguments: resuming it again needs no flag, and leaves it as it is
     assert load_trainer_state(run / "checkpoint-3")["run_arguments"]["max_steps"] == 3
     after = files(run)
-    pretrain.main(argv(run, "--resume", "--max_steps", "3"))
+    pretrain.main(tiny_preset_argv(run, "--resume", "--max_steps", "3"))
     assert files(run) == after
 
 
@@ -162,7 +128,7 @@ def stored_and_changed(flags, mixed_precision="no"):
     what a resume compares with it), built as main() builds them, without training."""
 
     def arguments(extra, precision):
-        data_args, model_args, args = pretrain.parse_args(argv("unused", *extra))
+        data_args, model_args, args = pretrain.parse_args(tiny_preset_argv("unused", *extra))
         return pretrain.run_arguments(data_args, args, AaspConfig(**model_args.model_config), precision)
 
     return arguments([], "no"), arguments(flags, mixed_precision)
@@ -209,28 +175,28 @@ def test_mixed_precision_and_the_model_config_are_compared_key_by_key():
     assert check_resume_arguments("checkpoint-2", None, current, allowed=[]) == []  # a checkpoint of older code
 
 
-def test_the_checkpoint_stores_the_run_arguments_of_its_command(finished):
-    stored = load_trainer_state(finished / "checkpoint-2")["run_arguments"]
+def test_the_checkpoint_stores_the_run_arguments_of_its_command(finished_pretraining):
+    stored = load_trainer_state(finished_pretraining / "checkpoint-2")["run_arguments"]
     assert stored == stored_and_changed([])[0]
     assert stored["model_config"]["hidden_size"] == 64 and stored["learning_rate"] == 5e-4
 
 
 def test_resume_allow_changes_is_checked_like_any_argument(tmp_path):
     with pytest.raises(UsageError, match=r"'max_step' \(did you mean 'max_steps'\?\)"):
-        pretrain.parse_args(argv(tmp_path, "--resume", "--resume_allow_changes", "max_step"))
+        pretrain.parse_args(tiny_preset_argv(tmp_path, "--resume", "--resume_allow_changes", "max_step"))
     with pytest.raises(UsageError, match="--resume_allow_changes goes with --resume"):
-        pretrain.parse_args(argv(tmp_path, "--resume_allow_changes", "max_steps"))
+        pretrain.parse_args(tiny_preset_argv(tmp_path, "--resume_allow_changes", "max_steps"))
     _, _, args = pretrain.parse_args(
-        argv(tmp_path, "--resume", "--resume_allow_changes", "max_steps,seed", "model_config.mask_ratio")
+        tiny_preset_argv(tmp_path, "--resume", "--resume_allow_changes", "max_steps,seed", "model_config.mask_ratio")
     )
     assert args.resume_allow_changes == ["max_steps", "seed", "model_config.mask_ratio"]
 
 
 # ----------------------------------------------------------------------------------------------- --model_config
-def test_model_config_on_the_command_line_merges_key_by_key_over_the_preset(finished):
+def test_model_config_on_the_command_line_merges_key_by_key_over_the_preset(finished_pretraining):
     preset = json.loads(TINY_PRESET.read_text())["model_config"]
     for flags in (["--model_config", '{"num_hidden_layers": 1}'], ['--model_config={"num_hidden_layers": 1}']):
-        _, model_args, _ = pretrain.parse_args(argv("unused", *flags))
+        _, model_args, _ = pretrain.parse_args(tiny_preset_argv("unused", *flags))
         assert model_args.model_config == {**preset, "num_hidden_layers": 1}
     model = pretrain.build_model(model_args)
     expected = AaspForPreTraining(AaspConfig(**{**preset, "num_hidden_layers": 1}))  # the oracle: preset + 1 layer
@@ -238,8 +204,8 @@ def test_model_config_on_the_command_line_merges_key_by_key_over_the_preset(fini
     count = sum(p.numel() for p in model.aasp.parameters())
     assert count == sum(p.numel() for p in expected.aasp.parameters()) < 200_000
     # the run saved its resolved config: the encoder's own fields
-    resolved = json.loads((finished / "resolved_config.json").read_text())
-    encoder = json.loads((finished / "encoder" / "config.json").read_text())
+    resolved = json.loads((finished_pretraining / "resolved_config.json").read_text())
+    encoder = json.loads((finished_pretraining / "encoder" / "config.json").read_text())
     assert {k: resolved[k] for k in preset} == preset
     assert all(resolved[k] == encoder[k] for k in pretrain.resolved_model_config(AaspConfig(**preset)))
 
@@ -262,7 +228,7 @@ def test_a_damaged_newest_checkpoint_is_named_and_the_run_resumes_from_the_one_b
     damage(run / "checkpoint-2" / "model.safetensors")
     (run / "all_results.json").unlink()  # as if the run had died right after writing checkpoint-2
     assert latest_checkpoint(run) == run / "checkpoint-1"
-    results = pretrain.main(argv(run, "--resume"))
+    results = pretrain.main(tiny_preset_argv(run, "--resume"))
     warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1
     assert warnings[0].startswith(f"warning: {run / 'checkpoint-2'} is damaged (")
@@ -287,7 +253,7 @@ def test_checkpoint_problems_are_named_and_a_folder_of_damaged_checkpoints_is_re
         match=r"^--resume: no complete checkpoint in .*\(checkpoint-2: optimizer.bin is "
         r"missing; checkpoint-1: random_states_0.pkl has",
     ):
-        pretrain.main(argv(run, "--resume"))
+        pretrain.main(tiny_preset_argv(run, "--resume"))
     # a checkpoint whose manifest is gone is damaged, as the save wrote one
     (run / "checkpoint-1" / "manifest.json").unlink()
     assert checkpoint_problem(run / "checkpoint-1") == "manifest.json is missing (the save wrote one)"
@@ -300,45 +266,10 @@ def test_checkpoint_problems_are_named_and_a_folder_of_damaged_checkpoints_is_re
 
 
 # ----------------------------------------------------------------------------------------------- finetune.py
-@pytest.fixture(scope="module")
-def finetuned(tmp_path_factory):
-    """A finished fine-tuning run of a tiny saved encoder: 2 steps, checkpoints 1 and 2, results and best model."""
-    import finetune
-    from conftest import save_tiny_encoder
-
-    encoder = save_tiny_encoder(tmp_path_factory.mktemp("encoder"))
-    out = tmp_path_factory.mktemp("finetuned") / "run"
-    command = [
-        "--model_name_or_path",
-        str(encoder),
-        "--synthetic_per_class",
-        "4",
-        "--clip_seconds",
-        "0.5",
-        "--per_device_train_batch_size",
-        "10",
-        "--per_device_eval_batch_size",
-        "32",
-        "--max_steps",
-        "2",
-        "--warmup_steps",
-        "1",
-        "--eval_steps",
-        "2",
-        "--save_steps",
-        "1",
-        "--output_dir",
-        str(out),
-    ]
-    results = finetune.main(command)
-    assert results["step"] == 2 and results["finished"]
-    return out, command
-
-
-def test_finetune_resume_leaves_a_finished_run_and_refuses_a_changed_one(finetuned, tmp_path, capsys):
+def test_finetune_resume_leaves_a_finished_run_and_refuses_a_changed_one(finished_finetuning, tmp_path, capsys):
     import finetune
 
-    finished, command = finetuned
+    finished, command = finished_finetuning
     run = Path(shutil.copytree(finished, tmp_path / "run"))
     command = [*command[:-1], str(run)]
     before = files(run)
@@ -356,10 +287,10 @@ def test_finetune_resume_leaves_a_finished_run_and_refuses_a_changed_one(finetun
     assert load_trainer_state(run / "checkpoint-2")["run_arguments"]["max_steps"] == 2
 
 
-def test_finetune_resume_passes_over_a_damaged_checkpoint(finetuned, tmp_path, capsys):
+def test_finetune_resume_passes_over_a_damaged_checkpoint(finished_finetuning, tmp_path, capsys):
     import finetune
 
-    finished, command = finetuned
+    finished, command = finished_finetuning
     run = Path(shutil.copytree(finished, tmp_path / "run"))
     command = [*command[:-1], str(run)]
     reference = {k: v.clone() for k, v in load_file(run / "checkpoint-2" / "model.safetensors").items()}
@@ -374,13 +305,13 @@ def test_finetune_resume_passes_over_a_damaged_checkpoint(finetuned, tmp_path, c
     assert_states_close(load_file(run / "checkpoint-2" / "model.safetensors"), reference)
 
 
-def test_finetune_resumed_with_a_longer_run_keeps_the_lr_and_ema_it_derived(finetuned, tmp_path, capsys):
+def test_finetune_resumed_with_a_longer_run_keeps_the_lr_and_ema_it_derived(finished_finetuning, tmp_path, capsys):
     """A run that derived its lr and weight-EMA decay from --max_steps 2 (0.002, no EMA) keeps them when resumed with
     --max_steps 800, for which they would be derived as 5e-4 and 0.9875: the EMA may not change on resume, and the lr
     should not jump. A value typed on the command line is used as given."""
     import finetune
 
-    finished, command = finetuned
+    finished, command = finished_finetuning
     run = Path(shutil.copytree(finished, tmp_path / "run"))
     command = [*command[:-1], str(run), "--resume", "--max_steps", "800", "--resume_allow_changes", "max_steps"]
     capsys.readouterr()
@@ -392,5 +323,7 @@ def test_finetune_resumed_with_a_longer_run_keeps_the_lr_and_ema_it_derived(fine
         "--ema_decay 0: the value the resumed run derived from its --max_steps 2 (pass --ema_decay to choose)",
     ]
     assert finetune.parse_args(command + ["--learning_rate", "1e-4"]).learning_rate == 1e-4
-    fresh = finetune.parse_args([*finetuned[1][:-1], str(tmp_path / "new"), "--max_steps", "800"])  # a new run
+    fresh = finetune.parse_args(
+        [*finished_finetuning[1][:-1], str(tmp_path / "new"), "--max_steps", "800"]
+    )  # a new run
     assert (fresh.learning_rate, fresh.ema_decay) == (5e-4, 0.9875)

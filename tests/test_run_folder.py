@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from conftest import SAME_THREADS, assert_states_close
+from conftest import SAME_THREADS, assert_states_close, finetune_argv, tiny_preset_argv
 from safetensors.torch import load_file
 from test_reliability_training import logged_steps
 
@@ -32,34 +32,21 @@ from aasp_hf.training import run_lock
 from aasp_hf.training.checkpointing import checkpoint_problem
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY_PRESET = ROOT / "examples" / "configs" / "pretrain_tiny_cpu.json"
 ENV = {**os.environ, **SAME_THREADS, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def argv(output_dir, *extra, max_steps=12, save_steps=4):
-    return [
-        "--config",
-        str(TINY_PRESET),
-        "--synthetic_clips",
-        "16",
-        "--per_device_train_batch_size",
-        "4",
-        "--max_steps",
-        str(max_steps),
-        "--warmup_steps",
-        "1",
-        "--save_steps",
-        str(save_steps),
-        "--logging_steps",
-        "4",
-        "--save_total_limit",
-        "2",
-        "--report_to",
-        "none",
-        "--output_dir",
-        str(output_dir),
+    """The tiny preset's command (conftest.py) on 16 clips: 12 steps, a checkpoint every 4 (the newest 2 kept), a log
+    line every 4."""
+    return tiny_preset_argv(
+        output_dir,
         *extra,
-    ]
+        synthetic_clips=16,
+        max_steps=max_steps,
+        save_steps=save_steps,
+        logging_steps=4,
+        save_total_limit=2,
+    )
 
 
 def start(output_dir, *extra, **options):
@@ -265,6 +252,7 @@ def allocated(folder) -> int:
     return sum(-(-p.stat().st_size // 4096) * 4096 for p in Path(folder).rglob("*") if p.is_file())
 
 
+@pytest.mark.slow  # pretrain.py processes on a full tmpfs, then resumed
 def test_a_full_disk_is_one_line_at_a_checkpoint_and_at_the_export_and_resume_is_exact(tmpfs, reference):
     disk, resize = tmpfs
     out = disk / "run"
@@ -315,26 +303,14 @@ def test_a_third_of_the_audio_failing_to_decode_saves_a_checkpoint_and_stops(tmp
     for i in range(0, 30, 3):  # a third cut short, as a copy or a sync that is still running leaves them
         path = audio / f"clip{i:02d}.wav"
         path.write_bytes(path.read_bytes()[:20])  # the header cut
-    command = [
-        "--config",
-        str(TINY_PRESET),
-        "--train_dir",
-        str(audio),
-        "--per_device_train_batch_size",
-        "10",
-        "--max_steps",
-        "40",
-        "--warmup_steps",
-        "1",
-        "--save_steps",
-        "100",
-        "--logging_steps",
-        "1",
-        "--report_to",
-        "none",
-        "--output_dir",
-        str(tmp_path / "run"),
-    ]
+    command = tiny_preset_argv(
+        tmp_path / "run",
+        synthetic_clips=None,
+        train_dir=audio,
+        per_device_train_batch_size=10,
+        max_steps=40,
+        save_steps=100,
+    )
     with pytest.raises(UsageError) as stopped:
         pretrain.main(command)
     message = str(stopped.value)
@@ -345,6 +321,7 @@ def test_a_third_of_the_audio_failing_to_decode_saves_a_checkpoint_and_stops(tmp
     assert not (tmp_path / "run" / "encoder").exists()
 
 
+@pytest.mark.slow  # a pretrain.py process on a folder cut mid-run
 def test_an_audio_folder_cut_mid_run_so_that_whole_micro_batches_fail_stops_with_a_checkpoint(tmp_path):
     """Every file cut once the run is under way: every micro-batch from then on fails whole. Such a micro-batch takes
     copies of an earlier one's clips, its failures counted, so the run stops where --max_failed_clip_share is judged,
@@ -362,24 +339,7 @@ def test_an_audio_folder_cut_mid_run_so_that_whole_micro_batches_fail_stops_with
         [
             sys.executable,
             str(ROOT / "examples" / "pretrain.py"),
-            "--config",
-            str(TINY_PRESET),
-            "--train_dir",
-            str(audio),
-            "--per_device_train_batch_size",
-            "4",
-            "--max_steps",
-            "400",
-            "--warmup_steps",
-            "1",
-            "--save_steps",
-            "1000",
-            "--logging_steps",
-            "1",
-            "--report_to",
-            "none",
-            "--output_dir",
-            str(out),
+            *tiny_preset_argv(out, synthetic_clips=None, train_dir=audio, max_steps=400, save_steps=1000),
         ],
         cwd=ROOT,
         env=ENV,
@@ -403,33 +363,13 @@ def test_an_audio_folder_cut_mid_run_so_that_whole_micro_batches_fail_stops_with
 
 # ----------------------------------------------------------------------------------------------- fine-tuning's disk
 def finetune_command(encoder, output_dir, *extra):
-    return [
-        sys.executable,
-        str(ROOT / "examples" / "finetune.py"),
-        "--model_name_or_path",
-        str(encoder),
-        "--synthetic_per_class",
-        "4",
-        "--clip_seconds",
-        "0.5",
-        "--per_device_train_batch_size",
-        "4",
-        "--max_steps",
-        "4",
-        "--warmup_steps",
-        "1",
-        "--eval_steps",
-        "4",
-        "--save_steps",
-        "100",
-        "--logging_steps",
-        "2",
-        "--output_dir",
-        str(output_dir),
-        *extra,
-    ]
+    """examples/finetune.py as a process: the short fine-tuning command (conftest.py) for 4 steps, evaluated at the
+    end, a log line every 2, no checkpoint before the end."""
+    command = finetune_argv(encoder, output_dir, *extra, max_steps=4, eval_steps=4, save_steps=100, logging_steps=2)
+    return [sys.executable, str(ROOT / "examples" / "finetune.py"), *command]
 
 
+@pytest.mark.slow  # finetune.py processes on a full tmpfs
 def test_finetune_on_a_full_disk_writes_its_model_whole_or_not_at_all(tmp_path, tmpfs):
     """The final export copies best_model/ to the top of --output_dir: on a full disk it used to leave 5 of the 7
     model files there (no modeling code, so loading raised OSError); now it is written whole or not at all. A full

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SAME_THREADS, assert_states_close
+from conftest import SAME_THREADS, assert_states_close, finetune_argv, free_port
 from safetensors.torch import load_file
 from test_distributed import ENV, TWO_PROCESSES, run_args
-from test_pretrain_script import _free_port
 from test_reliability_training import MAX_STEPS, argv, assert_same_state, logged_steps, reference  # noqa: F401
 
 import pretrain
@@ -128,12 +127,13 @@ def rank_pid(launcher_pid: int, rank: int) -> int:
     raise LookupError(f"no rank {rank} under {launcher_pid}")
 
 
+@pytest.mark.slow  # a two-process launch, stopped
 def test_two_processes_with_the_signal_on_one_rank_save_the_same_step(tmp_path):
     out = tmp_path / "run"
     command = [
         *TWO_PROCESSES,
         "--main_process_port",
-        str(_free_port()),
+        str(free_port()),
         str(ROOT / "examples" / "pretrain.py"),
         "--config",
         "examples/configs/pretrain_tiny_cpu.json",
@@ -174,31 +174,16 @@ def test_finetune_saves_the_step_and_resume_gives_the_uninterrupted_run(tmp_path
     steps = 8
 
     def command(out, *extra):
-        return [
-            "--model_name_or_path",
-            str(encoder),
-            "--synthetic_per_class",
-            "4",
-            "--clip_seconds",
-            "0.5",
-            "--per_device_train_batch_size",
-            "4",
-            "--per_device_eval_batch_size",
-            "32",
-            "--max_steps",
-            str(steps),
-            "--warmup_steps",
-            "1",
-            "--eval_steps",
-            str(steps),
-            "--save_steps",
-            "100",
-            "--logging_steps",
-            "1",
-            "--output_dir",
-            str(out),
+        return finetune_argv(
+            encoder,
+            out,
             *extra,
-        ]
+            per_device_eval_batch_size=32,
+            max_steps=steps,
+            eval_steps=steps,
+            save_steps=100,
+            logging_steps=1,
+        )
 
     straight = finetune.main(command(tmp_path / "straight"))
     out = tmp_path / "run"
@@ -264,6 +249,7 @@ def gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow  # an accelerate launch killed and its training process awaited
 def test_killing_a_single_process_accelerate_launch_stops_its_training_process(tmp_path):
     """accelerate's single-process launcher (subprocess.Popen + wait) forwards no signal: killed by SIGTERM it left
     the training process training on, orphaned; the training process now follows its launcher (PR_SET_PDEATHSIG)."""
@@ -323,6 +309,7 @@ def test_the_stop_agreement_reads_the_flag_one_step_late_on_an_accelerator():
 
 
 @pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.slow  # the batch script's launch, stopped and requeued
 def test_the_slurm_script_stops_the_run_on_usr1_requeues_it_and_the_requeued_run_resumes(
     tmp_path, reference, processes
 ):

@@ -196,6 +196,7 @@ def test_events_of_merges_consecutive_windows_only():
     ]
 
 
+@pytest.mark.slow  # the tag command as a process, twice
 def test_a_rerun_skips_the_files_already_tagged(folders, tmp_path):
     out = tmp_path / "tags.jsonl"
     run_tag("--model", folders["single"], "--output", out, folders["audio"] / "a.wav")
@@ -210,6 +211,7 @@ def test_a_rerun_skips_the_files_already_tagged(folders, tmp_path):
     assert refused.returncode == 2 and "has the columns file,label,score" in refused.stderr
 
 
+@pytest.mark.slow  # the tag command as a process, stopped and run again
 def test_sigterm_leaves_whole_files_and_the_same_command_finishes(folders, tmp_path):
     """SIGTERM while many files are being tagged (per window, batch 1): the run exits with 75 saying so; every file in
     OUT has all its windows; the same command then tags the rest, and no file appears twice."""

@@ -89,6 +89,7 @@ def refused(setup):
 
 
 @pytest.mark.parametrize("name", sorted(REFUSALS))
+@pytest.mark.slow  # `refused`: one tag process per bad value
 def test_a_bad_value_is_one_line_and_exit_2_before_any_file_is_read(setup, refused, name):
     process, words = refused[name], REFUSALS[name][1]
     lines = process.stderr.strip().splitlines()
@@ -97,6 +98,7 @@ def test_a_bad_value_is_one_line_and_exit_2_before_any_file_is_read(setup, refus
     assert not (setup / "out.csv").exists()  # nothing written: refused before any work
 
 
+@pytest.mark.slow  # `refused`: one tag process per bad value
 def test_the_command_and_the_pipeline_refuse_a_window_with_the_same_words(setup, refused):
     """One windowing (`pipeline_aasp.window_samples`): the pipeline's message, its option spelt as the command's flag,
     is the command's."""

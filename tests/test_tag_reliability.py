@@ -91,6 +91,7 @@ def ledger_files(out) -> set:
 
 # ------------------------------------------------------------------------------------------------------- full disk
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+@pytest.mark.slow  # the tag command as a process on a full tmpfs, then again
 def test_a_full_disk_leaves_whole_files_and_the_rerun_cuts_torn_rows_and_completes_the_output(tagger, tmp_path, suffix):
     """A file counts as done only when all its rows and events are written: the run that meets the full disk exits
     2 in one line and OUT ends with its last whole file; a torn row and a torn event line (a kill mid-write) are cut
@@ -128,6 +129,7 @@ def test_a_full_disk_leaves_whole_files_and_the_rerun_cuts_torn_rows_and_complet
 
 
 # ------------------------------------------------------------------------------------------------ one tagger per OUT
+@pytest.mark.slow  # three tag processes, one killed
 def test_a_second_tagger_into_one_output_is_refused_and_a_killed_taggers_hold_is_taken_over(tagger, tmp_path):
     """The training scripts' hold (run_lock), of OUT: while a tagger holds it (frozen here, so that it surely
     does), a second one exits 2 in one line naming it; once the holder is killed, the next run takes the hold over
@@ -199,6 +201,7 @@ def without_root_powers() -> list[str]:
     return ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"]
 
 
+@pytest.mark.slow  # tag processes
 def test_an_unreadable_sub_folder_is_a_failure_line_and_names_with_tabs_are_refused_for_events(tagger, tmp_path):
     """A sub-folder that cannot be listed is one line of the failures file, the run's files are tagged and it ends
     with the failures' exit status; names with a tab or a line break are refused with --events before anything is

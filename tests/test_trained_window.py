@@ -17,7 +17,7 @@ from aasp_hf import AaspAudioClassificationPipeline, AaspFeatureExtractor
 from aasp_hf.pipeline_aasp import trained_window_samples
 from aasp_hf.cli.tag import main as tag
 from aasp_hf.data.collators import trained_max_frames
-from conftest import save_tiny_encoder
+from conftest import finetune_argv, save_tiny_encoder
 from test_long_audio import RATE, noisy_tones
 
 CLIP_SECONDS = 1.0  # 101 frames -> 112 (7 time patches); the encoder's pre-training crop is 64 frames
@@ -29,24 +29,15 @@ def classifier_folder(tmp_path_factory):
     encoder = save_tiny_encoder(root / "encoder")  # num_frames 64, no max_frames
     out = root / "classifier"
     finetune.main(
-        [
-            "--model_name_or_path",
-            str(encoder),
-            "--synthetic_per_class",
-            "4",
-            "--max_steps",
-            "2",
-            "--eval_steps",
-            "2",
-            "--clip_seconds",
-            str(CLIP_SECONDS),
-            "--per_device_train_batch_size",
-            "10",
-            "--baseline",
-            "none",
-            "--output_dir",
-            str(out),
-        ]
+        finetune_argv(
+            encoder,
+            out,
+            warmup_steps=None,
+            eval_steps=2,
+            clip_seconds=CLIP_SECONDS,
+            per_device_train_batch_size=10,
+            baseline="none",
+        )
     )
     return out
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import cli_args, run_without_aasp_hf, tiny_config_kwargs
+import conftest
+from conftest import TINY_PRETRAINING_MODEL, finetune_argv, run_without_aasp_hf
 
 ROOT = Path(__file__).resolve().parents[1]
 import pretrain
@@ -19,33 +20,15 @@ import pretrain
 import aasp_hf  # noqa: F401  (registers the Auto classes)
 from aasp_hf import AaspFeatureExtractor
 
-MODEL = tiny_config_kwargs(
-    predictor_hidden_size=32,
-    predictor_num_layers=1,
-    predictor_num_attention_heads=2,
-    mask_num_views=2,
-    mask_block_sizes=[[1, 2], [2, 1]],
-)
+MODEL = TINY_PRETRAINING_MODEL
 SR = 16000
 
 
 def pretrain_argv(output_dir, **overrides):
-    args = dict(
-        synthetic_clips=4,
-        synthetic_seconds=1.0,
-        crop_seconds=0.5,
-        model_config=json.dumps(MODEL),
-        output_dir=str(output_dir),
-        per_device_train_batch_size=4,
-        max_steps=2,
-        warmup_steps=1,
-        logging_steps=1,
-        save_steps=100,
-        report_to="none",
-        seed=0,
-    )
-    args.update(overrides)
-    return cli_args(**args)
+    """conftest.py's pre-training command on 4 clips: 2 steps after a 1-step warm-up, no checkpoint before the end,
+    seed 0."""
+    options = {"synthetic_clips": 4, "max_steps": 2, "warmup_steps": 1, "save_steps": 100, "seed": 0, **overrides}
+    return conftest.pretrain_argv(output_dir, **options)
 
 
 @pytest.fixture(scope="module")
@@ -170,24 +153,9 @@ def test_finetune_refuses_an_output_dir_that_holds_a_run_and_overwrites_only_whe
     import finetune
 
     out = tmp_path / "ft"
-    common = [
-        "--model_name_or_path",
-        str(pretrained / "encoder"),
-        "--synthetic_per_class",
-        "2",
-        "--clip_seconds",
-        "0.5",
-        "--per_device_train_batch_size",
-        "5",
-        "--warmup_steps",
-        "1",
-        "--eval_steps",
-        "2",
-        "--logging_steps",
-        "1",
-        "--output_dir",
-        str(out),
-    ]
+    common = finetune_argv(
+        pretrained / "encoder", out, synthetic_per_class=2, per_device_train_batch_size=5, eval_steps=2, logging_steps=1
+    )
     finetune.main(common + ["--max_steps", "2"])
     results_before = (out / "all_results.json").read_text()
     with pytest.raises(ValueError, match=r"already holds a run.*--resume.*--overwrite_output_dir"):
@@ -384,24 +352,7 @@ def test_finetuned_folder_has_a_card_with_the_measured_scores(pretrained, tmp_pa
 
     out = tmp_path / "ft"
     results = finetune.main(
-        [
-            "--model_name_or_path",
-            str(pretrained / "encoder"),
-            "--synthetic_per_class",
-            "2",
-            "--clip_seconds",
-            "0.5",
-            "--per_device_train_batch_size",
-            "5",
-            "--warmup_steps",
-            "1",
-            "--max_steps",
-            "2",
-            "--eval_steps",
-            "2",
-            "--output_dir",
-            str(out),
-        ]
+        finetune_argv(pretrained / "encoder", out, synthetic_per_class=2, per_device_train_batch_size=5, eval_steps=2)
     )
     metadata, body = card_parts(out)
     assert metadata["pipeline_tag"] == "audio-classification"
