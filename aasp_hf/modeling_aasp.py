@@ -21,7 +21,6 @@ in docs/model.md. Shapes: `batch_views` = batch_size * num_views (masked pre-tra
 """
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import get_args
@@ -1116,79 +1115,12 @@ class AaspPreTrainedModel(PreTrainedModel):
             else:
                 init.trunc_normal_(module.cls_token, std=std)
 
-    # Fields that define what the weights compute: an explicit `config=` must match the checkpoint on them (several
-    # change the computation without changing a tensor shape, so transformers' shape check cannot catch them).
-    _checkpoint_fields = tuple(
-        "hidden_size num_hidden_layers num_attention_heads intermediate_size hidden_act qkv_bias layer_norm_first "
-        "num_mel_bins num_frames frequency_patch_size time_patch_size patch_embedding sblu_kernel_size "
-        "sblu_hidden_size sblu_output_size sblu_epsilon sblu_step sblu_adaptive sblu_phase sblu_highpass_num_taps "
-        "lambda_encoder_reduction lambda_encoder_num_layers lambda_encoder_num_attention_heads "
-        "lambda_encoder_mlp_ratio".split()
-    )
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
-        """As transformers'; an explicit `config=` that disagrees with the checkpoint on a field of `_checkpoint_fields`
-        raises a ValueError naming it (`ignore_mismatched_sizes=True` skips the check)."""
-        if isinstance(config, AaspConfig) and not kwargs.get("ignore_mismatched_sizes", False):
-            saved = cls._saved_config_dict(pretrained_model_name_or_path, kwargs)
-            # CODEPATH: AaSP checkpoints are compared field by field; another model type is left to transformers.
-            if saved.get("model_type") == config.model_type:
-                saved = AaspConfig.from_dict(saved)
-                differ = [
-                    f"{name}={getattr(config, name)!r} (checkpoint: {getattr(saved, name)!r})"
-                    for name in cls._checkpoint_fields
-                    if getattr(config, name) != getattr(saved, name)
-                ]
-                if differ:
-                    raise ValueError(
-                        f"The config passed to {cls.__name__}.from_pretrained does not match the checkpoint "
-                        f"{pretrained_model_name_or_path}: {', '.join(differ)}. Leave out `config=` to use the "
-                        f"checkpoint's own, or set these fields to the checkpoint's values; pass "
-                        f"ignore_mismatched_sizes=True only to re-initialise the mismatching weights on purpose."
-                    )
-        try:
-            return super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
-        except Exception as error:  # safetensors' own message ("incomplete metadata") names neither file nor cause
-            if type(error).__name__ != "SafetensorError":
-                raise
-            raise OSError(
-                f"Could not read the weights of {pretrained_model_name_or_path} ({error}): its model.safetensors is "
-                f"truncated or corrupt, e.g. an interrupted copy or download. Copy, download or save it again."
-            ) from error
-
-    @staticmethod
-    def _saved_config_dict(pretrained_model_name_or_path, kwargs) -> dict:
-        """The checkpoint's own config.json as a dict, or {} when there is none to compare with (never the network for a
-        local path)."""
-        if pretrained_model_name_or_path is None:
-            return {}
-        path = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
-        if os.path.isdir(path):
-            config_file = os.path.join(path, "config.json")
-            if not os.path.isfile(config_file):
-                return {}
-            try:
-                return AaspConfig._dict_from_json_file(config_file)
-            except (OSError, ValueError):  # an unreadable config.json: transformers' own loading reports it
-                return {}
-        if os.path.exists(str(pretrained_model_name_or_path)):  # a single weights file: no config beside it to read
-            return {}
-        hub_kwargs = {
-            k: kwargs[k]
-            for k in ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
-            if k in kwargs
-        }
-        try:
-            saved, _ = AaspConfig.get_config_dict(pretrained_model_name_or_path, **hub_kwargs)
-        except (OSError, ValueError, TypeError):  # no config.json next to the weights: nothing to compare with
-            return {}
-        return saved
-
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """As transformers'; with the code shipped (`auto_map`), every checkpoint also maps `AutoModel` and
-        `AutoModelForAudioClassification`, and names its own pipeline: audio classification, or sound event detection
-        for a frame classifier."""
+        """As transformers', plus two entries of config.json that transformers has no hook for. With the code shipped
+        (`auto_map`), `register_for_auto_class` maps only the saving class, so every checkpoint also maps `AutoModel`
+        and `AutoModelForAudioClassification`; and it names its own pipeline (`custom_pipelines`: audio
+        classification, or sound event detection for a frame classifier), which transformers writes only when a
+        registered pipeline object is saved."""
         if self._auto_class is not None:
             auto_map = dict(getattr(self.config, "auto_map", None) or {})
             module = AaspModel.__module__.split(".")[-1]

@@ -276,6 +276,16 @@ def test_an_empty_path_or_a_folder_that_is_not_a_checkpoint_is_one_line(tmp_path
         hear.load_model(str(tmp_path))
 
 
+def test_a_truncated_weights_file_is_one_line_naming_it(checkpoint, tmp_path):
+    for file in checkpoint.iterdir():
+        (tmp_path / file.name).write_bytes(file.read_bytes())
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10])  # an interrupted copy: the header promises more than the file holds
+    with pytest.raises(UsageError) as error:
+        hear.load_model(str(tmp_path))
+    assert f"{weights} (" in one_line(error) and "truncated or corrupt" in one_line(error)
+
+
 def test_bad_options_and_bad_audio_are_one_line(checkpoint, model):
     with pytest.raises(UsageError, match="hop_m") as error:
         hear.load_model(str(checkpoint), hop_mz=20)

@@ -32,15 +32,18 @@ def run_tag(*arguments):
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """A tiny single-label classifier (0.63-s windows), a copy with a config.json that is not JSON, one with a value
-    of the wrong type, one without weights; a 2.5-s clip and a file that is not audio."""
+    of the wrong type, one without weights, one whose weights were cut short; a 2.5-s clip and a file that is not
+    audio."""
     root = tmp_path_factory.mktemp("bad_values")
     model = save_classifier(root / "model")
-    for name in ("not_json", "wrong_type", "no_weights"):
+    for name in ("not_json", "wrong_type", "no_weights", "truncated"):
         (root / name).mkdir()
         for file in model.iterdir():
             if not (name == "no_weights" and file.name == "model.safetensors"):
                 (root / name / file.name).write_bytes(file.read_bytes())
     (root / "not_json" / "config.json").write_text("{garbage")
+    weights = (root / "truncated" / "model.safetensors").read_bytes()
+    (root / "truncated" / "model.safetensors").write_bytes(weights[: len(weights) // 2])  # an interrupted copy
     config = (root / "wrong_type" / "config.json").read_text()
     (root / "wrong_type" / "config.json").write_text(config.replace('"hidden_size": 32', '"hidden_size": "abc"'))
     sf.write(root / "a.wav", noisy_tones(2.5), RATE, subtype="FLOAT")
@@ -57,6 +60,7 @@ REFUSALS = {  # name -> (arguments replacing the defaults, words the one line mu
     "config_not_json": (["--model", "{root}/not_json"], "not_json: its config.json is not JSON"),
     "config_wrong_type": (["--model", "{root}/wrong_type"], "wrong_type does not load as AaspForAudioClassification"),
     "no_weights": (["--model", "{root}/no_weights"], "no_weights holds a config.json but no weights"),
+    "truncated_weights": (["--model", "{root}/truncated"], "truncated/model.safetensors (Error while deserializing"),
     "output_a_folder": (["--output", "{root}/folder.csv"], "folder.csv is a folder"),
     "threshold_above_1": (["--threshold", "2"], "--threshold 2.0 must be between 0 and 1"),
     "threshold_nan": (["--threshold", "nan"], "--threshold nan must be a number"),

@@ -431,13 +431,15 @@ def test_too_few_steps_for_the_warmup_fail_at_once_naming_warmup_steps():
 
 def test_messages_name_the_file_and_the_cause(tmp_path):
     from aasp_hf.data import decode_audio
+    from aasp_hf.utils.errors import UsageError
+    from aasp_hf.utils.hub import check_model_folder
 
     model_dir = tmp_path / "model"
     aasp_hf.AaspModel(aasp_hf.AaspConfig(**MODEL)).save_pretrained(model_dir)
     weights = model_dir / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])  # an interrupted copy
-    with pytest.raises(OSError, match=r"model.*truncated or corrupt"):
-        aasp_hf.AaspModel.from_pretrained(model_dir)
+    with pytest.raises(UsageError, match=r"weights .*model\.safetensors .*truncated or corrupt"):
+        check_model_folder(model_dir)  # what the scripts and HEAR's load_model run before loading
 
     not_audio = tmp_path / "notes.wav"
     not_audio.write_text("not audio at all")

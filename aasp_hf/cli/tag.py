@@ -81,6 +81,7 @@ from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGH
 from ..data.audiofolder import AUDIO_EXTENSIONS  # a file named on the command line is read whatever its suffix
 from ..utils.entry_points import STOPPED_EXIT_CODE, run_script  # 75: stopped by a signal; the same command goes on
 from ..utils.errors import UsageError, parse_command_line
+from ..utils.hub import unreadable_weights_message
 from ..feature_extraction_aasp import AaspFeatureExtractor
 from ..modeling_aasp import AaspForAudioClassification, AaspForAudioFrameClassification
 from ..pipeline_aasp import (
@@ -383,6 +384,9 @@ def read_classifier(folder):
             f"--model {folder} holds a config.json but no weights ({' or '.join(WEIGHTS_FILES)}): give the folder "
             f"save_pretrained wrote whole."
         )
+    message = unreadable_weights_message(Path(folder))  # a truncated copy: named here, before anything loads
+    if message is not None:
+        raise UsageError(f"--model {folder}: {message}")
     model_class = CLASSIFIERS[name]
     with unloadable(folder, name):
         config = model_class.config_class.from_pretrained(folder)

@@ -57,6 +57,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..utils.errors import UsageError, unknown_keys_error
+from ..utils.hub import check_model_folder
 from ..evaluation import without_truncation
 from ..feature_extraction_aasp import AaspFeatureExtractor
 from ..modeling_aasp import AaspModel
@@ -356,6 +357,7 @@ def _checkpoint_folder(model_file_path) -> Path:
             f"{folder} is not an AaSP checkpoint (it needs config.json with model_type 'aasp' and "
             f"model.safetensors): {what}."
         )
+    check_model_folder(folder)  # a truncated or corrupt weights file: said in one line before anything loads
     return folder
 
 

@@ -79,7 +79,8 @@ def training_checkpoint_message(path) -> str | None:
 def check_model_folder(path) -> None:
     """A `UsageError` in one line (what `path` is, what to pass instead) when `path` exists but cannot load as a
     model: a training checkpoint (`training_checkpoint_message`); a folder without `config.json` (a pre-training
-    run's own folder names its `encoder/`, any other folder the model folders it holds); a file. A path that does not
+    run's own folder names its `encoder/`, any other folder the model folders it holds); a file; a truncated or
+    corrupt weights file. A path that does not
     exist passes (it may be a Hub id; `check_model_path` decides), so the scripts call this while parsing their
     arguments. transformers alone gives a traceback ("Unrecognized model ... Should have a `model_type` key")."""
     folder = Path(path).expanduser()
@@ -88,8 +89,28 @@ def check_model_folder(path) -> None:
         message = _folder_without_config(folder)
     elif message is None and folder.is_file():
         message = f"{path} is a file, not a model folder: pass the folder that holds it, {WHAT_TO_PASS}"
+    elif message is None and folder.is_dir():
+        message = unreadable_weights_message(folder)
     if message is not None:
         raise UsageError(message)
+
+
+def unreadable_weights_message(folder: Path) -> str | None:
+    """Why a weights file of `folder` cannot be read, in one line; None when every `.safetensors` file opens. Reads only
+    each file's header, which safetensors checks against the file's length: a truncated copy or download fails here
+    instead of inside `from_pretrained` ("incomplete metadata", naming neither the file nor the cause)."""
+    from safetensors import SafetensorError, safe_open
+
+    for weights in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(weights, framework="pt"):
+                pass
+        except (SafetensorError, OSError) as error:
+            return (
+                f"Could not read the weights {weights} ({error}): the file is truncated or corrupt, e.g. an "
+                f"interrupted copy or download. Copy, download or save it again."
+            )
+    return None
 
 
 def check_model_path(path) -> None:
