@@ -80,9 +80,9 @@ def check_model_folder(path) -> None:
     """A `UsageError` in one line (what `path` is, what to pass instead) when `path` exists but cannot load as a
     model: a training checkpoint (`training_checkpoint_message`); a folder without `config.json` (a pre-training
     run's own folder names its `encoder/`, any other folder the model folders it holds); a file; a truncated or
-    corrupt weights file. A path that does not
-    exist passes (it may be a Hub id; `check_model_path` decides), so the scripts call this while parsing their
-    arguments. transformers alone gives a traceback ("Unrecognized model ... Should have a `model_type` key")."""
+    corrupt weights file. A path that does not exist passes (it may be a Hub id; `check_model_path` decides), so the
+    scripts call this while parsing their arguments. transformers alone gives a traceback ("Unrecognized model ...
+    Should have a `model_type` key")."""
     folder = Path(path).expanduser()
     message = training_checkpoint_message(folder)
     if message is None and folder.is_dir() and not (folder / "config.json").is_file():
