@@ -222,6 +222,18 @@ def test_multi_label_path_uses_bce_and_reports_map(encoder_dir, tmp_path):
     assert expected == pytest.approx(results["test_score"], abs=1e-6)
 
 
+def straight_and_resumed(common, tmp_path, stop_after: int, before_resume=None):
+    """The fine-tuning command `common` run straight into tmp_path/straight, and into tmp_path/split stopped after
+    `stop_after` steps and resumed (`before_resume(split)` in between, when given): the two output folders."""
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    finetune.main(common + ["--output_dir", str(straight)])
+    finetune.main(common + ["--output_dir", str(split), "--stop_after_steps", str(stop_after)])
+    if before_resume is not None:
+        before_resume(split)
+    finetune.main(common + ["--output_dir", str(split), "--resume"])
+    return straight, split
+
+
 def test_resume_n_plus_n_equals_2n_including_ema(encoder_dir, tmp_path):
     common = [
         "--model_name_or_path",
@@ -240,11 +252,12 @@ def test_resume_n_plus_n_equals_2n_including_ema(encoder_dir, tmp_path):
         "0.7",
         *CLIP,
     ]
-    finetune.main(common + ["--output_dir", str(tmp_path / "straight")])
-    finetune.main(common + ["--output_dir", str(tmp_path / "split"), "--stop_after_steps", "4"])
-    assert (tmp_path / "split" / "checkpoint-4").is_dir() and not (tmp_path / "split" / "checkpoint-8").exists()
-    finetune.main(common + ["--output_dir", str(tmp_path / "split"), "--resume"])
-    a, b = (tmp_path / "straight" / "checkpoint-8", tmp_path / "split" / "checkpoint-8")
+
+    def stopped_at_4(split):
+        assert (split / "checkpoint-4").is_dir() and not (split / "checkpoint-8").exists()
+
+    straight, split = straight_and_resumed(common, tmp_path, 4, before_resume=stopped_at_4)
+    a, b = (straight / "checkpoint-8", split / "checkpoint-8")
     weights_a, weights_b = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
     assert_states_close(weights_b, weights_a)  # two computations: close, not bit-exact (depends on the CPU)
     ema_a, ema_b = (torch.load(c / "process_state_0.pt", weights_only=False)["ema"] for c in (a, b))
@@ -252,9 +265,7 @@ def test_resume_n_plus_n_equals_2n_including_ema(encoder_dir, tmp_path):
         ema_a["classifier.dense.weight"], weights_a["classifier.dense.weight"]
     )  # the EMA is its own state
     assert_states_close(ema_b, ema_a)
-    results_a, results_b = (
-        json.loads((d / "all_results.json").read_text()) for d in (tmp_path / "straight", tmp_path / "split")
-    )
+    results_a, results_b = (json.loads((d / "all_results.json").read_text()) for d in (straight, split))
     assert [r["step"] for r in results_a["eval_history"]] == [r["step"] for r in results_b["eval_history"]]
     for ra, rb in zip(results_a["eval_history"], results_b["eval_history"]):
         assert rb == {k: pytest.approx(v, rel=1e-5) if isinstance(v, float) else v for k, v in ra.items()}
@@ -303,10 +314,7 @@ def test_voice_and_channel_options_train_save_the_per_clip_extractor_and_resume_
         *CLIP,
         *VOICE_AND_CHANNEL,
     ]
-    straight, split = tmp_path / "straight", tmp_path / "split"
-    finetune.main(common + ["--output_dir", str(straight)])
-    finetune.main(common + ["--output_dir", str(split), "--stop_after_steps", "2"])
-    finetune.main(common + ["--output_dir", str(split), "--resume"])
+    straight, split = straight_and_resumed(common, tmp_path, 2)
 
     saved = json.loads((straight / "preprocessor_config.json").read_text())
     assert saved["per_clip_normalization"] is True and saved["max_frames"] == 64
@@ -357,20 +365,20 @@ def test_a_checkpoint_with_the_collator_under_its_old_key_resumes_exactly(encode
         "3",
         *CLIP,
     ]
-    straight, split = tmp_path / "straight", tmp_path / "split"
-    finetune.main(common + ["--output_dir", str(straight)])
-    finetune.main(common + ["--output_dir", str(split), "--stop_after_steps", "2"])
-    checkpoint = split / "checkpoint-2"
-    state = torch.load(checkpoint / "process_state_0.pt", weights_only=True)
-    state["collator_rng"] = state.pop("collator")
-    torch.save(state, checkpoint / "process_state_0.pt")
-    manifest = json.loads((checkpoint / "manifest.json").read_text())
-    manifest["process_state_0.pt"] = {
-        "size": (checkpoint / "process_state_0.pt").stat().st_size,
-        HASH: file_hash(checkpoint / "process_state_0.pt"),
-    }
-    (checkpoint / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    finetune.main(common + ["--output_dir", str(split), "--resume"])
+
+    def write_the_old_key(split):
+        checkpoint = split / "checkpoint-2"
+        state = torch.load(checkpoint / "process_state_0.pt", weights_only=True)
+        state["collator_rng"] = state.pop("collator")
+        torch.save(state, checkpoint / "process_state_0.pt")
+        manifest = json.loads((checkpoint / "manifest.json").read_text())
+        manifest["process_state_0.pt"] = {
+            "size": (checkpoint / "process_state_0.pt").stat().st_size,
+            HASH: file_hash(checkpoint / "process_state_0.pt"),
+        }
+        (checkpoint / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+    straight, split = straight_and_resumed(common, tmp_path, 2, before_resume=write_the_old_key)
 
     a, b = straight / "checkpoint-4", split / "checkpoint-4"
     assert_states_close(load_file(b / "model.safetensors"), load_file(a / "model.safetensors"))
